@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The demo, from a fresh clone: .venv, the real Kafka + PostgreSQL stack, `minruntime demo`.
+# A stack this script started is stopped at the end; MINRUNTIME_DEMO_KEEP=1 keeps it running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+if ! minruntime stack status >/dev/null 2>&1 && [ "${MINRUNTIME_DEMO_KEEP:-0}" != "1" ]; then
+  trap 'minruntime stack down' EXIT
+fi
+minruntime stack up
+minruntime demo "$@"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: .venv, the real Kafka + PostgreSQL stack, the
+# quality gates (ruff, mypy --strict, import-linter) and every pytest suite.
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -k stack`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+# Leave a stack that was already running alone; stop one this script started.
+if ! minruntime stack status >/dev/null 2>&1; then
+  trap 'minruntime stack down' EXIT
+fi
+minruntime stack up
+
+echo "==> ruff format --check";  ruff format --check .
+echo "==> ruff check";           ruff check .
+echo "==> mypy --strict";        mypy
+echo "==> import-linter";        lint-imports
+echo "==> pytest";               pytest "$@"

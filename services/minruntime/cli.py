@@ -1,0 +1,123 @@
+"""The `minruntime` command line. Errors a user can cause print one line, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from minruntime.errors import UserError
+from minruntime.settings import Settings
+
+app = typer.Typer(
+    name="minruntime",
+    help="Minimum-runtime protection and transactional requeue for GPU jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+stack_app = typer.Typer(
+    help="The local Kafka (KRaft) + PostgreSQL stack, for machines without Docker.",
+    no_args_is_help=True,
+)
+app.add_typer(stack_app, name="stack")
+
+console = Console(highlight=False)
+
+
+def _say(message: str) -> None:
+    console.print(message)
+
+
+@stack_app.command("up")
+def stack_up_command() -> None:
+    """Start PostgreSQL and Kafka (idempotent); returns when both really work."""
+    from minruntime.stack import stack_up
+
+    status = stack_up(Settings(), say=_say)
+    _print_connection(status.kafka_bootstrap, status.database_url)
+
+
+@stack_app.command("down")
+def stack_down_command() -> None:
+    """Stop Kafka and PostgreSQL."""
+    from minruntime.stack import stack_down
+
+    stack_down(Settings(), say=_say)
+
+
+@stack_app.command("status")
+def stack_status_command() -> None:
+    """Report each component's health and the connection settings (exit 3 if unhealthy)."""
+    from minruntime.stack import stack_status
+
+    status = stack_status(Settings())
+    table = Table("component", "state", "pid", "detail")
+    for component in status.components:
+        state = (
+            "[green]healthy[/]"
+            if component.healthy
+            else ("[yellow]unhealthy[/]" if component.running else "[red]stopped[/]")
+        )
+        table.add_row(component.name, state, str(component.pid or "-"), component.detail)
+    console.print(table)
+    _print_connection(status.kafka_bootstrap, status.database_url)
+    if not status.healthy:
+        raise typer.Exit(3)
+
+
+def _print_connection(kafka_bootstrap: str, database_url: str) -> None:
+    # Plain lines, so scripts can `eval` or grep them.
+    print(f"KAFKA_BOOTSTRAP={kafka_bootstrap}")
+    print(f"DATABASE_URL={database_url}")
+
+
+@app.command("demo")
+def demo_command(
+    width: Annotated[int, typer.Option(help="Terminal width for the tables.")] = 120,
+) -> None:
+    """The guided run of the README: what the service decides, and why."""
+    from minruntime.demo import run_demo
+
+    run_demo(Console(width=width, highlight=False))
+
+
+def _error(message: str) -> None:
+    # One plain line on stderr: no wrapping, no markup, no traceback.
+    print(f"minruntime: {' '.join(message.split())}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the command, turning every user error into one line and an exit code."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="minruntime", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.TyperException as exc:
+        # Usage errors (unknown command or option, bad value): one line and a pointer.
+        format_message = getattr(exc, "format_message", None)
+        message = format_message() if callable(format_message) else str(exc)
+        _error(f"{message} (see `minruntime --help`)")
+        return int(getattr(exc, "exit_code", 2))
+    except typer.Abort:
+        _error("aborted")
+        return 130
+    except UserError as exc:
+        _error(f"error: {exc}")
+        return exc.exit_code
+    except ValueError as exc:
+        # The rule engine's errors are ValueErrors with a message a user can act on.
+        _error(f"error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

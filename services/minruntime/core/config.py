@@ -1,0 +1,155 @@
+"""Plugin configuration per node pool (SEMANTICS.md §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Final
+
+from minruntime.core.durations import format_duration, parse_duration
+from minruntime.core.errors import InvalidConfigError, MinRuntimeError
+
+DEFAULT_NODE_POOL: Final = "default"
+
+# How long a requeued podgroup is left alone before it may be nominated again, when neither
+# its annotation nor the configuration says otherwise: long enough to let the beneficiary
+# start, short enough that an over-running job is reconsidered within the hour.
+DEFAULT_REQUEUE_DELAY: Final = timedelta(minutes=5)
+
+
+class ReclaimResolveMethod(StrEnum):
+    """How the reclaim minimum runtime is resolved between two queues."""
+
+    LCA = "lca"
+    QUEUE = "queue"
+
+
+# The KAI plugin argument names (and the config.updated field names).
+ARG_DEFAULT_PREEMPT_MIN_RUNTIME: Final = "defaultPreemptMinRuntime"
+ARG_DEFAULT_RECLAIM_MIN_RUNTIME: Final = "defaultReclaimMinRuntime"
+ARG_RECLAIM_RESOLVE_METHOD: Final = "reclaimResolveMethod"
+ARG_DEFAULT_REQUEUE_DELAY: Final = "defaultRequeueDelay"
+KNOWN_ARGUMENTS: Final = frozenset(
+    {
+        ARG_DEFAULT_PREEMPT_MIN_RUNTIME,
+        ARG_DEFAULT_RECLAIM_MIN_RUNTIME,
+        ARG_RECLAIM_RESOLVE_METHOD,
+        ARG_DEFAULT_REQUEUE_DELAY,
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MinRuntimeConfig:
+    """The minruntime plugin arguments of one node pool."""
+
+    default_preempt_min_runtime: timedelta = timedelta(0)
+    default_reclaim_min_runtime: timedelta = timedelta(0)
+    reclaim_resolve_method: str = ReclaimResolveMethod.LCA
+    default_requeue_delay: timedelta = DEFAULT_REQUEUE_DELAY
+
+    def __post_init__(self) -> None:
+        for label, value in (
+            (ARG_DEFAULT_PREEMPT_MIN_RUNTIME, self.default_preempt_min_runtime),
+            (ARG_DEFAULT_RECLAIM_MIN_RUNTIME, self.default_reclaim_min_runtime),
+            (ARG_DEFAULT_REQUEUE_DELAY, self.default_requeue_delay),
+        ):
+            if not isinstance(value, timedelta):
+                raise InvalidConfigError(f"{label} must be a duration, got {value!r}")
+            if value < timedelta(0):
+                raise InvalidConfigError(
+                    f"{label} must not be negative, got -{format_duration(-value)}"
+                )
+        if self.default_requeue_delay == timedelta(0):
+            # A zero delay would let a requeued job be nominated again in the same instant.
+            raise InvalidConfigError(f"{ARG_DEFAULT_REQUEUE_DELAY} must be positive, got 0s")
+        methods = [method.value for method in ReclaimResolveMethod]
+        if self.reclaim_resolve_method not in methods:
+            raise InvalidConfigError(
+                f"{ARG_RECLAIM_RESOLVE_METHOD} must be one of {', '.join(methods)}, "
+                f"got {self.reclaim_resolve_method!r}"
+            )
+        # Normalise to the enum member so comparisons and repr are uniform.
+        object.__setattr__(
+            self, "reclaim_resolve_method", ReclaimResolveMethod(self.reclaim_resolve_method)
+        )
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, str | None]) -> MinRuntimeConfig:
+        """Build a config from KAI plugin arguments; absent or null ones take the defaults."""
+        unknown = sorted(set(arguments) - KNOWN_ARGUMENTS)
+        if unknown:
+            raise InvalidConfigError(
+                f"unknown minruntime argument(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(KNOWN_ARGUMENTS))}"
+            )
+        defaults = cls()
+
+        def duration(argument: str, default: timedelta) -> timedelta:
+            text = arguments.get(argument)
+            return default if text is None else _duration_argument(argument, text)
+
+        method = arguments.get(ARG_RECLAIM_RESOLVE_METHOD)
+        return cls(
+            default_preempt_min_runtime=duration(
+                ARG_DEFAULT_PREEMPT_MIN_RUNTIME, defaults.default_preempt_min_runtime
+            ),
+            default_reclaim_min_runtime=duration(
+                ARG_DEFAULT_RECLAIM_MIN_RUNTIME, defaults.default_reclaim_min_runtime
+            ),
+            reclaim_resolve_method=defaults.reclaim_resolve_method if method is None else method,
+            default_requeue_delay=duration(
+                ARG_DEFAULT_REQUEUE_DELAY, defaults.default_requeue_delay
+            ),
+        )
+
+    def to_arguments(self) -> dict[str, str]:
+        """Return the config as KAI plugin arguments (the inverse of from_arguments)."""
+        return {
+            ARG_DEFAULT_PREEMPT_MIN_RUNTIME: format_duration(self.default_preempt_min_runtime),
+            ARG_DEFAULT_RECLAIM_MIN_RUNTIME: format_duration(self.default_reclaim_min_runtime),
+            ARG_RECLAIM_RESOLVE_METHOD: str(self.reclaim_resolve_method),
+            ARG_DEFAULT_REQUEUE_DELAY: format_duration(self.default_requeue_delay),
+        }
+
+
+def _duration_argument(argument: str, text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except MinRuntimeError as error:
+        # Re-raised as a config error so the caller learns which argument was wrong.
+        raise InvalidConfigError(f"{argument}: {error}") from error
+
+
+@dataclass(frozen=True, slots=True)
+class NodePoolConfigs:
+    """Configuration keyed by node pool.
+
+    A pool without its own entry uses the ``default`` pool's entry, and the built-in
+    MinRuntimeConfig() when there is none: a shard nobody configured behaves like KAI's
+    defaults, and configuring ``default`` changes every unconfigured shard at once.
+    """
+
+    by_pool: Mapping[str, MinRuntimeConfig] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_pool", MappingProxyType(dict(self.by_pool)))
+
+    def for_pool(self, node_pool: str | None) -> MinRuntimeConfig:
+        """Return the config in force for ``node_pool`` (None means the default pool)."""
+        pool = node_pool or DEFAULT_NODE_POOL
+        found = self.by_pool.get(pool) or self.by_pool.get(DEFAULT_NODE_POOL)
+        return found if found is not None else MinRuntimeConfig()
+
+    def with_config(self, node_pool: str | None, config: MinRuntimeConfig) -> NodePoolConfigs:
+        """Return new configs with ``node_pool``'s entry replaced."""
+        return NodePoolConfigs({**self.by_pool, node_pool or DEFAULT_NODE_POOL: config})
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.by_pool)
+
+    def __len__(self) -> int:
+        return len(self.by_pool)

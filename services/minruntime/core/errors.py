@@ -1,0 +1,76 @@
+"""The one error tree of the rule engine.
+
+Every error is a ``ValueError`` (the contract promises that to callers) and carries a stable,
+machine-readable ``kind`` that the stream processor copies into dead-letter records, so
+operators can count and filter failures without parsing messages.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class MinRuntimeError(ValueError):
+    """Base class: bad input that the caller can correct."""
+
+    kind: ClassVar[str] = "invalid_input"
+
+
+class InvalidDurationError(MinRuntimeError):
+    """A duration string does not follow the grammar of SEMANTICS.md §1."""
+
+    kind: ClassVar[str] = "bad_duration"
+
+
+class NegativeDurationError(MinRuntimeError):
+    """A duration is negative; negative durations are rejected everywhere."""
+
+    kind: ClassVar[str] = "negative_duration"
+
+
+class InvalidQueueError(MinRuntimeError):
+    """A queue definition itself is malformed (e.g. an empty name)."""
+
+    kind: ClassVar[str] = "invalid_queue"
+
+
+class QueueCycleError(MinRuntimeError):
+    """A queue change would make a queue its own ancestor."""
+
+    kind: ClassVar[str] = "queue_cycle"
+
+    def __init__(self, cycle: tuple[str, ...]) -> None:
+        self.cycle = cycle
+        super().__init__(
+            "queue change would create a cycle: "
+            + " -> ".join(cycle)
+            + "; change the parentQueue of one of these queues"
+        )
+
+
+class DuplicateQueueError(MinRuntimeError):
+    """Two queues in one tree share a name."""
+
+    kind: ClassVar[str] = "duplicate_queue"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"duplicate queue name {name!r}: queue names must be unique")
+
+
+class InvalidConfigError(MinRuntimeError):
+    """A plugin configuration value is not acceptable."""
+
+    kind: ClassVar[str] = "invalid_config"
+
+
+class InvalidTimestampError(MinRuntimeError):
+    """A timestamp is not an RFC3339 time with a UTC offset."""
+
+    kind: ClassVar[str] = "invalid_timestamp"
+
+
+class InvalidPodGroupError(MinRuntimeError):
+    """A podgroup description is inconsistent (e.g. a pod in an undeclared subgroup)."""
+
+    kind: ClassVar[str] = "invalid_podgroup"

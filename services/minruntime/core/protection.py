@@ -1,0 +1,41 @@
+"""Minimum-runtime protection windows (SEMANTICS.md §5)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from minruntime.core.timestamps import require_aware
+
+# Where start + minRuntime does not fit in a datetime the window never ends in practice.
+FOREVER: Final = datetime.max.replace(tzinfo=UTC)
+
+
+def protected_until(start_time: datetime | None, min_runtime: timedelta) -> datetime | None:
+    """Return the end of the protection window, or None when there is no start time."""
+    if start_time is None:
+        return None
+    require_aware(start_time, "start time")
+    try:
+        return start_time + min_runtime
+    except OverflowError:
+        return FOREVER
+
+
+def is_protected(start_time: datetime | None, min_runtime: timedelta, now: datetime) -> bool:
+    """Return True iff ``now < start_time + min_runtime``; never without a start time."""
+    require_aware(now, "now")
+    until = protected_until(start_time, min_runtime)
+    # Strict: at exactly start + minRuntime the podgroup is no longer protected.
+    return until is not None and now < until
+
+
+def remaining_protection(
+    start_time: datetime | None, min_runtime: timedelta, now: datetime
+) -> timedelta:
+    """Return how much longer the podgroup stays protected (zero when it is not)."""
+    require_aware(now, "now")
+    until = protected_until(start_time, min_runtime)
+    if until is None or now >= until:
+        return timedelta(0)
+    return until - now

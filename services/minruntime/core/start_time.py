@@ -1,0 +1,96 @@
+"""A podgroup's start time as a pure fold over its allocation history (SEMANTICS.md §5).
+
+Only the events' own times are used, never the time they were processed, so replaying the
+same history always gives the same start time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from minruntime.core.timestamps import require_aware
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """Which pods hold resources now, and when the current run started."""
+
+    allocated: frozenset[str] = frozenset()
+    # The protection clock: set while running, cleared when the run ends.
+    start_time: datetime | None = None
+    # Kept after a run ends so that a finished podgroup can still say when it ran.
+    last_start_time: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        """True while at least one pod holds resources."""
+        return bool(self.allocated)
+
+    @property
+    def running_pods(self) -> int:
+        """The number of pods holding resources (releasing pods included)."""
+        return len(self.allocated)
+
+
+NOT_STARTED = RunState()
+
+
+def apply_allocated(state: RunState, pods: Iterable[str], at: datetime) -> RunState:
+    """Record that ``pods`` now hold resources; going from zero pods to some starts a run."""
+    require_aware(at, "allocation time")
+    added = frozenset(pods) - state.allocated
+    if not added:
+        # Re-delivering an allocation must not move the start time.
+        return state
+    if state.running:
+        # Scaling up a running podgroup keeps its start time.
+        return RunState(state.allocated | added, state.start_time, state.last_start_time, None)
+    return RunState(added, at, at, None)
+
+
+def apply_released(state: RunState, pods: Iterable[str] | None, at: datetime) -> RunState:
+    """Record that ``pods`` (None: all) released their resources; releasing all ends the run."""
+    require_aware(at, "release time")
+    remaining = frozenset() if pods is None else state.allocated - frozenset(pods)
+    if remaining == state.allocated:
+        # Unknown pods, or nothing running: nothing changes, not even ended_at.
+        return state
+    if remaining:
+        return RunState(remaining, state.start_time, state.last_start_time, state.ended_at)
+    return RunState(frozenset(), None, state.last_start_time, at)
+
+
+class AllocationKind(StrEnum):
+    """The two kinds of events that move the start time."""
+
+    ALLOCATED = "allocated"
+    RELEASED = "released"
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationEvent:
+    """One allocation or release, as it happened in the cluster."""
+
+    kind: AllocationKind
+    at: datetime
+    # None on a release means all pods.
+    pods: tuple[str, ...] | None = field(default=None)
+
+
+def fold_history(history: Iterable[AllocationEvent], state: RunState = NOT_STARTED) -> RunState:
+    """Apply a sequence of allocation events, in order, to ``state``."""
+    for event in history:
+        if event.kind is AllocationKind.ALLOCATED:
+            state = apply_allocated(state, event.pods or (), event.at)
+        else:
+            state = apply_released(state, event.pods, event.at)
+    return state
+
+
+def start_time_of(history: Iterable[AllocationEvent]) -> datetime | None:
+    """Return the start time of the current run after ``history`` (None if not running)."""
+    return fold_history(history).start_time

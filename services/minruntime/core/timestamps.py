@@ -1,0 +1,64 @@
+"""RFC3339 timestamps, strictly: an explicit UTC offset is required."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Final
+
+from minruntime.core.errors import InvalidTimestampError
+
+# Stricter than datetime.fromisoformat, which also takes dates without times, week dates
+# and naive times: an annotation either is RFC3339 or it is rejected.
+_RFC3339: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))",
+    re.ASCII,
+)
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse an RFC3339 timestamp such as ``2026-11-21T10:00:00Z`` into an aware datetime."""
+    if not isinstance(text, str):
+        raise InvalidTimestampError(
+            f"timestamp must be an RFC3339 string, got {type(text).__name__}"
+        )
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        raise InvalidTimestampError(
+            f"invalid timestamp {text!r}: expected RFC3339 with a UTC offset, "
+            'e.g. "2026-11-21T10:00:00Z" or "2026-11-21T11:00:00+01:00"'
+        )
+    year, month, day, hour, minute, second = (int(match.group(i)) for i in range(1, 7))
+    # Sub-microsecond digits (Go writes nanoseconds) are truncated: datetime stops at µs.
+    microsecond = int((match.group(7) or "0")[:6].ljust(6, "0"))
+    if match.group(8):
+        offset = timedelta(0)
+    else:
+        sign = -1 if match.group(9) == "-" else 1
+        offset = sign * timedelta(hours=int(match.group(10)), minutes=int(match.group(11)))
+    try:
+        return datetime(
+            year, month, day, hour, minute, second, microsecond, tzinfo=timezone(offset)
+        )
+    except ValueError as error:
+        raise InvalidTimestampError(f"invalid timestamp {text!r}: {error}") from error
+
+
+def format_rfc3339(moment: datetime) -> str:
+    """Format an aware datetime as RFC3339 in UTC with a ``Z`` suffix."""
+    require_aware(moment, "timestamp")
+    utc = moment.astimezone(UTC)
+    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    if utc.microsecond:
+        text += f".{utc.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def require_aware(moment: datetime, what: str) -> None:
+    """Raise InvalidTimestampError unless ``moment`` carries a UTC offset."""
+    if not isinstance(moment, datetime):
+        raise InvalidTimestampError(f"{what} must be a datetime, got {type(moment).__name__}")
+    if moment.utcoffset() is None:
+        # Naive times are ambiguous across the cluster and cannot be compared with aware ones.
+        raise InvalidTimestampError(f"{what} {moment.isoformat()} has no UTC offset")

@@ -1,0 +1,91 @@
+"""One settings object, read from `MINRUNTIME_*` environment variables.
+
+Defaults point at the local stack that `minruntime stack up` starts, so a fresh clone needs
+no configuration at all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+KAFKA_VERSION = "4.3.1"
+
+
+def _project_root() -> Path:
+    """The checkout this package is installed from (editable install), else the cwd."""
+    candidate = Path(__file__).resolve().parents[2]
+    if (candidate / "pyproject.toml").is_file():
+        return candidate
+    return Path.cwd()
+
+
+class Settings(BaseSettings):
+    """Everything configurable about the service, in one place."""
+
+    model_config = SettingsConfigDict(env_prefix="MINRUNTIME_", extra="ignore")
+
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    database_url: str = "postgresql://minruntime:minruntime@127.0.0.1:5433/minruntime"
+
+    stack_dir: Path = Field(default_factory=lambda: _project_root() / ".stack")
+    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "minruntime")
+    kafka_version: str = KAFKA_VERSION
+    kafka_heap: str = "768m"
+    # PostgreSQL's bin directory; unset = the newest >= 15 under /usr/lib/postgresql or on PATH.
+    postgres_bindir: Path | None = None
+    stack_timeout_seconds: float = 90.0
+
+    @property
+    def kafka_host(self) -> str:
+        """Host part of the (first) bootstrap address."""
+        return self.kafka_bootstrap.split(",")[0].rsplit(":", 1)[0]
+
+    @property
+    def kafka_port(self) -> int:
+        """Port of the (first) bootstrap address."""
+        return int(self.kafka_bootstrap.split(",")[0].rsplit(":", 1)[1])
+
+    @property
+    def kafka_controller_port(self) -> int:
+        """The KRaft controller listens one port above the broker."""
+        return self.kafka_port + 1
+
+    @property
+    def database_parts(self) -> DatabaseParts:
+        """The pieces of `database_url` the stack needs to create the database."""
+        return DatabaseParts.from_url(self.database_url)
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """`database_url` with the psycopg 3 driver named, for SQLAlchemy."""
+        scheme, _, rest = self.database_url.partition("://")
+        if scheme in ("postgresql", "postgres"):
+            return f"postgresql+psycopg://{rest}"
+        return self.database_url
+
+
+class DatabaseParts:
+    """Host, port, user, password and database name of a PostgreSQL URL."""
+
+    def __init__(self, host: str, port: int, user: str, password: str, dbname: str) -> None:
+        self.host = host
+        self.port = port
+        self.user = user
+        self.password = password
+        self.dbname = dbname
+
+    @classmethod
+    def from_url(cls, url: str) -> DatabaseParts:
+        """Split a `postgresql://user:password@host:port/db` URL."""
+        parts = urlsplit(url)
+        return cls(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 5432,
+            user=parts.username or "minruntime",
+            password=parts.password or "",
+            dbname=(parts.path or "/minruntime").lstrip("/") or "minruntime",
+        )

@@ -1,0 +1,312 @@
+"""A PostgreSQL server of the checkout's own, from the machine's PostgreSQL binaries.
+
+PostgreSQL refuses to run as root. When `stack up` runs as root (CI, containers), the server
+runs as the `postgres` system user and its data directory lives under
+`/var/tmp/minruntime/<checkout hash>/` (the checkout itself may sit in a directory that user
+cannot enter); `.stack/postgres` is then a symlink to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from minruntime.errors import MissingToolError, StackError
+from minruntime.settings import Settings
+from minruntime.stack.process import require_free_port, run, tail
+
+MIN_MAJOR = 15
+SUPERUSER = "postgres"
+
+
+@dataclass(frozen=True)
+class PostgresHealth:
+    """What a health check of the database server found."""
+
+    running: bool
+    healthy: bool
+    pid: int | None
+    detail: str
+
+
+def find_bindir() -> Path | None:
+    """The newest PostgreSQL >= 15 bin directory on this machine, if any."""
+    candidates: list[tuple[int, Path]] = []
+    for bindir in Path("/usr/lib/postgresql").glob("*/bin"):
+        if (bindir / "initdb").is_file() and bindir.parent.name.isdigit():
+            candidates.append((int(bindir.parent.name), bindir))
+    on_path = shutil.which("initdb")
+    if on_path:
+        bindir = Path(on_path).resolve().parent
+        version = _major_version(bindir)
+        if version is not None:
+            candidates.append((version, bindir))
+    usable = sorted(c for c in candidates if c[0] >= MIN_MAJOR)
+    return usable[-1][1] if usable else None
+
+
+def _major_version(bindir: Path) -> int | None:
+    try:
+        out = subprocess.run(
+            [str(bindir / "postgres"), "--version"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    match = re.search(r"(\d+)\.", out)
+    return int(match.group(1)) if match else None
+
+
+def install_postgresql() -> None:
+    """Install Debian's PostgreSQL packages with apt-get (root only)."""
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        raise MissingToolError(
+            "PostgreSQL >= 15 binaries (initdb, pg_ctl, postgres) are not installed; "
+            "install Debian's `postgresql` package (apt-get install postgresql)"
+        )
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = [apt, "install", "-y", "-q", "--no-install-recommends", "postgresql"]
+    try:
+        run(install, what="apt-get install postgresql", env=env, timeout=900)
+    except StackError:
+        run([apt, "update", "-q"], what="apt-get update", env=env, timeout=600)
+        run(install, what="apt-get install postgresql", env=env, timeout=900)
+
+
+class PostgresNode:
+    """The local database server: init, start, create the database, check, stop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.db = settings.database_parts
+        self.as_root = os.geteuid() == 0
+        self.link = settings.stack_dir / "postgres"
+        if self.as_root:
+            digest = hashlib.sha1(str(settings.stack_dir.resolve()).encode()).hexdigest()[:12]
+            self.home = Path("/var/tmp/minruntime") / digest / "postgres"
+        else:
+            self.home = self.link
+        self.data_dir = self.home / "data"
+        self.socket_dir = self.home / "run"
+        self.log_file = self.home / "postgres.log"
+        self._bindir: Path | None = None
+
+    # -- binaries -----------------------------------------------------------------------
+    def bindir(self, install: bool = False) -> Path:
+        """Where initdb/pg_ctl live; install Debian's package when asked and missing."""
+        configured = self.settings.postgres_bindir
+        if configured is not None:
+            if not (configured / "initdb").is_file() or not (configured / "pg_ctl").is_file():
+                raise MissingToolError(
+                    f"no PostgreSQL binaries (initdb, pg_ctl) in {configured} "
+                    "(MINRUNTIME_POSTGRES_BINDIR)"
+                )
+            return configured
+        if self._bindir is None:
+            found = find_bindir()
+            if found is None and install:
+                install_postgresql()
+                found = find_bindir()
+            if found is None:
+                raise MissingToolError(
+                    "PostgreSQL >= 15 binaries (initdb, pg_ctl, postgres) are not installed; "
+                    "install Debian's `postgresql` package (apt-get install postgresql)"
+                )
+            self._bindir = found
+        return self._bindir
+
+    def _as_owner(self, *cmd: str) -> list[str]:
+        if not self.as_root:
+            return list(cmd)
+        runuser = shutil.which("runuser") or next(
+            (p for p in ("/usr/sbin/runuser", "/sbin/runuser") if Path(p).is_file()), None
+        )
+        if runuser is None:
+            raise MissingToolError("runuser (util-linux) is needed to run PostgreSQL as root")
+        return [runuser, "-u", SUPERUSER, "--", *cmd]
+
+    def _ensure_owner_account(self) -> None:
+        if not self.as_root:
+            return
+        try:
+            pwd.getpwnam(SUPERUSER)
+        except KeyError:
+            run(
+                ["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", SUPERUSER],
+                what="creating the postgres system user",
+            )
+
+    def _prepare_dirs(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        if self.as_root:
+            self.settings.stack_dir.mkdir(parents=True, exist_ok=True)
+            if not self.link.is_symlink() and not self.link.exists():
+                self.link.symlink_to(self.home, target_is_directory=True)
+            account = pwd.getpwnam(SUPERUSER)
+            for path in (self.home.parent.parent, self.home.parent):
+                os.chmod(path, 0o755)
+            for path in (self.home, self.socket_dir):
+                os.chown(path, account.pw_uid, account.pw_gid)
+            if self.data_dir.exists():
+                os.chown(self.data_dir, account.pw_uid, account.pw_gid)
+            if self.log_file.exists():
+                os.chown(self.log_file, account.pw_uid, account.pw_gid)
+
+    def init(self) -> None:
+        """initdb once, with settings suited to a small development machine."""
+        if (self.data_dir / "PG_VERSION").is_file():
+            return
+        bindir = self.bindir(install=True)
+        self._ensure_owner_account()
+        self._prepare_dirs()
+        pwfile = self.home / ".superuser-password"
+        pwfile.write_text("postgres\n")
+        if self.as_root:
+            account = pwd.getpwnam(SUPERUSER)
+            os.chown(pwfile, account.pw_uid, account.pw_gid)
+        run(
+            self._as_owner(
+                str(bindir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                SUPERUSER,
+                f"--pwfile={pwfile}",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--no-locale",
+            ),
+            what="initdb",
+            timeout=300,
+        )
+        pwfile.unlink()
+        with (self.data_dir / "postgresql.conf").open("a") as conf:
+            conf.write(
+                "\n# minruntime local stack\n"
+                f"listen_addresses = '{self.db.host}'\n"
+                f"port = {self.db.port}\n"
+                f"unix_socket_directories = '{self.socket_dir}'\n"
+                "max_connections = 200\n"
+                "shared_buffers = 256MB\n"
+                "work_mem = 16MB\n"
+                "max_wal_size = 2GB\n"
+                "logging_collector = off\n"
+                "log_min_messages = warning\n"
+            )
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def _pg_ctl(self, *args: str, timeout: float = 120) -> str:
+        return run(
+            self._as_owner(str(self.bindir() / "pg_ctl"), "-D", str(self.data_dir), *args),
+            what=f"pg_ctl {args[0]}",
+            timeout=timeout,
+        )
+
+    def is_running(self) -> bool:
+        """True when this checkout's server is running."""
+        if not (self.data_dir / "PG_VERSION").is_file():
+            return False
+        try:
+            bindir = self.bindir()
+        except MissingToolError:
+            return False
+        done = subprocess.run(
+            self._as_owner(str(bindir / "pg_ctl"), "-D", str(self.data_dir), "status"),
+            capture_output=True,
+            text=True,
+        )
+        return done.returncode == 0
+
+    def pid(self) -> int | None:
+        """The postmaster's pid, from postmaster.pid."""
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().splitlines()[0])
+        except (FileNotFoundError, PermissionError, ValueError, IndexError):
+            return None
+
+    def preflight(self) -> None:
+        """Fail before anything starts: binaries present (installed if possible), port free."""
+        if self.is_running():
+            return
+        self.bindir(install=True)
+        require_free_port(self.db.host, self.db.port, "PostgreSQL", "MINRUNTIME_DATABASE_URL")
+
+    def start(self, timeout: float) -> bool:
+        """Start the server unless it already runs; True when it was started now."""
+        self.preflight()
+        self.init()
+        if self.is_running():
+            return False
+        self._prepare_dirs()
+        try:
+            self._pg_ctl(
+                "-l",
+                str(self.log_file),
+                "-w",
+                "-t",
+                str(int(timeout)),
+                "start",
+                timeout=timeout + 10,
+            )
+        except StackError as exc:
+            raise StackError(f"{exc} (log: {tail(self.log_file, 3)})") from exc
+        return True
+
+    def create_database(self) -> None:
+        """Create the service's login role and database (idempotent)."""
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(
+            host=str(self.socket_dir),
+            port=self.db.port,
+            user=SUPERUSER,
+            dbname="postgres",
+            autocommit=True,
+        ) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (self.db.user,))
+            verb = "ALTER" if exists.fetchone() else "CREATE"
+            conn.execute(
+                sql.SQL("{} ROLE {} LOGIN CREATEROLE PASSWORD {}").format(
+                    sql.SQL(verb), sql.Identifier(self.db.user), sql.Literal(self.db.password)
+                )
+            )
+            found = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (self.db.dbname,)
+            ).fetchone()
+            if not found:
+                conn.execute(
+                    sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                        sql.Identifier(self.db.dbname), sql.Identifier(self.db.user)
+                    )
+                )
+
+    def stop(self) -> bool:
+        """Stop the server (fast shutdown); True when one was running."""
+        if not self.is_running():
+            return False
+        self._pg_ctl("-m", "fast", "-w", "stop")
+        return True
+
+    def health(self) -> PostgresHealth:
+        """Is the server running, and does the service's own login answer `SELECT 1`?"""
+        if not self.is_running():
+            return PostgresHealth(False, False, None, "not running")
+        import psycopg
+
+        try:
+            with psycopg.connect(self.settings.database_url, connect_timeout=5) as conn:
+                row = conn.execute("SHOW server_version").fetchone()
+        except psycopg.Error as exc:
+            return PostgresHealth(True, False, self.pid(), f"not answering: {exc}".strip())
+        version = row[0] if row else "?"
+        return PostgresHealth(True, True, self.pid(), f"PostgreSQL {version}, data {self.data_dir}")

@@ -1,0 +1,118 @@
+"""Small process and port helpers shared by the Kafka and PostgreSQL nodes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from minruntime.errors import PortInUseError, StackError
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def require_free_port(host: str, port: int, what: str, env_hint: str) -> None:
+    """Fail with one clear line when another process already holds the port."""
+    if port_in_use(host, port):
+        raise PortInUseError(
+            f"port {port} on {host} is already in use by another process; "
+            f"stop it or choose another port for {what} with {env_hint}"
+        )
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid recorded in pid_file, if the file exists and holds a number."""
+    try:
+        return int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True when a process with this pid exists (and is not a zombie)."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return True
+    return status != "Z"
+
+
+def terminate(pid: int, timeout: float) -> None:
+    """SIGTERM the process group, wait up to `timeout`, then SIGKILL it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _reap(pid)
+            if not pid_alive(pid):
+                return
+            time.sleep(0.1)
+
+
+def _reap(pid: int) -> None:
+    # A child we started ourselves stays a zombie until waited for.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.25) -> bool:
+    """Poll `check` until it is true or `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if check():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def tail(path: Path, lines: int = 5) -> str:
+    """The last few lines of a log file, joined with ' | ' for a one-line error."""
+    try:
+        content = path.read_text(errors="replace").strip().splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    return " | ".join(line.strip() for line in content[-lines:])
+
+
+def run(cmd: Sequence[str], what: str, timeout: float = 600, **kwargs: object) -> str:
+    """Run a command to completion; a failure becomes one StackError line with its output."""
+    try:
+        done = subprocess.run(
+            list(cmd),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **kwargs,  # type: ignore[call-overload]
+        )
+    except FileNotFoundError as exc:
+        raise StackError(f"{what}: {exc.filename} not found") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise StackError(f"{what}: timed out after {timeout:.0f}s") from exc
+    if done.returncode != 0:
+        output = " | ".join((done.stderr or done.stdout).strip().splitlines()[-4:])
+        raise StackError(f"{what} failed (exit {done.returncode}): {output}")
+    return str(done.stdout)

@@ -1,0 +1,132 @@
+"""Shared helpers for the core unit tests: the design tree, naive references, strategies."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import strategies as st
+
+from minruntime.core import MinRuntimeConfig, Queue, QueueTree
+
+T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+
+
+def s(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)
+
+
+def design_tree() -> QueueTree:
+    """A -> B(600s) -> {C -> {leaf1(0s), leaf2(180s)}, D(60s) -> {leaf3}} (reclaim values)."""
+    return QueueTree(
+        [
+            Queue(name="A"),
+            Queue(name="B", parent="A", reclaim_min_runtime=s(600)),
+            Queue(name="C", parent="B"),
+            Queue(name="D", parent="B", reclaim_min_runtime=s(60)),
+            Queue(name="leaf1", parent="C", reclaim_min_runtime=s(0)),
+            Queue(name="leaf2", parent="C", reclaim_min_runtime=s(180)),
+            Queue(name="leaf3", parent="D"),
+        ]
+    )
+
+
+# --- naive references: written from SEMANTICS.md §4 without any caching -----------------
+
+
+def naive_path(tree: QueueTree, name: str) -> list[str]:
+    path = [name]
+    while True:
+        queue = tree.get(path[-1])
+        assert queue is not None
+        if queue.parent is None or queue.parent not in tree:
+            return list(reversed(path))
+        path.append(queue.parent)
+
+
+def naive_walk(
+    tree: QueueTree, start: str, field: str, default: timedelta
+) -> tuple[timedelta, str | None]:
+    for name in reversed(naive_path(tree, start)):
+        queue = tree.get(name)
+        assert queue is not None
+        value = getattr(queue, field)
+        if value is not None:
+            return value, name
+    return default, None
+
+
+def naive_preempt(
+    tree: QueueTree, config: MinRuntimeConfig, victim: str
+) -> tuple[timedelta, str | None]:
+    if victim not in tree:
+        return config.default_preempt_min_runtime, None
+    return naive_walk(tree, victim, "preempt_min_runtime", config.default_preempt_min_runtime)
+
+
+def naive_reclaim(
+    tree: QueueTree, config: MinRuntimeConfig, reclaimer: str, victim: str
+) -> tuple[timedelta, str | None]:
+    default = config.default_reclaim_min_runtime
+    if victim not in tree or reclaimer not in tree:
+        return default, None
+    if config.reclaim_resolve_method == "queue":
+        return naive_walk(tree, victim, "reclaim_min_runtime", default)
+    victim_path = naive_path(tree, victim)
+    reclaimer_path = naive_path(tree, reclaimer)
+    if victim_path[0] != reclaimer_path[0]:
+        root = tree.get(victim_path[0])
+        assert root is not None
+        if root.reclaim_min_runtime is not None:
+            return root.reclaim_min_runtime, root.name
+        return default, None
+    lca_index = max(
+        i
+        for i in range(min(len(victim_path), len(reclaimer_path)))
+        if victim_path[i] == reclaimer_path[i]
+    )
+    start_index = min(lca_index + 1, len(victim_path) - 1)
+    return naive_walk(tree, victim_path[start_index], "reclaim_min_runtime", default)
+
+
+# --- strategies ----------------------------------------------------------------------------
+
+optional_runtime = st.one_of(
+    st.none(), st.sampled_from([s(0), s(30), s(60), s(600)]), st.integers(0, 10**6).map(s)
+)
+
+
+@st.composite
+def random_trees(draw: st.DrawFn, max_queues: int = 25) -> QueueTree:
+    """Random forests: parent always an earlier queue (acyclic), sometimes unknown or None."""
+    count = draw(st.integers(1, max_queues))
+    queues = []
+    for index in range(count):
+        parent_choice = draw(st.integers(-2, index - 1))
+        if parent_choice == -2:
+            parent = "ghost"  # a parent that is not in the tree: the queue is a root
+        elif parent_choice == -1:
+            parent = None
+        else:
+            parent = f"q{parent_choice}"
+        queues.append(
+            Queue(
+                name=f"q{index}",
+                parent=parent,
+                preempt_min_runtime=draw(optional_runtime),
+                reclaim_min_runtime=draw(optional_runtime),
+            )
+        )
+    return QueueTree(draw(st.permutations(queues)))
+
+
+configs = st.builds(
+    MinRuntimeConfig,
+    default_preempt_min_runtime=st.sampled_from([s(0), s(5), s(3600)]),
+    default_reclaim_min_runtime=st.sampled_from([s(0), s(7), s(7200)]),
+    reclaim_resolve_method=st.sampled_from(["lca", "queue"]),
+)
+
+
+def queue_names(tree: QueueTree) -> st.SearchStrategy[str]:
+    """Names in the tree, plus one that is not."""
+    return st.sampled_from([*(queue.name for queue in tree), "nowhere"])

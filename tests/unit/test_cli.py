@@ -1,0 +1,62 @@
+"""The command line: usage errors and user errors are one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import pytest
+
+from minruntime.cli import main
+from minruntime.errors import StackError
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("stack", "demo"):
+        assert command in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["no-such-command"], "No such command 'no-such-command'"),
+        (["stack", "up", "--bogus"], "No such option: --bogus"),
+        (["demo", "--width", "wide"], "Invalid value for '--width'"),
+    ],
+)
+def test_usage_errors_are_one_line(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("minruntime: ")
+    assert fragment in lines[0]
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_user_errors_map_to_their_exit_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*_: object, **__: object) -> None:
+        raise StackError("port 9092 on 127.0.0.1 is already in use by another process")
+
+    monkeypatch.setattr("minruntime.stack.stack_up", broken)
+    assert main(["stack", "up"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["minruntime: error: port 9092 on 127.0.0.1 is already in use by another process"]
+
+
+def test_core_value_errors_are_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from minruntime.core import parse_duration
+
+    def broken(*_: object, **__: object) -> None:
+        parse_duration("1h-30m")
+
+    monkeypatch.setattr("minruntime.demo.run_demo", broken)
+    assert main(["demo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "1h-30m" in err[0]
