@@ -7,6 +7,7 @@ import asyncio
 import os
 import shutil
 import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,17 +160,23 @@ def test_lifecycle_from_nothing(private_stack: dict[str, str]) -> None:
     assert "was not running" in twice.stdout
 
 
+def assert_one_line_stack_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:
+    """A stack error: exit 3, exactly one line on stderr, naming the problem."""
+    assert result.returncode == 3, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("minruntime: error: ")
+    assert fragment in lines[0]
+
+
 def test_port_taken_is_one_line_and_starts_nothing(
     private_stack: dict[str, str], listening_socket: socket.socket
 ) -> None:
     taken = listening_socket.getsockname()[1]
     env = {**private_stack, "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{taken}"}
     result = run_cli("stack", "up", env=env)
-    assert result.returncode == 3
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert f"port {taken} on 127.0.0.1 is already in use" in lines[0]
-    assert "MINRUNTIME_KAFKA_BOOTSTRAP" in lines[0]
+    assert_one_line_stack_error(result, f"port {taken} on 127.0.0.1 is already in use")
+    assert "MINRUNTIME_KAFKA_BOOTSTRAP" in result.stderr
     status = run_cli("stack", "status", env=env)
     assert status.stdout.count("stopped") == 2, "a failed `up` left something running"
 
@@ -178,10 +185,7 @@ def test_missing_java_is_one_line(private_stack: dict[str, str], tmp_path: Path)
     empty_bin = tmp_path / "bin"
     empty_bin.mkdir()
     result = run_cli("stack", "up", env={**private_stack, "PATH": str(empty_bin)})
-    assert result.returncode == 3
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Java is not installed" in lines[0]
+    assert_one_line_stack_error(result, "Java is not installed")
 
 
 def test_missing_maven_is_one_line_when_jars_are_not_cached(
@@ -198,10 +202,7 @@ def test_missing_maven_is_one_line_when_jars_are_not_cached(
         "MINRUNTIME_CACHE_DIR": str(tmp_path / "empty-cache"),
     }
     result = run_cli("stack", "up", env=env)
-    assert result.returncode == 3
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Maven (mvn) is not installed" in lines[0]
+    assert_one_line_stack_error(result, "Maven (mvn) is not installed")
 
 
 def test_missing_postgres_binaries_is_one_line(
@@ -209,7 +210,4 @@ def test_missing_postgres_binaries_is_one_line(
 ) -> None:
     env = {**private_stack, "MINRUNTIME_POSTGRES_BINDIR": str(tmp_path / "no-postgres")}
     result = run_cli("stack", "up", env=env)
-    assert result.returncode == 3
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "no PostgreSQL binaries" in lines[0]
+    assert_one_line_stack_error(result, "no PostgreSQL binaries")
