@@ -160,6 +160,26 @@ def test_lifecycle_from_nothing(private_stack: dict[str, str]) -> None:
     assert "was not running" in twice.stdout
 
 
+def test_existing_stack_restarts_on_new_ports(private_stack: dict[str, str]) -> None:
+    assert run_cli("stack", "up", env=private_stack).returncode == 0
+    assert run_cli("stack", "down", env=private_stack).returncode == 0
+    pg_port = free_port_pair()
+    moved = {
+        **private_stack,
+        "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port_pair()}",
+        "MINRUNTIME_DATABASE_URL": (
+            f"postgresql://minruntime:minruntime@127.0.0.1:{pg_port}/minruntime"
+        ),
+    }
+    again = run_cli("stack", "up", env=moved)
+    assert again.returncode == 0, again.stderr
+    assert "PostgreSQL started" in again.stdout
+    with psycopg.connect(moved["MINRUNTIME_DATABASE_URL"]) as conn:
+        assert conn.execute("SHOW port").fetchone() == (str(pg_port),)
+    assert run_cli("stack", "status", env=moved).returncode == 0
+    assert run_cli("stack", "down", env=moved).returncode == 0
+
+
 def assert_one_line_stack_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:
     """A stack error: exit 3, exactly one line on stderr, naming the problem."""
     assert result.returncode == 3, result.stdout + result.stderr

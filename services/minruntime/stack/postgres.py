@@ -191,10 +191,9 @@ class PostgresNode:
         pwfile.unlink()
         with (self.data_dir / "postgresql.conf").open("a") as conf:
             conf.write(
+                # Address, port and socket dir are passed at each start (they follow
+                # MINRUNTIME_DATABASE_URL); only sizing lives here.
                 "\n# minruntime local stack\n"
-                f"listen_addresses = '{self.db.host}'\n"
-                f"port = {self.db.port}\n"
-                f"unix_socket_directories = '{self.socket_dir}'\n"
                 "max_connections = 200\n"
                 "shared_buffers = 256MB\n"
                 "work_mem = 16MB\n"
@@ -204,10 +203,12 @@ class PostgresNode:
             )
 
     # -- lifecycle ------------------------------------------------------------------------
-    def _pg_ctl(self, *args: str, timeout: float = 120) -> str:
+    def _pg_ctl(self, action: str, *options: str, timeout: float = 120) -> str:
         return run(
-            self._as_owner(str(self.bindir() / "pg_ctl"), "-D", str(self.data_dir), *args),
-            what=f"pg_ctl {args[0]}",
+            self._as_owner(
+                str(self.bindir() / "pg_ctl"), action, "-D", str(self.data_dir), *options
+            ),
+            what=f"pg_ctl {action}",
             timeout=timeout,
         )
 
@@ -248,13 +249,19 @@ class PostgresNode:
             return False
         self._prepare_dirs()
         try:
+            options = (
+                f"-c listen_addresses={self.db.host} -c port={self.db.port} "
+                f"-c unix_socket_directories={self.socket_dir}"
+            )
             self._pg_ctl(
+                "start",
+                "-o",
+                options,
                 "-l",
                 str(self.log_file),
                 "-w",
                 "-t",
                 str(int(timeout)),
-                "start",
                 timeout=timeout + 10,
             )
         except StackError as exc:
@@ -294,7 +301,7 @@ class PostgresNode:
         """Stop the server (fast shutdown); True when one was running."""
         if not self.is_running():
             return False
-        self._pg_ctl("-m", "fast", "-w", "stop")
+        self._pg_ctl("stop", "-m", "fast", "-w")
         return True
 
     def health(self) -> PostgresHealth:
