@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Annotated
 
@@ -69,6 +70,42 @@ def stack_status_command() -> None:
         raise typer.Exit(3)
 
 
+@app.command("migrate")
+def migrate_command(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+) -> None:
+    """Upgrade the database schema (alembic) to the newest revision, or to REVISION."""
+    from minruntime.store.migrate import upgrade
+
+    settings = Settings()
+    upgrade(settings, revision)
+    console.print(f"database migrated to {revision} ({settings.database_parts.dbname})")
+
+
+@app.command("processor")
+def processor_command(
+    loglevel: Annotated[
+        str, typer.Option(help="Log level: debug, info, warning, error.")
+    ] = "warning",
+) -> None:
+    """Run the stream processors: Kafka topics → PostgreSQL projections, exactly once."""
+    from minruntime.bootstrap import run_processor
+
+    run_processor(Settings(), loglevel=loglevel)
+
+
+@app.command("produce")
+def produce_command(
+    files: Annotated[list[str], typer.Argument(help="JSON, JSONL or YAML files; - for stdin.")],
+) -> None:
+    """Validate events against the contract and send them to their topics (all or nothing)."""
+    from minruntime.produce import produce
+
+    counts = produce(files, Settings())
+    summary = ", ".join(f"{topic}: {count}" for topic, count in sorted(counts.items()))
+    console.print(f"sent {sum(counts.values())} events ({summary})")
+
+
 def _print_connection(kafka_bootstrap: str, database_url: str) -> None:
     # Plain lines, so scripts can `eval` or grep them.
     print(f"KAFKA_BOOTSTRAP={kafka_bootstrap}")
@@ -78,11 +115,19 @@ def _print_connection(kafka_bootstrap: str, database_url: str) -> None:
 @app.command("demo")
 def demo_command(
     width: Annotated[int, typer.Option(help="Terminal width for the tables.")] = 120,
+    rules_only: Annotated[
+        bool, typer.Option("--rules-only", help="Only the rule engine (no Kafka/PostgreSQL).")
+    ] = False,
 ) -> None:
     """The guided run of the README: what the service decides, and why."""
     from minruntime.demo import run_demo
 
-    run_demo(Console(width=width, highlight=False))
+    demo_console = Console(width=width, highlight=False)
+    run_demo(demo_console)
+    if not rules_only:
+        from minruntime.demo_pipeline import run_pipeline_demo
+
+        run_pipeline_demo(demo_console, Settings())
 
 
 def _error(message: str) -> None:
@@ -92,6 +137,9 @@ def _error(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the command, turning every user error into one line and an exit code."""
+    # Client libraries log retried, transient conditions (a new topic's leader election) as
+    # warnings; the CLI reports what failed, once, itself.
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="minruntime", standalone_mode=False)

@@ -1,7 +1,8 @@
 """`minruntime demo`: the README's guided run.
 
-For now it runs what exists: the rule engine on the design document's example tree
-(SEMANTICS.md §4), printing which minimum runtime applies and which queue supplied it.
+Part 1 runs the rule engine on the design document's example tree (SEMANTICS.md §4). Part 2
+(`run_pipeline_demo`) drives the real pipeline: events to Kafka, the processor, and the SQL
+a user would type against PostgreSQL.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _set(value: timedelta | None) -> str:
 
 
 def run_demo(console: Console) -> None:
-    """Print the resolved preempt and reclaim minimum runtimes for the example tree."""
+    """Part 1: the resolved preempt and reclaim minimum runtimes for the example tree."""
     tree = design_tree()
     config = MinRuntimeConfig()
     lca = Resolver(tree, config)

@@ -39,6 +39,27 @@ class Settings(BaseSettings):
     postgres_bindir: Path | None = None
     stack_timeout_seconds: float = 90.0
 
+    # Topics (CONTRACT.md §1 default names).
+    topic_queues: str = "kai.queues"
+    topic_podgroups: str = "kai.podgroups"
+    topic_nodes: str = "kai.nodes"
+    topic_nominations: str = "kai.nominations"
+    topic_requeue_decisions: str = "kai.requeue-decisions"
+    topic_dead_letter: str = "kai.dead-letter"
+    # Partitions when the processor creates a per-uid topic (kai.queues always has 1).
+    podgroup_partitions: int = 6
+    node_partitions: int = 3
+    nomination_partitions: int = 3
+    decision_partitions: int = 3
+
+    # The stream processor.
+    processor_group: str = "minruntime-processor"
+    batch_max_events: int = 2000
+    batch_within_seconds: float = 0.05
+    outbox_poll_seconds: float = 0.25
+    db_retry_attempts: int = 8
+    state_dir: Path = Field(default_factory=lambda: _project_root() / ".stack" / "processor")
+
     @property
     def kafka_host(self) -> str:
         """Host part of the (first) bootstrap address."""

@@ -56,7 +56,7 @@ def test_core_value_errors_are_one_line(
         parse_duration("1h-30m")
 
     monkeypatch.setattr("minruntime.demo.run_demo", broken)
-    assert main(["demo"]) == 2
+    assert main(["demo", "--rules-only"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "1h-30m" in err[0]

@@ -127,15 +127,9 @@ class QueueTree:
     def with_queue(self, queue: Queue) -> QueueTree:
         """Return a new tree with ``queue`` added or replaced; QueueCycleError leaves self as is."""
         shape = self._shape
-        if queue.parent == queue.name:
-            raise QueueCycleError((queue.name, queue.name))
-        if queue.parent is not None and queue.parent in shape.queues:
-            parent_path = shape.paths[queue.parent]
-            if queue.name in parent_path:
-                # The old tree is acyclic, so any new cycle runs through this queue: up from
-                # it to its new parent, then up the parent's path back to it.
-                above = parent_path[parent_path.index(queue.name) :]
-                raise QueueCycleError((queue.name, *reversed(above)))
+        cycle = _cycle_closed_by(queue, shape.queues)
+        if cycle is not None:
+            raise QueueCycleError(cycle)
         queues = dict(shape.queues)
         old = queues.get(queue.name)
         queues[queue.name] = queue
@@ -167,6 +161,27 @@ class QueueTree:
         for child in children.get(name, ()):
             _repath_subtree(child, (), queues, children, paths)
         return QueueTree._from_shape(_Shape(queues=queues, paths=paths, children=children))
+
+
+def _cycle_closed_by(queue: Queue, queues: Mapping[str, Queue]) -> tuple[str, ...] | None:
+    """The parent cycle that upserting ``queue`` would close, if any.
+
+    Walks the DECLARED parents up from the new parent, not the computed paths: a queue may
+    wait under a parent that does not exist yet (it is a root until then), and upserting that
+    parent beneath it closes a cycle that no computed path shows.
+    """
+    chain = [queue.name]
+    current = queue.parent
+    seen: set[str] = set()
+    while current is not None:
+        chain.append(current)
+        if current == queue.name:
+            return tuple(chain)
+        if current in seen or current not in queues:
+            return None
+        seen.add(current)
+        current = queues[current].parent
+    return None
 
 
 def _children_of(queues: Mapping[str, Queue]) -> dict[str, tuple[str, ...]]:

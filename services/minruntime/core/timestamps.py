@@ -49,7 +49,11 @@ def format_rfc3339(moment: datetime) -> str:
     """Format an aware datetime as RFC3339 in UTC with a ``Z`` suffix."""
     require_aware(moment, "timestamp")
     utc = moment.astimezone(UTC)
-    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    # Not strftime("%Y"): it does not zero-pad years below 1000, which RFC3339 requires.
+    text = (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
+        f"T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
+    )
     if utc.microsecond:
         text += f".{utc.microsecond:06d}".rstrip("0")
     return text + "Z"

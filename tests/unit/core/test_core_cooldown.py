@@ -79,3 +79,13 @@ def test_requeue_delay() -> None:
 
 def test_requeue_not_before() -> None:
     assert requeue_not_before(T0, s(300)) == datetime(2026, 11, 21, 10, 5, tzinfo=UTC)
+
+
+def test_format_rfc3339_zero_pads_early_years() -> None:
+    from datetime import UTC, datetime
+
+    from minruntime.core import format_rfc3339, parse_rfc3339
+
+    moment = datetime(33, 1, 2, 3, 4, 5, 60, tzinfo=UTC)
+    assert format_rfc3339(moment) == "0033-01-02T03:04:05.00006Z"
+    assert parse_rfc3339(format_rfc3339(moment)) == moment

@@ -173,3 +173,41 @@ def test_incremental_updates_equal_a_rebuild(tree: QueueTree, data: st.DataObjec
     assert dict(updated.paths()) == dict(rebuilt.paths())
     for queue in rebuilt:
         assert set(updated.children_of(queue.name)) == set(rebuilt.children_of(queue.name))
+
+
+def test_cycle_through_a_parent_that_did_not_exist_yet_is_rejected() -> None:
+    # `a` waits under `b`, which is unknown (so `a` is a root); upserting `b` under `a`
+    # closes a cycle that no computed path shows. It must be rejected, not loop forever.
+    from minruntime.core import Queue, QueueCycleError, QueueTree
+
+    tree = QueueTree([Queue(name="a", parent="b")])
+    assert tree.path("a") == ("a",)
+    with pytest.raises(QueueCycleError, match="a -> b"):
+        tree.with_queue(Queue(name="b", parent="a"))
+    longer = tree.with_queue(Queue(name="c", parent="a"))
+    with pytest.raises(QueueCycleError, match="b -> c -> a -> b"):
+        longer.with_queue(Queue(name="b", parent="c"))
+    assert longer.with_queue(Queue(name="b")).path("c") == ("b", "a", "c")
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abcdef"), st.one_of(st.none(), st.sampled_from("abcdefgh"))),
+        max_size=30,
+    )
+)
+def test_random_upserts_with_dangling_parents_match_a_rebuild(
+    upserts: list[tuple[str, str | None]],
+) -> None:
+    from minruntime.core import Queue, QueueCycleError, QueueTree
+
+    tree = QueueTree()
+    for name, parent in upserts:
+        try:
+            tree = tree.with_queue(Queue(name=name, parent=parent))
+        except QueueCycleError:
+            continue
+        rebuilt = QueueTree(list(tree))
+        assert {q.name: tree.path(q.name) for q in tree} == {
+            q.name: rebuilt.path(q.name) for q in rebuilt
+        }

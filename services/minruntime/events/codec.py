@@ -1,0 +1,188 @@
+"""Decoding and encoding events: the stream processor's and every producer's entry point.
+
+``decode_event`` is on the hot path of ingestion. Valid records take one pass through
+pydantic-core: a union of the per-type envelope classes discriminated by ``type`` parses the
+JSON and validates envelope and data at once. Only a record that fails is looked at again,
+slowly, to say precisely what is wrong (the rejection ``kind`` and a one-line message).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any, Final, Union
+from uuid import uuid4
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from minruntime.events.base import EventData
+from minruntime.events.envelope import DATA_MODELS, EVENT_CLASSES, Event, RawCloudEvent
+from minruntime.events.rejection import (
+    NOT_JSON,
+    SCHEMA_VIOLATION,
+    EventRejected,
+    not_a_cloudevent,
+    rejection,
+    unknown_type,
+    wrong_topic,
+)
+from minruntime.events.topics import TOPIC_TYPES
+
+# EventRejected is re-exported: callers may import it from here or from minruntime.events.
+__all__ = ["EventRejected", "decode_event", "encode_event", "new_event"]
+
+# A JSON escape of NUL (an odd number of backslashes before u0000): PostgreSQL text and jsonb
+# cannot hold NUL, so such an event could never be stored; refuse it here, not in the store.
+_ESCAPED_NUL: Final = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+# Every envelope class, told apart by the literal ``type`` inside pydantic-core.
+_EVENT_UNION: Any = Annotated[Union[tuple(EVENT_CLASSES.values())], Field(discriminator="type")]  # noqa: UP007
+_ANY_EVENT: Final[TypeAdapter[Event]] = TypeAdapter(_EVENT_UNION)
+
+
+def decode_event(
+    value: bytes | None,
+    topic: str | None = None,
+    *,
+    topic_types: Mapping[str, frozenset[str]] = TOPIC_TYPES,
+) -> Event:
+    """Decode one Kafka record value into a typed event, or raise EventRejected.
+
+    With ``topic``, the event's type must be one that topic carries (``topic_types`` maps
+    topic names to types; pass ``topic_types(...)`` when the names are configured). A topic
+    missing from the mapping is a configuration error: LookupError, not a rejection.
+    """
+    allowed = None if topic is None else _allowed_types(topic, topic_types)
+    try:
+        if value is None:
+            raise ValueError("tombstone")
+        event = _ANY_EVENT.validate_json(value, by_alias=True, by_name=False)
+    except (ValidationError, ValueError):
+        raise _diagnose(value, topic, allowed) from None
+    if allowed is not None and event.type not in allowed:
+        raise wrong_topic(event.type, topic, allowed)
+    if b"u0000" in value and _ESCAPED_NUL.search(value):
+        raise EventRejected(
+            SCHEMA_VIOLATION,
+            "a string contains NUL (\\u0000), which PostgreSQL text and jsonb cannot store",
+        )
+    return event
+
+
+def encode_event(event: Event) -> bytes:
+    """Compact UTF-8 JSON of an event: camelCase, durations as strings, times in UTC (``Z``)."""
+    return event.__pydantic_serializer__.to_json(event, by_alias=True, exclude_none=True)
+
+
+def new_event(
+    type: str,
+    data: Mapping[str, Any] | BaseModel,
+    *,
+    time: datetime,
+    source: str = "minruntime",
+    subject: str | None = None,
+    id: str | None = None,
+) -> Event:
+    """Build a validated event; ``subject`` defaults to the data's identity, ``id`` to a uuid4.
+
+    ``data`` is the type's data model or a mapping (camelCase or snake_case keys). Invalid
+    input raises EventRejected with the same kinds and messages as decode_event.
+    """
+    event_class = EVENT_CLASSES.get(type)
+    if event_class is None:
+        raise unknown_type(type, tuple(EVENT_CLASSES))
+    payload = _data_of(type, data)
+    attributes = {
+        "specversion": "1.0",
+        "id": str(uuid4()) if id is None else id,
+        "source": source,
+        "type": type,
+        "time": time,
+        "subject": payload.subject if subject is None else subject,
+        "data": payload,
+    }
+    try:
+        return event_class.model_validate(attributes)
+    except ValidationError as error:
+        raise rejection(error, event_type=type) from None
+
+
+def _data_of(event_type: str, data: Mapping[str, Any] | BaseModel) -> EventData:
+    model = DATA_MODELS[event_type]
+    if isinstance(data, model):
+        return data
+    if isinstance(data, BaseModel):
+        raise EventRejected(
+            SCHEMA_VIOLATION,
+            f"data: a {type(data).__name__} is not the data of {event_type!r} "
+            f"(expected {model.__name__})",
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise rejection(error, prefix=("data",), event_type=event_type) from None
+
+
+def _allowed_types(topic: str, topic_types: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    try:
+        return topic_types[topic]
+    except KeyError:
+        raise LookupError(
+            f"topic {topic!r} carries no known event types (known topics: "
+            f"{', '.join(sorted(topic_types))}); configure its role with topic_types()"
+        ) from None
+
+
+def _diagnose(value: bytes | None, topic: str | None, allowed: frozenset[str] | None) -> Exception:
+    """Say precisely why ``value`` was refused: envelope first, then type, topic and data."""
+    document = _parse_object(value)
+    try:
+        raw = RawCloudEvent.model_validate(document)
+    except ValidationError as error:
+        return not_a_cloudevent(error)
+    event_class = EVENT_CLASSES.get(raw.type)
+    if event_class is None:
+        return unknown_type(raw.type, tuple(EVENT_CLASSES))
+    if allowed is not None and raw.type not in allowed:
+        return wrong_topic(raw.type, topic, allowed)
+    try:
+        event_class.model_validate_json(value or b"", by_alias=True, by_name=False)
+    except ValidationError as error:
+        return rejection(error, event_type=raw.type)
+    # Unreachable unless the fast path and this one disagree; never accept silently.
+    return EventRejected(SCHEMA_VIOLATION, f"{raw.type} event rejected by the decoder")
+
+
+def _parse_object(value: bytes | None) -> dict[str, Any]:
+    if value is None:
+        raise EventRejected(
+            NOT_JSON, "record has no value (a tombstone); expected a CloudEvent JSON object"
+        )
+    try:
+        text = bytes(value).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise EventRejected(NOT_JSON, f"value is not UTF-8 text: {error}") from None
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise EventRejected(NOT_JSON, f"value is not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise EventRejected(
+            NOT_JSON,
+            f"JSON value is {_json_kind(document)}, expected an object (a CloudEvent)",
+        )
+    return document
+
+
+def _json_kind(document: object) -> str:
+    if isinstance(document, list):
+        return "an array"
+    if isinstance(document, str):
+        return "a string"
+    if isinstance(document, bool):
+        return "a boolean"
+    if isinstance(document, int | float):
+        return "a number"
+    return "null"

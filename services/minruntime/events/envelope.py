@@ -1,0 +1,204 @@
+"""The CloudEvents 1.0 envelope (structured JSON mode) and one envelope class per event type."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar
+
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
+
+from minruntime.events.base import EventData
+from minruntime.events.inputs import (
+    ConfigUpdatedData,
+    NodeDeletedData,
+    NodeUpsertedData,
+    PodGroupAllocatedData,
+    PodGroupAnnotatedData,
+    PodGroupDeletedData,
+    PodGroupReleasedData,
+    PodGroupSubmittedData,
+    QueueDeletedData,
+    QueueUpsertedData,
+    RequeueNominatedData,
+)
+from minruntime.events.outputs import (
+    RequeueCommittedData,
+    RequeueRolledBackData,
+    RequeueSkippedData,
+)
+from minruntime.events.types import Name, Timestamp
+
+
+class EventType(StrEnum):
+    """Every event type of CONTRACT.md §1 (a ``str``: compares equal to the wire name)."""
+
+    QUEUE_UPSERTED = "queue.upserted"
+    QUEUE_DELETED = "queue.deleted"
+    CONFIG_UPDATED = "config.updated"
+    PODGROUP_SUBMITTED = "podgroup.submitted"
+    PODGROUP_ALLOCATED = "podgroup.allocated"
+    PODGROUP_RELEASED = "podgroup.released"
+    PODGROUP_ANNOTATED = "podgroup.annotated"
+    PODGROUP_DELETED = "podgroup.deleted"
+    NODE_UPSERTED = "node.upserted"
+    NODE_DELETED = "node.deleted"
+    REQUEUE_NOMINATED = "requeue.nominated"
+    REQUEUE_COMMITTED = "requeue.committed"
+    REQUEUE_ROLLED_BACK = "requeue.rolled-back"
+    REQUEUE_SKIPPED = "requeue.skipped"
+
+
+DataT = TypeVar("DataT", bound=EventData, covariant=True)
+
+
+class CloudEventAttributes(BaseModel):
+    """The context attributes of a CloudEvents 1.0 event; extension attributes are ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", use_attribute_docstrings=True)
+
+    specversion: Literal["1.0"] = "1.0"
+    """The CloudEvents version: always "1.0"."""
+    id: Name
+    """Unique per source: the de-duplication key."""
+    source: Name
+    """The producer, e.g. kai-scheduler or minruntime."""
+    type: str
+    """The event type."""
+    time: Timestamp
+    """When it happened in the cluster (the clock for start times), RFC3339 with an offset."""
+    subject: Name
+    """The identity of the thing the event is about; also the Kafka record key."""
+
+
+class RawCloudEvent(CloudEventAttributes):
+    """A CloudEvent whose ``data`` is any JSON object: the envelope checked, the data not."""
+
+    data: dict[str, Any]
+    """The event's payload, unvalidated."""
+
+
+class CloudEvent(CloudEventAttributes, Generic[DataT]):
+    """A CloudEvents 1.0 event in structured JSON mode whose ``data`` is typed by its type."""
+
+    data: DataT
+    """The event's payload; its shape depends on the type."""
+
+    @model_validator(mode="after")
+    def _subject_is_the_identity(self) -> CloudEvent[DataT]:
+        if self.subject != self.data.subject:
+            expected = self.data.subject
+            rule = type(self.data).subject_rule
+            raise PydanticCustomError(
+                "subject_mismatch",
+                "{message}",
+                {"message": f"subject {self.subject!r} must equal {rule} ({expected!r})"},
+            )
+        return self
+
+
+Event: TypeAlias = CloudEvent[EventData]
+"""Any decoded event; narrow with ``isinstance(event.data, PodGroupAllocatedData)``."""
+
+
+# One concrete class per type: ``type`` is a literal, so a union of them is discriminated by
+# ``type`` inside pydantic-core (one pass over the JSON), and each JSON Schema has a const.
+class QueueUpsertedEvent(CloudEvent[QueueUpsertedData]):
+    type: Literal["queue.upserted"] = "queue.upserted"
+
+
+class QueueDeletedEvent(CloudEvent[QueueDeletedData]):
+    type: Literal["queue.deleted"] = "queue.deleted"
+
+
+class ConfigUpdatedEvent(CloudEvent[ConfigUpdatedData]):
+    type: Literal["config.updated"] = "config.updated"
+
+
+class PodGroupSubmittedEvent(CloudEvent[PodGroupSubmittedData]):
+    type: Literal["podgroup.submitted"] = "podgroup.submitted"
+
+
+class PodGroupAllocatedEvent(CloudEvent[PodGroupAllocatedData]):
+    type: Literal["podgroup.allocated"] = "podgroup.allocated"
+
+
+class PodGroupReleasedEvent(CloudEvent[PodGroupReleasedData]):
+    type: Literal["podgroup.released"] = "podgroup.released"
+
+
+class PodGroupAnnotatedEvent(CloudEvent[PodGroupAnnotatedData]):
+    type: Literal["podgroup.annotated"] = "podgroup.annotated"
+
+
+class PodGroupDeletedEvent(CloudEvent[PodGroupDeletedData]):
+    type: Literal["podgroup.deleted"] = "podgroup.deleted"
+
+
+class NodeUpsertedEvent(CloudEvent[NodeUpsertedData]):
+    type: Literal["node.upserted"] = "node.upserted"
+
+
+class NodeDeletedEvent(CloudEvent[NodeDeletedData]):
+    type: Literal["node.deleted"] = "node.deleted"
+
+
+class RequeueNominatedEvent(CloudEvent[RequeueNominatedData]):
+    type: Literal["requeue.nominated"] = "requeue.nominated"
+
+
+class RequeueCommittedEvent(CloudEvent[RequeueCommittedData]):
+    type: Literal["requeue.committed"] = "requeue.committed"
+
+
+class RequeueRolledBackEvent(CloudEvent[RequeueRolledBackData]):
+    type: Literal["requeue.rolled-back"] = "requeue.rolled-back"
+
+
+class RequeueSkippedEvent(CloudEvent[RequeueSkippedData]):
+    type: Literal["requeue.skipped"] = "requeue.skipped"
+
+
+_EVENT_CLASSES: dict[EventType, type[Event]] = {
+    EventType.QUEUE_UPSERTED: QueueUpsertedEvent,
+    EventType.QUEUE_DELETED: QueueDeletedEvent,
+    EventType.CONFIG_UPDATED: ConfigUpdatedEvent,
+    EventType.PODGROUP_SUBMITTED: PodGroupSubmittedEvent,
+    EventType.PODGROUP_ALLOCATED: PodGroupAllocatedEvent,
+    EventType.PODGROUP_RELEASED: PodGroupReleasedEvent,
+    EventType.PODGROUP_ANNOTATED: PodGroupAnnotatedEvent,
+    EventType.PODGROUP_DELETED: PodGroupDeletedEvent,
+    EventType.NODE_UPSERTED: NodeUpsertedEvent,
+    EventType.NODE_DELETED: NodeDeletedEvent,
+    EventType.REQUEUE_NOMINATED: RequeueNominatedEvent,
+    EventType.REQUEUE_COMMITTED: RequeueCommittedEvent,
+    EventType.REQUEUE_ROLLED_BACK: RequeueRolledBackEvent,
+    EventType.REQUEUE_SKIPPED: RequeueSkippedEvent,
+}
+
+
+def _data_model_of(event_class: type[Event]) -> type[EventData]:
+    annotation = event_class.model_fields["data"].annotation
+    assert isinstance(annotation, type)
+    assert issubclass(annotation, EventData)
+    return annotation
+
+
+EVENT_CLASSES: Final[Mapping[str, type[Event]]] = MappingProxyType(
+    {str(name): cls for name, cls in _EVENT_CLASSES.items()}
+)
+"""Event type -> its envelope class (``.data`` typed)."""
+
+DATA_MODELS: Final[Mapping[str, type[EventData]]] = MappingProxyType(
+    {str(name): _data_model_of(cls) for name, cls in _EVENT_CLASSES.items()}
+)
+"""Event type -> its ``data`` model."""
+
+KNOWN_TYPES: Final = frozenset(EVENT_CLASSES)
+
+
+def data_model(event_type: str) -> type[EventData]:
+    """The ``data`` model of ``event_type`` (KeyError for an unknown type)."""
+    return DATA_MODELS[event_type]

@@ -1,0 +1,279 @@
+"""``data`` models of the input event types (CONTRACT.md §1): what the cluster tells us."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from minruntime.core import (
+    DEFAULT_NODE_POOL,
+    DEFAULT_REQUEUE_DELAY,
+    DEFAULT_SUBGROUP,
+    MinRuntimeConfig,
+    Queue,
+    SubGroup,
+)
+from minruntime.events.base import EventData, WireModel
+from minruntime.events.types import Count, Duration, Gpus, Name, PositiveDuration, Priority
+
+_DEFAULT_MIN_AVAILABLE = SubGroup().min_available
+
+
+def _duplicates(names: Iterable[str]) -> list[str]:
+    return sorted(name for name, count in Counter(names).items() if count > 1)
+
+
+def _reject_duplicates(what: str, names: Iterable[str]) -> None:
+    duplicates = _duplicates(names)
+    if duplicates:
+        raise PydanticCustomError(
+            "duplicate_names",
+            "duplicate {what} name(s): {names}",
+            {"what": what, "names": ", ".join(duplicates)},
+        )
+
+
+class QueueUpsertedData(EventData):
+    """A queue was created or changed; mirrors the scheduling.run.ai/v2 Queue spec."""
+
+    identity_field: ClassVar[str] = "name"
+    subject_rule: ClassVar[str] = "data.name"
+
+    name: Name
+    """The queue's name: its identity, and the event's subject."""
+    parent_queue: Name | None = None
+    """The parent queue; absent, null or "" = a root queue. An unknown parent also makes a root."""
+    preempt_min_runtime: Duration | None = None
+    """Minimum runtime before a job of this queue can be preempted; absent or null = inherit."""
+    reclaim_min_runtime: Duration | None = None
+    """Minimum runtime before a job of this queue can be reclaimed; absent or null = inherit."""
+
+    @field_validator("parent_queue", mode="before")
+    @classmethod
+    def _empty_parent_is_root(cls, value: object) -> object:
+        # Kubernetes writes an unset parentQueue as "" when a Queue is round-tripped.
+        return None if value == "" else value
+
+    def to_queue(self) -> Queue:
+        """The rule engine's ``Queue`` (raises the core's errors, e.g. a self-parent)."""
+        return Queue(
+            name=self.name,
+            parent=self.parent_queue,
+            preempt_min_runtime=self.preempt_min_runtime,
+            reclaim_min_runtime=self.reclaim_min_runtime,
+        )
+
+
+class QueueDeletedData(EventData):
+    """A queue was deleted; its children become roots."""
+
+    identity_field: ClassVar[str] = "name"
+    subject_rule: ClassVar[str] = "data.name"
+
+    name: Name
+    """The queue's name."""
+
+
+class ConfigUpdatedData(EventData):
+    """The minruntime plugin arguments of one node pool changed; absent fields take defaults."""
+
+    identity_field: ClassVar[str] = "node_pool"
+    subject_rule: ClassVar[str] = "config/<data.nodePool>"
+
+    node_pool: Name = DEFAULT_NODE_POOL
+    """The node pool (scheduler shard) this configuration is for."""
+    default_preempt_min_runtime: Duration = timedelta(0)
+    """Preempt minimum runtime when no queue on the victim's path sets one."""
+    default_reclaim_min_runtime: Duration = timedelta(0)
+    """Reclaim minimum runtime when the resolution finds no queue value."""
+    reclaim_resolve_method: Literal["lca", "queue"] = "lca"
+    """How the reclaim minimum runtime is resolved (SEMANTICS.md §4)."""
+    default_requeue_delay: PositiveDuration = DEFAULT_REQUEUE_DELAY
+    """Cooldown after a committed requeue when the podgroup has no requeue-delay annotation."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, value: object) -> object:
+        # As for plugin arguments (MinRuntimeConfig.from_arguments), null means "the default".
+        if isinstance(value, Mapping):
+            return {key: item for key, item in value.items() if item is not None}
+        return value
+
+    @property
+    def subject(self) -> str:
+        """``config/<nodePool>``: configuration shares the queues topic, keyed apart."""
+        return f"config/{self.node_pool}"
+
+    def to_config(self) -> MinRuntimeConfig:
+        """The rule engine's ``MinRuntimeConfig`` for this node pool."""
+        return MinRuntimeConfig(
+            default_preempt_min_runtime=self.default_preempt_min_runtime,
+            default_reclaim_min_runtime=self.default_reclaim_min_runtime,
+            reclaim_resolve_method=self.reclaim_resolve_method,
+            default_requeue_delay=self.default_requeue_delay,
+        )
+
+
+class SubGroupSpec(WireModel):
+    """A named set of pods that must keep minAvailable of them to be useful."""
+
+    name: Name
+    """The subgroup's name, unique within the podgroup."""
+    min_available: Count = _DEFAULT_MIN_AVAILABLE
+    """How many of its pods must run for the subgroup to be useful (0 allowed)."""
+
+    def to_subgroup(self) -> SubGroup:
+        """The rule engine's ``SubGroup``."""
+        return SubGroup(name=self.name, min_available=self.min_available)
+
+
+class PodSpec(WireModel):
+    """One pod of a submitted podgroup."""
+
+    name: Name
+    """The pod's name, unique within the podgroup."""
+    sub_group: Name = DEFAULT_SUBGROUP
+    """The subgroup the pod belongs to; it must be listed in subGroups."""
+    gpu: Gpus
+    """GPUs the pod requests; fractions allowed (e.g. 0.5)."""
+
+
+_DEFAULT_SUBGROUPS = (SubGroupSpec(name=DEFAULT_SUBGROUP),)
+
+
+class PodGroupSubmittedData(EventData):
+    """A podgroup (a gang of pods scheduled together) was submitted and is pending."""
+
+    uid: Name
+    """The podgroup's uid: its identity, and the event's subject."""
+    name: Name
+    """The podgroup's name."""
+    namespace: Name
+    """The podgroup's namespace."""
+    queue: Name
+    """The leaf queue it is submitted to."""
+    node_pool: Name = DEFAULT_NODE_POOL
+    """The node pool it runs in; picks the configuration and the nodes it may use."""
+    priority: Priority
+    """Scheduling priority; higher is more important."""
+    preemptible: bool = Field(default=True, strict=True)
+    """Whether the podgroup may be preempted or requeued at all."""
+    sub_groups: tuple[SubGroupSpec, ...] = Field(default=_DEFAULT_SUBGROUPS, min_length=1)
+    """Its subgroups; absent = one subgroup named "default" with minAvailable 1."""
+    pods: tuple[PodSpec, ...] = Field(min_length=1)
+    """Its pods, in any state."""
+    annotations: Mapping[str, str] = Field(default_factory=dict)
+    """Podgroup annotations, e.g. kai.scheduler/expected-runtime (not validated here)."""
+
+    @model_validator(mode="after")
+    def _pods_match_subgroups(self) -> PodGroupSubmittedData:
+        _reject_duplicates("subgroup", (subgroup.name for subgroup in self.sub_groups))
+        _reject_duplicates("pod", (pod.name for pod in self.pods))
+        declared = {subgroup.name for subgroup in self.sub_groups}
+        undeclared = sorted({pod.sub_group for pod in self.pods} - declared)
+        if undeclared:
+            raise PydanticCustomError(
+                "undeclared_subgroup",
+                "pods name undeclared subgroup(s) {undeclared}; subGroups declares {declared}",
+                {"undeclared": ", ".join(undeclared), "declared": ", ".join(sorted(declared))},
+            )
+        return self
+
+    def to_subgroups(self) -> tuple[SubGroup, ...]:
+        """The rule engine's ``SubGroup`` values, in declaration order."""
+        return tuple(subgroup.to_subgroup() for subgroup in self.sub_groups)
+
+
+class AllocatedPod(WireModel):
+    """A pod that now holds its resources on a node."""
+
+    name: Name
+    """The pod's name."""
+    node: Name
+    """The node it was bound to."""
+
+
+class PodGroupAllocatedData(EventData):
+    """Pods of a podgroup now hold their resources; 0 -> 1+ allocated pods starts a run."""
+
+    uid: Name
+    """The podgroup's uid."""
+    pods: tuple[AllocatedPod, ...] = Field(min_length=1)
+    """The pods allocated by this event."""
+
+    @model_validator(mode="after")
+    def _unique_pods(self) -> PodGroupAllocatedData:
+        _reject_duplicates("pod", (pod.name for pod in self.pods))
+        return self
+
+
+class PodGroupReleasedData(EventData):
+    """Pods of a podgroup released their resources; releasing all of them ends the run."""
+
+    uid: Name
+    """The podgroup's uid."""
+    pods: tuple[Name, ...] | None = Field(default=None, min_length=1)
+    """Names of the released pods; absent or null = all of them (an empty list is rejected)."""
+    reason: Name | None = None
+    """Why, e.g. completed, failed, evicted, requeued (free text, for the audit)."""
+
+    @model_validator(mode="after")
+    def _unique_pods(self) -> PodGroupReleasedData:
+        _reject_duplicates("pod", self.pods or ())
+        return self
+
+
+class PodGroupAnnotatedData(EventData):
+    """A podgroup's annotations changed: merged into the known ones; null removes a key."""
+
+    uid: Name
+    """The podgroup's uid."""
+    annotations: Mapping[str, str | None]
+    """Annotations to set (a string) or remove (null)."""
+
+
+class PodGroupDeletedData(EventData):
+    """A podgroup was deleted."""
+
+    uid: Name
+    """The podgroup's uid."""
+
+
+class NodeUpsertedData(EventData):
+    """A node was added or changed."""
+
+    identity_field: ClassVar[str] = "name"
+    subject_rule: ClassVar[str] = "data.name"
+
+    name: Name
+    """The node's name: its identity, and the event's subject."""
+    node_pool: Name = DEFAULT_NODE_POOL
+    """The node pool the node belongs to."""
+    gpu: Gpus
+    """GPU capacity of the node; fractions allowed."""
+
+
+class NodeDeletedData(EventData):
+    """A node was removed."""
+
+    identity_field: ClassVar[str] = "name"
+    subject_rule: ClassVar[str] = "data.name"
+
+    name: Name
+    """The node's name."""
+
+
+class RequeueNominatedData(EventData):
+    """A component asks for a running podgroup to be requeued (if that lets better work run)."""
+
+    uid: Name
+    """The nominated podgroup's uid."""
+    nominated_by: Name
+    """The nominating component, e.g. proportion or expectedruntime."""
+    reason: Name | None = None
+    """Free text for the audit."""

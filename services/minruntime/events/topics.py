@@ -1,0 +1,102 @@
+"""Which event types travel on which topic (CONTRACT.md §1).
+
+Topic names are configurable; the contract is stated per *role*. ``ROLE_TYPES`` is keyed by
+role, ``INPUT_TOPIC_TYPES`` by the default topic names, and ``topic_types(...)`` builds the
+same mapping for configured names (pass it to ``decode_event(..., topic_types=...)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+from minruntime.events.envelope import EventType
+
+QUEUES_TOPIC: Final = "kai.queues"
+PODGROUPS_TOPIC: Final = "kai.podgroups"
+NODES_TOPIC: Final = "kai.nodes"
+NOMINATIONS_TOPIC: Final = "kai.nominations"
+REQUEUE_DECISIONS_TOPIC: Final = "kai.requeue-decisions"
+DEAD_LETTER_TOPIC: Final = "kai.dead-letter"
+
+OUTPUT_TOPICS: Final = (REQUEUE_DECISIONS_TOPIC, DEAD_LETTER_TOPIC)
+"""The default names of the topics the service writes."""
+
+
+def _types(*types: EventType) -> frozenset[str]:
+    return frozenset(str(event_type) for event_type in types)
+
+
+ROLE_TYPES: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
+    {
+        "queues": _types(
+            EventType.QUEUE_UPSERTED, EventType.QUEUE_DELETED, EventType.CONFIG_UPDATED
+        ),
+        "podgroups": _types(
+            EventType.PODGROUP_SUBMITTED,
+            EventType.PODGROUP_ALLOCATED,
+            EventType.PODGROUP_RELEASED,
+            EventType.PODGROUP_ANNOTATED,
+            EventType.PODGROUP_DELETED,
+        ),
+        "nodes": _types(EventType.NODE_UPSERTED, EventType.NODE_DELETED),
+        "nominations": _types(EventType.REQUEUE_NOMINATED),
+        "requeue_decisions": _types(
+            EventType.REQUEUE_COMMITTED,
+            EventType.REQUEUE_ROLLED_BACK,
+            EventType.REQUEUE_SKIPPED,
+        ),
+    }
+)
+"""Topic role -> the event types a topic of that role carries."""
+
+INPUT_ROLES: Final = ("queues", "podgroups", "nodes", "nominations")
+
+DEFAULT_TOPICS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "queues": QUEUES_TOPIC,
+        "podgroups": PODGROUPS_TOPIC,
+        "nodes": NODES_TOPIC,
+        "nominations": NOMINATIONS_TOPIC,
+        "requeue_decisions": REQUEUE_DECISIONS_TOPIC,
+        "dead_letter": DEAD_LETTER_TOPIC,
+    }
+)
+"""Topic role -> default topic name."""
+
+
+def _merged(pairs: list[tuple[str, frozenset[str]]]) -> Mapping[str, frozenset[str]]:
+    merged: dict[str, frozenset[str]] = {}
+    for topic, types in pairs:
+        # Two roles configured onto one topic: the topic carries both sets of types.
+        merged[topic] = merged.get(topic, frozenset()) | types
+    return MappingProxyType(merged)
+
+
+def types_for_topic_role(role: str) -> frozenset[str]:
+    """The event types a topic of ``role`` carries (KeyError names the known roles)."""
+    try:
+        return ROLE_TYPES[role]
+    except KeyError:
+        raise KeyError(f"unknown topic role {role!r} (known: {', '.join(ROLE_TYPES)})") from None
+
+
+def topic_types(names: Mapping[str, str] | None = None) -> Mapping[str, frozenset[str]]:
+    """Topic name -> event types, for the default names overridden by ``names`` (role -> name)."""
+    unknown = sorted(set(names or {}) - set(DEFAULT_TOPICS))
+    if unknown:
+        raise KeyError(
+            f"unknown topic role(s) {', '.join(unknown)} (known: {', '.join(DEFAULT_TOPICS)})"
+        )
+    chosen = {**DEFAULT_TOPICS, **(names or {})}
+    return _merged([(chosen[role], types) for role, types in ROLE_TYPES.items()])
+
+
+INPUT_TOPIC_TYPES: Final[Mapping[str, frozenset[str]]] = _merged(
+    [(DEFAULT_TOPICS[role], ROLE_TYPES[role]) for role in INPUT_ROLES]
+)
+"""Default input topic name -> the event types it carries."""
+
+TOPIC_TYPES: Final = topic_types()
+"""Every default topic name that carries events (inputs and requeue decisions) -> its types."""

@@ -1,0 +1,436 @@
+"""``apply_batch``: one Kafka batch applied to the projections inside the caller's transaction.
+
+Effectively once: the next offset of every partition is stored in the same transaction as the
+state it produced, so a redelivered record is recognised by its offset and skipped; an event
+re-published under a new offset is recognised by its CloudEvents ``(source, id)`` in the event
+log. Bad input never raises: it is dead-lettered (table + outbox) and the batch goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from minruntime.core import MinRuntimeError
+from minruntime.events import (
+    DEAD_LETTER_TOPIC,
+    ROLE_TYPES,
+    TOPIC_TYPES,
+    ConfigUpdatedData,
+    Event,
+    EventRejected,
+    NodeDeletedData,
+    NodeUpsertedData,
+    PodGroupAllocatedData,
+    PodGroupAnnotatedData,
+    PodGroupDeletedData,
+    PodGroupReleasedData,
+    PodGroupSubmittedData,
+    QueueDeletedData,
+    QueueUpsertedData,
+    RequeueNominatedData,
+    dead_letter_record,
+    decode_event,
+)
+from minruntime.ingest.bulk import insert_many
+from minruntime.ingest.podgroups import PodGroupProjection
+from minruntime.ingest.queues import QueueProjection
+from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
+
+# Stable outbox ids: the same record dead-lettered twice (a retried batch) is one message.
+_DEAD_LETTER_NAMESPACE: Final = uuid.UUID("6d1f3c2e-5b8a-4c3e-9f41-0a7d2b9e8c15")
+UNSTORABLE_TEXT: Final = "unstorable_text"
+_UNSTORABLE_CHARS: Final = re.compile("[\x00\ud800-\udfff]")
+
+_PODGROUP_TYPES: Final = (
+    PodGroupSubmittedData,
+    PodGroupAllocatedData,
+    PodGroupReleasedData,
+    PodGroupAnnotatedData,
+    PodGroupDeletedData,
+    RequeueNominatedData,
+)
+
+_LOCK_OFFSETS = sa.text(
+    "INSERT INTO minruntime_state.consumer_offsets AS o (consumer_group, topic, partition,"
+    " next_offset) SELECT :group, t, p, 0 FROM unnest(CAST(:topics AS text[]),"
+    " CAST(:partitions AS int[])) AS u(t, p) ORDER BY t, p"
+    " ON CONFLICT (consumer_group, topic, partition) DO UPDATE SET next_offset = o.next_offset"
+    " RETURNING topic, partition, next_offset"
+)
+_STORE_OFFSET = sa.text(
+    "UPDATE minruntime_state.consumer_offsets SET next_offset = :next, updated_at = now()"
+    " WHERE consumer_group = :group AND topic = :topic AND partition = :partition"
+)
+_SEEN_IDS = sa.text(
+    "SELECT e.source, e.event_id FROM minruntime_state.event_log e"
+    " JOIN unnest(CAST(:sources AS text[]), CAST(:ids AS text[])) AS u(source, event_id)"
+    " ON e.source = u.source AND e.event_id = u.event_id"
+)
+_LOG_COLUMNS: Final = {
+    "topic": "text",
+    "partition": "integer",
+    "offset": "bigint",
+    "event_id": "text",
+    "source": "text",
+    "type": "text",
+    "subject": "text",
+    "event_time": "timestamptz",
+    "payload": "jsonb",
+}
+_DEAD_LETTER = sa.text(
+    'INSERT INTO minruntime_state.dead_letter_log (topic, partition, "offset", key, value,'
+    " key_text, value_text, kind, message, at) VALUES (:topic, :partition, :offset, :key,"
+    " :value, :key_text, :value_text, :kind, :message, :at)"
+    ' ON CONFLICT (topic, partition, "offset") DO NOTHING'
+)
+_OUTBOX = sa.text(
+    "INSERT INTO minruntime_state.outbox (id, topic, key, payload, headers)"
+    " VALUES (:id, :topic, :key, :payload, CAST(:headers AS jsonb)) ON CONFLICT (id) DO NOTHING"
+)
+_UPSERT_CONFIG = sa.text(
+    "INSERT INTO minruntime_state.node_pool_configs (node_pool, default_preempt_min_runtime,"
+    " default_reclaim_min_runtime, reclaim_resolve_method, default_requeue_delay)"
+    " VALUES (:node_pool, :preempt, :reclaim, :method, :delay) ON CONFLICT (node_pool)"
+    " DO UPDATE SET default_preempt_min_runtime = excluded.default_preempt_min_runtime,"
+    " default_reclaim_min_runtime = excluded.default_reclaim_min_runtime,"
+    " reclaim_resolve_method = excluded.reclaim_resolve_method,"
+    " default_requeue_delay = excluded.default_requeue_delay, updated_at = now()"
+)
+_UPSERT_NODE = sa.text(
+    "INSERT INTO minruntime_state.node_state (name, node_pool, gpu) VALUES (:name, :pool, :gpu)"
+    " ON CONFLICT (name) DO UPDATE SET node_pool = excluded.node_pool, gpu = excluded.gpu,"
+    " updated_at = now()"
+)
+_DELETE_NODES = sa.text("DELETE FROM minruntime_state.node_state WHERE name = ANY(:names)")
+
+
+class _Batch:
+    """The in-memory state of one batch between loading and writing."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        group: str,
+        topic_types: Mapping[str, frozenset[str]],
+        dead_letter_topic: str = DEAD_LETTER_TOPIC,
+    ):
+        self.conn = conn
+        self.group = group
+        self.topic_types = topic_types
+        self.dead_letter_topic = dead_letter_topic
+        self.outcome = BatchOutcome()
+        self.dead: list[DeadLetter] = []
+        self.dead_ids: dict[int, tuple[str | None, str | None]] = {}
+        self.logged: list[dict[str, Any]] = []
+
+    def fresh_records(self, records: Sequence[InboundRecord]) -> list[InboundRecord]:
+        """Lock this group's offset rows and drop records at offsets already applied."""
+        partitions = sorted({(record.topic, record.partition) for record in records})
+        if not partitions:
+            return []
+        rows = self.conn.execute(
+            _LOCK_OFFSETS,
+            {
+                "group": self.group,
+                "topics": [topic for topic, _ in partitions],
+                "partitions": [partition for _, partition in partitions],
+            },
+        )
+        next_offsets = {(row.topic, row.partition): row.next_offset for row in rows}
+        stored = dict(next_offsets)
+        fresh = []
+        for record in records:
+            where = (record.topic, record.partition)
+            if record.offset < next_offsets[where]:
+                self.outcome.skipped_offsets += 1
+                continue
+            next_offsets[where] = record.offset + 1
+            fresh.append(record)
+        self.outcome.next_offsets = next_offsets
+        changed = [
+            {"group": self.group, "topic": topic, "partition": partition, "next": offset}
+            for (topic, partition), offset in next_offsets.items()
+            if stored[(topic, partition)] != offset
+        ]
+        if changed:
+            self.conn.execute(_STORE_OFFSET, changed)
+        return fresh
+
+    def decode(self, records: list[InboundRecord]) -> list[tuple[InboundRecord, Event]]:
+        """Decode every record; rejected ones become dead letters."""
+        decoded = []
+        for record in records:
+            try:
+                event = decode_event(record.value, record.topic, topic_types=self.topic_types)
+            except EventRejected as rejected:
+                self.dead_letter(record, rejected.kind, rejected.message)
+                continue
+            if record.value is not None and b"\\u" in record.value and _unstorable(record.value):
+                self.dead_letter(
+                    record,
+                    UNSTORABLE_TEXT,
+                    "a string contains NUL (\\u0000) or an unpaired surrogate (\\ud800-\\udfff), "
+                    "which PostgreSQL cannot store; remove it",
+                    event,
+                )
+                continue
+            decoded.append((record, event))
+        return decoded
+
+    def dead_letter(
+        self, record: InboundRecord, kind: str, message: str, event: Event | None = None
+    ) -> None:
+        """Record why ``record`` could not be applied."""
+        self.dead.append(DeadLetter(record, kind, message))
+        if event is not None:
+            self.dead_ids[len(self.dead) - 1] = (event.id, event.type)
+        self.outcome.dead_lettered += 1
+        self.outcome.dead_letter_kinds[kind] += 1
+
+    def unseen(self, decoded: list[tuple[InboundRecord, Event]]) -> set[tuple[str, str]]:
+        """The (source, id) pairs of this batch already in the event log."""
+        if not decoded:
+            return set()
+        keys = {(event.source, event.id) for _, event in decoded}
+        rows = self.conn.execute(
+            _SEEN_IDS,
+            {"sources": [source for source, _ in keys], "ids": [id_ for _, id_ in keys]},
+        )
+        return {(row.source, row.event_id) for row in rows}
+
+    def log(self, record: InboundRecord, event: Event) -> None:
+        """Remember an applied event for the event log."""
+        self.outcome.applied += 1
+        self.outcome.applied_types[event.type] += 1
+        assert record.value is not None  # decoded events always have a value
+        self.logged.append(
+            {
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "event_id": event.id,
+                "source": event.source,
+                "type": event.type,
+                "subject": event.subject,
+                "event_time": event.time,
+                "payload": record.value.decode("utf-8"),
+            }
+        )
+
+    def write_logs(self) -> None:
+        """Insert the event log and the dead letters (table and outbox)."""
+        insert_many(self.conn, "minruntime_state.event_log", _LOG_COLUMNS, self.logged)
+        if not self.dead:
+            return
+        now = datetime.now(UTC)
+        letters, messages = [], []
+        for index, letter in enumerate(self.dead):
+            record = letter.record
+            event_id, event_type = self.dead_ids.get(index, (None, None))
+            letters.append(
+                {
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "key": record.key,
+                    "value": record.value,
+                    "key_text": _text_or_none(record.key),
+                    "value_text": _text_or_none(record.value),
+                    "kind": letter.kind,
+                    "message": letter.message,
+                    "at": now,
+                }
+            )
+            outbox_id = uuid.uuid5(
+                _DEAD_LETTER_NAMESPACE, f"{record.topic}/{record.partition}/{record.offset}"
+            )
+            messages.append(
+                {
+                    "id": outbox_id,
+                    "topic": self.dead_letter_topic,
+                    "key": record.key,
+                    "payload": dead_letter_record(
+                        key=record.key,
+                        value=record.value,
+                        topic=record.topic,
+                        partition=record.partition,
+                        offset=record.offset,
+                        kind=letter.kind,
+                        message=letter.message,
+                        time=now,
+                        event_id=event_id,
+                        event_type=event_type,
+                    ),
+                    "headers": json.dumps({"id": str(outbox_id), "errorKind": letter.kind}),
+                }
+            )
+        self.conn.execute(_DEAD_LETTER, letters)
+        self.conn.execute(_OUTBOX, messages)
+
+
+def topic_types_for(topic_roles: Mapping[str, str] | None) -> Mapping[str, frozenset[str]]:
+    """Topic name -> event types it may carry, from topic name -> role (None: default names)."""
+    if topic_roles is None:
+        return TOPIC_TYPES
+    return {topic: ROLE_TYPES[role] for topic, role in topic_roles.items()}
+
+
+def apply_batch(
+    conn: Connection,
+    records: Sequence[InboundRecord],
+    *,
+    consumer_group: str,
+    topic_roles: Mapping[str, str] | None = None,
+    dead_letter_topic: str = DEAD_LETTER_TOPIC,
+) -> BatchOutcome:
+    """Apply one Kafka batch inside the caller's transaction and store the next offsets.
+
+    ``topic_roles`` maps each consumed topic name to its role (``queues``, ``podgroups``,
+    ``nodes``, ``nominations``); None means the default topic names. A record from a topic
+    that is not mapped is a configuration error (LookupError), not bad input. Dead letters
+    are written to the outbox for ``dead_letter_topic``.
+    """
+    batch = _Batch(conn, consumer_group, topic_types_for(topic_roles), dead_letter_topic)
+    decoded = batch.decode(batch.fresh_records(records))
+    seen = batch.unseen(decoded)
+    queues = (
+        QueueProjection(conn)
+        if any(isinstance(e.data, QueueUpsertedData | QueueDeletedData) for _, e in decoded)
+        else None
+    )
+    podgroups = PodGroupProjection(
+        conn,
+        (
+            str(getattr(event.data, "uid", ""))
+            for _, event in decoded
+            if isinstance(event.data, _PODGROUP_TYPES)
+        ),
+    )
+    configs: dict[str, dict[str, Any]] = {}
+    nodes: dict[str, dict[str, Any] | None] = {}
+    for record, event in decoded:
+        key = (event.source, event.id)
+        if key in seen:
+            batch.outcome.duplicate_ids += 1
+            continue
+        try:
+            _apply(event, queues, podgroups, configs, nodes)
+        except MinRuntimeError as error:
+            batch.dead_letter(record, error.kind, str(error), event)
+            continue
+        seen.add(key)
+        batch.log(record, event)
+    if queues is not None:
+        queues.flush()
+    podgroups.flush()
+    _write_configs_and_nodes(conn, configs, nodes)
+    batch.write_logs()
+    return batch.outcome
+
+
+def _apply(
+    event: Event,
+    queues: QueueProjection | None,
+    podgroups: PodGroupProjection,
+    configs: dict[str, dict[str, Any]],
+    nodes: dict[str, dict[str, Any] | None],
+) -> None:
+    """Apply one event in memory; the core's errors propagate (the caller dead-letters)."""
+    data = event.data
+    if isinstance(data, QueueUpsertedData):
+        assert queues is not None
+        queues.upsert(data.to_queue())
+    elif isinstance(data, QueueDeletedData):
+        assert queues is not None
+        queues.delete(data.name)
+    elif isinstance(data, ConfigUpdatedData):
+        config = data.to_config()
+        configs[data.node_pool] = {
+            "node_pool": data.node_pool,
+            "preempt": config.default_preempt_min_runtime,
+            "reclaim": config.default_reclaim_min_runtime,
+            "method": str(config.reclaim_resolve_method),
+            "delay": config.default_requeue_delay,
+        }
+    elif isinstance(data, NodeUpsertedData):
+        nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}
+    elif isinstance(data, NodeDeletedData):
+        nodes[data.name] = None
+    else:
+        _apply_podgroup(event, podgroups)
+
+
+def _apply_podgroup(event: Event, podgroups: PodGroupProjection) -> None:
+    data = event.data
+    if isinstance(data, PodGroupSubmittedData):
+        podgroups.draft(data.uid).submit(
+            name=data.name,
+            namespace=data.namespace,
+            queue=data.queue,
+            node_pool=data.node_pool,
+            priority=data.priority,
+            preemptible=data.preemptible,
+            subgroups=data.to_subgroups(),
+            pods=((pod.name, pod.sub_group, pod.gpu) for pod in data.pods),
+            annotations=data.annotations,
+        )
+    elif isinstance(data, PodGroupAllocatedData):
+        podgroups.draft(data.uid).allocate(((p.name, p.node) for p in data.pods), event.time)
+    elif isinstance(data, PodGroupReleasedData):
+        podgroups.draft(data.uid).release(data.pods, event.time)
+    elif isinstance(data, PodGroupAnnotatedData):
+        podgroups.draft(data.uid).annotate(data.annotations)
+    elif isinstance(data, PodGroupDeletedData):
+        podgroups.draft(data.uid).deleted = True
+    elif isinstance(data, RequeueNominatedData):
+        podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
+    else:  # pragma: no cover - decode_event only returns input types on input topics
+        raise MinRuntimeError(f"{event.type} events are not applied by the processor")
+
+
+def _write_configs_and_nodes(
+    conn: Connection,
+    configs: dict[str, dict[str, Any]],
+    nodes: dict[str, dict[str, Any] | None],
+) -> None:
+    if configs:
+        conn.execute(_UPSERT_CONFIG, list(configs.values()))
+    upserts = [node for node in nodes.values() if node is not None]
+    if upserts:
+        conn.execute(_UPSERT_NODE, upserts)
+    deleted = [name for name, node in nodes.items() if node is None]
+    if deleted:
+        conn.execute(_DELETE_NODES, {"names": deleted})
+
+
+def _text_or_none(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if "\x00" in text else text
+
+
+def _unstorable(value: bytes) -> bool:
+    def walk(item: Any) -> Iterator[str]:
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                yield key
+                yield from walk(inner)
+        elif isinstance(item, list):
+            for inner in item:
+                yield from walk(inner)
+
+    return any(_UNSTORABLE_CHARS.search(text) for text in walk(json.loads(value)))

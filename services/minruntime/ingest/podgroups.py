@@ -1,0 +1,369 @@
+"""The podgroup projection: load the touched podgroups once, fold the batch in memory, write once.
+
+Start times, elasticity and evictable pods come from the core (``apply_allocated``,
+``apply_released``, ``is_elastic``, ``evictable_pods``); this module only keeps the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from minruntime.core import (
+    DEFAULT_NODE_POOL,
+    DEFAULT_SUBGROUP,
+    EXPECTED_RUNTIME_ANNOTATION,
+    NOT_STARTED,
+    REQUEUE_NOT_BEFORE_ANNOTATION,
+    MinRuntimeError,
+    PodGroupPods,
+    RunState,
+    SubGroup,
+    apply_allocated,
+    apply_released,
+    evictable_pods,
+    is_elastic,
+    parse_duration,
+    parse_rfc3339,
+)
+from minruntime.ingest.bulk import insert_many
+
+
+@dataclass
+class Pod:
+    """One pod of a podgroup; ``gpu`` is unknown (None) until the submission says."""
+
+    subgroup: str
+    gpu: float | Decimal | None = None
+    node: str | None = None
+
+
+@dataclass
+class PodGroupDraft:
+    """A podgroup being changed by a batch (every field as the views need it)."""
+
+    uid: str
+    submitted: bool = False
+    name: str | None = None
+    namespace: str | None = None
+    queue: str | None = None
+    node_pool: str = DEFAULT_NODE_POOL
+    priority: int | None = None
+    preemptible: bool = True
+    deleted: bool = False
+    run: RunState = NOT_STARTED
+    # Declaration order; a placeholder has none until its submission arrives.
+    subgroups: dict[str, int] = field(default_factory=dict)
+    pods: dict[str, Pod] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    pods_dirty: bool = False
+    subgroups_dirty: bool = False
+
+    def submit(
+        self,
+        *,
+        name: str,
+        namespace: str,
+        queue: str,
+        node_pool: str | None,
+        priority: int,
+        preemptible: bool,
+        subgroups: Iterable[SubGroup],
+        pods: Iterable[tuple[str, str, float]],
+        annotations: Mapping[str, str],
+    ) -> None:
+        """Fill in (or replace) the spec; allocations already seen are kept, start time too."""
+        self.name, self.namespace, self.queue = name, namespace, queue
+        self.node_pool = node_pool or DEFAULT_NODE_POOL
+        self.priority, self.preemptible = priority, preemptible
+        self.subgroups = {subgroup.name: subgroup.min_available for subgroup in subgroups}
+        old = self.pods
+        self.pods = {
+            pod: Pod(subgroup, gpu, old[pod].node if pod in old else None)
+            for pod, subgroup, gpu in pods
+        }
+        # Pods allocated before the submission named them stay, in the fallback subgroup:
+        # dropping them would lose capacity that is really in use.
+        fallback = self.fallback_subgroup()
+        for pod in self.run.allocated - self.pods.keys():
+            self.pods[pod] = Pod(fallback, None, old[pod].node if pod in old else None)
+        # The submission's annotations win over ones seen earlier (placeholder), others stay.
+        self.annotations = {**self.annotations, **annotations}
+        self.submitted = True
+        self.pods_dirty = self.subgroups_dirty = True
+
+    def fallback_subgroup(self) -> str:
+        """Where a pod the submission did not list is counted."""
+        if not self.subgroups or DEFAULT_SUBGROUP in self.subgroups:
+            return DEFAULT_SUBGROUP
+        return next(iter(self.subgroups))
+
+    def allocate(self, pods: Iterable[tuple[str, str]], at: datetime) -> None:
+        """Pods now hold resources on nodes; 0 -> 1+ pods starts a run at the event's time."""
+        names = []
+        for pod, node in pods:
+            names.append(pod)
+            known = self.pods.get(pod)
+            if known is None:
+                self.pods[pod] = Pod(self.fallback_subgroup(), None, node)
+            else:
+                known.node = node
+        self.run = apply_allocated(self.run, names, at)
+        self.pods_dirty = True
+
+    def release(self, pods: Iterable[str] | None, at: datetime) -> None:
+        """Pods (None: all) released their resources; releasing the last one ends the run."""
+        released = self.run.allocated if pods is None else frozenset(pods) & self.run.allocated
+        self.run = apply_released(self.run, pods, at)
+        for pod in released:
+            self.pods[pod].node = None
+        self.pods_dirty = True
+
+    def annotate(self, changes: Mapping[str, str | None]) -> None:
+        """Merge annotations; a None value removes the key."""
+        for key, value in changes.items():
+            if value is None:
+                self.annotations.pop(key, None)
+            else:
+                self.annotations[key] = value
+
+    @property
+    def status(self) -> str:
+        """pending | running | finished | deleted, as the podgroups view shows it."""
+        if self.deleted:
+            return "deleted"
+        if self.run.running:
+            return "running"
+        return "finished" if self.run.last_start_time is not None else "pending"
+
+    def elasticity(self) -> tuple[bool, int]:
+        """(is_elastic, pods it may lose while protected), from the core."""
+        if not self.submitted:
+            # Unknown gang shape: treated as a non-elastic gang, the side that protects.
+            return False, 0
+        podgroup = PodGroupPods(
+            uid=self.uid,
+            pods={name: pod.subgroup for name, pod in self.pods.items()},
+            running=self.run.allocated,
+            subgroups=tuple(SubGroup(name, count) for name, count in self.subgroups.items()),
+        )
+        return is_elastic(podgroup), evictable_pods(podgroup, protected=True)
+
+
+def _expected_runtime(annotations: Mapping[str, str]) -> timedelta | None:
+    text = annotations.get(EXPECTED_RUNTIME_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except MinRuntimeError:
+        return None
+
+
+def _requeue_not_before(annotations: Mapping[str, str]) -> datetime | None:
+    text = annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        return parse_rfc3339(text)
+    except MinRuntimeError:
+        return None
+
+
+_LOAD_STATE = sa.text(
+    "SELECT uid, submitted, name, namespace, queue, node_pool, priority, preemptible, status,"
+    " start_time, last_start_time, ended_at, annotations"
+    " FROM minruntime_state.podgroup_state WHERE uid = ANY(:uids)"
+)
+_LOAD_PODS = sa.text(
+    "SELECT uid, name, subgroup, gpu, node, allocated FROM minruntime_state.pod_state"
+    " WHERE uid = ANY(:uids) ORDER BY uid, name"
+)
+_LOAD_SUBGROUPS = sa.text(
+    "SELECT uid, name, min_available FROM minruntime_state.subgroup_state"
+    " WHERE uid = ANY(:uids) ORDER BY uid, ctid"
+)
+_STATE_COLUMNS: Final = {
+    "uid": "text",
+    "name": "text",
+    "namespace": "text",
+    "queue": "text",
+    "node_pool": "text",
+    "priority": "bigint",
+    "preemptible": "boolean",
+    "status": "text",
+    "start_time": "timestamptz",
+    "last_start_time": "timestamptz",
+    "ended_at": "timestamptz",
+    "running_pods": "integer",
+    "is_elastic": "boolean",
+    "protected_evictable_pods": "integer",
+    "annotations": "jsonb",
+    "expected_runtime": "interval",
+    "requeue_not_before": "timestamptz",
+    "submitted": "boolean",
+}
+_STATE_CONFLICT: Final = (
+    "ON CONFLICT (uid) DO UPDATE SET "
+    + ", ".join(f"{column} = excluded.{column}" for column in list(_STATE_COLUMNS)[1:])
+    + ", updated_at = now()"
+)
+_POD_COLUMNS: Final = {
+    "uid": "text",
+    "name": "text",
+    "subgroup": "text",
+    "gpu": "numeric",
+    "node": "text",
+    "allocated": "boolean",
+}
+_SUBGROUP_COLUMNS: Final = {"uid": "text", "name": "text", "min_available": "integer"}
+_NOMINATION_COLUMNS: Final = {
+    "uid": "text",
+    "nominated_by": "text",
+    "reason": "text",
+    "nominated_at": "timestamptz",
+}
+_NOMINATION_CONFLICT: Final = (
+    "ON CONFLICT (uid, nominated_by) DO UPDATE SET reason = excluded.reason,"
+    " nominated_at = excluded.nominated_at"
+)
+_DELETE_PODS = sa.text("DELETE FROM minruntime_state.pod_state WHERE uid = ANY(:uids)")
+_DELETE_SUBGROUPS = sa.text("DELETE FROM minruntime_state.subgroup_state WHERE uid = ANY(:uids)")
+
+
+class PodGroupProjection:
+    """The podgroups a batch touches: loaded in three queries, written in a handful."""
+
+    def __init__(self, conn: Connection, uids: Iterable[str]) -> None:
+        self._conn = conn
+        self._drafts: dict[str, PodGroupDraft] = {}
+        self._touched: dict[str, PodGroupDraft] = {}
+        self._nominations: dict[tuple[str, str], dict[str, Any]] = {}
+        wanted = sorted(set(uids))
+        if wanted:
+            self._load(wanted)
+
+    def _load(self, uids: list[str]) -> None:
+        found = []
+        for row in self._conn.execute(_LOAD_STATE, {"uids": uids}):
+            self._drafts[row.uid] = PodGroupDraft(
+                uid=row.uid,
+                submitted=row.submitted,
+                name=row.name,
+                namespace=row.namespace,
+                queue=row.queue,
+                node_pool=row.node_pool,
+                priority=row.priority,
+                preemptible=row.preemptible,
+                deleted=row.status == "deleted",
+                run=RunState(frozenset(), row.start_time, row.last_start_time, row.ended_at),
+                annotations=dict(row.annotations),
+            )
+            found.append(row.uid)
+        if not found:
+            return
+        allocated: dict[str, set[str]] = {}
+        for row in self._conn.execute(_LOAD_PODS, {"uids": found}):
+            self._drafts[row.uid].pods[row.name] = Pod(row.subgroup, row.gpu, row.node)
+            if row.allocated:
+                allocated.setdefault(row.uid, set()).add(row.name)
+        for uid, pods in allocated.items():
+            draft = self._drafts[uid]
+            run = draft.run
+            draft.run = RunState(frozenset(pods), run.start_time, run.last_start_time, run.ended_at)
+        for row in self._conn.execute(_LOAD_SUBGROUPS, {"uids": found}):
+            self._drafts[row.uid].subgroups[row.name] = row.min_available
+
+    def draft(self, uid: str) -> PodGroupDraft:
+        """The podgroup to change; a placeholder (submitted=False) when it is not known yet."""
+        draft = self._drafts.get(uid)
+        if draft is None:
+            draft = self._drafts[uid] = PodGroupDraft(uid=uid, pods_dirty=True)
+        self._touched[uid] = draft
+        return draft
+
+    def nominate(self, uid: str, nominated_by: str, reason: str | None, at: datetime) -> None:
+        """Record a requeue nomination (the latest one per nominator counts)."""
+        self.draft(uid)
+        self._nominations[(uid, nominated_by)] = {
+            "uid": uid,
+            "nominated_by": nominated_by,
+            "reason": reason,
+            "nominated_at": at,
+        }
+
+    def flush(self) -> None:
+        """Write every touched podgroup, its pods and subgroups when they changed."""
+        if not self._touched:
+            return
+        drafts = list(self._touched.values())
+        insert_many(
+            self._conn,
+            "minruntime_state.podgroup_state",
+            _STATE_COLUMNS,
+            [_state_params(draft) for draft in drafts],
+            conflict=_STATE_CONFLICT,
+        )
+        pod_owners = [draft for draft in drafts if draft.pods_dirty]
+        if pod_owners:
+            self._conn.execute(_DELETE_PODS, {"uids": [draft.uid for draft in pod_owners]})
+            pods = [
+                {
+                    "uid": draft.uid,
+                    "name": name,
+                    "subgroup": pod.subgroup,
+                    "gpu": pod.gpu,
+                    "node": pod.node,
+                    "allocated": name in draft.run.allocated,
+                }
+                for draft in pod_owners
+                for name, pod in draft.pods.items()
+            ]
+            insert_many(self._conn, "minruntime_state.pod_state", _POD_COLUMNS, pods)
+        group_owners = [draft for draft in drafts if draft.subgroups_dirty]
+        if group_owners:
+            self._conn.execute(_DELETE_SUBGROUPS, {"uids": [draft.uid for draft in group_owners]})
+            groups = [
+                {"uid": draft.uid, "name": name, "min_available": count}
+                for draft in group_owners
+                for name, count in draft.subgroups.items()
+            ]
+            insert_many(self._conn, "minruntime_state.subgroup_state", _SUBGROUP_COLUMNS, groups)
+        insert_many(
+            self._conn,
+            "minruntime_state.nominations",
+            _NOMINATION_COLUMNS,
+            list(self._nominations.values()),
+            conflict=_NOMINATION_CONFLICT,
+        )
+
+
+def _state_params(draft: PodGroupDraft) -> dict[str, Any]:
+    elastic, protected_evictable = draft.elasticity()
+    run = draft.run
+    return {
+        "uid": draft.uid,
+        "name": draft.name,
+        "namespace": draft.namespace,
+        "queue": draft.queue,
+        "node_pool": draft.node_pool,
+        "priority": draft.priority,
+        "preemptible": draft.preemptible,
+        "status": draft.status,
+        "start_time": run.start_time,
+        "last_start_time": run.last_start_time,
+        "ended_at": run.ended_at,
+        "running_pods": run.running_pods,
+        "is_elastic": elastic,
+        "protected_evictable_pods": protected_evictable,
+        "annotations": draft.annotations,
+        "expected_runtime": _expected_runtime(draft.annotations),
+        "requeue_not_before": _requeue_not_before(draft.annotations),
+        "submitted": draft.submitted,
+    }

@@ -1,0 +1,48 @@
+"""What the processor hands to ``apply_batch``, and what it gets back."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class InboundRecord:
+    """One Kafka record as consumed: where it was, and its raw key and value."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None = None
+
+
+@dataclass
+class BatchOutcome:
+    """What one ``apply_batch`` call did with its records."""
+
+    applied: int = 0
+    # Records at an offset below the stored next offset: already applied (a redelivery).
+    skipped_offsets: int = 0
+    # Events whose (source, id) was already applied: counted, not applied, not dead-lettered.
+    duplicate_ids: int = 0
+    dead_lettered: int = 0
+    applied_types: Counter[str] = field(default_factory=Counter)
+    dead_letter_kinds: Counter[str] = field(default_factory=Counter)
+    # (topic, partition) -> the next offset stored for the consumer group.
+    next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        """Every record of the batch, whatever happened to it."""
+        return self.applied + self.skipped_offsets + self.duplicate_ids + self.dead_lettered
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record that could not be applied, and why (``kind`` is machine-readable)."""
+
+    record: InboundRecord
+    kind: str
+    message: str

@@ -1,0 +1,60 @@
+"""Alembic migrations through its Python API, for the CLI (`minruntime migrate`) and tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+import minruntime
+from minruntime.settings import Settings
+from minruntime.store.engine import engine_from, sqlalchemy_url
+from minruntime.store.tables import STATE_SCHEMA
+
+MIGRATIONS_DIR = Path(minruntime.__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(settings_or_url: Settings | str) -> Config:
+    """An alembic Config pointing at the repository's migrations and the given database."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # ConfigParser interpolation: a literal % in a password must be doubled.
+    config.set_main_option("sqlalchemy.url", sqlalchemy_url(settings_or_url).replace("%", "%%"))
+    return config
+
+
+def upgrade(settings_or_url: Settings | str, revision: str = "head") -> None:
+    """Upgrade the database schema to ``revision`` (default: the newest)."""
+    command.upgrade(alembic_config(settings_or_url), revision)
+
+
+def downgrade(settings_or_url: Settings | str, revision: str = "base") -> None:
+    """Downgrade the database schema to ``revision`` (default: nothing left)."""
+    command.downgrade(alembic_config(settings_or_url), revision)
+
+
+def current_revision(settings_or_url: Settings | str) -> str | None:
+    """The revision the database is at, or None when it was never migrated."""
+    engine = engine_from(settings_or_url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"version_table_schema": STATE_SCHEMA})
+            return context.get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def head_revision() -> str | None:
+    """The newest revision in the repository's migrations."""
+    return ScriptDirectory.from_config(alembic_config("postgresql://unused")).get_current_head()
+
+
+def is_at_head(engine: sa.Engine) -> bool:
+    """True when the database behind ``engine`` is migrated to the newest revision."""
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"version_table_schema": STATE_SCHEMA})
+        return context.get_current_revision() == head_revision()

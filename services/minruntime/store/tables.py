@@ -1,0 +1,225 @@
+"""The base tables behind the SQL read surface (schema ``minruntime_state``).
+
+The public, stable names (views and functions of CONTRACT.md §2) live in schema
+``minruntime``; the tables they read live here, so the read-only role never needs, and never
+gets, any privilege on this schema. Migration 0001 creates exactly these tables; an
+integration test compares the two.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, INTERVAL, JSONB, UUID
+
+STATE_SCHEMA: Final = "minruntime_state"
+READ_SCHEMA: Final = "minruntime"
+
+# Constraint names are predictable, so a violation can be mapped back to its meaning.
+NAMING_CONVENTION: Final = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(schema=STATE_SCHEMA, naming_convention=NAMING_CONVENTION)
+
+_NOW = sa.text("now()")
+
+queue_nodes = sa.Table(
+    "queue_nodes",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("parent", sa.Text),
+    sa.Column("preempt_min_runtime", INTERVAL),
+    sa.Column("reclaim_min_runtime", INTERVAL),
+    # Maintained by the projector with the core whenever the tree changes (rare): the
+    # effective root→queue path, and for each field the result of the upward walk that
+    # starts at this queue (value NULL and source NULL = no queue sets it: the default).
+    sa.Column("path", ARRAY(sa.Text), nullable=False),
+    sa.Column("preempt_resolved", INTERVAL),
+    sa.Column("preempt_source", sa.Text),
+    sa.Column("reclaim_resolved", INTERVAL),
+    sa.Column("reclaim_source", sa.Text),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+)
+
+# One row: a random token replaced on every tree change, so a connection can tell whether
+# the tree it cached is still current (a counter could repeat after a rollback).
+queue_tree_version = sa.Table(
+    "queue_tree_version",
+    metadata,
+    sa.Column("singleton", sa.Boolean, primary_key=True, server_default=sa.true()),
+    sa.Column("version", UUID(as_uuid=True), nullable=False),
+    sa.CheckConstraint("singleton", name="singleton"),
+)
+
+node_pool_configs = sa.Table(
+    "node_pool_configs",
+    metadata,
+    sa.Column("node_pool", sa.Text, primary_key=True),
+    sa.Column("default_preempt_min_runtime", INTERVAL, nullable=False),
+    sa.Column("default_reclaim_min_runtime", INTERVAL, nullable=False),
+    sa.Column("reclaim_resolve_method", sa.Text, nullable=False),
+    sa.Column("default_requeue_delay", INTERVAL, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.CheckConstraint("reclaim_resolve_method IN ('lca', 'queue')", name="method"),
+)
+
+podgroup_state = sa.Table(
+    "podgroup_state",
+    metadata,
+    sa.Column("uid", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text),
+    sa.Column("namespace", sa.Text),
+    sa.Column("queue", sa.Text),
+    sa.Column("node_pool", sa.Text, nullable=False, server_default="default"),
+    sa.Column("priority", sa.BigInteger),
+    sa.Column("preemptible", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("start_time", sa.DateTime(timezone=True)),
+    sa.Column("last_start_time", sa.DateTime(timezone=True)),
+    sa.Column("ended_at", sa.DateTime(timezone=True)),
+    sa.Column("running_pods", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("is_elastic", sa.Boolean, nullable=False, server_default=sa.false()),
+    # evictable_pods(pods, protected=True) from the core; unprotected it is running_pods.
+    sa.Column("protected_evictable_pods", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("annotations", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    # Parsed from the annotations by the projector (NULL when absent or invalid).
+    sa.Column("expected_runtime", INTERVAL),
+    sa.Column("requeue_not_before", sa.DateTime(timezone=True)),
+    # False for a placeholder made by an event that arrived before the submission.
+    sa.Column("submitted", sa.Boolean, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.CheckConstraint("status IN ('pending', 'running', 'finished', 'deleted')", name="status"),
+    sa.Index(
+        "ix_podgroup_state_running_queue",
+        "queue",
+        postgresql_where=sa.text("status = 'running'"),
+    ),
+)
+
+subgroup_state = sa.Table(
+    "subgroup_state",
+    metadata,
+    sa.Column("uid", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("min_available", sa.Integer, nullable=False),
+    sa.CheckConstraint("min_available >= 0", name="min_available"),
+)
+
+pod_state = sa.Table(
+    "pod_state",
+    metadata,
+    sa.Column("uid", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("subgroup", sa.Text, nullable=False),
+    # NULL until the submission says (a placeholder only knows the pod's name).
+    sa.Column("gpu", sa.Numeric),
+    sa.Column("node", sa.Text),
+    sa.Column("allocated", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Index("ix_pod_state_node", "node", postgresql_where=sa.text("allocated")),
+)
+
+node_state = sa.Table(
+    "node_state",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("node_pool", sa.Text, nullable=False),
+    sa.Column("gpu", sa.Numeric, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+)
+
+nominations = sa.Table(
+    "nominations",
+    metadata,
+    sa.Column("uid", sa.Text, primary_key=True),
+    sa.Column("nominated_by", sa.Text, primary_key=True),
+    sa.Column("reason", sa.Text),
+    sa.Column("nominated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+requeue_decision_log = sa.Table(
+    "requeue_decision_log",
+    metadata,
+    sa.Column("seq", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column("uid", sa.Text, nullable=False),
+    sa.Column("decided_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("nominated_by", ARRAY(sa.Text), nullable=False),
+    sa.Column("beneficiaries", ARRAY(sa.Text), nullable=False),
+    sa.Column("requeue_not_before", sa.DateTime(timezone=True)),
+    sa.CheckConstraint("outcome IN ('committed', 'rolled_back', 'skipped')", name="outcome"),
+    sa.Index("ix_requeue_decision_log_uid", "uid", "decided_at"),
+)
+
+event_log = sa.Table(
+    "event_log",
+    metadata,
+    sa.Column("seq", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column("topic", sa.Text, nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.Column("event_id", sa.Text, nullable=False),
+    sa.Column("source", sa.Text, nullable=False),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("subject", sa.Text),
+    sa.Column("event_time", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("payload", JSONB, nullable=False),
+    sa.Column("applied_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    # The de-duplication key of CONTRACT.md §1.
+    sa.UniqueConstraint("source", "event_id"),
+    sa.Index("ix_event_log_subject", "subject", "seq"),
+)
+
+dead_letter_log = sa.Table(
+    "dead_letter_log",
+    metadata,
+    sa.Column("seq", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column("topic", sa.Text, nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.Column("key", BYTEA),
+    sa.Column("value", BYTEA),
+    # The same bytes as text when they are valid UTF-8 (NULL otherwise), for people.
+    sa.Column("key_text", sa.Text),
+    sa.Column("value_text", sa.Text),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.UniqueConstraint("topic", "partition", "offset"),
+    sa.Index("ix_dead_letter_log_kind", "kind"),
+)
+
+consumer_offsets = sa.Table(
+    "consumer_offsets",
+    metadata,
+    sa.Column("consumer_group", sa.Text, primary_key=True),
+    sa.Column("topic", sa.Text, primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    # The offset of the next record to apply (Kafka's convention for committed offsets).
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+)
+
+outbox = sa.Table(
+    "outbox",
+    metadata,
+    # Stable de-duplication id, sent as a header; consumers drop repeats after a relay crash.
+    sa.Column("id", UUID(as_uuid=True), primary_key=True),
+    sa.Column("topic", sa.Text, nullable=False),
+    sa.Column("key", BYTEA),
+    sa.Column("payload", BYTEA, nullable=False),
+    sa.Column("headers", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.Column("published_at", sa.DateTime(timezone=True)),
+    sa.Index(
+        "ix_outbox_unpublished",
+        "created_at",
+        postgresql_where=sa.text("published_at IS NULL"),
+    ),
+)

@@ -1,0 +1,1 @@
+"""The faust stream processors: topics, thin agents, dead letters, the outbox relay."""

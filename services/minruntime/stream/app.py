@@ -1,0 +1,97 @@
+"""The faust application: one thin agent per input topic, plus the outbox relay task.
+
+Each agent takes a batch of records (`take_events`), applies it in ONE database transaction
+through the `BatchSink` (projections + event log + consumed offsets), and only then lets
+faust acknowledge it. Agent concurrency stays 1 (faust #606: with concurrency > 1 an offset
+can be committed past a record still in flight). Records are read as raw bytes: decoding is
+ours, so a record that is not JSON becomes a dead letter instead of a deserializer crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import faust
+
+from minruntime.ingest import BatchOutcome, InboundRecord
+from minruntime.settings import Settings
+from minruntime.stream.sink import BatchSink, stop_loudly
+from minruntime.stream.topics import INPUT_ROLES, TopicRole, topic_names
+
+log = logging.getLogger(__name__)
+
+OutcomeListener = Callable[[TopicRole, BatchOutcome], None]
+
+
+def record_of(event: Any) -> InboundRecord:
+    """The Kafka coordinates and raw bytes of one faust event."""
+    message = event.message
+    timestamp = getattr(message, "timestamp", None)
+    return InboundRecord(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        value=message.value,
+        timestamp_ms=int(timestamp * 1000) if timestamp is not None else None,
+    )
+
+
+def build_app(
+    settings: Settings,
+    sink: BatchSink,
+    *,
+    on_outcome: OutcomeListener | None = None,
+    relay: Callable[[], Any] | None = None,
+) -> faust.App:
+    """A faust app with an agent for each input topic (and the relay as a background task)."""
+    app = faust.App(
+        settings.processor_group,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        value_serializer="raw",
+        key_serializer="raw",
+        web_enabled=False,
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        stream_buffer_maxsize=max(settings.batch_max_events * 4, 16384),
+        broker_commit_every=settings.batch_max_events,
+        broker_commit_interval=1.0,
+        producer_acks=-1,
+        datadir=str(settings.state_dir),
+    )
+    names = topic_names(settings)
+    for role in INPUT_ROLES:
+        _add_agent(app, role, names[role], settings, sink, on_outcome)
+    if relay is not None:
+        app.task(relay)
+    return app
+
+
+def _add_agent(
+    app: faust.App,
+    role: TopicRole,
+    topic_name: str,
+    settings: Settings,
+    sink: BatchSink,
+    on_outcome: OutcomeListener | None,
+) -> None:
+    topic = app.topic(topic_name, value_serializer="raw", key_serializer="raw")
+    max_events, within = settings.batch_max_events, settings.batch_within_seconds
+
+    async def process(stream: Any) -> None:
+        async for events in stream.take_events(max_events, within=within):
+            records = [record_of(event) for event in events]
+            try:
+                outcome = await asyncio.to_thread(sink, records)
+            except BaseException as exc:
+                stop_loudly(exc)
+                raise
+            if on_outcome is not None:
+                on_outcome(role, outcome)
+
+    process.__name__ = f"apply_{role.value.replace('-', '_')}"
+    app.agent(topic, name=f"minruntime.{role.value}", concurrency=1, sink=None)(process)

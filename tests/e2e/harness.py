@@ -1,0 +1,228 @@
+"""Running the real processor against the real stack, isolated per test module.
+
+Each `Pipeline` gets its own PostgreSQL database (migrated to head), its own topic names and
+consumer group, and runs `minruntime processor` as a subprocess — so it can be killed with
+SIGKILL like a real crash. Events are produced with a plain aiokafka producer, as an outside
+user would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from minruntime.settings import Settings
+from tests.conftest import MINRUNTIME, ROOT
+
+TOPIC_ENV = {
+    "queues": "MINRUNTIME_TOPIC_QUEUES",
+    "podgroups": "MINRUNTIME_TOPIC_PODGROUPS",
+    "nodes": "MINRUNTIME_TOPIC_NODES",
+    "nominations": "MINRUNTIME_TOPIC_NOMINATIONS",
+    "requeue-decisions": "MINRUNTIME_TOPIC_REQUEUE_DECISIONS",
+    "dead-letter": "MINRUNTIME_TOPIC_DEAD_LETTER",
+}
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll until `check()` returns something truthy; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.1)
+
+
+class Pipeline:
+    """A private database + topic set + processor subprocess on the shared real stack."""
+
+    def __init__(self, base: Settings, workdir: Path, name: str = "") -> None:
+        self.suffix = f"{name or 'p'}{uuid.uuid4().hex[:8]}"
+        self.base = base
+        self.workdir = workdir
+        parts = base.database_parts
+        self.dbname = f"mr_e2e_{self.suffix}"
+        self.database_url = (
+            f"postgresql://{parts.user}:{parts.password}@{parts.host}:{parts.port}/{self.dbname}"
+        )
+        self.topics = {role: f"kai.{role}.{self.suffix}" for role in TOPIC_ENV}
+        self.env: dict[str, str] = {
+            "MINRUNTIME_DATABASE_URL": self.database_url,
+            "MINRUNTIME_KAFKA_BOOTSTRAP": base.kafka_bootstrap,
+            "MINRUNTIME_PROCESSOR_GROUP": f"minruntime-processor-{self.suffix}",
+            "MINRUNTIME_STATE_DIR": str(workdir / "processor-state"),
+            **{TOPIC_ENV[role]: topic for role, topic in self.topics.items()},
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / f"processor-{self.suffix}.log"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def create(self) -> Pipeline:
+        """Create and migrate the private database."""
+        with psycopg.connect(self.base.database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.dbname)))
+        from minruntime.store.migrate import upgrade
+
+        upgrade(self.settings())
+        return self
+
+    def settings(self) -> Settings:
+        """Settings as the processor subprocess sees them."""
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            return Settings()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def start(self) -> Pipeline:
+        """Start `minruntime processor` (creates the topics if missing)."""
+        assert self.process is None or self.process.poll() is not None
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [MINRUNTIME, "processor", "--loglevel", "info"],
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        wait_for(self._topics_exist, 60, "the processor to create its topics")
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        """Send `sig` and wait for the process to end; return its exit status."""
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(60)
+        self.process = None
+        return code
+
+    def stop(self) -> None:
+        """Stop the processor gracefully (SIGTERM), if running."""
+        if self.process is not None and self.process.poll() is None:
+            self.kill(signal.SIGTERM)
+        self.process = None
+
+    def drop(self) -> None:
+        """Stop, drop the database and delete the topics."""
+        self.stop()
+        with psycopg.connect(self.base.database_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(self.dbname)
+                )
+            )
+        asyncio.run(self._delete_topics())
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The processor's last log lines (for assertion messages)."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    # -- Kafka -------------------------------------------------------------------------------
+    def _topics_exist(self) -> bool:
+        return asyncio.run(self._list_topics()) >= set(self.topics.values())
+
+    async def _list_topics(self) -> set[str]:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.base.kafka_bootstrap)
+        await admin.start()
+        try:
+            return set(await admin.list_topics())
+        finally:
+            await admin.close()
+
+    async def _delete_topics(self) -> None:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.base.kafka_bootstrap)
+        await admin.start()
+        try:
+            existing = set(await admin.list_topics())
+            doomed = [t for t in self.topics.values() if t in existing]
+            if doomed:
+                await admin.delete_topics(doomed)
+        finally:
+            await admin.close()
+
+    def produce(self, role: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
+        """Send raw (key, value) records to the role's topic with a plain aiokafka producer."""
+        return asyncio.run(self._produce(self.topics[role], list(records)))
+
+    async def _produce(self, topic: str, records: Sequence[tuple[bytes | None, bytes]]) -> int:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.base.kafka_bootstrap, enable_idempotence=True, linger_ms=5
+        )
+        await producer.start()
+        try:
+            futures = [await producer.send(topic, value, key=key) for key, value in records]
+            await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+        return len(records)
+
+    def produce_events(self, role: str, events: Iterable[Mapping[str, Any]]) -> int:
+        """Send CloudEvent dicts as JSON, keyed by their subject."""
+        return self.produce(
+            role,
+            ((str(e["subject"]).encode(), json.dumps(e).encode()) for e in events),
+        )
+
+    def consume(self, role: str, count: int, timeout: float = 30.0) -> list[Any]:
+        """Read `count` records from the start of the role's topic."""
+        return asyncio.run(self._consume(self.topics[role], count, timeout))
+
+    async def _consume(self, topic: str, count: int, timeout: float) -> list[Any]:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=self.base.kafka_bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        got: list[Any] = []
+        try:
+            deadline = time.monotonic() + timeout
+            while len(got) < count and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                for messages in batch.values():
+                    got.extend(messages)
+        finally:
+            await consumer.stop()
+        return got
+
+    # -- SQL -----------------------------------------------------------------------------------
+    def query(self, statement: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
+        """Run SQL as a user would and return all rows."""
+        with psycopg.connect(self.database_url) as conn:
+            return conn.execute(statement, params or None).fetchall()  # type: ignore[arg-type]
+
+    def scalar(self, statement: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
+        """The first column of the first row."""
+        rows = self.query(statement, params)
+        return rows[0][0] if rows else None
