@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from minruntime.events.topics import DEFAULT_TOPICS
+
 KAFKA_VERSION = "4.3.1"
 
 
@@ -40,12 +42,12 @@ class Settings(BaseSettings):
     stack_timeout_seconds: float = 90.0
 
     # Topics (CONTRACT.md §1 default names).
-    topic_queues: str = "kai.queues"
-    topic_podgroups: str = "kai.podgroups"
-    topic_nodes: str = "kai.nodes"
-    topic_nominations: str = "kai.nominations"
-    topic_requeue_decisions: str = "kai.requeue-decisions"
-    topic_dead_letter: str = "kai.dead-letter"
+    topic_queues: str = DEFAULT_TOPICS["queues"]
+    topic_podgroups: str = DEFAULT_TOPICS["podgroups"]
+    topic_nodes: str = DEFAULT_TOPICS["nodes"]
+    topic_nominations: str = DEFAULT_TOPICS["nominations"]
+    topic_requeue_decisions: str = DEFAULT_TOPICS["requeue_decisions"]
+    topic_dead_letter: str = DEFAULT_TOPICS["dead_letter"]
     # Partitions when the processor creates a per-uid topic (kai.queues always has 1).
     podgroup_partitions: int = 6
     node_partitions: int = 3

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from minruntime.settings import Settings
+from minruntime.store.migrate import upgrade
+from minruntime.store.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
 from tests.conftest import MINRUNTIME, ROOT
 
 TOPIC_ENV = {
@@ -30,8 +31,8 @@ TOPIC_ENV = {
     "podgroups": "MINRUNTIME_TOPIC_PODGROUPS",
     "nodes": "MINRUNTIME_TOPIC_NODES",
     "nominations": "MINRUNTIME_TOPIC_NOMINATIONS",
-    "requeue-decisions": "MINRUNTIME_TOPIC_REQUEUE_DECISIONS",
-    "dead-letter": "MINRUNTIME_TOPIC_DEAD_LETTER",
+    "requeue_decisions": "MINRUNTIME_TOPIC_REQUEUE_DECISIONS",
+    "dead_letter": "MINRUNTIME_TOPIC_DEAD_LETTER",
 }
 
 
@@ -54,14 +55,9 @@ class Pipeline:
         self.suffix = f"{name or 'p'}{uuid.uuid4().hex[:8]}"
         self.base = base
         self.workdir = workdir
-        parts = base.database_parts
-        self.dbname = f"mr_e2e_{self.suffix}"
-        self.database_url = (
-            f"postgresql://{parts.user}:{parts.password}@{parts.host}:{parts.port}/{self.dbname}"
-        )
+        self.database_url = ""  # set by create()
         self.topics = {role: f"kai.{role}.{self.suffix}" for role in TOPIC_ENV}
         self.env: dict[str, str] = {
-            "MINRUNTIME_DATABASE_URL": self.database_url,
             "MINRUNTIME_KAFKA_BOOTSTRAP": base.kafka_bootstrap,
             "MINRUNTIME_PROCESSOR_GROUP": f"minruntime-processor-{self.suffix}",
             "MINRUNTIME_STATE_DIR": str(workdir / "processor-state"),
@@ -73,10 +69,8 @@ class Pipeline:
     # -- lifecycle -------------------------------------------------------------------------
     def create(self) -> Pipeline:
         """Create and migrate the private database."""
-        with psycopg.connect(self.base.database_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.dbname)))
-        from minruntime.store.migrate import upgrade
-
+        self.database_url = create_scratch_database(self.base, f"{SCRATCH_PREFIX}_e2e")
+        self.env["MINRUNTIME_DATABASE_URL"] = self.database_url
         upgrade(self.settings())
         return self
 
@@ -116,20 +110,22 @@ class Pipeline:
         return code
 
     def stop(self) -> None:
-        """Stop the processor gracefully (SIGTERM), if running."""
-        if self.process is not None and self.process.poll() is None:
-            self.kill(signal.SIGTERM)
-        self.process = None
+        """Stop the processor gracefully (SIGTERM), or SIGKILL it after 30 s."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
 
     def drop(self) -> None:
         """Stop, drop the database and delete the topics."""
         self.stop()
-        with psycopg.connect(self.base.database_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(self.dbname)
-                )
-            )
+        if self.database_url:
+            drop_scratch_database(self.base, self.database_url)
         asyncio.run(self._delete_topics())
 
     def log_tail(self, lines: int = 30) -> str:
@@ -140,8 +136,12 @@ class Pipeline:
             return "(no log)"
 
     # -- Kafka -------------------------------------------------------------------------------
+    def existing_topics(self) -> set[str]:
+        """Every topic the broker has."""
+        return asyncio.run(self._list_topics())
+
     def _topics_exist(self) -> bool:
-        return asyncio.run(self._list_topics()) >= set(self.topics.values())
+        return self.existing_topics() >= set(self.topics.values())
 
     async def _list_topics(self) -> set[str]:
         from aiokafka.admin import AIOKafkaAdminClient

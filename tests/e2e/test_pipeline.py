@@ -190,7 +190,7 @@ def test_bad_input_is_dead_lettered_and_valid_input_around_it_applies(pipeline: 
         "SELECT resolved_from FROM minruntime.reclaim_protection('leaf1') WHERE uid = 'ex-leaf3'"
     ) in ("D", None)
 
-    letters = pipeline.consume("dead-letter", before_dead + expected)
+    letters = pipeline.consume("dead_letter", before_dead + expected)
     assert len(letters) >= before_dead + expected
     bodies = [json.loads(m.value) for m in letters]
     assert {b["errorKind"] for b in bodies} >= set(kinds)

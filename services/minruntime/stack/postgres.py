@@ -283,7 +283,7 @@ class PostgresNode:
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (self.db.user,))
             verb = "ALTER" if exists.fetchone() else "CREATE"
             conn.execute(
-                sql.SQL("{} ROLE {} LOGIN CREATEROLE CREATEDB PASSWORD {}").format(
+                sql.SQL("{} ROLE {} LOGIN CREATEROLE PASSWORD {}").format(
                     sql.SQL(verb), sql.Identifier(self.db.user), sql.Literal(self.db.password)
                 )
             )

@@ -32,8 +32,8 @@ class TopicRole(StrEnum):
     PODGROUPS = "podgroups"
     NODES = "nodes"
     NOMINATIONS = "nominations"
-    REQUEUE_DECISIONS = "requeue-decisions"
-    DEAD_LETTER = "dead-letter"
+    REQUEUE_DECISIONS = "requeue_decisions"
+    DEAD_LETTER = "dead_letter"
 
 
 INPUT_ROLES = (TopicRole.QUEUES, TopicRole.PODGROUPS, TopicRole.NODES, TopicRole.NOMINATIONS)
