@@ -10,11 +10,17 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus, stack_up
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Hypothesis's per-example deadline is a timed assertion: on a loaded 2-core machine (Kafka,
+# PostgreSQL and a processor beside the tests) it fails for reasons that are not behaviour.
+hypothesis_settings.register_profile("minruntime", deadline=None)
+hypothesis_settings.load_profile("minruntime")
 MINRUNTIME = str(Path(sys.executable).with_name("minruntime"))
 
 

@@ -25,7 +25,10 @@ _DEFAULT_MIN_AVAILABLE = SubGroup().min_available
 
 
 def _duplicates(names: Iterable[str]) -> list[str]:
-    return sorted(name for name, count in Counter(names).items() if count > 1)
+    listed = list(names)
+    if len(set(listed)) == len(listed):  # the common case, without building a Counter
+        return []
+    return sorted(name for name, count in Counter(listed).items() if count > 1)
 
 
 def _reject_duplicates(what: str, names: Iterable[str]) -> None:

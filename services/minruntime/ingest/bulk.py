@@ -1,7 +1,9 @@
-"""Multi-row writes as one statement: every column is sent as one array and unnested.
+"""Multi-row writes as one statement: ``COPY ... FROM STDIN``, or one array per column, unnested.
 
 A batch of thousands of rows then costs one round trip and one parse, instead of one
 statement per row (psycopg's executemany pipelines, but still binds and executes per row).
+Plain inserts stream the rows with COPY (formatted in C by psycopg); upserts, which COPY
+cannot express, send each column as one array to ``INSERT ... SELECT FROM unnest(...)``.
 """
 
 from __future__ import annotations
@@ -51,14 +53,37 @@ def insert_many(
     *,
     conflict: str = "",
 ) -> None:
-    """Insert ``rows`` (mappings keyed by column) in one statement; nothing when empty."""
+    """Insert ``rows`` (mappings keyed by column) in one statement; nothing when empty.
+
+    Without a ``conflict`` clause the rows are streamed with ``COPY ... FROM STDIN`` (text
+    format): psycopg formats each row in C, where the unnested arrays are built element by
+    element in Python, so COPY is several times cheaper per row. Every value reaches the
+    column through the column type's input function either way (jsonb and numeric as text,
+    exactly as the array path casts them). With a conflict clause, one
+    ``INSERT ... SELECT FROM unnest(...)`` (COPY cannot say ON CONFLICT).
+    """
     if not rows:
         return
-    statement, params = unnest_insert(table, columns, rows, conflict=conflict)
-    # Straight to psycopg, in the same transaction: binary parameters (%b) send each array
-    # without the per-element quoting of the text format (several times faster here).
+    # Straight to psycopg, in the same transaction.
     driver = conn.connection.driver_connection
     assert driver is not None
+    if not conflict:
+        names = ", ".join(f'"{name}"' for name in columns)
+        kinds = list(columns.items())
+        as_text = [(i, kind) for i, (_, kind) in enumerate(kinds) if _wire_type(kind) != kind]
+        with (
+            driver.cursor() as cursor,
+            cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                values = [row[name] for name in columns]
+                for i, kind in as_text:
+                    values[i] = _wire_value(values[i], kind, True)
+                copy.write_row(values)
+        return
+    statement, params = unnest_insert(table, columns, rows, conflict=conflict)
+    # Binary parameters (%b) send each array without the per-element quoting of the text
+    # format (several times faster here).
     with driver.cursor() as cursor:
         cursor.execute(statement, params)
 

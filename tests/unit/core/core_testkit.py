@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
-from minruntime.core import MinRuntimeConfig, Queue, QueueTree
+from minruntime.core import (
+    EXPECTED_RUNTIME_ANNOTATION,
+    EXPECTED_RUNTIME_PLUGIN,
+    ClusterSnapshot,
+    CyclePlan,
+    MinRuntimeConfig,
+    Node,
+    NodePoolConfigs,
+    PendingPodGroup,
+    Pod,
+    Queue,
+    QueueTree,
+    RunningPodGroup,
+    SubGroup,
+    plan_requeue_cycle,
+)
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -130,3 +146,103 @@ configs = st.builds(
 def queue_names(tree: QueueTree) -> st.SearchStrategy[str]:
     """Names in the tree, plus one that is not."""
     return st.sampled_from([*(queue.name for queue in tree), "nowhere"])
+
+
+# --- requeue planning: builders with the defaults of the §9 scenarios ----------------------
+
+EXPECTED = "1h"
+
+
+def node(name: str, gpu: float = 8.0, pool: str = "default") -> Node:
+    return Node(name=name, gpu=gpu, node_pool=pool)
+
+
+def running_pg(
+    uid: str,
+    *,
+    gpus: Sequence[tuple[str, float]] = (("n1", 4.0),),
+    queue: str = "team",
+    priority: int = 0,
+    start: datetime | None = T0 - timedelta(hours=2),
+    annotations: Mapping[str, str] | None = None,
+    pool: str = "default",
+    subgroups: Sequence[SubGroup] = (SubGroup(),),
+    pod_subgroups: Sequence[str] | None = None,
+    preemptible: bool = True,
+) -> RunningPodGroup:
+    """A running podgroup with one running pod per (node, gpu); over its 1h runtime by default."""
+    names = pod_subgroups or [subgroups[0].name] * len(gpus)
+    return RunningPodGroup(
+        uid=uid,
+        queue=queue,
+        priority=priority,
+        start_time=start,
+        node_pool=pool,
+        preemptible=preemptible,
+        annotations={EXPECTED_RUNTIME_ANNOTATION: EXPECTED} if annotations is None else annotations,
+        subgroups=tuple(subgroups),
+        pods=tuple(
+            Pod(name=f"{uid}-{i}", gpu=gpu, node=where, running=True, subgroup=sub)
+            for i, ((where, gpu), sub) in enumerate(zip(gpus, names, strict=True))
+        ),
+    )
+
+
+def pending_pg(
+    uid: str,
+    *,
+    gpus: Sequence[float] = (4.0,),
+    queue: str = "team",
+    priority: int = 10,
+    pool: str = "default",
+    subgroups: Sequence[SubGroup] | None = None,
+    pod_subgroups: Sequence[str] | None = None,
+    submitted_at: datetime | None = None,
+) -> PendingPodGroup:
+    """A pending podgroup with one pod per GPU request; by default one subgroup needs them all."""
+    if subgroups is None:
+        subgroups = (SubGroup(min_available=len(gpus)),)
+    names = pod_subgroups or [subgroups[0].name] * len(gpus)
+    return PendingPodGroup(
+        uid=uid,
+        queue=queue,
+        priority=priority,
+        node_pool=pool,
+        subgroups=tuple(subgroups),
+        submitted_at=submitted_at,
+        pods=tuple(
+            Pod(name=f"{uid}-{i}", gpu=gpu, subgroup=sub)
+            for i, (gpu, sub) in enumerate(zip(gpus, names, strict=True))
+        ),
+    )
+
+
+def flat_tree(
+    *names: str, preempt: timedelta | None = None, reclaim: timedelta | None = None
+) -> QueueTree:
+    """Root queues with the same minimum runtimes."""
+    return QueueTree(
+        Queue(name=name, preempt_min_runtime=preempt, reclaim_min_runtime=reclaim)
+        for name in names or ("team",)
+    )
+
+
+def plan(
+    snapshot: ClusterSnapshot,
+    candidates: Mapping[str, Collection[str]],
+    *,
+    tree: QueueTree | None = None,
+    configs: NodePoolConfigs | None = None,
+    now: datetime = T0,
+) -> CyclePlan:
+    return plan_requeue_cycle(
+        snapshot,
+        candidates,
+        tree=tree if tree is not None else flat_tree("team", "other"),
+        configs=configs if configs is not None else NodePoolConfigs(),
+        now=now,
+    )
+
+
+def nominated(*uids: str, by: str = EXPECTED_RUNTIME_PLUGIN) -> dict[str, frozenset[str]]:
+    return {uid: frozenset({by}) for uid in uids}

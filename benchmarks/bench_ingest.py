@@ -1,0 +1,403 @@
+"""Benchmark ingestion: the real processor against a bare decode-only consumer, same topics.
+
+Generates a deterministic cluster trace (seed 20261121): a queue tree (5 roots, ~6 levels,
+some queues with preempt/reclaim values), one config, nodes, and podgroups that go
+submitted -> allocated (two steps) -> released, with an annotation on every tenth; events are
+interleaved in simulated time, so most allocations and releases touch podgroups stored by an
+earlier batch. The trace is produced to a private topic set with a plain aiokafka producer
+(JSON CloudEvents keyed by subject), then, in the same run:
+
+(a) bare: an aiokafka consumer (no group, default fetch sizes) drains every topic from
+    the beginning and decodes each value with ``json.loads`` only;
+(b) processor: ``minruntime processor`` (subprocess, private env) from an empty migrated
+    database until every event is applied.
+
+    .venv/bin/python benchmarks/bench_ingest.py [--podgroups 50000] [--queues 5000]
+        [--nodes 2000] [--keep] [--profile]
+
+Needs the local stack (``minruntime stack up``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import pstats
+import random
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pipeline import INPUT_ROLES, BenchPipeline, overrides, produce, rfc3339
+
+SEED = 20261121
+T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
+RATIO_TARGET = 0.5
+POLL_SECONDS = 0.02
+SOURCE = "bench/ingest"
+
+
+def build_tree(rng: random.Random, count: int) -> list[tuple[str, str | None, int]]:
+    """(name, parent, depth) for ``count`` queues in 5 roots, about 6 levels deep."""
+    sizes = [5, 20, 100, 400, 1200]
+    sizes.append(max(0, count - sum(sizes)))
+    queues: list[tuple[str, str | None, int]] = []
+    previous: list[str] = []
+    for depth, size in enumerate(sizes):
+        level = [f"q{depth}-{i}" for i in range(size)]
+        for name in level:
+            queues.append((name, rng.choice(previous) if previous else None, depth))
+        previous = level
+    return queues[:count]
+
+
+def duration(rng: random.Random) -> str | None:
+    """Unset 60 %, ``0s`` 10 %, 1-120 minutes 30 %."""
+    roll = rng.random()
+    if roll < 0.6:
+        return None
+    if roll < 0.7:
+        return "0s"
+    return f"{rng.randint(1, 120)}m"
+
+
+class Trace:
+    """The generated events as (role, key, value), in production order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, bytes, bytes]] = []
+        self.types: dict[str, int] = {}
+        self._n = 0
+
+    def add(self, role: str, type_: str, subject: str, data: dict[str, Any], at: datetime) -> None:
+        self._n += 1
+        value = json.dumps(
+            {
+                "specversion": "1.0",
+                "id": f"ev-{self._n}",
+                "source": SOURCE,
+                "type": type_,
+                "time": rfc3339(at),
+                "subject": subject,
+                "data": data,
+            }
+        ).encode()
+        self.events.append((role, subject.encode(), value))
+        self.types[type_] = self.types.get(type_, 0) + 1
+
+
+def generate(queues: int, nodes: int, podgroups: int, seed: int = SEED) -> Trace:
+    """The deterministic cluster trace."""
+    rng = random.Random(seed)
+    trace = Trace()
+    tree = build_tree(rng, queues)
+    for name, parent, _ in tree:
+        data: dict[str, Any] = {"name": name}
+        if parent:
+            data["parentQueue"] = parent
+        for field in ("preemptMinRuntime", "reclaimMinRuntime"):
+            value = duration(rng)
+            if value is not None:
+                data[field] = value
+        trace.add("queues", "queue.upserted", name, data, T0)
+    trace.add(
+        "queues",
+        "config.updated",
+        "config/default",
+        {"nodePool": "default", "defaultReclaimMinRuntime": "5m", "reclaimResolveMethod": "lca"},
+        T0,
+    )
+    for i in range(nodes):
+        pool = "pool-b" if i % 4 == 0 else "default"
+        data = {"name": f"node-{i}", "nodePool": pool, "gpu": 8}
+        trace.add("nodes", "node.upserted", f"node-{i}", data, T0)
+    deep = [name for name, _, depth in tree if depth >= 3] or [name for name, _, _ in tree]
+    # Podgroup events in simulated time: 100 submissions/s, allocation 0.5-20 s later (two
+    # steps), release 1-10 minutes into the run.
+    timeline: list[tuple[float, int, str, str, dict[str, Any]]] = []
+    for i in range(podgroups):
+        uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        npods = rng.randint(2, 4)
+        pods = [f"{uid[:8]}-w{p}" for p in range(npods)]
+        elastic = rng.random() < 0.2
+        submitted: dict[str, Any] = {
+            "uid": uid,
+            "name": f"job-{i}",
+            "namespace": f"team-{i % 40}",
+            "queue": rng.choice(deep),
+            "priority": rng.randint(0, 200),
+            "subGroups": [{"name": "default", "minAvailable": 1 if elastic else npods}],
+            "pods": [{"name": pod, "gpu": 1} for pod in pods],
+        }
+        if i % 5 == 0:
+            submitted["nodePool"] = "pool-b"
+        t = i * 0.01
+        timeline.append((t, len(timeline), "podgroup.submitted", uid, submitted))
+        node = f"node-{rng.randrange(max(nodes, 1))}"
+        first = t + rng.uniform(0.5, 20)
+        half = npods // 2
+        timeline.append(
+            (
+                first,
+                len(timeline),
+                "podgroup.allocated",
+                uid,
+                {"uid": uid, "pods": [{"name": pod, "node": node} for pod in pods[:half]]},
+            )
+        )
+        second = first + rng.uniform(0, 5)
+        timeline.append(
+            (
+                second,
+                len(timeline),
+                "podgroup.allocated",
+                uid,
+                {"uid": uid, "pods": [{"name": pod, "node": node} for pod in pods[half:]]},
+            )
+        )
+        if i % 10 == 0:
+            annotations = {"kai.scheduler/expected-runtime": f"{rng.randint(10, 240)}m"}
+            timeline.append(
+                (
+                    second + 1,
+                    len(timeline),
+                    "podgroup.annotated",
+                    uid,
+                    {"uid": uid, "annotations": annotations},
+                )
+            )
+        released = second + rng.uniform(60, 600)
+        timeline.append(
+            (released, len(timeline), "podgroup.released", uid, {"uid": uid, "reason": "completed"})
+        )
+    timeline.sort()
+    for t, _, type_, uid, data in timeline:
+        trace.add("podgroups", type_, uid, data, T0 + timedelta(seconds=t))
+    return trace
+
+
+async def bare_consume(
+    bootstrap: str, topics: list[str], expected: int, keep: bool
+) -> tuple[float, list[Any]]:
+    """Drain ``topics`` from the start, ``json.loads`` each value; seconds first->last record."""
+    from aiokafka import AIOKafkaConsumer
+
+    # No group: every partition of the topics is consumed, from the earliest offset.
+    consumer = AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    kept: list[Any] = []
+    try:
+        seen, first = 0, None
+        deadline = time.monotonic() + 600
+        while seen < expected:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"bare consumer: only {seen} of {expected} records")
+            batches = await consumer.getmany(timeout_ms=1000)
+            if first is None and batches:
+                first = time.perf_counter()
+            for messages in batches.values():
+                for message in messages:
+                    json.loads(message.value)
+                seen += len(messages)
+                if keep:
+                    kept.extend(messages)
+        assert first is not None
+        return time.perf_counter() - first, kept
+    finally:
+        await consumer.stop()
+
+
+def run_processor(pipe: BenchPipeline, expected: int) -> dict[str, Any]:
+    """Start the processor on the filled topics; poll its stored offsets until all applied.
+
+    The poll (every 20 ms, one autocommit connection) reads the consumer group's stored next
+    offsets, which ``apply_batch`` writes in the same transaction as the event log, so
+    sum(next_offset) == records produced means every event is committed.
+    """
+    topic_role = {topic: role for role, topic in pipe.topics.items()}
+    spawned = pipe.start()
+    first_seen: float | None = None
+    finished: dict[str, float] = {}
+    with pipe.connect() as conn:
+        while True:
+            pipe.check_alive()
+            rows = conn.execute(
+                "SELECT topic, sum(next_offset), clock_timestamp()"
+                " FROM minruntime_state.consumer_offsets WHERE consumer_group = %s GROUP BY topic",
+                (pipe.group,),
+            ).fetchall()
+            now = time.monotonic()
+            per_topic = {topic_role[topic]: int(total) for topic, total, _ in rows}
+            total = sum(per_topic.values())
+            if total and first_seen is None:
+                first_seen = now
+            for role, count in per_topic.items():
+                if count == pipe.expected_per_role.get(role) and role not in finished:
+                    finished[role] = now
+            if total >= expected:
+                done_server = rows[0][2]
+                break
+            if now - spawned > 900:
+                raise RuntimeError(f"processor: {total} of {expected} after 900 s")
+            time.sleep(POLL_SECONDS)
+        done = time.monotonic()
+        first_applied, last_applied, logged = conn.execute(
+            "SELECT min(applied_at), max(applied_at), count(*) FROM minruntime_state.event_log"
+        ).fetchone()
+        dead = conn.execute("SELECT count(*) FROM minruntime_state.dead_letter_log").fetchone()
+        batches = conn.execute(
+            "SELECT count(DISTINCT applied_at) FROM minruntime_state.event_log"
+        ).fetchone()
+    if logged != expected or dead[0]:
+        raise RuntimeError(f"event_log has {logged} of {expected} events, {dead[0]} dead letters")
+    assert first_seen is not None
+    return {
+        "seconds": (done_server - first_applied).total_seconds(),
+        "poll_seconds": done - first_seen,
+        "startup": first_seen - spawned,
+        "finished": {role: t - spawned for role, t in finished.items()},
+        "batches": batches[0],
+        "last_batch_start": (last_applied - first_applied).total_seconds(),
+    }
+
+
+def profile_apply(pipe: BenchPipeline, messages: list[Any], batch: int) -> None:
+    """apply_batch alone under cProfile, on the records the bare consumer read, per topic."""
+    from minruntime.ingest import InboundRecord, apply_batch
+    from minruntime.store import engine_from
+    from minruntime.store.migrate import upgrade
+    from minruntime.store.scratch import create_scratch_database, drop_scratch_database
+
+    roles = {topic: role for role, topic in pipe.topics.items() if role in INPUT_ROLES}
+    by_topic: dict[str, list[InboundRecord]] = {}
+    for m in messages:
+        by_topic.setdefault(m.topic, []).append(
+            InboundRecord(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
+        )
+    url = create_scratch_database(pipe.base, "minruntime_test_bench")
+    try:
+        upgrade(url)
+        engine = engine_from(url)
+        profiler = cProfile.Profile()
+        started = time.perf_counter()
+        applied = 0
+        # Topic by topic, queues first, in offset order per partition (as faust would).
+        order = sorted(by_topic, key=lambda t: INPUT_ROLES.index(roles[t]))
+        for topic in order:
+            records = sorted(by_topic[topic], key=lambda r: (r.offset, r.partition))
+            for i in range(0, len(records), batch):
+                with engine.begin() as conn:
+                    profiler.enable()
+                    outcome = apply_batch(
+                        conn, records[i : i + batch], consumer_group="p", topic_roles=roles
+                    )
+                    profiler.disable()
+                applied += outcome.applied
+        elapsed = time.perf_counter() - started
+        engine.dispose()
+        print(
+            f"apply_batch alone (in-process, batches of {batch}): {applied:,} events in "
+            f"{elapsed:.1f} s = {applied / elapsed:,.0f} events/s (incl. commits, with profiler)"
+        )
+        out = io.StringIO()
+        stats = pstats.Stats(profiler, stream=out)
+        stats.sort_stats("cumulative").print_stats(35)
+        stats.sort_stats("tottime").print_stats(25)
+        print(out.getvalue())
+    finally:
+        drop_scratch_database(pipe.base, url)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--podgroups", type=int, default=50_000)
+    parser.add_argument("--queues", type=int, default=5000)
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--keep", action="store_true", help="keep the database and topics")
+    parser.add_argument("--batch-max-events", help="MINRUNTIME_BATCH_MAX_EVENTS for the processor")
+    parser.add_argument(
+        "--batch-within-seconds", help="MINRUNTIME_BATCH_WITHIN_SECONDS for the processor"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile apply_batch alone (cProfile)"
+    )
+    parser.add_argument("--no-processor", action="store_true", help="skip (b)")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    trace = generate(args.queues, args.nodes, args.podgroups)
+    total = len(trace.events)
+    size = sum(len(value) for _, _, value in trace.events)
+    print(
+        f"trace: {total:,} events ({size / 1e6:.1f} MB) generated in "
+        f"{time.perf_counter() - started:.1f} s: "
+        + ", ".join(f"{t} {n:,}" for t, n in sorted(trace.types.items()))
+    )
+    pipe = BenchPipeline("ingest", **overrides(args)).create()
+    try:
+        pipe.expected_per_role = {}
+        for role, _, _ in trace.events:
+            pipe.expected_per_role[role] = pipe.expected_per_role.get(role, 0) + 1
+        started = time.perf_counter()
+        asyncio.run(
+            produce(
+                pipe.base.kafka_bootstrap,
+                ((pipe.topics[role], key, value) for role, key, value in trace.events),
+            )
+        )
+        produced = time.perf_counter() - started
+        print(f"produced {total:,} events in {produced:.1f} s ({total / produced:,.0f}/s)")
+        del trace
+
+        topics = [pipe.topics[role] for role in INPUT_ROLES]
+        bare_seconds, kept = asyncio.run(
+            bare_consume(pipe.base.kafka_bootstrap, topics, total, args.profile)
+        )
+        bare = total / bare_seconds
+        print(
+            f"(a) bare aiokafka consumer + json.loads: {total:,} events in {bare_seconds:.2f} s"
+            f" = {bare:,.0f} events/s"
+        )
+        if args.profile:
+            settings = pipe.settings()
+            profile_apply(pipe, kept, settings.batch_max_events)
+            del kept
+        if args.no_processor:
+            return
+        settings = pipe.settings()
+        result = run_processor(pipe, total)
+        rate = total / result["seconds"]
+        print(
+            f"(b) minruntime processor (batch_max_events={settings.batch_max_events}, "
+            f"within={settings.batch_within_seconds}s): {total:,} events in "
+            f"{result['seconds']:.2f} s = {rate:,.0f} events/s"
+        )
+        print(
+            "    measured from the first batch's transaction start (min(event_log.applied_at))"
+            " to the first 20 ms poll of stored offsets that saw every event committed"
+            f" (server clock); poll-to-poll {result['poll_seconds']:.2f} s; startup (spawn ->"
+            f" first commit seen) {result['startup']:.1f} s; {result['batches']} batches"
+        )
+        print(
+            "    all events of a role applied at (s after spawn): "
+            + ", ".join(f"{r} {t:.1f}" for r, t in sorted(result["finished"].items()))
+        )
+        ratio = rate / bare
+        verdict = "meets" if ratio >= RATIO_TARGET else "misses"
+        print(f"ratio processor/bare = {ratio:.2f} ({verdict} the target {RATIO_TARGET})")
+    finally:
+        pipe.drop(keep=args.keep)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,353 @@
+"""Requeue planning: which nominated podgroups to evict, for whom (SEMANTICS.md §8).
+
+One call per worker cycle, pure: ``plan_requeue_cycle(snapshot, candidates, tree=, configs=,
+now=)`` returns every decision in order and the promised-capacity ledger after it. The worker
+then writes each decision, its cooldown and its event in one transaction. The rules (order,
+placement, when an eviction is justified) are written down in docs/rule-engine.md.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
+from typing import Final
+
+from minruntime.core.annotations import REQUEUE_DELAY_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
+from minruntime.core.config import NodePoolConfigs
+from minruntime.core.cooldown import in_cooldown, requeue_delay, requeue_not_before
+from minruntime.core.elastic import VictimEviction, passes_victim_filter, validate_scenario
+from minruntime.core.errors import MinRuntimeError
+from minruntime.core.nomination import nominate
+from minruntime.core.placement import FreeCapacityLedger, gpu_units, units_to_gpu
+from minruntime.core.protection import is_protected
+from minruntime.core.queue_tree import QueueTree
+from minruntime.core.requeue_model import (
+    ClusterSnapshot,
+    CyclePlan,
+    PendingPodGroup,
+    PodPlacement,
+    RequeueDecision,
+    RequeueOutcome,
+    RequeueReason,
+    RunningPodGroup,
+)
+from minruntime.core.resolution import Resolver
+from minruntime.core.timestamps import parse_rfc3339, require_aware
+
+_FAR_FUTURE: Final = datetime.max.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _Contender:
+    uid: str
+    queue: str
+    # The gang's GPU units, largest first: the order placement uses and the fit-cache key.
+    demands: tuple[int, ...] | None
+    pods: tuple[tuple[str, float], ...]
+    total: int
+    largest: int
+
+
+def _contender(podgroup: PendingPodGroup) -> _Contender:
+    gang = podgroup.required_pods()
+    if gang is None:
+        return _Contender(podgroup.uid, podgroup.queue, None, (), 0, 0)
+    ordered = sorted(gang, key=lambda pod: -gpu_units(pod.gpu))
+    demands = tuple(gpu_units(pod.gpu) for pod in ordered)
+    return _Contender(
+        podgroup.uid,
+        podgroup.queue,
+        demands,
+        tuple((pod.name, pod.gpu) for pod in ordered),
+        sum(demands),
+        demands[0] if demands else 0,
+    )
+
+
+def _contender_order(podgroup: PendingPodGroup) -> tuple[int, int, datetime, str]:
+    submitted = podgroup.submitted_at
+    return (
+        -podgroup.priority,
+        0 if submitted is not None else 1,
+        submitted if submitted is not None else _FAR_FUTURE,
+        podgroup.uid,
+    )
+
+
+def _cooldown_gate(annotations: Mapping[str, str], now: datetime) -> RequeueReason | None:
+    text = annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        not_before = parse_rfc3339(text)
+    except MinRuntimeError:
+        # Conservative, like the nominator: an unreadable cooldown is a cooldown.
+        return RequeueReason.INVALID_NOT_BEFORE
+    return RequeueReason.COOLDOWN if in_cooldown(not_before, now) else None
+
+
+def plan_requeue_cycle(
+    snapshot: ClusterSnapshot,
+    candidates: Mapping[str, Collection[str]],
+    *,
+    tree: QueueTree,
+    configs: NodePoolConfigs,
+    now: datetime,
+) -> CyclePlan:
+    """Decide, in order, every candidate (uid -> nominators) of one requeue cycle at ``now``."""
+    require_aware(now, "now")
+    return _Planner(snapshot, tree, configs, now).plan(candidates)
+
+
+class _Planner:
+    """The state of one cycle: the ledger, the pending index and what was taken."""
+
+    def __init__(
+        self, snapshot: ClusterSnapshot, tree: QueueTree, configs: NodePoolConfigs, now: datetime
+    ) -> None:
+        self._snapshot = snapshot
+        self._tree = tree
+        self._configs = configs
+        self._now = now
+        self._running = {pg.uid: pg for pg in snapshot.running}
+        self._resolvers: dict[str, Resolver] = {}
+        self._ledger = FreeCapacityLedger(self._free_nodes())
+        by_pool: dict[str, list[PendingPodGroup]] = {}
+        for podgroup in snapshot.pending:
+            if podgroup.uid not in snapshot.promised_to:
+                by_pool.setdefault(podgroup.node_pool, []).append(podgroup)
+        self._pending: dict[str, list[_Contender]] = {}
+        # Negated priorities, ascending, to find "strictly higher priority" by bisection.
+        self._ranks: dict[str, list[int]] = {}
+        for pool, podgroups in by_pool.items():
+            podgroups.sort(key=_contender_order)
+            self._pending[pool] = [_contender(pg) for pg in podgroups]
+            self._ranks[pool] = [-pg.priority for pg in podgroups]
+        self._taken: set[str] = set()
+        # Per pool: gang shape -> fits without any eviction, valid until the next commit.
+        self._fits_now: dict[str, dict[tuple[int, ...], bool]] = {}
+        self._new_promises: dict[str, int] = {}
+
+    def _free_nodes(self) -> list[tuple[str, str, int]]:
+        snapshot = self._snapshot
+        used: dict[str, int] = {}
+        for podgroup in snapshot.running:
+            if podgroup.uid in snapshot.awaiting_release:
+                continue
+            for pod in podgroup.pods:
+                if pod.running and pod.node is not None:
+                    used[pod.node] = used.get(pod.node, 0) + gpu_units(pod.gpu)
+        return [
+            (
+                node.name,
+                node.node_pool,
+                gpu_units(node.gpu)
+                - used.get(node.name, 0)
+                - gpu_units(snapshot.promised.get(node.name, 0.0)),
+            )
+            for node in snapshot.nodes
+        ]
+
+    def plan(self, candidates: Mapping[str, Collection[str]]) -> CyclePlan:
+        decisions = tuple(
+            self._decide(uid, tuple(sorted(set(candidates[uid]))))
+            for uid in sorted(candidates, key=self._candidate_order)
+        )
+        promised = {node: gpu_units(gpus) for node, gpus in self._snapshot.promised.items()}
+        for node, units in self._new_promises.items():
+            promised[node] = promised.get(node, 0) + units
+        return CyclePlan(
+            decisions,
+            MappingProxyType(
+                {node: units_to_gpu(units) for node, units in sorted(promised.items()) if units}
+            ),
+        )
+
+    def _candidate_order(self, uid: str) -> tuple[int, int, timedelta, str]:
+        # Lowest priority first, then the largest overrun, then uid; unknown podgroups last.
+        podgroup = self._running.get(uid)
+        if podgroup is None:
+            return (1, 0, timedelta(0), uid)
+        overrun = nominate(podgroup.nomination_candidate(), self._now).overrun
+        return (0, podgroup.priority, -(overrun or timedelta(0)), uid)
+
+    def _skip(
+        self, uid: str, nominated_by: tuple[str, ...], reason: RequeueReason
+    ) -> RequeueDecision:
+        return RequeueDecision(
+            uid=uid,
+            outcome=RequeueOutcome.SKIPPED,
+            reason=reason,
+            nominated_by=nominated_by,
+            decided_at=self._now,
+        )
+
+    def _decide(self, uid: str, nominated_by: tuple[str, ...]) -> RequeueDecision:
+        podgroup = self._running.get(uid)
+        if podgroup is not None:
+            gate = _cooldown_gate(podgroup.annotations, self._now)
+            if gate is not None:
+                return self._skip(uid, nominated_by, gate)
+        if podgroup is None or not podgroup.running_pods:
+            return self._skip(uid, nominated_by, RequeueReason.NOT_RUNNING)
+        if uid in self._snapshot.awaiting_release:
+            return self._skip(uid, nominated_by, RequeueReason.ALREADY_COMMITTED)
+        if not podgroup.preemptible:
+            return self._skip(uid, nominated_by, RequeueReason.NOT_PREEMPTIBLE)
+        return self._attempt(podgroup, nominated_by)
+
+    def _resolver(self, pool: str) -> Resolver:
+        resolver = self._resolvers.get(pool)
+        if resolver is None:
+            resolver = Resolver(self._tree, self._configs.for_pool(pool))
+            self._resolvers[pool] = resolver
+        return resolver
+
+    def _attempt(self, victim: RunningPodGroup, nominated_by: tuple[str, ...]) -> RequeueDecision:
+        ledger = self._ledger
+        checkpoint = ledger.checkpoint()
+        for pod in victim.pods:
+            if pod.running and pod.node is not None:
+                ledger.release(pod.node, gpu_units(pod.gpu))
+        placed, contenders, protected_fit = self._serve(victim, checkpoint)
+        if placed:
+            return self._commit(victim, nominated_by, placed, checkpoint)
+        ledger.rollback(checkpoint)
+        if not contenders:
+            reason = RequeueReason.NO_HIGHER_PRIORITY_PENDING
+        elif protected_fit:
+            reason = RequeueReason.PROTECTED
+        else:
+            reason = RequeueReason.NO_CONTENDER_FITS
+        return RequeueDecision(
+            uid=victim.uid,
+            outcome=RequeueOutcome.ROLLED_BACK,
+            reason=reason,
+            nominated_by=nominated_by,
+            decided_at=self._now,
+        )
+
+    def _serve(
+        self, victim: RunningPodGroup, checkpoint: int
+    ) -> tuple[list[tuple[_Contender, tuple[str, ...]]], bool, bool]:
+        """Place higher-priority contenders that need the capacity the victim freed.
+
+        Returns the placements, whether any contender was left to try, and whether one
+        would have been placed but for the victim's minimum runtime.
+        """
+        pool = victim.node_pool
+        ledger = self._ledger
+        pending = self._pending.get(pool, [])
+        higher = pending[: bisect_left(self._ranks.get(pool, []), -victim.priority)]
+        excluded = _Exclusion(victim, self._resolver(pool), self._now)
+        fits_now = self._fits_now.setdefault(pool, {})
+        fits_freed: dict[tuple[int, ...], bool] = {}
+        placed: list[tuple[_Contender, tuple[str, ...]]] = []
+        contenders = protected_fit = False
+        # Cheap bounds first: no pod larger than the largest hole, no gang above the total.
+        largest, total = ledger.max_free(pool), ledger.total_free(pool)
+        for contender in higher:
+            if contender.uid in self._taken:
+                continue
+            contenders = True
+            demands = contender.demands
+            if demands is None or contender.largest > largest or contender.total > total:
+                continue
+            protected = excluded.against(contender.queue)
+            if protected and protected_fit:
+                continue
+            # Justified only if the gang needs the freed capacity: the scheduler could place
+            # a gang that already fits without evicting anyone.
+            fits_before = fits_now.get(demands)
+            if fits_before:
+                continue
+            fits = fits_freed.get(demands)
+            if fits is None:
+                fits = fits_freed[demands] = ledger.fits(pool, demands)
+            if not fits:
+                continue
+            if fits_before is None:
+                fits_before = fits_now[demands] = ledger.fits_at(checkpoint, pool, demands)
+                if fits_before:
+                    continue
+            if protected:
+                protected_fit = True
+                continue
+            nodes = ledger.place(pool, demands)
+            assert nodes is not None  # it fitted an instant ago on the same ledger
+            placed.append((contender, nodes))
+            if not ledger.gained_since(checkpoint, pool):
+                break  # nothing freed is left over: nobody else can need this eviction
+            fits_freed.clear()
+            largest, total = ledger.max_free(pool), ledger.total_free(pool)
+        return placed, contenders, protected_fit
+
+    def _commit(
+        self,
+        victim: RunningPodGroup,
+        nominated_by: tuple[str, ...],
+        placed: list[tuple[_Contender, tuple[str, ...]]],
+        checkpoint: int,
+    ) -> RequeueDecision:
+        for pool in self._ledger.pools_changed_since(checkpoint):
+            self._fits_now.pop(pool, None)
+        reserved: dict[str, int] = {}
+        placements: list[PodPlacement] = []
+        for contender, nodes in placed:
+            self._taken.add(contender.uid)
+            for (pod, gpu), node, units in zip(
+                contender.pods, nodes, contender.demands or (), strict=True
+            ):
+                placements.append(PodPlacement(contender.uid, pod, node, gpu))
+                reserved[node] = reserved.get(node, 0) + units
+        for node, units in reserved.items():
+            self._new_promises[node] = self._new_promises.get(node, 0) + units
+        default = self._configs.for_pool(victim.node_pool).default_requeue_delay
+        delay, problem = requeue_delay(victim.annotations.get(REQUEUE_DELAY_ANNOTATION), default)
+        return RequeueDecision(
+            uid=victim.uid,
+            outcome=RequeueOutcome.COMMITTED,
+            reason=None,
+            nominated_by=nominated_by,
+            decided_at=self._now,
+            beneficiaries=tuple(contender.uid for contender, _ in placed),
+            requeue_not_before=requeue_not_before(self._now, delay),
+            reservations={
+                node: units_to_gpu(units) for node, units in sorted(reserved.items()) if units
+            },
+            placements=tuple(placements),
+            delay_problem=problem,
+        )
+
+
+class _Exclusion:
+    """Whether a victim's minimum runtime protects it against contenders of a given queue."""
+
+    __slots__ = ("_cache", "_elastic_ok", "_now", "_resolver", "_victim")
+
+    def __init__(self, victim: RunningPodGroup, resolver: Resolver, now: datetime) -> None:
+        self._victim = victim
+        self._resolver = resolver
+        self._now = now
+        self._cache: dict[str, bool] = {}
+        # §6: evicting a protected podgroup whole is valid only if it is elastic and every
+        # subgroup may drop to zero pods.
+        pods = victim.pod_set
+        self._elastic_ok = (
+            passes_victim_filter(pods, True)
+            and validate_scenario((VictimEviction.whole(pods, True),)).valid
+        )
+
+    def against(self, contender_queue: str) -> bool:
+        """True if the victim may not be evicted for a contender of ``contender_queue``."""
+        cached = self._cache.get(contender_queue)
+        if cached is None:
+            victim = self._victim
+            # Preempt rule within one queue, reclaim rule across queues.
+            resolution = self._resolver.resolve_for(victim.queue, contender_queue)
+            protected = is_protected(victim.start_time, resolution.min_runtime, self._now)
+            cached = self._cache[contender_queue] = protected and not self._elastic_ok
+        return cached

@@ -1,0 +1,259 @@
+"""The requeue planner's values (SEMANTICS.md §8): the cluster snapshot it reads and the
+decisions it returns.
+
+The requeue worker builds a snapshot from its store once per cycle. Everything here is
+immutable and validated on construction, so the planner can trust it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import ClassVar
+
+from minruntime.core.config import DEFAULT_NODE_POOL
+from minruntime.core.elastic import DEFAULT_SUBGROUP, PodGroupPods, SubGroup
+from minruntime.core.errors import MinRuntimeError
+from minruntime.core.nomination import NominationCandidate
+from minruntime.core.timestamps import require_aware
+
+
+class InvalidSnapshotError(MinRuntimeError):
+    """A cluster snapshot handed to the requeue planner is inconsistent."""
+
+    kind: ClassVar[str] = "invalid_snapshot"
+
+
+def _check_gpu(value: float, what: str) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise InvalidSnapshotError(f"{what}: GPUs must be a finite number >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """A node: its GPU capacity (fractions allowed) and the node pool it belongs to."""
+
+    name: str
+    gpu: float
+    node_pool: str = DEFAULT_NODE_POOL
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InvalidSnapshotError("a node needs a non-empty name")
+        _check_gpu(self.gpu, f"node {self.name}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pod:
+    """One pod: its GPU request, subgroup, and where it runs if it holds resources."""
+
+    name: str
+    gpu: float = 0.0
+    subgroup: str = DEFAULT_SUBGROUP
+    node: str | None = None
+    # Holds resources on ``node``; pods still releasing count as running (§6).
+    running: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InvalidSnapshotError("a pod needs a non-empty name")
+        _check_gpu(self.gpu, f"pod {self.name}")
+        if self.running and not self.node:
+            raise InvalidSnapshotError(f"pod {self.name} is running but has no node")
+
+
+def _pod_set(uid: str, pods: tuple[Pod, ...], subgroups: tuple[SubGroup, ...]) -> PodGroupPods:
+    names = Counter(pod.name for pod in pods)
+    duplicates = sorted(name for name, count in names.items() if count > 1)
+    if duplicates:
+        raise InvalidSnapshotError(f"podgroup {uid}: duplicate pod name(s) {', '.join(duplicates)}")
+    return PodGroupPods(
+        uid=uid,
+        pods={pod.name: pod.subgroup for pod in pods},
+        running=frozenset(pod.name for pod in pods if pod.running),
+        subgroups=subgroups,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningPodGroup:
+    """A podgroup that holds resources: a possible requeue candidate (victim)."""
+
+    uid: str
+    queue: str
+    priority: int
+    start_time: datetime | None
+    pods: tuple[Pod, ...]
+    node_pool: str = DEFAULT_NODE_POOL
+    preemptible: bool = True
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    subgroups: tuple[SubGroup, ...] = (SubGroup(),)
+    # Derived: the elastic view of the pods (§6), built once.
+    pod_set: PodGroupPods = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pods", tuple(self.pods))
+        object.__setattr__(self, "subgroups", tuple(self.subgroups))
+        object.__setattr__(self, "annotations", MappingProxyType(dict(self.annotations)))
+        if self.start_time is not None:
+            require_aware(self.start_time, f"podgroup {self.uid} start time")
+        object.__setattr__(self, "pod_set", _pod_set(self.uid, self.pods, self.subgroups))
+
+    @property
+    def running_pods(self) -> int:
+        """The number of pods holding resources."""
+        return len(self.pod_set.running)
+
+    def nomination_candidate(self) -> NominationCandidate:
+        """The view of this podgroup that the expected-runtime nominator judges."""
+        return NominationCandidate(
+            running_pods=self.running_pods,
+            preemptible=self.preemptible,
+            annotations=self.annotations,
+            start_time=self.start_time,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingPodGroup:
+    """A podgroup waiting for resources: a possible beneficiary (contender) of a requeue."""
+
+    uid: str
+    queue: str
+    priority: int
+    pods: tuple[Pod, ...]
+    node_pool: str = DEFAULT_NODE_POOL
+    subgroups: tuple[SubGroup, ...] = (SubGroup(),)
+    # Breaks priority ties: older first (unknown after known), then uid.
+    submitted_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pods", tuple(self.pods))
+        object.__setattr__(self, "subgroups", tuple(self.subgroups))
+        if self.submitted_at is not None:
+            require_aware(self.submitted_at, f"podgroup {self.uid} submission time")
+        _pod_set(self.uid, self.pods, self.subgroups)
+
+    def required_pods(self) -> tuple[Pod, ...] | None:
+        """The gang: each subgroup's first minAvailable pods; None if a subgroup has too few."""
+        gang: list[Pod] = []
+        for subgroup in self.subgroups:
+            members = [pod for pod in self.pods if pod.subgroup == subgroup.name]
+            if len(members) < subgroup.min_available:
+                return None
+            gang.extend(members[: subgroup.min_available])
+        return tuple(gang)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSnapshot:
+    """Everything the planner needs to know about the cluster at the start of a cycle."""
+
+    nodes: tuple[Node, ...]
+    running: tuple[RunningPodGroup, ...] = ()
+    pending: tuple[PendingPodGroup, ...] = ()
+    # Node -> GPUs promised to beneficiaries of earlier commits that are not placed yet.
+    promised: Mapping[str, float] = field(default_factory=dict)
+    # Victims of earlier commits that still hold resources: their pods count as already
+    # freed (the promise above is carved out of that capacity) and they are not retried.
+    awaiting_release: frozenset[str] = frozenset()
+    # Beneficiaries of earlier commits still pending: they already hold a promise and are
+    # not contenders again (one podgroup must not cause two evictions).
+    promised_to: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "running", "pending"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "promised", MappingProxyType(dict(self.promised)))
+        object.__setattr__(self, "awaiting_release", frozenset(self.awaiting_release))
+        object.__setattr__(self, "promised_to", frozenset(self.promised_to))
+        _unique("node name", (node.name for node in self.nodes))
+        _unique(
+            "podgroup uid",
+            [*(pg.uid for pg in self.running), *(pg.uid for pg in self.pending)],
+        )
+        for node, gpus in self.promised.items():
+            _check_gpu(gpus, f"promised capacity on node {node}")
+
+
+def _unique(what: str, names: Iterable[str]) -> None:
+    duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
+    if duplicates:
+        raise InvalidSnapshotError(f"duplicate {what}(s) in snapshot: {', '.join(duplicates)}")
+
+
+class RequeueOutcome(StrEnum):
+    """What happened to a candidate (the ``outcome`` column of requeue_decisions)."""
+
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+    SKIPPED = "skipped"
+
+
+class RequeueReason(StrEnum):
+    """Why a candidate was skipped or rolled back (a finite metric label)."""
+
+    COOLDOWN = "cooldown"
+    INVALID_NOT_BEFORE = "invalid_not_before"
+    NOT_RUNNING = "not_running"
+    ALREADY_COMMITTED = "already_committed"
+    # Not in §8's list: an external nominator may name a podgroup that KAI never evicts.
+    NOT_PREEMPTIBLE = "not_preemptible"
+    NO_HIGHER_PRIORITY_PENDING = "no_higher_priority_pending"
+    PROTECTED = "protected"
+    NO_CONTENDER_FITS = "no_contender_fits"
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    """Where one pod of a beneficiary is expected to run once the victim is gone."""
+
+    podgroup: str
+    pod: str
+    node: str
+    gpu: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequeueDecision:
+    """The planner's verdict on one candidate."""
+
+    uid: str
+    outcome: RequeueOutcome
+    # None when committed.
+    reason: RequeueReason | None
+    nominated_by: tuple[str, ...]
+    decided_at: datetime
+    beneficiaries: tuple[str, ...] = ()
+    requeue_not_before: datetime | None = None
+    # Node -> GPUs promised to the beneficiaries (committed decisions only).
+    reservations: Mapping[str, float] = field(default_factory=dict)
+    placements: tuple[PodPlacement, ...] = ()
+    # Why the requeue-delay annotation was ignored, for the audit record.
+    delay_problem: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reservations", MappingProxyType(dict(self.reservations)))
+
+
+@dataclass(frozen=True, slots=True)
+class CyclePlan:
+    """The decisions of one cycle, in processing order, and the promises after them."""
+
+    decisions: tuple[RequeueDecision, ...]
+    # Node -> GPUs promised: the snapshot's promises plus this cycle's reservations.
+    promised: Mapping[str, float]
+
+    def committed(self) -> tuple[RequeueDecision, ...]:
+        """The decisions that evict a podgroup."""
+        return tuple(d for d in self.decisions if d.outcome is RequeueOutcome.COMMITTED)
