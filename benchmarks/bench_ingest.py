@@ -225,7 +225,8 @@ def run_processor(pipe: BenchPipeline, expected: int) -> dict[str, Any]:
     sum(next_offset) == records produced means every event is committed.
     """
     topic_role = {topic: role for role, topic in pipe.topics.items()}
-    spawned = pipe.start()
+    pipe.start()
+    spawned = pipe.spawned_at
     first_seen: float | None = None
     finished: dict[str, float] = {}
     with pipe.connect() as conn:

@@ -24,6 +24,7 @@ import psycopg
 from minruntime.settings import Settings
 from minruntime.store.migrate import upgrade
 from minruntime.store.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
+from minruntime.stream.topics import ensure_topics, topic_specs
 from tests.conftest import MINRUNTIME, ROOT
 
 TOPIC_ENV = {
@@ -49,29 +50,48 @@ def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condi
 
 
 class Pipeline:
-    """A private database + topic set + processor subprocess on the shared real stack."""
+    """A private database + topic set + processor subprocess on the shared real stack.
 
-    def __init__(self, base: Settings, workdir: Path, name: str = "") -> None:
+    The benchmarks use it too (`benchmarks/pipeline.py`), with their own topic prefix and
+    processor settings (`overrides`: MINRUNTIME_* names without the prefix, lower case).
+    """
+
+    def __init__(
+        self,
+        base: Settings,
+        workdir: Path,
+        name: str = "",
+        *,
+        topic_prefix: str = "kai",
+        overrides: Mapping[str, str] | None = None,
+        loglevel: str = "info",
+    ) -> None:
         self.suffix = f"{name or 'p'}{uuid.uuid4().hex[:8]}"
         self.base = base
         self.workdir = workdir
+        self.loglevel = loglevel
         self.database_url = ""  # set by create()
-        self.topics = {role: f"kai.{role}.{self.suffix}" for role in TOPIC_ENV}
+        self.topics = {role: f"{topic_prefix}.{role}.{self.suffix}" for role in TOPIC_ENV}
+        self.group = f"minruntime-processor-{self.suffix}"
         self.env: dict[str, str] = {
             "MINRUNTIME_KAFKA_BOOTSTRAP": base.kafka_bootstrap,
-            "MINRUNTIME_PROCESSOR_GROUP": f"minruntime-processor-{self.suffix}",
+            "MINRUNTIME_PROCESSOR_GROUP": self.group,
             "MINRUNTIME_STATE_DIR": str(workdir / "processor-state"),
             **{TOPIC_ENV[role]: topic for role, topic in self.topics.items()},
+            **{f"MINRUNTIME_{k.upper()}": v for k, v in (overrides or {}).items()},
         }
         self.process: subprocess.Popen[bytes] | None = None
+        self.spawned_at = 0.0  # time.monotonic() of the last start()
         self.log_path = workdir / f"processor-{self.suffix}.log"
 
     # -- lifecycle -------------------------------------------------------------------------
-    def create(self) -> Pipeline:
-        """Create and migrate the private database."""
+    def create(self, with_topics: bool = False) -> Pipeline:
+        """Create and migrate the private database (and create the topics, if asked)."""
         self.database_url = create_scratch_database(self.base, f"{SCRATCH_PREFIX}_e2e")
         self.env["MINRUNTIME_DATABASE_URL"] = self.database_url
         upgrade(self.settings())
+        if with_topics:
+            asyncio.run(ensure_topics(self.base.kafka_bootstrap, topic_specs(self.settings())))
         return self
 
     def settings(self) -> Settings:
@@ -91,8 +111,9 @@ class Pipeline:
         """Start `minruntime processor` (creates the topics if missing)."""
         assert self.process is None or self.process.poll() is not None
         log = self.log_path.open("ab")
+        self.spawned_at = time.monotonic()
         self.process = subprocess.Popen(
-            [MINRUNTIME, "processor", "--loglevel", "info"],
+            [MINRUNTIME, "processor", "--loglevel", self.loglevel],
             env={**os.environ, **self.env},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -100,6 +121,13 @@ class Pipeline:
         )
         wait_for(self._topics_exist, 60, "the processor to create its topics")
         return self
+
+    def check_alive(self) -> None:
+        """Fail with the processor's log when it has exited."""
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(
+                f"the processor exited with {self.process.returncode}:\n{self.log_tail()}"
+            )
 
     def kill(self, sig: int = signal.SIGKILL) -> int:
         """Send `sig` and wait for the process to end; return its exit status."""
@@ -121,9 +149,12 @@ class Pipeline:
             process.kill()
             process.wait(30)
 
-    def drop(self) -> None:
-        """Stop, drop the database and delete the topics."""
+    def drop(self, keep: bool = False) -> None:
+        """Stop; unless `keep`, drop the database and delete the topics."""
         self.stop()
+        if keep:
+            print(f"kept database {self.database_url} and topics {sorted(self.topics.values())}")
+            return
         if self.database_url:
             drop_scratch_database(self.base, self.database_url)
         asyncio.run(self._delete_topics())
@@ -217,6 +248,10 @@ class Pipeline:
         return got
 
     # -- SQL -----------------------------------------------------------------------------------
+    def connect(self) -> psycopg.Connection[Any]:
+        """An autocommit connection to the private database."""
+        return psycopg.connect(self.database_url, autocommit=True)
+
     def query(self, statement: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
         """Run SQL as a user would and return all rows."""
         with psycopg.connect(self.database_url) as conn:
