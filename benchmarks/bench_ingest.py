@@ -32,6 +32,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cluster import build_tree, duration
 from pipeline import INPUT_ROLES, BenchPipeline, overrides, produce, rfc3339
 
 SEED = 20261121
@@ -39,30 +40,6 @@ T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
 RATIO_TARGET = 0.5
 POLL_SECONDS = 0.02
 SOURCE = "bench/ingest"
-
-
-def build_tree(rng: random.Random, count: int) -> list[tuple[str, str | None, int]]:
-    """(name, parent, depth) for ``count`` queues in 5 roots, about 6 levels deep."""
-    sizes = [5, 20, 100, 400, 1200]
-    sizes.append(max(0, count - sum(sizes)))
-    queues: list[tuple[str, str | None, int]] = []
-    previous: list[str] = []
-    for depth, size in enumerate(sizes):
-        level = [f"q{depth}-{i}" for i in range(size)]
-        for name in level:
-            queues.append((name, rng.choice(previous) if previous else None, depth))
-        previous = level
-    return queues[:count]
-
-
-def duration(rng: random.Random) -> str | None:
-    """Unset 60 %, ``0s`` 10 %, 1-120 minutes 30 %."""
-    roll = rng.random()
-    if roll < 0.6:
-        return None
-    if roll < 0.7:
-        return "0s"
-    return f"{rng.randint(1, 120)}m"
 
 
 class Trace:

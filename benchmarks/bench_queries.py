@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 
+from cluster import build_tree, duration
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
@@ -45,30 +46,6 @@ def event(type_: str, subject: str, data: dict[str, Any], when: datetime, n: int
             "data": data,
         }
     ).encode()
-
-
-def build_tree(rng: random.Random, count: int) -> list[tuple[str, str | None, int]]:
-    """(name, parent, depth) for ``count`` queues in 5 roots, about 6 levels deep."""
-    sizes = [5, 20, 100, 400, 1200]
-    sizes.append(max(0, count - sum(sizes)))
-    queues: list[tuple[str, str | None, int]] = []
-    previous: list[str] = []
-    for depth, size in enumerate(sizes):
-        level = [f"q{depth}-{i}" for i in range(size)]
-        for name in level:
-            parent = rng.choice(previous) if previous else None
-            queues.append((name, parent, depth))
-        previous = level
-    return queues[:count]
-
-
-def duration(rng: random.Random) -> str | None:
-    roll = rng.random()
-    if roll < 0.6:
-        return None
-    if roll < 0.7:
-        return "0s"
-    return f"{rng.randint(1, 120)}m"
 
 
 def records(rng: random.Random, queues: int, podgroups: int) -> Iterator[list[InboundRecord]]:

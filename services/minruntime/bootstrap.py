@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 import faust
 from sqlalchemy import Engine
@@ -29,16 +28,6 @@ class NotMigratedError(UserError):
     """The database schema is missing or older than this code."""
 
 
-@dataclass(frozen=True)
-class Processor:
-    """The stream processor's parts, wired together."""
-
-    engine: Engine
-    sink: BatchSink
-    relay: OutboxRelay
-    app: faust.App
-
-
 def require_migrated(engine: Engine) -> None:
     """Fail with one line when the schema is not at the newest migration."""
     if not is_at_head(engine):
@@ -52,8 +41,8 @@ def input_topic_roles(settings: Settings) -> dict[str, str]:
     }
 
 
-def build_processor(settings: Settings) -> Processor:
-    """Engine, batch sink, outbox relay and faust app for `minruntime processor`."""
+def build_processor(settings: Settings) -> faust.App:
+    """The faust app for `minruntime processor`: engine, batch sink and outbox relay wired in."""
     engine = engine_from(settings)
     require_migrated(engine)
     sink = BatchSink(
@@ -71,13 +60,11 @@ def build_processor(settings: Settings) -> Processor:
             relay.notify()
         log.info("%s: %s", role.value, outcome)
 
-    app = build_app(settings, sink, on_outcome=on_outcome, relay=relay.run)
-    return Processor(engine, sink, relay, app)
+    return build_app(settings, sink, on_outcome=on_outcome, relay=relay.run)
 
 
 def run_processor(settings: Settings, loglevel: str = "warning") -> None:
     """Create missing topics, then run the processor until it is stopped."""
     asyncio.run(ensure_topics(settings.kafka_bootstrap, topic_specs(settings)))
-    processor = build_processor(settings)
-    worker = faust.Worker(processor.app, loglevel=loglevel, quiet=True)
+    worker = faust.Worker(build_processor(settings), loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()

@@ -145,12 +145,14 @@ def run_pipeline_demo(console: Console, settings: Settings, timeout: float = 60.
     now = datetime.now(UTC)
     run = uuid.uuid4().hex[:4]
     names = topic_names(settings)
+    story = _events(run, now)
+    podgroup_events = sum(1 for role, _ in story if role is TopicRole.PODGROUPS)
     events = [
         *[
             (TopicRole.PODGROUPS, new_event("podgroup.deleted", {"uid": uid}, time=now))
             for uid in previous
         ],
-        *_events(run, now),
+        *story,
     ]
     outgoing = [
         Outgoing(names[role], event.subject.encode(), encode_event(event)) for role, event in events
@@ -167,7 +169,7 @@ def run_pipeline_demo(console: Console, settings: Settings, timeout: float = 60.
         asyncio.run(send(settings, outgoing))
         console.print(
             f"Produced {len(outgoing)} events: the design tree, a node-pool config, "
-            f"{len(_events(run, now)) - 8} podgroup events, and one bad event."
+            f"{podgroup_events} podgroup events, and one bad event."
         )
         _wait_applied(engine, applied_before + len(outgoing) - 1, processor, timeout)
     finally:

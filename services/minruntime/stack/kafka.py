@@ -22,6 +22,7 @@ from minruntime.errors import MissingToolError, StackError
 from minruntime.settings import Settings
 from minruntime.stack.process import (
     pid_alive,
+    port_in_use,
     read_pid,
     require_free_port,
     run,
@@ -271,8 +272,6 @@ class KafkaNode:
 
     def wait_ready(self, timeout: float) -> None:
         """Return once a real produce/consume round trip through the broker succeeds."""
-        from minruntime.stack.process import port_in_use
-
         host, port = self.settings.kafka_host, self.settings.kafka_port
         if not wait_until(lambda: port_in_use(host, port) or not self.is_running(), timeout):
             raise StackError(

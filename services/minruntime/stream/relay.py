@@ -42,7 +42,11 @@ def claim(conn: Connection, limit: int) -> list[OutboxRow]:
         .limit(limit)
         .with_for_update(skip_locked=True)
     ).all()
-    return [OutboxRow(str(r.id), r.topic, _bytes(r.key), _bytes(r.payload) or b"") for r in rows]
+    # Both columns are bytea: psycopg returns bytes (bytes() also accepts a memoryview).
+    return [
+        OutboxRow(str(r.id), r.topic, None if r.key is None else bytes(r.key), bytes(r.payload))
+        for r in rows
+    ]
 
 
 def mark_published(conn: Connection, ids: Sequence[str]) -> None:
@@ -51,18 +55,6 @@ def mark_published(conn: Connection, ids: Sequence[str]) -> None:
         conn.execute(
             sa.update(outbox).where(outbox.c.id.in_(list(ids))).values(published_at=sa.func.now())
         )
-
-
-def _bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, memoryview):
-        return value.tobytes()
-    if isinstance(value, str):
-        return value.encode()
-    import json
-
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 class OutboxRelay:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from minruntime.events import topics as events_topics
 from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ class TopicRole(StrEnum):
     DEAD_LETTER = "dead_letter"
 
 
-INPUT_ROLES = (TopicRole.QUEUES, TopicRole.PODGROUPS, TopicRole.NODES, TopicRole.NOMINATIONS)
+# The wire contract says which roles are inputs; this only gives them the enum's type.
+INPUT_ROLES = tuple(TopicRole(role) for role in events_topics.INPUT_ROLES)
 
 
 @dataclass(frozen=True)
