@@ -94,6 +94,28 @@ def processor_command(
     run_processor(Settings(), loglevel=loglevel)
 
 
+@app.command("requeue-worker")
+def requeue_worker_command(
+    loglevel: Annotated[
+        str, typer.Option(help="Log level: debug, info, warning, error.")
+    ] = "warning",
+) -> None:
+    """Run a requeue-worker replica: one replica is active (advisory lock), others stand by."""
+    from minruntime.bootstrap import run_requeue_worker
+
+    _log_to_stderr(loglevel)
+    run_requeue_worker(Settings())
+
+
+def _log_to_stderr(loglevel: str) -> None:
+    level = logging.getLevelName(loglevel.upper())
+    if not isinstance(level, int):
+        raise typer.BadParameter(f"unknown log level {loglevel!r}", param_hint="--loglevel")
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+
+
 @app.command("produce")
 def produce_command(
     files: Annotated[list[str], typer.Argument(help="JSON, JSONL or YAML files; - for stdin.")],

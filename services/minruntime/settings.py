@@ -62,6 +62,26 @@ class Settings(BaseSettings):
     db_retry_attempts: int = 8
     state_dir: Path = Field(default_factory=lambda: _project_root() / ".stack" / "processor")
 
+    # The requeue worker (docs/requeue-worker.md).
+    requeue_interval_seconds: float = Field(default=10.0, gt=0)
+    requeue_standby_poll_seconds: float = Field(default=1.0, gt=0)
+    requeue_settle_seconds: float = Field(default=0.2, ge=0)
+    requeue_conflict_retries: int = Field(default=5, ge=0)
+    # Nominator names reported as metric labels; any other name is reported as "other".
+    requeue_known_nominators: str = "expectedruntime,proportion,priority,elastic,minruntime"
+    # Test hook: exit right after committing a requeue, before publishing it.
+    requeue_exit_after_commit: bool = False
+
+    # Prometheus endpoints (0 = off).
+    metrics_host: str = "127.0.0.1"
+    processor_metrics_port: int = Field(default=9400, ge=0, le=65535)
+    worker_metrics_port: int = Field(default=9401, ge=0, le=65535)
+
+    @property
+    def known_nominators(self) -> tuple[str, ...]:
+        """The nominator names metrics report by name."""
+        return tuple(n.strip() for n in self.requeue_known_nominators.split(",") if n.strip())
+
     @property
     def kafka_host(self) -> str:
         """Host part of the (first) bootstrap address."""

@@ -119,10 +119,18 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         decidedAt=times,
     ),
     "requeue.rolled-back": st.builds(
-        dict, uid=names, nominatedBy=st.lists(names, min_size=1, max_size=3), reason=names
+        dict,
+        uid=names,
+        nominatedBy=st.lists(names, min_size=1, max_size=3),
+        reason=names,
+        decidedAt=times,
     ),
     "requeue.skipped": st.builds(
-        dict, uid=names, nominatedBy=st.lists(names, min_size=1, max_size=3), reason=names
+        dict,
+        uid=names,
+        nominatedBy=st.lists(names, min_size=1, max_size=3),
+        reason=names,
+        decidedAt=times,
     ),
 }
 

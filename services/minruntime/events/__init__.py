@@ -49,6 +49,7 @@ from minruntime.events.inputs import (
     SubGroupSpec,
 )
 from minruntime.events.outputs import (
+    PromisedPod,
     RequeueCommittedData,
     RequeueRolledBackData,
     RequeueSkippedData,
@@ -136,6 +137,7 @@ __all__ = [
     "PodGroupSubmittedEvent",
     "PodSpec",
     "PositiveDuration",
+    "PromisedPod",
     "QueueDeletedData",
     "QueueDeletedEvent",
     "QueueUpsertedData",

@@ -1,11 +1,30 @@
-"""``data`` models of the output event types (``kai.requeue-decisions``): what we decide."""
+"""``data`` models of the output event types (``kai.requeue-decisions``): what we decide.
+
+The fields of CONTRACT.md §1 come first; the rest are extensions the worker fills in so that
+a decision event alone carries everything its projection needs (replay applies the event, it
+never re-plans): when it was decided, which run of the podgroup it concerns, and where the
+beneficiaries are expected to land.
+"""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from minruntime.events.base import EventData
-from minruntime.events.types import Name, Timestamp
+from minruntime.events.base import EventData, WireModel
+from minruntime.events.types import Gpus, Name, Timestamp
+
+
+class PromisedPod(WireModel):
+    """One pod of a beneficiary and the node whose freed capacity is promised to it."""
+
+    podgroup: Name
+    """The beneficiary's uid."""
+    pod: Name
+    """The pod's name."""
+    node: Name
+    """The node it is expected to run on once the requeued podgroup is gone."""
+    gpu: Gpus
+    """The GPUs promised to it on that node."""
 
 
 class RequeueCommittedData(EventData):
@@ -14,13 +33,19 @@ class RequeueCommittedData(EventData):
     uid: Name
     """The requeued podgroup's uid."""
     nominated_by: tuple[Name, ...] = Field(min_length=1)
-    """Every component that nominated it (a candidate is attempted once)."""
+    """Every component that nominated it (a candidate is attempted once per cycle)."""
     beneficiaries: tuple[Name, ...] = Field(min_length=1)
     """Uids of the pending podgroups the freed capacity is promised to."""
     requeue_not_before: Timestamp
-    """Cooldown end: the podgroup is not nominated again before this time."""
+    """Cooldown end (decidedAt + requeue-delay): the podgroup is not requeued again before."""
     decided_at: Timestamp
-    """When the decision was committed."""
+    """When the decision was committed (the worker's clock, just before its transaction)."""
+    run_start: Timestamp | None = None
+    """Start time of the run that is requeued."""
+    placements: tuple[PromisedPod, ...] = ()
+    """Where each beneficiary pod is expected to run; the promise lapses at requeueNotBefore."""
+    delay_problem: str | None = None
+    """Why the podgroup's requeue-delay annotation was ignored (the default applied)."""
 
 
 class RequeueRolledBackData(EventData):
@@ -31,7 +56,11 @@ class RequeueRolledBackData(EventData):
     nominated_by: tuple[Name, ...] = Field(min_length=1)
     """Every component that nominated it."""
     reason: Name
-    """Why it was rolled back, e.g. no_contender_fits."""
+    """Why it was rolled back: no_higher_priority_pending, protected or no_contender_fits."""
+    decided_at: Timestamp
+    """When the attempt was made."""
+    run_start: Timestamp | None = None
+    """Start time of the run that was attempted."""
 
 
 class RequeueSkippedData(EventData):
@@ -42,4 +71,8 @@ class RequeueSkippedData(EventData):
     nominated_by: tuple[Name, ...] = Field(min_length=1)
     """Every component that nominated it."""
     reason: Name
-    """Why it was skipped, e.g. cooldown, not_running."""
+    """Why it was skipped: cooldown, invalid_not_before, not_running, already_committed, ..."""
+    decided_at: Timestamp
+    """When it was skipped."""
+    run_start: Timestamp | None = None
+    """Start time of the podgroup's current run; absent when it was not running."""

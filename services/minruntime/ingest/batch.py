@@ -26,6 +26,7 @@ from minruntime.events import (
     ConfigUpdatedData,
     Event,
     EventRejected,
+    EventType,
     NodeDeletedData,
     NodeUpsertedData,
     PodGroupAllocatedData,
@@ -110,6 +111,8 @@ _UPSERT_NODE = sa.text(
     " updated_at = now()"
 )
 _DELETE_NODES = sa.text("DELETE FROM minruntime_state.node_state WHERE name = ANY(:names)")
+NOMINATIONS_CHANNEL: Final = "minruntime_nominations"
+_NOTIFY_NOMINATED = sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}")
 
 
 class _Batch:
@@ -333,6 +336,9 @@ def apply_batch(
     podgroups.flush()
     _write_configs_and_nodes(conn, configs, nodes)
     batch.write_logs()
+    if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)]:
+        # Delivered at commit: a requeue worker waiting on this channel runs a cycle now.
+        conn.execute(_NOTIFY_NOMINATED)
     return batch.outcome
 
 
@@ -381,6 +387,7 @@ def _apply_podgroup(event: Event, podgroups: PodGroupProjection) -> None:
             subgroups=data.to_subgroups(),
             pods=((pod.name, pod.sub_group, pod.gpu) for pod in data.pods),
             annotations=data.annotations,
+            at=event.time,
         )
     elif isinstance(data, PodGroupAllocatedData):
         podgroups.draft(data.uid).allocate(((p.name, p.node) for p in data.pods), event.time)

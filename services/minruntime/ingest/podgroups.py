@@ -62,6 +62,12 @@ class PodGroupDraft:
     subgroups: dict[str, int] = field(default_factory=dict)
     pods: dict[str, Pod] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    # Event time of the first submission (contenders of equal priority: oldest first).
+    submitted_at: datetime | None = None
+    # A committed requeue of the current run waits for the cluster to release it.
+    awaiting_release: bool = False
+    # The status stored before this batch ('' for a podgroup the store did not know).
+    loaded_status: str = ""
     pods_dirty: bool = False
     subgroups_dirty: bool = False
 
@@ -77,8 +83,11 @@ class PodGroupDraft:
         subgroups: Iterable[SubGroup],
         pods: Iterable[tuple[str, str, float]],
         annotations: Mapping[str, str],
+        at: datetime,
     ) -> None:
         """Fill in (or replace) the spec; allocations already seen are kept, start time too."""
+        if self.submitted_at is None:
+            self.submitted_at = at
         self.name, self.namespace, self.queue = name, namespace, queue
         self.node_pool = node_pool or DEFAULT_NODE_POOL
         self.priority, self.preemptible = priority, preemptible
@@ -123,6 +132,9 @@ class PodGroupDraft:
         self.run = apply_released(self.run, pods, at)
         for pod in released:
             self.pods[pod].node = None
+        if not self.run.running:
+            # The run a requeue was committed for is over: the next run starts afresh.
+            self.awaiting_release = False
         self.pods_dirty = True
 
     def annotate(self, changes: Mapping[str, str | None]) -> None:
@@ -179,7 +191,7 @@ def _requeue_not_before(annotations: Mapping[str, str]) -> datetime | None:
 # psycopg placeholders: these run on the driver's cursor (see PodGroupProjection._load).
 _LOAD_STATE: Final = (
     "SELECT uid, submitted, name, namespace, queue, node_pool, priority, preemptible, status,"
-    " start_time, last_start_time, ended_at, annotations"
+    " start_time, last_start_time, ended_at, annotations, submitted_at, awaiting_release"
     " FROM minruntime_state.podgroup_state WHERE uid = ANY(%(uids)s)"
 )
 _LOAD_PODS: Final = (
@@ -209,6 +221,8 @@ _STATE_COLUMNS: Final = {
     "expected_runtime": "interval",
     "requeue_not_before": "timestamptz",
     "submitted": "boolean",
+    "submitted_at": "timestamptz",
+    "awaiting_release": "boolean",
 }
 _STATE_CONFLICT: Final = (
     "ON CONFLICT (uid) DO UPDATE SET "
@@ -236,6 +250,10 @@ _NOMINATION_CONFLICT: Final = (
 )
 _DELETE_PODS = sa.text("DELETE FROM minruntime_state.pod_state WHERE uid = ANY(:uids)")
 _DELETE_SUBGROUPS = sa.text("DELETE FROM minruntime_state.subgroup_state WHERE uid = ANY(:uids)")
+# A beneficiary that was allocated, finished or deleted no longer needs its promise.
+_DELETE_PROMISES = sa.text(
+    "DELETE FROM minruntime_state.requeue_promises WHERE beneficiary = ANY(:uids)"
+)
 
 
 class PodGroupProjection:
@@ -273,6 +291,8 @@ class PodGroupProjection:
                 last_start_time,
                 ended_at,
                 annotations,
+                submitted_at,
+                awaiting_release,
             ) in cursor.fetchall():
                 drafts[uid] = PodGroupDraft(
                     uid=uid,
@@ -286,6 +306,9 @@ class PodGroupProjection:
                     deleted=status == "deleted",
                     run=RunState(frozenset(), start_time, last_start_time, ended_at),
                     annotations=dict(annotations),
+                    submitted_at=submitted_at,
+                    awaiting_release=awaiting_release,
+                    loaded_status=status,
                 )
             found = list(drafts)
             if not found:
@@ -361,6 +384,9 @@ class PodGroupProjection:
                 for name, count in draft.subgroups.items()
             ]
             insert_many(self._conn, "minruntime_state.subgroup_state", _SUBGROUP_COLUMNS, groups)
+        kept = [d.uid for d in drafts if d.loaded_status == "pending" and d.status != "pending"]
+        if kept:
+            self._conn.execute(_DELETE_PROMISES, {"uids": kept})
         insert_many(
             self._conn,
             "minruntime_state.nominations",
@@ -392,4 +418,6 @@ def _state_params(draft: PodGroupDraft) -> dict[str, Any]:
         "expected_runtime": _expected_runtime(draft.annotations),
         "requeue_not_before": _requeue_not_before(draft.annotations),
         "submitted": draft.submitted,
+        "submitted_at": draft.submitted_at,
+        "awaiting_release": draft.awaiting_release and draft.status == "running",
     }

@@ -37,6 +37,7 @@ QueueRow = tuple[
 _LOCK_VERSION = sa.text(
     "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton FOR UPDATE"
 )
+_READ_VERSION = sa.text("SELECT version FROM minruntime_state.queue_tree_version WHERE singleton")
 _LOAD = sa.text(
     "SELECT name, parent, preempt_min_runtime, reclaim_min_runtime, path, preempt_resolved,"
     " preempt_source, reclaim_resolved, reclaim_source FROM minruntime_state.queue_nodes"
@@ -67,22 +68,34 @@ class _Cached:
     rows: dict[str, QueueRow]
 
 
+def _current(conn: Connection, version_query: sa.TextClause) -> _Cached:
+    """The tree as stored, from this connection's cache when its version is still current."""
+    version = conn.execute(version_query).scalar_one_or_none()
+    cached = conn.info.get(_CACHE_KEY)
+    if isinstance(cached, _Cached) and version is not None and cached.version == version:
+        return cached
+    rows = {row[0]: _row_of(row) for row in conn.execute(_LOAD)}
+    tree = QueueTree(
+        Queue(name=r[0], parent=r[1], preempt_min_runtime=r[2], reclaim_min_runtime=r[3])
+        for r in rows.values()
+    )
+    return _Cached(version or uuid.UUID(int=0), tree, rows)
+
+
+def load_tree(conn: Connection) -> QueueTree:
+    """The queue tree as stored (read only, no lock; cached per connection by version)."""
+    current = _current(conn, _READ_VERSION)
+    if current.version.int:
+        conn.info[_CACHE_KEY] = current
+    return current.tree
+
+
 class QueueProjection:
     """The queue tree of one batch: loaded once, changed in memory, written once."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        version = conn.execute(_LOCK_VERSION).scalar_one_or_none()
-        cached = conn.info.get(_CACHE_KEY)
-        if isinstance(cached, _Cached) and version is not None and cached.version == version:
-            self._base = cached
-        else:
-            rows = {row[0]: _row_of(row) for row in conn.execute(_LOAD)}
-            tree = QueueTree(
-                Queue(name=r[0], parent=r[1], preempt_min_runtime=r[2], reclaim_min_runtime=r[3])
-                for r in rows.values()
-            )
-            self._base = _Cached(version or uuid.UUID(int=0), tree, rows)
+        self._base = _current(conn, _LOCK_VERSION)
         self.tree = self._base.tree
 
     def upsert(self, queue: Queue) -> None:

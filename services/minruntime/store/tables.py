@@ -94,6 +94,11 @@ podgroup_state = sa.Table(
     # False for a placeholder made by an event that arrived before the submission.
     sa.Column("submitted", sa.Boolean, nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    # Event time of the first submission: breaks priority ties between contenders (oldest first).
+    sa.Column("submitted_at", sa.DateTime(timezone=True)),
+    # A requeue was committed for the current run and the cluster has not released it yet:
+    # it is not attempted again, and its GPUs count as freed. Cleared when the run ends.
+    sa.Column("awaiting_release", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.CheckConstraint("status IN ('pending', 'running', 'finished', 'deleted')", name="status"),
     sa.Index(
         "ix_podgroup_state_running_queue",
@@ -153,8 +158,29 @@ requeue_decision_log = sa.Table(
     sa.Column("nominated_by", ARRAY(sa.Text), nullable=False),
     sa.Column("beneficiaries", ARRAY(sa.Text), nullable=False),
     sa.Column("requeue_not_before", sa.DateTime(timezone=True)),
+    # The decision event's CloudEvents id (also the outbox id and the Kafka header ``id``).
+    sa.Column("decision_id", sa.Text, nullable=False),
+    # Start time of the candidate's run (NULL when it was not running).
+    sa.Column("run_start", sa.DateTime(timezone=True)),
+    sa.Column("delay_problem", sa.Text),
+    sa.Column("placements", JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
     sa.CheckConstraint("outcome IN ('committed', 'rolled_back', 'skipped')", name="outcome"),
+    sa.UniqueConstraint("decision_id"),
     sa.Index("ix_requeue_decision_log_uid", "uid", "decided_at"),
+)
+
+# Capacity freed by a committed requeue and promised to its beneficiary: not handed out again
+# until the beneficiary is allocated, finishes or is deleted, or the promise lapses.
+requeue_promises = sa.Table(
+    "requeue_promises",
+    metadata,
+    sa.Column("decision_id", sa.Text, primary_key=True),
+    sa.Column("beneficiary", sa.Text, primary_key=True),
+    sa.Column("node", sa.Text, primary_key=True),
+    sa.Column("victim", sa.Text, nullable=False),
+    sa.Column("gpu", sa.Numeric, nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Index("ix_requeue_promises_beneficiary", "beneficiary"),
 )
 
 event_log = sa.Table(
@@ -162,8 +188,10 @@ event_log = sa.Table(
     metadata,
     sa.Column("seq", sa.BigInteger, sa.Identity(always=False), primary_key=True),
     sa.Column("topic", sa.Text, nullable=False),
-    sa.Column("partition", sa.Integer, nullable=False),
-    sa.Column("offset", sa.BigInteger, nullable=False),
+    # NULL for the events the service itself decided (requeue decisions): they are logged in
+    # the transaction that makes them, before Kafka assigns an offset.
+    sa.Column("partition", sa.Integer),
+    sa.Column("offset", sa.BigInteger),
     sa.Column("event_id", sa.Text, nullable=False),
     sa.Column("source", sa.Text, nullable=False),
     sa.Column("type", sa.Text, nullable=False),

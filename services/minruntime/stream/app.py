@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import faust
@@ -23,7 +24,8 @@ from minruntime.stream.topics import INPUT_ROLES, TopicRole, topic_names
 
 log = logging.getLogger(__name__)
 
-OutcomeListener = Callable[[TopicRole, BatchOutcome], None]
+# (role, what the batch did, seconds it took, partition -> records still behind it)
+OutcomeListener = Callable[[TopicRole, BatchOutcome, float, Mapping[int, int]], None]
 
 
 def record_of(event: Any) -> InboundRecord:
@@ -85,13 +87,31 @@ def _add_agent(
     async def process(stream: Any) -> None:
         async for events in stream.take_events(max_events, within=within):
             records = [record_of(event) for event in events]
+            started = time.perf_counter()
             try:
                 outcome = await asyncio.to_thread(sink, records)
             except BaseException as exc:
                 stop_loudly(exc)
                 raise
             if on_outcome is not None:
-                on_outcome(role, outcome)
+                seconds = time.perf_counter() - started
+                on_outcome(role, outcome, seconds, _lags(app, events))
 
     process.__name__ = f"apply_{role.value.replace('-', '_')}"
     app.agent(topic, name=f"minruntime.{role.value}", concurrency=1, sink=None)(process)
+
+
+def _lags(app: faust.App, events: list[Any]) -> dict[int, int]:
+    """Partition -> records after the last one of this batch (from the fetcher's watermark)."""
+    last: dict[Any, int] = {}
+    for event in events:
+        last[event.message.tp] = event.message.offset
+    lags: dict[int, int] = {}
+    for tp, offset in last.items():
+        try:
+            highwater = app.consumer.highwater(tp)
+        except Exception:  # the consumer is being rebalanced or stopped: no figure now
+            continue
+        if highwater is not None:
+            lags[tp.partition] = max(int(highwater) - offset - 1, 0)
+    return lags

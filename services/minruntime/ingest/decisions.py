@@ -1,0 +1,190 @@
+"""The requeue-decision projection: what a decision event changes, applied from the event alone.
+
+The requeue worker calls ``record_decisions`` in the transaction that makes its decisions
+(projection + event log + outbox); replaying the event log applies the same events through
+``apply_decisions``, so the live state and a replayed one cannot drift apart. A decision event
+never re-plans anything: it carries its run, its cooldown and its beneficiaries' placements.
+
+What each outcome changes (SEMANTICS.md §8):
+
+- every outcome: one ``requeue_decision_log`` row (the ``requeue_decisions`` view);
+- ``requeue.committed`` only: the ``kai.scheduler/requeue-not-before`` annotation and column
+  of the podgroup, ``awaiting_release`` while the committed run is still running, and one
+  ``requeue_promises`` row per (beneficiary, node), lapsing at ``requeue-not-before``.
+
+Applying an event twice changes nothing: the decision id is unique.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from minruntime.core import REQUEUE_NOT_BEFORE_ANNOTATION, format_rfc3339
+from minruntime.events import (
+    Event,
+    RequeueCommittedData,
+    RequeueRolledBackData,
+    RequeueSkippedData,
+    encode_event,
+)
+from minruntime.store.tables import (
+    event_log,
+    outbox,
+    requeue_decision_log,
+    requeue_promises,
+)
+
+DecisionData = RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData
+
+_OUTCOMES: Final[dict[type[DecisionData], str]] = {
+    RequeueCommittedData: "committed",
+    RequeueRolledBackData: "rolled_back",
+    RequeueSkippedData: "skipped",
+}
+
+_COMMIT_PODGROUP = sa.text(
+    "UPDATE minruntime_state.podgroup_state SET"
+    " annotations = annotations || jsonb_build_object(CAST(:key AS text), CAST(:value AS text)),"
+    " requeue_not_before = :not_before,"
+    " awaiting_release = (status = 'running' AND start_time IS NOT DISTINCT FROM :run_start),"
+    " updated_at = now()"
+    " WHERE uid = :uid"
+)
+
+
+def decision_data(event: Event) -> DecisionData:
+    """The typed data of a decision event (TypeError for any other event)."""
+    data = event.data
+    if not isinstance(data, RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData):
+        raise TypeError(f"{event.type} is not a requeue decision")
+    return data
+
+
+def apply_decisions(conn: Connection, events: Sequence[Event]) -> int:
+    """Apply decision events inside the caller's transaction; return how many were new."""
+    if not events:
+        return 0
+    ids = [event.id for event in events]
+    seen = set(
+        conn.scalars(
+            sa.select(requeue_decision_log.c.decision_id).where(
+                requeue_decision_log.c.decision_id.in_(ids)
+            )
+        )
+    )
+    fresh = [event for event in events if event.id not in seen]
+    if not fresh:
+        return 0
+    conn.execute(sa.insert(requeue_decision_log), [_log_row(event) for event in fresh])
+    commits = [
+        (event, data) for event in fresh if isinstance(data := event.data, RequeueCommittedData)
+    ]
+    if commits:
+        conn.execute(
+            _COMMIT_PODGROUP,
+            [
+                {
+                    "uid": data.uid,
+                    "key": REQUEUE_NOT_BEFORE_ANNOTATION,
+                    "value": format_rfc3339(data.requeue_not_before),
+                    "not_before": data.requeue_not_before,
+                    "run_start": data.run_start,
+                }
+                for _, data in commits
+            ],
+        )
+        promises = [row for event, data in commits for row in _promise_rows(event.id, data)]
+        if promises:
+            conn.execute(sa.insert(requeue_promises), promises)
+    return len(fresh)
+
+
+def record_decisions(conn: Connection, events: Sequence[Event], *, topic: str) -> int:
+    """Apply, log and queue for publishing (outbox, to ``topic``) decisions the worker made.
+
+    All in the caller's transaction: a decision exists in the projection exactly when its
+    event is in the event log and in the outbox. Returns how many were new.
+    """
+    seen = {event.id for event in events}
+    applied = apply_decisions(conn, events)
+    if applied != len(seen):
+        raise RuntimeError("a requeue decision id was reused: decisions must be fresh events")
+    encoded = [(event, encode_event(event)) for event in events]
+    conn.execute(
+        sa.insert(event_log),
+        [
+            {
+                "topic": topic,
+                "partition": None,
+                "offset": None,
+                "event_id": event.id,
+                "source": event.source,
+                "type": event.type,
+                "subject": event.subject,
+                "event_time": event.time,
+                "payload": json.loads(payload),
+            }
+            for event, payload in encoded
+        ],
+    )
+    conn.execute(
+        sa.insert(outbox),
+        [
+            {
+                "id": event.id,
+                "topic": topic,
+                "key": event.subject.encode(),
+                "payload": payload,
+                "headers": {"id": event.id, "type": event.type},
+            }
+            for event, payload in encoded
+        ],
+    )
+    return applied
+
+
+def _log_row(event: Event) -> dict[str, Any]:
+    data = decision_data(event)
+    row: dict[str, Any] = {
+        "decision_id": event.id,
+        "uid": data.uid,
+        "decided_at": data.decided_at,
+        "outcome": _OUTCOMES[type(data)],
+        "nominated_by": list(data.nominated_by),
+        "run_start": data.run_start,
+        "reason": None,
+        "beneficiaries": [],
+        "requeue_not_before": None,
+        "delay_problem": None,
+        "placements": [],
+    }
+    if isinstance(data, RequeueCommittedData):
+        row["beneficiaries"] = list(data.beneficiaries)
+        row["requeue_not_before"] = data.requeue_not_before
+        row["delay_problem"] = data.delay_problem
+        row["placements"] = [placement.model_dump(mode="json") for placement in data.placements]
+    else:
+        row["reason"] = data.reason
+    return row
+
+
+def _promise_rows(decision_id: str, data: RequeueCommittedData) -> Iterable[dict[str, Any]]:
+    totals: dict[tuple[str, str], Decimal] = {}
+    for placement in data.placements:
+        key = (placement.podgroup, placement.node)
+        totals[key] = totals.get(key, Decimal(0)) + Decimal(str(placement.gpu))
+    for (beneficiary, node), gpu in sorted(totals.items()):
+        yield {
+            "decision_id": decision_id,
+            "beneficiary": beneficiary,
+            "node": node,
+            "victim": data.uid,
+            "gpu": gpu,
+            "expires_at": data.requeue_not_before,
+        }

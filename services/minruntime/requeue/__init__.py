@@ -1,0 +1,24 @@
+"""The requeue worker: nominations → transactional checkpoint/rollback requeues (§7–§9).
+
+``run_cycle`` is one cycle in one transaction; ``RequeueWorker`` adds leadership and timing;
+``RequeueMetrics`` the Prometheus side. The planning itself is the pure core's
+(``plan_requeue_cycle``); the projection of a decision is ``ingest.decisions``.
+"""
+
+from minruntime.requeue.cycle import WORKER_SOURCE, CycleReport, decision_event, run_cycle
+from minruntime.requeue.metrics import RequeueMetrics
+from minruntime.requeue.snapshot import CycleInputs, load_cycle_inputs
+from minruntime.requeue.worker import LEADER_LOCK_KEY, RequeueWorker, WorkerOptions
+
+__all__ = [
+    "LEADER_LOCK_KEY",
+    "WORKER_SOURCE",
+    "CycleInputs",
+    "CycleReport",
+    "RequeueMetrics",
+    "RequeueWorker",
+    "WorkerOptions",
+    "decision_event",
+    "load_cycle_inputs",
+    "run_cycle",
+]

@@ -1,0 +1,199 @@
+"""One requeue cycle inside one database transaction: read, nominate, plan, record.
+
+``run_cycle`` is everything the active worker does per cycle, and nothing else (no
+leadership, no Kafka, no metrics), so tests and the benchmark call it directly:
+
+1. read the inputs (``snapshot.load_cycle_inputs``) in the caller's REPEATABLE READ
+   transaction;
+2. nominate with the built-in expected-runtime nominator, merge the external nominations
+   (``collect_candidates``), and plan (``plan_requeue_cycle``) — the pure core;
+3. lock the rows of the committed victims and their beneficiaries (``FOR UPDATE``): under
+   REPEATABLE READ this fails with a serialization error if the processor changed one of
+   them since the snapshot was taken, and the caller retries the cycle on fresh state;
+4. record the decisions (``record_decisions``): projection, event log and outbox, in the
+   same transaction. A rolled-back or skipped decision identical to the newest one recorded
+   for the same podgroup and run is not recorded again (the audit log shows changes, not a
+   row per cycle); commits are always recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from time import perf_counter
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from minruntime.core import (
+    CyclePlan,
+    NominationReport,
+    RequeueDecision,
+    RequeueOutcome,
+    collect_candidates,
+    expected_runtime_nominations,
+    plan_requeue_cycle,
+)
+from minruntime.events import (
+    Event,
+    EventType,
+    PromisedPod,
+    RequeueCommittedData,
+    RequeueRolledBackData,
+    RequeueSkippedData,
+    new_event,
+)
+from minruntime.ingest import record_decisions
+from minruntime.requeue.snapshot import LastDecision, last_decisions, load_cycle_inputs
+
+WORKER_SOURCE: Final = "minruntime/requeue-worker"
+"""The CloudEvents ``source`` of every decision event."""
+
+_LOCK_ROWS = sa.text(
+    "SELECT uid FROM minruntime_state.podgroup_state WHERE uid = ANY(:uids) ORDER BY uid FOR UPDATE"
+)
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """What one cycle saw, decided and recorded."""
+
+    now: datetime
+    decided_at: datetime
+    nominations: NominationReport
+    # uid -> its nominators, the planner's input.
+    candidates: Mapping[str, frozenset[str]]
+    plan: CyclePlan
+    # The decision events written (projection + event log + outbox), in order.
+    recorded: tuple[Event, ...]
+    # Decisions equal to the newest recorded one for the same run: counted, not recorded.
+    repeats: int
+    rejected: tuple[str, ...]
+    # Seconds spent reading, planning and writing.
+    timings: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def committed(self) -> tuple[RequeueDecision, ...]:
+        """The decisions that evict a podgroup."""
+        return self.plan.committed()
+
+
+def run_cycle(
+    conn: Connection,
+    *,
+    now: datetime,
+    topic: str,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> CycleReport:
+    """Run one cycle at ``now`` in the caller's transaction; the caller commits."""
+    started = perf_counter()
+    inputs = load_cycle_inputs(conn, now)
+    loaded = perf_counter()
+    snapshot = inputs.snapshot
+    nominations = expected_runtime_nominations(snapshot.running, now)
+    candidates = collect_candidates(nominations.nominated, inputs.external)
+    plan = plan_requeue_cycle(
+        snapshot, candidates, tree=inputs.tree, configs=inputs.configs, now=now
+    )
+    planned = perf_counter()
+    runs = {podgroup.uid: podgroup.start_time for podgroup in snapshot.running}
+    newest = last_decisions(conn, list(candidates))
+    decided_at = clock()
+    # The decision time is the commit time: the cooldown starts when the eviction does.
+    shift = max(decided_at - now, timedelta(0))
+    events: list[Event] = []
+    repeats = 0
+    for decision in plan.decisions:
+        run_start = runs.get(decision.uid)
+        if _repeats(newest.get(decision.uid), decision, run_start):
+            repeats += 1
+            continue
+        events.append(decision_event(decision, run_start, shift))
+    locked = sorted(
+        {uid for decision in plan.committed() for uid in (decision.uid, *decision.beneficiaries)}
+    )
+    if locked:
+        conn.execute(_LOCK_ROWS, {"uids": locked})
+    if events:
+        record_decisions(conn, events, topic=topic)
+    written = perf_counter()
+    return CycleReport(
+        now=now,
+        decided_at=now + shift,
+        nominations=nominations,
+        candidates=candidates,
+        plan=plan,
+        recorded=tuple(events),
+        repeats=repeats,
+        rejected=inputs.rejected,
+        timings={
+            "load": loaded - started,
+            "plan": planned - loaded,
+            "write": written - planned,
+        },
+    )
+
+
+def _repeats(
+    last: LastDecision | None, decision: RequeueDecision, run_start: datetime | None
+) -> bool:
+    if last is None or decision.outcome is RequeueOutcome.COMMITTED:
+        return False
+    return (
+        last.outcome == decision.outcome.value
+        and last.reason == (None if decision.reason is None else decision.reason.value)
+        and last.nominated_by == decision.nominated_by
+        and last.run_start == run_start
+    )
+
+
+def decision_event(
+    decision: RequeueDecision, run_start: datetime | None, shift: timedelta = timedelta(0)
+) -> Event:
+    """The decision as the event published on ``kai.requeue-decisions`` (a fresh id)."""
+    decided_at = decision.decided_at + shift
+    if decision.outcome is RequeueOutcome.COMMITTED:
+        assert decision.requeue_not_before is not None
+        committed = RequeueCommittedData(
+            uid=decision.uid,
+            nominated_by=decision.nominated_by,
+            beneficiaries=decision.beneficiaries,
+            requeue_not_before=decision.requeue_not_before + shift,
+            decided_at=decided_at,
+            run_start=run_start,
+            placements=tuple(
+                PromisedPod(
+                    podgroup=placement.podgroup,
+                    pod=placement.pod,
+                    node=placement.node,
+                    gpu=placement.gpu,
+                )
+                for placement in decision.placements
+            ),
+            delay_problem=decision.delay_problem,
+        )
+        return new_event(
+            EventType.REQUEUE_COMMITTED, committed, time=decided_at, source=WORKER_SOURCE
+        )
+    assert decision.reason is not None
+    if decision.outcome is RequeueOutcome.ROLLED_BACK:
+        rolled_back = RequeueRolledBackData(
+            uid=decision.uid,
+            nominated_by=decision.nominated_by,
+            reason=decision.reason.value,
+            decided_at=decided_at,
+            run_start=run_start,
+        )
+        return new_event(
+            EventType.REQUEUE_ROLLED_BACK, rolled_back, time=decided_at, source=WORKER_SOURCE
+        )
+    skipped = RequeueSkippedData(
+        uid=decision.uid,
+        nominated_by=decision.nominated_by,
+        reason=decision.reason.value,
+        decided_at=decided_at,
+        run_start=run_start,
+    )
+    return new_event(EventType.REQUEUE_SKIPPED, skipped, time=decided_at, source=WORKER_SOURCE)

@@ -1,0 +1,114 @@
+"""The requeue worker's Prometheus metrics (SEMANTICS.md §8 names, exactly).
+
+Label values are finite: plugin / nominator names outside the configured list of known
+nominators are reported as ``other`` (a nominator name comes from other components' events
+and must not be able to grow the number of series), and reasons are the core's enums.
+Counters count every evaluation, cycle by cycle, like KAI's session metrics; the decision log
+records only changes (docs/requeue-worker.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from minruntime.core import EXPECTED_RUNTIME_PLUGIN, RequeueOutcome
+from minruntime.requeue.cycle import CycleReport
+
+OTHER_NOMINATOR: Final = "other"
+
+
+class RequeueMetrics:
+    """Counters and gauges of one worker process, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry, known_nominators: Iterable[str]) -> None:
+        self.known = frozenset(known_nominators) | {EXPECTED_RUNTIME_PLUGIN}
+        self.nominations = Counter(
+            "kai_requeue_nominations",
+            "Nominations per cycle, by nominating plugin.",
+            ["plugin"],
+            registry=registry,
+        )
+        self.nomination_skipped = Counter(
+            "kai_requeue_nomination_skipped",
+            "Podgroups the expected-runtime nominator skipped, by reason (SEMANTICS.md §7).",
+            ["plugin", "reason"],
+            registry=registry,
+        )
+        self.commits = Counter(
+            "kai_requeue_commits",
+            "Committed requeues, counted under every nominator of the candidate.",
+            ["nominated_by"],
+            registry=registry,
+        )
+        self.rollbacks = Counter(
+            "kai_requeue_rollbacks",
+            "Requeue attempts rolled back, counted under every nominator of the candidate.",
+            ["nominated_by"],
+            registry=registry,
+        )
+        self.skipped = Counter(
+            "kai_requeue_skipped",
+            "Candidates not attempted, by nominator and reason.",
+            ["nominated_by", "reason"],
+            registry=registry,
+        )
+        self.cycles = Counter(
+            "minruntime_requeue_cycles",
+            "Requeue cycles run by this worker, by result (ok, conflict, failed).",
+            ["result"],
+            registry=registry,
+        )
+        self.cycle_seconds = Histogram(
+            "minruntime_requeue_cycle_seconds",
+            "Wall time of one requeue cycle (read, plan, write, commit).",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0),
+            registry=registry,
+        )
+        self.decisions_recorded = Counter(
+            "minruntime_requeue_decisions_recorded",
+            "Decision events written to the log and the outbox, by outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.active = Gauge(
+            "minruntime_requeue_worker_active",
+            "1 while this replica holds the leader lock and runs cycles, else 0.",
+            registry=registry,
+        )
+        self.nominations.labels(EXPECTED_RUNTIME_PLUGIN)
+        for outcome in RequeueOutcome:
+            self.decisions_recorded.labels(outcome.value)
+
+    def label(self, nominator: str) -> str:
+        """A finite label value for a nominator name."""
+        return nominator if nominator in self.known else OTHER_NOMINATOR
+
+    def observe(self, report: CycleReport) -> None:
+        """Count one committed cycle's nominations and decisions."""
+        for nominators in report.candidates.values():
+            for nominator in nominators:
+                self.nominations.labels(self.label(nominator)).inc()
+        for reason, count in report.nominations.skip_counts().items():
+            self.nomination_skipped.labels(EXPECTED_RUNTIME_PLUGIN, reason.value).inc(count)
+        for decision in report.plan.decisions:
+            for nominator in decision.nominated_by:
+                label = self.label(nominator)
+                if decision.outcome is RequeueOutcome.COMMITTED:
+                    self.commits.labels(label).inc()
+                elif decision.outcome is RequeueOutcome.ROLLED_BACK:
+                    self.rollbacks.labels(label).inc()
+                else:
+                    why = decision.reason.value if decision.reason else "unknown"
+                    self.skipped.labels(label, why).inc()
+        for event in report.recorded:
+            self.decisions_recorded.labels(_OUTCOME_OF_TYPE[event.type]).inc()
+
+
+_OUTCOME_OF_TYPE: Final = {
+    "requeue.committed": RequeueOutcome.COMMITTED.value,
+    "requeue.rolled-back": RequeueOutcome.ROLLED_BACK.value,
+    "requeue.skipped": RequeueOutcome.SKIPPED.value,
+}

@@ -1,0 +1,172 @@
+"""The requeue worker loop: leadership by advisory lock, cycles on a timer and on nominations.
+
+Several replicas may run; exactly one is active. The active one holds a session-level
+PostgreSQL advisory lock on its own connection and runs every cycle on that same
+connection, so a replica that lost its connection (and with it the lock) cannot commit a
+cycle: leadership and writes are fenced together. When the active replica dies, PostgreSQL
+ends its session, the lock is released, and a standby polling ``pg_try_advisory_lock``
+takes over within one poll interval.
+
+A cycle runs every ``interval`` seconds, and sooner when the processor commits nominations
+(it sends ``NOTIFY minruntime_nominations`` in the same transaction; the worker LISTENs on
+its connection). A serialization conflict with the processor (a victim or beneficiary row
+changed since the cycle's snapshot) retries the cycle at once on fresh state.
+
+This module is synchronous and runs in a thread; the composition root runs the outbox relay
+next to it and passes ``on_recorded`` to wake the relay after a commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+import sqlalchemy as sa
+from psycopg import errors as pg_errors
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from minruntime.ingest import NOMINATIONS_CHANNEL
+from minruntime.requeue.cycle import CycleReport, run_cycle
+from minruntime.requeue.metrics import RequeueMetrics
+
+log = logging.getLogger(__name__)
+
+# pg_try_advisory_lock key of the worker role: "minrtrqw" as a big-endian int64.
+LEADER_LOCK_KEY: Final = int.from_bytes(b"minrtrqw", "big", signed=True)
+_TRY_LOCK = sa.text("SELECT pg_try_advisory_lock(:key)")
+_CONFLICTS: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How the worker runs (from Settings)."""
+
+    topic: str
+    interval_seconds: float = 10.0
+    standby_poll_seconds: float = 1.0
+    # After a nomination wakes the worker, wait this long for more before the cycle.
+    settle_seconds: float = 0.2
+    conflict_retries: int = 5
+    # Test hook: exit the process right after a cycle that committed a requeue, before the
+    # outbox relay is told (simulates a crash between the database commit and the publish).
+    exit_after_commit: bool = False
+
+
+class RequeueWorker:
+    """One replica: standby until it holds the leader lock, then the active cycle loop."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        options: WorkerOptions,
+        metrics: RequeueMetrics,
+        *,
+        on_recorded: Callable[[], None] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._engine = engine
+        self._options = options
+        self._metrics = metrics
+        self._on_recorded = on_recorded
+        self._clock = clock
+        self.stop = threading.Event()
+        self.cycles = 0
+
+    def run(self) -> None:
+        """Until ``stop`` is set: wait for leadership, then run cycles while it holds."""
+        backoff = self._options.standby_poll_seconds
+        while not self.stop.is_set():
+            try:
+                with self._engine.connect() as conn:
+                    if not self._try_lead(conn):
+                        self.stop.wait(self._options.standby_poll_seconds)
+                        continue
+                    backoff = self._options.standby_poll_seconds
+                    self._lead(conn)
+            except DBAPIError as error:
+                # Lost the database (or it refused us): whatever we held is gone with the
+                # session. Back to standby; another replica may take over meanwhile.
+                self._metrics.active.set(0)
+                log.warning("requeue worker lost its database connection: %s", _one_line(error))
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+        self._metrics.active.set(0)
+
+    def _try_lead(self, conn: Connection) -> bool:
+        acquired = bool(conn.execute(_TRY_LOCK, {"key": LEADER_LOCK_KEY}).scalar_one())
+        conn.commit()
+        return acquired
+
+    def _lead(self, conn: Connection) -> None:
+        conn.exec_driver_sql(f"LISTEN {NOMINATIONS_CHANNEL}")
+        conn.commit()
+        self._metrics.active.set(1)
+        log.warning("requeue worker is active (pid %d)", os.getpid())
+        conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        try:
+            while not self.stop.is_set():
+                self.cycle(conn)
+                self._wait_for_trigger(conn)
+        finally:
+            self._metrics.active.set(0)
+
+    def cycle(self, conn: Connection) -> CycleReport | None:
+        """Run one cycle (retrying conflicts); None if every retry conflicted."""
+        options = self._options
+        for _ in range(options.conflict_retries + 1):
+            started = time.perf_counter()
+            try:
+                with conn.begin():
+                    report = run_cycle(conn, now=self._clock(), topic=options.topic)
+            except DBAPIError as error:
+                if not isinstance(error.orig, _CONFLICTS):
+                    self._metrics.cycles.labels("failed").inc()
+                    raise
+                self._metrics.cycles.labels("conflict").inc()
+                log.info("requeue cycle conflicted with the processor, retrying")
+                continue
+            self.cycles += 1
+            self._metrics.cycles.labels("ok").inc()
+            self._metrics.cycle_seconds.observe(time.perf_counter() - started)
+            self._metrics.observe(report)
+            if report.committed:
+                log.warning(
+                    "requeue committed: %s",
+                    ", ".join(f"{d.uid} for {'+'.join(d.beneficiaries)}" for d in report.committed),
+                )
+                if options.exit_after_commit:
+                    log.error("exit_after_commit: exiting before the publish (test hook)")
+                    os._exit(70)
+            if report.recorded and self._on_recorded is not None:
+                self._on_recorded()
+            return report
+        log.warning("requeue cycle gave up after %d conflicts", options.conflict_retries + 1)
+        return None
+
+    def _wait_for_trigger(self, conn: Connection) -> None:
+        """Sleep until the next cycle is due, a nomination arrives, or we are stopped."""
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        due = time.monotonic() + self._options.interval_seconds
+        while not self.stop.is_set():
+            remaining = due - time.monotonic()
+            if remaining <= 0:
+                return
+            # Short slices keep stop() responsive; any notification starts a cycle.
+            if any(True for _ in driver.notifies(timeout=min(remaining, 0.5), stop_after=1)):
+                settle = self._options.settle_seconds
+                # Drain the burst: one cycle serves every nomination that arrived together.
+                for _ in driver.notifies(timeout=settle):
+                    pass
+                return
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]
