@@ -25,6 +25,7 @@ STATE_TABLES = (
     "node_state",
     "nominations",
     "requeue_decision_log",
+    "requeue_promises",
     "event_log",
     "dead_letter_log",
     "consumer_offsets",
@@ -139,10 +140,15 @@ def submitted(
 
 
 def allocated(
-    uid: str, pods: Sequence[str] | int = 1, *, time: datetime = T0, **kw: Any
+    uid: str,
+    pods: Sequence[str] | int = 1,
+    *,
+    time: datetime = T0,
+    node_name: str = "node-1",
+    **kw: Any,
 ) -> Message:
     names = [f"{uid}-{i}" for i in range(pods)] if isinstance(pods, int) else pods
-    data = {"uid": uid, "pods": [{"name": name, "node": "node-1"} for name in names]}
+    data = {"uid": uid, "pods": [{"name": name, "node": node_name} for name in names]}
     return Message(
         "kai.podgroups",
         uid.encode(),

@@ -552,7 +552,7 @@ def test_encode_is_compact_camel_case_utf8_with_z_times() -> None:
             '"time":"2026-11-21T10:00:00Z","subject":"ü-1","data":{"uid":"ü-1",'
             '"nominatedBy":["expectedruntime"],"beneficiaries":["b"],'
             '"requeueNotBefore":"2026-11-21T13:20:00Z","decidedAt":"2026-11-21T12:10:00Z",'
-                '"placements":[]}}'
+            '"placements":[]}}'
         ).encode()
     )
 

@@ -124,7 +124,9 @@ class RequeueWorker:
             started = time.perf_counter()
             try:
                 with conn.begin():
-                    report = run_cycle(conn, now=self._clock(), topic=options.topic)
+                    report = run_cycle(
+                        conn, now=self._clock(), topic=options.topic, clock=self._clock
+                    )
             except DBAPIError as error:
                 if not isinstance(error.orig, _CONFLICTS):
                     self._metrics.cycles.labels("failed").inc()
