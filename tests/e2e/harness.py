@@ -77,12 +77,16 @@ class Pipeline:
             "MINRUNTIME_KAFKA_BOOTSTRAP": base.kafka_bootstrap,
             "MINRUNTIME_PROCESSOR_GROUP": self.group,
             "MINRUNTIME_STATE_DIR": str(workdir / "processor-state"),
+            # No fixed metrics ports: several pipelines may run at once (tests ask for one).
+            "MINRUNTIME_PROCESSOR_METRICS_PORT": "0",
+            "MINRUNTIME_WORKER_METRICS_PORT": "0",
             **{TOPIC_ENV[role]: topic for role, topic in self.topics.items()},
             **{f"MINRUNTIME_{k.upper()}": v for k, v in (overrides or {}).items()},
         }
         self.process: subprocess.Popen[bytes] | None = None
         self.spawned_at = 0.0  # time.monotonic() of the last start()
         self.log_path = workdir / f"processor-{self.suffix}.log"
+        self.workers: list[Worker] = []
 
     # -- lifecycle -------------------------------------------------------------------------
     def create(self, with_topics: bool = False) -> Pipeline:
@@ -149,8 +153,16 @@ class Pipeline:
             process.kill()
             process.wait(30)
 
+    def start_worker(self, name: str = "w", env: Mapping[str, str] | None = None) -> Worker:
+        """Start a `minruntime requeue-worker` replica on this pipeline's database and topics."""
+        worker = Worker(self, name, {**self.env, **(env or {})})
+        self.workers.append(worker)
+        return worker.start()
+
     def drop(self, keep: bool = False) -> None:
         """Stop; unless `keep`, drop the database and delete the topics."""
+        for worker in self.workers:
+            worker.stop()
         self.stop()
         if keep:
             print(f"kept database {self.database_url} and topics {sorted(self.topics.values())}")
@@ -261,3 +273,71 @@ class Pipeline:
         """The first column of the first row."""
         rows = self.query(statement, params)
         return rows[0][0] if rows else None
+
+
+class Worker:
+    """One `minruntime requeue-worker` subprocess (a replica) of a Pipeline."""
+
+    def __init__(self, pipeline: Pipeline, name: str, env: Mapping[str, str]) -> None:
+        self.pipeline = pipeline
+        self.name = name
+        self.env = dict(env)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = pipeline.workdir / f"worker-{name}-{pipeline.suffix}.log"
+
+    def start(self) -> Worker:
+        """Spawn the replica (it decides by itself whether it is active or standby)."""
+        assert self.process is None or self.process.poll() is not None
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [MINRUNTIME, "requeue-worker", "--loglevel", "info"],
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        """The replica's process id."""
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        """True while the subprocess runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        """Send `sig` and wait for the process to end; return its exit status."""
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(60)
+        self.process = None
+        return code
+
+    def wait(self, timeout: float = 60.0) -> int:
+        """Wait for the process to exit by itself; return its exit status."""
+        assert self.process is not None
+        code = self.process.wait(timeout)
+        self.process = None
+        return code
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 30 s."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The replica's last log lines (for assertion messages)."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
