@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Annotated
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,6 +13,9 @@ from rich.table import Table
 
 from minruntime.errors import UserError
 from minruntime.settings import Settings
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 app = typer.Typer(
     name="minruntime",
@@ -25,6 +29,16 @@ stack_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(stack_app, name="stack")
+queues_app = typer.Typer(
+    help="Kubernetes Queue objects (scheduling.run.ai/v2) as queue.upserted events.",
+    no_args_is_help=True,
+)
+app.add_typer(queues_app, name="queues")
+config_app = typer.Typer(
+    help="KAI's scheduler config (the minruntime plugin's arguments) as config.updated events.",
+    no_args_is_help=True,
+)
+app.add_typer(config_app, name="config")
 
 console = Console(highlight=False)
 
@@ -126,6 +140,92 @@ def produce_command(
     counts = produce(files, Settings())
     summary = ", ".join(f"{topic}: {count}" for topic, count in sorted(counts.items()))
     console.print(f"sent {sum(counts.values())} events ({summary})")
+
+
+ManifestFiles = Annotated[
+    list[str],
+    typer.Option(
+        "--filename",
+        "-f",
+        help="A YAML file (several documents allowed), a directory of .yaml/.yml/.json files, "
+        "or - for stdin. Repeatable.",
+    ),
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print the events as JSON lines; send nothing.")
+]
+# A summary names at most this many queues, so it stays one line.
+_NAMES_IN_SUMMARY = 8
+
+
+@queues_app.command("apply")
+def queues_apply_command(files: ManifestFiles, dry_run: DryRun = False) -> None:
+    """Send a queue.upserted per Queue object; every object is checked first (all or nothing)."""
+    from minruntime.events import EventType
+    from minruntime.kube import queue_upserts, read_manifests
+
+    manifests = read_manifests(files)
+    upserts = queue_upserts(manifests)
+    topic = _send_events(
+        EventType.QUEUE_UPSERTED,
+        [(m.where, u) for m, u in zip(manifests, upserts, strict=True)],
+        dry_run=dry_run,
+    )
+    if topic is not None:
+        names = [upsert.name for upsert in upserts]
+        shown = ", ".join(names[:_NAMES_IN_SUMMARY])
+        if len(names) > _NAMES_IN_SUMMARY:
+            shown += f", and {len(names) - _NAMES_IN_SUMMARY} more"
+        print(f"sent {len(names)} queue.upserted event(s) to {topic}: {shown}")
+
+
+@config_app.command("apply")
+def config_apply_command(
+    files: ManifestFiles,
+    node_pool: Annotated[
+        str, typer.Option("--node-pool", help="The node pool (scheduler shard) it configures.")
+    ] = "default",
+    dry_run: DryRun = False,
+) -> None:
+    """Send the minruntime plugin's arguments of a scheduler config as one config.updated."""
+    from minruntime.events import EventType
+    from minruntime.kube import config_update, read_manifests
+
+    manifests = read_manifests(files)
+    update = config_update(manifests, node_pool)
+    topic = _send_events(EventType.CONFIG_UPDATED, [(manifests[0].where, update)], dry_run=dry_run)
+    if topic is not None:
+        arguments = update.model_dump(mode="json", by_alias=True, exclude={"node_pool"})
+        shown = ", ".join(f"{name}={value}" for name, value in arguments.items())
+        print(f"sent config.updated for node pool {update.node_pool} to {topic}: {shown}")
+
+
+def _send_events(
+    event_type: str, items: Sequence[tuple[str, BaseModel]], *, dry_run: bool
+) -> str | None:
+    """Send through `minruntime produce`'s path, or print JSON lines; the topic if sent."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from minruntime.produce import prepare, send
+
+    settings = Settings()
+    now = datetime.now(UTC)
+    outgoing = [
+        prepare(
+            where,
+            {"type": event_type, "data": data.model_dump(mode="json", exclude_none=True)},
+            settings,
+            now,
+        )
+        for where, data in items
+    ]
+    if dry_run:
+        for record in outgoing:
+            print(record.value.decode())
+        return None
+    asyncio.run(send(settings, outgoing))
+    return outgoing[0].topic
 
 
 def _print_connection(kafka_bootstrap: str, database_url: str) -> None:
