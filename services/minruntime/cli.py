@@ -105,6 +105,7 @@ def processor_command(
     """Run the stream processors: Kafka topics → PostgreSQL projections, exactly once."""
     from minruntime.bootstrap import run_processor
 
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
     run_processor(Settings(), loglevel=loglevel)
 
 
@@ -118,6 +119,7 @@ def requeue_worker_command(
     from minruntime.bootstrap import run_requeue_worker
 
     _log_to_stderr(loglevel)
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
     run_requeue_worker(Settings())
 
 
@@ -260,8 +262,9 @@ def _error(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the command, turning every user error into one line and an exit code."""
     # Client libraries log retried, transient conditions (a new topic's leader election) as
-    # warnings; the CLI reports what failed, once, itself.
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    # warnings, and a refused connection as an error; a one-shot command reports what failed,
+    # once, itself. The long-running services turn the client's errors back on.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="minruntime", standalone_mode=False)
