@@ -2,24 +2,35 @@
 
 Events go to Kafka as a producer would send them, the real `minruntime processor` applies
 them to PostgreSQL, and the answers come from the SQL a user would type (shown with it).
+Then the real `minruntime requeue-worker` decides about three over-running jobs: its
+decisions are shown in SQL, as the event on the decisions topic, and in its metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import re
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import IO, Any, Final
 
 import sqlalchemy as sa
 from rich.console import Console
+from rich.json import JSON
 from rich.syntax import Syntax
-from rich.table import Table
+from rich.table import Column, Table
 
-from minruntime.core import format_duration
+from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_duration
 from minruntime.errors import UserError
 from minruntime.events import encode_event, new_event
 from minruntime.produce import Outgoing, send
@@ -50,6 +61,45 @@ QUERIES: tuple[tuple[str, str], ...] = (
         "SELECT topic, kind, message\nFROM minruntime.dead_letters\nORDER BY at DESC LIMIT 3;",
     ),
 )
+
+# The requeue story: three 4-GPU gangs, each alone on a 4-GPU node of its own node pool (so
+# they do not compete), started two hours ago with an expected runtime of one hour.
+# (job, node pool, queue, name of the higher-priority 2-GPU gang waiting in that pool or None)
+REQUEUE_JOBS: Final = (
+    ("contended", "rq-contention", "leaf3", "urgent"),
+    ("idle", "rq-idle", "leaf3", None),
+    ("protected", "rq-protected", "longrun", "urgent-blocked"),
+)
+REQUEUE_STARTED_AGO: Final = timedelta(hours=2)
+EXPECTED_RUNTIME: Final = "1h"
+# Queue of the protected job: still inside its minimum runtime after two hours.
+LONGRUN_QUEUE: Final = {"name": "longrun", "preemptMinRuntime": "4h"}
+VICTIM_PRIORITY, CONTENDER_PRIORITY = 50, 100
+# The worker runs a cycle on start, then every second; the demo scrapes its metrics once a
+# cycle after the commit has run (the committed job is then skipped for its cooldown).
+WORKER_ENV: Final = {"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"}
+SCRAPE_WAIT_SECONDS: Final = 15.0
+# The demo's processor serves no metrics: a processor already running on this machine may
+# hold the default port, and the demo shows the worker's metrics only.
+PROCESSOR_ENV: Final = {"MINRUNTIME_PROCESSOR_METRICS_PORT": "0"}
+
+
+def _requeue_queries(run: str) -> tuple[tuple[str, str], ...]:
+    """The SQL a user types to see the worker's decisions about this run's jobs."""
+    return (
+        (
+            "What did the requeue worker decide? (the log records changes, not every cycle)",
+            "SELECT uid, outcome, reason, nominated_by, beneficiaries, requeue_not_before\n"
+            f"FROM minruntime.requeue_decisions\nWHERE uid LIKE 'demo-{run}-%'\nORDER BY seq;",
+        ),
+        (
+            "Which over-running jobs are in cooldown? (only a committed requeue writes one)",
+            "SELECT uid, node_pool, queue, start_time, expected_runtime, requeue_not_before\n"
+            "FROM minruntime.podgroups\n"
+            "WHERE namespace = 'demo' AND status = 'running' AND expected_runtime IS NOT NULL\n"
+            "ORDER BY uid;",
+        ),
+    )
 
 
 def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
@@ -113,6 +163,52 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
     return tree + podgroups
 
 
+def _gang(run: str, name: str, pool: str, queue: str, pods: int, priority: int) -> dict[str, Any]:
+    """`podgroup.submitted` data of a gang of one-GPU pods that needs all of them at once."""
+    return {
+        "uid": f"demo-{run}-{name}",
+        "name": name,
+        "namespace": "demo",
+        "queue": queue,
+        "nodePool": pool,
+        "priority": priority,
+        "subGroups": [{"name": "default", "minAvailable": pods}],
+        "pods": [{"name": f"{name}-{i}", "gpu": 1} for i in range(pods)],
+    }
+
+
+def _requeue_events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
+    """The requeue story: a queue, three nodes, three over-running jobs, two contenders."""
+    started = now - REQUEUE_STARTED_AGO
+    events: list[tuple[TopicRole, Any]] = [
+        (TopicRole.QUEUES, new_event("queue.upserted", LONGRUN_QUEUE, time=started)),
+    ]
+    for job, pool, queue, contender in REQUEUE_JOBS:
+        node = f"{pool}-node"
+        victim = _gang(run, job, pool, queue, 4, VICTIM_PRIORITY)
+        victim["annotations"] = {EXPECTED_RUNTIME_ANNOTATION: EXPECTED_RUNTIME}
+        pods = [{"name": pod["name"], "node": node} for pod in victim["pods"]]
+        capacity = {"name": node, "nodePool": pool, "gpu": 4}
+        events += [
+            (TopicRole.NODES, new_event("node.upserted", capacity, time=started)),
+            (
+                TopicRole.PODGROUPS,
+                new_event("podgroup.submitted", victim, time=started - timedelta(seconds=5)),
+            ),
+            (
+                TopicRole.PODGROUPS,
+                new_event("podgroup.allocated", {"uid": victim["uid"], "pods": pods}, time=started),
+            ),
+        ]
+        if contender is not None:
+            waiting = _gang(run, contender, pool, queue, 2, CONTENDER_PRIORITY)
+            submitted = now - timedelta(minutes=1)
+            events.append(
+                (TopicRole.PODGROUPS, new_event("podgroup.submitted", waiting, time=submitted))
+            )
+    return events
+
+
 def _bad_event(now: datetime) -> bytes:
     # A producer's typo: a sign inside a duration. It must become a dead letter, not a crash.
     return (
@@ -123,8 +219,71 @@ def _bad_event(now: datetime) -> bytes:
     )
 
 
+@dataclass
+class _Child:
+    """A `minruntime` subprocess of the demo; its stderr is kept to explain an early exit."""
+
+    command: str
+    process: subprocess.Popen[bytes]
+    stderr: IO[bytes]
+
+    @classmethod
+    def start(cls, command: str, env: Mapping[str, str] | None = None) -> _Child:
+        """Run `python -m minruntime.cli COMMAND` with the demo's environment plus ``env``."""
+        stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "minruntime.cli", command],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**os.environ, **(env or {})},
+        )
+        return cls(command, process, stderr)
+
+    @property
+    def pid(self) -> int:
+        """The subprocess's id."""
+        return self.process.pid
+
+    def check(self) -> None:
+        """Fail with its last stderr line if it has exited."""
+        if self.process.poll() is None:
+            return
+        self.stderr.seek(0)
+        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
+        why = f": {lines[-1]}" if lines else ""
+        raise UserError(
+            f"`minruntime {self.command}` exited with status {self.process.returncode}{why}"
+        )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; the demo leaves nothing running."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+        self.stderr.close()
+
+    def __enter__(self) -> _Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True)
+class _WorkerView:
+    """What the demo collected from the requeue worker before stopping it."""
+
+    port: int
+    events: tuple[dict[str, Any], ...]
+    metrics: str
+
+
 def run_pipeline_demo(console: Console, settings: Settings, timeout: float = 60.0) -> None:
-    """Migrate, run the processor, produce the story, and show the SQL answers."""
+    """Migrate, run the processor and the requeue worker, produce the story, show the answers."""
     console.rule("[bold]Part 2 — the pipeline: Kafka → processor → PostgreSQL, queried with SQL")
     upgrade(settings)
     engine = engine_from(settings)
@@ -146,6 +305,7 @@ def run_pipeline_demo(console: Console, settings: Settings, timeout: float = 60.
     run = uuid.uuid4().hex[:4]
     names = topic_names(settings)
     story = _events(run, now)
+    requeue_story = _requeue_events(run, now)
     podgroup_events = sum(1 for role, _ in story if role is TopicRole.PODGROUPS)
     events = [
         *[
@@ -153,44 +313,70 @@ def run_pipeline_demo(console: Console, settings: Settings, timeout: float = 60.
             for uid in previous
         ],
         *story,
+        *requeue_story,
     ]
     outgoing = [
         Outgoing(names[role], event.subject.encode(), encode_event(event)) for role, event in events
     ]
     outgoing.append(Outgoing(names[TopicRole.QUEUES], b"leaf9", _bad_event(now)))
 
-    processor = subprocess.Popen(
-        [sys.executable, "-m", "minruntime.cli", "processor"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with _Child.start("processor", PROCESSOR_ENV) as processor:
         console.print(f"Started `minruntime processor` (pid {processor.pid}).")
         asyncio.run(send(settings, outgoing))
         console.print(
             f"Produced {len(outgoing)} events: the design tree, a node-pool config, "
-            f"{podgroup_events} podgroup events, and one bad event."
+            f"{podgroup_events} podgroup events, the requeue story ({len(requeue_story)} events: "
+            "a queue, three nodes, three over-running jobs, two waiting ones), and one bad event."
         )
         _wait_applied(engine, applied_before + len(outgoing) - 1, processor, timeout)
-    finally:
-        processor.terminate()
-        try:
-            processor.wait(30)
-        except subprocess.TimeoutExpired:
-            processor.kill()
+        view = _run_worker(console, settings, engine, run, timeout)
     with engine.connect() as conn:
         for title, query in QUERIES:
             _show(console, conn, title, query)
+        console.rule("[bold]Part 3 — the requeue worker: three over-running jobs, three decisions")
+        _describe_requeue_story(console)
+        for title, query in _requeue_queries(run):
+            _show(console, conn, title, query)
     engine.dispose()
+    _show_events(console, settings.topic_requeue_decisions, view.events)
+    _show_metrics(console, settings.metrics_host, view)
+    console.print("\nThe processor and the requeue worker are stopped.")
 
 
-def _wait_applied(
-    engine: sa.Engine, count: int, processor: subprocess.Popen[bytes], timeout: float
-) -> None:
+def _run_worker(
+    console: Console, settings: Settings, engine: sa.Engine, run: str, timeout: float
+) -> _WorkerView:
+    """Start the worker on the applied story; collect its decisions, events and metrics."""
+    topic = settings.topic_requeue_decisions
+    offsets = asyncio.run(_end_offsets(settings.kafka_bootstrap, topic))
+    port = _free_port(settings.metrics_host)
+    env = {**WORKER_ENV, "MINRUNTIME_WORKER_METRICS_PORT": str(port)}
+    with _Child.start("requeue-worker", env) as worker:
+        console.print(
+            f"Started `minruntime requeue-worker` (pid {worker.pid}; a cycle at once, then "
+            f"every {WORKER_ENV['MINRUNTIME_REQUEUE_INTERVAL_SECONDS']}s; metrics on port "
+            f"{port}) once the processor had applied every event."
+        )
+        _wait_decisions(engine, f"demo-{run}-", worker, timeout)
+        events = asyncio.run(
+            _read_decisions(settings.kafka_bootstrap, topic, offsets, f"demo-{run}-", timeout)
+        )
+        url = f"http://{settings.metrics_host}:{port}/metrics"
+        metrics = _scrape_after_cooldown(url, worker, min(timeout, SCRAPE_WAIT_SECONDS))
+    return _WorkerView(port, events, metrics)
+
+
+def _free_port(host: str) -> int:
+    """A port nobody listens on now (the worker's metrics; the default may be taken)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_applied(engine: sa.Engine, count: int, processor: _Child, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if processor.poll() is not None:
-            raise UserError(f"the processor exited with status {processor.returncode}")
+        processor.check()
         with engine.connect() as conn:
             applied = conn.execute(
                 sa.text("SELECT count(*) FROM minruntime.event_log")
@@ -204,14 +390,159 @@ def _wait_applied(
     raise UserError(f"the processor did not apply the demo's events within {timeout:.0f}s")
 
 
+def _wait_decisions(engine: sa.Engine, prefix: str, worker: _Child, timeout: float) -> None:
+    """Until the worker has recorded a decision about every over-running job."""
+    deadline = time.monotonic() + timeout
+    query = sa.text(
+        "SELECT count(DISTINCT uid) FROM minruntime.requeue_decisions WHERE uid LIKE :pattern"
+    )
+    while time.monotonic() < deadline:
+        worker.check()
+        with engine.connect() as conn:
+            decided = conn.execute(query, {"pattern": f"{prefix}%"}).scalar_one()
+        if decided >= len(REQUEUE_JOBS):
+            return
+        time.sleep(0.2)
+    raise UserError(
+        f"the requeue worker did not decide about the demo's jobs within {timeout:.0f}s"
+    )
+
+
+async def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Partition → offset of the next record: where this run's decision events will start."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets(list(consumer.assignment()))
+    finally:
+        await consumer.stop()
+    return {partition.partition: offset for partition, offset in ends.items()}
+
+
+async def _read_decisions(
+    bootstrap: str, topic: str, offsets: Mapping[int, int], prefix: str, timeout: float
+) -> tuple[dict[str, Any], ...]:
+    """The decision events about ``prefix``* jobs published since ``offsets``, by subject."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        for partition in consumer.assignment():
+            consumer.seek(partition, offsets.get(partition.partition, 0))
+        deadline = time.monotonic() + timeout
+        while len(found) < len(REQUEUE_JOBS) and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                for record in records:
+                    event = json.loads(record.value)
+                    if str(event.get("subject", "")).startswith(prefix):
+                        found[event["subject"]] = event
+    finally:
+        await consumer.stop()
+    if len(found) < len(REQUEUE_JOBS):
+        raise UserError(f"the decision events did not reach {topic} within {timeout:.0f}s")
+    return tuple(found[subject] for subject in sorted(found))
+
+
+_CYCLES_OK: Final = re.compile(r'^minruntime_requeue_cycles_total\{result="ok"\} (\S+)$', re.M)
+_COOLDOWN_SKIPS: Final = re.compile(
+    r'^kai_requeue_nomination_skipped_total\{.*reason="cooldown"', re.M
+)
+
+
+def _scrape_after_cooldown(url: str, worker: _Child, timeout: float) -> str:
+    """The worker's metrics page once a cycle has skipped the committed job for its cooldown.
+
+    A replica that stood by (another one holds the leader lock) runs none: after ``timeout``
+    its page is returned as it is.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        worker.check()
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                text = str(response.read().decode())
+        except OSError as error:
+            raise UserError(f"cannot read the requeue worker's metrics at {url}: {error}") from None
+        if _COOLDOWN_SKIPS.search(text) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.25)
+
+
+def _cycles(metrics: str) -> int:
+    match = _CYCLES_OK.search(metrics)
+    return int(float(match.group(1))) if match else 0
+
+
+def _describe_requeue_story(console: Console) -> None:
+    console.print(
+        f"Three 4-GPU gangs started {format_duration(REQUEUE_STARTED_AGO)} ago with "
+        f"{EXPECTED_RUNTIME_ANNOTATION}={EXPECTED_RUNTIME}, each alone on a full 4-GPU node of "
+        "its own node pool, so the expected-runtime nominator nominates all three:\n"
+        "  • contended (rq-contention): a higher-priority 2-GPU gang, urgent, waits and "
+        "fits only once it is gone → committed\n"
+        "  • idle (rq-idle): nothing of higher priority waits → rolled back, it keeps "
+        "running\n"
+        f"  • protected (rq-protected): its queue longrun has preemptMinRuntime="
+        f"{LONGRUN_QUEUE['preemptMinRuntime']}, so urgent-blocked (same queue, higher priority) "
+        "may not evict it yet → rolled back, protected"
+    )
+
+
 def _show(console: Console, conn: sa.Connection, title: str, query: str) -> None:
     console.print(f"\n[bold]{title}[/]")
     console.print(Syntax(query, "sql", theme="ansi_dark", background_color="default"))
     result = conn.execute(sa.text(query))
-    table = Table(*result.keys())
+    table = _table(result.keys())
     for row in result:
         table.add_row(*(_cell(value) for value in row))
     console.print(table)
+
+
+def _table(columns: Iterable[str]) -> Table:
+    """A result table whose long values fold onto a second line rather than being cut off."""
+    return Table(*(Column(name, overflow="fold") for name in columns))
+
+
+def _show_events(console: Console, topic: str, events: tuple[dict[str, Any], ...]) -> None:
+    """The decision events as the cluster side reads them; the commit in full."""
+    console.print(
+        f"\n[bold]What the worker published on {topic} (the cluster side evicts on "
+        "requeue.committed)[/]"
+    )
+    table = _table(("type", "id", "subject", "reason"))
+    for event in events:
+        reason = event["data"].get("reason")
+        table.add_row(event["type"], event["id"], event["subject"], _cell(reason))
+    console.print(table)
+    for event in events:
+        if event["type"] == "requeue.committed":
+            console.print(f"type: {event['type']}\nid:   {event['id']}\ndata:")
+            console.print(JSON.from_data(event["data"]))
+
+
+def _show_metrics(console: Console, host: str, view: _WorkerView) -> None:
+    """The worker's kai_requeue_* series, as a Prometheus scrape shows them."""
+    url = f"http://{host}:{view.port}/metrics"
+    cycles = _cycles(view.metrics)
+    console.print(f"\n[bold]The worker's metrics ({cycles} cycles so far)[/]")
+    if not cycles:
+        console.print("This replica stood by: another requeue worker holds the leader lock.")
+    command = f"curl -s {url} | grep '^kai_requeue_' | grep -v '_created'"
+    console.print(Syntax(command, "bash", theme="ansi_dark", background_color="default"))
+    for line in view.metrics.splitlines():
+        if line.startswith("kai_requeue_") and "_created" not in line:
+            console.print(f"  {line}", markup=False)
+    console.print(
+        "Counters count every evaluation, cycle by cycle; the decision log records only "
+        "changes. The committed job is in cooldown now, so the nominator skips it (reason "
+        "cooldown); the rolled-back ones are attempted again every cycle; running jobs "
+        f"without a valid {EXPECTED_RUNTIME_ANNOTATION} are skipped as invalid_duration."
+    )
 
 
 def _cell(value: Any) -> str:
@@ -223,4 +554,7 @@ def _cell(value: Any) -> str:
         return format_duration(value)
     if isinstance(value, bool):
         return "[green]true[/]" if value else "[red]false[/]"
+    if isinstance(value, list | tuple):
+        # PostgreSQL's text[] as psql shows it.
+        return "{" + ",".join(str(item) for item in value) + "}"
     return str(value)
