@@ -256,11 +256,10 @@ class _Planner:
             demands = contender.demands
             if demands is None or contender.largest > largest or contender.total > total:
                 continue
-            protected = excluded.against(contender.queue)
-            if protected and protected_fit:
-                continue
             # Justified only if the gang needs the freed capacity: the scheduler could place
-            # a gang that already fits without evicting anyone.
+            # a gang that already fits without evicting anyone. The fit checks come first:
+            # they are cached per gang shape, while protection is resolved per contender
+            # queue, and most contenders do not fit at all.
             fits_before = fits_now.get(demands)
             if fits_before:
                 continue
@@ -273,7 +272,7 @@ class _Planner:
                 fits_before = fits_now[demands] = ledger.fits_at(checkpoint, pool, demands)
                 if fits_before:
                     continue
-            if protected:
+            if excluded.against(contender.queue):
                 protected_fit = True
                 continue
             nodes = ledger.place(pool, demands)

@@ -18,7 +18,9 @@ leadership, no Kafka, no metrics), so tests and the benchmark call it directly:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import gc
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from time import perf_counter
@@ -89,15 +91,18 @@ def run_cycle(
 ) -> CycleReport:
     """Run one cycle at ``now`` in the caller's transaction; the caller commits."""
     started = perf_counter()
-    inputs = load_cycle_inputs(conn, now)
-    loaded = perf_counter()
-    snapshot = inputs.snapshot
-    nominations = expected_runtime_nominations(snapshot.running, now)
-    candidates = collect_candidates(nominations.nominated, inputs.external)
-    plan = plan_requeue_cycle(
-        snapshot, candidates, tree=inputs.tree, configs=inputs.configs, now=now
-    )
-    planned = perf_counter()
+    # Reading and planning build ~10^5 small acyclic objects that all die with the cycle;
+    # the cyclic garbage collector would only re-scan them (a tenth of the cycle at scale).
+    with _gc_paused():
+        inputs = load_cycle_inputs(conn, now)
+        loaded = perf_counter()
+        snapshot = inputs.snapshot
+        nominations = expected_runtime_nominations(snapshot.running, now)
+        candidates = collect_candidates(nominations.nominated, inputs.external)
+        plan = plan_requeue_cycle(
+            snapshot, candidates, tree=inputs.tree, configs=inputs.configs, now=now
+        )
+        planned = perf_counter()
     runs = {podgroup.uid: podgroup.start_time for podgroup in snapshot.running}
     newest = last_decisions(conn, list(candidates))
     decided_at = clock()
@@ -134,6 +139,17 @@ def run_cycle(
             "write": written - planned,
         },
     )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _repeats(
