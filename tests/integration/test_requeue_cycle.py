@@ -245,6 +245,8 @@ def test_two_nominators_make_one_attempt_listing_both(engine: sa.Engine, feed: F
     assert decisions(engine) == [
         ("v", "committed", None, ["expectedruntime", "proportion"], ["hi"])
     ]
+    # The commit acted on proportion's nomination: consumed.
+    assert scalar(engine, "SELECT count(*) FROM minruntime.nominations") == 0
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
@@ -280,8 +282,12 @@ def test_external_nomination_of_a_pending_podgroup_is_skipped_not_running(
     feed.send(queue("team"), node("node-1"), submitted("p", "team", 1), nominated("p"))
 
     cycle(engine)
+    again = cycle(engine, NOW + timedelta(seconds=10))
 
     assert decisions(engine) == [("p", "skipped", "not_running", ["proportion"], [])]
+    # The skip answered the nomination: it is consumed, not re-attempted every cycle.
+    assert scalar(engine, "SELECT count(*) FROM minruntime.nominations") == 0
+    assert dict(again.candidates) == {}
 
 
 def test_a_nomination_made_before_the_current_run_does_not_count(
@@ -385,7 +391,15 @@ def test_replaying_the_event_log_reproduces_decisions_cooldowns_and_promises(
     cluster(feed)
     feed.send(gang("hi", 4, priority=100), submitted("lo", "team", 1, priority=1))
     cycle(engine)
-    feed.send(nominated("lo", "proportion"), released("v", time=NOW))
+    feed.send(
+        node("node-2", gpu=1),
+        submitted("top", "team", 1, priority=500),
+        allocated("top", 1, time=T0, node_name="node-2"),
+        nominated("top", "proportion"),  # rolled back: the nomination stands
+        nominated("lo", "proportion"),  # pending: skipped not_running, consumed
+        nominated("v", "proportion"),
+        released("v", time=NOW),  # ... and v is no longer running either
+    )
     cycle(engine, NOW + timedelta(seconds=30))
 
     logged = rows(
@@ -409,6 +423,7 @@ def test_replaying_the_event_log_reproduces_decisions_cooldowns_and_promises(
         " requeue_not_before, decision_id, run_start, placements"
         " FROM minruntime.requeue_decisions ORDER BY seq",
         "SELECT * FROM minruntime_state.requeue_promises ORDER BY decision_id, beneficiary, node",
+        "SELECT uid, nominated_by, reason FROM minruntime.nominations ORDER BY uid",
     ):
         live = rows(engine, query)
         assert live, query

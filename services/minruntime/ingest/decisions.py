@@ -10,7 +10,11 @@ What each outcome changes (SEMANTICS.md §8):
 - every outcome: one ``requeue_decision_log`` row (the ``requeue_decisions`` view);
 - ``requeue.committed`` only: the ``kai.scheduler/requeue-not-before`` annotation and column
   of the podgroup, ``awaiting_release`` while the committed run is still running, and one
-  ``requeue_promises`` row per (beneficiary, node), lapsing at ``requeue-not-before``.
+  ``requeue_promises`` row per (beneficiary, node), lapsing at ``requeue-not-before``;
+- ``requeue.committed`` and ``requeue.skipped`` with reason ``not_running``: the external
+  nominations the decision answered (its ``nominatedBy``) are consumed — acted upon, or about
+  a podgroup that is not running — so they are not attempted again every cycle. A rollback
+  (and a cooldown skip) leaves them standing: the situation may change while the run lasts.
 
 Applying an event twice changes nothing: the decision id is unique.
 """
@@ -48,6 +52,11 @@ _OUTCOMES: Final[dict[type[DecisionData], str]] = {
     RequeueSkippedData: "skipped",
 }
 
+_CONSUME_NOMINATIONS = sa.text(
+    "DELETE FROM minruntime_state.nominations WHERE uid = :uid AND nominated_by = ANY(:by)"
+)
+_CONSUMING_REASONS: Final = frozenset({"not_running"})
+
 _COMMIT_PODGROUP = sa.text(
     "UPDATE minruntime_state.podgroup_state SET"
     " annotations = annotations || jsonb_build_object(CAST(:key AS text), CAST(:value AS text)),"
@@ -82,6 +91,14 @@ def apply_decisions(conn: Connection, events: Sequence[Event]) -> int:
     if not fresh:
         return 0
     conn.execute(sa.insert(requeue_decision_log), [_log_row(event) for event in fresh])
+    consumed = [
+        {"uid": data.uid, "by": list(data.nominated_by)}
+        for data in map(decision_data, fresh)
+        if isinstance(data, RequeueCommittedData)
+        or (isinstance(data, RequeueSkippedData) and data.reason in _CONSUMING_REASONS)
+    ]
+    if consumed:
+        conn.execute(_CONSUME_NOMINATIONS, consumed)
     commits = [
         (event, data) for event in fresh if isinstance(data := event.data, RequeueCommittedData)
     ]
