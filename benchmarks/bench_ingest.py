@@ -32,7 +32,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cluster import build_tree, duration
+from cluster import build_tree, queue_upserts
 from pipeline import INPUT_ROLES, BenchPipeline, overrides, produce, rfc3339
 
 SEED = 20261121
@@ -72,14 +72,7 @@ def generate(queues: int, nodes: int, podgroups: int, seed: int = SEED) -> Trace
     rng = random.Random(seed)
     trace = Trace()
     tree = build_tree(rng, queues)
-    for name, parent, _ in tree:
-        data: dict[str, Any] = {"name": name}
-        if parent:
-            data["parentQueue"] = parent
-        for field in ("preemptMinRuntime", "reclaimMinRuntime"):
-            value = duration(rng)
-            if value is not None:
-                data[field] = value
+    for name, data in queue_upserts(rng, tree):
         trace.add("queues", "queue.upserted", name, data, T0)
     trace.add(
         "queues",

@@ -12,7 +12,6 @@ Needs the local stack (``minruntime stack up``).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
@@ -22,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from cluster import build_tree, duration
+from cluster import build_tree, cloud_event, queue_upserts
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
@@ -32,20 +31,6 @@ from minruntime.store.scratch import create_scratch_database, drop_scratch_datab
 RECLAIM_TARGET_MS = 200.0
 IS_PROTECTED_TARGET_MS = 2.0
 BATCH = 2000
-
-
-def event(type_: str, subject: str, data: dict[str, Any], when: datetime, n: int) -> bytes:
-    return json.dumps(
-        {
-            "specversion": "1.0",
-            "id": f"bench-{n}",
-            "source": "bench",
-            "type": type_,
-            "time": when.isoformat().replace("+00:00", "Z"),
-            "subject": subject,
-            "data": data,
-        }
-    ).encode()
 
 
 def records(rng: random.Random, queues: int, podgroups: int) -> Iterator[list[InboundRecord]]:
@@ -68,16 +53,9 @@ def records(rng: random.Random, queues: int, podgroups: int) -> Iterator[list[In
     def emit(topic: str, key: str, type_: str, data: dict[str, Any], when: datetime) -> Any:
         nonlocal n
         n += 1
-        return add(topic, key, event(type_, key, data, when, n))
+        return add(topic, key, cloud_event(type_, key, data, when, n))
 
-    for name, parent, _ in tree:
-        data: dict[str, Any] = {"name": name}
-        if parent:
-            data["parentQueue"] = parent
-        for field in ("preemptMinRuntime", "reclaimMinRuntime"):
-            value = duration(rng)
-            if value is not None:
-                data[field] = value
+    for name, data in queue_upserts(rng, tree):
         if (full := emit("kai.queues", name, "queue.upserted", data, now)) is not None:
             yield full
     for pool, method in (("default", "lca"), ("pool-b", "queue")):

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import platform
 import pstats
 import random
@@ -52,7 +51,7 @@ import sqlalchemy as sa
 from psycopg import sql
 
 from bench_requeue_plan import NOW, build_snapshot
-from cluster import build_tree, duration
+from cluster import build_tree, cloud_event, queue_upserts
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
@@ -75,21 +74,6 @@ TOPIC: Final = "kai.requeue-decisions"
 BATCH: Final = 2000
 PROPORTION: Final = "proportion"
 NEXT_CYCLE: Final = timedelta(seconds=10)
-
-
-def event(type_: str, subject: str, data: dict[str, Any], when: datetime, n: int) -> bytes:
-    """A CloudEvents 1.0 JSON value, as a producer on the cluster side writes it."""
-    return json.dumps(
-        {
-            "specversion": "1.0",
-            "id": f"bench-{n}",
-            "source": "bench",
-            "type": type_,
-            "time": format_rfc3339(when),
-            "subject": subject,
-            "data": data,
-        }
-    ).encode()
 
 
 def minutes(delta: timedelta) -> int:
@@ -163,7 +147,7 @@ def records(
     ) -> list[InboundRecord] | None:
         nonlocal n, batch
         n += 1
-        value = event(type_, key, data, when, n)
+        value = cloud_event(type_, key, data, when, n)
         batch.append(InboundRecord(topic, 0, offsets[topic], key.encode(), value, None))
         offsets[topic] += 1
         if len(batch) >= BATCH:
@@ -173,14 +157,7 @@ def records(
 
     seeded = NOW - timedelta(days=1)
     full: list[list[InboundRecord] | None] = []
-    for name, parent, _ in tree:
-        data: dict[str, Any] = {"name": name}
-        if parent:
-            data["parentQueue"] = parent
-        for field in ("preemptMinRuntime", "reclaimMinRuntime"):
-            value = duration(rng)
-            if value is not None:
-                data[field] = value
+    for name, data in queue_upserts(rng, tree):
         full.append(emit("kai.queues", name, "queue.upserted", data, seeded))
     for index in range(args.pools):
         pool = f"pool-{index}"

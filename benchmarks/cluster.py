@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 
 def build_tree(rng: random.Random, count: int) -> list[tuple[str, str | None, int]]:
@@ -27,3 +31,33 @@ def duration(rng: random.Random) -> str | None:
     if roll < 0.7:
         return "0s"
     return f"{rng.randint(1, 120)}m"
+
+
+def queue_upserts(
+    rng: random.Random, tree: list[tuple[str, str | None, int]]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(name, ``queue.upserted`` data) for every queue of ``tree``, minimum runtimes drawn."""
+    for name, parent, _ in tree:
+        data: dict[str, Any] = {"name": name}
+        if parent:
+            data["parentQueue"] = parent
+        for field in ("preemptMinRuntime", "reclaimMinRuntime"):
+            value = duration(rng)
+            if value is not None:
+                data[field] = value
+        yield name, data
+
+
+def cloud_event(type_: str, subject: str, data: dict[str, Any], when: datetime, n: int) -> bytes:
+    """A CloudEvents 1.0 JSON value as a producer on the cluster side writes it (id bench-n)."""
+    return json.dumps(
+        {
+            "specversion": "1.0",
+            "id": f"bench-{n}",
+            "source": "bench",
+            "type": type_,
+            "time": when.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "subject": subject,
+            "data": data,
+        }
+    ).encode()

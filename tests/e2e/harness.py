@@ -49,7 +49,41 @@ def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condi
         time.sleep(0.1)
 
 
-class Pipeline:
+class Subprocess:
+    """A `minruntime` subprocess: kill it like a crash, stop it like an operator, read its log."""
+
+    process: subprocess.Popen[bytes] | None
+    log_path: Path
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        """Send `sig` and wait for the process to end; return its exit status."""
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(60)
+        self.process = None
+        return code
+
+    def stop(self) -> None:
+        """Stop it gracefully (SIGTERM), or SIGKILL it after 30 s."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last log lines (for assertion messages)."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+class Pipeline(Subprocess):
     """A private database + topic set + processor subprocess on the shared real stack.
 
     The benchmarks use it too (`benchmarks/pipeline.py`), with their own topic prefix and
@@ -133,26 +167,6 @@ class Pipeline:
                 f"the processor exited with {self.process.returncode}:\n{self.log_tail()}"
             )
 
-    def kill(self, sig: int = signal.SIGKILL) -> int:
-        """Send `sig` and wait for the process to end; return its exit status."""
-        assert self.process is not None
-        self.process.send_signal(sig)
-        code = self.process.wait(60)
-        self.process = None
-        return code
-
-    def stop(self) -> None:
-        """Stop the processor gracefully (SIGTERM), or SIGKILL it after 30 s."""
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(30)
-
     def start_worker(self, name: str = "w", env: Mapping[str, str] | None = None) -> Worker:
         """Start a `minruntime requeue-worker` replica on this pipeline's database and topics."""
         worker = Worker(self, name, {**self.env, **(env or {})})
@@ -170,13 +184,6 @@ class Pipeline:
         if self.database_url:
             drop_scratch_database(self.base, self.database_url)
         asyncio.run(self._delete_topics())
-
-    def log_tail(self, lines: int = 30) -> str:
-        """The processor's last log lines (for assertion messages)."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
 
     # -- Kafka -------------------------------------------------------------------------------
     def existing_topics(self) -> set[str]:
@@ -275,7 +282,7 @@ class Pipeline:
         return rows[0][0] if rows else None
 
 
-class Worker:
+class Worker(Subprocess):
     """One `minruntime requeue-worker` subprocess (a replica) of a Pipeline."""
 
     def __init__(self, pipeline: Pipeline, name: str, env: Mapping[str, str]) -> None:
@@ -308,36 +315,9 @@ class Worker:
         """True while the subprocess runs."""
         return self.process is not None and self.process.poll() is None
 
-    def kill(self, sig: int = signal.SIGKILL) -> int:
-        """Send `sig` and wait for the process to end; return its exit status."""
-        assert self.process is not None
-        self.process.send_signal(sig)
-        code = self.process.wait(60)
-        self.process = None
-        return code
-
     def wait(self, timeout: float = 60.0) -> int:
         """Wait for the process to exit by itself; return its exit status."""
         assert self.process is not None
         code = self.process.wait(timeout)
         self.process = None
         return code
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 30 s."""
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(30)
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The replica's last log lines (for assertion messages)."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
