@@ -174,15 +174,16 @@ class _Planner:
         overrun = nominate(podgroup.nomination_candidate(), self._now).overrun
         return (0, podgroup.priority, -(overrun or timedelta(0)), uid)
 
-    def _skip(
-        self, uid: str, nominated_by: tuple[str, ...], reason: RequeueReason
+    def _uncommitted(
+        self,
+        uid: str,
+        nominated_by: tuple[str, ...],
+        reason: RequeueReason,
+        outcome: RequeueOutcome = RequeueOutcome.SKIPPED,
     ) -> RequeueDecision:
+        """A decision that evicts nothing: skipped, or rolled back (``outcome``)."""
         return RequeueDecision(
-            uid=uid,
-            outcome=RequeueOutcome.SKIPPED,
-            reason=reason,
-            nominated_by=nominated_by,
-            decided_at=self._now,
+            uid=uid, outcome=outcome, reason=reason, nominated_by=nominated_by, decided_at=self._now
         )
 
     def _decide(self, uid: str, nominated_by: tuple[str, ...]) -> RequeueDecision:
@@ -190,13 +191,13 @@ class _Planner:
         if podgroup is not None:
             gate = _cooldown_gate(podgroup.annotations, self._now)
             if gate is not None:
-                return self._skip(uid, nominated_by, gate)
+                return self._uncommitted(uid, nominated_by, gate)
         if podgroup is None or not podgroup.running_pods:
-            return self._skip(uid, nominated_by, RequeueReason.NOT_RUNNING)
+            return self._uncommitted(uid, nominated_by, RequeueReason.NOT_RUNNING)
         if uid in self._snapshot.awaiting_release:
-            return self._skip(uid, nominated_by, RequeueReason.ALREADY_COMMITTED)
+            return self._uncommitted(uid, nominated_by, RequeueReason.ALREADY_COMMITTED)
         if not podgroup.preemptible:
-            return self._skip(uid, nominated_by, RequeueReason.NOT_PREEMPTIBLE)
+            return self._uncommitted(uid, nominated_by, RequeueReason.NOT_PREEMPTIBLE)
         return self._attempt(podgroup, nominated_by)
 
     def _resolver(self, pool: str) -> Resolver:
@@ -222,13 +223,7 @@ class _Planner:
             reason = RequeueReason.PROTECTED
         else:
             reason = RequeueReason.NO_CONTENDER_FITS
-        return RequeueDecision(
-            uid=victim.uid,
-            outcome=RequeueOutcome.ROLLED_BACK,
-            reason=reason,
-            nominated_by=nominated_by,
-            decided_at=self._now,
-        )
+        return self._uncommitted(victim.uid, nominated_by, reason, RequeueOutcome.ROLLED_BACK)
 
     def _serve(
         self, victim: RunningPodGroup, checkpoint: int

@@ -53,6 +53,7 @@ from minruntime.events.outputs import (
     RequeueCommittedData,
     RequeueRolledBackData,
     RequeueSkippedData,
+    UncommittedDecisionData,
 )
 from minruntime.events.rejection import (
     BAD_DURATION,
@@ -153,6 +154,7 @@ __all__ = [
     "RequeueSkippedEvent",
     "SubGroupSpec",
     "Timestamp",
+    "UncommittedDecisionData",
     "WireModel",
     "data_model",
     "dead_letter_record",

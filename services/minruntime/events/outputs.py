@@ -48,31 +48,30 @@ class RequeueCommittedData(EventData):
     """Why the podgroup's requeue-delay annotation was ignored (the default applied)."""
 
 
-class RequeueRolledBackData(EventData):
-    """A requeue was attempted and rolled back (no contender fits): nothing changed."""
+class UncommittedDecisionData(EventData):
+    """The fields a rolled-back and a skipped decision share (the reason says which)."""
 
     uid: Name
     """The candidate podgroup's uid."""
     nominated_by: tuple[Name, ...] = Field(min_length=1)
     """Every component that nominated it."""
     reason: Name
-    """Why it was rolled back: no_higher_priority_pending, protected or no_contender_fits."""
+    """Why it was not requeued."""
     decided_at: Timestamp
-    """When the attempt was made."""
-    run_start: Timestamp | None = None
-    """Start time of the run that was attempted."""
-
-
-class RequeueSkippedData(EventData):
-    """A nominated podgroup was not attempted, e.g. in cooldown or no longer running."""
-
-    uid: Name
-    """The candidate podgroup's uid."""
-    nominated_by: tuple[Name, ...] = Field(min_length=1)
-    """Every component that nominated it."""
-    reason: Name
-    """Why it was skipped: cooldown, invalid_not_before, not_running, already_committed, ..."""
-    decided_at: Timestamp
-    """When it was skipped."""
+    """When it was decided."""
     run_start: Timestamp | None = None
     """Start time of the podgroup's current run; absent when it was not running."""
+
+
+class RequeueRolledBackData(UncommittedDecisionData):
+    """A requeue was attempted and rolled back (no contender fits): nothing changed."""
+
+    reason: Name
+    """Why it was rolled back: no_higher_priority_pending, protected or no_contender_fits."""
+
+
+class RequeueSkippedData(UncommittedDecisionData):
+    """A nominated podgroup was not attempted, e.g. in cooldown or no longer running."""
+
+    reason: Name
+    """Why it was skipped: cooldown, invalid_not_before, not_running, already_committed, ..."""

@@ -75,6 +75,11 @@ def decision_data(event: Event) -> DecisionData:
     return data
 
 
+def outcome_of(event: Event) -> str:
+    """The ``outcome`` column value of a decision event (committed, rolled_back, skipped)."""
+    return _OUTCOMES[type(decision_data(event))]
+
+
 def apply_decisions(conn: Connection, events: Sequence[Event]) -> int:
     """Apply decision events inside the caller's transaction; return how many were new."""
     if not events:
@@ -172,7 +177,7 @@ def _log_row(event: Event) -> dict[str, Any]:
         "decision_id": event.id,
         "uid": data.uid,
         "decided_at": data.decided_at,
-        "outcome": _OUTCOMES[type(data)],
+        "outcome": outcome_of(event),
         "nominated_by": list(data.nominated_by),
         "run_start": data.run_start,
         "reason": None,

@@ -45,6 +45,7 @@ from minruntime.events import (
     RequeueCommittedData,
     RequeueRolledBackData,
     RequeueSkippedData,
+    UncommittedDecisionData,
     new_event,
 )
 from minruntime.ingest import record_decisions
@@ -53,6 +54,10 @@ from minruntime.requeue.snapshot import LastDecision, last_decisions, load_cycle
 WORKER_SOURCE: Final = "minruntime/requeue-worker"
 """The CloudEvents ``source`` of every decision event."""
 
+_UNCOMMITTED: Final[dict[RequeueOutcome, tuple[EventType, type[UncommittedDecisionData]]]] = {
+    RequeueOutcome.ROLLED_BACK: (EventType.REQUEUE_ROLLED_BACK, RequeueRolledBackData),
+    RequeueOutcome.SKIPPED: (EventType.REQUEUE_SKIPPED, RequeueSkippedData),
+}
 _LOCK_ROWS = sa.text(
     "SELECT uid FROM minruntime_state.podgroup_state WHERE uid = ANY(:uids) ORDER BY uid FOR UPDATE"
 )
@@ -194,22 +199,12 @@ def decision_event(
             EventType.REQUEUE_COMMITTED, committed, time=decided_at, source=WORKER_SOURCE
         )
     assert decision.reason is not None
-    if decision.outcome is RequeueOutcome.ROLLED_BACK:
-        rolled_back = RequeueRolledBackData(
-            uid=decision.uid,
-            nominated_by=decision.nominated_by,
-            reason=decision.reason.value,
-            decided_at=decided_at,
-            run_start=run_start,
-        )
-        return new_event(
-            EventType.REQUEUE_ROLLED_BACK, rolled_back, time=decided_at, source=WORKER_SOURCE
-        )
-    skipped = RequeueSkippedData(
+    event_type, model = _UNCOMMITTED[decision.outcome]
+    data = model(
         uid=decision.uid,
         nominated_by=decision.nominated_by,
         reason=decision.reason.value,
         decided_at=decided_at,
         run_start=run_start,
     )
-    return new_event(EventType.REQUEUE_SKIPPED, skipped, time=decided_at, source=WORKER_SOURCE)
+    return new_event(event_type, data, time=decided_at, source=WORKER_SOURCE)

@@ -15,6 +15,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from minruntime.core import EXPECTED_RUNTIME_PLUGIN, RequeueOutcome
+from minruntime.ingest import outcome_of
 from minruntime.requeue.cycle import CycleReport
 
 OTHER_NOMINATOR: Final = "other"
@@ -104,11 +105,4 @@ class RequeueMetrics:
                     why = decision.reason.value if decision.reason else "unknown"
                     self.skipped.labels(label, why).inc()
         for event in report.recorded:
-            self.decisions_recorded.labels(_OUTCOME_OF_TYPE[event.type]).inc()
-
-
-_OUTCOME_OF_TYPE: Final = {
-    "requeue.committed": RequeueOutcome.COMMITTED.value,
-    "requeue.rolled-back": RequeueOutcome.ROLLED_BACK.value,
-    "requeue.skipped": RequeueOutcome.SKIPPED.value,
-}
+            self.decisions_recorded.labels(outcome_of(event)).inc()
