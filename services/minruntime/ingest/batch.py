@@ -44,6 +44,7 @@ from minruntime.ingest.bulk import insert_many
 from minruntime.ingest.podgroups import PodGroupProjection
 from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
+from minruntime.store.state_schema import is_live, state_text
 
 # Stable outbox ids: the same record dead-lettered twice (a retried batch) is one message.
 _DEAD_LETTER_NAMESPACE: Final = uuid.UUID("6d1f3c2e-5b8a-4c3e-9f41-0a7d2b9e8c15")
@@ -59,18 +60,18 @@ _PODGROUP_TYPES: Final = (
     RequeueNominatedData,
 )
 
-_LOCK_OFFSETS = sa.text(
+_LOCK_OFFSETS: Final = (
     "INSERT INTO minruntime_state.consumer_offsets AS o (consumer_group, topic, partition,"
     " next_offset) SELECT :group, t, p, 0 FROM unnest(CAST(:topics AS text[]),"
     " CAST(:partitions AS int[])) AS u(t, p) ORDER BY t, p"
     " ON CONFLICT (consumer_group, topic, partition) DO UPDATE SET next_offset = o.next_offset"
     " RETURNING topic, partition, next_offset"
 )
-_STORE_OFFSET = sa.text(
+_STORE_OFFSET: Final = (
     "UPDATE minruntime_state.consumer_offsets SET next_offset = :next, updated_at = now()"
     " WHERE consumer_group = :group AND topic = :topic AND partition = :partition"
 )
-_SEEN_IDS = sa.text(
+_SEEN_IDS: Final = (
     "SELECT e.source, e.event_id FROM minruntime_state.event_log e"
     " JOIN unnest(CAST(:sources AS text[]), CAST(:ids AS text[])) AS u(source, event_id)"
     " ON e.source = u.source AND e.event_id = u.event_id"
@@ -86,17 +87,17 @@ _LOG_COLUMNS: Final = {
     "event_time": "timestamptz",
     "payload": "jsonb",
 }
-_DEAD_LETTER = sa.text(
+_DEAD_LETTER: Final = (
     'INSERT INTO minruntime_state.dead_letter_log (topic, partition, "offset", key, value,'
     " key_text, value_text, kind, message, at) VALUES (:topic, :partition, :offset, :key,"
     " :value, :key_text, :value_text, :kind, :message, :at)"
     ' ON CONFLICT (topic, partition, "offset") DO NOTHING'
 )
-_OUTBOX = sa.text(
+_OUTBOX: Final = (
     "INSERT INTO minruntime_state.outbox (id, topic, key, payload, headers)"
     " VALUES (:id, :topic, :key, :payload, CAST(:headers AS jsonb)) ON CONFLICT (id) DO NOTHING"
 )
-_UPSERT_CONFIG = sa.text(
+_UPSERT_CONFIG: Final = (
     "INSERT INTO minruntime_state.node_pool_configs (node_pool, default_preempt_min_runtime,"
     " default_reclaim_min_runtime, reclaim_resolve_method, default_requeue_delay)"
     " VALUES (:node_pool, :preempt, :reclaim, :method, :delay) ON CONFLICT (node_pool)"
@@ -105,12 +106,12 @@ _UPSERT_CONFIG = sa.text(
     " reclaim_resolve_method = excluded.reclaim_resolve_method,"
     " default_requeue_delay = excluded.default_requeue_delay, updated_at = now()"
 )
-_UPSERT_NODE = sa.text(
+_UPSERT_NODE: Final = (
     "INSERT INTO minruntime_state.node_state (name, node_pool, gpu) VALUES (:name, :pool, :gpu)"
     " ON CONFLICT (name) DO UPDATE SET node_pool = excluded.node_pool, gpu = excluded.gpu,"
     " updated_at = now()"
 )
-_DELETE_NODES = sa.text("DELETE FROM minruntime_state.node_state WHERE name = ANY(:names)")
+_DELETE_NODES: Final = "DELETE FROM minruntime_state.node_state WHERE name = ANY(:names)"
 NOMINATIONS_CHANNEL: Final = "minruntime_nominations"
 _NOTIFY_NOMINATED = sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}")
 
@@ -140,7 +141,7 @@ class _Batch:
         if not partitions:
             return []
         rows = self.conn.execute(
-            _LOCK_OFFSETS,
+            state_text(self.conn, _LOCK_OFFSETS),
             {
                 "group": self.group,
                 "topics": [topic for topic, _ in partitions],
@@ -164,7 +165,7 @@ class _Batch:
             if stored[(topic, partition)] != offset
         ]
         if changed:
-            self.conn.execute(_STORE_OFFSET, changed)
+            self.conn.execute(state_text(self.conn, _STORE_OFFSET), changed)
         return fresh
 
     def decode(self, records: list[InboundRecord]) -> list[tuple[InboundRecord, Event]]:
@@ -204,7 +205,7 @@ class _Batch:
             return set()
         keys = {(event.source, event.id) for _, event in decoded}
         rows = self.conn.execute(
-            _SEEN_IDS,
+            state_text(self.conn, _SEEN_IDS),
             {"sources": [source for source, _ in keys], "ids": [id_ for _, id_ in keys]},
         )
         return {(row.source, row.event_id) for row in rows}
@@ -275,8 +276,8 @@ class _Batch:
                     "headers": json.dumps({"id": str(outbox_id), "errorKind": letter.kind}),
                 }
             )
-        self.conn.execute(_DEAD_LETTER, letters)
-        self.conn.execute(_OUTBOX, messages)
+        self.conn.execute(state_text(self.conn, _DEAD_LETTER), letters)
+        self.conn.execute(state_text(self.conn, _OUTBOX), messages)
 
 
 def topic_types_for(topic_roles: Mapping[str, str] | None) -> Mapping[str, frozenset[str]]:
@@ -336,7 +337,7 @@ def apply_batch(
     podgroups.flush()
     _write_configs_and_nodes(conn, configs, nodes)
     batch.write_logs()
-    if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)]:
+    if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)] and is_live(conn):
         # Delivered at commit: a requeue worker waiting on this channel runs a cycle now.
         conn.execute(_NOTIFY_NOMINATED)
     return batch.outcome
@@ -409,13 +410,13 @@ def _write_configs_and_nodes(
     nodes: dict[str, dict[str, Any] | None],
 ) -> None:
     if configs:
-        conn.execute(_UPSERT_CONFIG, list(configs.values()))
+        conn.execute(state_text(conn, _UPSERT_CONFIG), list(configs.values()))
     upserts = [node for node in nodes.values() if node is not None]
     if upserts:
-        conn.execute(_UPSERT_NODE, upserts)
+        conn.execute(state_text(conn, _UPSERT_NODE), upserts)
     deleted = [name for name, node in nodes.items() if node is None]
     if deleted:
-        conn.execute(_DELETE_NODES, {"names": deleted})
+        conn.execute(state_text(conn, _DELETE_NODES), {"names": deleted})
 
 
 def _text_or_none(raw: bytes | None) -> str | None:

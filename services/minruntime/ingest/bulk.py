@@ -14,6 +14,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from minruntime.store.state_schema import state_sql
+
 
 def unnest_insert(
     table: str,
@@ -64,6 +66,7 @@ def insert_many(
     """
     if not rows:
         return
+    table = state_sql(conn, table)
     # Straight to psycopg, in the same transaction.
     driver = conn.connection.driver_connection
     assert driver is not None

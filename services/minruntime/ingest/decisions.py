@@ -37,6 +37,7 @@ from minruntime.events import (
     RequeueSkippedData,
     encode_event,
 )
+from minruntime.store.state_schema import state_text
 from minruntime.store.tables import (
     event_log,
     outbox,
@@ -52,12 +53,12 @@ _OUTCOMES: Final[dict[type[DecisionData], str]] = {
     RequeueSkippedData: "skipped",
 }
 
-_CONSUME_NOMINATIONS = sa.text(
+_CONSUME_NOMINATIONS: Final = (
     "DELETE FROM minruntime_state.nominations WHERE uid = :uid AND nominated_by = ANY(:by)"
 )
 _CONSUMING_REASONS: Final = frozenset({"not_running"})
 
-_COMMIT_PODGROUP = sa.text(
+_COMMIT_PODGROUP: Final = (
     "UPDATE minruntime_state.podgroup_state SET"
     " annotations = annotations || jsonb_build_object(CAST(:key AS text), CAST(:value AS text)),"
     " requeue_not_before = :not_before,"
@@ -103,13 +104,13 @@ def apply_decisions(conn: Connection, events: Sequence[Event]) -> int:
         or (isinstance(data, RequeueSkippedData) and data.reason in _CONSUMING_REASONS)
     ]
     if consumed:
-        conn.execute(_CONSUME_NOMINATIONS, consumed)
+        conn.execute(state_text(conn, _CONSUME_NOMINATIONS), consumed)
     commits = [
         (event, data) for event in fresh if isinstance(data := event.data, RequeueCommittedData)
     ]
     if commits:
         conn.execute(
-            _COMMIT_PODGROUP,
+            state_text(conn, _COMMIT_PODGROUP),
             [
                 {
                     "uid": data.uid,

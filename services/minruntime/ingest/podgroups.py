@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.core import (
@@ -33,6 +32,7 @@ from minruntime.core import (
     parse_rfc3339,
 )
 from minruntime.ingest.bulk import insert_many
+from minruntime.store.state_schema import state_sql, state_text
 
 
 @dataclass
@@ -248,10 +248,10 @@ _NOMINATION_CONFLICT: Final = (
     "ON CONFLICT (uid, nominated_by) DO UPDATE SET reason = excluded.reason,"
     " nominated_at = excluded.nominated_at"
 )
-_DELETE_PODS = sa.text("DELETE FROM minruntime_state.pod_state WHERE uid = ANY(:uids)")
-_DELETE_SUBGROUPS = sa.text("DELETE FROM minruntime_state.subgroup_state WHERE uid = ANY(:uids)")
+_DELETE_PODS: Final = "DELETE FROM minruntime_state.pod_state WHERE uid = ANY(:uids)"
+_DELETE_SUBGROUPS: Final = "DELETE FROM minruntime_state.subgroup_state WHERE uid = ANY(:uids)"
 # A beneficiary that was allocated, finished or deleted no longer needs its promise.
-_DELETE_PROMISES = sa.text(
+_DELETE_PROMISES: Final = (
     "DELETE FROM minruntime_state.requeue_promises WHERE beneficiary = ANY(:uids)"
 )
 
@@ -276,7 +276,7 @@ class PodGroupProjection:
         assert driver is not None
         drafts = self._drafts
         with driver.cursor() as cursor:
-            cursor.execute(_LOAD_STATE, {"uids": uids})
+            cursor.execute(state_sql(self._conn, _LOAD_STATE), {"uids": uids})
             for (
                 uid,
                 submitted,
@@ -314,7 +314,7 @@ class PodGroupProjection:
             if not found:
                 return
             allocated: dict[str, set[str]] = {}
-            cursor.execute(_LOAD_PODS, {"uids": found})
+            cursor.execute(state_sql(self._conn, _LOAD_PODS), {"uids": found})
             for uid, name, subgroup, gpu, node, is_allocated in cursor.fetchall():
                 drafts[uid].pods[name] = Pod(subgroup, gpu, node)
                 if is_allocated:
@@ -325,7 +325,7 @@ class PodGroupProjection:
                 draft.run = RunState(
                     frozenset(pods), run.start_time, run.last_start_time, run.ended_at
                 )
-            cursor.execute(_LOAD_SUBGROUPS, {"uids": found})
+            cursor.execute(state_sql(self._conn, _LOAD_SUBGROUPS), {"uids": found})
             for uid, name, min_available in cursor.fetchall():
                 drafts[uid].subgroups[name] = min_available
 
@@ -361,7 +361,9 @@ class PodGroupProjection:
         )
         pod_owners = [draft for draft in drafts if draft.pods_dirty]
         if pod_owners:
-            self._conn.execute(_DELETE_PODS, {"uids": [draft.uid for draft in pod_owners]})
+            self._conn.execute(
+                state_text(self._conn, _DELETE_PODS), {"uids": [draft.uid for draft in pod_owners]}
+            )
             pods = [
                 {
                     "uid": draft.uid,
@@ -377,7 +379,10 @@ class PodGroupProjection:
             insert_many(self._conn, "minruntime_state.pod_state", _POD_COLUMNS, pods)
         group_owners = [draft for draft in drafts if draft.subgroups_dirty]
         if group_owners:
-            self._conn.execute(_DELETE_SUBGROUPS, {"uids": [draft.uid for draft in group_owners]})
+            self._conn.execute(
+                state_text(self._conn, _DELETE_SUBGROUPS),
+                {"uids": [draft.uid for draft in group_owners]},
+            )
             groups = [
                 {"uid": draft.uid, "name": name, "min_available": count}
                 for draft in group_owners
@@ -386,7 +391,7 @@ class PodGroupProjection:
             insert_many(self._conn, "minruntime_state.subgroup_state", _SUBGROUP_COLUMNS, groups)
         kept = [d.uid for d in drafts if d.loaded_status == "pending" and d.status != "pending"]
         if kept:
-            self._conn.execute(_DELETE_PROMISES, {"uids": kept})
+            self._conn.execute(state_text(self._conn, _DELETE_PROMISES), {"uids": kept})
         insert_many(
             self._conn,
             "minruntime_state.nominations",

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.core import MinRuntimeConfig, Queue, QueueTree, Resolver
+from minruntime.store.state_schema import state_schema, state_text
 
 _CACHE_KEY: Final = "minruntime.queue_tree"
 
@@ -34,15 +34,15 @@ QueueRow = tuple[
     str | None,
 ]
 
-_LOCK_VERSION = sa.text(
+_LOCK_VERSION: Final = (
     "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton FOR UPDATE"
 )
-_READ_VERSION = sa.text("SELECT version FROM minruntime_state.queue_tree_version WHERE singleton")
-_LOAD = sa.text(
+_READ_VERSION: Final = "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton"
+_LOAD: Final = (
     "SELECT name, parent, preempt_min_runtime, reclaim_min_runtime, path, preempt_resolved,"
     " preempt_source, reclaim_resolved, reclaim_source FROM minruntime_state.queue_nodes"
 )
-_UPSERT = sa.text(
+_UPSERT: Final = (
     "INSERT INTO minruntime_state.queue_nodes (name, parent, preempt_min_runtime,"
     " reclaim_min_runtime, path, preempt_resolved, preempt_source, reclaim_resolved,"
     " reclaim_source) VALUES (:name, :parent, :preempt, :reclaim, :path, :preempt_resolved,"
@@ -54,11 +54,16 @@ _UPSERT = sa.text(
     " reclaim_resolved = excluded.reclaim_resolved, reclaim_source = excluded.reclaim_source,"
     " updated_at = now()"
 )
-_DELETE = sa.text("DELETE FROM minruntime_state.queue_nodes WHERE name = ANY(:names)")
-_SET_VERSION = sa.text(
+_DELETE: Final = "DELETE FROM minruntime_state.queue_nodes WHERE name = ANY(:names)"
+_SET_VERSION: Final = (
     "INSERT INTO minruntime_state.queue_tree_version (singleton, version) VALUES (true, :v)"
     " ON CONFLICT (singleton) DO UPDATE SET version = excluded.version"
 )
+
+
+def _cache_key(conn: Connection) -> tuple[str, str]:
+    # Per state schema: a shadow schema's tree never answers for the live one.
+    return (_CACHE_KEY, state_schema(conn))
 
 
 @dataclass(frozen=True)
@@ -68,13 +73,13 @@ class _Cached:
     rows: dict[str, QueueRow]
 
 
-def _current(conn: Connection, version_query: sa.TextClause) -> _Cached:
+def _current(conn: Connection, version_query: str) -> _Cached:
     """The tree as stored, from this connection's cache when its version is still current."""
-    version = conn.execute(version_query).scalar_one_or_none()
-    cached = conn.info.get(_CACHE_KEY)
+    version = conn.execute(state_text(conn, version_query)).scalar_one_or_none()
+    cached = conn.info.get(_cache_key(conn))
     if isinstance(cached, _Cached) and version is not None and cached.version == version:
         return cached
-    rows = {row[0]: _row_of(row) for row in conn.execute(_LOAD)}
+    rows = {row[0]: _row_of(row) for row in conn.execute(state_text(conn, _LOAD))}
     tree = QueueTree(
         Queue(name=r[0], parent=r[1], preempt_min_runtime=r[2], reclaim_min_runtime=r[3])
         for r in rows.values()
@@ -86,7 +91,7 @@ def load_tree(conn: Connection) -> QueueTree:
     """The queue tree as stored (read only, no lock; cached per connection by version)."""
     current = _current(conn, _READ_VERSION)
     if current.version.int:
-        conn.info[_CACHE_KEY] = current
+        conn.info[_cache_key(conn)] = current
     return current.tree
 
 
@@ -115,12 +120,12 @@ class QueueProjection:
         changed = [row for name, row in rows.items() if old.get(name) != row]
         removed = [name for name in old if name not in rows]
         if removed:
-            self._conn.execute(_DELETE, {"names": removed})
+            self._conn.execute(state_text(self._conn, _DELETE), {"names": removed})
         if changed:
-            self._conn.execute(_UPSERT, [_params(row) for row in changed])
+            self._conn.execute(state_text(self._conn, _UPSERT), [_params(row) for row in changed])
         version = uuid.uuid4()
-        self._conn.execute(_SET_VERSION, {"v": version})
-        self._conn.info[_CACHE_KEY] = _Cached(version, self.tree, rows)
+        self._conn.execute(state_text(self._conn, _SET_VERSION), {"v": version})
+        self._conn.info[_cache_key(self._conn)] = _Cached(version, self.tree, rows)
 
 
 def resolved_rows(tree: QueueTree) -> dict[str, QueueRow]:

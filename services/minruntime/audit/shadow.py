@@ -1,0 +1,201 @@
+"""Shadow schemas: a copy of the state tables and of the read surface under other names.
+
+A shadow named ``S`` is two schemas, like the live pair ``minruntime`` / ``minruntime_state``:
+
+- ``S_state``: the state tables, created from the same SQLAlchemy metadata as the live ones;
+- ``S``: the read surface (views and functions of CONTRACT.md §2), copied from the live
+  ``minruntime`` schema in the catalog with every schema name rewritten, so a shadow answers
+  the same SQL the live service answers (``S.preempt_protection(T)``,
+  ``S.reclaim_protection('q', T)``, ``S.is_protected(...)``, ``S.min_runtime_for(...)``).
+
+Replays, as-of answers and what-ifs fill a shadow with the projection code of
+``minruntime.ingest`` (see ``minruntime.store.state_schema``). A shadow made inside a
+transaction that is rolled back leaves nothing behind; ``--into S`` commits it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from minruntime.store.state_schema import check_schema_name, use_state_schema
+from minruntime.store.tables import READ_SCHEMA, STATE_SCHEMA, metadata
+
+READER: Final = "minruntime_reader"
+STATE_SUFFIX: Final = "_state"
+
+# The tables a replay rebuilds from the event log, with their keys. The others are the log
+# itself (event_log), bookkeeping (consumer_offsets, outbox, queue_tree_version: a random
+# token) and records of rejected input (dead_letter_log) that never reach the event log.
+PROJECTIONS: Final[dict[str, tuple[str, ...]]] = {
+    "queue_nodes": ("name",),
+    "node_pool_configs": ("node_pool",),
+    "node_state": ("name",),
+    "podgroup_state": ("uid",),
+    "subgroup_state": ("uid", "name"),
+    "pod_state": ("uid", "name"),
+    "nominations": ("uid", "nominated_by"),
+    "requeue_decision_log": ("decision_id",),
+    "requeue_promises": ("decision_id", "beneficiary", "node"),
+}
+# Columns that say when a row was written (wall clock) or number rows in write order: they
+# differ between two correct replays, so they are not part of a projection's content.
+BOOKKEEPING_COLUMNS: Final = frozenset({"updated_at", "seq"})
+
+_VIEWS = sa.text(
+    "SELECT c.relname, pg_get_viewdef(c.oid) FROM pg_class c"
+    " JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = :schema AND c.relkind = 'v' ORDER BY c.relname"
+)
+_FUNCTIONS = sa.text(
+    "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid) FROM pg_proc p"
+    " JOIN pg_namespace n ON n.oid = p.pronamespace"
+    " WHERE n.nspname = :schema AND p.prokind = 'f' ORDER BY p.proname, p.oid"
+)
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """The two schemas of a shadow: its read surface and its state tables."""
+
+    name: str
+
+    @property
+    def read_schema(self) -> str:
+        return self.name
+
+    @property
+    def state_schema(self) -> str:
+        return f"{self.name}{STATE_SUFFIX}"
+
+
+LIVE: Final = Shadow(READ_SCHEMA)
+"""The live schemas (``minruntime`` / ``minruntime_state``), for code that reads either."""
+
+
+def temporary_name(prefix: str = "minruntime_asof") -> str:
+    """A fresh shadow name for a shadow that is rolled back (never committed)."""
+    return f"{prefix}_{secrets.token_hex(4)}"
+
+
+def create_shadow(conn: Connection, name: str) -> Shadow:
+    """Create shadow ``name`` (empty state tables + read surface) in ``conn``'s transaction.
+
+    ``conn`` is left pointing its projection code at the shadow's state tables.
+    ValueError (one line) when the name is not allowed or already exists.
+    """
+    shadow = Shadow(check_schema_name(name))
+    check_schema_name(shadow.state_schema)
+    existing = conn.execute(
+        sa.text("SELECT nspname FROM pg_namespace WHERE nspname = ANY(:names)"),
+        {"names": [shadow.read_schema, shadow.state_schema]},
+    ).scalars()
+    taken = sorted(existing)
+    if taken:
+        raise ValueError(
+            f"schema {taken[0]} already exists; choose another name or drop it "
+            f"(minruntime replay --drop {shadow.name})"
+        )
+    conn.execute(sa.text(f"CREATE SCHEMA {shadow.state_schema}"))
+    conn.execute(sa.text(f"CREATE SCHEMA {shadow.read_schema}"))
+    use_state_schema(conn, shadow.state_schema)
+    metadata.create_all(conn, checkfirst=False)
+    _copy_read_surface(conn, shadow)
+    return shadow
+
+
+def drop_shadow(conn: Connection, name: str) -> bool:
+    """Drop shadow ``name`` (both schemas) if it exists; True when something was dropped."""
+    shadow = Shadow(check_schema_name(name))
+    found = conn.execute(
+        sa.text("SELECT count(*) FROM pg_namespace WHERE nspname = ANY(:names)"),
+        {"names": [shadow.read_schema, shadow.state_schema]},
+    ).scalar_one()
+    conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {shadow.read_schema} CASCADE"))
+    conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {shadow.state_schema} CASCADE"))
+    return bool(found)
+
+
+def copy_live_state(conn: Connection, shadow: Shadow) -> None:
+    """Fill the shadow's (empty) state tables with the live state, in the caller's snapshot."""
+    for table in metadata.sorted_tables:
+        if table.name in ("event_log", "dead_letter_log", "outbox", "consumer_offsets"):
+            continue
+        columns = ", ".join(f'"{column.name}"' for column in table.columns)
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {shadow.state_schema}.{table.name} ({columns})"
+                f" OVERRIDING SYSTEM VALUE SELECT {columns} FROM {STATE_SCHEMA}.{table.name}"
+            )
+        )
+        for column in table.columns:
+            if column.identity is not None:
+                # Rows copied with their numbers: later inserts continue after them.
+                qualified = f"{shadow.state_schema}.{table.name}"
+                conn.execute(
+                    sa.text(
+                        f"SELECT setval(pg_get_serial_sequence('{qualified}', '{column.name}'),"
+                        f" GREATEST(max({column.name}), 1), max({column.name}) IS NOT NULL)"
+                        f" FROM {qualified}"
+                    )
+                )
+
+
+def _copy_read_surface(conn: Connection, shadow: Shadow) -> None:
+    # Fully qualified definitions: with only pg_catalog on the path, pg_get_viewdef names
+    # every relation with its schema.
+    conn.execute(sa.text("SET LOCAL search_path = pg_catalog"))
+    try:
+        functions = [
+            *conn.execute(_FUNCTIONS, {"schema": STATE_SCHEMA}),
+            *conn.execute(_FUNCTIONS, {"schema": READ_SCHEMA}),
+        ]
+        views = list(conn.execute(_VIEWS, {"schema": READ_SCHEMA}))
+        for _, definition in functions:
+            conn.execute(
+                sa.text(_renamed(definition, shadow)).execution_options(no_parameters=True)
+            )
+        for view, definition in views:
+            conn.execute(
+                sa.text(
+                    f"CREATE VIEW {shadow.read_schema}.{view} AS {_renamed(definition, shadow)}"
+                ).execution_options(no_parameters=True)
+            )
+    finally:
+        conn.execute(sa.text("SET LOCAL search_path = DEFAULT"))
+    _grant_reader(conn, shadow, [signature for signature, _ in functions], [v for v, _ in views])
+
+
+def _renamed(definition: str, shadow: Shadow) -> str:
+    # "minruntime_state." first: "minruntime." is not a substring of it ("_" vs ".").
+    return definition.replace(f"{STATE_SCHEMA}.", f"{shadow.state_schema}.").replace(
+        f"{READ_SCHEMA}.", f"{shadow.read_schema}."
+    )
+
+
+def _grant_reader(conn: Connection, shadow: Shadow, functions: list[str], views: list[str]) -> None:
+    """The reader role reads a shadow exactly as it reads the live surface."""
+    if conn.execute(sa.text(f"SELECT 1 FROM pg_roles WHERE rolname = '{READER}'")).first() is None:
+        return
+    public = [
+        _renamed(signature, shadow)
+        for signature in functions
+        if signature.startswith(f"{READ_SCHEMA}.")
+    ]
+    internal = [
+        _renamed(signature, shadow)
+        for signature in functions
+        if signature.startswith(f"{STATE_SCHEMA}.")
+    ]
+    conn.execute(sa.text(f"GRANT USAGE ON SCHEMA {shadow.read_schema} TO {READER}"))
+    if views:
+        names = ", ".join(f"{shadow.read_schema}.{view}" for view in views)
+        conn.execute(sa.text(f"GRANT SELECT ON {names} TO {READER}"))
+    if public or internal:
+        conn.execute(sa.text(f"REVOKE ALL ON FUNCTION {', '.join(public + internal)} FROM PUBLIC"))
+    if public:
+        conn.execute(sa.text(f"GRANT EXECUTE ON FUNCTION {', '.join(public)} TO {READER}"))
