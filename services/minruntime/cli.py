@@ -254,6 +254,10 @@ def demo_command(
         run_pipeline_demo(demo_console, Settings())
 
 
+# Operator commands (minruntime.commands.*): one registration line each.
+# -- end of operator commands --
+
+
 def _error(message: str) -> None:
     # One plain line on stderr: no wrapping, no markup, no traceback.
     print(f"minruntime: {' '.join(message.split())}", file=sys.stderr)

@@ -1,0 +1,73 @@
+"""What the operator commands share: the --at option, the engine, JSON output."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+import typer
+
+from minruntime.errors import UserError
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+_AGO: Final = re.compile(r"now\s*-\s*(\S+)")
+
+AT_HELP: Final = (
+    "Answer as the service had it at this instant: RFC3339 (2026-11-21T10:00:00Z), "
+    "'now', or 'now-DURATION' (now-15m). Default: the live state now."
+)
+At = Annotated[str | None, typer.Option("--at", help=AT_HELP, show_default=False)]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def parse_at(text: str | None, now: datetime | None = None) -> datetime | None:
+    """The instant named by --at (None when absent); UserError with one line when bad."""
+    if text is None:
+        return None
+    from minruntime.core import parse_duration, parse_rfc3339
+
+    current = now or datetime.now(UTC)
+    stripped = text.strip()
+    try:
+        if stripped == "now":
+            return current
+        ago = _AGO.fullmatch(stripped)
+        if ago:
+            return current - parse_duration(ago.group(1))
+        return parse_rfc3339(stripped)
+    except ValueError as error:
+        raise UserError(
+            f"--at {text!r}: {error} (use RFC3339 such as 2026-11-21T10:00:00Z, 'now' or 'now-15m')"
+        ) from None
+
+
+def engine() -> sa.Engine:
+    """An engine for the service's database (MINRUNTIME_DATABASE_URL)."""
+    from minruntime.settings import Settings
+    from minruntime.store import engine_from
+
+    return engine_from(Settings(), pool_pre_ping=False)
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout (datetimes as RFC3339, intervals as seconds)."""
+    print(json.dumps(value, indent=2, default=_default, sort_keys=False))
+
+
+def _default(value: Any) -> Any:
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from minruntime.core import format_rfc3339
+
+    if isinstance(value, datetime):
+        return format_rfc3339(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
