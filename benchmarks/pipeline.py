@@ -54,9 +54,12 @@ class BenchPipeline(Pipeline):
         super().create(with_topics=with_topics)
         return self
 
-    def drop(self, keep: bool = False) -> None:
-        """Stop; unless `keep`, drop the database, the topics and the work directory."""
-        super().drop(keep)
+    def drop(self, keep: bool = False, verify: bool = False) -> None:
+        """Stop; unless `keep`, drop the database, the topics and the work directory.
+
+        No replay check by default: a benchmark measures, the tests verify.
+        """
+        super().drop(keep, verify)
         if not keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

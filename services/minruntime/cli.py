@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from minruntime.commands import replay as replay_commands
 from minruntime.errors import UserError
 from minruntime.settings import Settings
 
@@ -255,6 +256,7 @@ def demo_command(
 
 
 # Operator commands (minruntime.commands.*): one registration line each.
+app.command("replay")(replay_commands.replay_command)
 # -- end of operator commands --
 
 

@@ -34,6 +34,7 @@ TOPIC_ENV = {
     "nominations": "MINRUNTIME_TOPIC_NOMINATIONS",
     "requeue_decisions": "MINRUNTIME_TOPIC_REQUEUE_DECISIONS",
     "dead_letter": "MINRUNTIME_TOPIC_DEAD_LETTER",
+    "protection": "MINRUNTIME_TOPIC_PROTECTION",
 }
 
 
@@ -173,11 +174,34 @@ class Pipeline(Subprocess):
         self.workers.append(worker)
         return worker.start()
 
-    def drop(self, keep: bool = False) -> None:
-        """Stop; unless `keep`, drop the database and delete the topics."""
+    def replay(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run `minruntime replay ARGS` against this pipeline's database and topics."""
+        return subprocess.run(
+            [MINRUNTIME, "replay", *args],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+        )
+
+    def drop(self, keep: bool = False, verify: bool = True) -> None:
+        """Stop; unless `keep`, drop the database and delete the topics.
+
+        With `verify` (the tests' default), first prove that the state the test left is
+        exactly what its event log implies: `minruntime replay --verify` must pass.
+        """
         for worker in self.workers:
             worker.stop()
         self.stop()
+        if verify and not keep and self.database_url:
+            checked = self.replay("--verify")
+            if checked.returncode != 0:
+                self.drop(verify=False)
+                raise AssertionError(
+                    f"replay --verify failed after the test (rc {checked.returncode}):\n"
+                    f"{checked.stdout}\n{checked.stderr}"
+                )
         if keep:
             print(f"kept database {self.database_url} and topics {sorted(self.topics.values())}")
             return

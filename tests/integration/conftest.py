@@ -9,6 +9,7 @@ from empty tables.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import sqlalchemy as sa
@@ -36,6 +37,16 @@ def database_url(settings: Settings, stack: StackStatus) -> Iterator[str]:
 def engine(database_url: str) -> Iterator[sa.Engine]:
     """The service's engine on the scratch database."""
     engine = engine_from(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def reader(database_url: str) -> Iterator[sa.Engine]:
+    """The scratch database as the read-only role ``minruntime_reader`` sees it."""
+    parts = urlsplit(database_url)
+    netloc = f"minruntime_reader:minruntime_reader@{parts.hostname}:{parts.port}"
+    engine = engine_from(urlunsplit(parts._replace(netloc=netloc)))
     yield engine
     engine.dispose()
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from urllib.parse import urlsplit, urlunsplit
-
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import ProgrammingError
 
-from minruntime.store import engine_from
 from tests.integration.helpers import Feed, allocated, queue, submitted
 
 VIEWS = (
@@ -29,6 +25,7 @@ FUNCTIONS = (
     "SELECT minruntime.is_protected('u', 'a')",
     "SELECT minruntime.is_protected('u', 'b', now())",
     "SELECT * FROM minruntime.min_runtime_for('a', 'b')",
+    "SELECT count(*) FROM minruntime.preempt_protection(now())",
 )
 FORBIDDEN = (
     "SELECT * FROM minruntime_state.podgroup_state",
@@ -43,15 +40,6 @@ FORBIDDEN = (
     "CREATE VIEW minruntime.mine AS SELECT 1",
     "SELECT * FROM minruntime_state.resolve_for('a', 'b', 'default')",
 )
-
-
-@pytest.fixture
-def reader(database_url: str) -> Iterator[sa.Engine]:
-    parts = urlsplit(database_url)
-    netloc = f"minruntime_reader:minruntime_reader@{parts.hostname}:{parts.port}"
-    engine = engine_from(urlunsplit(parts._replace(netloc=netloc)))
-    yield engine
-    engine.dispose()
 
 
 def test_the_reader_sees_the_views_and_calls_the_functions(

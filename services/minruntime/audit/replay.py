@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -22,8 +22,8 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from minruntime.events import ROLE_TYPES, Event, decode_event
-from minruntime.ingest import InboundRecord, apply_batch, record_decisions
+from minruntime.events import ROLE_TYPES, Event, EventRejected, decode_event
+from minruntime.ingest import InboundRecord, apply_batch, apply_decisions, log_decisions
 from minruntime.store.state_schema import state_schema
 
 REPLAY_GROUP: Final = "minruntime-replay"
@@ -76,6 +76,8 @@ class ReplayReport:
     # Logged events of other types (nothing to project) and inputs the replay had to reject.
     ignored: int = 0
     rejected: list[str] = field(default_factory=list)
+    # Kafka records that are not valid events (dead-lettered in the shadow, as live).
+    dead_lettered: int = 0
     batches: int = 0
     seconds: float = 0.0
     last_seq: int | None = None
@@ -125,13 +127,18 @@ def replay(
     progress: Progress | None = None,
     boundary: Callable[[LogEntry], bool] | None = None,
     after_boundary: Callable[[LogEntry], None] | None = None,
+    input_topics: Mapping[str, str] | None = None,
 ) -> ReplayReport:
     """Apply ``entries`` in order on ``conn`` (pointed at a shadow's state schema).
 
     ``boundary(entry)`` true makes the replay apply everything up to and including that
     entry before going on, then call ``after_boundary(entry)``: a caller can look at the
     state right after chosen events (``minruntime audit`` does, for one podgroup).
+    ``input_topics`` (topic -> role) routes records of those topics to the processor's
+    code whatever they contain (a Kafka replay: invalid records are dead-lettered); without
+    it an entry's role follows from its (valid, logged) type.
     """
+    roles = dict(input_topics or {})
     if state_schema(conn) == "minruntime_state":
         raise RuntimeError("replay writes a shadow schema, never the live state")
     report = ReplayReport()
@@ -141,7 +148,7 @@ def replay(
 
     def flush() -> None:
         if pending:
-            _apply_inputs(conn, pending, report)
+            _apply_inputs(conn, pending, report, roles)
             pending.clear()
             if progress is not None:
                 progress(seen)
@@ -152,7 +159,7 @@ def replay(
         if entry.is_decision:
             flush()
             _apply_decision(conn, entry, report)
-        elif entry.type in _ROLE_OF_TYPE and entry.partition is not None:
+        elif entry.partition is not None and (entry.type in _ROLE_OF_TYPE or entry.topic in roles):
             pending.append(entry)
             if len(pending) >= BATCH_SIZE:
                 flush()
@@ -169,7 +176,12 @@ def replay(
     return report
 
 
-def _apply_inputs(conn: Connection, entries: Sequence[LogEntry], report: ReplayReport) -> None:
+def _apply_inputs(
+    conn: Connection,
+    entries: Sequence[LogEntry],
+    report: ReplayReport,
+    topic_roles: Mapping[str, str],
+) -> None:
     records = [
         InboundRecord(
             topic=entry.topic,
@@ -182,10 +194,18 @@ def _apply_inputs(conn: Connection, entries: Sequence[LogEntry], report: ReplayR
     ]
     # The role of each logged topic follows from the types it carried: a replay does not
     # depend on today's topic configuration.
-    roles = {entry.topic: _ROLE_OF_TYPE[entry.type] for entry in entries}
+    roles = {
+        entry.topic: topic_roles.get(entry.topic) or _ROLE_OF_TYPE[entry.type] for entry in entries
+    }
     outcome = apply_batch(conn, records, consumer_group=REPLAY_GROUP, topic_roles=roles)
     report.batches += 1
     report.events += outcome.applied
+    if topic_roles:
+        # A Kafka replay meets the records the processor rejected too: rejected again, as
+        # dead letters in the shadow, they are not a difference.
+        report.dead_lettered += outcome.dead_lettered
+        if outcome.records == outcome.applied + outcome.dead_lettered:
+            return
     if outcome.records != outcome.applied:
         report.rejected.append(
             f"{outcome.records - outcome.applied} of the {len(records)} events up to "
@@ -196,9 +216,15 @@ def _apply_inputs(conn: Connection, entries: Sequence[LogEntry], report: ReplayR
 
 
 def _apply_decision(conn: Connection, entry: LogEntry, report: ReplayReport) -> None:
-    event: Event = decode_event(entry.value)
-    record_decisions(conn, [event], topic=entry.topic)
-    report.decisions += 1
+    try:
+        event: Event = decode_event(entry.value)
+    except EventRejected as error:
+        report.rejected.append(f"decision at seq {entry.seq} ({entry.topic}) is invalid: {error}")
+        return
+    # A decision seen twice (a relay re-published it after a crash) is applied once.
+    if apply_decisions(conn, [event]):
+        log_decisions(conn, [event], topic=entry.topic)
+        report.decisions += 1
 
 
 def describe(report: ReplayReport) -> dict[str, Any]:
@@ -208,8 +234,9 @@ def describe(report: ReplayReport) -> dict[str, Any]:
         "decisions": report.decisions,
         "ignored": report.ignored,
         "rejected": report.rejected,
+        "deadLettered": report.dead_lettered,
         "batches": report.batches,
         "seconds": round(report.seconds, 3),
-        "events_per_second": round(report.rate, 1),
-        "last_seq": report.last_seq,
+        "eventsPerSecond": round(report.rate, 1),
+        "lastSeq": report.last_seq,
     }

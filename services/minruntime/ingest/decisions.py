@@ -138,24 +138,7 @@ def record_decisions(conn: Connection, events: Sequence[Event], *, topic: str) -
     applied = apply_decisions(conn, events)
     if applied != len(seen):
         raise RuntimeError("a requeue decision id was reused: decisions must be fresh events")
-    encoded = [(event, encode_event(event)) for event in events]
-    conn.execute(
-        sa.insert(event_log),
-        [
-            {
-                "topic": topic,
-                "partition": None,
-                "offset": None,
-                "event_id": event.id,
-                "source": event.source,
-                "type": event.type,
-                "subject": event.subject,
-                "event_time": event.time,
-                "payload": json.loads(payload),
-            }
-            for event, payload in encoded
-        ],
-    )
+    encoded = log_decisions(conn, events, topic=topic)
     conn.execute(
         sa.insert(outbox),
         [
@@ -170,6 +153,35 @@ def record_decisions(conn: Connection, events: Sequence[Event], *, topic: str) -
         ],
     )
     return applied
+
+
+def log_decisions(
+    conn: Connection, events: Sequence[Event], *, topic: str
+) -> list[tuple[Event, bytes]]:
+    """Append decision events to the event log (no Kafka position: the service made them).
+
+    Returns each event with its encoded bytes (the outbox payload).
+    """
+    encoded = [(event, encode_event(event)) for event in events]
+    if encoded:
+        conn.execute(
+            sa.insert(event_log),
+            [
+                {
+                    "topic": topic,
+                    "partition": None,
+                    "offset": None,
+                    "event_id": event.id,
+                    "source": event.source,
+                    "type": event.type,
+                    "subject": event.subject,
+                    "event_time": event.time,
+                    "payload": json.loads(payload),
+                }
+                for event, payload in encoded
+            ],
+        )
+    return encoded
 
 
 def _log_row(event: Event) -> dict[str, Any]:

@@ -1,0 +1,142 @@
+"""The event log as Kafka holds it: every input topic and the decisions topic, from the start.
+
+For rebuilding when the database (and with it ``event_log``) is lost. Kafka keeps order only
+within a partition, so the topics are merged by time: input records by their record
+timestamp (when they were produced), decisions by their ``time`` (when the worker decided,
+which is before the relay published them). The order of ``event_log`` is the authoritative
+one; a Kafka replay can order two nearly simultaneous events of different topics otherwise.
+Records that are not valid events are dead-lettered in the shadow, as the processor would.
+It needs topics whose retention keeps everything (``retention.ms=-1``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from minruntime.audit.replay import DECISION_TYPES, LogEntry
+from minruntime.core import parse_rfc3339
+
+_FETCH_TIMEOUT_MS: Final = 1_000
+_IDLE_ROUNDS: Final = 10
+
+
+def read_kafka(
+    bootstrap: str,
+    topics: Mapping[str, str],
+    until: datetime | None = None,
+) -> list[LogEntry]:
+    """Every record of ``topics`` (name -> role) up to today's end offsets, merged by time."""
+    return asyncio.run(_read(bootstrap, topics, until))
+
+
+async def _read(
+    bootstrap: str, topics: Mapping[str, str], until: datetime | None
+) -> list[LogEntry]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    keyed: list[tuple[float, int, LogEntry]] = []
+    try:
+        partitions = await _partitions(bootstrap, list(topics))
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        remaining = {tp for tp, end in ends.items() if end > 0}
+        idle = 0
+        while remaining and idle < _IDLE_ROUNDS:
+            batch = await consumer.getmany(*remaining, timeout_ms=_FETCH_TIMEOUT_MS)
+            idle = 0 if batch else idle + 1
+            for tp, records in batch.items():
+                for record in records:
+                    if record.offset >= ends[tp]:
+                        continue
+                    entry, at = _entry(record, len(keyed))
+                    if until is None or at is None or at <= until.timestamp():
+                        keyed.append((at if at is not None else 0.0, len(keyed), entry))
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+    finally:
+        await consumer.stop()
+    keyed.sort(key=lambda item: (item[0], item[1]))
+    return [
+        LogEntry(
+            seq=index + 1,
+            topic=entry.topic,
+            partition=entry.partition,
+            offset=entry.offset,
+            type=entry.type,
+            subject=entry.subject,
+            value=entry.value,
+        )
+        for index, (_, _, entry) in enumerate(keyed)
+    ]
+
+
+async def _partitions(bootstrap: str, topics: list[str]) -> list[Any]:
+    """Every partition of ``topics``; ValueError naming the topics that do not exist."""
+    from aiokafka import TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(topics)
+    finally:
+        await admin.close()
+    missing = sorted(str(t["topic"]) for t in described if t["error_code"] or not t["partitions"])
+    if missing:
+        raise ValueError(f"topic(s) not found on {bootstrap}: {', '.join(missing)}")
+    return [
+        TopicPartition(t["topic"], p["partition"])
+        for t in described
+        for p in sorted(t["partitions"], key=lambda p: int(p["partition"]))
+    ]
+
+
+def _entry(record: Any, index: int) -> tuple[LogEntry, float | None]:
+    value: bytes = record.value or b""
+    event_type, subject, decided = _peek(value)
+    at = record.timestamp / 1000 if record.timestamp is not None else None
+    if event_type in DECISION_TYPES and decided is not None:
+        at = decided
+    entry = LogEntry(
+        seq=index,
+        topic=record.topic,
+        # Decisions have no input position: they are applied as decisions, like the log's.
+        partition=None if event_type in DECISION_TYPES else record.partition,
+        offset=None if event_type in DECISION_TYPES else record.offset,
+        type=event_type or "",
+        subject=subject,
+        value=value,
+    )
+    return entry, at
+
+
+def _peek(value: bytes) -> tuple[str | None, str | None, float | None]:
+    """(type, subject, time) of a record value, when it is a JSON object that has them."""
+    try:
+        document = json.loads(value)
+    except ValueError:
+        return None, None, None
+    if not isinstance(document, dict):
+        return None, None, None
+    event_type = document.get("type")
+    subject = document.get("subject")
+    moment = None
+    if isinstance(document.get("time"), str):
+        try:
+            moment = parse_rfc3339(document["time"]).timestamp()
+        except ValueError:
+            moment = None
+    return (
+        event_type if isinstance(event_type, str) else None,
+        subject if isinstance(subject, str) else None,
+        moment,
+    )

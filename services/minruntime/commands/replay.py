@@ -1,0 +1,245 @@
+"""`minruntime replay`: rebuild every projection from the event log; verify it against live."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from minruntime.commands.common import AT_HELP, Json, engine, parse_at, print_json
+from minruntime.errors import UserError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime
+
+    from sqlalchemy import Connection
+
+    from minruntime.audit.replay import LogEntry, Progress, ReplayReport
+    from minruntime.audit.verify import TableCheck
+
+_err = Console(stderr=True, highlight=False)
+_out = Console(highlight=False)
+
+
+class ReplayDiffersError(UserError):
+    """--verify found a difference between the replayed and the live state."""
+
+    exit_code = 1
+
+
+def replay_command(
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Compare the rebuilt projections with the live ones (checksums per table, "
+            "differing rows); exit 1 on any difference.",
+        ),
+    ] = False,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until",
+            help="Stop at the state the service had at this instant. " + AT_HELP,
+            show_default=False,
+        ),
+    ] = None,
+    into: Annotated[
+        str | None,
+        typer.Option(
+            "--into",
+            help="Keep the result as shadow schemas INTO (read surface) and INTO_state "
+            "(tables), to query with SQL. Default: a temporary shadow, dropped at the end.",
+            show_default=False,
+        ),
+    ] = None,
+    from_kafka: Annotated[
+        bool,
+        typer.Option(
+            "--from-kafka",
+            help="Read the topics from their earliest offsets instead of the event_log table.",
+        ),
+    ] = False,
+    drop: Annotated[
+        str | None,
+        typer.Option(
+            "--drop", help="Drop the shadow DROP made by --into, and exit.", show_default=False
+        ),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Rebuild every projection from the event log into a separate schema; --verify it."""
+    from minruntime.audit.asof import snapshot
+    from minruntime.audit.replay import count_log, describe, read_log, replay
+    from minruntime.audit.shadow import create_shadow, drop_shadow, temporary_name
+
+    if drop is not None:
+        with engine().begin() as conn:
+            dropped = drop_shadow(conn, drop)
+        print(f"dropped shadow {drop}" if dropped else f"no shadow named {drop}")
+        return
+    at = parse_at(until)
+    if verify and at is not None:
+        raise UserError("--verify compares with the live state now; it cannot take --until")
+    with snapshot(engine()) as conn:
+        shadow = create_shadow(conn, into or temporary_name("minruntime_replay"))
+        source: Iterable[LogEntry]
+        if from_kafka:
+            entries = _kafka_entries(at)
+            source, total = entries, len(entries)
+        else:
+            source, total = read_log(conn, until=at), count_log(conn, at)
+        with _ProgressBar(total, quiet=as_json) as progress:
+            report = replay(
+                conn,
+                source,
+                progress=progress,
+                input_topics=_input_topics() if from_kafka else None,
+            )
+        checks = _compare(conn, shadow.name) if verify else []
+        if into is not None:
+            conn.commit()
+    summary = describe(report)
+    summary["schema"] = shadow.name if into is not None else None
+    summary["source"] = "kafka" if from_kafka else "event_log"
+    if verify:
+        summary["verify"] = [_check_json(check) for check in checks]
+    if as_json:
+        print_json(summary)
+    else:
+        _print_report(report, into, checks if verify else None)
+    problems = [check for check in checks if not check.equal]
+    if report.rejected and verify:
+        raise ReplayDiffersError(f"replay rejected events: {report.rejected[0]}")
+    if problems:
+        names = ", ".join(check.table for check in problems)
+        raise ReplayDiffersError(f"replayed state differs from the live state in: {names}")
+
+
+def _compare(conn: Connection, name: str) -> list[TableCheck]:
+    from minruntime.audit.shadow import Shadow
+    from minruntime.audit.verify import compare
+
+    return compare(conn, Shadow(name))
+
+
+def _kafka_entries(at: datetime | None) -> list[LogEntry]:
+    from minruntime.audit.kafka_log import read_kafka
+    from minruntime.settings import Settings
+
+    settings = Settings()
+    topics = {**_input_topics(), settings.topic_requeue_decisions: "requeue_decisions"}
+    try:
+        return read_kafka(settings.kafka_bootstrap, topics, until=at)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    except OSError as error:
+        raise UserError(f"cannot read Kafka at {settings.kafka_bootstrap}: {error}") from None
+
+
+def _input_topics() -> dict[str, str]:
+    from minruntime.bootstrap import input_topic_roles
+    from minruntime.settings import Settings
+
+    return input_topic_roles(Settings())
+
+
+class _ProgressBar:
+    """A progress bar on stderr (events done / total, events per second)."""
+
+    def __init__(self, total: int, *, quiet: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self._bar = Progress(
+            TextColumn("replay"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]} events/s"),
+            TimeElapsedColumn(),
+            console=_err,
+            disable=quiet,
+            transient=False,
+        )
+        self._task = self._bar.add_task("replay", total=max(total, 1), rate="-")
+
+    def __enter__(self) -> Progress:
+        self._bar.start()
+        return self._advance
+
+    def __exit__(self, *_: object) -> None:
+        self._bar.stop()
+
+    def _advance(self, done: int) -> None:
+        task = self._bar.tasks[0]
+        elapsed = task.elapsed or 0.0
+        rate = f"{done / elapsed:,.0f}" if elapsed > 0 else "-"
+        self._bar.update(self._task, completed=done, rate=rate)
+
+
+def _print_report(report: ReplayReport, into: str | None, checks: list[TableCheck] | None) -> None:
+    _out.print(
+        f"replayed {report.events} events and {report.decisions} requeue decisions "
+        f"in {report.seconds:.2f} s ({report.rate:,.0f} events/s)"
+        + (f"; {report.ignored} logged events have nothing to project" if report.ignored else "")
+        + (
+            f"; {report.dead_lettered} invalid records dead-lettered"
+            if report.dead_lettered
+            else ""
+        )
+    )
+    for problem in report.rejected:
+        _out.print(f"[red]not applied on replay:[/] {problem}")
+    if into is not None:
+        _out.print(
+            f"kept as schema {into} (views and functions) and {into}_state (tables): "
+            f"SELECT * FROM {into}.preempt_protection(now());  drop with "
+            f"`minruntime replay --drop {into}`"
+        )
+    if checks is None:
+        return
+    table = Table("table", "live rows", "replayed rows", "checksum", "verdict")
+    for check in checks:
+        table.add_row(
+            check.table,
+            str(check.live_rows),
+            str(check.replay_rows),
+            check.live_checksum[:12] + ("" if check.equal else f" ≠ {check.replay_checksum[:12]}"),
+            "[green]equal[/]" if check.equal else f"[red]{check.differing_keys} rows differ[/]",
+        )
+    _out.print(table)
+    for check in checks:
+        for difference in check.differences:
+            _out.print(f"[bold]{check.table}[/] {difference.key}")
+            _out.print(f"  live:     {difference.live or '(absent)'}", markup=False, soft_wrap=True)
+            _out.print(
+                f"  replayed: {difference.replay or '(absent)'}", markup=False, soft_wrap=True
+            )
+        hidden = check.differing_keys - len(check.differences)
+        if hidden > 0:
+            _out.print(f"  … and {hidden} more in {check.table}")
+    if all(check.equal for check in checks):
+        _out.print("[green]verify: the live state is exactly what the event log implies[/]")
+
+
+def _check_json(check: TableCheck) -> dict[str, object]:
+    return {
+        "table": check.table,
+        "equal": check.equal,
+        "liveRows": check.live_rows,
+        "replayedRows": check.replay_rows,
+        "liveChecksum": check.live_checksum,
+        "replayedChecksum": check.replay_checksum,
+        "differingKeys": check.differing_keys,
+        "differences": [
+            {"key": d.key, "live": d.live, "replayed": d.replay} for d in check.differences
+        ],
+    }
