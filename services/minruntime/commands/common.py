@@ -24,24 +24,28 @@ At = Annotated[str | None, typer.Option("--at", help=AT_HELP, show_default=False
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def parse_at(text: str | None, now: datetime | None = None) -> datetime | None:
-    """The instant named by --at (None when absent); UserError with one line when bad."""
+def parse_at(
+    text: str | None, now: datetime | None = None, option: str = "--at"
+) -> datetime | None:
+    """The instant named by ``option`` (None when absent); UserError with one line when bad."""
     if text is None:
         return None
     from minruntime.core import parse_duration, parse_rfc3339
 
     current = now or datetime.now(UTC)
     stripped = text.strip()
+    if stripped == "now":
+        return current
+    ago = _AGO.fullmatch(stripped)
     try:
-        if stripped == "now":
-            return current
-        ago = _AGO.fullmatch(stripped)
         if ago:
             return current - parse_duration(ago.group(1))
         return parse_rfc3339(stripped)
     except ValueError as error:
+        detail = f"{error}; " if ago else ""
         raise UserError(
-            f"--at {text!r}: {error} (use RFC3339 such as 2026-11-21T10:00:00Z, 'now' or 'now-15m')"
+            f"{option} {text!r}: {detail}use RFC3339 (2026-11-21T10:00:00Z), 'now' or "
+            "'now-DURATION' (now-15m)"
         ) from None
 
 

@@ -81,7 +81,7 @@ def replay_command(
             dropped = drop_shadow(conn, drop)
         print(f"dropped shadow {drop}" if dropped else f"no shadow named {drop}")
         return
-    at = parse_at(until)
+    at = parse_at(until, option="--until")
     if verify and at is not None:
         raise UserError("--verify compares with the live state now; it cannot take --until")
     with snapshot(engine()) as conn:
