@@ -1,0 +1,141 @@
+"""Benchmark replay: rebuilding every projection from the event log, verify, and as-of answers.
+
+Uses the ingest benchmark's deterministic cluster trace (seed 20261121: a queue tree, nodes,
+podgroups submitted -> allocated -> released, annotations). The trace is applied once with
+``apply_batch`` in batches of 2,000 (as the processor would, without Kafka: "live apply"),
+then, on that database:
+
+(a) replay: the whole event log into a temporary shadow schema (``minruntime replay``);
+(b) verify: per-table checksums of the shadow against the live tables (``--verify``);
+(c) as-of: ``minruntime protection --at T`` for T in the middle of the log (a replay up to T
+    plus the ``preempt_protection(T)`` query).
+
+    .venv/bin/python benchmarks/bench_replay.py [--podgroups 20000] [--queues 2000]
+        [--nodes 1000] [--repeat 3]
+
+Needs the local stack (``minruntime stack up``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import defaultdict
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from bench_ingest import generate
+from minruntime.audit.asof import snapshot, state_at
+from minruntime.audit.replay import BATCH_SIZE, read_log, replay
+from minruntime.audit.shadow import create_shadow, temporary_name
+from minruntime.audit.verify import compare
+from minruntime.events import DEFAULT_TOPICS
+from minruntime.ingest import InboundRecord, apply_batch
+from minruntime.settings import Settings
+from minruntime.store import engine_from
+from minruntime.store.migrate import upgrade
+from minruntime.store.scratch import create_scratch_database, drop_scratch_database
+from pipeline import INPUT_ROLES
+
+# Replay should not be slower than applying the same events live (it runs the same code).
+RATIO_TARGET = 1.0
+
+
+def verdict(ratio: float) -> str:
+    return "met" if ratio <= RATIO_TARGET else "missed"
+
+
+def live_apply(engine: sa.Engine, trace_events: list[tuple[str, bytes, bytes]]) -> float:
+    """Apply the trace as the processor would (one partition per topic); seconds."""
+    offsets: dict[str, int] = defaultdict(int)
+    records = []
+    for role, key, value in trace_events:
+        topic = DEFAULT_TOPICS[role]
+        records.append(InboundRecord(topic, 0, offsets[topic], key, value))
+        offsets[topic] += 1
+    started = time.perf_counter()
+    for i in range(0, len(records), BATCH_SIZE):
+        with engine.begin() as conn:
+            apply_batch(conn, records[i : i + BATCH_SIZE], consumer_group="bench-live")
+    return time.perf_counter() - started
+
+
+def timed_replay(engine: sa.Engine) -> tuple[float, float, int]:
+    """(replay seconds, verify seconds, events) for one replay of the whole log."""
+    with snapshot(engine) as conn:
+        shadow = create_shadow(conn, temporary_name("bench_replay"))
+        started = time.perf_counter()
+        report = replay(conn, read_log(conn))
+        replayed = time.perf_counter() - started
+        started = time.perf_counter()
+        checks = compare(conn, shadow)
+        verified = time.perf_counter() - started
+    differing = [check.table for check in checks if not check.equal]
+    if differing or report.rejected:
+        raise SystemExit(f"replay differs: {differing} {report.rejected}")
+    return replayed, verified, report.applied
+
+
+def timed_as_of(engine: sa.Engine, at: datetime) -> tuple[float, int]:
+    """(seconds, rows) of the protection table as the service had it at ``at``."""
+    started = time.perf_counter()
+    with state_at(engine, at) as (conn, shadow):
+        rows = conn.execute(
+            sa.text(f"SELECT * FROM {shadow.read_schema}.preempt_protection(:at)"), {"at": at}
+        ).all()
+    return time.perf_counter() - started, len(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--podgroups", type=int, default=20_000)
+    parser.add_argument("--queues", type=int, default=2000)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    assert set(INPUT_ROLES) <= set(DEFAULT_TOPICS)
+
+    settings = Settings()
+    trace = generate(args.queues, args.nodes, args.podgroups)
+    url = create_scratch_database(settings, "minruntime_test_bench_replay")
+    try:
+        upgrade(url)
+        engine = engine_from(url)
+        live = live_apply(engine, trace.events)
+        events = len(trace.events)
+        print(
+            f"trace: {events:,} events ({args.queues:,} queues, {args.nodes:,} nodes, "
+            f"{args.podgroups:,} podgroups)"
+        )
+        print(
+            f"live apply (apply_batch, batches of {BATCH_SIZE:,}): {live:.2f} s = "
+            f"{events / live:,.0f} events/s"
+        )
+        runs = [timed_replay(engine) for _ in range(args.repeat)]
+        replay_s = statistics.median(r[0] for r in runs)
+        verify_s = statistics.median(r[1] for r in runs)
+        print(
+            f"replay (median of {args.repeat}): {replay_s:.2f} s = {events / replay_s:,.0f} "
+            f"events/s; ratio replay/live apply time = {replay_s / live:.2f} "
+            f"(target <= {RATIO_TARGET:.1f}: {verdict(replay_s / live)})"
+        )
+        print(f"verify (checksums of 9 tables, median): {verify_s:.2f} s")
+        with engine.connect() as conn:
+            first, last = conn.execute(
+                sa.text("SELECT min(applied_at), max(applied_at) FROM minruntime_state.event_log")
+            ).one()
+        middle = first + (last - first) / 2
+        as_of = [timed_as_of(engine, middle) for _ in range(args.repeat)]
+        print(
+            f"protection --at (the middle of the log; replay up to T + query, median): "
+            f"{statistics.median(a[0] for a in as_of):.2f} s, {as_of[0][1]:,} rows"
+        )
+        engine.dispose()
+    finally:
+        drop_scratch_database(settings, url)
+
+
+if __name__ == "__main__":
+    main()
