@@ -5,13 +5,17 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from minruntime.commands import audit as audit_commands
+from minruntime.commands import explain as explain_commands
 from minruntime.commands import replay as replay_commands
+from minruntime.commands import whatif as whatif_commands
 from minruntime.errors import UserError
 from minruntime.settings import Settings
 
@@ -243,6 +247,9 @@ def demo_command(
     rules_only: Annotated[
         bool, typer.Option("--rules-only", help="Only the rule engine (no Kafka/PostgreSQL).")
     ] = False,
+    output_dir: Annotated[
+        Path, typer.Option("--output-dir", help="Where the audit timeline picture is written.")
+    ] = Path("demo-output"),
 ) -> None:
     """The guided run of the README: what the service decides, and why."""
     from minruntime.demo import run_demo
@@ -252,11 +259,15 @@ def demo_command(
     if not rules_only:
         from minruntime.demo_pipeline import run_pipeline_demo
 
-        run_pipeline_demo(demo_console, Settings())
+        run_pipeline_demo(demo_console, Settings(), output_dir=output_dir)
 
 
 # Operator commands (minruntime.commands.*): one registration line each.
 app.command("replay")(replay_commands.replay_command)
+app.command("whatif")(whatif_commands.whatif_command)
+app.command("protection")(explain_commands.protection_command)
+app.command("explain")(explain_commands.explain_command)
+app.command("audit")(audit_commands.audit_command)
 # -- end of operator commands --
 
 

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import IO, Any, Final
 
 import sqlalchemy as sa
@@ -34,7 +35,7 @@ from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_duration
 from minruntime.errors import UserError
 from minruntime.events import encode_event, new_event
 from minruntime.produce import Outgoing, send
-from minruntime.settings import Settings
+from minruntime.settings import Settings, project_root
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
 from minruntime.stream.topics import TopicRole, topic_names
@@ -79,6 +80,9 @@ VICTIM_PRIORITY, CONTENDER_PRIORITY = 50, 100
 # cycle after the commit has run (the committed job is then skipped for its cooldown).
 WORKER_ENV: Final = {"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"}
 SCRAPE_WAIT_SECONDS: Final = 15.0
+# The design document's examples (seeds/000), kept verbatim in schemas/examples.
+SEED_QUEUE_YAML: Final = "queue.production.yaml"
+SEED_SCHEDULER_CONFIG: Final = "scheduler-config.yaml"
 # The demo's processor serves no metrics: a processor already running on this machine may
 # hold the default port, and the demo shows the worker's metrics only.
 PROCESSOR_ENV: Final = {"MINRUNTIME_PROCESSOR_METRICS_PORT": "0"}
@@ -130,7 +134,6 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
                 {"name": "leaf3", "parentQueue": "D"},
             )
         ],
-        (queue, new_event("config.updated", {"nodePool": "default"}, time=ago(900))),
     ]
     jobs = (
         # (name, queue, pods, minAvailable, started seconds ago)
@@ -138,6 +141,8 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
         ("train-b", "leaf1", 2, None, 600),
         ("elastic", "leaf2", 4, 2, 60),
         ("notebook", "leaf2", 1, None, 900),
+        # In the seed's Queue YAML queue: its 20s are long over.
+        ("serve", "production", 1, None, 300),
     )
     podgroups: list[tuple[TopicRole, Any]] = []
     for name, queue_name, pods, min_available, started in jobs:
@@ -282,7 +287,12 @@ class _WorkerView:
     metrics: str
 
 
-def run_pipeline_demo(console: Console, settings: Settings, timeout: float = 60.0) -> None:
+def run_pipeline_demo(
+    console: Console,
+    settings: Settings,
+    timeout: float = 60.0,
+    output_dir: Path = Path("demo-output"),
+) -> None:
     """Migrate, run the processor and the requeue worker, produce the story, show the answers."""
     console.rule("[bold]Part 2 — the pipeline: Kafka → processor → PostgreSQL, queried with SQL")
     upgrade(settings)
@@ -322,9 +332,10 @@ def run_pipeline_demo(console: Console, settings: Settings, timeout: float = 60.
 
     with _Child.start("processor", PROCESSOR_ENV) as processor:
         console.print(f"Started `minruntime processor` (pid {processor.pid}).")
+        applied_before += _apply_seed_manifests(console)
         asyncio.run(send(settings, outgoing))
         console.print(
-            f"Produced {len(outgoing)} events: the design tree, a node-pool config, "
+            f"Produced {len(outgoing)} events: the design tree, "
             f"{podgroup_events} podgroup events, the requeue story ({len(requeue_story)} events: "
             "a queue, three nodes, three over-running jobs, two waiting ones), and one bad event."
         )
@@ -341,6 +352,42 @@ def run_pipeline_demo(console: Console, settings: Settings, timeout: float = 60.
     _show_events(console, settings.topic_requeue_decisions, view.events)
     _show_metrics(console, settings.metrics_host, view)
     console.print("\nThe processor and the requeue worker are stopped.")
+    _audit_part(console, run, output_dir)
+
+
+def _audit_part(console: Console, run: str, output_dir: Path) -> None:
+    """Part 4: the operator's questions, answered by the commands an operator types."""
+    console.rule("[bold]Part 4 — audit: why, what if, the whole story, and proof")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    picture = output_dir / f"demo-{run}-contended.svg"
+    steps = (
+        (
+            "Why may nobody in its own queue preempt the protected job yet?",
+            ("explain", f"demo-{run}-protected"),
+        ),
+        (
+            "Why may a job in leaf1 not reclaim the elastic job, and how much may it shrink?",
+            ("explain", f"demo-{run}-elastic", "--preemptor-queue", "leaf1"),
+        ),
+        (
+            "What if queue longrun protected for 1h instead of 4h? (nothing live is changed)",
+            ("whatif", "--queue", "longrun", "--preempt-min-runtime", "1h"),
+        ),
+        (
+            "The whole story of the requeued job, as a table and as a picture:",
+            ("audit", f"demo-{run}-contended", "--plot", str(picture)),
+        ),
+        (
+            "Is the live state exactly what the event log implies? (every projection rebuilt)",
+            ("replay", "--verify"),
+        ),
+    )
+    for title, args in steps:
+        console.print(f"\n[bold]{title}[/]")
+        console.print(f"[bold]$ minruntime {' '.join(args)}[/]")
+        output = _run_cli(*args, width=console.width)
+        console.print(output.rstrip(), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"\nThe timeline picture is in {picture}.")
 
 
 def _run_worker(
@@ -364,6 +411,45 @@ def _run_worker(
         url = f"http://{settings.metrics_host}:{port}/metrics"
         metrics = _scrape_after_cooldown(url, worker, min(timeout, SCRAPE_WAIT_SECONDS))
     return _WorkerView(port, events, metrics)
+
+
+def _apply_seed_manifests(console: Console) -> int:
+    """Apply the design document's Queue YAML and scheduler config as KAI users write them."""
+    examples = project_root() / "schemas" / "examples"
+    commands = (
+        ("queues", "apply", "-f", str(examples / SEED_QUEUE_YAML)),
+        ("config", "apply", "-f", str(examples / SEED_SCHEDULER_CONFIG)),
+    )
+    console.print(
+        "The design document's Kubernetes objects, verbatim: a Queue with "
+        "preemptMinRuntime 20s / reclaimMinRuntime 30s, and the scheduler config's "
+        "minruntime plugin arguments (defaults 10m/10m, lca) for node pool default."
+    )
+    for command in commands:
+        shown = " ".join(("minruntime", *command[:3], f"schemas/examples/{Path(command[3]).name}"))
+        console.print(f"[bold]$ {shown}[/]")
+        result = _run_cli(*command)
+        console.print(result.strip(), markup=False, highlight=False)
+    return len(commands)
+
+
+def _run_cli(*args: str, check: bool = True, width: int | None = None) -> str:
+    """Run `minruntime ARGS` as a user would; its stdout (UserError with its error line)."""
+    env = {**os.environ, **({"COLUMNS": str(width)} if width else {})}
+    result = subprocess.run(
+        [sys.executable, "-m", "minruntime.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    if check and result.returncode != 0:
+        lines = result.stderr.strip().splitlines()
+        raise UserError(
+            f"`minruntime {' '.join(args)}` exited with status {result.returncode}"
+            + (f": {lines[-1]}" if lines else "")
+        )
+    return result.stdout
 
 
 def _free_port(host: str) -> int:

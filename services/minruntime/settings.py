@@ -17,7 +17,7 @@ from minruntime.events.topics import DEFAULT_TOPICS
 KAFKA_VERSION = "4.3.1"
 
 
-def _project_root() -> Path:
+def project_root() -> Path:
     """The checkout this package is installed from (editable install), else the cwd."""
     candidate = Path(__file__).resolve().parents[2]
     if (candidate / "pyproject.toml").is_file():
@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = "127.0.0.1:9092"
     database_url: str = "postgresql://minruntime:minruntime@127.0.0.1:5433/minruntime"
 
-    stack_dir: Path = Field(default_factory=lambda: _project_root() / ".stack")
+    stack_dir: Path = Field(default_factory=lambda: project_root() / ".stack")
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "minruntime")
     kafka_version: str = KAFKA_VERSION
     kafka_heap: str = "768m"
@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     batch_within_seconds: float = 0.05
     outbox_poll_seconds: float = 0.25
     db_retry_attempts: int = 8
-    state_dir: Path = Field(default_factory=lambda: _project_root() / ".stack" / "processor")
+    state_dir: Path = Field(default_factory=lambda: project_root() / ".stack" / "processor")
 
     # The requeue worker (docs/requeue-worker.md).
     requeue_interval_seconds: float = Field(default=10.0, gt=0)

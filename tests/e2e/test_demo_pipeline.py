@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,10 @@ def test_demo_runs_the_pipeline_and_shows_sql_answers(
 ) -> None:
     pipeline = Pipeline(settings, tmp_path, "demo").create()
     try:
-        result = run_cli("demo", "--width", "200", env=pipeline.env, timeout=240)
+        pictures = tmp_path / "pictures"
+        result = run_cli(
+            "demo", "--width", "200", "--output-dir", str(pictures), env=pipeline.env, timeout=300
+        )
         assert result.returncode == 0, result.stderr
         out = result.stdout
         assert "FROM minruntime.reclaim_protection('leaf1')" in out  # the query is shown
@@ -50,6 +54,8 @@ def test_demo_runs_the_pipeline_and_shows_sql_answers(
         _assert_requeue_decisions(out, pipeline)
         _assert_decision_events(out, pipeline)
         _assert_worker_metrics(out)
+        _assert_seed_manifests(out, pipeline)
+        _assert_audit_part(out, pictures)
 
         # The demo's own processor and worker are not left running.
         pids = re.findall(r"Started `minruntime (processor|requeue-worker)` \(pid (\d+)", out)
@@ -57,6 +63,35 @@ def test_demo_runs_the_pipeline_and_shows_sql_answers(
         assert not [pid for _, pid in pids if _alive_demo_child(int(pid))]
     finally:
         pipeline.drop()
+
+
+def _assert_seed_manifests(out: str, pipeline: Pipeline) -> None:
+    """The seed's Queue YAML and scheduler config, applied with the CLI, are in force."""
+    assert "$ minruntime queues apply -f schemas/examples/queue.production.yaml" in out
+    assert "$ minruntime config apply -f schemas/examples/scheduler-config.yaml" in out
+    assert pipeline.query(
+        "SELECT preempt_min_runtime, reclaim_min_runtime FROM minruntime.queues"
+        " WHERE name = 'production'"
+    ) == [(timedelta(seconds=20), timedelta(seconds=30))]
+    assert pipeline.query(
+        "SELECT default_preempt_min_runtime, default_reclaim_min_runtime, reclaim_resolve_method"
+        " FROM minruntime.node_pool_configs WHERE node_pool = 'default'"
+    ) == [(timedelta(minutes=10), timedelta(minutes=10), "lca")]
+    assert _row(out, f"{UID}-serve", "production", "20s", "production", TIME, "false"), out
+
+
+def _assert_audit_part(out: str, pictures: Path) -> None:
+    """explain, whatif, audit with its picture, and replay --verify, as an operator runs them."""
+    part = out[out.index("Part 4") :]
+    assert re.search(r"verdict\s+PROTECTED until \S+ \(1h5\dm\d+s left\)", part), part
+    assert re.search(r"walk starts at\s+leaf2: one step below the lowest common ancestor C", part)
+    assert re.search(r"elastic\s+yes: may lose 2 pods now", part), part
+    assert re.search(rf"{UID}-protected\s+longrun\s+4h .* 1h .* unprotected now", part), part
+    assert "requeue.committed" in part
+    svg = list(pictures.glob("demo-*-contended.svg"))
+    assert len(svg) == 1, part
+    assert svg[0].read_text().lstrip().startswith(("<?xml", "<svg"))
+    assert "verify: the live state is exactly what the event log implies" in part
 
 
 def _assert_requeue_decisions(out: str, pipeline: Pipeline) -> None:
@@ -134,7 +169,7 @@ def _assert_worker_metrics(out: str) -> None:
     # Counters count every evaluation: k cycles ran (the page may be read between a cycle's
     # count and its decisions, so k is the cycle count or one less). Cycle 1 nominates all
     # three jobs and commits one; every later cycle skips the committed one (cooldown) and
-    # rolls the other two back again; the four unannotated jobs are invalid_duration skips.
+    # rolls the other two back again; the five unannotated jobs are invalid_duration skips.
     rollbacks = _metric(out, f"kai_requeue_rollbacks_total{by}")
     assert rollbacks is not None, out
     k = int(rollbacks) // 2
@@ -145,7 +180,7 @@ def _assert_worker_metrics(out: str) -> None:
     assert _metric(out, f"kai_requeue_nominations_total{plugin}}}") == 2 * k + 1, out
     skipped = f"kai_requeue_nomination_skipped_total{plugin}"
     assert _metric(out, f'{skipped},reason="cooldown"}}') == k - 1, out
-    assert _metric(out, f'{skipped},reason="invalid_duration"}}') == 4 * k, out
+    assert _metric(out, f'{skipped},reason="invalid_duration"}}') == 5 * k, out
 
 
 def _alive_demo_child(pid: int) -> bool:

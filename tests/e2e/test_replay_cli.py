@@ -119,7 +119,7 @@ def test_replay_verify_json_reports_every_table_equal(story: Pipeline) -> None:
     assert report["decisions"] >= 2
     tables = {check["table"]: check for check in report["verify"]}
     assert all(check["equal"] for check in tables.values())
-    assert tables["podgroup_state"]["liveRows"] == 4
+    assert tables["podgroup_state"]["live_rows"] == 4
 
 
 def test_replay_from_kafka_rebuilds_the_same_state(story: Pipeline) -> None:
@@ -127,7 +127,7 @@ def test_replay_from_kafka_rebuilds_the_same_state(story: Pipeline) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["source"] == "kafka"
-    assert report["deadLettered"] == 1  # the invalid record, rejected again
+    assert report["dead_lettered"] == 1  # the invalid record, rejected again
     assert all(check["equal"] for check in report["verify"])
 
 

@@ -19,7 +19,7 @@ from minruntime.stack import StackStatus
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
 from minruntime.store.scratch import create_scratch_database, drop_scratch_database
-from tests.integration.helpers import STATE_TABLES
+from tests.integration.helpers import reset_state
 
 
 @pytest.fixture(scope="session")
@@ -56,12 +56,4 @@ def empty_tables(request: pytest.FixtureRequest) -> None:
     """Every test that uses the database starts from empty tables."""
     if "engine" not in request.fixturenames:
         return
-    engine: sa.Engine = request.getfixturevalue("engine")
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "TRUNCATE "
-                + ", ".join(f"minruntime_state.{table}" for table in STATE_TABLES)
-                + " RESTART IDENTITY"
-            )
-        )
+    reset_state(request.getfixturevalue("engine"))

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from minruntime.core import format_duration
+from minruntime.core import MinRuntimeConfig, Queue, format_duration
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch
 
 STATE_TABLES = (
@@ -198,6 +198,35 @@ def nominated(uid: str, by: str = "proportion", **kw: Any) -> Message:
     )
 
 
+def queue_of(q: Queue) -> Message:
+    """The queue.upserted of a core ``Queue``."""
+    return queue(q.name, q.parent, q.preempt_min_runtime, q.reclaim_min_runtime)
+
+
+def config_of(node_pool: str, c: MinRuntimeConfig) -> Message:
+    """The config.updated of a core ``MinRuntimeConfig`` (the minimum-runtime arguments)."""
+    return config(
+        node_pool,
+        defaultPreemptMinRuntime=c.default_preempt_min_runtime,
+        defaultReclaimMinRuntime=c.default_reclaim_min_runtime,
+        reclaimResolveMethod=str(c.reclaim_resolve_method),
+    )
+
+
+def design_tree() -> list[Message]:
+    """SEMANTICS.md §4: reclaim A → B(600s) → {C → {leaf1(0s), leaf2(180s)}, D(60s) → {leaf3}};
+    preempt B(600s), leaf1(300s)."""
+    return [
+        queue("A"),
+        queue("B", "A", preempt="600s", reclaim="600s"),
+        queue("C", "B"),
+        queue("leaf1", "C", preempt="300s", reclaim="0s"),
+        queue("leaf2", "C", reclaim="180s"),
+        queue("D", "B", reclaim="60s"),
+        queue("leaf3", "D"),
+    ]
+
+
 def raw(topic: str, value: bytes | None, key: bytes | None = b"k") -> Message:
     return Message(topic, key, value)
 
@@ -234,3 +263,15 @@ def rows(engine: sa.Engine, query: str, **params: Any) -> list[Any]:
 def scalar(engine: sa.Engine, query: str, **params: Any) -> Any:
     with engine.connect() as conn:
         return conn.execute(sa.text(query), params).scalar()
+
+
+def reset_state(engine: sa.Engine) -> None:
+    """Empty every state table (what each test starts from; hypothesis examples call it too)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "TRUNCATE "
+                + ", ".join(f"minruntime_state.{table}" for table in STATE_TABLES)
+                + " RESTART IDENTITY"
+            )
+        )

@@ -20,14 +20,14 @@ from minruntime.core import (
     protected_until,
 )
 from tests.integration.helpers import (
-    STATE_TABLES,
     T0,
     Feed,
     Message,
     allocated,
-    config,
-    queue,
+    config_of,
     queue_deleted,
+    queue_of,
+    reset_state,
     rows,
     submitted,
 )
@@ -94,28 +94,11 @@ def worlds(draw: st.DrawFn) -> World:
 
 
 def _feed_world(engine: sa.Engine, world: World) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "TRUNCATE "
-                + ", ".join(f"minruntime_state.{t}" for t in STATE_TABLES)
-                + " RESTART IDENTITY"
-            )
-        )
+    reset_state(engine)
     feed = Feed(engine)
-    messages: list[Message] = [
-        queue(q.name, q.parent, q.preempt_min_runtime, q.reclaim_min_runtime) for q in world.queues
-    ]
+    messages: list[Message] = [queue_of(q) for q in world.queues]
     messages += [queue_deleted(name) for name in world.deleted]
-    messages += [
-        config(
-            pool,
-            defaultPreemptMinRuntime=c.default_preempt_min_runtime,
-            defaultReclaimMinRuntime=c.default_reclaim_min_runtime,
-            reclaimResolveMethod=str(c.reclaim_resolve_method),
-        )
-        for pool, c in world.configs.items()
-    ]
+    messages += [config_of(pool, c) for pool, c in world.configs.items()]
     feed.send(*messages)
     pgs: list[Message] = []
     for uid, queue_name, pool, start in world.podgroups:

@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from tests.integration import helpers
 from tests.integration.helpers import (
     T0,
     Feed,
     allocated,
     config,
-    queue,
     rows,
     scalar,
     submitted,
@@ -22,15 +22,7 @@ S = timedelta(seconds=1)
 
 def design_tree(feed: Feed) -> None:
     """A → B(600s) → {C → {leaf1(0s), leaf2(180s)}, D(60s) → {leaf3}}; reclaim values."""
-    feed.send(
-        queue("A"),
-        queue("B", "A", preempt="600s", reclaim="600s"),
-        queue("C", "B"),
-        queue("leaf1", "C", preempt="300s", reclaim="0s"),
-        queue("leaf2", "C", reclaim="180s"),
-        queue("D", "B", reclaim="60s"),
-        queue("leaf3", "D"),
-    )
+    feed.send(*helpers.design_tree())
 
 
 def run_in(feed: Feed, uid: str, queue_name: str, pods: int = 1) -> None:

@@ -234,9 +234,9 @@ def describe(report: ReplayReport) -> dict[str, Any]:
         "decisions": report.decisions,
         "ignored": report.ignored,
         "rejected": report.rejected,
-        "deadLettered": report.dead_lettered,
+        "dead_lettered": report.dead_lettered,
         "batches": report.batches,
         "seconds": round(report.seconds, 3),
-        "eventsPerSecond": round(report.rate, 1),
-        "lastSeq": report.last_seq,
+        "events_per_second": round(report.rate, 1),
+        "last_seq": report.last_seq,
     }

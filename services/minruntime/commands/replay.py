@@ -234,11 +234,11 @@ def _check_json(check: TableCheck) -> dict[str, object]:
     return {
         "table": check.table,
         "equal": check.equal,
-        "liveRows": check.live_rows,
-        "replayedRows": check.replay_rows,
-        "liveChecksum": check.live_checksum,
-        "replayedChecksum": check.replay_checksum,
-        "differingKeys": check.differing_keys,
+        "live_rows": check.live_rows,
+        "replayed_rows": check.replay_rows,
+        "live_checksum": check.live_checksum,
+        "replayed_checksum": check.replay_checksum,
+        "differing_keys": check.differing_keys,
         "differences": [
             {"key": d.key, "live": d.live, "replayed": d.replay} for d in check.differences
         ],

@@ -1,0 +1,292 @@
+"""Why a podgroup is or is not protected: the rule, the resolution path, the window, the verdict.
+
+The narrative (paths, LCA, the upward walk, the elastic allowance) comes from the pure core
+(``Resolver``, ``is_elastic``, ``evictable_pods``) run over the queue tree and node-pool
+configuration read from the very shadow the SQL answers from. The verdict numbers come from the
+SQL functions (``min_runtime_for``, ``preempt_protection(at)`` / ``reclaim_protection(q, at)``,
+``is_protected``). Every explanation compares the two: a difference is a bug, and is reported
+in ``Explanation.disagreements`` rather than hidden.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from minruntime.audit.explanation import (
+    Elasticity,
+    Explanation,
+    PodGroupFacts,
+    Verdict,
+    allowance,
+    disagreements_of,
+    not_running_note,
+    notes_for,
+    rule_path,
+    trace_for,
+)
+from minruntime.audit.protection import ProtectionRow, instant, protection_rows
+from minruntime.audit.shadow import Shadow
+from minruntime.core import (
+    DEFAULT_NODE_POOL,
+    MinRuntimeConfig,
+    NodePoolConfigs,
+    PodGroupPods,
+    Queue,
+    QueueTree,
+    ResolutionTrace,
+    Resolver,
+    SubGroup,
+    format_rfc3339,
+    remaining_protection,
+)
+from minruntime.errors import UserError
+
+RUNNING: Final = "running"
+
+
+class UnknownPodGroupError(UserError):
+    """No podgroup with that uid (at that instant)."""
+
+
+def explain(
+    conn: Connection,
+    shadow: Shadow,
+    uid: str,
+    at: datetime | None = None,
+    preemptor_queue: str | None = None,
+) -> Explanation:
+    """Explain one podgroup at ``at`` (None: the database's now) in ``shadow``."""
+    return Explainer(conn, shadow, at).explain(uid, preemptor_queue)
+
+
+class Explainer:
+    """Explains podgroups at one instant of one shadow (tree and configuration read once)."""
+
+    def __init__(self, conn: Connection, shadow: Shadow, at: datetime | None) -> None:
+        self._conn = conn
+        self._shadow = shadow
+        self._as_of = at is not None
+        self.at = instant(conn, at)
+        self._tree, self._stored_paths = _load_tree(conn, shadow)
+        self._configs = _load_configs(conn, shadow)
+
+    def explain(self, uid: str, preemptor_queue: str | None = None) -> Explanation:
+        """Why ``uid`` is or is not protected against a preemptor in ``preemptor_queue``.
+
+        ``preemptor_queue`` None or the victim's own queue: the preempt rule; another queue:
+        the reclaim rule with the node pool's reclaimResolveMethod.
+        """
+        facts, stored_elastic = self._podgroup(uid)
+        if facts.status != RUNNING:
+            return self._not_running(facts, preemptor_queue)
+        reclaimer = None if preemptor_queue in (None, facts.queue) else preemptor_queue
+        config, config_pool = self._config_for(facts.node_pool)
+        trace = trace_for(Resolver(self._tree, config), facts.queue, reclaimer)
+        row = self._protection_row(uid, reclaimer)
+        sql_rule = self._sql_rule(facts, reclaimer)
+        protected = self._sql_is_protected(facts, reclaimer, row)
+        elastic = self._elasticity(uid, protected)
+        rule = rule_path(trace, row, config, config_pool, facts, reclaimer, self._tree)
+        verdict = Verdict(
+            protected=protected,
+            start_time=row.start_time,
+            protected_until=row.protected_until,
+            remaining=remaining_protection(row.start_time, row.min_runtime, self.at)
+            if protected
+            else timedelta(0),
+        )
+        disagreements = disagreements_of(
+            trace=trace,
+            row=row,
+            sql_rule=sql_rule,
+            sql_protected=protected,
+            elastic=elastic,
+            sql_elastic=stored_elastic,
+            at=self.at,
+            paths=self._path_checks(trace),
+        )
+        return Explanation(
+            at=self.at,
+            podgroup=facts,
+            rule=rule,
+            elastic=elastic,
+            verdict=verdict,
+            notes=notes_for(facts, trace),
+            disagreements=disagreements,
+        )
+
+    # -- reading the shadow ----------------------------------------------------------------
+
+    def _podgroup(self, uid: str) -> tuple[PodGroupFacts, bool]:
+        """The podgroup's facts and the read surface's is_elastic."""
+        row = self._conn.execute(
+            sa.text(
+                "SELECT uid, name, namespace, queue, node_pool, status, preemptible, start_time,"
+                " last_start_time, ended_at, running_pods, is_elastic"
+                f" FROM {self._shadow.read_schema}.podgroups WHERE uid = :uid"
+            ),
+            {"uid": uid},
+        ).first()
+        if row is None:
+            when = f" at {format_rfc3339(self.at)}" if self._as_of else ""
+            raise UnknownPodGroupError(f"no podgroup with uid {uid!r}{when}")
+        fields = row._asdict()
+        stored_elastic = bool(fields.pop("is_elastic"))
+        return PodGroupFacts(**fields), stored_elastic
+
+    def _config_for(self, node_pool: str) -> tuple[MinRuntimeConfig, str | None]:
+        """The configuration in force for the pool, and whose it is (None: the built-ins)."""
+        owner = next(
+            (pool for pool in (node_pool, DEFAULT_NODE_POOL) if pool in self._configs.by_pool),
+            None,
+        )
+        return self._configs.for_pool(node_pool), owner
+
+    def _protection_row(self, uid: str, reclaimer: str | None) -> ProtectionRow:
+        (row,) = protection_rows(self._conn, self._shadow, self.at, reclaimer, uid)
+        return row
+
+    def _sql_rule(self, facts: PodGroupFacts, reclaimer: str | None) -> str | None:
+        if facts.queue is None:
+            # min_runtime_for needs the victim's queue; a never-submitted podgroup has none.
+            return None
+        return str(
+            self._conn.execute(
+                sa.text(
+                    f"SELECT rule FROM {self._shadow.read_schema}.min_runtime_for("
+                    ":victim, :preemptor, :pool)"
+                ),
+                {
+                    "victim": facts.queue,
+                    "preemptor": reclaimer or facts.queue,
+                    "pool": facts.node_pool,
+                },
+            ).scalar_one()
+        )
+
+    def _sql_is_protected(
+        self, facts: PodGroupFacts, reclaimer: str | None, row: ProtectionRow
+    ) -> bool:
+        preemptor = reclaimer or facts.queue
+        if preemptor is None:
+            # is_protected(uid, q) picks the rule by comparing q with the victim's queue; a
+            # podgroup without a queue has only the preempt table's answer.
+            return row.is_protected
+        return bool(
+            self._conn.execute(
+                sa.text(f"SELECT {self._shadow.read_schema}.is_protected(:uid, :q, :at)"),
+                {"uid": facts.uid, "q": preemptor, "at": self.at},
+            ).scalar_one()
+        )
+
+    def _elasticity(self, uid: str, protected: bool) -> Elasticity:
+        state = self._shadow.state_schema
+        subgroups = [
+            SubGroup(name, min_available)
+            for name, min_available in self._conn.execute(
+                sa.text(
+                    f"SELECT name, min_available FROM {state}.subgroup_state"
+                    " WHERE uid = :uid ORDER BY name"
+                ),
+                {"uid": uid},
+            ).all()
+        ]
+        pods = self._conn.execute(
+            sa.text(
+                f"SELECT name, subgroup, allocated FROM {state}.pod_state"
+                " WHERE uid = :uid ORDER BY name"
+            ),
+            {"uid": uid},
+        ).all()
+        running = frozenset(pod.name for pod in pods if pod.allocated)
+        if not subgroups:
+            # Never submitted: the gang's shape is unknown, so it counts as a non-elastic gang
+            # (the side that protects), as the projection does.
+            return Elasticity(False, (), 0 if protected else len(running))
+        podgroup = PodGroupPods(
+            uid=uid,
+            pods={pod.name: pod.subgroup for pod in pods},
+            running=running,
+            subgroups=tuple(subgroups),
+        )
+        return allowance(podgroup, protected)
+
+    def _path_checks(self, trace: ResolutionTrace) -> list[tuple[str, tuple[str, ...] | None]]:
+        return [
+            (name, path)
+            for name, path in (
+                (trace.victim_queue, trace.victim_path),
+                (trace.reclaimer_queue, trace.reclaimer_path),
+            )
+            if name is not None and path is not None and self._stored_paths.get(name) != path
+        ]
+
+    def _not_running(self, facts: PodGroupFacts, preemptor_queue: str | None) -> Explanation:
+        preemptor = preemptor_queue or facts.queue
+        disagreements: tuple[str, ...] = ()
+        if preemptor is not None:
+            sql = self._conn.execute(
+                sa.text(f"SELECT {self._shadow.read_schema}.is_protected(:uid, :q, :at)"),
+                {"uid": facts.uid, "q": preemptor, "at": self.at},
+            ).scalar_one()
+            if sql:
+                disagreements = (
+                    f"is_protected: SQL says True for a podgroup that is {facts.status}, "
+                    "the rule engine says False (no allocated pods, nothing to protect)",
+                )
+        return Explanation(
+            at=self.at,
+            podgroup=facts,
+            rule=None,
+            elastic=None,
+            verdict=Verdict(False, facts.start_time, None, timedelta(0)),
+            notes=(not_running_note(facts),),
+            disagreements=disagreements,
+        )
+
+
+# -- loading the tree and the configuration ----------------------------------------------
+
+
+def _load_tree(conn: Connection, shadow: Shadow) -> tuple[QueueTree, dict[str, tuple[str, ...]]]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT name, parent, preempt_min_runtime, reclaim_min_runtime, path"
+            f" FROM {shadow.read_schema}.queues"
+        )
+    ).all()
+    tree = QueueTree(
+        Queue(
+            name=row.name,
+            parent=row.parent,
+            preempt_min_runtime=row.preempt_min_runtime,
+            reclaim_min_runtime=row.reclaim_min_runtime,
+        )
+        for row in rows
+    )
+    return tree, {row.name: tuple(row.path) for row in rows}
+
+
+def _load_configs(conn: Connection, shadow: Shadow) -> NodePoolConfigs:
+    rows = conn.execute(
+        sa.text(
+            "SELECT node_pool, default_preempt_min_runtime, default_reclaim_min_runtime,"
+            f" reclaim_resolve_method, default_requeue_delay FROM {shadow.read_schema}"
+            ".node_pool_configs"
+        )
+    ).all()
+    return NodePoolConfigs(
+        {
+            row.node_pool: MinRuntimeConfig(
+                default_preempt_min_runtime=row.default_preempt_min_runtime,
+                default_reclaim_min_runtime=row.default_reclaim_min_runtime,
+                reclaim_resolve_method=row.reclaim_resolve_method,
+                default_requeue_delay=row.default_requeue_delay,
+            )
+            for row in rows
+        }
+    )

@@ -1,0 +1,441 @@
+"""The whole story of one podgroup, told from the event log (``minruntime audit UID``).
+
+The log is read once, in its order, and replayed with the service's own projection code
+into a temporary shadow (``minruntime.audit.replay``), stopping after each of the
+podgroup's events to read the state the service had right then: status, pods, run, cooldown,
+standing nominations, and the preempt protection window that ``S.preempt_protection(at)``
+resolves under the queue tree and configuration then in force. While the podgroup runs, the
+replay also stops after each queue or configuration event; one that moved its window
+becomes a row of the story too.
+
+Only the podgroup's own events (subject = its uid: submission, allocations, releases,
+annotations, deletion, nominations, requeue decisions) and the queue and configuration
+events are replayed: nothing else in the log (other podgroups, nodes) can change this
+podgroup's state or its window, so leaving it out changes no answer and keeps an audit
+fast on a long log. The transaction is rolled back: nothing is left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine
+
+from minruntime.audit.asof import snapshot
+from minruntime.audit.replay import LogEntry, replay
+from minruntime.audit.shadow import Shadow, create_shadow, temporary_name
+from minruntime.audit.timeline_model import (
+    Change,
+    Decision,
+    Nomination,
+    Row,
+    Run,
+    Story,
+    Window,
+    WindowSpan,
+)
+from minruntime.audit.timeline_text import TreeChanges, describe_event
+from minruntime.errors import UserError
+from minruntime.events import (
+    ROLE_TYPES,
+    Event,
+    EventRejected,
+    PodGroupDeletedData,
+    PodGroupReleasedData,
+    RequeueCommittedData,
+    RequeueNominatedData,
+    RequeueRolledBackData,
+    RequeueSkippedData,
+    decode_event,
+)
+from minruntime.ingest import outcome_of
+
+# Events that change the queue tree or a node pool's configuration: they move windows.
+TREE_TYPES: Final = ROLE_TYPES["queues"]
+# Subjects of these are node names: never about a podgroup, whatever the name.
+_NODE_TYPES: Final = ROLE_TYPES["nodes"]
+
+_ENTRIES: Final = (
+    'SELECT seq, topic, partition, "offset", type, subject, event_time, applied_at,'
+    " payload::text AS payload"
+    " FROM minruntime_state.event_log"
+    " WHERE (subject = :uid AND type <> ALL(:other)) OR type = ANY(:tree)"
+    " ORDER BY seq"
+)
+
+
+class UnknownPodGroupError(UserError):
+    """No event in the log is about this uid."""
+
+
+def podgroup_story(engine: Engine, uid: str) -> Story:
+    """The story of podgroup ``uid``; UnknownPodGroupError when the log never mentions it."""
+    with snapshot(engine) as conn:
+        return story_in(conn, uid)
+
+
+def story_in(conn: Connection, uid: str) -> Story:
+    """``podgroup_story`` inside the caller's transaction (which must be rolled back)."""
+    entries, times = _read_entries(conn, uid)
+    if not any(_is_own(entry, uid) for entry in entries):
+        raise UnknownPodGroupError(f"no podgroup with uid {uid!r} in the event log")
+    shadow = create_shadow(conn, temporary_name("minruntime_audit"))
+    teller = _Teller(conn, shadow, uid, times)
+    report = replay(conn, entries, boundary=teller.wants, after_boundary=teller.after)
+    return teller.story(report.events + report.decisions)
+
+
+def _read_entries(
+    conn: Connection, uid: str
+) -> tuple[list[LogEntry], dict[int, tuple[datetime, datetime]]]:
+    rows = conn.execute(
+        sa.text(_ENTRIES),
+        {"uid": uid, "other": sorted(TREE_TYPES | _NODE_TYPES), "tree": sorted(TREE_TYPES)},
+    )
+    entries: list[LogEntry] = []
+    times: dict[int, tuple[datetime, datetime]] = {}
+    for row in rows:
+        entries.append(
+            LogEntry(
+                seq=row.seq,
+                topic=row.topic,
+                partition=row.partition,
+                offset=row.offset,
+                type=row.type,
+                subject=row.subject,
+                value=row.payload.encode(),
+            )
+        )
+        times[row.seq] = (row.event_time, row.applied_at)
+    return entries, times
+
+
+def _is_own(entry: LogEntry, uid: str) -> bool:
+    return entry.subject == uid and entry.type not in TREE_TYPES
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    """The podgroup as the shadow's read surface shows it after an event."""
+
+    status: str
+    running_pods: int
+    start_time: datetime | None
+    queue: str | None
+    node_pool: str
+    priority: int | None
+    name: str | None
+    namespace: str | None
+    expected_runtime: timedelta | None
+    requeue_not_before: datetime | None
+    awaiting_release: bool
+    nominations: tuple[str, ...]
+    window: Window | None
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+# The fields of _State a row reports when they change, in this order.
+_TRACKED: Final = (
+    "status",
+    "running_pods",
+    "start_time",
+    "queue",
+    "expected_runtime",
+    "requeue_not_before",
+    "awaiting_release",
+    "nominations",
+)
+_FIELD_NAMES: Final = {"start_time": "run_start"}
+# A podgroup the service does not know yet: no pods, no nominations, nothing awaited.
+_UNKNOWN: Final[dict[str, Any]] = {"running_pods": 0, "awaiting_release": False, "nominations": ()}
+
+
+@dataclass
+class _OpenRun:
+    number: int
+    start: datetime
+    windows: list[WindowSpan] = field(default_factory=list)
+
+    def closed(self, end: datetime | None, ended_by: str | None) -> Run:
+        return Run(self.number, self.start, end, ended_by, tuple(self.windows))
+
+    def follow(self, since: datetime, window: Window | None) -> None:
+        """Record the window in force from ``since`` when it differs from the last one."""
+        if window is None:
+            return
+        last = self.windows[-1] if self.windows else None
+        if last is None or (last.min_runtime, last.resolved_from) != (
+            window.min_runtime,
+            window.resolved_from,
+        ):
+            self.windows.append(
+                WindowSpan(since, window.min_runtime, window.resolved_from, window.protected_until)
+            )
+
+
+class _Teller:
+    """Reads the shadow after the replay's boundaries and builds the rows and runs."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        shadow: Shadow,
+        uid: str,
+        times: dict[int, tuple[datetime, datetime]],
+    ) -> None:
+        self.conn = conn
+        self.uid = uid
+        self.times = times
+        self.state: _State | None = None
+        self.rows: list[Row] = []
+        self.runs: list[Run] = []
+        self.open_run: _OpenRun | None = None
+        self.tree = TreeChanges()
+        # What the tree event being applied changed (read before it is applied).
+        self.tree_change = ""
+        read = shadow.read_schema
+        self.state_query = sa.text(
+            "SELECT p.status, p.running_pods, p.start_time, p.queue, p.node_pool, p.priority,"
+            " p.name, p.namespace, p.expected_runtime, p.requeue_not_before,"
+            " p.awaiting_release, w.min_runtime, w.resolved_from, w.protected_until,"
+            " w.is_protected,"
+            f" ARRAY(SELECT n.nominated_by FROM {read}.nominations n WHERE n.uid = p.uid"
+            "       ORDER BY n.nominated_by) AS nominations"
+            f" FROM {read}.podgroups p"
+            f" LEFT JOIN {read}.preempt_protection(:at) w ON w.uid = p.uid"
+            " WHERE p.uid = :uid"
+        )
+
+    # -- the replay's hooks -----------------------------------------------------------------
+    def wants(self, entry: LogEntry) -> bool:
+        """Stop after the podgroup's own events, and after tree events while it runs."""
+        if _is_own(entry, self.uid):
+            return True
+        if entry.type in TREE_TYPES:
+            event = _decode(entry)
+            self.tree_change = self.tree.note(event) if event else entry.type
+            return self.state is not None and self.state.running
+        return False
+
+    def after(self, entry: LogEntry) -> None:
+        """The boundary's entry is applied: read the state and write down what changed."""
+        time, applied_at = self.times[entry.seq]
+        before, after = self.state, self._read(time)
+        self.state = after
+        if not _is_own(entry, self.uid):
+            if _window_of(before) == _window_of(after):
+                return
+            if self.open_run is not None:
+                self.open_run.follow(time, after.window if after else None)
+            self._add_row(
+                entry, time, applied_at, "window", f"window changed: {self.tree_change}", before
+            )
+            return
+        event = _decode(entry)
+        run = self._follow_run(time, before, after, event)
+        self._add_row(
+            entry,
+            time,
+            applied_at,
+            _kind(event),
+            describe_event(event, entry.type),
+            before,
+            run=run,
+            event=event,
+        )
+
+    # -- building -----------------------------------------------------------------------------
+    def story(self, replayed: int) -> Story:
+        runs = list(self.runs)
+        if self.open_run is not None:
+            runs.append(self.open_run.closed(None, None))
+        state = self.state
+        return Story(
+            uid=self.uid,
+            name=state.name if state else None,
+            namespace=state.namespace if state else None,
+            queue=state.queue if state else None,
+            node_pool=state.node_pool if state else None,
+            priority=state.priority if state else None,
+            status=state.status if state else None,
+            rows=tuple(self.rows),
+            runs=tuple(runs),
+            replayed=replayed,
+        )
+
+    def _read(self, at: datetime) -> _State | None:
+        row = self.conn.execute(self.state_query, {"uid": self.uid, "at": at}).first()
+        if row is None:
+            return None
+        window = (
+            Window(row.min_runtime, row.resolved_from, row.protected_until, bool(row.is_protected))
+            if row.protected_until is not None
+            else None
+        )
+        return _State(
+            status=row.status,
+            running_pods=int(row.running_pods),
+            start_time=row.start_time,
+            queue=row.queue,
+            node_pool=row.node_pool,
+            priority=row.priority,
+            name=row.name,
+            namespace=row.namespace,
+            expected_runtime=row.expected_runtime,
+            requeue_not_before=row.requeue_not_before,
+            awaiting_release=bool(row.awaiting_release),
+            nominations=tuple(row.nominations),
+            window=window,
+        )
+
+    def _follow_run(
+        self, time: datetime, before: _State | None, after: _State | None, event: Event | None
+    ) -> int | None:
+        """Open, close or carry on the run; the number of the run the event belongs to."""
+        was_running = before is not None and before.running
+        running = after is not None and after.running
+        current = self.open_run
+        if current is not None and (
+            not running or (after is not None and after.start_time != current.start)
+        ):
+            self.runs.append(current.closed(time, _ended_by(before, event)))
+            self.open_run = None
+        if running and after is not None and after.start_time is not None:
+            if self.open_run is None:
+                self.open_run = _OpenRun(len(self.runs) + 1, after.start_time)
+            self.open_run.follow(time, after.window)
+            return self.open_run.number
+        return current.number if current is not None and was_running else None
+
+    def _add_row(
+        self,
+        entry: LogEntry,
+        time: datetime,
+        applied_at: datetime,
+        kind: str,
+        summary: str,
+        before: _State | None,
+        *,
+        run: int | None = None,
+        event: Event | None = None,
+    ) -> None:
+        after = self.state
+        if run is None and self.open_run is not None:
+            run = self.open_run.number
+        self.rows.append(
+            Row(
+                seq=entry.seq,
+                time=time,
+                applied_at=applied_at,
+                type=entry.type,
+                kind=kind,
+                summary=summary,
+                changes=tuple(_changes(before, after)),
+                status=after.status if after else None,
+                running_pods=after.running_pods if after else 0,
+                run_start=after.start_time if after else None,
+                run=run,
+                window=after.window if after else None,
+                nomination=_nomination(event),
+                decision=_decision(event),
+            )
+        )
+
+
+def _decode(entry: LogEntry) -> Event | None:
+    try:
+        return decode_event(entry.value)
+    except EventRejected:
+        # Logged events were valid when applied; a newer schema may refuse an old one.
+        return None
+
+
+def _kind(event: Event | None) -> str:
+    if event is None:
+        return "other"
+    data = event.data
+    if isinstance(data, RequeueNominatedData):
+        return "nomination"
+    if isinstance(data, RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData):
+        return "decision"
+    if event.type.startswith("podgroup."):
+        return "podgroup"
+    return "other"
+
+
+def _nomination(event: Event | None) -> Nomination | None:
+    if event is None or not isinstance(event.data, RequeueNominatedData):
+        return None
+    return Nomination(event.data.nominated_by, event.data.reason)
+
+
+def _decision(event: Event | None) -> Decision | None:
+    data = event.data if event is not None else None
+    if event is None or data is None:
+        return None
+    if isinstance(data, RequeueCommittedData):
+        return Decision(
+            decision_id=event.id,
+            outcome=outcome_of(event),
+            reason=None,
+            nominated_by=tuple(data.nominated_by),
+            beneficiaries=tuple(data.beneficiaries),
+            requeue_not_before=data.requeue_not_before,
+            delay_problem=data.delay_problem,
+            run_start=data.run_start,
+        )
+    if isinstance(data, RequeueRolledBackData | RequeueSkippedData):
+        return Decision(
+            decision_id=event.id,
+            outcome=outcome_of(event),
+            reason=data.reason,
+            nominated_by=tuple(data.nominated_by),
+            beneficiaries=(),
+            requeue_not_before=None,
+            delay_problem=None,
+            run_start=data.run_start,
+        )
+    return None
+
+
+def _ended_by(before: _State | None, event: Event | None) -> str:
+    data = event.data if event is not None else None
+    if isinstance(data, PodGroupDeletedData):
+        return "deleted"
+    reason = data.reason if isinstance(data, PodGroupReleasedData) else None
+    if (before is not None and before.awaiting_release) or reason == "requeued":
+        return "requeued"
+    return f"released ({reason})" if reason else "released"
+
+
+def _window_of(state: _State | None) -> tuple[timedelta, str | None, datetime] | None:
+    window = state.window if state else None
+    if window is None:
+        return None
+    return window.min_runtime, window.resolved_from, window.protected_until
+
+
+def _changes(before: _State | None, after: _State | None) -> Iterable[Change]:
+    for name in _TRACKED:
+        old = getattr(before, name) if before else _UNKNOWN.get(name)
+        new = getattr(after, name) if after else _UNKNOWN.get(name)
+        if old != new:
+            yield Change(_FIELD_NAMES.get(name, name), _plain(old), _plain(new))
+    old_window = before.window if before else None
+    new_window = after.window if after else None
+    # A window that moved during a run (queue, configuration or podgroup change).
+    if old_window is not None and new_window is not None:
+        for name in ("min_runtime", "resolved_from", "protected_until"):
+            if getattr(old_window, name) != getattr(new_window, name):
+                yield Change(name, getattr(old_window, name), getattr(new_window, name))
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, Sequence) and not isinstance(value, str) else value

@@ -1,0 +1,144 @@
+"""One-line descriptions of the events in a podgroup's story (``minruntime audit``).
+
+Wire names (``preemptMinRuntime``) and canonical durations (``1h30m``), so what a line says
+can be matched with the events a user sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Final
+
+from minruntime.core import format_duration, format_rfc3339
+from minruntime.events import (
+    ConfigUpdatedData,
+    Event,
+    PodGroupAllocatedData,
+    PodGroupAnnotatedData,
+    PodGroupDeletedData,
+    PodGroupReleasedData,
+    PodGroupSubmittedData,
+    QueueDeletedData,
+    QueueUpsertedData,
+    RequeueCommittedData,
+    RequeueNominatedData,
+    RequeueRolledBackData,
+    RequeueSkippedData,
+)
+
+# (wire name, attribute) of the fields a queue or configuration event sets.
+_QUEUE_FIELDS: Final = (
+    ("parentQueue", "parent_queue"),
+    ("preemptMinRuntime", "preempt_min_runtime"),
+    ("reclaimMinRuntime", "reclaim_min_runtime"),
+)
+_CONFIG_FIELDS: Final = (
+    ("defaultPreemptMinRuntime", "default_preempt_min_runtime"),
+    ("defaultReclaimMinRuntime", "default_reclaim_min_runtime"),
+    ("reclaimResolveMethod", "reclaim_resolve_method"),
+    ("defaultRequeueDelay", "default_requeue_delay"),
+)
+
+
+def describe_event(event: Event | None, event_type: str) -> str:
+    """What a podgroup's own event says, in one line (its type when it cannot be read)."""
+    data = event.data if event is not None else None
+    if isinstance(data, PodGroupSubmittedData):
+        return (
+            f"submitted to queue {data.queue} (pool {data.node_pool}, priority "
+            f"{data.priority}, {_count(len(data.pods), 'pod')})"
+        )
+    if isinstance(data, PodGroupAllocatedData):
+        nodes = sorted({pod.node for pod in data.pods})
+        return f"allocated {_count(len(data.pods), 'pod')} on {', '.join(nodes)}"
+    if isinstance(data, PodGroupReleasedData):
+        pods = "all pods" if data.pods is None else _count(len(data.pods), "pod")
+        return f"released {pods}" + (f" ({data.reason})" if data.reason else "")
+    if isinstance(data, PodGroupAnnotatedData):
+        return "annotated " + ", ".join(
+            f"{key} removed" if value is None else f"{key}={value}"
+            for key, value in sorted(data.annotations.items())
+        )
+    if isinstance(data, PodGroupDeletedData):
+        return "deleted"
+    if isinstance(data, RequeueNominatedData):
+        return f"nominated by {data.nominated_by}" + (f": {data.reason}" if data.reason else "")
+    if isinstance(data, RequeueCommittedData):
+        return (
+            f"requeue committed ({_by(data.nominated_by)}): "
+            f"{_list(data.beneficiaries)} fit once it is gone; "
+            f"cooldown until {format_rfc3339(data.requeue_not_before)}"
+            + (f"; {data.delay_problem}" if data.delay_problem else "")
+        )
+    if isinstance(data, RequeueRolledBackData):
+        return f"requeue rolled back: {data.reason} ({_by(data.nominated_by)})"
+    if isinstance(data, RequeueSkippedData):
+        return f"requeue skipped: {data.reason} ({_by(data.nominated_by)})"
+    return event_type
+
+
+class TreeChanges:
+    """The queues and configurations seen so far, to say what a tree event changed."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, QueueUpsertedData] = {}
+        self.configs: dict[str, ConfigUpdatedData] = {}
+
+    def note(self, event: Event) -> str:
+        """Remember the event's queue or configuration; what it changed, in one line."""
+        data = event.data
+        if isinstance(data, QueueUpsertedData):
+            known = self.queues.get(data.name)
+            self.queues[data.name] = data
+            if known is None:
+                values = _fields(data, _QUEUE_FIELDS)
+                return f"queue {data.name} created" + (f" ({values})" if values else "")
+            return f"queue {data.name} {_diff(known, data, _QUEUE_FIELDS)}"
+        if isinstance(data, QueueDeletedData):
+            self.queues.pop(data.name, None)
+            return f"queue {data.name} deleted"
+        if isinstance(data, ConfigUpdatedData):
+            previous = self.configs.get(data.node_pool)
+            self.configs[data.node_pool] = data
+            # A pool never configured had the built-in defaults.
+            base = previous or ConfigUpdatedData.model_validate({"nodePool": data.node_pool})
+            return f"config {data.node_pool} {_diff(base, data, _CONFIG_FIELDS)}"
+        return event.type
+
+
+def _diff(old: object, new: object, fields: Sequence[tuple[str, str]]) -> str:
+    changed = [
+        f"{wire} {_value(getattr(old, attr))}→{_value(getattr(new, attr))}"
+        for wire, attr in fields
+        if getattr(old, attr) != getattr(new, attr)
+    ]
+    return ", ".join(changed) if changed else "applied again, unchanged"
+
+
+def _fields(data: object, fields: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(
+        f"{wire} {_value(getattr(data, attr))}"
+        for wire, attr in fields
+        if getattr(data, attr) is not None
+    )
+
+
+def _value(value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    return str(value)
+
+
+def _by(nominators: Sequence[str]) -> str:
+    return f"nominated by {_list(nominators)}"
+
+
+def _list(names: Sequence[str]) -> str:
+    return ", ".join(names)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"

@@ -1,0 +1,194 @@
+"""`minruntime audit UID`: the whole story of a podgroup, as a table, JSON or a picture.
+
+The story comes from ``minruntime.audit.timeline`` (what ``--json`` prints, field for field);
+this module renders it: a table of the events with the state and protection window right
+after each, a table of the runs, and with ``--plot`` the timeline picture
+(``minruntime.commands.audit_plot``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+import typer
+
+from minruntime.commands.common import Json, engine, print_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from minruntime.audit.timeline_model import Row, Run, Story, Window
+
+Uid = Annotated[str, typer.Argument(metavar="UID", help="The podgroup's uid.", show_default=False)]
+Plot = Annotated[
+    Path | None,
+    typer.Option(
+        "--plot",
+        metavar="FILE",
+        help="Also draw the timeline: FILE.png or FILE.svg.",
+        show_default=False,
+    ),
+]
+
+# Wide enough that a piped table is not wrapped; a terminal keeps its own width.
+_PIPE_WIDTH: Final = 220
+_OUTCOME_STYLES: Final = {"committed": "green", "rolled_back": "yellow", "skipped": "dim"}
+
+
+def audit_command(uid: Uid, as_json: Json = False, plot: Plot = None) -> None:
+    """The whole story of a podgroup: events, runs, protection windows, nominations, decisions."""
+    from minruntime.audit.timeline import podgroup_story
+    from minruntime.commands.audit_plot import plot_format, write_plot
+
+    if plot is not None:
+        plot_format(plot)  # a bad suffix fails before the replay, not after
+    story = podgroup_story(engine(), uid)
+    if as_json:
+        print_json(story_json(story))
+    else:
+        console = _console()
+        render_story(console, story)
+    if plot is not None:
+        write_plot(story, plot)
+        if not as_json:
+            console.print(f"timeline written to {plot}")
+
+
+def story_json(story: Story) -> dict[str, Any]:
+    """The story as plain data: ``audit --json`` (times RFC3339, durations in seconds)."""
+    data = asdict(story)
+    for run, plain in zip(story.runs, data["runs"], strict=True):
+        plain["protected_until"] = run.protected_until
+    return data
+
+
+def render_story(console: Console, story: Story) -> None:
+    """The header, the table of events and the table of runs."""
+    console.print(_header(story))
+    console.print(_events_table(story.rows))
+    if story.runs:
+        console.print(_runs_table(story.runs))
+    else:
+        console.print("It never ran.")
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, _PIPE_WIDTH)
+    return console
+
+
+def _header(story: Story) -> Text:
+    from rich.text import Text
+
+    header = Text()
+    header.append(f"podgroup {story.uid}", style="bold")
+    if story.name:
+        header.append(f"  {story.namespace}/{story.name}")
+    details = [
+        f"queue {story.queue or '(unknown)'}",
+        f"pool {story.node_pool}",
+        f"priority {story.priority if story.priority is not None else '(unknown)'}",
+        f"now {story.status}",
+    ]
+    header.append("  " + ", ".join(details))
+    return header
+
+
+def _events_table(rows: tuple[Row, ...]) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="Events (state right after each)", title_justify="left")
+    for column in ("seq", "time", "event", "what happened", "changed", "status", "pods"):
+        table.add_column(column, overflow="fold")
+    table.add_column("preempt window after", overflow="fold")
+    table.add_column("protected then")
+    for row in rows:
+        style = _OUTCOME_STYLES.get(row.decision.outcome, "") if row.decision else ""
+        if row.kind == "window":
+            style = "magenta"
+        table.add_row(
+            str(row.seq),
+            _time(row.time),
+            Text(row.type, style=style),
+            Text(row.summary, style=style),
+            Text("\n".join(_change(c.field, c.before, c.after) for c in row.changes)),
+            row.status or "",
+            str(row.running_pods),
+            Text(_window(row.window)),
+            "" if row.window is None else ("yes" if row.window.protected else "no"),
+        )
+    return table
+
+
+def _runs_table(runs: tuple[Run, ...]) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="Runs", title_justify="left")
+    for column in ("run", "start", "end", "ended by", "ran", "windows", "protected until"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        windows = [
+            f"{_value(w.min_runtime)} ({_source(w.resolved_from)})"
+            + ("" if w.since == run.start else f" from {_time(w.since)}")
+            for w in run.windows
+        ]
+        table.add_row(
+            str(run.number),
+            _time(run.start),
+            _time(run.end) if run.end else "",
+            run.ended_by or "still running",
+            _value(run.end - run.start) if run.end else "",
+            Text("\n".join(windows)),
+            _time(run.protected_until) if run.protected_until else "",
+        )
+    return table
+
+
+def _window(window: Window | None) -> str:
+    if window is None:
+        return ""
+    return (
+        f"{_value(window.min_runtime)} ({_source(window.resolved_from)})\n"
+        f"until {_time(window.protected_until)}"
+    )
+
+
+def _source(resolved_from: str | None) -> str:
+    return f"queue {resolved_from}" if resolved_from else "pool default"
+
+
+def _change(field: str, before: Any, after: Any) -> str:
+    return f"{field.replace('_', ' ')} {_value(before)} → {_value(after)}"
+
+
+def _value(value: Any) -> str:
+    from minruntime.core import format_duration
+
+    if value is None:
+        return "none"
+    if isinstance(value, datetime):
+        return _time(value)
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value)) if value else "none"
+    return str(value)
+
+
+def _time(moment: datetime) -> str:
+    from minruntime.core import format_rfc3339
+
+    return format_rfc3339(moment)

@@ -1,0 +1,405 @@
+"""`minruntime protection` and `minruntime explain`: who is protected, then or now, and why.
+
+The data comes from ``minruntime.audit.protection`` / ``minruntime.audit.explain`` (also what
+``--json`` prints); this module parses the options, opens the state (live, or replayed up to
+``--at``) and renders. Notes go to stderr, so ``--json`` output stays one JSON document.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from minruntime.commands.common import At, Json, engine, parse_at, print_json
+from minruntime.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from sqlalchemy import Connection
+
+    from minruntime.audit.explanation import Elasticity, Explanation, RulePath, Verdict
+    from minruntime.audit.protection import ProtectionRow, ProtectionTable
+    from minruntime.audit.shadow import Shadow
+
+ReclaimerQueue = Annotated[
+    str | None,
+    typer.Option(
+        "--reclaimer-queue",
+        metavar="QUEUE",
+        help="Resolve for a reclaimer in QUEUE (the reclaim rule). Default: the preempt rule.",
+        show_default=False,
+    ),
+]
+PreemptorQueue = Annotated[
+    str | None,
+    typer.Option(
+        "--preemptor-queue",
+        metavar="QUEUE",
+        help="The preemptor's queue: omitted or the podgroup's own queue → the preempt rule; "
+        "another queue → the reclaim rule.",
+        show_default=False,
+    ),
+]
+Uid = Annotated[str, typer.Argument(metavar="UID", help="The podgroup's uid.", show_default=False)]
+
+# Wide enough that a piped table is not wrapped; a terminal keeps its own width.
+_PIPE_WIDTH = 200
+# Narrower consoles get one block per podgroup instead of the eight-column table.
+_WIDE = 110
+
+
+def protection_command(
+    reclaimer_queue: ReclaimerQueue = None, at: At = None, json_output: Json = False
+) -> None:
+    """The protection table: each running podgroup's minimum runtime, window and verdict."""
+    from minruntime.audit.protection import protection_table
+
+    instant = parse_at(at)
+    with _state(instant) as (conn, shadow):
+        table = protection_table(conn, shadow, instant, reclaimer_queue)
+    for note in table.notes:
+        _stderr(f"note: {note}")
+    if json_output:
+        print_json([describe_row(row) for row in table.rows])
+        return
+    console = _console()
+    console.print(render_protection(table, as_of=instant is not None, width=console.width))
+
+
+def explain_command(
+    uid: Uid, preemptor_queue: PreemptorQueue = None, at: At = None, json_output: Json = False
+) -> None:
+    """Why a podgroup is or is not protected: the rule, the resolution path, the window."""
+    from minruntime.audit.explain import explain
+    from minruntime.audit.explanation import describe
+
+    instant = parse_at(at)
+    with _state(instant) as (conn, shadow):
+        explanation = explain(conn, shadow, uid, instant, preemptor_queue)
+    if json_output:
+        print_json(describe(explanation))
+    else:
+        _console().print(render_explanation(explanation, as_of=instant is not None))
+    if explanation.disagreements:
+        _stderr(
+            "error: the rule engine and the SQL read surface disagree (a bug, please report "
+            f"it): {'; '.join(explanation.disagreements)}"
+        )
+        raise typer.Exit(1)
+
+
+# -- the state to read ------------------------------------------------------------------------
+
+
+@contextmanager
+def _state(at: datetime | None) -> Iterator[tuple[Connection, Shadow]]:
+    """The live state or the state at ``at``; database trouble becomes one line."""
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    from minruntime.audit.asof import state_at
+
+    database = engine()
+    try:
+        with state_at(database, at) as pair:
+            yield pair
+    except OperationalError as error:
+        raise UserError(f"cannot read the database: {_first_line(error)}") from None
+    except ProgrammingError as error:
+        if getattr(error.orig, "sqlstate", None) in ("42883", "42P01", "3F000"):
+            # Undefined function / table / schema: a database that was never migrated.
+            raise UserError(
+                "the database has no minruntime read surface: run `minruntime migrate`"
+            ) from None
+        raise
+    finally:
+        database.dispose()
+
+
+def _first_line(error: Exception) -> str:
+    orig = getattr(error, "orig", None) or error
+    lines = str(orig).strip().splitlines()
+    return lines[0] if lines else type(orig).__name__
+
+
+def _stderr(message: str) -> None:
+    print(f"minruntime: {message}", file=sys.stderr)
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, _PIPE_WIDTH)
+    return console
+
+
+# -- protection ---------------------------------------------------------------------------------
+
+
+def describe_row(row: ProtectionRow) -> dict[str, Any]:
+    """One row of ``protection --json`` (times and durations left for the JSON encoder)."""
+    from minruntime.core import format_duration
+
+    return {
+        "uid": row.uid,
+        "queue": row.queue,
+        "node_pool": row.node_pool,
+        "start_time": row.start_time,
+        "min_runtime": row.min_runtime,
+        "min_runtime_text": format_duration(row.min_runtime),
+        "resolved_from": row.resolved_from,
+        "protected_until": row.protected_until,
+        "is_protected": row.is_protected,
+        "evictable_pods": row.evictable_pods,
+    }
+
+
+def render_protection(
+    table: ProtectionTable, *, as_of: bool, width: int | None = None
+) -> RenderableType:
+    """The protection table for a terminal ``width`` wide: a heading line, then the rows.
+
+    Below ``_WIDE`` columns the eight columns cannot all fit (Rich would fold timestamps and
+    drop whole columns), so each podgroup becomes a two-line block instead: nothing is lost.
+    """
+    from rich import box
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+
+    if table.reclaimer_queue is None:
+        rule = "preempt rule (a preemptor in the podgroup's own queue)"
+    else:
+        rule = f"reclaim rule (a reclaimer in queue {escape(table.reclaimer_queue)})"
+    heading = f"[bold]Protection[/] — {rule} — {_moment(table.at, as_of)}"
+    if not table.rows:
+        return Group(heading, "no running podgroups")
+    cells = [_protection_cells(row) for row in table.rows]
+    if width is not None and width < _WIDE:
+        return Group(heading, *(_protection_block(row) for row in cells))
+    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in _HEADERS:
+        # Timestamps never fold; names wrap rather than being cut off with "…".
+        grid.add_column(header, overflow="fold", no_wrap=header in ("start", "protected until"))
+    grid.columns[-1].justify = "right"
+    for row in cells:
+        grid.add_row(*row)
+    return Group(heading, grid)
+
+
+_HEADERS = (
+    "uid",
+    "queue",
+    "start",
+    "min runtime",
+    "resolved from",
+    "protected until",
+    "protected?",
+    "evictable pods",
+)
+
+
+def _protection_cells(row: ProtectionRow) -> tuple[str, ...]:
+    from rich.markup import escape
+
+    from minruntime.core import format_duration
+
+    return (
+        escape(row.uid),
+        escape(row.queue) if row.queue is not None else "[dim](none)[/]",
+        _time(row.start_time),
+        format_duration(row.min_runtime),
+        escape(resolved_from_label(row.resolved_from, row.node_pool)),
+        _time(row.protected_until),
+        "[bold]yes[/]" if row.is_protected else "no",
+        str(row.evictable_pods),
+    )
+
+
+def _protection_block(cells: tuple[str, ...]) -> str:
+    uid, queue, start, min_runtime, source, until, protected, evictable = cells
+    return (
+        f"[bold]{uid}[/] in {queue}: protected? {protected}, evictable pods {evictable}\n"
+        f"  min runtime {min_runtime} from {source}; start {start}, protected until {until}"
+    )
+
+
+def resolved_from_label(resolved_from: str | None, node_pool: str) -> str:
+    """The queue whose value applied, or whose default it was."""
+    if resolved_from is not None:
+        return resolved_from
+    return f"default (node pool {node_pool})"
+
+
+# -- explain --------------------------------------------------------------------------------------
+
+
+def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableType:
+    """The explanation as labelled lines for a terminal."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    facts = explanation.podgroup
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    owner = f" ({escape(facts.namespace or '')}/{escape(facts.name)})" if facts.name else ""
+    grid.add_row("podgroup", f"{escape(facts.uid)}{owner}")
+    grid.add_row("when", _moment(explanation.at, as_of))
+    grid.add_row(
+        "queue",
+        escape(facts.queue) if facts.queue is not None else "(none: never submitted)",
+    )
+    grid.add_row("node pool", escape(facts.node_pool))
+    grid.add_row("status", _status(explanation))
+    if explanation.rule is not None:
+        _add_rule(grid, explanation.rule, facts.node_pool)
+        grid.add_row(
+            "window", f"{_time(facts.start_time)} → {_time(explanation.verdict.protected_until)}"
+        )
+    if explanation.elastic is not None:
+        grid.add_row("elastic", _elastic(explanation.elastic, explanation.verdict.protected))
+    grid.add_row("verdict", verdict_text(explanation.verdict, explanation.at, explanation.rule))
+    for note in explanation.notes:
+        grid.add_row("note", escape(note))
+    for disagreement in explanation.disagreements:
+        grid.add_row("[red]BUG[/]", f"[red]{escape(disagreement)}[/]")
+    return grid
+
+
+def _status(explanation: Explanation) -> str:
+    facts = explanation.podgroup
+    if facts.status == "running":
+        return (
+            f"running since {_time(facts.start_time)}, {_pods(facts.running_pods, 'running pod')}"
+        )
+    if facts.status == "finished" and facts.last_start_time is not None:
+        return f"finished (last run {_time(facts.last_start_time)} → {_time(facts.ended_at)})"
+    return facts.status
+
+
+def _add_rule(grid: Any, rule: RulePath, node_pool: str) -> None:
+    from rich.markup import escape
+
+    from minruntime.core import format_duration
+
+    preemptor = escape(rule.preemptor_queue or "(none)")
+    if rule.rule == "preempt":
+        grid.add_row("rule", f"preempt: the preemptor is in the podgroup's own queue {preemptor}")
+    else:
+        grid.add_row(
+            "rule",
+            f"reclaim by a job in queue {preemptor}: reclaimResolveMethod "
+            f"{rule.reclaim_resolve_method} ({_config_owner(rule.config_node_pool, node_pool)})",
+        )
+    grid.add_row("victim path", _path(rule.victim_path))
+    if rule.rule != "preempt":
+        grid.add_row("reclaimer path", _path(rule.reclaimer_path))
+    if rule.walk_start is not None:
+        grid.add_row("walk starts at", escape(_walk_start(rule)))
+        steps = [
+            f"{escape(step.queue)}: "
+            + (format_duration(step.value) if step.value is not None else "[dim]unset[/]")
+            + ("  [bold]← applies[/]" if step.applies else "")
+            for step in rule.walk
+        ]
+        if not any(step.applies for step in rule.walk):
+            steps.append("no queue on the way up sets it: the default applies")
+        grid.add_row(f"walk up ({rule.field})", "\n".join(steps))
+    default_name = (
+        "defaultPreemptMinRuntime" if rule.rule == "preempt" else "defaultReclaimMinRuntime"
+    )
+    if rule.resolved_from is not None:
+        applied = f"from queue {escape(rule.resolved_from)}"
+    else:
+        applied = (
+            f"the node pool's default ({default_name} = "
+            f"{format_duration(rule.default_min_runtime)}, "
+            f"{_config_owner(rule.config_node_pool, node_pool)})"
+        )
+    grid.add_row("min runtime", f"[bold]{format_duration(rule.min_runtime)}[/], {applied}")
+
+
+def _walk_start(rule: RulePath) -> str:
+    start = rule.walk_start or ""
+    if rule.rule == "reclaim-lca":
+        if rule.lca is None:
+            return f"{start}: different roots, only the victim's root counts"
+        if rule.lca == start:
+            return f"{start}: the victim's own queue is the lowest common ancestor"
+        return f"{start}: one step below the lowest common ancestor {rule.lca}, toward the victim"
+    if rule.rule == "reclaim-queue":
+        return f"{start}: the victim's own queue (the reclaimer's queue does not matter)"
+    return f"{start}: the victim's own queue"
+
+
+def _config_owner(config_node_pool: str | None, node_pool: str) -> str:
+    if config_node_pool is None:
+        return f"built-in defaults: no configuration for node pool {node_pool} or default"
+    if config_node_pool == node_pool:
+        return f"configuration of node pool {node_pool}"
+    return f"configuration of node pool {config_node_pool}; {node_pool} has none of its own"
+
+
+def _elastic(elastic: Elasticity, protected: bool) -> str:
+    lines = [
+        ("yes" if elastic.is_elastic else "no")
+        + f": may lose {_pods(elastic.evictable_pods)} now"
+        + ("" if protected else " (not protected: any running pod)")
+    ]
+    lines += [
+        f"subgroup {sub.name}: minAvailable {sub.min_available}, {_pods(sub.pods)}, "
+        f"{sub.running} running → {sub.evictable} may be evicted"
+        for sub in elastic.subgroups
+    ]
+    return "\n".join(lines)
+
+
+def _pods(count: int, noun: str = "pod") -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def verdict_text(verdict: Verdict, at: datetime, rule: RulePath | None) -> str:
+    """PROTECTED until when, or NOT PROTECTED since when (or why never)."""
+    if verdict.protected:
+        return (
+            f"[bold green]PROTECTED[/] until {_time(verdict.protected_until)} "
+            f"({_span(verdict.remaining)} left)"
+        )
+    if rule is None or verdict.protected_until is None:
+        return "[bold red]NOT PROTECTED[/]: it is not running"
+    return (
+        f"[bold red]NOT PROTECTED[/] since {_time(verdict.protected_until)} "
+        f"({_span(at - verdict.protected_until)} ago)"
+    )
+
+
+def _span(span: timedelta) -> str:
+    from minruntime.core import format_duration
+
+    # Whole seconds: microseconds of a database clock are noise to a reader.
+    return format_duration(timedelta(seconds=max(0, int(span.total_seconds()))))
+
+
+def _path(path: tuple[str, ...] | None) -> str:
+    from rich.markup import escape
+
+    return " → ".join(escape(name) for name in path) if path else "(not in the queue tree)"
+
+
+def _time(moment: datetime | None) -> str:
+    from minruntime.core import format_rfc3339
+
+    return format_rfc3339(moment) if moment is not None else "-"
+
+
+def _moment(at: datetime, as_of: bool) -> str:
+    if as_of:
+        return f"at {_time(at)}, as the service had it then"
+    return f"now ({_time(at)}), live"
