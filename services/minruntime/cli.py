@@ -16,6 +16,7 @@ from minruntime.commands import audit as audit_commands
 from minruntime.commands import explain as explain_commands
 from minruntime.commands import replay as replay_commands
 from minruntime.commands import whatif as whatif_commands
+from minruntime.commands.common import database_error
 from minruntime.errors import UserError
 from minruntime.settings import Settings
 
@@ -306,6 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    except Exception as exc:
+        # A database that is down or not migrated, in any command: one line, not a traceback.
+        message = database_error(exc)
+        if message is None:
+            raise
+        _error(f"error: {message}")
+        return 2
     return result if isinstance(result, int) else 0
 
 

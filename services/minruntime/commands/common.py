@@ -57,6 +57,28 @@ def engine() -> sa.Engine:
     return engine_from(Settings(), pool_pre_ping=False)
 
 
+def database_error(error: BaseException) -> str | None:
+    """One line for a database error a user can act on (None: not one of those)."""
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    if isinstance(error, OperationalError):
+        return f"cannot read the database: {first_line(error)}"
+    if isinstance(error, ProgrammingError) and getattr(error.orig, "sqlstate", None) in (
+        "42883",  # undefined function
+        "42P01",  # undefined table
+        "3F000",  # undefined schema
+    ):
+        return "the database has no minruntime read surface: run `minruntime migrate`"
+    return None
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of a driver error (SQLAlchemy appends a background link)."""
+    orig = getattr(error, "orig", None) or error
+    lines = str(orig).strip().splitlines()
+    return lines[0] if lines else type(orig).__name__
+
+
 def print_json(value: Any) -> None:
     """One JSON document on stdout (datetimes as RFC3339, intervals as seconds)."""
     print(json.dumps(value, indent=2, default=_default, sort_keys=False))

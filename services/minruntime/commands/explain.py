@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from minruntime.commands.common import At, Json, engine, parse_at, print_json
+from minruntime.commands.common import At, Json, database_error, engine, parse_at, print_json
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def explain_command(
 @contextmanager
 def _state(at: datetime | None) -> Iterator[tuple[Connection, Shadow]]:
     """The live state or the state at ``at``; database trouble becomes one line."""
-    from sqlalchemy.exc import OperationalError, ProgrammingError
+    from sqlalchemy.exc import DBAPIError
 
     from minruntime.audit.asof import state_at
 
@@ -107,23 +107,13 @@ def _state(at: datetime | None) -> Iterator[tuple[Connection, Shadow]]:
     try:
         with state_at(database, at) as pair:
             yield pair
-    except OperationalError as error:
-        raise UserError(f"cannot read the database: {_first_line(error)}") from None
-    except ProgrammingError as error:
-        if getattr(error.orig, "sqlstate", None) in ("42883", "42P01", "3F000"):
-            # Undefined function / table / schema: a database that was never migrated.
-            raise UserError(
-                "the database has no minruntime read surface: run `minruntime migrate`"
-            ) from None
-        raise
+    except DBAPIError as error:
+        message = database_error(error)
+        if message is None:
+            raise
+        raise UserError(message) from None
     finally:
         database.dispose()
-
-
-def _first_line(error: Exception) -> str:
-    orig = getattr(error, "orig", None) or error
-    lines = str(orig).strip().splitlines()
-    return lines[0] if lines else type(orig).__name__
 
 
 def _stderr(message: str) -> None:
