@@ -17,7 +17,13 @@ from sqlalchemy import Engine
 
 from minruntime.errors import UserError
 from minruntime.ingest import BatchOutcome
-from minruntime.requeue import RequeueMetrics, RequeueWorker, WorkerOptions
+from minruntime.requeue import (
+    ExpiryEmitter,
+    ExpiryOptions,
+    RequeueMetrics,
+    RequeueWorker,
+    WorkerOptions,
+)
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import is_at_head
@@ -112,6 +118,15 @@ def worker_options(settings: Settings) -> WorkerOptions:
     )
 
 
+def expiry_options(settings: Settings) -> ExpiryOptions:
+    """The protection-expiry emitter's options from the settings."""
+    return ExpiryOptions(
+        topic=settings.topic_protection,
+        max_sleep_seconds=settings.protection_max_sleep_seconds,
+        catch_up_seconds=settings.protection_catch_up_seconds,
+    )
+
+
 def run_requeue_worker(settings: Settings) -> None:
     """Run one requeue-worker replica (standby or active) until SIGINT/SIGTERM."""
     engine = engine_from(settings)
@@ -135,14 +150,33 @@ async def _serve_requeue_worker(
         loop.call_soon_threadsafe(relay.notify)
 
     worker = RequeueWorker(engine, worker_options(settings), metrics, on_recorded=wake_relay)
+    emitter = ExpiryEmitter(
+        engine, expiry_options(settings), metrics, worker.leading, on_written=wake_relay
+    )
+
+    def stop() -> None:
+        worker.stop.set()
+        emitter.stop.set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, worker.stop.set)
+        loop.add_signal_handler(signum, stop)
     # The crash-before-publish test hook must not race its own relay.
     relay_task = None if settings.requeue_exit_after_commit else asyncio.create_task(relay.run())
+    emitter_task = asyncio.create_task(_run_emitter(emitter, worker))
     try:
         await asyncio.to_thread(worker.run)
     finally:
+        emitter.stop.set()
+        await emitter_task
         if relay_task is not None:
             relay_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await relay_task
+
+
+async def _run_emitter(emitter: ExpiryEmitter, worker: RequeueWorker) -> None:
+    try:
+        await asyncio.to_thread(emitter.run)
+    finally:
+        # An emitter that fails stops the whole replica loudly (the supervisor restarts it).
+        worker.stop.set()

@@ -48,11 +48,13 @@ class Settings(BaseSettings):
     topic_nominations: str = DEFAULT_TOPICS["nominations"]
     topic_requeue_decisions: str = DEFAULT_TOPICS["requeue_decisions"]
     topic_dead_letter: str = DEFAULT_TOPICS["dead_letter"]
+    topic_protection: str = DEFAULT_TOPICS["protection"]
     # Partitions when the processor creates a per-uid topic (kai.queues always has 1).
     podgroup_partitions: int = 6
     node_partitions: int = 3
     nomination_partitions: int = 3
     decision_partitions: int = 3
+    protection_partitions: int = 3
 
     # The stream processor.
     processor_group: str = "minruntime-processor"
@@ -71,6 +73,10 @@ class Settings(BaseSettings):
     requeue_known_nominators: str = "expectedruntime,proportion,priority,elastic,minruntime"
     # Test hook: exit right after committing a requeue, before publishing it.
     requeue_exit_after_commit: bool = False
+    # protection.expired wake-ups (docs/requeue-worker.md): the longest sleep between two
+    # checks, and how far back a replica that becomes active looks for missed window ends.
+    protection_max_sleep_seconds: float = Field(default=0.5, gt=0)
+    protection_catch_up_seconds: float = Field(default=300.0, ge=0)
 
     # Prometheus endpoints (0 = off).
     metrics_host: str = "127.0.0.1"

@@ -61,7 +61,9 @@ def test_produce_sends_the_schema_examples(topics_only: Pipeline) -> None:
     examples = sorted(
         str(p)
         for p in (ROOT / "schemas" / "examples").glob("*.json*")
-        if not p.name.startswith(("requeue.committed", "requeue.rolled", "requeue.skipped"))
+        if not p.name.startswith(
+            ("requeue.committed", "requeue.rolled", "requeue.skipped", "protection.expired")
+        )
         and p.name != "dead-letter.json"
     )
     result = run_cli("produce", *examples, env=topics_only.env)

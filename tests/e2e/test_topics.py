@@ -58,5 +58,8 @@ def test_topics_have_documented_partitions_and_retention(
             assert configs[by_role[role]]["cleanup.policy"] == "delete", role
         decisions = configs[by_role[TopicRole.REQUEUE_DECISIONS]]
         assert decisions["retention.ms"] == str(30 * 24 * 3600 * 1000)
+        # Wake-ups are worthless once old.
+        assert configs[by_role[TopicRole.PROTECTION]]["retention.ms"] == str(7 * 24 * 3600 * 1000)
+        assert partitions[by_role[TopicRole.PROTECTION]] == settings.protection_partitions
     finally:
         pipeline.drop()

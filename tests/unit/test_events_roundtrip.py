@@ -132,6 +132,19 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         reason=names,
         decidedAt=times,
     ),
+    "protection.expired": st.builds(
+        without_none,
+        uid=names,
+        queue=optional(names),
+        nodePool=names,
+        runStart=times,
+        rule=st.sampled_from(["preempt", "reclaim"]),
+        minRuntime=durations.filter(bool),
+        resolvedFrom=optional(names),
+        protectedUntil=times,
+        reclaimResolveMethod=optional(st.sampled_from(["lca", "queue"])),
+        stepDownQueues=optional(st.lists(names, min_size=1, max_size=3)),
+    ),
 }
 
 

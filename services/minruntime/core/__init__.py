@@ -50,6 +50,12 @@ from minruntime.core.placement import (
     units_to_gpu,
 )
 from minruntime.core.protection import is_protected, protected_until, remaining_protection
+from minruntime.core.protection_windows import (
+    ProtectedRun,
+    ProtectionRule,
+    ProtectionWindow,
+    ProtectionWindows,
+)
 from minruntime.core.queue_tree import Queue, QueueTree
 from minruntime.core.requeue import plan_requeue_cycle
 from minruntime.core.requeue_candidates import (
@@ -118,6 +124,10 @@ __all__ = [
     "Pod",
     "PodGroupPods",
     "PodPlacement",
+    "ProtectedRun",
+    "ProtectionRule",
+    "ProtectionWindow",
+    "ProtectionWindows",
     "Queue",
     "QueueCycleError",
     "QueueTree",

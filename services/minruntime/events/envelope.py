@@ -25,6 +25,7 @@ from minruntime.events.inputs import (
     RequeueNominatedData,
 )
 from minruntime.events.outputs import (
+    ProtectionExpiredData,
     RequeueCommittedData,
     RequeueRolledBackData,
     RequeueSkippedData,
@@ -49,6 +50,7 @@ class EventType(StrEnum):
     REQUEUE_COMMITTED = "requeue.committed"
     REQUEUE_ROLLED_BACK = "requeue.rolled-back"
     REQUEUE_SKIPPED = "requeue.skipped"
+    PROTECTION_EXPIRED = "protection.expired"
 
 
 DataT = TypeVar("DataT", bound=EventData, covariant=True)
@@ -161,6 +163,10 @@ class RequeueSkippedEvent(CloudEvent[RequeueSkippedData]):
     type: Literal["requeue.skipped"] = "requeue.skipped"
 
 
+class ProtectionExpiredEvent(CloudEvent[ProtectionExpiredData]):
+    type: Literal["protection.expired"] = "protection.expired"
+
+
 _EVENT_CLASSES: dict[EventType, type[Event]] = {
     EventType.QUEUE_UPSERTED: QueueUpsertedEvent,
     EventType.QUEUE_DELETED: QueueDeletedEvent,
@@ -176,6 +182,7 @@ _EVENT_CLASSES: dict[EventType, type[Event]] = {
     EventType.REQUEUE_COMMITTED: RequeueCommittedEvent,
     EventType.REQUEUE_ROLLED_BACK: RequeueRolledBackEvent,
     EventType.REQUEUE_SKIPPED: RequeueSkippedEvent,
+    EventType.PROTECTION_EXPIRED: ProtectionExpiredEvent,
 }
 
 

@@ -1,17 +1,22 @@
-"""``data`` models of the output event types (``kai.requeue-decisions``): what we decide.
+"""``data`` models of the output event types: what we decide, and when protection ends.
 
-The fields of CONTRACT.md §1 come first; the rest are extensions the worker fills in so that
-a decision event alone carries everything its projection needs (replay applies the event, it
-never re-plans): when it was decided, which run of the podgroup it concerns, and where the
-beneficiaries are expected to land.
+``kai.requeue-decisions`` carries the requeue decisions; ``kai.protection`` the
+``protection.expired`` wake-ups.
+
+In the decisions, the fields of CONTRACT.md §1 come first; the rest are extensions the worker
+fills in so that a decision event alone carries everything its projection needs (replay
+applies the event, it never re-plans): when it was decided, which run of the podgroup it
+concerns, and where the beneficiaries are expected to land.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from minruntime.events.base import EventData, WireModel
-from minruntime.events.types import Gpus, Name, Timestamp
+from minruntime.events.types import Duration, Gpus, Name, Timestamp
 
 
 class PromisedPod(WireModel):
@@ -75,3 +80,31 @@ class RequeueSkippedData(UncommittedDecisionData):
 
     reason: Name
     """Why it was skipped: cooldown, invalid_not_before, not_running, already_committed, ..."""
+
+
+class ProtectionExpiredData(EventData):
+    """A protection window of a running podgroup ended at protectedUntil (the event time)."""
+
+    uid: Name
+    """The podgroup's uid."""
+    queue: Name | None = None
+    """The podgroup's queue; absent while its submission has not arrived (defaults apply)."""
+    node_pool: Name
+    """The podgroup's node pool, whose configuration supplied the defaults and the method."""
+    run_start: Timestamp
+    """Start time of the run the window protected."""
+    rule: Literal["preempt", "reclaim"]
+    """preempt: preemptors in the podgroup's own queue; reclaim: reclaimers in other queues."""
+    min_runtime: Duration
+    """The minimum runtime of the window (positive)."""
+    resolved_from: Name | None = None
+    """The queue whose value applied; absent: the node-pool default."""
+    protected_until: Timestamp
+    """runStart + minRuntime: from this instant on, the window no longer protects the run."""
+    reclaim_resolve_method: Literal["lca", "queue"] | None = None
+    """Reclaim windows only: the node pool's method."""
+    # A reclaimer's step-down queue: one below the lowest common ancestor on the victim's side
+    # (the victim's root for a reclaimer under another root; the victim's queue when it is
+    # the ancestor) — where the lca walk starts (docs/events.md).
+    step_down_queues: tuple[Name, ...] | None = Field(default=None, min_length=1)
+    """lca only: the step-down queues (root first) of the reclaimers it applies to; else all."""

@@ -19,8 +19,9 @@ NODES_TOPIC: Final = "kai.nodes"
 NOMINATIONS_TOPIC: Final = "kai.nominations"
 REQUEUE_DECISIONS_TOPIC: Final = "kai.requeue-decisions"
 DEAD_LETTER_TOPIC: Final = "kai.dead-letter"
+PROTECTION_TOPIC: Final = "kai.protection"
 
-OUTPUT_TOPICS: Final = (REQUEUE_DECISIONS_TOPIC, DEAD_LETTER_TOPIC)
+OUTPUT_TOPICS: Final = (REQUEUE_DECISIONS_TOPIC, DEAD_LETTER_TOPIC, PROTECTION_TOPIC)
 """The default names of the topics the service writes."""
 
 
@@ -47,6 +48,7 @@ ROLE_TYPES: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
             EventType.REQUEUE_ROLLED_BACK,
             EventType.REQUEUE_SKIPPED,
         ),
+        "protection": _types(EventType.PROTECTION_EXPIRED),
     }
 )
 """Topic role -> the event types a topic of that role carries."""
@@ -61,6 +63,7 @@ DEFAULT_TOPICS: Final[Mapping[str, str]] = MappingProxyType(
         "nominations": NOMINATIONS_TOPIC,
         "requeue_decisions": REQUEUE_DECISIONS_TOPIC,
         "dead_letter": DEAD_LETTER_TOPIC,
+        "protection": PROTECTION_TOPIC,
     }
 )
 """Topic role -> default topic name."""
@@ -99,4 +102,4 @@ INPUT_TOPIC_TYPES: Final[Mapping[str, frozenset[str]]] = _merged(
 """Default input topic name -> the event types it carries."""
 
 TOPIC_TYPES: Final = topic_types()
-"""Every default topic name that carries events (inputs and requeue decisions) -> its types."""
+"""Every default topic name that carries events (inputs and outputs) -> its types."""

@@ -1,11 +1,19 @@
 """The requeue worker: nominations → transactional checkpoint/rollback requeues (§7–§9).
 
 ``run_cycle`` is one cycle in one transaction; ``RequeueWorker`` adds leadership and timing;
-``RequeueMetrics`` the Prometheus side. The planning itself is the pure core's
+``RequeueMetrics`` the Prometheus side; ``ExpiryEmitter`` announces protection windows that end
+(``protection.expired``) while the replica is active. The planning itself is the pure core's
 (``plan_requeue_cycle``); the projection of a decision is ``ingest.decisions``.
 """
 
 from minruntime.requeue.cycle import WORKER_SOURCE, CycleReport, decision_event, run_cycle
+from minruntime.requeue.expiry import (
+    ExpiryEmitter,
+    ExpiryOptions,
+    ExpiryReport,
+    ProtectionExpiry,
+    expiry_event,
+)
 from minruntime.requeue.metrics import RequeueMetrics
 from minruntime.requeue.snapshot import CycleInputs, load_cycle_inputs
 from minruntime.requeue.worker import LEADER_LOCK_KEY, RequeueWorker, WorkerOptions
@@ -15,10 +23,15 @@ __all__ = [
     "WORKER_SOURCE",
     "CycleInputs",
     "CycleReport",
+    "ExpiryEmitter",
+    "ExpiryOptions",
+    "ExpiryReport",
+    "ProtectionExpiry",
     "RequeueMetrics",
     "RequeueWorker",
     "WorkerOptions",
     "decision_event",
+    "expiry_event",
     "load_cycle_inputs",
     "run_cycle",
 ]

@@ -10,11 +10,17 @@ records only changes (docs/requeue-worker.md).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from minruntime.core import EXPECTED_RUNTIME_PLUGIN, RequeueOutcome
+from minruntime.core import (
+    EXPECTED_RUNTIME_PLUGIN,
+    ProtectionRule,
+    ProtectionWindow,
+    RequeueOutcome,
+)
 from minruntime.ingest import outcome_of
 from minruntime.requeue.cycle import CycleReport
 
@@ -79,9 +85,23 @@ class RequeueMetrics:
             "1 while this replica holds the leader lock and runs cycles, else 0.",
             registry=registry,
         )
+        self.protection_expired = Counter(
+            "minruntime_protection_expired",
+            "protection.expired events written to the outbox, by rule (preempt, reclaim).",
+            ["rule"],
+            registry=registry,
+        )
+        self.protection_expiry_delay = Histogram(
+            "minruntime_protection_expiry_delay_seconds",
+            "From a window's end (protectedUntil) to its protection.expired event being written.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0),
+            registry=registry,
+        )
         self.nominations.labels(EXPECTED_RUNTIME_PLUGIN)
         for outcome in RequeueOutcome:
             self.decisions_recorded.labels(outcome.value)
+        for rule in ProtectionRule:
+            self.protection_expired.labels(rule.value)
 
     def label(self, nominator: str) -> str:
         """A finite label value for a nominator name."""
@@ -106,3 +126,9 @@ class RequeueMetrics:
                     self.skipped.labels(label, why).inc()
         for event in report.recorded:
             self.decisions_recorded.labels(outcome_of(event)).inc()
+
+    def observe_expiry(self, written: Iterable[ProtectionWindow], at: datetime) -> None:
+        """Count the protection.expired events written (committed) at ``at``."""
+        for window in written:
+            self.protection_expired.labels(window.rule.value).inc()
+            self.protection_expiry_delay.observe((at - window.protected_until).total_seconds())

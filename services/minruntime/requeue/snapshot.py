@@ -18,7 +18,7 @@ What counts (docs/requeue-worker.md):
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -133,17 +133,7 @@ def load_cycle_inputs(conn: Connection, now: datetime) -> CycleInputs:
             promised[node] = promised.get(node, 0.0) + float(gpu)
             promised_to.add(beneficiary)
         cursor.execute(_CONFIGS)
-        configs = NodePoolConfigs(
-            {
-                pool: MinRuntimeConfig(
-                    default_preempt_min_runtime=preempt,
-                    default_reclaim_min_runtime=reclaim,
-                    reclaim_resolve_method=method,
-                    default_requeue_delay=delay,
-                )
-                for pool, preempt, reclaim, method, delay in cursor
-            }
-        )
+        configs = _node_pool_configs(cursor)
         cursor.execute(_NOMINATIONS)
         external = tuple((uid, nominator) for uid, nominator in cursor)
     running: list[RunningPodGroup] = []
@@ -204,6 +194,29 @@ def load_cycle_inputs(conn: Connection, now: datetime) -> CycleInputs:
         promised_to=frozenset(promised_to),
     )
     return CycleInputs(snapshot, load_tree(conn), configs, external, tuple(rejected))
+
+
+def load_node_pool_configs(conn: Connection) -> NodePoolConfigs:
+    """The stored plugin arguments of every node pool."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor:
+        cursor.execute(_CONFIGS)
+        return _node_pool_configs(cursor)
+
+
+def _node_pool_configs(rows: Iterable[tuple[Any, ...]]) -> NodePoolConfigs:
+    return NodePoolConfigs(
+        {
+            pool: MinRuntimeConfig(
+                default_preempt_min_runtime=preempt,
+                default_reclaim_min_runtime=reclaim,
+                reclaim_resolve_method=method,
+                default_requeue_delay=delay,
+            )
+            for pool, preempt, reclaim, method, delay in rows
+        }
+    )
 
 
 def last_decisions(conn: Connection, uids: list[str]) -> dict[str, LastDecision]:

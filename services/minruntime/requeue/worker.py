@@ -13,7 +13,8 @@ its connection). A serialization conflict with the processor (a victim or benefi
 changed since the cycle's snapshot) retries the cycle at once on fresh state.
 
 This module is synchronous and runs in a thread; the composition root runs the outbox relay
-next to it and passes ``on_recorded`` to wake the relay after a commit.
+next to it and passes ``on_recorded`` to wake the relay after a commit, and runs the
+protection-expiry emitter (``expiry.py``) in another thread while ``leading`` is set.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class RequeueWorker:
         self._on_recorded = on_recorded
         self._clock = clock
         self.stop = threading.Event()
+        # Set while this replica holds the leader lock (the expiry emitter runs only then).
+        self.leading = threading.Event()
         self.cycles = 0
 
     def run(self) -> None:
@@ -108,6 +111,7 @@ class RequeueWorker:
         conn.exec_driver_sql(f"LISTEN {NOMINATIONS_CHANNEL}")
         conn.commit()
         self._metrics.active.set(1)
+        self.leading.set()
         log.warning("requeue worker is active (pid %d)", os.getpid())
         conn = conn.execution_options(isolation_level="REPEATABLE READ")
         try:
@@ -115,6 +119,7 @@ class RequeueWorker:
                 self.cycle(conn)
                 self._wait_for_trigger(conn)
         finally:
+            self.leading.clear()
             self._metrics.active.set(0)
 
     def cycle(self, conn: Connection) -> CycleReport | None:

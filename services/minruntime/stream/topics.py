@@ -6,7 +6,8 @@
   one total order (a cycle check depends on every earlier change).
 - Input topics keep everything (`retention.ms=-1`, `cleanup.policy=delete`): they are the
   audit log that `replay` reads. Compaction would keep only the last value per key.
-- `kai.dead-letter` keeps everything too; `kai.requeue-decisions` keeps 30 days.
+- `kai.dead-letter` keeps everything too; `kai.requeue-decisions` keeps 30 days;
+  `kai.protection` (wake-ups, worthless once old) keeps 7 days.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 FOREVER = "-1"
 THIRTY_DAYS_MS = str(30 * 24 * 3600 * 1000)
+SEVEN_DAYS_MS = str(7 * 24 * 3600 * 1000)
 
 
 class TopicRole(StrEnum):
@@ -35,6 +37,7 @@ class TopicRole(StrEnum):
     NOMINATIONS = "nominations"
     REQUEUE_DECISIONS = "requeue_decisions"
     DEAD_LETTER = "dead_letter"
+    PROTECTION = "protection"
 
 
 # The wire contract says which roles are inputs; this only gives them the enum's type.
@@ -77,6 +80,12 @@ def topic_specs(settings: Settings) -> tuple[TopicSpec, ...]:
             THIRTY_DAYS_MS,
         ),
         TopicSpec(TopicRole.DEAD_LETTER, settings.topic_dead_letter, 1, FOREVER),
+        TopicSpec(
+            TopicRole.PROTECTION,
+            settings.topic_protection,
+            settings.protection_partitions,
+            SEVEN_DAYS_MS,
+        ),
     )
 
 

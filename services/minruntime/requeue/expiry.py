@@ -1,0 +1,300 @@
+"""Protection-expiry wake-ups: ``protection.expired`` when a window of a running podgroup ends.
+
+A scheduler with waiting work would otherwise have to poll to learn when a protected victim
+becomes evictable. The active requeue-worker replica announces each window end instead
+(docs/requeue-worker.md, "Protection-expiry wake-ups"):
+
+- **What.** The windows of every running podgroup (``core.ProtectionWindows``: the preempt
+  window and each distinct reclaim window) that end in ``(after, until]``; one event per run
+  and window, id = the window's UUIDv5, time = ``protectedUntil``, key = the uid.
+- **When.** A check reads the runs whose window may end in ``(after, until + max_sleep]``
+  (one scan of the running podgroups, filtered in SQL by the minimum runtimes that exist),
+  announces those that ended by ``until`` and sleeps until the next end, at most
+  ``max_sleep`` — so new runs and queue or configuration changes are seen within that.
+- **How.** In one transaction: ``INSERT … ON CONFLICT (id) DO NOTHING`` into the outbox; the
+  relay is woken and publishes at once. A window announced before (by this replica or by a
+  previous active one) is not written again, so a restart or a failover never publishes it
+  twice, and a brief overlap of two emitters cannot either.
+- **Failover.** A replica that becomes active starts at ``now - catch_up``: windows that ended
+  while no replica was active are announced late, unless they ended longer ago than that.
+
+The checks run in their own thread on their own connection while this replica holds the
+leader lock (``RequeueWorker.leading``), so a long requeue cycle does not delay them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final, Literal
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError
+
+from minruntime.core import (
+    ProtectedRun,
+    ProtectionRule,
+    ProtectionWindow,
+    ProtectionWindows,
+    ReclaimResolveMethod,
+)
+from minruntime.events import (
+    Event,
+    EventType,
+    ProtectionExpiredData,
+    encode_event,
+    new_event,
+)
+from minruntime.ingest.queues import load_tree
+from minruntime.requeue.cycle import WORKER_SOURCE
+from minruntime.requeue.metrics import RequeueMetrics
+from minruntime.requeue.snapshot import load_node_pool_configs
+from minruntime.store.tables import outbox
+
+log = logging.getLogger(__name__)
+
+# Running podgroups with a window that may end in (after, until]: a start time in
+# (after - span, until - span] for one of the minimum runtimes in use. The ranges are merged
+# into one multirange once per query, so each running row costs one containment test (a
+# per-row subquery over the spans was ten times slower at 50,000 running podgroups). Python
+# computes the exact windows of the few rows that match. The arithmetic is done in UTC
+# (timestamp, not timestamptz): in a session time zone with daylight saving, timestamptz minus
+# '1 day' is 23 or 25 hours across the change, while a timedelta day is always 24.
+_RUNS_ENDING: Final = sa.text(
+    "SELECT uid, queue, node_pool, start_time FROM minruntime_state.podgroup_state"
+    " WHERE status = 'running' AND start_time <@ ("
+    "  SELECT range_agg(tstzrange((:after - s.span) AT TIME ZONE 'UTC',"
+    "   (:until - s.span) AT TIME ZONE 'UTC', '(]'))"
+    "  FROM unnest(CAST(:spans AS interval[])) AS s(span))"
+)
+_INSERT_OUTBOX: Final = (
+    insert(outbox).on_conflict_do_nothing(index_elements=[outbox.c.id]).returning(outbox.c.id)
+)
+_RULES: Final[dict[ProtectionRule, Literal["preempt", "reclaim"]]] = {
+    ProtectionRule.PREEMPT: "preempt",
+    ProtectionRule.RECLAIM: "reclaim",
+}
+_METHODS: Final[dict[ReclaimResolveMethod, Literal["lca", "queue"]]] = {
+    ReclaimResolveMethod.LCA: "lca",
+    ReclaimResolveMethod.QUEUE: "queue",
+}
+# Woken a hair after a window's end, so the check never runs just before it.
+_SLACK: Final = 0.001
+
+
+@dataclass(frozen=True)
+class ExpiryOptions:
+    """How the protection-expiry emitter runs (from Settings)."""
+
+    topic: str
+    max_sleep_seconds: float = 0.5
+    catch_up_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class ExpiryReport:
+    """One check: the range it covered, what ended in it, what was newly written."""
+
+    after: datetime
+    until: datetime
+    # Windows that ended in (after, until], earliest first.
+    expired: tuple[ProtectionWindow, ...]
+    # Those of them written to the outbox now (the others were announced before).
+    written: tuple[ProtectionWindow, ...]
+    # The next window end after `until` within the look-ahead, if any.
+    next_end: datetime | None
+
+
+def expiry_event(window: ProtectionWindow) -> Event:
+    """The ``protection.expired`` event of a window (its id is the window's id)."""
+    run = window.run
+    data = ProtectionExpiredData(
+        uid=run.uid,
+        queue=run.queue,
+        node_pool=run.node_pool,
+        run_start=run.start_time,
+        rule=_RULES[window.rule],
+        reclaim_resolve_method=None
+        if window.reclaim_method is None
+        else _METHODS[window.reclaim_method],
+        step_down_queues=window.step_down_queues,
+        min_runtime=window.min_runtime,
+        resolved_from=window.resolved_from,
+        protected_until=window.protected_until,
+    )
+    return new_event(
+        EventType.PROTECTION_EXPIRED,
+        data,
+        time=window.protected_until,
+        source=WORKER_SOURCE,
+        id=window.id,
+    )
+
+
+def write_expiries(
+    conn: Connection, windows: Sequence[ProtectionWindow], *, topic: str
+) -> set[str]:
+    """Queue the windows' events in the outbox; return the ids that were not there yet."""
+    if not windows:
+        return set()
+    events = [expiry_event(window) for window in windows]
+    rows = [
+        {
+            "id": event.id,
+            "topic": topic,
+            "key": event.subject.encode(),
+            "payload": encode_event(event),
+            "headers": {"id": event.id, "type": event.type},
+        }
+        for event in events
+    ]
+    # executemany with RETURNING: SQLAlchemy batches it into few multi-row statements.
+    written = conn.execute(_INSERT_OUTBOX, rows).scalars()
+    return {str(row_id) for row_id in written}
+
+
+def load_runs_ending(
+    conn: Connection, spans: Iterable[timedelta], after: datetime, until: datetime
+) -> list[ProtectedRun]:
+    """Running podgroups with a start time such that start + a span is in (after, until]."""
+    span_list = sorted(spans)
+    if not span_list:
+        return []
+    bounds = {"after": _utc_naive(after), "until": _utc_naive(until)}
+    rows = conn.execute(_RUNS_ENDING, {"spans": span_list, **bounds})
+    return [
+        ProtectedRun(uid=uid, start_time=start, queue=queue, node_pool=pool)
+        for uid, queue, pool, start in rows
+    ]
+
+
+def _utc_naive(moment: datetime) -> datetime:
+    # Sent as a timestamp without time zone, read as UTC by the query.
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+class ProtectionExpiry:
+    """Which window ends have been announced, and when to look again (one active replica)."""
+
+    def __init__(self, options: ExpiryOptions) -> None:
+        self.options = options
+        self._after: datetime | None = None
+        self._due: datetime | None = None
+        self._windows: ProtectionWindows | None = None
+        self._spans: frozenset[timedelta] = frozenset()
+
+    def start(self, now: datetime) -> None:
+        """Leadership begins: look back ``catch_up`` seconds for window ends nobody announced."""
+        self._after = now - timedelta(seconds=self.options.catch_up_seconds)
+        self._due = now
+
+    def seconds_until_due(self, now: datetime) -> float:
+        """How long to sleep before the next check (0: check now)."""
+        if self._due is None:
+            return 0.0
+        return max(0.0, (self._due - now).total_seconds())
+
+    def check(self, conn: Connection, now: datetime) -> ExpiryReport:
+        """Announce the windows that ended in (last check, now] in the caller's transaction."""
+        if self._after is None:
+            self.start(now)
+        assert self._after is not None
+        after = min(self._after, now)
+        horizon = now + timedelta(seconds=self.options.max_sleep_seconds)
+        windows = self._current_windows(conn)
+        runs = load_runs_ending(conn, self._spans, after, horizon)
+        ending = windows.ending_between(runs, after, horizon)
+        expired = tuple(window for window in ending if window.protected_until <= now)
+        upcoming = [window.protected_until for window in ending if window.protected_until > now]
+        written_ids = write_expiries(conn, expired, topic=self.options.topic)
+        return ExpiryReport(
+            after=after,
+            until=now,
+            expired=expired,
+            written=tuple(window for window in expired if window.id in written_ids),
+            next_end=min(upcoming, default=None),
+        )
+
+    def advance(self, report: ExpiryReport) -> None:
+        """The check's transaction committed: the next one starts where it ended."""
+        self._after = report.until
+        latest = report.until + timedelta(seconds=self.options.max_sleep_seconds)
+        self._due = latest if report.next_end is None else min(report.next_end, latest)
+
+    def _current_windows(self, conn: Connection) -> ProtectionWindows:
+        tree = load_tree(conn)
+        configs = load_node_pool_configs(conn)
+        cached = self._windows
+        if cached is None or cached.tree is not tree or cached.configs != configs:
+            cached = self._windows = ProtectionWindows(tree, configs)
+            self._spans = cached.spans()
+        return cached
+
+
+class ExpiryEmitter:
+    """Runs the checks on its own connection while this replica is the active one."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        options: ExpiryOptions,
+        metrics: RequeueMetrics,
+        leading: threading.Event,
+        *,
+        on_written: Callable[[], None] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._engine = engine
+        self._metrics = metrics
+        self._leading = leading
+        self._on_written = on_written
+        self._clock = clock
+        self.expiry = ProtectionExpiry(options)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        """Until ``stop`` is set: wait for leadership, then announce window ends while it holds."""
+        backoff = self.expiry.options.max_sleep_seconds
+        while not self.stop.is_set():
+            if not self._leading.wait(0.2):
+                continue
+            try:
+                with self._engine.connect() as conn:
+                    self._announce_while_leading(conn)
+                backoff = self.expiry.options.max_sleep_seconds
+            except DBAPIError as error:
+                log.warning("protection-expiry emitter lost its database connection: %s", error)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _announce_while_leading(self, conn: Connection) -> None:
+        self.expiry.start(self._clock())
+        while not self.stop.is_set() and self._leading.is_set():
+            wait = self.expiry.seconds_until_due(self._clock())
+            if wait > 0:
+                self.stop.wait(wait + _SLACK)
+                continue
+            self.check(conn)
+
+    def check(self, conn: Connection) -> ExpiryReport:
+        """One check in its own transaction; wakes the relay when something was written."""
+        with conn.begin():
+            report = self.expiry.check(conn, self._clock())
+        self.expiry.advance(report)
+        self._metrics.observe_expiry(report.written, self._clock())
+        for window in report.written:
+            log.info(
+                "protection.expired %s %s %s (until %s)",
+                window.run.uid,
+                window.rule.value,
+                window.min_runtime,
+                window.protected_until.isoformat(),
+            )
+        if report.written and self._on_written is not None:
+            self._on_written()
+        return report
