@@ -15,19 +15,13 @@ Needs the local stack (``minruntime stack up``).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import sqlalchemy as sa
 
-from bench_ingest import generate
-from bench_replay import live_apply, timed_replay
+from bench_replay import timed_replay, trace_arguments, traced_database
 from minruntime.audit.timeline import podgroup_story
-from minruntime.settings import Settings
-from minruntime.store import engine_from
-from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import create_scratch_database, drop_scratch_database
 
 # An audit should take a small part of a whole-log replay.
 RATIO_TARGET = 0.2
@@ -44,20 +38,8 @@ def timed_story(engine: sa.Engine, uid: str, repeat: int) -> tuple[float, int, i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--podgroups", type=int, default=20_000)
-    parser.add_argument("--queues", type=int, default=2000)
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-
-    settings = Settings()
-    trace = generate(args.queues, args.nodes, args.podgroups)
-    url = create_scratch_database(settings, "minruntime_test_bench_audit")
-    try:
-        upgrade(url)
-        engine = engine_from(url)
-        live_apply(engine, trace.events)
+    args = trace_arguments(__doc__.splitlines()[0])
+    with traced_database(args, "audit") as (engine, _):
         with engine.connect() as conn:
             uids = list(
                 conn.execute(
@@ -67,10 +49,6 @@ def main() -> None:
                     )
                 ).scalars()
             )
-        print(
-            f"event log: {len(trace.events):,} events ({args.queues:,} queues, "
-            f"{args.nodes:,} nodes, {args.podgroups:,} podgroups)"
-        )
         whole = statistics.median(timed_replay(engine)[0] for _ in range(args.repeat))
         print(f"replay of the whole log (median of {args.repeat}): {whole:.2f} s")
         for where, uid in (
@@ -85,9 +63,6 @@ def main() -> None:
                 f"{replayed:,} entries replayed; ratio audit/whole replay = {ratio:.2f} "
                 f"(target <= {RATIO_TARGET}: {'met' if ratio <= RATIO_TARGET else 'missed'})"
             )
-        engine.dispose()
-    finally:
-        drop_scratch_database(settings, url)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import argparse
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -88,32 +90,43 @@ def timed_as_of(engine: sa.Engine, at: datetime) -> tuple[float, int]:
     return time.perf_counter() - started, len(rows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def trace_arguments(description: str) -> argparse.Namespace:
+    """The trace's size and the repetitions, from the command line."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--podgroups", type=int, default=20_000)
     parser.add_argument("--queues", type=int, default=2000)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    assert set(INPUT_ROLES) <= set(DEFAULT_TOPICS)
+    return parser.parse_args()
 
+
+@contextmanager
+def traced_database(args: argparse.Namespace, name: str) -> Iterator[tuple[sa.Engine, float]]:
+    """A scratch database holding the trace, applied live: (engine, live apply seconds)."""
     settings = Settings()
     trace = generate(args.queues, args.nodes, args.podgroups)
-    url = create_scratch_database(settings, "minruntime_test_bench_replay")
+    url = create_scratch_database(settings, f"minruntime_test_bench_{name}")
+    engine = engine_from(url)
     try:
         upgrade(url)
-        engine = engine_from(url)
         live = live_apply(engine, trace.events)
-        events = len(trace.events)
         print(
-            f"trace: {events:,} events ({args.queues:,} queues, {args.nodes:,} nodes, "
-            f"{args.podgroups:,} podgroups)"
+            f"trace: {len(trace.events):,} events ({args.queues:,} queues, {args.nodes:,} "
+            f"nodes, {args.podgroups:,} podgroups); live apply (apply_batch, batches of "
+            f"{BATCH_SIZE:,}): {live:.2f} s = {len(trace.events) / live:,.0f} events/s"
         )
-        print(
-            f"live apply (apply_batch, batches of {BATCH_SIZE:,}): {live:.2f} s = "
-            f"{events / live:,.0f} events/s"
-        )
+        yield engine, live
+    finally:
+        engine.dispose()
+        drop_scratch_database(settings, url)
+
+
+def main() -> None:
+    args = trace_arguments(__doc__.splitlines()[0])
+    assert set(INPUT_ROLES) <= set(DEFAULT_TOPICS)
+    with traced_database(args, "replay") as (engine, live):
         runs = [timed_replay(engine) for _ in range(args.repeat)]
+        events = runs[0][2]
         replay_s = statistics.median(r[0] for r in runs)
         verify_s = statistics.median(r[1] for r in runs)
         print(
@@ -132,9 +145,6 @@ def main() -> None:
             f"protection --at (the middle of the log; replay up to T + query, median): "
             f"{statistics.median(a[0] for a in as_of):.2f} s, {as_of[0][1]:,} rows"
         )
-        engine.dispose()
-    finally:
-        drop_scratch_database(settings, url)
 
 
 if __name__ == "__main__":

@@ -37,11 +37,11 @@ _ROLE_OF_TYPE: Final = {
 PAGE_SIZE: Final = 5_000
 BATCH_SIZE: Final = 2_000
 
-_PAGE = sa.text(
-    'SELECT seq, topic, partition, "offset", type, subject, payload::text AS payload'
-    " FROM minruntime_state.event_log"
+_PAGE = (
+    'SELECT seq, topic, partition, "offset", type, subject, event_time, applied_at,'
+    " payload::text AS payload FROM minruntime_state.event_log"
     " WHERE seq > :after AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until)"
-    " ORDER BY seq LIMIT :limit"
+    " AND ({where}) ORDER BY seq LIMIT :limit"
 )
 _COUNT = sa.text(
     "SELECT count(*) FROM minruntime_state.event_log"
@@ -60,6 +60,9 @@ class LogEntry:
     type: str
     subject: str | None
     value: bytes
+    # When it happened in the cluster, and when the service applied it (None from Kafka).
+    event_time: datetime | None = None
+    applied_at: datetime | None = None
 
     @property
     def is_decision(self) -> bool:
@@ -99,11 +102,23 @@ def count_log(conn: Connection, until: datetime | None = None) -> int:
     return int(conn.execute(_COUNT, {"until": until}).scalar_one())
 
 
-def read_log(conn: Connection, until: datetime | None = None) -> Iterator[LogEntry]:
-    """The live event log in order (pages by ``seq``, in the caller's transaction)."""
+def read_log(
+    conn: Connection,
+    until: datetime | None = None,
+    *,
+    where: str = "TRUE",
+    params: Mapping[str, Any] | None = None,
+) -> Iterator[LogEntry]:
+    """The live event log in order (pages by ``seq``, in the caller's transaction).
+
+    ``where`` (SQL over the event_log columns, with ``params``) keeps only some entries.
+    """
+    page = sa.text(_PAGE.format(where=where))
     after = 0
     while True:
-        rows = conn.execute(_PAGE, {"after": after, "until": until, "limit": PAGE_SIZE}).all()
+        rows = conn.execute(
+            page, {**(params or {}), "after": after, "until": until, "limit": PAGE_SIZE}
+        ).all()
         for row in rows:
             yield LogEntry(
                 seq=row.seq,
@@ -114,6 +129,8 @@ def read_log(conn: Connection, until: datetime | None = None) -> Iterator[LogEnt
                 subject=row.subject,
                 # jsonb's own text: the event as logged, without a parse and a dump here.
                 value=row.payload.encode(),
+                event_time=row.event_time,
+                applied_at=row.applied_at,
             )
         if len(rows) < PAGE_SIZE:
             return

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from minruntime.audit.asof import snapshot
-from minruntime.audit.replay import LogEntry, replay
+from minruntime.audit.replay import LogEntry, read_log, replay
 from minruntime.audit.shadow import Shadow, create_shadow, temporary_name
 from minruntime.audit.timeline_model import (
     Change,
@@ -59,13 +59,8 @@ TREE_TYPES: Final = ROLE_TYPES["queues"]
 # Subjects of these are node names: never about a podgroup, whatever the name.
 _NODE_TYPES: Final = ROLE_TYPES["nodes"]
 
-_ENTRIES: Final = (
-    'SELECT seq, topic, partition, "offset", type, subject, event_time, applied_at,'
-    " payload::text AS payload"
-    " FROM minruntime_state.event_log"
-    " WHERE (subject = :uid AND type <> ALL(:other)) OR type = ANY(:tree)"
-    " ORDER BY seq"
-)
+# This podgroup's own events, and every change of the tree or a configuration.
+_ENTRIES: Final = "(subject = :uid AND type <> ALL(:other)) OR type = ANY(:tree)"
 
 
 class UnknownPodGroupError(UserError):
@@ -92,25 +87,13 @@ def story_in(conn: Connection, uid: str) -> Story:
 def _read_entries(
     conn: Connection, uid: str
 ) -> tuple[list[LogEntry], dict[int, tuple[datetime, datetime]]]:
-    rows = conn.execute(
-        sa.text(_ENTRIES),
-        {"uid": uid, "other": sorted(TREE_TYPES | _NODE_TYPES), "tree": sorted(TREE_TYPES)},
-    )
-    entries: list[LogEntry] = []
-    times: dict[int, tuple[datetime, datetime]] = {}
-    for row in rows:
-        entries.append(
-            LogEntry(
-                seq=row.seq,
-                topic=row.topic,
-                partition=row.partition,
-                offset=row.offset,
-                type=row.type,
-                subject=row.subject,
-                value=row.payload.encode(),
-            )
-        )
-        times[row.seq] = (row.event_time, row.applied_at)
+    params = {"uid": uid, "other": sorted(TREE_TYPES | _NODE_TYPES), "tree": sorted(TREE_TYPES)}
+    entries = list(read_log(conn, where=_ENTRIES, params=params))
+    times = {
+        entry.seq: (entry.event_time, entry.applied_at)
+        for entry in entries
+        if entry.event_time is not None and entry.applied_at is not None
+    }
     return entries, times
 
 
