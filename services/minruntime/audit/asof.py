@@ -14,7 +14,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from minruntime.audit.replay import ReplayReport, read_log, replay
+from minruntime.audit.replay import read_log, replay
 from minruntime.audit.shadow import LIVE, Shadow, copy_live_state, create_shadow, temporary_name
 
 
@@ -57,9 +57,3 @@ def live_copy(engine: Engine) -> Iterator[tuple[Connection, Shadow]]:
         shadow = create_shadow(conn, temporary_name("minruntime_whatif"))
         copy_live_state(conn, shadow)
         yield conn, shadow
-
-
-def replay_until(conn: Connection, shadow_name: str, at: datetime | None) -> ReplayReport:
-    """Create shadow ``shadow_name`` and replay the log up to ``at`` into it (caller commits)."""
-    create_shadow(conn, shadow_name)
-    return replay(conn, read_log(conn, until=at))

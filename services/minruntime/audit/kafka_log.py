@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -65,18 +66,8 @@ async def _read(
     finally:
         await consumer.stop()
     keyed.sort(key=lambda item: (item[0], item[1]))
-    return [
-        LogEntry(
-            seq=index + 1,
-            topic=entry.topic,
-            partition=entry.partition,
-            offset=entry.offset,
-            type=entry.type,
-            subject=entry.subject,
-            value=entry.value,
-        )
-        for index, (_, _, entry) in enumerate(keyed)
-    ]
+    # Numbered in the merged order: the replay reports positions in it.
+    return [replace(entry, seq=index + 1) for index, (_, _, entry) in enumerate(keyed)]
 
 
 async def _partitions(bootstrap: str, topics: list[str]) -> list[Any]:

@@ -23,7 +23,7 @@ from sqlalchemy import Connection
 
 from minruntime.events import ROLE_TYPES, Event, EventRejected, decode_event
 from minruntime.ingest import InboundRecord, apply_batch, apply_decisions, log_decisions
-from minruntime.store.state_schema import state_schema
+from minruntime.store.state_schema import is_live
 
 REPLAY_GROUP: Final = "minruntime-replay"
 DECISION_TYPES: Final = ROLE_TYPES["requeue_decisions"]
@@ -156,7 +156,7 @@ def replay(
     it an entry's role follows from its (valid, logged) type.
     """
     roles = dict(input_topics or {})
-    if state_schema(conn) == "minruntime_state":
+    if is_live(conn):
         raise RuntimeError("replay writes a shadow schema, never the live state")
     report = ReplayReport()
     started = time.perf_counter()

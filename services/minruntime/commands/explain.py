@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from minruntime.commands.common import At, Json, database_error, engine, parse_at, print_json
-from minruntime.errors import UserError
+from minruntime.commands.common import At, Json, engine, parse_at, print_json
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -98,20 +97,13 @@ def explain_command(
 
 @contextmanager
 def _state(at: datetime | None) -> Iterator[tuple[Connection, Shadow]]:
-    """The live state or the state at ``at``; database trouble becomes one line."""
-    from sqlalchemy.exc import DBAPIError
-
+    """The live state or the state at ``at`` (database trouble: the CLI's one line)."""
     from minruntime.audit.asof import state_at
 
     database = engine()
     try:
         with state_at(database, at) as pair:
             yield pair
-    except DBAPIError as error:
-        message = database_error(error)
-        if message is None:
-            raise
-        raise UserError(message) from None
     finally:
         database.dispose()
 

@@ -15,8 +15,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from datetime import datetime
 
-    from sqlalchemy import Connection
-
     from minruntime.audit.replay import LogEntry, Progress, ReplayReport
     from minruntime.audit.verify import TableCheck
 
@@ -75,6 +73,7 @@ def replay_command(
     from minruntime.audit.asof import snapshot
     from minruntime.audit.replay import count_log, describe, read_log, replay
     from minruntime.audit.shadow import create_shadow, drop_shadow, temporary_name
+    from minruntime.audit.verify import compare
 
     if drop is not None:
         with engine().begin() as conn:
@@ -99,7 +98,7 @@ def replay_command(
                 progress=progress,
                 input_topics=_input_topics() if from_kafka else None,
             )
-        checks = _compare(conn, shadow.name) if verify else []
+        checks = compare(conn, shadow) if verify else []
         if into is not None:
             conn.commit()
     summary = describe(report)
@@ -117,13 +116,6 @@ def replay_command(
     if problems:
         names = ", ".join(check.table for check in problems)
         raise ReplayDiffersError(f"replayed state differs from the live state in: {names}")
-
-
-def _compare(conn: Connection, name: str) -> list[TableCheck]:
-    from minruntime.audit.shadow import Shadow
-    from minruntime.audit.verify import compare
-
-    return compare(conn, Shadow(name))
 
 
 def _kafka_entries(at: datetime | None) -> list[LogEntry]:
