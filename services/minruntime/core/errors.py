@@ -70,6 +70,13 @@ class InvalidTimestampError(MinRuntimeError):
     kind: ClassVar[str] = "invalid_timestamp"
 
 
+class TimestampOutOfRangeError(InvalidTimestampError):
+    """A timestamp falls outside years 1..9999 once converted to UTC (PostgreSQL and Python
+    could store it, but not read it back)."""
+
+    kind: ClassVar[str] = "out_of_range"
+
+
 class InvalidPodGroupError(MinRuntimeError):
     """A podgroup description is inconsistent (e.g. a pod in an undeclared subgroup)."""
 

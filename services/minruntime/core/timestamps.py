@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
-from minruntime.core.errors import InvalidTimestampError
+from minruntime.core.errors import InvalidTimestampError, TimestampOutOfRangeError
 
 # Stricter than datetime.fromisoformat, which also takes dates without times, week dates
 # and naive times: an annotation either is RFC3339 or it is rejected.
@@ -38,11 +38,28 @@ def parse_rfc3339(text: str) -> datetime:
         sign = -1 if match.group(9) == "-" else 1
         offset = sign * timedelta(hours=int(match.group(10)), minutes=int(match.group(11)))
     try:
-        return datetime(
+        moment = datetime(
             year, month, day, hour, minute, second, microsecond, tzinfo=timezone(offset)
         )
     except ValueError as error:
         raise InvalidTimestampError(f"invalid timestamp {text!r}: {error}") from error
+    require_in_range(moment, text)
+    return moment
+
+
+def require_in_range(moment: datetime, text: str | None = None) -> None:
+    """Raise TimestampOutOfRangeError unless ``moment`` lies in years 1..9999 in UTC.
+
+    ``0001-01-01T00:00:00+01:00`` is a valid RFC3339 text, but in UTC it falls in year 0:
+    PostgreSQL would store it (as 1 BC) and every later read of it would fail.
+    """
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        shown = moment.isoformat() if text is None else text
+        raise TimestampOutOfRangeError(
+            f"timestamp {shown!r} is outside years 0001-9999 once converted to UTC"
+        ) from None
 
 
 def format_rfc3339(moment: datetime) -> str:

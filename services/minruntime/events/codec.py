@@ -16,12 +16,15 @@ from typing import Annotated, Any, Final, Union
 from uuid import uuid4
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic_core import from_json
 
 from minruntime.events.base import EventData
 from minruntime.events.envelope import DATA_MODELS, EVENT_CLASSES, Event, RawCloudEvent
 from minruntime.events.rejection import (
+    NOT_FINITE,
     NOT_JSON,
     SCHEMA_VIOLATION,
+    TOO_DEEP,
     EventRejected,
     not_a_cloudevent,
     rejection,
@@ -36,6 +39,15 @@ __all__ = ["EventRejected", "decode_event", "encode_event", "new_event"]
 # A JSON escape of NUL (an odd number of backslashes before u0000): PostgreSQL text and jsonb
 # cannot hold NUL, so such an event could never be stored; refuse it here, not in the store.
 _ESCAPED_NUL: Final = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+# The deepest JSON nesting accepted (arrays and objects; the event object itself is level 1).
+# An event needs 4 (data.pods[0]); the rest is room for extension attributes. Checked before
+# anything recursive (Python's json module, the storability walk) sees the record.
+MAX_JSON_DEPTH: Final = 64
+# A JSON string (with its escapes): removed before the brackets are counted.
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET: Final = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_OPENING: Final = frozenset(b"[{")
 
 # Every envelope class, told apart by the literal ``type`` inside pydantic-core.
 _EVENT_UNION: Any = Annotated[Union[tuple(EVENT_CLASSES.values())], Field(discriminator="type")]  # noqa: UP007
@@ -61,6 +73,18 @@ def decode_event(
         event = _ANY_EVENT.validate_json(value, by_alias=True, by_name=False)
     except (ValidationError, ValueError):
         raise _diagnose(value, topic, allowed) from None
+    # Hot path: two byte counts bound the depth of almost every event; only an event with
+    # more than MAX_JSON_DEPTH brackets in all (a big podgroup) is measured exactly.
+    if value.count(b"[") + value.count(b"{") > MAX_JSON_DEPTH:
+        _check_depth(value)
+    # NaN and Infinity are JSON to pydantic-core, not to PostgreSQL's jsonb: a typed field
+    # refuses them itself, an extension attribute only here (a cheap search first).
+    if (b"NaN" in value or b"Infinity" in value) and not _finite(value):
+        raise EventRejected(
+            NOT_FINITE,
+            "a number is NaN, Infinity or -Infinity (an extension attribute included); "
+            "JSON and PostgreSQL's jsonb have only finite numbers",
+        )
     if allowed is not None and event.type not in allowed:
         raise wrong_topic(event.type, topic, allowed)
     if b"u0000" in value and _ESCAPED_NUL.search(value):
@@ -164,6 +188,7 @@ def _parse_object(value: bytes | None) -> dict[str, Any]:
         text = bytes(value).decode("utf-8")
     except UnicodeDecodeError as error:
         raise EventRejected(NOT_JSON, f"value is not UTF-8 text: {error}") from None
+    _check_depth(value)  # before json.loads, which recurses once per level
     try:
         document = json.loads(text)
     except ValueError as error:
@@ -174,6 +199,41 @@ def _parse_object(value: bytes | None) -> dict[str, Any]:
             f"JSON value is {_json_kind(document)}, expected an object (a CloudEvent)",
         )
     return document
+
+
+def json_depth(value: bytes) -> int:
+    """The deepest nesting of arrays and objects in ``value`` (JSON text), without parsing it.
+
+    Strings are removed first, so brackets inside them do not count; an unterminated string
+    leaves its brackets counted (an over-estimate, for text that is not JSON anyway).
+    """
+    brackets = _JSON_STRING.sub(b"", value).translate(None, _NOT_BRACKET)
+    depth = deepest = 0
+    for byte in brackets:
+        if byte in _OPENING:
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _check_depth(value: bytes) -> None:
+    depth = json_depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise EventRejected(
+            TOO_DEEP, f"JSON nested {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted"
+        )
+
+
+def _finite(value: bytes) -> bool:
+    # pydantic-core parses NaN and Infinity unless told not to; anything else in ``value`` has
+    # already parsed, so a failure here can only be one of them.
+    try:
+        from_json(value, allow_inf_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 def _json_kind(document: object) -> str:

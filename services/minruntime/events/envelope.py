@@ -30,7 +30,7 @@ from minruntime.events.outputs import (
     RequeueRolledBackData,
     RequeueSkippedData,
 )
-from minruntime.events.types import Name, Timestamp
+from minruntime.events.types import BoundedName, Timestamp
 
 
 class EventType(StrEnum):
@@ -63,15 +63,15 @@ class CloudEventAttributes(BaseModel):
 
     specversion: Literal["1.0"] = "1.0"
     """The CloudEvents version: always "1.0"."""
-    id: Name
+    id: BoundedName
     """Unique per source: the de-duplication key."""
-    source: Name
+    source: BoundedName
     """The producer, e.g. kai-scheduler or minruntime."""
     type: str
     """The event type."""
     time: Timestamp
     """When it happened in the cluster (the clock for start times), RFC3339 with an offset."""
-    subject: Name
+    subject: BoundedName
     """The identity of the thing the event is about; also the Kafka record key."""
 
 

@@ -19,7 +19,21 @@ from minruntime.core import (
     SubGroup,
 )
 from minruntime.events.base import EventData, WireModel
-from minruntime.events.types import Count, Duration, Gpus, Name, PositiveDuration, Priority
+from minruntime.events.types import (
+    MAX_ANNOTATIONS,
+    MAX_PODS,
+    MAX_SUBGROUPS,
+    AnnotationKey,
+    AnnotationValue,
+    BoundedName,
+    Count,
+    Duration,
+    GpuAmount,
+    Label,
+    PositiveDuration,
+    Priority,
+    Text,
+)
 
 _DEFAULT_MIN_AVAILABLE = SubGroup().min_available
 
@@ -47,9 +61,9 @@ class QueueUpsertedData(EventData):
     identity_field: ClassVar[str] = "name"
     subject_rule: ClassVar[str] = "data.name"
 
-    name: Name
+    name: BoundedName
     """The queue's name: its identity, and the event's subject."""
-    parent_queue: Name | None = None
+    parent_queue: BoundedName | None = None
     """The parent queue; absent, null or "" = a root queue. An unknown parent also makes a root."""
     preempt_min_runtime: Duration | None = None
     """Minimum runtime before a job of this queue can be preempted; absent or null = inherit."""
@@ -78,7 +92,7 @@ class QueueDeletedData(EventData):
     identity_field: ClassVar[str] = "name"
     subject_rule: ClassVar[str] = "data.name"
 
-    name: Name
+    name: BoundedName
     """The queue's name."""
 
 
@@ -88,7 +102,7 @@ class ConfigUpdatedData(EventData):
     identity_field: ClassVar[str] = "node_pool"
     subject_rule: ClassVar[str] = "config/<data.nodePool>"
 
-    node_pool: Name = DEFAULT_NODE_POOL
+    node_pool: Label = DEFAULT_NODE_POOL
     """The node pool (scheduler shard) this configuration is for."""
     default_preempt_min_runtime: Duration = timedelta(0)
     """Preempt minimum runtime when no queue on the victim's path sets one."""
@@ -125,7 +139,7 @@ class ConfigUpdatedData(EventData):
 class SubGroupSpec(WireModel):
     """A named set of pods that must keep minAvailable of them to be useful."""
 
-    name: Name
+    name: BoundedName
     """The subgroup's name, unique within the podgroup."""
     min_available: Count = _DEFAULT_MIN_AVAILABLE
     """How many of its pods must run for the subgroup to be useful (0 allowed)."""
@@ -138,11 +152,11 @@ class SubGroupSpec(WireModel):
 class PodSpec(WireModel):
     """One pod of a submitted podgroup."""
 
-    name: Name
+    name: BoundedName
     """The pod's name, unique within the podgroup."""
-    sub_group: Name = DEFAULT_SUBGROUP
+    sub_group: BoundedName = DEFAULT_SUBGROUP
     """The subgroup the pod belongs to; it must be listed in subGroups."""
-    gpu: Gpus
+    gpu: GpuAmount
     """GPUs the pod requests; fractions allowed (e.g. 0.5)."""
 
 
@@ -152,25 +166,29 @@ _DEFAULT_SUBGROUPS = (SubGroupSpec(name=DEFAULT_SUBGROUP),)
 class PodGroupSubmittedData(EventData):
     """A podgroup (a gang of pods scheduled together) was submitted and is pending."""
 
-    uid: Name
+    uid: BoundedName
     """The podgroup's uid: its identity, and the event's subject."""
-    name: Name
+    name: BoundedName
     """The podgroup's name."""
-    namespace: Name
+    namespace: Label
     """The podgroup's namespace."""
-    queue: Name
+    queue: BoundedName
     """The leaf queue it is submitted to."""
-    node_pool: Name = DEFAULT_NODE_POOL
+    node_pool: Label = DEFAULT_NODE_POOL
     """The node pool it runs in; picks the configuration and the nodes it may use."""
     priority: Priority
     """Scheduling priority; higher is more important."""
     preemptible: bool = Field(default=True, strict=True)
     """Whether the podgroup may be preempted or requeued at all."""
-    sub_groups: tuple[SubGroupSpec, ...] = Field(default=_DEFAULT_SUBGROUPS, min_length=1)
+    sub_groups: tuple[SubGroupSpec, ...] = Field(
+        default=_DEFAULT_SUBGROUPS, min_length=1, max_length=MAX_SUBGROUPS
+    )
     """Its subgroups; absent = one subgroup named "default" with minAvailable 1."""
-    pods: tuple[PodSpec, ...] = Field(min_length=1)
+    pods: tuple[PodSpec, ...] = Field(min_length=1, max_length=MAX_PODS)
     """Its pods, in any state."""
-    annotations: Mapping[str, str] = Field(default_factory=dict)
+    annotations: Mapping[AnnotationKey, AnnotationValue] = Field(
+        default_factory=dict, max_length=MAX_ANNOTATIONS
+    )
     """Podgroup annotations, e.g. kai.scheduler/expected-runtime (not validated here)."""
 
     @model_validator(mode="after")
@@ -195,18 +213,18 @@ class PodGroupSubmittedData(EventData):
 class AllocatedPod(WireModel):
     """A pod that now holds its resources on a node."""
 
-    name: Name
+    name: BoundedName
     """The pod's name."""
-    node: Name
+    node: BoundedName
     """The node it was bound to."""
 
 
 class PodGroupAllocatedData(EventData):
     """Pods of a podgroup now hold their resources; 0 -> 1+ allocated pods starts a run."""
 
-    uid: Name
+    uid: BoundedName
     """The podgroup's uid."""
-    pods: tuple[AllocatedPod, ...] = Field(min_length=1)
+    pods: tuple[AllocatedPod, ...] = Field(min_length=1, max_length=MAX_PODS)
     """The pods allocated by this event."""
 
     @model_validator(mode="after")
@@ -218,11 +236,11 @@ class PodGroupAllocatedData(EventData):
 class PodGroupReleasedData(EventData):
     """Pods of a podgroup released their resources; releasing all of them ends the run."""
 
-    uid: Name
+    uid: BoundedName
     """The podgroup's uid."""
-    pods: tuple[Name, ...] | None = Field(default=None, min_length=1)
+    pods: tuple[BoundedName, ...] | None = Field(default=None, min_length=1, max_length=MAX_PODS)
     """Names of the released pods; absent or null = all of them (an empty list is rejected)."""
-    reason: Name | None = None
+    reason: Text | None = None
     """Why, e.g. completed, failed, evicted, requeued (free text, for the audit)."""
 
     @model_validator(mode="after")
@@ -234,16 +252,16 @@ class PodGroupReleasedData(EventData):
 class PodGroupAnnotatedData(EventData):
     """A podgroup's annotations changed: merged into the known ones; null removes a key."""
 
-    uid: Name
+    uid: BoundedName
     """The podgroup's uid."""
-    annotations: Mapping[str, str | None]
+    annotations: Mapping[AnnotationKey, AnnotationValue | None] = Field(max_length=MAX_ANNOTATIONS)
     """Annotations to set (a string) or remove (null)."""
 
 
 class PodGroupDeletedData(EventData):
     """A podgroup was deleted."""
 
-    uid: Name
+    uid: BoundedName
     """The podgroup's uid."""
 
 
@@ -253,11 +271,11 @@ class NodeUpsertedData(EventData):
     identity_field: ClassVar[str] = "name"
     subject_rule: ClassVar[str] = "data.name"
 
-    name: Name
+    name: BoundedName
     """The node's name: its identity, and the event's subject."""
-    node_pool: Name = DEFAULT_NODE_POOL
+    node_pool: Label = DEFAULT_NODE_POOL
     """The node pool the node belongs to."""
-    gpu: Gpus
+    gpu: GpuAmount
     """GPU capacity of the node; fractions allowed."""
 
 
@@ -267,16 +285,16 @@ class NodeDeletedData(EventData):
     identity_field: ClassVar[str] = "name"
     subject_rule: ClassVar[str] = "data.name"
 
-    name: Name
+    name: BoundedName
     """The node's name."""
 
 
 class RequeueNominatedData(EventData):
     """A component asks for a running podgroup to be requeued (if that lets better work run)."""
 
-    uid: Name
+    uid: BoundedName
     """The nominated podgroup's uid."""
-    nominated_by: Name
+    nominated_by: BoundedName
     """The nominating component, e.g. proportion or expectedruntime."""
-    reason: Name | None = None
+    reason: Text | None = None
     """Free text for the audit."""

@@ -19,6 +19,12 @@ NEGATIVE_DURATION: Final = "negative_duration"
 # A config.updated whose data breaks the rules (e.g. an unknown reclaimResolveMethod): the
 # core's InvalidConfigError kind, so operators see one kind for every bad configuration.
 INVALID_CONFIG: Final = "invalid_config"
+# The documented bounds (docs/events.md "Bounds"): what PostgreSQL, Python's arithmetic or the
+# decoder itself could not handle, refused before anything stores or walks the record.
+TOO_DEEP: Final = "too_deep"
+NOT_FINITE: Final = "not_finite"
+TOO_LONG: Final = "too_long"
+OUT_OF_RANGE: Final = "out_of_range"
 REJECTION_KINDS: Final = (
     NOT_JSON,
     NOT_CLOUDEVENT,
@@ -28,10 +34,22 @@ REJECTION_KINDS: Final = (
     BAD_DURATION,
     NEGATIVE_DURATION,
     INVALID_CONFIG,
+    TOO_DEEP,
+    NOT_FINITE,
+    TOO_LONG,
+    OUT_OF_RANGE,
 )
 
 # pydantic error types raised by our validators that carry their own rejection kind.
 _DURATION_KINDS: Final = frozenset({BAD_DURATION, NEGATIVE_DURATION})
+# pydantic error types of a bound, anywhere (envelope or data): the bound's own kind.
+_BOUND_KINDS: Final = {
+    "string_too_long": TOO_LONG,
+    "too_long": TOO_LONG,
+    "less_than_equal": OUT_OF_RANGE,
+    OUT_OF_RANGE: OUT_OF_RANGE,  # core.TimestampOutOfRangeError.kind
+    "finite_number": NOT_FINITE,
+}
 # pydantic messages that speak Python ("Tuple should ...") said in JSON's words.
 _PLAIN_MESSAGES: Final = {
     "missing": "required field is missing",
@@ -54,6 +72,7 @@ _OWN_ERRORS: Final = frozenset(
         "subject_mismatch",
         "duplicate_names",
         "undeclared_subgroup",
+        OUT_OF_RANGE,
     }
 )
 _MAX_MESSAGE: Final = 500
@@ -89,7 +108,11 @@ def wrong_topic(event_type: str, topic: str | None, allowed: frozenset[str]) -> 
 
 def not_a_cloudevent(error: ValidationError) -> EventRejected:
     """The rejection of an envelope that is not a CloudEvent 1.0."""
-    return EventRejected(NOT_CLOUDEVENT, envelope_message(error.errors()[0], error.error_count()))
+    first = error.errors()[0]
+    bound = _BOUND_KINDS.get(first["type"])
+    if bound is not None:
+        return EventRejected(bound, _message(first, (), error.error_count()))
+    return EventRejected(NOT_CLOUDEVENT, envelope_message(first, error.error_count()))
 
 
 def rejection(
@@ -102,8 +125,14 @@ def rejection(
         return EventRejected(NOT_JSON, f"value is not valid JSON: {details[0]['msg']}")
     envelope = [item for item in details if (prefix + item["loc"])[:1] != ("data",)]
     if envelope and envelope[0]["type"] != "subject_mismatch":
+        bound = _BOUND_KINDS.get(envelope[0]["type"])
+        if bound is not None:
+            return EventRejected(bound, _message(envelope[0], prefix, len(details)))
         return EventRejected(NOT_CLOUDEVENT, envelope_message(envelope[0], len(details)))
     first = details[0]
+    bound = _BOUND_KINDS.get(first["type"])
+    if bound is not None:
+        return EventRejected(bound, _message(first, prefix, len(details)))
     kind = first["type"] if first["type"] in _DURATION_KINDS else SCHEMA_VIOLATION
     in_data = (prefix + first["loc"])[:1] == ("data",) and first["type"] != "subject_mismatch"
     if kind == SCHEMA_VIOLATION and event_type == "config.updated" and in_data:

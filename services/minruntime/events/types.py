@@ -22,6 +22,7 @@ from minruntime.core import (
     parse_rfc3339,
 )
 from minruntime.core.errors import InvalidTimestampError, NegativeDurationError
+from minruntime.core.timestamps import require_in_range
 
 # ECMA-262 pattern of SEMANTICS.md §1 (Go's duration syntax plus d and w, no sign but an
 # optional leading "+", "0" alone). The decoder checks more than this (range, length).
@@ -77,6 +78,10 @@ def _validate_timestamp(value: Any) -> datetime:
             raise _rejected(
                 InvalidTimestampError(f"timestamp {value.isoformat()} has no UTC offset")
             )
+        try:
+            require_in_range(value)
+        except MinRuntimeError as error:
+            raise _rejected(error) from None
         return value
     try:
         return parse_rfc3339(value)
@@ -133,7 +138,38 @@ Timestamp = Annotated[
 """A timezone-aware instant: RFC3339 with an offset on the wire, written back in UTC (``Z``)."""
 
 Name = Annotated[str, Strict(), Field(min_length=1)]
-"""A non-empty string: a name, uid, node or component."""
+"""A non-empty string: a name, uid, node or component (outputs; inputs use the bounded types)."""
+
+# Bounds of the input contract (docs/events.md "Bounds"). Kubernetes' own limits are the guide
+# (253 for object names, 63 for namespaces and label values); they also keep every indexed
+# value far below PostgreSQL's btree row limit (~2700 bytes): UTF-8 takes up to 4 bytes a
+# character, so the widest key, (source, id) of the event log, is at most 2 x 253 x 4 = 2024.
+MAX_NAME: Final = 253
+MAX_LABEL: Final = 63
+MAX_TEXT: Final = 1024
+MAX_ANNOTATION_KEY: Final = 317  # Kubernetes: a 253-character prefix, "/", a 63-character name
+MAX_ANNOTATION_VALUE: Final = 65536
+MAX_ANNOTATIONS: Final = 256
+MAX_PODS: Final = 10000
+MAX_SUBGROUPS: Final = 1000
+# Micro-GPUs (core.placement.gpu_units) of 100,000 such values still add up below 2**53, where
+# floats stop counting whole units exactly; no real node or pod comes near it.
+MAX_GPUS: Final = 65536
+
+BoundedName = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_NAME)]
+"""A non-empty name, uid, node, event id or source of at most 253 characters."""
+
+Label = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_LABEL)]
+"""A non-empty namespace or node pool of at most 63 characters (a Kubernetes label value)."""
+
+Text = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_TEXT)]
+"""Non-empty free text for the audit (a reason) of at most 1024 characters."""
+
+AnnotationKey = Annotated[str, Strict(), Field(max_length=MAX_ANNOTATION_KEY)]
+"""A podgroup annotation key (at most 317 characters)."""
+
+AnnotationValue = Annotated[str, Strict(), Field(max_length=MAX_ANNOTATION_VALUE)]
+"""A podgroup annotation value (at most 65,536 characters)."""
 
 INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
@@ -150,3 +186,6 @@ Priority = Annotated[int, Strict(), Field(ge=-INT32_MAX - 1, le=INT32_MAX)]
 
 Gpus = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 """A non-negative, finite number of GPUs; fractions allowed."""
+
+GpuAmount = Annotated[float, Strict(), Field(ge=0, le=MAX_GPUS, allow_inf_nan=False)]
+"""GPUs of a node or pod on input: a finite number from 0 to 65,536; fractions allowed."""

@@ -49,6 +49,9 @@ from minruntime.store.state_schema import is_live, state_text
 # Stable outbox ids: the same record dead-lettered twice (a retried batch) is one message.
 _DEAD_LETTER_NAMESPACE: Final = uuid.UUID("6d1f3c2e-5b8a-4c3e-9f41-0a7d2b9e8c15")
 UNSTORABLE_TEXT: Final = "unstorable_text"
+# A (source, id) already applied (or earlier in the batch) with other content: one of the two
+# is not what its producer meant, and dropping it silently would hide that.
+CONFLICTING_DUPLICATE: Final = "conflicting_duplicate"
 _UNSTORABLE_CHARS: Final = re.compile("[\x00\ud800-\udfff]")
 
 _PODGROUP_TYPES: Final = (
@@ -75,6 +78,15 @@ _SEEN_IDS: Final = (
     "SELECT e.source, e.event_id FROM minruntime_state.event_log e"
     " JOIN unnest(CAST(:sources AS text[]), CAST(:ids AS text[])) AS u(source, event_id)"
     " ON e.source = u.source AND e.event_id = u.event_id"
+)
+# Only for the pairs already in the log: does the stored event equal the one sent again? jsonb
+# equality, so whitespace and key order do not matter.
+_CONFLICTS: Final = (
+    "SELECT u.i, e.topic, e.partition, e.offset FROM minruntime_state.event_log e"
+    " JOIN unnest(CAST(:sources AS text[]), CAST(:ids AS text[]), CAST(:payloads AS text[]),"
+    " CAST(:indexes AS int[])) AS u(source, event_id, payload, i)"
+    " ON e.source = u.source AND e.event_id = u.event_id"
+    " WHERE e.payload <> CAST(u.payload AS jsonb)"
 )
 _LOG_COLUMNS: Final = {
     "topic": "text",
@@ -210,6 +222,28 @@ class _Batch:
         )
         return {(row.source, row.event_id) for row in rows}
 
+    def conflicts(
+        self, decoded: list[tuple[InboundRecord, Event]], seen: set[tuple[str, str]]
+    ) -> dict[int, str]:
+        """Index in ``decoded`` -> where its (source, id) was applied with other content."""
+        again = [
+            (index, record, event)
+            for index, (record, event) in enumerate(decoded)
+            if (event.source, event.id) in seen
+        ]
+        if not again:
+            return {}
+        rows = self.conn.execute(
+            state_text(self.conn, _CONFLICTS),
+            {
+                "sources": [event.source for _, _, event in again],
+                "ids": [event.id for _, _, event in again],
+                "payloads": [_text(record) for _, record, _ in again],
+                "indexes": [index for index, _, _ in again],
+            },
+        )
+        return {row.i: f"{row.topic}/{row.partition}@{row.offset}" for row in rows}
+
     def log(self, record: InboundRecord, event: Event) -> None:
         """Remember an applied event for the event log."""
         self.outcome.applied += 1
@@ -225,7 +259,7 @@ class _Batch:
                 "type": event.type,
                 "subject": event.subject,
                 "event_time": event.time,
-                "payload": record.value.decode("utf-8"),
+                "payload": _text(record),
             }
         )
 
@@ -305,6 +339,8 @@ def apply_batch(
     batch = _Batch(conn, consumer_group, topic_types_for(topic_roles), dead_letter_topic)
     decoded = batch.decode(batch.fresh_records(records))
     seen = batch.unseen(decoded)
+    conflicts = batch.conflicts(decoded, seen)
+    applied_here: dict[tuple[str, str], InboundRecord] = {}
     queues = (
         QueueProjection(conn)
         if any(isinstance(e.data, QueueUpsertedData | QueueDeletedData) for _, e in decoded)
@@ -320,10 +356,15 @@ def apply_batch(
     )
     configs: dict[str, dict[str, Any]] = {}
     nodes: dict[str, dict[str, Any] | None] = {}
-    for record, event in decoded:
+    for index, (record, event) in enumerate(decoded):
         key = (event.source, event.id)
         if key in seen:
-            batch.outcome.duplicate_ids += 1
+            first = applied_here.get(key)
+            where = conflicts.get(index) if first is None else _differs(first, record)
+            if where is None:
+                batch.outcome.duplicate_ids += 1
+            else:
+                batch.dead_letter(record, CONFLICTING_DUPLICATE, _conflict(event, where), event)
             continue
         try:
             _apply(event, queues, podgroups, configs, nodes)
@@ -331,6 +372,7 @@ def apply_batch(
             batch.dead_letter(record, error.kind, str(error), event)
             continue
         seen.add(key)
+        applied_here[key] = record
         batch.log(record, event)
     if queues is not None:
         queues.flush()
@@ -417,6 +459,64 @@ def _write_configs_and_nodes(
     deleted = [name for name, node in nodes.items() if node is None]
     if deleted:
         conn.execute(state_text(conn, _DELETE_NODES), {"names": deleted})
+
+
+def dead_letter_alone(
+    conn: Connection,
+    record: InboundRecord,
+    kind: str,
+    message: str,
+    *,
+    consumer_group: str,
+    topic_roles: Mapping[str, str] | None = None,
+    dead_letter_topic: str = DEAD_LETTER_TOPIC,
+) -> BatchOutcome:
+    """Dead-letter one record that cannot be applied, with its offset, in the caller's transaction.
+
+    Used by ``minruntime.ingest.isolation`` once a record is found to fail for a reason that
+    retrying cannot cure; a record already applied (its offset is stored) is skipped.
+    """
+    batch = _Batch(conn, consumer_group, topic_types_for(topic_roles), dead_letter_topic)
+    for fresh in batch.fresh_records([record]):
+        batch.dead_letter(fresh, kind, message, _event_or_none(fresh, batch.topic_types))
+    batch.write_logs()
+    return batch.outcome
+
+
+def _event_or_none(
+    record: InboundRecord, topic_types: Mapping[str, frozenset[str]]
+) -> Event | None:
+    # Only for the dead letter's eventId/eventType: a record that cannot be decoded has none.
+    try:
+        return decode_event(record.value, record.topic, topic_types=topic_types)
+    except Exception:  # best effort: the dead letter is written either way
+        return None
+
+
+def _text(record: InboundRecord) -> str:
+    assert record.value is not None  # decoded events always have a value
+    return record.value.decode("utf-8")
+
+
+def _differs(first: InboundRecord, again: InboundRecord) -> str | None:
+    """Where ``first`` was consumed if ``again`` carries other content, else None."""
+    if first.value == again.value:
+        return None
+    assert first.value is not None
+    assert again.value is not None
+    # Parsed, as jsonb compares: other whitespace or key order is the same event. Both were
+    # decoded already, so they are JSON within the depth bound.
+    if json.loads(first.value) == json.loads(again.value):
+        return None
+    return f"{first.topic}/{first.partition}@{first.offset}"
+
+
+def _conflict(event: Event, where: str) -> str:
+    return (
+        f"event (source {event.source!r}, id {event.id!r}) was already applied with other "
+        f"content (at {where}); an event keeps its id only when it is sent again unchanged: "
+        "give a changed event a new id"
+    )
 
 
 def _text_or_none(raw: bytes | None) -> str | None:

@@ -1,7 +1,8 @@
 """The one failure policy for applying a Kafka batch to PostgreSQL.
 
 - Bad input never reaches here as an exception: `apply_batch` dead-letters it inside the
-  batch's transaction.
+  batch's transaction, and `apply_isolated` dead-letters a record that fails for good (a value
+  PostgreSQL refuses) by bisecting its batch (`minruntime.ingest.isolation`).
 - A storage error (connection lost, deadlock, serialization failure) is retried with
   exponential backoff; the batch is applied in a fresh transaction each time, and offsets
   stored with it make a retry after a partial failure harmless.
@@ -22,7 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch
+from minruntime.ingest import BatchOutcome, InboundRecord
+from minruntime.ingest.isolation import apply_isolated
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +69,13 @@ class BatchSink:
         backoff = self._first_backoff
         for attempt in range(1, self._attempts + 1):
             try:
-                with self._engine.begin() as conn:
-                    return apply_batch(
-                        conn,
-                        records,
-                        consumer_group=self._group,
-                        topic_roles=self._roles,
-                        dead_letter_topic=self._dead_letter_topic,
-                    )
+                return apply_isolated(
+                    self._engine,
+                    records,
+                    consumer_group=self._group,
+                    topic_roles=self._roles,
+                    dead_letter_topic=self._dead_letter_topic,
+                )
             except (OperationalError, DBAPIError) as exc:
                 if not _transient(exc) or attempt == self._attempts:
                     raise StorageUnavailableError(

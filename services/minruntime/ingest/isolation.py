@@ -1,0 +1,119 @@
+"""No record can stop a partition: a batch that fails for good is split until the culprit is alone.
+
+``apply_isolated`` applies a batch in one transaction, as ``apply_batch`` always did. When the
+transaction fails for a reason that retrying cannot cure (``store.failures.is_permanent``: a
+value PostgreSQL refuses, an index row too large, a Python ``OverflowError`` ...), the batch is
+bisected: each half is applied in its own transaction, with its offsets, and a half that fails
+for good is bisected again, down to the single record, which is dead-lettered (kind
+``unstorable``, the refusal as its message) in a transaction of its own, with its offset.
+
+Effectively once holds throughout: every transaction stores the next offsets of the records it
+covers, so a crash (or a transient error, which propagates to the caller's retry loop) between
+two halves makes the retry skip what was already committed. A transient error is never
+classified here: it propagates unchanged. Records that are fine cost nothing extra; a failing
+batch of n records costs about 2·log2(n) more transactions per culprit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+from sqlalchemy import Connection, Engine
+
+from minruntime.events import DEAD_LETTER_TOPIC
+from minruntime.ingest.batch import apply_batch, dead_letter_alone
+from minruntime.ingest.records import BatchOutcome, InboundRecord
+from minruntime.store.failures import describe, is_permanent
+
+log = logging.getLogger(__name__)
+
+UNSTORABLE: Final = "unstorable"
+"""The dead-letter kind of a record that failed to apply for a reason retrying cannot cure."""
+
+_Apply = Callable[[Connection, Sequence[InboundRecord]], BatchOutcome]
+
+
+def apply_isolated(
+    engine: Engine,
+    records: Sequence[InboundRecord],
+    *,
+    consumer_group: str,
+    topic_roles: Mapping[str, str] | None = None,
+    dead_letter_topic: str = DEAD_LETTER_TOPIC,
+) -> BatchOutcome:
+    """Apply ``records`` (transactions of its own); dead-letter any record that fails for good.
+
+    Raises what is not permanent (a lost connection, a deadlock, a bug) for the caller to retry
+    or to stop on; outcomes of halves committed before such an error are not reported.
+    """
+
+    def apply(conn: Connection, part: Sequence[InboundRecord]) -> BatchOutcome:
+        return apply_batch(
+            conn,
+            part,
+            consumer_group=consumer_group,
+            topic_roles=topic_roles,
+            dead_letter_topic=dead_letter_topic,
+        )
+
+    def dead_letter(conn: Connection, record: InboundRecord, message: str) -> BatchOutcome:
+        return dead_letter_alone(
+            conn,
+            record,
+            UNSTORABLE,
+            message,
+            consumer_group=consumer_group,
+            topic_roles=topic_roles,
+            dead_letter_topic=dead_letter_topic,
+        )
+
+    outcome = BatchOutcome()
+    _apply_or_split(engine, records, apply, dead_letter, outcome)
+    return outcome
+
+
+def _apply_or_split(
+    engine: Engine,
+    records: Sequence[InboundRecord],
+    apply: _Apply,
+    dead_letter: Callable[[Connection, InboundRecord, str], BatchOutcome],
+    outcome: BatchOutcome,
+) -> None:
+    try:
+        with engine.begin() as conn:
+            _merge(outcome, apply(conn, records))
+        return
+    except Exception as error:
+        if not is_permanent(error):
+            raise
+        failure = error
+    if len(records) > 1:
+        middle = len(records) // 2
+        # In order: a partition's records stay in offset order across the two halves.
+        _apply_or_split(engine, records[:middle], apply, dead_letter, outcome)
+        _apply_or_split(engine, records[middle:], apply, dead_letter, outcome)
+        return
+    record = records[0]
+    message = describe(failure)
+    log.warning(
+        "dead-lettering %s/%d@%d: it cannot be applied (%s)",
+        record.topic,
+        record.partition,
+        record.offset,
+        message,
+    )
+    with engine.begin() as conn:
+        _merge(outcome, dead_letter(conn, record, message))
+
+
+def _merge(total: BatchOutcome, part: BatchOutcome) -> None:
+    total.applied += part.applied
+    total.skipped_offsets += part.skipped_offsets
+    total.duplicate_ids += part.duplicate_ids
+    total.dead_lettered += part.dead_lettered
+    total.applied_types.update(part.applied_types)
+    total.dead_letter_kinds.update(part.dead_letter_kinds)
+    # Halves are applied in order, so a later half's next offset is the larger one.
+    total.next_offsets.update(part.next_offsets)
