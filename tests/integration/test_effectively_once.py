@@ -72,7 +72,9 @@ def test_offsets_are_per_consumer_group(engine: sa.Engine) -> None:
     assert (other.skipped_offsets, other.duplicate_ids) == (0, 1)
 
 
-def test_a_duplicate_event_id_at_a_new_offset_is_skipped(engine: sa.Engine) -> None:
+def test_a_duplicate_event_id_at_a_new_offset_is_skipped_or_dead_lettered(
+    engine: sa.Engine,
+) -> None:
     feed = Feed(engine)
     value = cloud_event("queue.upserted", "a", {"name": "a"}, id_="same-id")
     changed = cloud_event(
@@ -90,13 +92,15 @@ def test_a_duplicate_event_id_at_a_new_offset_is_skipped(engine: sa.Engine) -> N
         for offset, value in enumerate((value, changed, other_source))
     ]
     outcome = feed.apply(records[:2])
-    assert (outcome.applied, outcome.duplicate_ids, outcome.dead_lettered) == (1, 1, 0)
+    # Same (source, id), other content: not applied, and not dropped silently (issue 12).
+    assert (outcome.applied, outcome.duplicate_ids, outcome.dead_lettered) == (1, 0, 1)
     outcome = feed.apply(records)
     assert (outcome.applied, outcome.skipped_offsets) == (1, 2)
     (row,) = rows(engine, "SELECT * FROM minruntime.queues")
     assert row.reclaim_min_runtime is None  # the duplicate's change was not applied
     assert row.preempt_min_runtime is not None  # same id, other source: a different event
-    assert scalar(engine, "SELECT count(*) FROM minruntime.dead_letters") == 0
+    kinds = rows(engine, "SELECT kind FROM minruntime.dead_letters")
+    assert [kind for (kind,) in kinds] == ["conflicting_duplicate"]
 
 
 def test_the_event_log_keeps_every_applied_event_in_order(engine: sa.Engine) -> None:

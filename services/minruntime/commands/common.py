@@ -59,8 +59,15 @@ def engine() -> sa.Engine:
 
 def database_error(error: BaseException) -> str | None:
     """One line for a database error a user can act on (None: not one of those)."""
-    from sqlalchemy.exc import OperationalError, ProgrammingError
+    from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
 
+    if isinstance(error, DataError) or type(error).__name__ == "DataError":
+        # A value stored by an older version that this one cannot read back, e.g. a timestamp
+        # in year 0 or 10000 once in UTC (docs/events.md "Bounds"): say which, in one line.
+        return (
+            f"the database holds a value this version cannot read: {first_line(error)} "
+            "(stored by an older version; see docs/events.md, Bounds)"
+        )
     if isinstance(error, OperationalError):
         return f"cannot read the database: {first_line(error)}"
     if isinstance(error, ProgrammingError) and getattr(error.orig, "sqlstate", None) in (
