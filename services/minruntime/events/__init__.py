@@ -6,7 +6,12 @@ Imports only the standard library, pydantic and ``minruntime.core``. The JSON Sc
 
 from minruntime.events.base import EventData, WireModel
 from minruntime.events.codec import decode_event, encode_event, new_event
-from minruntime.events.dead_letter import DeadLetterRecord, dead_letter_record, decode_dead_letter
+from minruntime.events.dead_letter import (
+    DeadLetterRecord,
+    dead_letter_key,
+    dead_letter_record,
+    decode_dead_letter,
+)
 from minruntime.events.envelope import (
     DATA_MODELS,
     EVENT_CLASSES,
@@ -119,6 +124,7 @@ __all__ = [
     "ConfigUpdatedEvent",
     "Count",
     "DeadLetterRecord",
+    "dead_letter_key",
     "Duration",
     "Event",
     "EventData",
