@@ -151,7 +151,8 @@ def test_a_long_utf8_value_is_cut_on_a_character_boundary() -> None:
     read = decode_dead_letter(_letter(None, value))
     assert (read.value_encoding, read.value_truncated) == ("utf-8", True)
     preview = read.original_value()
-    assert preview is not None and value.startswith(preview)
+    assert preview is not None
+    assert value.startswith(preview)
     assert VALUE_PREVIEW_BYTES - 1 <= len(preview) <= VALUE_PREVIEW_BYTES
 
 
@@ -163,7 +164,8 @@ def test_no_input_makes_a_dead_letter_larger_than_the_bound() -> None:
     assert len(record) <= DEAD_LETTER_MAX_BYTES
     assert (read.key_truncated, read.value_truncated) == (True, True)
     assert read.original_key() == worst[:KEY_PREVIEW_BYTES]
-    assert read.event_id is not None and len(read.event_id) == 256
+    assert read.event_id is not None
+    assert len(read.event_id) == 256
 
 
 def test_a_small_record_is_whole_and_not_truncated() -> None:

@@ -75,7 +75,7 @@ class DeadLetterRecord(WireModel):
     key_sha256: str | None = None
     """SHA-256 (hex) of the original key bytes (null when it had none)."""
     key_truncated: bool = False
-    """True: ``key`` is only a preview of the key's first bytes (the original is in the database)."""
+    """True: ``key`` is only a preview of the first bytes of the key (the original is stored)."""
     value_size: Count | None = None
     """Size in bytes of the original value (null for a tombstone)."""
     value_sha256: str | None = None
