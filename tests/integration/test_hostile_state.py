@@ -94,7 +94,8 @@ def test_unusable_podgroups_are_left_out_and_their_nodes_with_them(
     # Year 10000 once in UTC: psycopg cannot even return it.
     execute(
         engine,
-        "UPDATE minruntime_state.podgroup_state SET submitted_at = 'infinity' WHERE uid = 'bad-time'",
+        "UPDATE minruntime_state.podgroup_state SET submitted_at = 'infinity'"
+        " WHERE uid = 'bad-time'",
     )
     execute(
         engine,
