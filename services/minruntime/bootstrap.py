@@ -29,6 +29,7 @@ from minruntime.store import engine_from
 from minruntime.store.migrate import is_at_head
 from minruntime.stream.app import build_app
 from minruntime.stream.metrics import ProcessorMetrics
+from minruntime.stream.outbox_metrics import OutboxMetrics
 from minruntime.stream.relay import OutboxRelay
 from minruntime.stream.sink import BatchSink
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, ensure_topics, topic_specs
@@ -81,9 +82,14 @@ def build_processor(settings: Settings, registry: CollectorRegistry | None = Non
         dead_letter_topic=settings.topic_dead_letter,
         attempts=settings.db_retry_attempts,
     )
-    relay = OutboxRelay(engine, settings.kafka_bootstrap, poll_seconds=settings.outbox_poll_seconds)
-
-    metrics = ProcessorMetrics(REGISTRY if registry is None else registry)
+    registry = REGISTRY if registry is None else registry
+    relay = OutboxRelay(
+        engine,
+        settings.kafka_bootstrap,
+        poll_seconds=settings.outbox_poll_seconds,
+        metrics=OutboxMetrics(registry),
+    )
+    metrics = ProcessorMetrics(registry)
 
     def on_outcome(
         role: TopicRole, outcome: BatchOutcome, seconds: float, lags: Mapping[int, int]
@@ -144,7 +150,12 @@ async def _serve_requeue_worker(
     settings: Settings, engine: Engine, metrics: RequeueMetrics
 ) -> None:
     loop = asyncio.get_running_loop()
-    relay = OutboxRelay(engine, settings.kafka_bootstrap, poll_seconds=settings.outbox_poll_seconds)
+    relay = OutboxRelay(
+        engine,
+        settings.kafka_bootstrap,
+        poll_seconds=settings.outbox_poll_seconds,
+        metrics=OutboxMetrics(REGISTRY),
+    )
 
     def wake_relay() -> None:
         loop.call_soon_threadsafe(relay.notify)

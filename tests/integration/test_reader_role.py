@@ -18,6 +18,7 @@ VIEWS = (
     "node_pool_configs",
     "nodes",
     "nominations",
+    "outbox_set_aside",
 )
 FUNCTIONS = (
     "SELECT count(*) FROM minruntime.reclaim_protection('a')",

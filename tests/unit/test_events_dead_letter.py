@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import os
 from datetime import UTC, datetime
 
 import pytest
 
-from minruntime.events import EventRejected, dead_letter_record, decode_dead_letter, decode_event
+from minruntime.events import (
+    EventRejected,
+    dead_letter_key,
+    dead_letter_record,
+    decode_dead_letter,
+    decode_event,
+)
+from minruntime.events.dead_letter import (
+    DEAD_LETTER_KEY_MAX_BYTES,
+    DEAD_LETTER_MAX_BYTES,
+    KEY_PREVIEW_BYTES,
+    VALUE_PREVIEW_BYTES,
+)
 
 T0 = datetime(2026, 11, 21, 10, 0, 1, 500000, tzinfo=UTC)
 
@@ -40,6 +54,12 @@ def test_a_utf8_record_is_kept_as_text() -> None:
         "time": "2026-11-21T10:00:01.5Z",
         "eventId": None,
         "eventType": None,
+        "keySize": 5,
+        "keySha256": hashlib.sha256(b"leaf9").hexdigest(),
+        "keyTruncated": False,
+        "valueSize": len(value),
+        "valueSha256": hashlib.sha256(value).hexdigest(),
+        "valueTruncated": False,
     }
     read = decode_dead_letter(record)
     assert read.original_value() == value
@@ -96,3 +116,67 @@ def test_the_message_is_one_line() -> None:
         time=T0,
     )
     assert json.loads(record)["message"] == "queue change would create a cycle: a -> b -> a"
+
+
+def _letter(key: bytes | None, value: bytes | None, **extra: str) -> bytes:
+    return dead_letter_record(
+        key=key,
+        value=value,
+        topic="kai.podgroups",
+        partition=3,
+        offset=99,
+        kind="not_json",
+        message=extra.get("message", "value is not UTF-8 text"),
+        time=T0,
+        event_id=extra.get("event_id"),
+    )
+
+
+def test_an_800kb_binary_record_becomes_a_bounded_reference() -> None:
+    # Issue 12 finding 3: it used to be a ~1 MB base64 record the broker refused.
+    value = os.urandom(800_000)
+    record = _letter(b"pg-1", value)
+    read = decode_dead_letter(record)
+    assert len(record) <= DEAD_LETTER_MAX_BYTES
+    assert (read.topic, read.partition, read.offset) == ("kai.podgroups", 3, 99)
+    assert (read.value_size, read.value_sha256) == (len(value), hashlib.sha256(value).hexdigest())
+    assert read.value_truncated is True
+    assert read.value_encoding == "base64"
+    assert read.original_value() == value[:VALUE_PREVIEW_BYTES]
+    assert (read.key_truncated, read.original_key()) == (False, b"pg-1")
+
+
+def test_a_long_utf8_value_is_cut_on_a_character_boundary() -> None:
+    value = ("é" * VALUE_PREVIEW_BYTES).encode()
+    read = decode_dead_letter(_letter(None, value))
+    assert (read.value_encoding, read.value_truncated) == ("utf-8", True)
+    preview = read.original_value()
+    assert preview is not None
+    assert value.startswith(preview)
+    assert VALUE_PREVIEW_BYTES - 1 <= len(preview) <= VALUE_PREVIEW_BYTES
+
+
+def test_no_input_makes_a_dead_letter_larger_than_the_bound() -> None:
+    # Control characters are escaped six-fold in JSON: the preview falls back to base64.
+    worst = b"\x01" * 2_000_000
+    record = _letter(worst, worst, message="\x01 " * 500_000, event_id="i" * 100_000)
+    read = decode_dead_letter(record)
+    assert len(record) <= DEAD_LETTER_MAX_BYTES
+    assert (read.key_truncated, read.value_truncated) == (True, True)
+    assert read.original_key() == worst[:KEY_PREVIEW_BYTES]
+    assert read.event_id is not None
+    assert len(read.event_id) == 256
+
+
+def test_a_small_record_is_whole_and_not_truncated() -> None:
+    read = decode_dead_letter(_letter(b"\x80k", b"\xff" * 100))
+    assert (read.key_truncated, read.value_truncated) == (False, False)
+    assert read.original_value() == b"\xff" * 100
+    assert read.key_size == 2
+
+
+def test_the_dead_letter_kafka_key_is_bounded() -> None:
+    assert dead_letter_key(b"short") == b"short"
+    assert dead_letter_key(None) is None
+    long_key = b"k" * (DEAD_LETTER_KEY_MAX_BYTES + 1)
+    assert dead_letter_key(long_key) == b"sha256:" + hashlib.sha256(long_key).hexdigest().encode()

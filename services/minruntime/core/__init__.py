@@ -64,8 +64,12 @@ from minruntime.core.requeue_candidates import (
     expected_runtime_nominations,
 )
 from minruntime.core.requeue_model import (
+    MAX_GPU,
     ClusterSnapshot,
     CyclePlan,
+    Exclusion,
+    ExclusionReason,
+    InvalidGpuError,
     InvalidSnapshotError,
     Node,
     PendingPodGroup,
@@ -75,6 +79,7 @@ from minruntime.core.requeue_model import (
     RequeueOutcome,
     RequeueReason,
     RunningPodGroup,
+    exclusion_reason,
 )
 from minruntime.core.resolution import Resolution, ResolutionKind, ResolutionTrace, Resolver
 from minruntime.core.start_time import (
@@ -97,6 +102,7 @@ __all__ = [
     "EXPECTED_RUNTIME_PLUGIN",
     "GPU_UNITS_PER_GPU",
     "MAX_DURATION",
+    "MAX_GPU",
     "NOT_STARTED",
     "REQUEUE_DELAY_ANNOTATION",
     "REQUEUE_NOT_BEFORE_ANNOTATION",
@@ -105,9 +111,12 @@ __all__ = [
     "ClusterSnapshot",
     "CyclePlan",
     "DuplicateQueueError",
+    "Exclusion",
+    "ExclusionReason",
     "FreeCapacityLedger",
     "InvalidConfigError",
     "InvalidDurationError",
+    "InvalidGpuError",
     "InvalidPodGroupError",
     "InvalidQueueError",
     "InvalidSnapshotError",
@@ -149,6 +158,7 @@ __all__ = [
     "apply_released",
     "collect_candidates",
     "evictable_pods",
+    "exclusion_reason",
     "expected_runtime_nominations",
     "fold_history",
     "format_duration",

@@ -27,6 +27,8 @@ from minruntime.core.queue_tree import QueueTree
 from minruntime.core.requeue_model import (
     ClusterSnapshot,
     CyclePlan,
+    Exclusion,
+    ExclusionReason,
     PendingPodGroup,
     PodPlacement,
     RequeueDecision,
@@ -38,6 +40,15 @@ from minruntime.core.resolution import Resolver
 from minruntime.core.timestamps import parse_rfc3339, require_aware
 
 _FAR_FUTURE: Final = datetime.max.replace(tzinfo=UTC)
+# What deciding one candidate may raise on values at the edge of what Python can compute
+# (a date past year 9999, a number too large to round): that candidate is excluded.
+_UNDECIDABLE: Final = (ValueError, ArithmeticError)
+
+
+def _planner_error(uid: str, error: Exception) -> Exclusion:
+    return Exclusion(
+        "podgroup", uid, ExclusionReason.PLANNER_ERROR, f"{type(error).__name__}: {error}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,18 +163,32 @@ class _Planner:
         ]
 
     def plan(self, candidates: Mapping[str, Collection[str]]) -> CyclePlan:
-        decisions = tuple(
-            self._decide(uid, tuple(sorted(set(candidates[uid]))))
-            for uid in sorted(candidates, key=self._candidate_order)
-        )
+        excluded: list[Exclusion] = []
+        order: dict[str, tuple[int, int, timedelta, str]] = {}
+        for uid in candidates:
+            try:
+                order[uid] = self._candidate_order(uid)
+            except _UNDECIDABLE as error:
+                excluded.append(_planner_error(uid, error))
+        decisions: list[RequeueDecision] = []
+        for uid in sorted(order, key=order.__getitem__):
+            checkpoint = self._ledger.checkpoint()
+            try:
+                decisions.append(self._decide(uid, tuple(sorted(set(candidates[uid])))))
+            except _UNDECIDABLE as error:
+                # One candidate the arithmetic cannot handle must not stop the others: it
+                # gets no decision, and whatever its trial changed is undone.
+                self._ledger.rollback(checkpoint)
+                excluded.append(_planner_error(uid, error))
         promised = {node: gpu_units(gpus) for node, gpus in self._snapshot.promised.items()}
         for node, units in self._new_promises.items():
             promised[node] = promised.get(node, 0) + units
         return CyclePlan(
-            decisions,
+            tuple(decisions),
             MappingProxyType(
                 {node: units_to_gpu(units) for node, units in sorted(promised.items()) if units}
             ),
+            tuple(excluded),
         )
 
     def _candidate_order(self, uid: str) -> tuple[int, int, timedelta, str]:
@@ -286,6 +311,10 @@ class _Planner:
         placed: list[tuple[_Contender, tuple[str, ...]]],
         checkpoint: int,
     ) -> RequeueDecision:
+        # Computed before anything is taken, so a failure here leaves the planner unchanged.
+        default = self._configs.for_pool(victim.node_pool).default_requeue_delay
+        delay, problem = requeue_delay(victim.annotations.get(REQUEUE_DELAY_ANNOTATION), default)
+        not_before = requeue_not_before(self._now, delay)
         for pool in self._ledger.pools_changed_since(checkpoint):
             self._fits_now.pop(pool, None)
         reserved: dict[str, int] = {}
@@ -299,8 +328,6 @@ class _Planner:
                 reserved[node] = reserved.get(node, 0) + units
         for node, units in reserved.items():
             self._new_promises[node] = self._new_promises.get(node, 0) + units
-        default = self._configs.for_pool(victim.node_pool).default_requeue_delay
-        delay, problem = requeue_delay(victim.annotations.get(REQUEUE_DELAY_ANNOTATION), default)
         return RequeueDecision(
             uid=victim.uid,
             outcome=RequeueOutcome.COMMITTED,
@@ -308,7 +335,7 @@ class _Planner:
             nominated_by=nominated_by,
             decided_at=self._now,
             beneficiaries=tuple(contender.uid for contender, _ in placed),
-            requeue_not_before=requeue_not_before(self._now, delay),
+            requeue_not_before=not_before,
             reservations={
                 node: units_to_gpu(units) for node, units in sorted(reserved.items()) if units
             },

@@ -14,13 +14,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from minruntime.core.config import DEFAULT_NODE_POOL
 from minruntime.core.elastic import DEFAULT_SUBGROUP, PodGroupPods, SubGroup
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.nomination import NominationCandidate
 from minruntime.core.timestamps import require_aware
+
+# The largest GPU amount of one node, pod or promise the planner accepts. Far above any real
+# machine; below it, micro-GPU arithmetic is exact and cannot overflow (1e308 GPUs used to).
+MAX_GPU: Final = 1_000_000
 
 
 class InvalidSnapshotError(MinRuntimeError):
@@ -29,14 +33,22 @@ class InvalidSnapshotError(MinRuntimeError):
     kind: ClassVar[str] = "invalid_snapshot"
 
 
+class InvalidGpuError(InvalidSnapshotError):
+    """A GPU amount is not a finite number in [0, MAX_GPU]."""
+
+    kind: ClassVar[str] = "invalid_gpu"
+
+
 def _check_gpu(value: float, what: str) -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not math.isfinite(value)
-        or value < 0
+        or not 0 <= value <= MAX_GPU
     ):
-        raise InvalidSnapshotError(f"{what}: GPUs must be a finite number >= 0, got {value!r}")
+        raise InvalidGpuError(
+            f"{what}: GPUs must be a finite number in [0, {MAX_GPU}], got {value!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,6 +258,52 @@ class RequeueDecision:
         object.__setattr__(self, "reservations", MappingProxyType(dict(self.reservations)))
 
 
+class ExclusionReason(StrEnum):
+    """Why a stored node or podgroup was left out of a cycle (a finite metric label)."""
+
+    # A GPU amount (node capacity, pod request, promise) that is not finite in [0, MAX_GPU].
+    INVALID_GPU = "invalid_gpu"
+    # A start or submission time outside years 1-9999, or without a UTC offset.
+    INVALID_TIME = "invalid_time"
+    # Annotations that are not a map of strings.
+    INVALID_ANNOTATIONS = "invalid_annotations"
+    # Anything else the snapshot's own checks refuse (duplicate pod names, a subgroup's
+    # minAvailable below zero, a running pod without a node, ...).
+    INVALID_SNAPSHOT = "invalid_snapshot"
+    # A nomination that names no nominator.
+    INVALID_NOMINATION = "invalid_nomination"
+    # The node pool's stored configuration is unusable: its podgroups cannot be judged.
+    INVALID_CONFIG = "invalid_config"
+    # The stored queue tree is unusable (a cycle, a bad minimum runtime): nothing is judged.
+    INVALID_QUEUE_TREE = "invalid_queue_tree"
+    # A node running pods of an excluded podgroup: how full it is is unknown.
+    HOSTS_EXCLUDED_PODGROUP = "hosts_excluded_podgroup"
+    # The planner could not decide this candidate (an arithmetic limit): no decision.
+    PLANNER_ERROR = "planner_error"
+
+
+_REASON_OF_KIND: Final = {
+    "invalid_gpu": ExclusionReason.INVALID_GPU,
+    "invalid_timestamp": ExclusionReason.INVALID_TIME,
+}
+
+
+def exclusion_reason(error: MinRuntimeError) -> ExclusionReason:
+    """The exclusion reason for an error the snapshot's checks raised."""
+    return _REASON_OF_KIND.get(error.kind, ExclusionReason.INVALID_SNAPSHOT)
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    """A node, podgroup, node pool or queue tree left out of a cycle, and why."""
+
+    # "node", "podgroup", "node_pool" or "queue_tree" (a finite metric label).
+    what: str
+    name: str
+    reason: ExclusionReason
+    detail: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class CyclePlan:
     """The decisions of one cycle, in processing order, and the promises after them."""
@@ -253,6 +311,8 @@ class CyclePlan:
     decisions: tuple[RequeueDecision, ...]
     # Node -> GPUs promised: the snapshot's promises plus this cycle's reservations.
     promised: Mapping[str, float]
+    # Candidates the planner could not decide (no decision recorded for them).
+    excluded: tuple[Exclusion, ...] = ()
 
     def committed(self) -> tuple[RequeueDecision, ...]:
         """The decisions that evict a podgroup."""

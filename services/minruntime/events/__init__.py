@@ -6,7 +6,12 @@ Imports only the standard library, pydantic and ``minruntime.core``. The JSON Sc
 
 from minruntime.events.base import EventData, WireModel
 from minruntime.events.codec import decode_event, encode_event, new_event
-from minruntime.events.dead_letter import DeadLetterRecord, dead_letter_record, decode_dead_letter
+from minruntime.events.dead_letter import (
+    DeadLetterRecord,
+    dead_letter_key,
+    dead_letter_record,
+    decode_dead_letter,
+)
 from minruntime.events.envelope import (
     DATA_MODELS,
     EVENT_CLASSES,
@@ -163,6 +168,7 @@ __all__ = [
     "UncommittedDecisionData",
     "WireModel",
     "data_model",
+    "dead_letter_key",
     "dead_letter_record",
     "decode_dead_letter",
     "decode_event",

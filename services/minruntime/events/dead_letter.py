@@ -3,14 +3,22 @@
 Nothing is dropped silently (CONTRACT.md §1): the record keeps the original key and value
 byte for byte (as UTF-8 text when they are UTF-8, else base64 with an encoding flag), where
 it came from, a machine-readable ``errorKind`` and a one-line ``message``.
+
+Bounded (docs/events.md, "Bounded dead letters"): a dead letter must never be larger than the
+broker accepts, or it blocks every message behind it in the outbox. A key or value larger than
+its preview size is published as a preview of its first bytes with ``keyTruncated`` /
+``valueTruncated`` set; the size and SHA-256 of the original are always given, and the
+original itself stays in the database (``dead_letter_log``, unique by topic, partition and
+offset, which the record names). The whole record is at most ``DEAD_LETTER_MAX_BYTES``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -18,6 +26,19 @@ from minruntime.events.base import WIRE_CONFIG, WireModel
 from minruntime.events.types import Count, Name, Offset, Timestamp
 
 Encoding = Literal["utf-8", "base64"]
+
+# Previews: large enough that every sane event is published whole (events are a few KiB),
+# small enough that a record stays far below Kafka's default 1 MiB (broker message.max.bytes,
+# producer max_request_size) even base64-encoded and JSON-escaped.
+VALUE_PREVIEW_BYTES: Final = 64 * 1024
+KEY_PREVIEW_BYTES: Final = 4 * 1024
+# The human message, the event id and the event type are cut to these many characters.
+MESSAGE_MAX_CHARS: Final = 1024
+ATTRIBUTE_MAX_CHARS: Final = 256
+# The largest encoded dead letter: a test proves no input exceeds it.
+DEAD_LETTER_MAX_BYTES: Final = 256 * 1024
+# The Kafka key of a dead letter: the original key, or its digest when that is longer.
+DEAD_LETTER_KEY_MAX_BYTES: Final = 1024
 
 
 class DeadLetterRecord(WireModel):
@@ -49,6 +70,19 @@ class DeadLetterRecord(WireModel):
     """The CloudEvent id, when the envelope could be read."""
     event_type: str | None = Field(default=None, min_length=1)
     """The CloudEvent type, when the envelope could be read."""
+    key_size: Count | None = None
+    """Size in bytes of the original key (null when it had none)."""
+    key_sha256: str | None = None
+    """SHA-256 (hex) of the original key bytes (null when it had none)."""
+    key_truncated: bool = False
+    """True: ``key`` is only a preview of the first bytes of the key (the original is stored)."""
+    value_size: Count | None = None
+    """Size in bytes of the original value (null for a tombstone)."""
+    value_sha256: str | None = None
+    """SHA-256 (hex) of the original value bytes (null for a tombstone)."""
+    value_truncated: bool = False
+    """True: ``value`` is only a preview of the value's first bytes (the original is in the
+    database, dead_letter_log by topic, partition and offset)."""
 
     def original_key(self) -> bytes | None:
         """The original key bytes."""
@@ -59,13 +93,54 @@ class DeadLetterRecord(WireModel):
         return _decode(self.value, self.value_encoding)
 
 
-def _encode(raw: bytes | str | None) -> tuple[str | None, Encoding]:
-    if raw is None or isinstance(raw, str):
-        return raw, "utf-8"
+def _encode(raw: bytes | None, *, force_base64: bool = False) -> tuple[str | None, Encoding]:
+    if raw is None:
+        return None, "utf-8"
+    if not force_base64:
+        try:
+            return raw.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(raw).decode("ascii"), "base64"
+
+
+def _preview(raw: bytes, limit: int) -> tuple[bytes, bool]:
+    """The first ``limit`` bytes of ``raw`` (not splitting a UTF-8 character), and whether cut."""
+    if len(raw) <= limit:
+        return raw, False
+    head = raw[:limit]
     try:
-        return bytes(raw).decode("utf-8"), "utf-8"
+        raw.decode("utf-8")
     except UnicodeDecodeError:
-        return base64.b64encode(raw).decode("ascii"), "base64"
+        return head, True
+    # UTF-8 text stays text: drop a character the cut split in two (at most 3 bytes).
+    for trim in range(4):
+        try:
+            (head[: len(head) - trim]).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        return head[: len(head) - trim], True
+    return head, True
+
+
+def _cut(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "\u2026"
+
+
+def _bytes(raw: bytes | str | None) -> bytes | None:
+    if raw is None:
+        return None
+    return raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+
+
+def dead_letter_key(key: bytes | str | None) -> bytes | None:
+    """The Kafka key of a dead letter: the original key, or ``sha256:<hex>`` if it is too long."""
+    raw = _bytes(key)
+    if raw is None or len(raw) <= DEAD_LETTER_KEY_MAX_BYTES:
+        return raw
+    return b"sha256:" + hashlib.sha256(raw).hexdigest().encode("ascii")
 
 
 def _decode(text: str | None, encoding: Encoding) -> bytes | None:
@@ -92,22 +167,55 @@ def dead_letter_record(
     event_id: str | None = None,
     event_type: str | None = None,
 ) -> bytes:
-    """The dead-letter JSON (compact UTF-8) for one record that could not be applied."""
-    key_text, key_encoding = _encode(key)
-    value_text, value_encoding = _encode(value)
-    record = DeadLetterRecord(
-        key=key_text,
-        key_encoding=key_encoding,
-        value=value_text,
-        value_encoding=value_encoding,
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        error_kind=kind,
-        message=" ".join(message.split()),
-        time=time,
-        event_id=event_id or None,
-        event_type=event_type or None,
+    """The dead-letter JSON (compact UTF-8) for one record that could not be applied.
+
+    Never larger than ``DEAD_LETTER_MAX_BYTES``: see the module's docstring.
+    """
+    raw_key, raw_value = _bytes(key), _bytes(value)
+    key_head, key_cut = (None, False) if raw_key is None else _preview(raw_key, KEY_PREVIEW_BYTES)
+    value_head, value_cut = (
+        (None, False) if raw_value is None else _preview(raw_value, VALUE_PREVIEW_BYTES)
+    )
+    fields = {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "error_kind": _cut(kind, ATTRIBUTE_MAX_CHARS),
+        "message": _cut(" ".join(message.split()), MESSAGE_MAX_CHARS),
+        "time": time,
+        "event_id": _cut(event_id or None, ATTRIBUTE_MAX_CHARS),
+        "event_type": _cut(event_type or None, ATTRIBUTE_MAX_CHARS),
+        **_digest("key", raw_key, key_cut),
+        **_digest("value", raw_value, value_cut),
+    }
+    encoded = _encoded(fields, key_head, value_head, force_base64=False)
+    if len(encoded) > DEAD_LETTER_MAX_BYTES:
+        # Text of control characters is escaped six-fold in JSON; base64 is 4/3 at most.
+        encoded = _encoded(fields, key_head, value_head, force_base64=True)
+    return encoded
+
+
+def _digest(name: str, raw: bytes | None, cut: bool) -> dict[str, object]:
+    return {
+        f"{name}_size": None if raw is None else len(raw),
+        f"{name}_sha256": None if raw is None else hashlib.sha256(raw).hexdigest(),
+        f"{name}_truncated": cut,
+    }
+
+
+def _encoded(
+    fields: dict[str, object], key: bytes | None, value: bytes | None, *, force_base64: bool
+) -> bytes:
+    key_text, key_encoding = _encode(key, force_base64=force_base64)
+    value_text, value_encoding = _encode(value, force_base64=force_base64)
+    record = DeadLetterRecord.model_validate(
+        {
+            **fields,
+            "key": key_text,
+            "key_encoding": key_encoding,
+            "value": value_text,
+            "value_encoding": value_encoding,
+        }
     )
     return record.__pydantic_serializer__.to_json(record, by_alias=True)
 

@@ -37,6 +37,7 @@ from minruntime.events import (
     QueueDeletedData,
     QueueUpsertedData,
     RequeueNominatedData,
+    dead_letter_key,
     dead_letter_record,
     decode_event,
 )
@@ -294,7 +295,7 @@ class _Batch:
                 {
                     "id": outbox_id,
                     "topic": self.dead_letter_topic,
-                    "key": record.key,
+                    "key": dead_letter_key(record.key),
                     "payload": dead_letter_record(
                         key=record.key,
                         value=record.value,

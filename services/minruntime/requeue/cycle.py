@@ -31,6 +31,7 @@ from sqlalchemy import Connection
 
 from minruntime.core import (
     CyclePlan,
+    Exclusion,
     NominationReport,
     RequeueDecision,
     RequeueOutcome,
@@ -77,7 +78,8 @@ class CycleReport:
     recorded: tuple[Event, ...]
     # Decisions equal to the newest recorded one for the same run: counted, not recorded.
     repeats: int
-    rejected: tuple[str, ...]
+    # Nodes, podgroups, pools or the tree left out: the stored values were unusable.
+    excluded: tuple[Exclusion, ...]
     # Seconds spent reading, planning and writing.
     timings: Mapping[str, float] = field(default_factory=dict)
 
@@ -85,6 +87,11 @@ class CycleReport:
     def committed(self) -> tuple[RequeueDecision, ...]:
         """The decisions that evict a podgroup."""
         return self.plan.committed()
+
+    @property
+    def rejected(self) -> tuple[str, ...]:
+        """The uids of the podgroups left out of the cycle."""
+        return tuple(e.name for e in self.excluded if e.what == "podgroup")
 
 
 def run_cycle(
@@ -137,7 +144,7 @@ def run_cycle(
         plan=plan,
         recorded=tuple(events),
         repeats=repeats,
-        rejected=inputs.rejected,
+        excluded=(*inputs.excluded, *plan.excluded),
         timings={
             "load": loaded - started,
             "plan": planned - loaded,

@@ -37,6 +37,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 
 from minruntime.core import (
+    Exclusion,
+    ExclusionReason,
+    MinRuntimeError,
     ProtectedRun,
     ProtectionRule,
     ProtectionWindow,
@@ -53,7 +56,7 @@ from minruntime.events import (
 from minruntime.ingest.queues import load_tree
 from minruntime.requeue.cycle import WORKER_SOURCE
 from minruntime.requeue.metrics import RequeueMetrics
-from minruntime.requeue.snapshot import load_node_pool_configs
+from minruntime.requeue.snapshot import pool_unusable, read_node_pool_configs
 from minruntime.store.tables import outbox
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,24 @@ _METHODS: Final[dict[ReclaimResolveMethod, Literal["lca", "queue"]]] = {
 }
 # Woken a hair after a window's end, so the check never runs just before it.
 _SLACK: Final = 0.001
+# What computing or encoding one run's windows may raise on values at the edge of what
+# Python or the wire contract can hold (pydantic's ValidationError is a ValueError).
+_UNUSABLE: Final = (ValueError, ArithmeticError)
+
+
+def _unusable_run(run: ProtectedRun, error: Exception) -> Exclusion:
+    return Exclusion("podgroup", run.uid, ExclusionReason.PLANNER_ERROR, _one_line(error))
+
+
+def _reason(error: Exception) -> ExclusionReason:
+    # Outside the per-run guard, the core only raises while building the tree or configs.
+    if isinstance(error, MinRuntimeError):
+        return ExclusionReason.INVALID_QUEUE_TREE
+    return ExclusionReason.PLANNER_ERROR
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
 
 
 @dataclass(frozen=True)
@@ -108,6 +129,8 @@ class ExpiryReport:
     written: tuple[ProtectionWindow, ...]
     # The next window end after `until` within the look-ahead, if any.
     next_end: datetime | None
+    # Runs or windows left out: their stored values are unusable (counted, logged).
+    excluded: tuple[Exclusion, ...] = ()
 
 
 def expiry_event(window: ProtectionWindow) -> Event:
@@ -137,12 +160,26 @@ def expiry_event(window: ProtectionWindow) -> Event:
 
 
 def write_expiries(
-    conn: Connection, windows: Sequence[ProtectionWindow], *, topic: str
+    conn: Connection,
+    windows: Sequence[ProtectionWindow],
+    *,
+    topic: str,
+    excluded: list[Exclusion] | None = None,
 ) -> set[str]:
-    """Queue the windows' events in the outbox; return the ids that were not there yet."""
-    if not windows:
+    """Queue the windows' events in the outbox; return the ids that were not there yet.
+
+    A window whose event cannot be built (a value outside the wire contract) is left out and
+    appended to ``excluded``; the others are written.
+    """
+    events: list[Event] = []
+    for window in windows:
+        try:
+            events.append(expiry_event(window))
+        except _UNUSABLE as error:
+            if excluded is not None:
+                excluded.append(_unusable_run(window.run, error))
+    if not events:
         return set()
-    events = [expiry_event(window) for window in windows]
     rows = [
         {
             "id": event.id,
@@ -187,6 +224,7 @@ class ProtectionExpiry:
         self._due: datetime | None = None
         self._windows: ProtectionWindows | None = None
         self._spans: frozenset[timedelta] = frozenset()
+        self._bad_pools: set[str] = set()
 
     def start(self, now: datetime) -> None:
         """Leadership begins: look back ``catch_up`` seconds for window ends nobody announced."""
@@ -208,16 +246,37 @@ class ProtectionExpiry:
         horizon = now + timedelta(seconds=self.options.max_sleep_seconds)
         windows = self._current_windows(conn)
         runs = load_runs_ending(conn, self._spans, after, horizon)
-        ending = windows.ending_between(runs, after, horizon)
+        excluded: list[Exclusion] = []
+        ending: list[ProtectionWindow] = []
+        for run in runs:
+            if pool_unusable(run.node_pool, self._bad_pools, windows.configs):
+                excluded.append(
+                    Exclusion("podgroup", run.uid, ExclusionReason.INVALID_CONFIG, run.node_pool)
+                )
+                continue
+            try:
+                ending.extend(windows.ending_between([run], after, horizon))
+            except _UNUSABLE as error:
+                # One run the arithmetic cannot handle must not stop every announcement.
+                excluded.append(_unusable_run(run, error))
+        ending.sort(key=lambda w: (w.protected_until, w.run.uid, w.rule, w.id))
         expired = tuple(window for window in ending if window.protected_until <= now)
         upcoming = [window.protected_until for window in ending if window.protected_until > now]
-        written_ids = write_expiries(conn, expired, topic=self.options.topic)
+        written_ids = write_expiries(conn, expired, topic=self.options.topic, excluded=excluded)
+        for exclusion in excluded:
+            log.warning(
+                "protection expiry leaves out %s (%s): %s",
+                exclusion.name,
+                exclusion.reason.value,
+                exclusion.detail,
+            )
         return ExpiryReport(
             after=after,
             until=now,
             expired=expired,
             written=tuple(window for window in expired if window.id in written_ids),
             next_end=min(upcoming, default=None),
+            excluded=tuple(excluded),
         )
 
     def advance(self, report: ExpiryReport) -> None:
@@ -228,7 +287,7 @@ class ProtectionExpiry:
 
     def _current_windows(self, conn: Connection) -> ProtectionWindows:
         tree = load_tree(conn)
-        configs = load_node_pool_configs(conn)
+        configs, self._bad_pools = read_node_pool_configs(conn)
         cached = self._windows
         if cached is None or cached.tree is not tree or cached.configs != configs:
             cached = self._windows = ProtectionWindows(tree, configs)
@@ -271,6 +330,16 @@ class ExpiryEmitter:
                 log.warning("protection-expiry emitter lost its database connection: %s", error)
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
+            except Exception as error:
+                # Nothing the projections hold may stop the replica (issue 12): a check that
+                # cannot run (an unusable queue tree, ...) is logged, counted and tried again;
+                # it does not advance, so no window end is skipped once the state is fixed.
+                self._metrics.observe_excluded(
+                    [Exclusion("check", "protection-expiry", _reason(error), str(error))]
+                )
+                log.error("protection-expiry check failed, retrying: %s", _one_line(error))
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
 
     def _announce_while_leading(self, conn: Connection) -> None:
         self.expiry.start(self._clock())
@@ -287,6 +356,7 @@ class ExpiryEmitter:
             report = self.expiry.check(conn, self._clock())
         self.expiry.advance(report)
         self._metrics.observe_expiry(report.written, self._clock())
+        self._metrics.observe_excluded(report.excluded)
         for window in report.written:
             log.info(
                 "protection.expired %s %s %s (until %s)",

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from minruntime.core import (
     EXPECTED_RUNTIME_PLUGIN,
+    Exclusion,
     ProtectionRule,
     ProtectionWindow,
     RequeueOutcome,
@@ -97,6 +98,13 @@ class RequeueMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0),
             registry=registry,
         )
+        self.excluded = Counter(
+            "kai_requeue_excluded",
+            "Stored nodes, podgroups, node pools or queue trees left out of a requeue cycle or a"
+            " protection-expiry check because their values are unusable, by what and reason.",
+            ["what", "reason"],
+            registry=registry,
+        )
         self.nominations.labels(EXPECTED_RUNTIME_PLUGIN)
         for outcome in RequeueOutcome:
             self.decisions_recorded.labels(outcome.value)
@@ -126,6 +134,12 @@ class RequeueMetrics:
                     self.skipped.labels(label, why).inc()
         for event in report.recorded:
             self.decisions_recorded.labels(outcome_of(event)).inc()
+        self.observe_excluded(report.excluded)
+
+    def observe_excluded(self, excluded: Iterable[Exclusion]) -> None:
+        """Count what a cycle or a check left out (labels: closed sets of the core)."""
+        for exclusion in excluded:
+            self.excluded.labels(exclusion.what, exclusion.reason.value).inc()
 
     def observe_expiry(self, written: Iterable[ProtectionWindow], at: datetime) -> None:
         """Count the protection.expired events written (committed) at ``at``."""

@@ -18,6 +18,7 @@ What counts (docs/requeue-worker.md):
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +27,11 @@ from typing import Any, Final
 from sqlalchemy import Connection
 
 from minruntime.core import (
+    DEFAULT_NODE_POOL,
+    MAX_GPU,
     ClusterSnapshot,
+    Exclusion,
+    ExclusionReason,
     MinRuntimeConfig,
     MinRuntimeError,
     Node,
@@ -36,15 +41,30 @@ from minruntime.core import (
     QueueTree,
     RunningPodGroup,
     SubGroup,
+    exclusion_reason,
 )
 from minruntime.ingest.queues import load_tree
 
 log = logging.getLogger(__name__)
 
 _NODES: Final = "SELECT name, node_pool, gpu FROM minruntime_state.node_state ORDER BY name"
+# Times the planner can use: psycopg cannot even return a year-0 or year-10000 value (or
+# PostgreSQL's infinity), so such rows are recognised in SQL, with a day's margin for the
+# session's time zone, and excluded in Python with their reason.
+_SANE_TIME: Final = "BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'"
+
+
+def _guarded_time(column: str) -> str:
+    return (
+        f"CASE WHEN {column} {_SANE_TIME} THEN {column} END,"
+        f" ({column} IS NOT NULL AND {column} NOT {_SANE_TIME})"
+    )
+
+
 _PODGROUPS: Final = (
-    "SELECT uid, queue, node_pool, priority, preemptible, status, start_time, annotations,"
-    " awaiting_release, submitted_at FROM minruntime_state.podgroup_state"
+    "SELECT uid, queue, node_pool, priority, preemptible, status,"
+    f" {_guarded_time('start_time')}, annotations, awaiting_release,"
+    f" {_guarded_time('submitted_at')} FROM minruntime_state.podgroup_state"
     " WHERE submitted AND status IN ('running', 'pending') ORDER BY uid"
 )
 _PODS: Final = (
@@ -62,9 +82,23 @@ _PROMISES: Final = (
     " JOIN minruntime_state.podgroup_state g ON g.uid = r.beneficiary AND g.status = 'pending'"
     " WHERE r.expires_at > %(now)s GROUP BY r.beneficiary, r.node"
 )
+# Durations a timedelta can hold (the core's are at most ~292 years): a stored interval
+# outside that range cannot be read, and its node pool is left out instead.
+_CONFIG_OK: Final = " AND ".join(
+    f"coalesce({column} BETWEEN interval '0' AND interval '290 years', true)"
+    for column in (
+        "default_preempt_min_runtime",
+        "default_reclaim_min_runtime",
+        "default_requeue_delay",
+    )
+)
 _CONFIGS: Final = (
     "SELECT node_pool, default_preempt_min_runtime, default_reclaim_min_runtime,"
     " reclaim_resolve_method, default_requeue_delay FROM minruntime_state.node_pool_configs"
+    f" WHERE {_CONFIG_OK}"
+)
+_BAD_CONFIGS: Final = (
+    f"SELECT node_pool FROM minruntime_state.node_pool_configs WHERE NOT ({_CONFIG_OK})"
 )
 _NOMINATIONS: Final = (
     "SELECT n.uid, n.nominated_by FROM minruntime_state.nominations n"
@@ -97,126 +131,291 @@ class CycleInputs:
     configs: NodePoolConfigs
     # (uid, nominator) of the nominations other components published.
     external: tuple[tuple[str, str], ...]
-    # Podgroups whose stored rows the core rejected (left out of the cycle, logged).
-    rejected: tuple[str, ...] = ()
+    # What the stored rows hold that the planner cannot use: left out of the cycle, logged.
+    excluded: tuple[Exclusion, ...] = ()
+
+    @property
+    def rejected(self) -> tuple[str, ...]:
+        """The uids of the podgroups left out of the cycle."""
+        return tuple(e.name for e in self.excluded if e.what == "podgroup")
 
 
-def load_cycle_inputs(conn: Connection, now: datetime) -> CycleInputs:
-    """Read the snapshot, queue tree, configs and external nominations at ``now``."""
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
-        cursor.execute(_NODES)
-        nodes = tuple(Node(name=name, gpu=float(gpu), node_pool=pool) for name, pool, gpu in cursor)
-        cursor.execute(_PODGROUPS)
-        podgroups = cursor.fetchall()
-        cursor.execute(_PODS)
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One stored podgroup as read, before the core's checks."""
+
+    uid: str
+    queue: str
+    pool: str
+    priority: int
+    preemptible: bool
+    status: str
+    start_time: datetime | None
+    bad_start: bool
+    annotations: Any
+    awaiting_release: bool
+    submitted_at: datetime | None
+    bad_submitted: bool
+
+
+class _Reader:
+    """Builds the snapshot row by row; whatever the core refuses is excluded with its reason."""
+
+    def __init__(self) -> None:
+        self.excluded: list[Exclusion] = []
+        # Nodes whose free capacity is unknown (a bad promise, an excluded podgroup's pods).
+        self.doubtful_nodes: dict[str, ExclusionReason] = {}
+        # uid -> the first error its pods or subgroups raised (the podgroup is excluded).
+        self.pod_errors: dict[str, MinRuntimeError] = {}
+        # uid -> nodes its allocated pods are on, whatever their values.
+        self.pod_nodes: dict[str, set[str]] = {}
+
+    def exclude(self, what: str, name: str, reason: ExclusionReason, detail: str = "") -> None:
+        self.excluded.append(Exclusion(what, name, reason, detail))
+        log.warning("requeue cycle leaves out %s %s (%s): %s", what, name, reason.value, detail)
+
+    def nodes(self, rows: Iterable[tuple[Any, ...]]) -> list[Node]:
+        nodes: list[Node] = []
+        for name, pool, gpu in rows:
+            try:
+                nodes.append(Node(name=name, gpu=_number(gpu), node_pool=pool))
+            except MinRuntimeError as error:
+                self.exclude("node", name, exclusion_reason(error), str(error))
+        return nodes
+
+    def pods(self, rows: Iterable[tuple[Any, ...]]) -> dict[str, list[Pod]]:
+        """Pods by uid (a pod the core refuses is in ``pod_errors`` instead)."""
         pods: dict[str, list[Pod]] = {}
-        for uid, name, subgroup, gpu, node, allocated in cursor:
-            pods.setdefault(uid, []).append(
-                Pod(
+        for uid, name, subgroup, gpu, node, allocated in rows:
+            if allocated and node:
+                self.pod_nodes.setdefault(uid, set()).add(node)
+            try:
+                pod = Pod(
                     name=name,
-                    gpu=0.0 if gpu is None else float(gpu),
+                    gpu=0.0 if gpu is None else _number(gpu),
                     subgroup=subgroup,
                     node=node if allocated else None,
                     running=bool(allocated and node),
                 )
-            )
-        cursor.execute(_SUBGROUPS)
+            except MinRuntimeError as error:
+                self.pod_errors.setdefault(uid, error)
+                continue
+            pods.setdefault(uid, []).append(pod)
+        return pods
+
+    def subgroups(self, rows: Iterable[tuple[Any, ...]]) -> dict[str, list[SubGroup]]:
         subgroups: dict[str, list[SubGroup]] = {}
-        for uid, name, min_available in cursor:
-            subgroups.setdefault(uid, []).append(SubGroup(name, min_available))
-        cursor.execute(_PROMISES, {"now": now})
+        for uid, name, min_available in rows:
+            try:
+                subgroups.setdefault(uid, []).append(SubGroup(name, min_available))
+            except MinRuntimeError as error:
+                self.pod_errors.setdefault(uid, error)
+        return subgroups
+
+    def certain(self, nodes: Iterable[Node]) -> list[Node]:
+        """The nodes whose free capacity is known (the others are excluded)."""
+        kept: list[Node] = []
+        for node in nodes:
+            reason = self.doubtful_nodes.get(node.name)
+            if reason is None:
+                kept.append(node)
+            else:
+                self.exclude("node", node.name, reason, "its free capacity is unknown")
+        return kept
+
+    def external(self, nominations: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The usable external nominations of podgroups that are not excluded."""
+        excluded = {e.name for e in self.excluded if e.what == "podgroup"}
+        external: list[tuple[str, str]] = []
+        for uid, nominator in nominations:
+            if uid in excluded:
+                continue
+            if not nominator:
+                # This nomination only: the podgroup's other nominations still count.
+                self.exclude("nomination", uid, ExclusionReason.INVALID_NOMINATION, "no nominator")
+                continue
+            external.append((uid, nominator))
+        return external
+
+    def promises(self, rows: Iterable[tuple[Any, ...]]) -> tuple[dict[str, float], set[str]]:
         promised: dict[str, float] = {}
         promised_to: set[str] = set()
-        for beneficiary, node, gpu in cursor:
-            promised[node] = promised.get(node, 0.0) + float(gpu)
+        for beneficiary, node, gpu in rows:
+            amount = _number(gpu)
+            total = promised.get(node, 0.0) + amount
+            if not (math.isfinite(total) and 0 <= total <= MAX_GPU):
+                self.doubtful_nodes[node] = ExclusionReason.INVALID_GPU
+                continue
+            promised[node] = total
             promised_to.add(beneficiary)
-        cursor.execute(_CONFIGS)
-        configs = _node_pool_configs(cursor)
+        return promised, promised_to
+
+
+def load_cycle_inputs(conn: Connection, now: datetime) -> CycleInputs:
+    """Read the snapshot, queue tree, configs and external nominations at ``now``.
+
+    Never raises for what the projections hold: a node, podgroup, node pool or the queue
+    tree the planner cannot use is left out, with its reason in ``excluded``.
+    """
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    reader = _Reader()
+    with driver.cursor() as cursor:
+        cursor.execute(_NODES)
+        nodes = reader.nodes(cursor)
+        cursor.execute(_PODGROUPS)
+        rows = [_Row(*row) for row in cursor.fetchall()]
+        cursor.execute(_PODS)
+        pods = reader.pods(cursor)
+        cursor.execute(_SUBGROUPS)
+        subgroups = reader.subgroups(cursor)
+        cursor.execute(_PROMISES, {"now": now})
+        promised, promised_to = reader.promises(cursor)
+        configs, bad_pools = _read_configs(cursor)
         cursor.execute(_NOMINATIONS)
-        external = tuple((uid, nominator) for uid, nominator in cursor)
+        nominations = cursor.fetchall()
+    tree: QueueTree | None
+    try:
+        tree = load_tree(conn)
+    except MinRuntimeError as error:
+        reader.exclude("queue_tree", "queues", ExclusionReason.INVALID_QUEUE_TREE, str(error))
+        tree = None
+    for pool in sorted(bad_pools):
+        reader.exclude("node_pool", pool, ExclusionReason.INVALID_CONFIG, "unusable stored config")
     running: list[RunningPodGroup] = []
     pending: list[PendingPodGroup] = []
     awaiting: set[str] = set()
-    rejected: list[str] = []
-    for (
-        uid,
-        queue,
-        pool,
-        priority,
-        preemptible,
-        status,
-        start_time,
-        annotation_map,
-        awaiting_release,
-        submitted_at,
-    ) in podgroups:
-        shape = _shape(uid, pods, subgroups)
-        try:
-            if status == "running":
-                running.append(
-                    RunningPodGroup(
-                        uid=uid,
-                        queue=queue,
-                        priority=priority,
-                        start_time=start_time,
-                        node_pool=pool,
-                        preemptible=preemptible,
-                        annotations=_string_map(annotation_map),
-                        **shape,
-                    )
-                )
-                if awaiting_release:
-                    awaiting.add(uid)
-            else:
-                pending.append(
-                    PendingPodGroup(
-                        uid=uid,
-                        queue=queue,
-                        priority=priority,
-                        node_pool=pool,
-                        submitted_at=submitted_at,
-                        **shape,
-                    )
-                )
-        except MinRuntimeError as error:
-            # One inconsistent row must not stop every other decision: it is left out of the
-            # cycle (neither candidate nor contender) and reported.
-            log.warning("podgroup %s left out of the requeue cycle: %s", uid, error)
-            rejected.append(uid)
+    for row in rows:
+        unusable = pool_unusable(row.pool, bad_pools, configs)
+        built = _podgroup(reader, row, pods, subgroups, tree, unusable)
+        if isinstance(built, RunningPodGroup):
+            running.append(built)
+            if row.awaiting_release:
+                awaiting.add(row.uid)
+        elif isinstance(built, PendingPodGroup):
+            pending.append(built)
+        elif row.status == "running":
+            # Its pods hold capacity nobody can measure now: their nodes are left out too.
+            for name in reader.pod_nodes.get(row.uid, ()):
+                reader.doubtful_nodes.setdefault(name, ExclusionReason.HOSTS_EXCLUDED_PODGROUP)
+    kept_nodes = reader.certain(nodes)
+    external = reader.external(nominations)
+    kept = {node.name for node in kept_nodes}
     snapshot = ClusterSnapshot(
-        nodes=nodes,
+        nodes=tuple(kept_nodes),
         running=tuple(running),
         pending=tuple(pending),
-        promised=promised,
+        promised={node: gpu for node, gpu in promised.items() if node in kept},
         awaiting_release=frozenset(awaiting),
         promised_to=frozenset(promised_to),
     )
-    return CycleInputs(snapshot, load_tree(conn), configs, external, tuple(rejected))
+    return CycleInputs(
+        snapshot,
+        QueueTree(()) if tree is None else tree,
+        configs,
+        tuple(external),
+        tuple(reader.excluded),
+    )
+
+
+def _podgroup(
+    reader: _Reader,
+    row: _Row,
+    pods: Mapping[str, list[Pod]],
+    subgroups: Mapping[str, list[SubGroup]],
+    tree: QueueTree | None,
+    pool_unusable: bool,
+) -> RunningPodGroup | PendingPodGroup | None:
+    """The podgroup as the core sees it, or None (excluded, with its reason)."""
+    uid = row.uid
+    problem: tuple[ExclusionReason, str] | None = None
+    if tree is None:
+        problem = (ExclusionReason.INVALID_QUEUE_TREE, "the queue tree is unusable")
+    elif pool_unusable:
+        problem = (ExclusionReason.INVALID_CONFIG, f"node pool {row.pool} has an unusable config")
+    elif row.bad_start or row.bad_submitted:
+        problem = (ExclusionReason.INVALID_TIME, "a start or submission time outside years 1-9999")
+    elif not isinstance(row.annotations, dict | None):
+        problem = (ExclusionReason.INVALID_ANNOTATIONS, "annotations are not a map")
+    elif uid in reader.pod_errors:
+        error = reader.pod_errors[uid]
+        problem = (exclusion_reason(error), str(error))
+    if problem is not None:
+        reader.exclude("podgroup", uid, *problem)
+        return None
+    shape = _shape(uid, pods, subgroups)
+    try:
+        if row.status == "running":
+            return RunningPodGroup(
+                uid=uid,
+                queue=row.queue,
+                priority=row.priority,
+                start_time=row.start_time,
+                node_pool=row.pool,
+                preemptible=row.preemptible,
+                annotations=_string_map(row.annotations),
+                **shape,
+            )
+        return PendingPodGroup(
+            uid=uid,
+            queue=row.queue,
+            priority=row.priority,
+            node_pool=row.pool,
+            submitted_at=row.submitted_at,
+            **shape,
+        )
+    except MinRuntimeError as error:
+        # One inconsistent row must not stop every other decision: it is left out of the
+        # cycle (neither candidate nor contender) and reported.
+        reader.exclude("podgroup", uid, exclusion_reason(error), str(error))
+        return None
+
+
+def _number(value: Any) -> float:
+    """A stored number as a float (NaN when it is not one: the core refuses NaN)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
 
 
 def load_node_pool_configs(conn: Connection) -> NodePoolConfigs:
-    """The stored plugin arguments of every node pool."""
+    """The stored plugin arguments of every node pool whose row is usable."""
+    return read_node_pool_configs(conn)[0]
+
+
+def read_node_pool_configs(conn: Connection) -> tuple[NodePoolConfigs, set[str]]:
+    """The stored plugin arguments of every node pool, and the pools whose row is unusable."""
     driver = conn.connection.driver_connection
     assert driver is not None
     with driver.cursor() as cursor:
-        cursor.execute(_CONFIGS)
-        return _node_pool_configs(cursor)
+        return _read_configs(cursor)
 
 
-def _node_pool_configs(rows: Iterable[tuple[Any, ...]]) -> NodePoolConfigs:
-    return NodePoolConfigs(
-        {
-            pool: MinRuntimeConfig(
+def _read_configs(cursor: Any) -> tuple[NodePoolConfigs, set[str]]:
+    cursor.execute(_CONFIGS)
+    configs: dict[str, MinRuntimeConfig] = {}
+    bad_pools: set[str] = set()
+    for pool, preempt, reclaim, method, delay in cursor.fetchall():
+        try:
+            configs[pool] = MinRuntimeConfig(
                 default_preempt_min_runtime=preempt,
                 default_reclaim_min_runtime=reclaim,
                 reclaim_resolve_method=method,
                 default_requeue_delay=delay,
             )
-            for pool, preempt, reclaim, method, delay in rows
-        }
-    )
+        except MinRuntimeError:
+            bad_pools.add(pool)
+    cursor.execute(_BAD_CONFIGS)
+    bad_pools.update(pool for (pool,) in cursor)
+    return NodePoolConfigs(configs), bad_pools
+
+
+def pool_unusable(pool: str, bad_pools: set[str], configs: NodePoolConfigs) -> bool:
+    """True if ``pool``'s podgroups cannot be judged: its config (or the default's) is bad."""
+    if pool in bad_pools:
+        return True
+    return pool not in configs.by_pool and DEFAULT_NODE_POOL in bad_pools
 
 
 def last_decisions(conn: Connection, uids: list[str]) -> dict[str, LastDecision]:

@@ -31,8 +31,9 @@ from typing import Final
 import sqlalchemy as sa
 from psycopg import errors as pg_errors
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from minruntime.core import Exclusion, ExclusionReason
 from minruntime.ingest import NOMINATIONS_CHANNEL
 from minruntime.requeue.cycle import CycleReport, run_cycle
 from minruntime.requeue.metrics import RequeueMetrics
@@ -93,7 +94,7 @@ class RequeueWorker:
                         continue
                     backoff = self._options.standby_poll_seconds
                     self._lead(conn)
-            except DBAPIError as error:
+            except (DBAPIError, pg_errors.OperationalError) as error:
                 # Lost the database (or it refused us): whatever we held is gone with the
                 # session. Back to standby; another replica may take over meanwhile.
                 self._metrics.active.set(0)
@@ -133,12 +134,21 @@ class RequeueWorker:
                         conn, now=self._clock(), topic=options.topic, clock=self._clock
                     )
             except DBAPIError as error:
-                if not isinstance(error.orig, _CONFLICTS):
+                if isinstance(error.orig, _CONFLICTS):
+                    self._metrics.cycles.labels("conflict").inc()
+                    log.info("requeue cycle conflicted with the processor, retrying")
+                    continue
+                if _connection_lost(error):
                     self._metrics.cycles.labels("failed").inc()
                     raise
-                self._metrics.cycles.labels("conflict").inc()
-                log.info("requeue cycle conflicted with the processor, retrying")
-                continue
+                self._failed(error)
+                return None
+            except pg_errors.OperationalError:
+                self._metrics.cycles.labels("failed").inc()
+                raise
+            except Exception as error:
+                self._failed(error)
+                return None
             self.cycles += 1
             self._metrics.cycles.labels("ok").inc()
             self._metrics.cycle_seconds.observe(time.perf_counter() - started)
@@ -156,6 +166,19 @@ class RequeueWorker:
             return report
         log.warning("requeue cycle gave up after %d conflicts", options.conflict_retries + 1)
         return None
+
+    def _failed(self, error: Exception) -> None:
+        """A cycle that raised for what the database holds: logged, counted, tried again.
+
+        The snapshot excludes every unusable value it knows of; this is the last line, so
+        that nothing stored can stop the active replica (and then the standby, forever).
+        The transaction was rolled back; the next cycle runs on schedule.
+        """
+        self._metrics.cycles.labels("failed").inc()
+        self._metrics.observe_excluded(
+            [Exclusion("cycle", "requeue", ExclusionReason.PLANNER_ERROR, _one_line(error))]
+        )
+        log.error("requeue cycle failed, decided nothing: %s", _one_line(error))
 
     def _wait_for_trigger(self, conn: Connection) -> None:
         """Sleep until the next cycle is due, a nomination arrives, or we are stopped."""
@@ -176,4 +199,8 @@ class RequeueWorker:
 
 
 def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300]
+    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
+
+
+def _connection_lost(error: DBAPIError) -> bool:
+    return error.connection_invalidated or isinstance(error, OperationalError | InterfaceError)

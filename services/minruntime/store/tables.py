@@ -245,9 +245,19 @@ outbox = sa.Table(
     sa.Column("headers", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Column("published_at", sa.DateTime(timezone=True)),
+    # Set aside: the broker refused the row for a reason that will not change (migration 0006).
+    sa.Column("failed_at", sa.DateTime(timezone=True)),
+    sa.Column("failure", sa.Text),
+    # Failed publishes of this row, retriable ones included.
+    sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("0")),
     sa.Index(
         "ix_outbox_unpublished",
         "created_at",
         postgresql_where=sa.text("published_at IS NULL"),
+    ),
+    sa.Index(
+        "ix_outbox_pending",
+        "created_at",
+        postgresql_where=sa.text("published_at IS NULL AND failed_at IS NULL"),
     ),
 )

@@ -4,6 +4,15 @@ At least once, never lost: rows are claimed with `FOR UPDATE SKIP LOCKED` (sever
 run), published with an idempotent producer and awaited, and only then marked published in
 the same transaction. A crash between the publish and the mark re-publishes the same rows
 with the same `id` (record header `id`, and inside the payload) so consumers de-duplicate.
+
+One row never blocks the others (docs/events.md, "Outbox rows the broker refuses"): each row's
+send is judged on its own. A row the broker refuses for a reason that will not change on retry
+(too large, invalid topic, an invalid record) is set aside — `failed_at`, `failure`, logged
+once, counted — and the rest of the batch is published and marked. A refusal that came back
+for a whole produce batch is confirmed by sending that row alone first, so an innocent row
+sharing a batch with a bad one is never set aside. Anything else (broker away, leader
+moving, timeouts, authorization) is retriable: those rows stay pending and the relay backs
+off (capped), nothing set aside.
 """
 
 from __future__ import annotations
@@ -12,15 +21,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from minruntime.store.tables import outbox
+from minruntime.stream.outbox_metrics import OutboxMetrics, read_outbox_stats
 
 log = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS: Final = 10.0
+# How often the backlog gauges are refreshed from the table.
+STATS_SECONDS: Final = 2.0
 
 
 @dataclass(frozen=True)
@@ -33,11 +47,54 @@ class OutboxRow:
     value: bytes
 
 
+@dataclass
+class PublishReport:
+    """What one claim-send-mark round did with its rows."""
+
+    published: list[str] = field(default_factory=list)
+    # (row id, reason label, one-line failure) of the rows set aside.
+    set_aside: list[tuple[str, str, str]] = field(default_factory=list)
+    # Rows left pending after a retriable failure, and the first such failure.
+    retry: list[str] = field(default_factory=list)
+    retry_error: BaseException | None = None
+
+
+def permanent_reason(error: BaseException) -> str | None:
+    """The set-aside reason label of an error that will not change on retry; None: retriable."""
+    from aiokafka import errors
+
+    reasons: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
+        (
+            (
+                errors.MessageSizeTooLargeError,
+                errors.RecordListTooLargeError,
+                errors.RecordTooLargeError,
+            ),
+            "too_large",
+        ),
+        ((errors.InvalidTopicError,), "invalid_topic"),
+        (
+            (
+                errors.CorruptRecordException,
+                errors.UnsupportedForMessageFormatError,
+                errors.PolicyViolationError,
+            ),
+            "invalid_record",
+        ),
+        # Raised by send() itself for a key, value or header the client cannot encode.
+        ((TypeError, ValueError), "unencodable"),
+    )
+    for kinds, reason in reasons:
+        if isinstance(error, kinds):
+            return reason
+    return None
+
+
 def claim(conn: Connection, limit: int) -> list[OutboxRow]:
-    """Lock up to `limit` unpublished rows, oldest first, skipping rows another relay holds."""
+    """Lock up to `limit` pending rows, oldest first, skipping rows another relay holds."""
     rows = conn.execute(
         sa.select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload)
-        .where(outbox.c.published_at.is_(None))
+        .where(outbox.c.published_at.is_(None), outbox.c.failed_at.is_(None))
         .order_by(outbox.c.created_at, outbox.c.id)
         .limit(limit)
         .with_for_update(skip_locked=True)
@@ -57,17 +114,54 @@ def mark_published(conn: Connection, ids: Sequence[str]) -> None:
         )
 
 
+def record_failures(conn: Connection, report: PublishReport) -> None:
+    """Set aside the rows refused for good; count an attempt on the rows to retry."""
+    for row_id, _, failure in report.set_aside:
+        conn.execute(
+            sa.update(outbox)
+            .where(outbox.c.id == row_id)
+            .values(failed_at=sa.func.now(), failure=failure, attempts=outbox.c.attempts + 1)
+        )
+    if report.retry:
+        conn.execute(
+            sa.update(outbox)
+            .where(outbox.c.id.in_(report.retry))
+            .values(attempts=outbox.c.attempts + 1)
+        )
+
+
+def retry_set_aside(conn: Connection, ids: Sequence[str] | None = None) -> int:
+    """Put set-aside rows (these ids, or all with None) back in the queue; return how many."""
+    statement = sa.update(outbox).where(
+        outbox.c.published_at.is_(None), outbox.c.failed_at.is_not(None)
+    )
+    if ids is not None:
+        statement = statement.where(outbox.c.id.in_(list(ids)))
+    result = conn.execute(statement.values(failed_at=None))
+    return int(result.rowcount)
+
+
 class OutboxRelay:
     """Publishes outbox rows to Kafka; wake it with `notify()` after a commit that added rows."""
 
     def __init__(
-        self, engine: Engine, bootstrap: str, *, poll_seconds: float = 0.25, batch: int = 500
+        self,
+        engine: Engine,
+        bootstrap: str,
+        *,
+        poll_seconds: float = 0.25,
+        batch: int = 500,
+        metrics: OutboxMetrics | None = None,
+        producer_options: dict[str, Any] | None = None,
     ) -> None:
         self._engine = engine
         self._bootstrap = bootstrap
         self._poll = poll_seconds
         self._batch = batch
+        self._metrics = metrics
+        self._producer_options = producer_options or {}
         self._wake = asyncio.Event()
+        self._stats_due = 0.0
         self.published = 0
 
     def notify(self) -> None:
@@ -78,46 +172,124 @@ class OutboxRelay:
         """Publish forever (the processor's background task)."""
         from aiokafka import AIOKafkaProducer
 
-        producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, enable_idempotence=True)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self._bootstrap, enable_idempotence=True, **self._producer_options
+        )
         await producer.start()
         backoff = self._poll
         try:
             while True:
                 try:
-                    sent = await self.publish_once(producer)
+                    report = await self.publish_once(producer)
                 except Exception as exc:
                     # Nothing was marked: the same rows (same ids) go out on the next try.
                     log.warning("outbox publish failed, retrying in %.1fs: %r", backoff, exc)
+                    report = None
+                await self._refresh_stats()
+                if report is None or report.retry:
+                    if report is not None:
+                        log.warning(
+                            "outbox: %d row(s) not published, retrying in %.1fs: %r",
+                            len(report.retry),
+                            backoff,
+                            report.retry_error,
+                        )
                     await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
+                    backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
                     continue
                 backoff = self._poll
-                if sent < self._batch:
+                if len(report.published) + len(report.set_aside) < self._batch:
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), self._poll)
         finally:
             await producer.stop()
 
-    async def publish_once(self, producer: Any) -> int:
-        """Claim, publish and mark one batch; return how many rows were published."""
+    async def publish_once(self, producer: Any) -> PublishReport:
+        """Claim, publish and mark one batch; set aside rows the broker refuses for good."""
         conn = await asyncio.to_thread(self._engine.connect)
         try:
             transaction = conn.begin()
             rows = await asyncio.to_thread(claim, conn, self._batch)
             if not rows:
                 transaction.rollback()
-                return 0
-            futures = [
-                await producer.send(
-                    row.topic, row.value, key=row.key, headers=[("id", row.id.encode())]
-                )
-                for row in rows
-            ]
-            await asyncio.gather(*futures)
-            await asyncio.to_thread(mark_published, conn, [row.id for row in rows])
+                return PublishReport()
+            report = await _send(producer, rows)
+            await asyncio.to_thread(mark_published, conn, report.published)
+            await asyncio.to_thread(record_failures, conn, report)
             await asyncio.to_thread(transaction.commit)
         finally:
             await asyncio.to_thread(conn.close)
-        self.published += len(rows)
-        return len(rows)
+        self.published += len(report.published)
+        for row_id, reason, failure in report.set_aside:
+            # Logged once: a set-aside row is not claimed again until an operator retries it.
+            log.error("outbox row %s set aside (%s): %s", row_id, reason, failure)
+        if self._metrics is not None:
+            self._metrics.observe(report)
+        return report
+
+    async def _refresh_stats(self) -> None:
+        if self._metrics is None:
+            return
+        now = asyncio.get_running_loop().time()
+        if now < self._stats_due:
+            return
+        self._stats_due = now + STATS_SECONDS
+        try:
+            stats = await asyncio.to_thread(read_outbox_stats, self._engine)
+        except Exception as exc:  # the database is away: the gauges keep their last values
+            log.debug("outbox stats not read: %r", exc)
+            return
+        self._metrics.set_stats(stats)
+
+
+async def _send(producer: Any, rows: Sequence[OutboxRow]) -> PublishReport:
+    """Send every row, then await them all; judge each row by its own outcome."""
+    outcomes: dict[str, BaseException | None] = {}
+    # Rows whose error came from a produce batch (maybe another row's fault) vs. send() itself.
+    batched: dict[str, Any] = {}
+    for row in rows:
+        try:
+            batched[row.id] = await _enqueue(producer, row)
+        except Exception as exc:
+            outcomes[row.id] = exc
+    gathered = await asyncio.gather(*batched.values(), return_exceptions=True)
+    results = dict(zip(batched, gathered, strict=True))
+    report = PublishReport()
+    for row in rows:
+        if row.id in outcomes:
+            error = outcomes[row.id]
+        else:
+            result = results[row.id]
+            error = result if isinstance(result, BaseException) else None
+            if error is not None and permanent_reason(error) is not None:
+                # Refused with its batch: only the row alone tells whose fault it was.
+                error = await _send_alone(producer, row)
+        _judge(report, row.id, error)
+    return report
+
+
+async def _enqueue(producer: Any, row: OutboxRow) -> Any:
+    return await producer.send(row.topic, row.value, key=row.key, headers=[("id", row.id.encode())])
+
+
+async def _send_alone(producer: Any, row: OutboxRow) -> BaseException | None:
+    try:
+        await (await _enqueue(producer, row))
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _judge(report: PublishReport, row_id: str, error: BaseException | None) -> None:
+    if error is None:
+        report.published.append(row_id)
+        return
+    reason = permanent_reason(error)
+    if reason is None:
+        report.retry.append(row_id)
+        if report.retry_error is None:
+            report.retry_error = error
+        return
+    text = " ".join(f"{type(error).__name__}: {error}".split())[:500]
+    report.set_aside.append((row_id, reason, text))

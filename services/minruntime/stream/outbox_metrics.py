@@ -1,0 +1,97 @@
+"""The outbox relay's Prometheus metrics: backlog, age of the oldest pending row, set-aside rows.
+
+Both relays (the processor's and the requeue worker's) publish from the same table, so the
+gauges read the table (every few seconds) and say the same thing in both processes; the
+counters count what this process's relay did. Labels are finite: the set-aside reasons of
+``relay.permanent_reason``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from sqlalchemy import Engine
+
+if TYPE_CHECKING:
+    from minruntime.stream.relay import PublishReport
+
+SET_ASIDE_REASONS: Final = ("too_large", "invalid_topic", "invalid_record", "unencodable")
+
+_STATS: Final = sa.text(
+    "SELECT count(*) FILTER (WHERE failed_at IS NULL),"
+    " coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE failed_at IS NULL)), 0),"
+    " count(*) FILTER (WHERE failed_at IS NOT NULL)"
+    " FROM minruntime_state.outbox WHERE published_at IS NULL"
+)
+
+
+@dataclass(frozen=True)
+class OutboxStats:
+    """The outbox as the table has it now."""
+
+    backlog: int
+    oldest_age_seconds: float
+    set_aside: int
+
+
+def read_outbox_stats(engine: Engine) -> OutboxStats:
+    """Pending rows, the age of the oldest one, and rows set aside."""
+    with engine.connect() as conn:
+        backlog, age, set_aside = conn.execute(_STATS).one()
+    return OutboxStats(int(backlog), float(age), int(set_aside))
+
+
+class OutboxMetrics:
+    """The relay's gauges and counters, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.backlog = Gauge(
+            "minruntime_outbox_backlog",
+            "Outbox rows waiting to be published (not set aside).",
+            registry=registry,
+        )
+        self.oldest_age = Gauge(
+            "minruntime_outbox_oldest_age_seconds",
+            "Age of the oldest outbox row waiting to be published (0 when none waits).",
+            registry=registry,
+        )
+        self.set_aside_rows = Gauge(
+            "minruntime_outbox_set_aside_rows",
+            "Outbox rows set aside (the broker refused them for good) and not retried yet.",
+            registry=registry,
+        )
+        self.set_aside = Counter(
+            "minruntime_outbox_set_aside",
+            "Outbox rows this relay set aside, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.published = Counter(
+            "minruntime_outbox_published",
+            "Outbox rows this relay published.",
+            registry=registry,
+        )
+        self.retries = Counter(
+            "minruntime_outbox_retries",
+            "Outbox rows whose publish failed for a retriable reason (left pending).",
+            registry=registry,
+        )
+        for reason in SET_ASIDE_REASONS:
+            self.set_aside.labels(reason)
+
+    def observe(self, report: PublishReport) -> None:
+        """Count one claim-send-mark round."""
+        self.published.inc(len(report.published))
+        for _, reason, _ in report.set_aside:
+            self.set_aside.labels(reason).inc()
+        if report.retry:
+            self.retries.inc(len(report.retry))
+
+    def set_stats(self, stats: OutboxStats) -> None:
+        """Set the gauges from the table's figures."""
+        self.backlog.set(stats.backlog)
+        self.oldest_age.set(stats.oldest_age_seconds)
+        self.set_aside_rows.set(stats.set_aside)
