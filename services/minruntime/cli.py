@@ -14,6 +14,7 @@ from rich.table import Table
 
 from minruntime.commands import audit as audit_commands
 from minruntime.commands import explain as explain_commands
+from minruntime.commands import offsets as offsets_commands
 from minruntime.commands import replay as replay_commands
 from minruntime.commands import whatif as whatif_commands
 from minruntime.commands.common import database_error
@@ -269,6 +270,7 @@ app.command("whatif")(whatif_commands.whatif_command)
 app.command("protection")(explain_commands.protection_command)
 app.command("explain")(explain_commands.explain_command)
 app.command("audit")(audit_commands.audit_command)
+app.add_typer(offsets_commands.offsets_app, name="offsets")
 # -- end of operator commands --
 
 
