@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 
 from minruntime.core.topic_life import StoredOffset, TopicLife, life_changed, untied
 from minruntime.errors import TopicLifeChangedError
+from minruntime.ingest.records import InboundRecord
 from minruntime.store.state_schema import state_text
 
 _LOCK_OFFSETS: Final = (
@@ -120,3 +121,50 @@ def rebaseline(
 
 def _id_of(life: TopicLife | None) -> str | None:
     return None if life is None else life.topic_id
+
+
+_REWIND: Final = (
+    "UPDATE minruntime_state.consumer_offsets AS o SET next_offset = u.first"
+    " FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]),"
+    " CAST(:firsts AS bigint[])) AS u(t, p, first)"
+    " WHERE o.consumer_group = :group AND o.topic = u.t AND o.partition = u.p"
+    " AND o.next_offset > u.first"
+)
+
+
+def laps(records: Sequence[InboundRecord]) -> list[list[InboundRecord]]:
+    """``records`` cut where a partition's offset goes back: where a later life of a topic starts.
+
+    For replays of a log in which every record appears once (the event log, a topic read
+    from its start): there, an offset at or below an earlier one is a new life, not a repeat.
+    """
+    cut: list[list[InboundRecord]] = [[]]
+    last: dict[tuple[str, int], int] = {}
+    for record in records:
+        where = (record.topic, record.partition)
+        if where in last and record.offset <= last[where]:
+            cut.append([])
+            last = {}
+        cut[-1].append(record)
+        last[where] = record.offset
+    return [lap for lap in cut if lap]
+
+
+def rewind_to(conn: Connection, group: str, records: Sequence[InboundRecord]) -> None:
+    """Lower the stored next offsets to the first offset of each partition in ``records``.
+
+    Only for replays (see ``laps``): a record is then never a redelivery, so a record below
+    the stored offset starts another life of its topic, and must be applied.
+    """
+    firsts: dict[tuple[str, int], int] = {}
+    for record in records:
+        firsts.setdefault((record.topic, record.partition), record.offset)
+    conn.execute(
+        state_text(conn, _REWIND),
+        {
+            "group": group,
+            "topics": [topic for topic, _ in firsts],
+            "partitions": [partition for _, partition in firsts],
+            "firsts": list(firsts.values()),
+        },
+    )
