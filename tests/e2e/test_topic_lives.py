@@ -181,14 +181,11 @@ def test_kafka_data_replaced_under_a_kept_database(
 ) -> None:
     """The issue's way: a private broker whose whole data directory is replaced."""
     kafka_port = free_port_pair()
-    private = settings.model_copy(
-        update={
-            "kafka_bootstrap": f"127.0.0.1:{kafka_port}",
-            "stack_dir": tmp_path / "stack",
-            "kafka_heap": "384m",
-        }
+    private = settings.model_copy(update={"kafka_bootstrap": f"127.0.0.1:{kafka_port}"})
+    # Its own directory (and ports): the shared stack's broker and tests are not disturbed.
+    broker = KafkaNode(
+        private.model_copy(update={"stack_dir": tmp_path / "stack", "kafka_heap": "384m"})
     )
-    broker = KafkaNode(private)
     metrics_port = _free_port()
     running = Pipeline(
         private, tmp_path, "wipe", overrides={"processor_metrics_port": str(metrics_port)}
