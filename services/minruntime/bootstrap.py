@@ -32,6 +32,7 @@ from minruntime.stream.metrics import ProcessorMetrics
 from minruntime.stream.outbox_metrics import OutboxMetrics
 from minruntime.stream.relay import OutboxRelay
 from minruntime.stream.sink import BatchSink
+from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, ensure_topics, topic_specs
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,11 @@ def build_processor(settings: Settings, registry: CollectorRegistry | None = Non
         metrics=OutboxMetrics(registry),
     )
     metrics = ProcessorMetrics(registry)
+    # Refuses topics whose stored offsets belong to another life of them; its readiness
+    # (None or one line) is the processor's "topics" readiness check.
+    guard = TopicGuard(
+        settings.kafka_bootstrap, registry, recheck_seconds=settings.topic_recheck_seconds
+    )
 
     def on_outcome(
         role: TopicRole, outcome: BatchOutcome, seconds: float, lags: Mapping[int, int]
@@ -100,7 +106,7 @@ def build_processor(settings: Settings, registry: CollectorRegistry | None = Non
         metrics.observe(role.value, outcome, seconds, lags)
         log.info("%s: %s", role.value, outcome)
 
-    return build_app(settings, sink, on_outcome=on_outcome, relay=relay.run)
+    return build_app(settings, sink, on_outcome=on_outcome, relay=relay.run, guard=guard)
 
 
 def run_processor(settings: Settings, loglevel: str = "warning") -> None:

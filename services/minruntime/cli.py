@@ -14,6 +14,7 @@ from rich.table import Table
 
 from minruntime.commands import audit as audit_commands
 from minruntime.commands import explain as explain_commands
+from minruntime.commands import offsets as offsets_commands
 from minruntime.commands import outbox as outbox_commands
 from minruntime.commands import replay as replay_commands
 from minruntime.commands import whatif as whatif_commands
@@ -271,6 +272,7 @@ app.command("protection")(explain_commands.protection_command)
 app.command("explain")(explain_commands.explain_command)
 app.command("audit")(audit_commands.audit_command)
 app.add_typer(outbox_commands.outbox_app, name="outbox")
+app.add_typer(offsets_commands.offsets_app, name="offsets")
 # -- end of operator commands --
 
 

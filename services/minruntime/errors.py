@@ -26,3 +26,12 @@ class MissingToolError(StackError):
 
 class PortInUseError(StackError):
     """A port the stack wants to listen on is taken by another process."""
+
+
+class TopicLifeChangedError(UserError):
+    """Stored offsets were read from another life of a topic (recreated, another cluster)."""
+
+    def __init__(self, topic: str, reason: str) -> None:
+        self.topic = topic
+        self.reason = reason
+        super().__init__(reason)

@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     batch_within_seconds: float = 0.05
     outbox_poll_seconds: float = 0.25
     db_retry_attempts: int = 8
+    # How often a topic refused for offsets of another life is re-checked (docs/pipeline.md).
+    topic_recheck_seconds: float = Field(default=5.0, gt=0)
     state_dir: Path = Field(default_factory=lambda: project_root() / ".stack" / "processor")
 
     # The requeue worker (docs/requeue-worker.md).

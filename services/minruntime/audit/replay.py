@@ -22,7 +22,14 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.events import ROLE_TYPES, Event, EventRejected, decode_event
-from minruntime.ingest import InboundRecord, apply_batch, apply_decisions, log_decisions
+from minruntime.ingest import (
+    BatchOutcome,
+    InboundRecord,
+    apply_batch,
+    apply_decisions,
+    log_decisions,
+)
+from minruntime.ingest.offsets import laps, rewind_to
 from minruntime.store.state_schema import is_live
 
 REPLAY_GROUP: Final = "minruntime-replay"
@@ -214,7 +221,11 @@ def _apply_inputs(
     roles = {
         entry.topic: topic_roles.get(entry.topic) or _ROLE_OF_TYPE[entry.type] for entry in entries
     }
-    outcome = apply_batch(conn, records, consumer_group=REPLAY_GROUP, topic_roles=roles)
+    outcome = BatchOutcome()
+    for lap in laps(records):
+        # A later life of a topic (recreated, another cluster) numbers its records from 0 again.
+        rewind_to(conn, REPLAY_GROUP, lap)
+        outcome.add(apply_batch(conn, lap, consumer_group=REPLAY_GROUP, topic_roles=roles))
     report.batches += 1
     report.events += outcome.applied
     if topic_roles:

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.core import MinRuntimeError
+from minruntime.core.topic_life import TopicLife
 from minruntime.events import (
     DEAD_LETTER_TOPIC,
     ROLE_TYPES,
@@ -42,6 +43,7 @@ from minruntime.events import (
     decode_event,
 )
 from minruntime.ingest.bulk import insert_many
+from minruntime.ingest.offsets import lock_offsets
 from minruntime.ingest.podgroups import PodGroupProjection
 from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
@@ -64,13 +66,6 @@ _PODGROUP_TYPES: Final = (
     RequeueNominatedData,
 )
 
-_LOCK_OFFSETS: Final = (
-    "INSERT INTO minruntime_state.consumer_offsets AS o (consumer_group, topic, partition,"
-    " next_offset) SELECT :group, t, p, 0 FROM unnest(CAST(:topics AS text[]),"
-    " CAST(:partitions AS int[])) AS u(t, p) ORDER BY t, p"
-    " ON CONFLICT (consumer_group, topic, partition) DO UPDATE SET next_offset = o.next_offset"
-    " RETURNING topic, partition, next_offset"
-)
 _STORE_OFFSET: Final = (
     "UPDATE minruntime_state.consumer_offsets SET next_offset = :next, updated_at = now()"
     " WHERE consumer_group = :group AND topic = :topic AND partition = :partition"
@@ -138,8 +133,10 @@ class _Batch:
         group: str,
         topic_types: Mapping[str, frozenset[str]],
         dead_letter_topic: str = DEAD_LETTER_TOPIC,
+        topic_lives: Mapping[str, TopicLife] | None = None,
     ):
         self.conn = conn
+        self.topic_lives = topic_lives
         self.group = group
         self.topic_types = topic_types
         self.dead_letter_topic = dead_letter_topic
@@ -153,15 +150,7 @@ class _Batch:
         partitions = sorted({(record.topic, record.partition) for record in records})
         if not partitions:
             return []
-        rows = self.conn.execute(
-            state_text(self.conn, _LOCK_OFFSETS),
-            {
-                "group": self.group,
-                "topics": [topic for topic, _ in partitions],
-                "partitions": [partition for _, partition in partitions],
-            },
-        )
-        next_offsets = {(row.topic, row.partition): row.next_offset for row in rows}
+        next_offsets = lock_offsets(self.conn, self.group, partitions, self.topic_lives)
         stored = dict(next_offsets)
         fresh = []
         for record in records:
@@ -329,15 +318,20 @@ def apply_batch(
     consumer_group: str,
     topic_roles: Mapping[str, str] | None = None,
     dead_letter_topic: str = DEAD_LETTER_TOPIC,
+    topic_lives: Mapping[str, TopicLife] | None = None,
 ) -> BatchOutcome:
     """Apply one Kafka batch inside the caller's transaction and store the next offsets.
 
     ``topic_roles`` maps each consumed topic name to its role (``queues``, ``podgroups``,
     ``nodes``, ``nominations``); None means the default topic names. A record from a topic
     that is not mapped is a configuration error (LookupError), not bad input. Dead letters
-    are written to the outbox for ``dead_letter_topic``.
+    are written to the outbox for ``dead_letter_topic``. ``topic_lives`` (topic -> what Kafka
+    holds now) ties the stored offsets to each topic's life: a batch of a topic whose offsets
+    came from another life raises TopicLifeChangedError and stores nothing (None: no check).
     """
-    batch = _Batch(conn, consumer_group, topic_types_for(topic_roles), dead_letter_topic)
+    batch = _Batch(
+        conn, consumer_group, topic_types_for(topic_roles), dead_letter_topic, topic_lives
+    )
     decoded = batch.decode(batch.fresh_records(records))
     seen = batch.unseen(decoded)
     conflicts = batch.conflicts(decoded, seen)
@@ -471,13 +465,16 @@ def dead_letter_alone(
     consumer_group: str,
     topic_roles: Mapping[str, str] | None = None,
     dead_letter_topic: str = DEAD_LETTER_TOPIC,
+    topic_lives: Mapping[str, TopicLife] | None = None,
 ) -> BatchOutcome:
     """Dead-letter one record that cannot be applied, with its offset, in the caller's transaction.
 
     Used by ``minruntime.ingest.isolation`` once a record is found to fail for a reason that
     retrying cannot cure; a record already applied (its offset is stored) is skipped.
     """
-    batch = _Batch(conn, consumer_group, topic_types_for(topic_roles), dead_letter_topic)
+    batch = _Batch(
+        conn, consumer_group, topic_types_for(topic_roles), dead_letter_topic, topic_lives
+    )
     for fresh in batch.fresh_records([record]):
         batch.dead_letter(fresh, kind, message, _event_or_none(fresh, batch.topic_types))
     batch.write_logs()

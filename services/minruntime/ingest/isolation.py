@@ -22,6 +22,7 @@ from typing import Final
 
 from sqlalchemy import Connection, Engine
 
+from minruntime.core.topic_life import TopicLife
 from minruntime.events import DEAD_LETTER_TOPIC
 from minruntime.ingest.batch import apply_batch, dead_letter_alone
 from minruntime.ingest.records import BatchOutcome, InboundRecord
@@ -42,6 +43,7 @@ def apply_isolated(
     consumer_group: str,
     topic_roles: Mapping[str, str] | None = None,
     dead_letter_topic: str = DEAD_LETTER_TOPIC,
+    topic_lives: Mapping[str, TopicLife] | None = None,
 ) -> BatchOutcome:
     """Apply ``records`` (transactions of its own); dead-letter any record that fails for good.
 
@@ -56,6 +58,7 @@ def apply_isolated(
             consumer_group=consumer_group,
             topic_roles=topic_roles,
             dead_letter_topic=dead_letter_topic,
+            topic_lives=topic_lives,
         )
 
     def dead_letter(conn: Connection, record: InboundRecord, message: str) -> BatchOutcome:
@@ -67,6 +70,7 @@ def apply_isolated(
             consumer_group=consumer_group,
             topic_roles=topic_roles,
             dead_letter_topic=dead_letter_topic,
+            topic_lives=topic_lives,
         )
 
     outcome = BatchOutcome()

@@ -33,6 +33,16 @@ class BatchOutcome:
     # (topic, partition) -> the next offset stored for the consumer group.
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
+    def add(self, other: BatchOutcome) -> None:
+        """Count ``other``'s records in this outcome too (a batch applied in parts)."""
+        self.applied += other.applied
+        self.skipped_offsets += other.skipped_offsets
+        self.duplicate_ids += other.duplicate_ids
+        self.dead_lettered += other.dead_lettered
+        self.applied_types.update(other.applied_types)
+        self.dead_letter_kinds.update(other.dead_letter_kinds)
+        self.next_offsets.update(other.next_offsets)
+
     @property
     def records(self) -> int:
         """Every record of the batch, whatever happened to it."""

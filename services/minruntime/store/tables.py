@@ -232,6 +232,9 @@ consumer_offsets = sa.Table(
     # The offset of the next record to apply (Kafka's convention for committed offsets).
     sa.Column("next_offset", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    # Kafka's ID of the topic these offsets were read from (0007): another ID means another
+    # life of the topic, whose offsets these are not. NULL: not tied yet.
+    sa.Column("topic_id", sa.Text),
 )
 
 outbox = sa.Table(

@@ -10,6 +10,7 @@ ours, so a record that is not JSON becomes a dead letter instead of a deserializ
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +21,7 @@ import faust
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.settings import Settings
 from minruntime.stream.sink import BatchSink, stop_loudly
+from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, topic_names
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ def build_app(
     *,
     on_outcome: OutcomeListener | None = None,
     relay: Callable[[], Any] | None = None,
+    guard: TopicGuard | None = None,
 ) -> faust.App:
     """A faust app with an agent for each input topic (and the relay as a background task)."""
     app = faust.App(
@@ -67,9 +70,15 @@ def build_app(
     )
     names = topic_names(settings)
     for role in INPUT_ROLES:
-        _add_agent(app, role, names[role], settings, sink, on_outcome)
+        _add_agent(app, role, names[role], settings, sink, on_outcome, guard)
     if relay is not None:
         app.task(relay)
+    if guard is not None:
+
+        @app.on_before_shutdown.connect
+        async def _close_guard(_app: Any, /, *_: Any, signal: Any, **__: Any) -> None:
+            await guard.close()
+
     return app
 
 
@@ -80,6 +89,7 @@ def _add_agent(
     settings: Settings,
     sink: BatchSink,
     on_outcome: OutcomeListener | None,
+    guard: TopicGuard | None = None,
 ) -> None:
     topic = app.topic(topic_name, value_serializer="raw", key_serializer="raw")
     max_events, within = settings.batch_max_events, settings.batch_within_seconds
@@ -89,7 +99,16 @@ def _add_agent(
             records = [record_of(event) for event in events]
             started = time.perf_counter()
             try:
-                outcome = await asyncio.to_thread(sink, records)
+                if guard is None:
+                    outcome = await asyncio.to_thread(sink, records)
+                else:
+                    # Stored offsets must belong to the topic's current life (topic_guard).
+                    outcome = await guard.apply(
+                        topic_name,
+                        role.value,
+                        functools.partial(_log_ends, app, events),
+                        functools.partial(asyncio.to_thread, sink, records),
+                    )
             except BaseException as exc:
                 stop_loudly(exc)
                 raise
@@ -101,17 +120,29 @@ def _add_agent(
     app.agent(topic, name=f"minruntime.{role.value}", concurrency=1, sink=None)(process)
 
 
+def _log_ends(app: faust.App, events: list[Any]) -> dict[int, int]:
+    """Partition -> high watermark the fetcher last saw, for the partitions of ``events``."""
+    return {tp.partition: end for tp, end in _highwaters(app, events).items()}
+
+
 def _lags(app: faust.App, events: list[Any]) -> dict[int, int]:
     """Partition -> records after the last one of this batch (from the fetcher's watermark)."""
     last: dict[Any, int] = {}
     for event in events:
         last[event.message.tp] = event.message.offset
-    lags: dict[int, int] = {}
-    for tp, offset in last.items():
+    return {
+        tp.partition: max(highwater - last[tp] - 1, 0)
+        for tp, highwater in _highwaters(app, events).items()
+    }
+
+
+def _highwaters(app: faust.App, events: list[Any]) -> dict[Any, int]:
+    highwaters: dict[Any, int] = {}
+    for tp in {event.message.tp for event in events}:
         try:
             highwater = app.consumer.highwater(tp)
         except Exception:  # the consumer is being rebalanced or stopped: no figure now
             continue
         if highwater is not None:
-            lags[tp.partition] = max(int(highwater) - offset - 1, 0)
-    return lags
+            highwaters[tp] = int(highwater)
+    return highwaters

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from minruntime.core.topic_life import TopicLife
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.ingest.isolation import apply_isolated
 
@@ -64,8 +65,15 @@ class BatchSink:
         self._first_backoff = first_backoff
         self._sleep = sleep
 
-    def __call__(self, records: Sequence[InboundRecord]) -> BatchOutcome:
-        """Apply the batch; raise StorageUnavailableError when retries run out."""
+    def __call__(
+        self,
+        records: Sequence[InboundRecord],
+        topic_lives: Mapping[str, TopicLife] | None = None,
+    ) -> BatchOutcome:
+        """Apply the batch; raise StorageUnavailableError when retries run out.
+
+        ``topic_lives``: see ``apply_batch`` (its TopicLifeChangedError propagates).
+        """
         backoff = self._first_backoff
         for attempt in range(1, self._attempts + 1):
             try:
@@ -75,6 +83,7 @@ class BatchSink:
                     consumer_group=self._group,
                     topic_roles=self._roles,
                     dead_letter_topic=self._dead_letter_topic,
+                    topic_lives=topic_lives,
                 )
             except (OperationalError, DBAPIError) as exc:
                 if not _transient(exc) or attempt == self._attempts:

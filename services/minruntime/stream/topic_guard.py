@@ -1,0 +1,119 @@
+"""The processor's side of "offsets belong to one topic's life": refuse loudly, keep the rest.
+
+Before each batch is applied, the guard asks Kafka for the topic's ID (after the records were
+fetched, so the answer is at least as new as they are) and hands it, with the partitions'
+high watermarks, to the batch's transaction, which compares them with the stored offsets
+under their row locks (``ingest.offsets.lock_offsets``). On a mismatch nothing is stored and
+the guard:
+
+- logs one ERROR line naming the topic (once per reason, not on every re-check),
+- sets ``minruntime_topic_refused{role}`` to 1 and reports the topic through ``readiness``,
+- holds the batch unacknowledged (faust acknowledges a batch when the agent's loop body ends,
+  even by an exception, so the agent waits instead) and re-checks every few seconds; the
+  other topics' agents go on. Once an operator has re-baselined the topic
+  (``minruntime offsets rebaseline``), the held batch is applied and consumption resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from aiokafka import AIOKafkaClient
+from aiokafka.errors import KafkaError
+from prometheus_client import CollectorRegistry, Gauge
+
+from minruntime.core.topic_life import TopicLife, refusal_line
+from minruntime.errors import TopicLifeChangedError, UserError
+from minruntime.ingest import BatchOutcome
+from minruntime.stream.topic_identity import fetch_topic_ids
+
+log = logging.getLogger(__name__)
+
+ApplyWithLives = Callable[[Mapping[str, TopicLife]], Awaitable[BatchOutcome]]
+
+
+class TopicGuard:
+    """Topic IDs for the processor's batches, and the topics it refuses to consume."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        registry: CollectorRegistry,
+        *,
+        recheck_seconds: float = 5.0,
+        max_backoff_seconds: float = 10.0,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._recheck = recheck_seconds
+        self._max_backoff = max_backoff_seconds
+        self._client: AIOKafkaClient | None = None
+        self._refused: dict[str, str] = {}
+        self._refused_gauge = Gauge(
+            "minruntime_topic_refused",
+            "1 while the processor refuses to consume the topic of this role because its "
+            "stored offsets belong to another life of it (see `minruntime offsets show`).",
+            ["role"],
+            registry=registry,
+        )
+
+    def readiness(self) -> str | None:
+        """None while every topic is consumed, else one line naming the refused topics."""
+        return refusal_line(dict(self._refused))
+
+    async def apply(
+        self,
+        topic: str,
+        role: str,
+        log_ends: Callable[[], Mapping[int, int]],
+        run: ApplyWithLives,
+    ) -> BatchOutcome:
+        """Run ``run`` with what Kafka holds of ``topic`` now; hold while the topic is refused."""
+        while True:
+            life = TopicLife(await self._topic_id(topic), log_ends())
+            try:
+                outcome = await run({topic: life})
+            except TopicLifeChangedError as refused:
+                self._refuse(topic, role, refused.reason)
+                await asyncio.sleep(self._recheck)
+                continue
+            self._resume(topic, role)
+            return outcome
+
+    async def close(self) -> None:
+        """Close the Kafka connection (at shutdown)."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _topic_id(self, topic: str) -> str | None:
+        backoff = 0.5
+        while True:
+            try:
+                if self._client is None:
+                    client = AIOKafkaClient(bootstrap_servers=self._bootstrap)
+                    await client.bootstrap()
+                    self._client = client
+                return (await fetch_topic_ids(self._client, [topic])).get(topic)
+            except (KafkaError, OSError, UserError) as error:
+                # Kafka is unreachable: so is the topic; wait, the batch stays unapplied.
+                log.warning("cannot ask Kafka for the ID of topic %r (%s); retrying", topic, error)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._max_backoff)
+
+    def _refuse(self, topic: str, role: str, reason: str) -> None:
+        if self._refused.get(topic) != reason:
+            log.error(
+                "%s; refusing to consume it until re-baselined: "
+                "`minruntime offsets rebaseline %s --from-start` (or --from-end)",
+                reason,
+                topic,
+            )
+        self._refused[topic] = reason
+        self._refused_gauge.labels(role).set(1)
+
+    def _resume(self, topic: str, role: str) -> None:
+        if self._refused.pop(topic, None) is not None:
+            log.warning("consuming topic %r again: its offsets were re-baselined", topic)
+        self._refused_gauge.labels(role).set(0)
