@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import string
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +34,9 @@ from tests.e2e.harness import Pipeline, wait_for
 
 pytestmark = pytest.mark.stack
 
-LONG = "x" * 100_000
+# Incompressible, as a real identifier would be: PostgreSQL compresses an index row before it
+# checks its size, so "x" * 100,000 would fit, and hide finding 1.
+LONG = "".join(random.Random(12).choices(string.ascii_letters + string.digits, k=100_000))
 # A test-only index on the pipeline's database whose row for a node named "huge-..." outgrows
 # PostgreSQL's btree limit: a real refusal (SQLSTATE 54000) that no decoder bound prevents.
 HUGE_INDEX = (

@@ -143,13 +143,25 @@ def test_brackets_inside_strings_do_not_count() -> None:
     decode_event(wire(event(ext="[" * 1000)))
 
 
-@given(st.recursive(st.none() | st.integers(), lambda inner: st.lists(inner, max_size=3)))
-@settings(max_examples=200, deadline=None)
-def test_depth_is_the_json_nesting(value: Any) -> None:
-    def depth(item: Any) -> int:
-        return 1 + max((depth(x) for x in item), default=0) if isinstance(item, list) else 0
+_TRICKY = st.text(alphabet='[]{}"\\ax', max_size=6)
+_JSON = st.recursive(
+    st.none() | st.integers() | _TRICKY,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TRICKY, inner, max_size=3),
+)
 
-    assert json_depth(json.dumps(value).encode()) == depth(value)
+
+@given(_JSON, st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_depth_is_the_json_nesting(value: Any, indent: bool) -> None:
+    def depth(item: Any) -> int:
+        if isinstance(item, dict):
+            return 1 + max((depth(x) for x in item.values()), default=0)
+        if isinstance(item, list):
+            return 1 + max((depth(x) for x in item), default=0)
+        return 0
+
+    text = json.dumps(value, indent=1 if indent else None, ensure_ascii=False)
+    assert json_depth(text.encode()) == depth(value)
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
