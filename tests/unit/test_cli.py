@@ -60,3 +60,12 @@ def test_core_value_errors_are_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "1h-30m" in err[0]
+
+
+def test_outbox_retry_needs_ids_or_all(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["outbox", "retry"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "minruntime: error: name the row ids to retry, or pass --all (not both)"
+    )
+    assert main(["outbox", "retry", "not-a-uuid"]) == 2
+    assert "is not an outbox row id" in capsys.readouterr().err

@@ -214,7 +214,7 @@ class OutboxRelay:
             if not rows:
                 transaction.rollback()
                 return PublishReport()
-            report = await _send(producer, rows)
+            report = await send_rows(producer, rows)
             await asyncio.to_thread(mark_published, conn, report.published)
             await asyncio.to_thread(record_failures, conn, report)
             await asyncio.to_thread(transaction.commit)
@@ -243,7 +243,7 @@ class OutboxRelay:
         self._metrics.set_stats(stats)
 
 
-async def _send(producer: Any, rows: Sequence[OutboxRow]) -> PublishReport:
+async def send_rows(producer: Any, rows: Sequence[OutboxRow]) -> PublishReport:
     """Send every row, then await them all; judge each row by its own outcome."""
     outcomes: dict[str, BaseException | None] = {}
     # Rows whose error came from a produce batch (maybe another row's fault) vs. send() itself.
