@@ -7,6 +7,7 @@ from minruntime.core.topic_life import (
     TopicLife,
     life_changed,
     refusal_line,
+    unread_gap,
     untied,
 )
 from minruntime.ingest.offsets import laps
@@ -79,3 +80,11 @@ def test_a_replay_is_cut_where_an_offset_goes_back() -> None:
     assert laps(_records(("q", 0, 4), ("q", 1, 0), ("q", 0, 5))) == [
         _records(("q", 0, 4), ("q", 1, 0), ("q", 0, 5))
     ]
+
+
+def test_a_held_batch_past_the_new_baseline_leaves_records_unread() -> None:
+    stored = [StoredOffset(0, 0, NEW), StoredOffset(1, 4, NEW)]
+    assert unread_gap("t", stored, {0: 0, 1: 2}) is None  # at or below: all read
+    gap = unread_gap("t", stored, {1: 9})
+    assert gap is not None
+    assert "partition 1 was re-baselined to offset 4 but the consumer is at offset 9" in gap
