@@ -109,6 +109,7 @@ def _add_agent(
                         _firsts(records),
                         functools.partial(_log_ends, app, events),
                         functools.partial(asyncio.to_thread, sink, records),
+                        lambda: bool(app.should_stop),
                     )
             except BaseException as exc:
                 stop_loudly(exc)

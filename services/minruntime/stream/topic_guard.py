@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 
 from aiokafka import AIOKafkaClient
@@ -85,10 +86,12 @@ class TopicGuard:
         firsts: Mapping[int, int],
         log_ends: Callable[[], Mapping[int, int]],
         run: ApplyWithLives,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> BatchOutcome:
         """Run ``run`` with what Kafka holds of ``topic`` now; hold while the topic is refused.
 
-        ``firsts``: partition -> the batch's first offset there.
+        ``firsts``: partition -> the batch's first offset there. ``stopping``: True once the
+        processor is shutting down (a held batch then ends the process, unacknowledged).
         """
         while True:
             life = TopicLife(await self._topic_id(topic), log_ends())
@@ -98,10 +101,25 @@ class TopicGuard:
                 outcome = await run({topic: life})
             except TopicLifeChangedError as refused:
                 self._refuse(topic, role, refused.reason)
-                await asyncio.sleep(self._recheck)
+                await self._hold(topic, stopping)
                 continue
             self._resume(topic, role)
             return outcome
+
+    async def _hold(self, topic: str, stopping: Callable[[], bool]) -> None:
+        """Wait until the next re-check; leave at once, unacknowledged, when shutting down."""
+        waited = 0.0
+        while waited < self._recheck:
+            if stopping():
+                # faust would wait for the held batch before stopping (stream_wait_empty),
+                # forever, and acknowledging it would commit Kafka offsets past records never
+                # applied. Ending the process leaves the batch to be read again.
+                log.warning("stopping while topic %r is refused; its batch stays unread", topic)
+                logging.shutdown()
+                os._exit(0)
+            step = min(0.5, self._recheck - waited)
+            await asyncio.sleep(step)
+            waited += step
 
     async def _check_rebaselined(
         self, topic: str, life: TopicLife, firsts: Mapping[int, int]
