@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import Mapping
@@ -15,8 +16,10 @@ import faust
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from sqlalchemy import Engine
 
+from minruntime.core.topic_life import StoredOffset
 from minruntime.errors import UserError
 from minruntime.ingest import BatchOutcome
+from minruntime.ingest.offsets import stored_offsets
 from minruntime.requeue import (
     ExpiryEmitter,
     ExpiryOptions,
@@ -94,7 +97,10 @@ def build_processor(settings: Settings, registry: CollectorRegistry | None = Non
     # Refuses topics whose stored offsets belong to another life of them; its readiness
     # (None or one line) is the processor's "topics" readiness check.
     guard = TopicGuard(
-        settings.kafka_bootstrap, registry, recheck_seconds=settings.topic_recheck_seconds
+        settings.kafka_bootstrap,
+        registry,
+        functools.partial(_stored_offsets, engine, settings.processor_group),
+        recheck_seconds=settings.topic_recheck_seconds,
     )
 
     def on_outcome(
@@ -107,6 +113,14 @@ def build_processor(settings: Settings, registry: CollectorRegistry | None = Non
         log.info("%s: %s", role.value, outcome)
 
     return build_app(settings, sink, on_outcome=on_outcome, relay=relay.run, guard=guard)
+
+
+async def _stored_offsets(engine: Engine, group: str, topic: str) -> list[StoredOffset]:
+    def read() -> list[StoredOffset]:
+        with engine.connect() as conn:
+            return stored_offsets(conn, group).get(topic, [])
+
+    return await asyncio.to_thread(read)
 
 
 def run_processor(settings: Settings, loglevel: str = "warning") -> None:

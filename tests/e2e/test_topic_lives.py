@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import socket
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -91,9 +92,19 @@ async def _recreate(bootstrap: str, settings: Settings, topic: str) -> None:
 
 
 def _refusal_and_rebaseline(
-    pipeline: Pipeline, port: int, role: str, new_ids: list[str], others: Mapping[str, list[str]]
+    pipeline: Pipeline,
+    port: int,
+    role: str,
+    new_ids: list[str],
+    others: Mapping[str, list[str]],
+    *,
+    restart: bool = False,
 ) -> None:
-    """The after-picture: refused loudly, other topics consumed, re-baseline applies once."""
+    """The after-picture: refused loudly, other topics consumed, re-baseline applies once.
+
+    With ``restart``, the refused processor is stopped (SIGTERM, which must not hang on the
+    held batch) and re-baselined while stopped; else it resumes in place.
+    """
     topic = pipeline.topics[role]
     wait_for(
         lambda: _applied_ids(pipeline, new_ids) > 0 or f"topic {topic!r}" in pipeline.log_tail(200),
@@ -115,8 +126,13 @@ def _refusal_and_rebaseline(
     assert shown.returncode == 0, shown.stderr
     assert f"{topic}: REFUSED" in shown.stdout, shown.stdout
 
+    if restart:
+        assert pipeline.kill(signal.SIGTERM) == 0, pipeline.log_tail()
+        assert "its batch stays unread" in pipeline.log_tail(20)
     done = _cli(pipeline, "offsets", "rebaseline", topic, "--from-start")
     assert done.returncode == 0, done.stderr
+    if restart:
+        pipeline.start()
     wait_for(
         lambda: _applied_ids(pipeline, new_ids) == len(new_ids),
         60,
@@ -172,7 +188,12 @@ def test_a_recreated_topic_is_refused_not_skipped_and_rebaselined(
     running.produce_events("nodes", nodes)
     running.start()
     _refusal_and_rebaseline(
-        running, port, "queues", [e["id"] for e in second], {"nodes": [e["id"] for e in nodes]}
+        running,
+        port,
+        "queues",
+        [e["id"] for e in second],
+        {"nodes": [e["id"] for e in nodes]},
+        restart=True,
     )
 
 

@@ -58,6 +58,23 @@ def life_changed(topic: str, stored: Sequence[StoredOffset], life: TopicLife) ->
     return None
 
 
+def unread_gap(topic: str, stored: Sequence[StoredOffset], firsts: Mapping[int, int]) -> str | None:
+    """One line when a held batch starts after the stored next offset of a partition; else None.
+
+    After a re-baseline, the batch the processor held while the topic was refused may begin
+    past the new baseline (the consumer had read on, or the batch is from the old life): the
+    records in between would never be read. ``firsts``: partition -> first offset in the batch.
+    """
+    for row in sorted(stored, key=lambda item: item.partition):
+        first = firsts.get(row.partition)
+        if first is not None and first > row.next_offset:
+            return (
+                f"topic {topic!r} partition {row.partition} was re-baselined to offset "
+                f"{row.next_offset} but the consumer is at offset {first}"
+            )
+    return None
+
+
 def untied(stored: Sequence[StoredOffset]) -> list[int]:
     """Partitions whose stored row carries no topic ID yet, in order."""
     return sorted(row.partition for row in stored if row.topic_id is None)

@@ -106,8 +106,10 @@ def _add_agent(
                     outcome = await guard.apply(
                         topic_name,
                         role.value,
+                        _firsts(records),
                         functools.partial(_log_ends, app, events),
                         functools.partial(asyncio.to_thread, sink, records),
+                        lambda: bool(app.should_stop),
                     )
             except BaseException as exc:
                 stop_loudly(exc)
@@ -118,6 +120,14 @@ def _add_agent(
 
     process.__name__ = f"apply_{role.value.replace('-', '_')}"
     app.agent(topic, name=f"minruntime.{role.value}", concurrency=1, sink=None)(process)
+
+
+def _firsts(records: list[InboundRecord]) -> dict[int, int]:
+    """Partition -> the first offset of the batch there."""
+    firsts: dict[int, int] = {}
+    for record in records:
+        firsts[record.partition] = min(record.offset, firsts.get(record.partition, record.offset))
+    return firsts
 
 
 def _log_ends(app: faust.App, events: list[Any]) -> dict[int, int]:

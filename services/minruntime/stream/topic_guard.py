@@ -11,20 +11,30 @@ the guard:
 - holds the batch unacknowledged (faust acknowledges a batch when the agent's loop body ends,
   even by an exception, so the agent waits instead) and re-checks every few seconds; the
   other topics' agents go on. Once an operator has re-baselined the topic
-  (``minruntime offsets rebaseline``), the held batch is applied and consumption resumes.
+  (``minruntime offsets rebaseline``), the held batch is applied and consumption resumes —
+  unless the held batch starts past the new baseline (the consumer had read on, or the batch
+  is from the old life): then the records in between would never be read, so the processor
+  stops (without acknowledging the batch) to be restarted and read the topic from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Gauge
 
-from minruntime.core.topic_life import TopicLife, refusal_line
+from minruntime.core.topic_life import (
+    StoredOffset,
+    TopicLife,
+    life_changed,
+    refusal_line,
+    unread_gap,
+)
 from minruntime.errors import TopicLifeChangedError, UserError
 from minruntime.ingest import BatchOutcome
 from minruntime.stream.topic_identity import fetch_topic_ids
@@ -32,6 +42,11 @@ from minruntime.stream.topic_identity import fetch_topic_ids
 log = logging.getLogger(__name__)
 
 ApplyWithLives = Callable[[Mapping[str, TopicLife]], Awaitable[BatchOutcome]]
+ReadStored = Callable[[str], Awaitable[list[StoredOffset]]]
+
+
+class RereadRequiredError(RuntimeError):
+    """A re-baselined topic must be read again from its baseline: restart the processor."""
 
 
 class TopicGuard:
@@ -41,11 +56,13 @@ class TopicGuard:
         self,
         bootstrap: str,
         registry: CollectorRegistry,
+        read_stored: ReadStored,
         *,
         recheck_seconds: float = 5.0,
         max_backoff_seconds: float = 10.0,
     ) -> None:
         self._bootstrap = bootstrap
+        self._read_stored = read_stored
         self._recheck = recheck_seconds
         self._max_backoff = max_backoff_seconds
         self._client: AIOKafkaClient | None = None
@@ -66,20 +83,54 @@ class TopicGuard:
         self,
         topic: str,
         role: str,
+        firsts: Mapping[int, int],
         log_ends: Callable[[], Mapping[int, int]],
         run: ApplyWithLives,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> BatchOutcome:
-        """Run ``run`` with what Kafka holds of ``topic`` now; hold while the topic is refused."""
+        """Run ``run`` with what Kafka holds of ``topic`` now; hold while the topic is refused.
+
+        ``firsts``: partition -> the batch's first offset there. ``stopping``: True once the
+        processor is shutting down (a held batch then ends the process, unacknowledged).
+        """
         while True:
             life = TopicLife(await self._topic_id(topic), log_ends())
+            if topic in self._refused:
+                await self._check_rebaselined(topic, life, firsts)
             try:
                 outcome = await run({topic: life})
             except TopicLifeChangedError as refused:
                 self._refuse(topic, role, refused.reason)
-                await asyncio.sleep(self._recheck)
+                await self._hold(topic, stopping)
                 continue
             self._resume(topic, role)
             return outcome
+
+    async def _hold(self, topic: str, stopping: Callable[[], bool]) -> None:
+        """Wait until the next re-check; leave at once, unacknowledged, when shutting down."""
+        waited = 0.0
+        while waited < self._recheck:
+            if stopping():
+                # faust would wait for the held batch before stopping (stream_wait_empty),
+                # forever, and acknowledging it would commit Kafka offsets past records never
+                # applied. Ending the process leaves the batch to be read again.
+                log.warning("stopping while topic %r is refused; its batch stays unread", topic)
+                logging.shutdown()
+                os._exit(0)
+            step = min(0.5, self._recheck - waited)
+            await asyncio.sleep(step)
+            waited += step
+
+    async def _check_rebaselined(
+        self, topic: str, life: TopicLife, firsts: Mapping[int, int]
+    ) -> None:
+        stored = await self._read_stored(topic)
+        if life_changed(topic, stored, life) is not None:
+            return  # still refused: the batch's own check says so again
+        gap = unread_gap(topic, stored, firsts)
+        if gap is not None:
+            log.error("%s; stopping so that a restart reads it from there", gap)
+            raise RereadRequiredError(gap)
 
     async def close(self) -> None:
         """Close the Kafka connection (at shutdown)."""
