@@ -8,7 +8,9 @@ holds (nothing changes while it is dead), restart it at once, and measure from t
 (the moment the new process is spawned) to
 
 - **ready**: its ``/readyz`` answers 200 (connected and consuming), and
-- **resumed**: the first event applied after the restart (``event_log`` grows).
+- **resumed**: the first event applied after the restart (``event_log`` grows), and the CPU
+  time the new process had used by then (user + system, from ``/proc``): on a shared machine
+  the wall time is mostly waiting for a core, the CPU time is what the restart costs.
 
 Each case runs with static membership on (the default) and, with ``--compare``, again with
 ``MINRUNTIME_PROCESSOR_STATIC_MEMBERSHIP=false`` (the old behaviour: a new member waits out
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import statistics
 import threading
@@ -32,6 +35,7 @@ import urllib.error
 import urllib.request
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pipeline import BenchPipeline, percentile, rfc3339
@@ -91,6 +95,12 @@ def ready(port: int) -> bool:
         return False
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def applied(pipeline: BenchPipeline) -> int:
     """Events in the log."""
     return int(pipeline.scalar("SELECT count(*) FROM minruntime.event_log"))
@@ -102,7 +112,7 @@ def run_case(name: str, kills: int, rate: float, **overrides: str) -> dict[str, 
     pipeline = BenchPipeline(name, processor_metrics_port=str(port), **overrides)
     pipeline.create()
     producer = SteadyProducer(pipeline.base.kafka_bootstrap, pipeline.topics["queues"], rate)
-    figures: dict[str, list[float]] = {"ready": [], "resumed": []}
+    figures: dict[str, list[float]] = {"ready": [], "resumed": [], "resumed, CPU s": []}
     try:
         pipeline.start()
         producer.start()
@@ -126,6 +136,8 @@ def run_case(name: str, kills: int, rate: float, **overrides: str) -> dict[str, 
                     got_ready = now - restarted
                 if got_resumed is None and applied(pipeline) > at_kill:
                     got_resumed = now - restarted
+                    assert pipeline.process is not None
+                    figures["resumed, CPU s"].append(cpu_seconds(pipeline.process.pid))
                 time.sleep(0.1)
             got_ready = float("nan") if got_ready is None else got_ready
             figures["ready"].append(got_ready)
