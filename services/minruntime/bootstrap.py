@@ -13,11 +13,19 @@ import signal
 from collections.abc import Mapping
 
 import faust
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry
 from sqlalchemy import Engine
 
+from minruntime import health
 from minruntime.core.topic_life import StoredOffset
 from minruntime.errors import UserError
+from minruntime.health import HealthServer
+from minruntime.health.outage import (
+    StatusLine,
+    keep_running,
+    quiet_kafka_client_repeats,
+    wait_until_available,
+)
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.offsets import stored_offsets
 from minruntime.requeue import (
@@ -30,7 +38,7 @@ from minruntime.requeue import (
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import is_at_head
-from minruntime.stream.app import build_app
+from minruntime.stream.app import build_app, consumer_problem
 from minruntime.stream.metrics import ProcessorMetrics
 from minruntime.stream.outbox_metrics import OutboxMetrics
 from minruntime.stream.relay import OutboxRelay
@@ -39,6 +47,9 @@ from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, ensure_topics, topic_specs
 
 log = logging.getLogger(__name__)
+
+# How often the processor checks that PostgreSQL answers (for /readyz while it is idle).
+HEALTH_PROBE_SECONDS = 2.0
 
 
 class NotMigratedError(UserError):
@@ -49,17 +60,53 @@ class MetricsPortError(UserError):
     """The Prometheus endpoint could not listen."""
 
 
-def serve_metrics(host: str, port: int, variable: str) -> None:
-    """Expose the default registry on http://host:port/metrics (port 0: not at all)."""
+def serve_metrics(
+    host: str, port: int, variable: str, registry: CollectorRegistry = REGISTRY
+) -> HealthServer | None:
+    """Serve /metrics, /healthz and /readyz on http://host:port (port 0: not at all)."""
     if not port:
-        return
+        return None
     try:
-        start_http_server(port, addr=host)
+        server = HealthServer(
+            host, port, registry=registry, readiness=health.READINESS, liveness=health.LIVENESS
+        )
     except OSError as error:
         raise MetricsPortError(
             f"cannot serve metrics on {host}:{port} ({error.strerror or error}); "
             f"set MINRUNTIME_{variable} to a free port, or 0 to turn metrics off"
         ) from None
+    return server.start()
+
+
+def wait_for_kafka(settings: Settings, condition: health.Condition) -> None:
+    """Create missing topics, waiting (one status line) for as long as Kafka is away."""
+    wait_until_available(
+        f"Kafka at {settings.kafka_bootstrap}",
+        lambda: asyncio.run(ensure_topics(settings.kafka_bootstrap, topic_specs(settings))),
+        transient=kafka_transient,
+        condition=condition,
+    )
+
+
+def kafka_transient(error: BaseException) -> bool:
+    """A Kafka client error that waiting can cure: no broker, no leader, a timeout."""
+    from aiokafka.errors import KafkaError, KafkaTimeoutError
+
+    if isinstance(error, KafkaTimeoutError | TimeoutError | ConnectionError):
+        return True
+    return isinstance(error, KafkaError) and bool(error.retriable)
+
+
+def connected_engine(settings: Settings, condition: health.Condition) -> Engine:
+    """An engine on a migrated database, waiting (one status line) while PostgreSQL is away."""
+    engine = engine_from(settings, connect_args={"connect_timeout": 10})
+    parts = settings.database_parts
+    wait_until_available(
+        f"PostgreSQL at {parts.host}:{parts.port}",
+        lambda: require_migrated(engine),
+        condition=condition,
+    )
+    return engine
 
 
 def require_migrated(engine: Engine) -> None:
@@ -75,16 +122,20 @@ def input_topic_roles(settings: Settings) -> dict[str, str]:
     }
 
 
-def build_processor(settings: Settings, registry: CollectorRegistry | None = None) -> faust.App:
+def build_processor(
+    settings: Settings,
+    registry: CollectorRegistry | None = None,
+    engine: Engine | None = None,
+    database: health.Condition | None = None,
+) -> faust.App:
     """The faust app for `minruntime processor`: engine, batch sink and outbox relay wired in."""
-    engine = engine_from(settings)
-    require_migrated(engine)
+    database = database or health.Condition(initial=None)
+    engine = engine or connected_engine(settings, database)
     sink = BatchSink(
         engine,
         consumer_group=settings.processor_group,
         topic_roles=input_topic_roles(settings),
         dead_letter_topic=settings.topic_dead_letter,
-        attempts=settings.db_retry_attempts,
     )
     registry = REGISTRY if registry is None else registry
     relay = OutboxRelay(
@@ -112,7 +163,38 @@ def build_processor(settings: Settings, registry: CollectorRegistry | None = Non
         metrics.observe(role.value, outcome, seconds, lags)
         log.info("%s: %s", role.value, outcome)
 
-    return build_app(settings, sink, on_outcome=on_outcome, relay=relay.run, guard=guard)
+    async def run_relay() -> None:
+        await keep_running("the outbox relay (Kafka or PostgreSQL)", relay.run)
+
+    app = build_app(settings, sink, on_outcome=on_outcome, relay=run_relay, guard=guard)
+    started = health.Condition("starting")
+
+    async def watch_health() -> None:
+        # Runs once the worker started the app: the loop to probe for liveness is this one.
+        health.LIVENESS.watch(asyncio.get_running_loop())
+        quiet_kafka_client_repeats()
+        started.ok()
+        kafka_status = StatusLine(f"Kafka at {settings.kafka_bootstrap}", grace=10.0)
+        while True:
+            problem = await asyncio.to_thread(database_reachable, engine)
+            if problem is None:
+                database.ok()
+            else:
+                database.fail(problem)
+            problem = consumer_problem(app)
+            if problem is None:
+                kafka_status.back()
+            else:
+                kafka_status.waiting(problem)
+            await asyncio.sleep(HEALTH_PROBE_SECONDS)
+
+    app.task(watch_health)
+    health.add_check("database", database)
+    health.add_check("batches", sink.storing)
+    health.add_check("started", started)
+    health.add_check("kafka", lambda: None if started.failing else consumer_problem(app))
+    health.add_check("topics", guard.readiness)
+    return app
 
 
 async def _stored_offsets(engine: Engine, group: str, topic: str) -> list[StoredOffset]:
@@ -123,11 +205,28 @@ async def _stored_offsets(engine: Engine, group: str, topic: str) -> list[Stored
     return await asyncio.to_thread(read)
 
 
+def database_reachable(engine: Engine) -> str | None:
+    """None when PostgreSQL answers, else why not (one line)."""
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except Exception as error:
+        return f"PostgreSQL unreachable: {health.one_line(error)}"
+    return None
+
+
 def run_processor(settings: Settings, loglevel: str = "warning") -> None:
-    """Create missing topics, then run the processor until it is stopped."""
-    asyncio.run(ensure_topics(settings.kafka_bootstrap, topic_specs(settings)))
-    app = build_processor(settings)
+    """Wait for Kafka and PostgreSQL, then run the processor until it is stopped.
+
+    /healthz and /readyz answer from the start: alive (not yet ready) while it waits.
+    """
     serve_metrics(settings.metrics_host, settings.processor_metrics_port, "PROCESSOR_METRICS_PORT")
+    kafka, database = health.Condition("starting"), health.Condition("starting")
+    health.add_check("kafka", kafka)
+    health.add_check("database", database)
+    wait_for_kafka(settings, kafka)
+    engine = connected_engine(settings, database)
+    app = build_processor(settings, engine=engine, database=database)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()
 
@@ -154,22 +253,30 @@ def expiry_options(settings: Settings) -> ExpiryOptions:
 
 
 def run_requeue_worker(settings: Settings) -> None:
-    """Run one requeue-worker replica (standby or active) until SIGINT/SIGTERM."""
-    engine = engine_from(settings)
-    require_migrated(engine)
-    asyncio.run(ensure_topics(settings.kafka_bootstrap, topic_specs(settings)))
+    """Run one requeue-worker replica (standby or active) until SIGINT/SIGTERM.
+
+    Waits (one status line, /readyz 503) while PostgreSQL or Kafka is away at the start, and
+    rides out their outages afterwards.
+    """
     metrics = RequeueMetrics(REGISTRY, settings.known_nominators)
     serve_metrics(settings.metrics_host, settings.worker_metrics_port, "WORKER_METRICS_PORT")
+    kafka, database = health.Condition("starting"), health.Condition("starting")
+    health.add_check("database", database)
+    health.add_check("kafka", kafka)
+    engine = connected_engine(settings, database)
+    wait_for_kafka(settings, kafka)
+    health.remove_check("kafka")  # only the relay needs it afterwards, and it rides outages
     try:
-        asyncio.run(_serve_requeue_worker(settings, engine, metrics))
+        asyncio.run(_serve_requeue_worker(settings, engine, metrics, database))
     finally:
         engine.dispose()
 
 
 async def _serve_requeue_worker(
-    settings: Settings, engine: Engine, metrics: RequeueMetrics
+    settings: Settings, engine: Engine, metrics: RequeueMetrics, database: health.Condition
 ) -> None:
     loop = asyncio.get_running_loop()
+    health.LIVENESS.watch(loop)
     relay = OutboxRelay(
         engine,
         settings.kafka_bootstrap,
@@ -180,7 +287,10 @@ async def _serve_requeue_worker(
     def wake_relay() -> None:
         loop.call_soon_threadsafe(relay.notify)
 
-    worker = RequeueWorker(engine, worker_options(settings), metrics, on_recorded=wake_relay)
+    worker = RequeueWorker(
+        engine, worker_options(settings), metrics, on_recorded=wake_relay, database=database
+    )
+    health.add_check("leader loop", worker.loop_problem)
     emitter = ExpiryEmitter(
         engine, expiry_options(settings), metrics, worker.leading, on_written=wake_relay
     )
@@ -192,7 +302,11 @@ async def _serve_requeue_worker(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop)
     # The crash-before-publish test hook must not race its own relay.
-    relay_task = None if settings.requeue_exit_after_commit else asyncio.create_task(relay.run())
+    relay_task = (
+        None
+        if settings.requeue_exit_after_commit
+        else asyncio.create_task(keep_running("the outbox relay (Kafka or PostgreSQL)", relay.run))
+    )
     emitter_task = asyncio.create_task(_run_emitter(emitter, worker))
     try:
         await asyncio.to_thread(worker.run)

@@ -6,6 +6,7 @@ no configuration at all.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -61,10 +62,19 @@ class Settings(BaseSettings):
     batch_max_events: int = 2000
     batch_within_seconds: float = 0.05
     outbox_poll_seconds: float = 0.25
-    db_retry_attempts: int = 8
     # How often a topic refused for offsets of another life is re-checked (docs/pipeline.md).
     topic_recheck_seconds: float = Field(default=5.0, gt=0)
     state_dir: Path = Field(default_factory=lambda: project_root() / ".stack" / "processor")
+    # Recovery (docs/pipeline.md "Recovery and health"). Static membership: a restarted
+    # processor rejoins its consumer group under the same instance id and gets its partitions
+    # back without waiting for its dead predecessor's session to end. The id must be stable
+    # across restarts and distinct per instance of one group; "" = `<hostname>:<metrics port>`
+    # (and no static membership when the metrics port is 0: then nothing identifies it).
+    processor_static_membership: bool = True
+    processor_instance_id: str = ""
+    # How long a dead instance (one not restarted) holds its partitions; broker bounds 6-1800 s.
+    processor_session_timeout_seconds: float = Field(default=10.0, ge=6, le=1800)
+    processor_heartbeat_interval_seconds: float = Field(default=3.0, gt=0)
 
     # The requeue worker (docs/requeue-worker.md).
     requeue_interval_seconds: float = Field(default=10.0, gt=0)
@@ -84,6 +94,17 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     processor_metrics_port: int = Field(default=9400, ge=0, le=65535)
     worker_metrics_port: int = Field(default=9401, ge=0, le=65535)
+
+    @property
+    def processor_group_instance_id(self) -> str | None:
+        """The processor's static member id in its consumer group (None: dynamic membership)."""
+        if not self.processor_static_membership:
+            return None
+        if self.processor_instance_id:
+            return self.processor_instance_id
+        if not self.processor_metrics_port:
+            return None
+        return f"{socket.gethostname()}:{self.processor_metrics_port}"
 
     @property
     def known_nominators(self) -> tuple[str, ...]:

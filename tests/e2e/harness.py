@@ -148,6 +148,12 @@ class Pipeline(Subprocess):
 
     def start(self) -> Pipeline:
         """Start `minruntime processor` (creates the topics if missing)."""
+        self.spawn()
+        wait_for(self._topics_exist, 60, "the processor to create its topics")
+        return self
+
+    def spawn(self) -> Pipeline:
+        """Start `minruntime processor` without waiting for anything (Kafka may be down)."""
         assert self.process is None or self.process.poll() is not None
         log = self.log_path.open("ab")
         self.spawned_at = time.monotonic()
@@ -158,7 +164,6 @@ class Pipeline(Subprocess):
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
-        wait_for(self._topics_exist, 60, "the processor to create its topics")
         return self
 
     def check_alive(self) -> None:

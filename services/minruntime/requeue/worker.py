@@ -28,12 +28,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+import psycopg
 import sqlalchemy as sa
 from psycopg import errors as pg_errors
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from minruntime.core import Exclusion, ExclusionReason
+from minruntime.health import Condition, one_line
+from minruntime.health.outage import Backoff, StatusLine
 from minruntime.ingest import NOMINATIONS_CHANNEL
 from minruntime.requeue.cycle import CycleReport, run_cycle
 from minruntime.requeue.metrics import RequeueMetrics
@@ -72,6 +75,7 @@ class RequeueWorker:
         *,
         on_recorded: Callable[[], None] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        database: Condition | None = None,
     ) -> None:
         self._engine = engine
         self._options = options
@@ -82,26 +86,55 @@ class RequeueWorker:
         # Set while this replica holds the leader lock (the expiry emitter runs only then).
         self.leading = threading.Event()
         self.cycles = 0
+        # Readiness: the database as this loop last found it, and when the loop last moved.
+        self.database = database or Condition(initial=None)
+        self._beat: float | None = None
 
     def run(self) -> None:
-        """Until ``stop`` is set: wait for leadership, then run cycles while it holds."""
-        backoff = self._options.standby_poll_seconds
+        """Until ``stop`` is set: wait for leadership, then run cycles while it holds.
+
+        A database outage of any length is ridden out: back to standby (whatever we held went
+        with the session), retry with backoff capped at ~10 s, one status line at most every
+        few seconds, readiness failing meanwhile.
+        """
+        backoff = Backoff(self._options.standby_poll_seconds)
+        status = StatusLine("PostgreSQL (requeue worker)")
         while not self.stop.is_set():
+            self._beat = time.monotonic()
             try:
                 with self._engine.connect() as conn:
-                    if not self._try_lead(conn):
+                    acquired = self._try_lead(conn)
+                    self.database.ok()
+                    status.back()
+                    backoff.reset()
+                    if not acquired:
                         self.stop.wait(self._options.standby_poll_seconds)
                         continue
-                    backoff = self._options.standby_poll_seconds
                     self._lead(conn)
-            except (DBAPIError, pg_errors.OperationalError) as error:
-                # Lost the database (or it refused us): whatever we held is gone with the
-                # session. Back to standby; another replica may take over meanwhile.
+            except (DBAPIError, psycopg.Error) as error:
+                # Another replica may take over meanwhile.
                 self._metrics.active.set(0)
-                log.warning("requeue worker lost its database connection: %s", _one_line(error))
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                self.database.fail(f"PostgreSQL unreachable: {one_line(error)}")
+                status.waiting(error)
+                self.stop.wait(backoff.next())
         self._metrics.active.set(0)
+
+    def loop_problem(self) -> str | None:
+        """Readiness of the leader loop: None while it runs (active or standby)."""
+        beat = self._beat
+        if beat is None:
+            return "the leader loop has not started"
+        if self.stop.is_set():
+            return "stopping"
+        quiet = time.monotonic() - beat
+        if quiet > self._stuck_after:
+            return f"the leader loop has not moved for {quiet:.0f}s"
+        return None
+
+    @property
+    def _stuck_after(self) -> float:
+        # A cycle may be slow on a big cluster; only a loop silent for much longer is stuck.
+        return max(3 * self._options.interval_seconds, 60.0)
 
     def _try_lead(self, conn: Connection) -> bool:
         acquired = bool(conn.execute(_TRY_LOCK, {"key": LEADER_LOCK_KEY}).scalar_one())
@@ -117,6 +150,7 @@ class RequeueWorker:
         conn = conn.execution_options(isolation_level="REPEATABLE READ")
         try:
             while not self.stop.is_set():
+                self._beat = time.monotonic()
                 self.cycle(conn)
                 self._wait_for_trigger(conn)
         finally:
@@ -186,6 +220,7 @@ class RequeueWorker:
         assert driver is not None
         due = time.monotonic() + self._options.interval_seconds
         while not self.stop.is_set():
+            self._beat = time.monotonic()
             remaining = due - time.monotonic()
             if remaining <= 0:
                 return

@@ -67,6 +67,11 @@ def build_app(
         broker_commit_interval=1.0,
         producer_acks=-1,
         datadir=str(settings.state_dir),
+        # Recovery (docs/pipeline.md): a restarted instance rejoins as the same static member
+        # and gets its partitions back at once; a dead one's partitions idle one session.
+        consumer_group_instance_id=settings.processor_group_instance_id,
+        broker_session_timeout=settings.processor_session_timeout_seconds,
+        broker_heartbeat_interval=settings.processor_heartbeat_interval_seconds,
     )
     names = topic_names(settings)
     for role in INPUT_ROLES:
@@ -156,3 +161,29 @@ def _highwaters(app: faust.App, events: list[Any]) -> dict[Any, int]:
         if highwater is not None:
             highwaters[tp] = int(highwater)
     return highwaters
+
+
+def consumer_problem(app: faust.App) -> str | None:
+    """Why the app's Kafka consumer is not consuming now (None: it is in its group, connected).
+
+    Reads the state of faust's aiokafka consumer (its coordinator and connections); that is
+    private API, so anything unexpected counts as "cannot tell", not as a failure.
+    """
+    if app.rebalancing:
+        return "the consumer group is rebalancing"
+    try:
+        consumer = app.consumer._thread._consumer  # type: ignore[attr-defined]
+        if consumer is None:
+            return "the Kafka consumer has not started"
+        coordinator = consumer._coordinator
+        connected = any(conn.connected() for conn in consumer._client._conns.values())
+        generation, coordinator_id = coordinator.generation, coordinator.coordinator_id
+    except AttributeError:
+        return None
+    if not connected:
+        return "no connection to any Kafka broker"
+    if coordinator_id is None:
+        return "no group coordinator (Kafka unreachable or electing one)"
+    if generation is None or generation < 0:
+        return "not a member of the consumer group yet"
+    return None

@@ -3,14 +3,17 @@
 - Bad input never reaches here as an exception: `apply_batch` dead-letters it inside the
   batch's transaction, and `apply_isolated` dead-letters a record that fails for good (a value
   PostgreSQL refuses) by bisecting its batch (`minruntime.ingest.isolation`).
-- A storage error (connection lost, deadlock, serialization failure) is retried with
-  exponential backoff; the batch is applied in a fresh transaction each time, and offsets
-  stored with it make a retry after a partial failure harmless.
-- When retries are exhausted, or anything unexpected is raised, the processor STOPS LOUDLY
-  (`os._exit`): faust acknowledges a batch in a `finally` even when the loop body raises, so
-  letting the exception propagate could commit offsets past records that were never stored.
-  A supervisor restarts the process, Kafka redelivers from the last committed offset, and the
-  database offsets skip what was already applied.
+- A transient storage error (connection lost, server stopped or restarting, deadlock,
+  serialization failure) is retried FOREVER, with exponential backoff capped at ~10 s: the
+  batch is applied in a fresh transaction each time, and offsets stored with it make a retry
+  after a partial failure harmless. Meanwhile the batch is not acknowledged (nothing is lost,
+  Kafka keeps the records), readiness reports the outage, and one status line says so at
+  most every few seconds. A PostgreSQL outage of any length is ridden out.
+- Anything else (a programming error, an error that retrying cannot cure) STOPS THE PROCESS
+  LOUDLY (`os._exit`): faust acknowledges a batch in a `finally` even when the loop body
+  raises, so letting the exception propagate could commit offsets past records that were
+  never stored. A supervisor restarts the process, Kafka redelivers from the last committed
+  offset, and the database offsets skip what was already applied.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypedDict
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from minruntime.core.topic_life import TopicLife
+from minruntime.health import Condition, one_line
+from minruntime.health.outage import Backoff, StatusLine, storage_transient
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.ingest.isolation import apply_isolated
 
@@ -33,18 +39,20 @@ EXIT_STORAGE_UNAVAILABLE = 75  # EX_TEMPFAIL
 EXIT_UNEXPECTED = 70  # EX_SOFTWARE
 
 
+class BatchOptions(TypedDict):
+    """What every batch is applied with (keyword arguments of `apply_batch`)."""
+
+    consumer_group: str
+    topic_roles: Mapping[str, str]
+    dead_letter_topic: str
+
+
 class StorageUnavailableError(RuntimeError):
-    """The database did not accept a batch within the retry budget."""
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, OperationalError):
-        return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+    """The database refused a batch for a reason that waiting cannot cure."""
 
 
 class BatchSink:
-    """Applies one Kafka batch in one database transaction, retrying storage errors."""
+    """Applies one Kafka batch in one database transaction, riding out storage outages."""
 
     def __init__(
         self,
@@ -53,54 +61,51 @@ class BatchSink:
         consumer_group: str,
         topic_roles: Mapping[str, str],
         dead_letter_topic: str,
-        attempts: int = 8,
         first_backoff: float = 0.2,
+        max_backoff: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
+        storing: Condition | None = None,
     ) -> None:
         self._engine = engine
-        self._group = consumer_group
-        self._roles = dict(topic_roles)
-        self._dead_letter_topic = dead_letter_topic
-        self._attempts = attempts
+        self._options = BatchOptions(
+            consumer_group=consumer_group,
+            topic_roles=dict(topic_roles),
+            dead_letter_topic=dead_letter_topic,
+        )
         self._first_backoff = first_backoff
+        self._max_backoff = max_backoff
         self._sleep = sleep
+        # Readiness "batches": failing while a batch waits for the database.
+        self.storing = storing or Condition(initial=None)
 
     def __call__(
         self,
         records: Sequence[InboundRecord],
         topic_lives: Mapping[str, TopicLife] | None = None,
     ) -> BatchOutcome:
-        """Apply the batch; raise StorageUnavailableError when retries run out.
+        """Apply the batch, retrying transient storage errors for as long as they last.
 
         ``topic_lives``: see ``apply_batch`` (its TopicLifeChangedError propagates).
         """
-        backoff = self._first_backoff
-        for attempt in range(1, self._attempts + 1):
+        backoff = Backoff(self._first_backoff, self._max_backoff)
+        status = StatusLine("PostgreSQL")
+        while True:
             try:
-                return apply_isolated(
-                    self._engine,
-                    records,
-                    consumer_group=self._group,
-                    topic_roles=self._roles,
-                    dead_letter_topic=self._dead_letter_topic,
-                    topic_lives=topic_lives,
+                outcome = apply_isolated(
+                    self._engine, records, topic_lives=topic_lives, **self._options
                 )
-            except (OperationalError, DBAPIError) as exc:
-                if not _transient(exc) or attempt == self._attempts:
+            except DBAPIError as exc:
+                if not storage_transient(exc):
                     raise StorageUnavailableError(
-                        f"batch of {len(records)} records not stored after {attempt} "
-                        f"attempt(s): {exc.__class__.__name__}: {exc.orig or exc}"
+                        f"batch of {len(records)} records not stored: {one_line(exc)}"
                     ) from exc
-                log.warning(
-                    "storage error on attempt %d/%d, retrying in %.1fs: %s",
-                    attempt,
-                    self._attempts,
-                    backoff,
-                    exc.orig or exc,
-                )
-                self._sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-        raise AssertionError("unreachable")
+                self.storing.fail(f"batch of {len(records)} records not stored: {one_line(exc)}")
+                status.waiting(f"a batch of {len(records)} records waits: {one_line(exc)}")
+                self._sleep(backoff.next())
+                continue
+            status.back()
+            self.storing.ok()
+            return outcome
 
 
 def stop_loudly(exc: BaseException) -> None:

@@ -1,0 +1,255 @@
+"""Faults with real processes: kill -9 loops, PostgreSQL stopped, the broker killed, cold starts.
+
+Each test runs the real `minruntime processor` (and a requeue-worker replica) against the
+stack's own PostgreSQL and Kafka, stops or kills one of those, and asserts the promises: the
+service keeps running (no exit), says it is not ready while it cannot work (/readyz 503) and
+ready afterwards (200), and in the end everything was applied exactly once (the harness's
+`drop()` also runs `replay --verify`). No timed assertions: waits are generous, and the
+measured recovery times are printed (`pytest -s`) for the record.
+
+The stack is restored at the end of every test, whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from minruntime.settings import Settings
+from minruntime.stack import StackStatus
+from minruntime.stack.kafka import KafkaNode
+from minruntime.stack.postgres import PostgresNode
+from minruntime.stack.process import pid_alive, read_pid
+from tests.e2e import cloudevents as ce
+from tests.e2e.harness import Pipeline, Subprocess, Worker, wait_for
+
+pytestmark = pytest.mark.stack
+
+# Generous: a loaded 2-core machine, and a processor's own start takes a while.
+PATIENCE = 240.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _probe(port: int, path: str) -> tuple[int, str]:
+    """(status, body) of GET http://127.0.0.1:port/path; (0, reason) when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()
+    except (urllib.error.URLError, OSError) as error:
+        return 0, str(error)
+
+
+def _wait_status(port: int, path: str, status: int, what: str, timeout: float = PATIENCE) -> str:
+    def answered() -> str | None:
+        code, body = _probe(port, path)
+        return (body or "(empty)") if code == status else None
+
+    return str(wait_for(answered, timeout, f"{what}: {path} answering {status}"))
+
+
+class Fixture:
+    """A pipeline with fixed metrics ports, a worker replica, and the stack's two nodes."""
+
+    def __init__(self, settings: Settings, workdir: Path, name: str) -> None:
+        self.processor_port, self.worker_port = _free_port(), _free_port()
+        self.pipeline = Pipeline(
+            settings,
+            workdir,
+            name,
+            overrides={
+                "processor_metrics_port": str(self.processor_port),
+                "worker_metrics_port": str(self.worker_port),
+            },
+        )
+        self.postgres = PostgresNode(settings)
+        self.kafka = KafkaNode(settings)
+        self.settings = settings
+
+    def applied(self) -> int:
+        return int(self.pipeline.scalar("SELECT count(*) FROM minruntime.event_log"))
+
+    def wait_applied(self, count: int, timeout: float = PATIENCE) -> None:
+        wait_for(
+            lambda: self.applied() >= count,
+            timeout,
+            f"{count} applied events\n{self.pipeline.log_tail()}",
+        )
+
+    def assert_running(self, *processes: Subprocess) -> None:
+        for process in processes:
+            assert process.process is not None, "not started"
+            assert process.process.poll() is None, f"exited:\n{process.log_tail()}"
+
+    def kill_kafka(self) -> None:
+        pid = read_pid(self.kafka.pid_file)
+        assert pid is not None
+        assert pid_alive(pid)
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(pid), 60, "the broker to die")
+
+    def restore(self) -> None:
+        """Both nodes up and answering (idempotent)."""
+        self.postgres.start(self.settings.stack_timeout_seconds)
+        self.kafka.start()
+        self.kafka.wait_ready(self.settings.stack_timeout_seconds)
+
+
+@pytest.fixture
+def fixture(
+    stack: StackStatus, settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Fixture]:
+    made = Fixture(settings, tmp_path, request.node.name[5:17].replace("_", ""))
+    try:
+        yield made
+    finally:
+        made.restore()
+        made.pipeline.drop()
+
+
+def _queues(prefix: str, count: int) -> list[dict[str, Any]]:
+    return [ce.queue(f"{prefix}-{i:05d}") for i in range(count)]
+
+
+def _no_traceback(process: Subprocess) -> None:
+    log = process.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_kill_9_in_a_loop_resumes_every_time_and_applies_everything_once(
+    fixture: Fixture,
+) -> None:
+    pipeline = fixture.pipeline.create()
+    pipeline.start()
+    pipeline.stop()  # topics exist: produce first, so every kill lands mid-stream
+    total = 6000
+    pipeline.produce_events("queues", _queues("loop", total))
+    pipeline.start()
+    times = []
+    for _ in range(5):
+        before = fixture.applied()
+        fixture.wait_applied(before + 200)
+        assert pipeline.kill() == -signal.SIGKILL
+        at_kill = fixture.applied()
+        if at_kill >= total:
+            break
+        restarted = time.monotonic()
+        pipeline.spawn()
+        fixture.wait_applied(at_kill + 1)
+        times.append(time.monotonic() - restarted)
+        _wait_status(fixture.processor_port, "/readyz", 200, "the restarted processor")
+    fixture.wait_applied(total)
+    assert fixture.applied() == total
+    assert pipeline.scalar("SELECT count(*) FROM minruntime.queues") == total
+    assert pipeline.scalar("SELECT count(*) FROM minruntime.dead_letters") == 0
+    print(f"\nrecovery after kill -9 (restart -> first new event), s: {times}")
+
+
+def test_postgres_stopped_for_two_minutes_while_events_flow(fixture: Fixture) -> None:
+    pipeline = fixture.pipeline.create()
+    pipeline.start()
+    worker = pipeline.start_worker()
+    pipeline.produce_events("queues", _queues("before", 50))
+    fixture.wait_applied(50)
+    _wait_status(fixture.processor_port, "/readyz", 200, "the processor")
+    _wait_status(fixture.worker_port, "/readyz", 200, "the worker")
+
+    assert fixture.postgres.stop()
+    stopped = time.monotonic()
+    try:
+        pipeline.produce_events("queues", _queues("during", 200))
+        _wait_status(fixture.processor_port, "/readyz", 503, "the processor, PostgreSQL away")
+        _wait_status(fixture.worker_port, "/readyz", 503, "the worker, PostgreSQL away")
+        while time.monotonic() - stopped < 120:
+            fixture.assert_running(pipeline, worker)
+            _wait_status(fixture.processor_port, "/healthz", 200, "processor alive", 30)
+            time.sleep(5)
+        fixture.assert_running(pipeline, worker)
+    finally:
+        fixture.postgres.start(fixture.settings.stack_timeout_seconds)
+    pipeline.produce_events("queues", _queues("after", 50))
+    fixture.wait_applied(300)
+    _wait_status(fixture.processor_port, "/readyz", 200, "the processor, PostgreSQL back")
+    _wait_status(fixture.worker_port, "/readyz", 200, "the worker, PostgreSQL back")
+    fixture.assert_running(pipeline, worker)
+    assert fixture.applied() == 300
+    assert pipeline.scalar("SELECT count(*) FROM minruntime.queues") == 300
+
+
+def test_kafka_broker_killed_and_restarted(fixture: Fixture) -> None:
+    pipeline = fixture.pipeline.create()
+    pipeline.start()
+    worker = pipeline.start_worker()
+    pipeline.produce_events("queues", _queues("before", 50))
+    fixture.wait_applied(50)
+    _wait_status(fixture.processor_port, "/readyz", 200, "the processor")
+
+    fixture.kill_kafka()
+    try:
+        reason = _wait_status(fixture.processor_port, "/readyz", 503, "processor, Kafka away")
+        assert "kafka" in reason
+        time.sleep(30)
+        fixture.assert_running(pipeline, worker)
+        _wait_status(fixture.worker_port, "/readyz", 200, "the worker (no Kafka needed)")
+    finally:
+        fixture.kafka.start()
+        fixture.kafka.wait_ready(fixture.settings.stack_timeout_seconds)
+    pipeline.produce_events("queues", _queues("after", 50))
+    fixture.wait_applied(100)
+    _wait_status(fixture.processor_port, "/readyz", 200, "the processor, Kafka back")
+    fixture.assert_running(pipeline, worker)
+    assert fixture.applied() == 100
+
+
+@pytest.mark.parametrize("away", ["postgres", "kafka"])
+def test_started_while_a_dependency_is_down_waits_quietly_then_works(
+    fixture: Fixture, away: str
+) -> None:
+    pipeline = fixture.pipeline.create(with_topics=True)
+    if away == "postgres":
+        fixture.postgres.stop()
+    else:
+        fixture.kill_kafka()
+    try:
+        pipeline.spawn()
+        worker = Worker(pipeline, "cold", pipeline.env).start()
+        pipeline.workers.append(worker)
+        for process in (pipeline, worker):
+            wait_for(
+                lambda process=process: "waiting for" in process.log_tail(),
+                PATIENCE,
+                f"a status line\n{process.log_tail()}",
+            )
+        _wait_status(fixture.processor_port, "/readyz", 503, "the waiting processor")
+        _wait_status(fixture.worker_port, "/readyz", 503, "the waiting worker")
+        _wait_status(fixture.processor_port, "/healthz", 200, "the waiting processor")
+        time.sleep(15)  # several retries
+        fixture.assert_running(pipeline, worker)
+    finally:
+        fixture.restore()
+    pipeline.produce_events("queues", _queues("cold", 20))
+    fixture.wait_applied(20)
+    _wait_status(fixture.processor_port, "/readyz", 200, "the processor")
+    _wait_status(fixture.worker_port, "/readyz", 200, "the worker")
+    fixture.assert_running(pipeline, worker)
+    for process in (pipeline, worker):
+        _no_traceback(process)
+        waits = [line for line in process.log_tail(200).splitlines() if "waiting for" in line]
+        assert waits, process.log_tail()
+        # One line per report, never more often than every few seconds.
+        assert len(waits) < 40, waits

@@ -1,0 +1,218 @@
+"""Health: readiness checks, conditions, liveness, the HTTP endpoints, outage pacing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from minruntime.health import Condition, HealthServer, Liveness, Readiness, one_line
+from minruntime.health.outage import Backoff, RepeatFilter, StatusLine, wait_until_available
+from minruntime.settings import Settings
+
+
+def test_ready_only_when_every_check_passes() -> None:
+    readiness = Readiness()
+    assert readiness.failures() == {}
+    readiness.add_check("offsets", lambda: None)
+    assert readiness.failures() == {}
+    readiness.add_check("topic", lambda: "topic kai.queues's identity changed\nre-baseline it")
+    assert readiness.failures() == {"topic": "topic kai.queues's identity changed re-baseline it"}
+    readiness.remove_check("topic")
+    assert readiness.failures() == {}
+
+
+def test_a_broken_check_fails_readiness_instead_of_the_endpoint() -> None:
+    readiness = Readiness()
+    readiness.add_check("broken", lambda: str(1 / 0))
+    assert readiness.failures() == {
+        "broken": "the check raised ZeroDivisionError: division by zero"
+    }
+
+
+def test_condition_reports_its_reason_and_how_long() -> None:
+    condition = Condition()
+    assert condition() is not None
+    assert condition.failing
+    condition.ok()
+    assert condition() is None
+    condition.fail("PostgreSQL unreachable:\n connection refused")
+    reason = condition()
+    assert reason is not None
+    assert reason.startswith("PostgreSQL unreachable: connection refused (for ")
+
+
+def test_one_line_prefers_the_driver_error_and_never_repeats_the_class_name() -> None:
+    class WrappedError(Exception):
+        orig = ValueError("bad\nvalue")
+
+    assert one_line(WrappedError("wrapper text")) == "ValueError: bad value"
+    assert one_line(RuntimeError("RuntimeError: said twice")) == "RuntimeError: said twice"
+
+
+def test_liveness_asks_the_event_loop() -> None:
+    liveness = Liveness(timeout=0.5)
+    assert liveness() is None  # not watching a loop yet: starting counts as alive
+    loop = asyncio.new_event_loop()
+    liveness.watch(loop)
+    assert liveness() == "the event loop did not answer within 0s"  # not running
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        assert liveness() is None
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+    assert liveness() == "the event loop is closed"
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[HealthServer, Readiness]]:
+    registry = CollectorRegistry()
+    Counter("minruntime_test_things", "Things.", registry=registry).inc(3)
+    readiness = Readiness()
+    running = HealthServer(
+        "127.0.0.1", 0, registry=registry, readiness=readiness, liveness=lambda: None
+    ).start()
+    try:
+        yield running, readiness
+    finally:
+        running.close()
+
+
+def _get(port: int, path: str, accept: str = "") -> tuple[int, str, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    if accept:
+        request.add_header("Accept", accept)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, answer.headers["Content-Type"], answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+def test_one_port_serves_metrics_healthz_and_readyz(
+    server: tuple[HealthServer, Readiness],
+) -> None:
+    running, readiness = server
+    status, _, body = _get(running.port, "/metrics")
+    assert status == 200
+    assert "minruntime_test_things_total 3.0" in body
+    assert _get(running.port, "/healthz") == (200, "text/plain; charset=utf-8", "alive\n")
+    assert _get(running.port, "/readyz")[::2] == (200, "ready\n")
+    assert _get(running.port, "/nothing")[0] == 404
+
+    readiness.add_check("database", lambda: "PostgreSQL unreachable")
+    readiness.add_check("kafka", lambda: None)
+    assert _get(running.port, "/readyz")[::2] == (503, "database: PostgreSQL unreachable\n")
+    for status, content_type, body in (
+        _get(running.port, "/readyz?format=json"),
+        _get(running.port, "/readyz", accept="application/json"),
+    ):
+        assert (status, content_type) == (503, "application/json")
+        assert json.loads(body) == {
+            "ready": False,
+            "failing": {"database": "PostgreSQL unreachable"},
+        }
+
+
+def test_backoff_doubles_up_to_its_cap_and_resets() -> None:
+    backoff = Backoff(0.5, 10.0)
+    assert [backoff.next() for _ in range(7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    backoff.reset()
+    assert backoff.next() == 0.5
+
+
+def test_status_line_at_most_every_few_seconds_and_once_when_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    status = StatusLine("PostgreSQL", every=5.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "minruntime.outage"):
+        for _ in range(30):  # 15 s of retries every half second
+            status.waiting("connection refused")
+            now[0] += 0.5
+        status.back()
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == [
+        "waiting for PostgreSQL (0s so far, retrying): connection refused",
+        "waiting for PostgreSQL (5s so far, retrying): connection refused",
+        "waiting for PostgreSQL (10s so far, retrying): connection refused",
+        "PostgreSQL is back after 15s",
+    ]
+
+
+def test_status_line_grace_hides_short_moments(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    status = StatusLine("Kafka", clock=lambda: now[0], grace=10.0)
+    with caplog.at_level(logging.WARNING, "minruntime.outage"):
+        status.waiting("rebalancing")
+        now[0] = 9.0
+        status.waiting("rebalancing")
+        status.back()
+    assert caplog.records == []
+
+
+def test_repeat_filter_lets_each_kind_of_message_through_once_a_minute() -> None:
+    now = [0.0]
+    repeat = RepeatFilter(60.0, clock=lambda: now[0])
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("aiokafka.conn", logging.ERROR, "", 0, message, None, None)
+
+    passed = []
+    for second in range(0, 150, 1):
+        now[0] = float(second)
+        passed += [
+            r.msg for r in (record("Unable connect"), record("No metadata")) if repeat.filter(r)
+        ]
+    assert passed.count("Unable connect") == 3
+    assert passed.count("No metadata") == 3
+
+
+def test_wait_until_available_retries_transient_errors_only() -> None:
+    calls = []
+    condition = Condition()
+
+    def attempt() -> str:
+        calls.append(1)
+        if len(calls) < 4:
+            raise ConnectionRefusedError("not yet")
+        return "connected"
+
+    result = wait_until_available(
+        "a thing",
+        attempt,
+        transient=lambda error: isinstance(error, ConnectionError),
+        condition=condition,
+        backoff=Backoff(0.0, 0.0),
+    )
+    assert (result, len(calls), condition()) == ("connected", 4, None)
+
+    def misconfigured() -> str:
+        raise ValueError("the schema is not migrated")
+
+    with pytest.raises(ValueError, match="not migrated"):
+        wait_until_available("a thing", misconfigured, backoff=Backoff(0.0, 0.0))
+
+
+def test_processor_instance_id_is_stable_and_distinct_per_instance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("socket.gethostname", lambda: "node-a")
+    assert Settings(processor_metrics_port=9400).processor_group_instance_id == "node-a:9400"
+    assert Settings(processor_metrics_port=9410).processor_group_instance_id == "node-a:9410"
+    named = Settings(processor_instance_id="processor-0", processor_metrics_port=0)
+    assert named.processor_group_instance_id == "processor-0"
+    # Nothing identifies an instance without a port or a name: dynamic membership.
+    assert Settings(processor_metrics_port=0).processor_group_instance_id is None
+    off = Settings(processor_static_membership=False, processor_instance_id="processor-0")
+    assert off.processor_group_instance_id is None
