@@ -277,6 +277,7 @@ async def _serve_requeue_worker(
 ) -> None:
     loop = asyncio.get_running_loop()
     health.LIVENESS.watch(loop)
+    quiet_kafka_client_repeats()  # the relay's producer, while the broker is away
     relay = OutboxRelay(
         engine,
         settings.kafka_bootstrap,

@@ -55,12 +55,33 @@ def _probe(port: int, path: str) -> tuple[int, str]:
         return 0, str(error)
 
 
+# The processes a test runs: every wait fails at once, with the log, when one has exited.
+_WATCHED: list[Subprocess] = []
+
+
+def _running() -> None:
+    for process in _WATCHED:
+        if process.process is not None and process.process.poll() is not None:
+            raise AssertionError(
+                f"{process.log_path.name} exited with {process.process.returncode}:\n"
+                f"{process.log_tail()}"
+            )
+
+
+def _wait(check: Any, what: str, timeout: float = PATIENCE) -> Any:
+    def checked() -> Any:
+        _running()
+        return check()
+
+    return wait_for(checked, timeout, what)
+
+
 def _wait_status(port: int, path: str, status: int, what: str, timeout: float = PATIENCE) -> str:
     def answered() -> str | None:
         code, body = _probe(port, path)
         return (body or "(empty)") if code == status else None
 
-    return str(wait_for(answered, timeout, f"{what}: {path} answering {status}"))
+    return str(_wait(answered, f"{what}: {path} answering {status}", timeout))
 
 
 class Fixture:
@@ -85,10 +106,10 @@ class Fixture:
         return int(self.pipeline.scalar("SELECT count(*) FROM minruntime.event_log"))
 
     def wait_applied(self, count: int, timeout: float = PATIENCE) -> None:
-        wait_for(
+        _wait(
             lambda: self.applied() >= count,
-            timeout,
             f"{count} applied events\n{self.pipeline.log_tail()}",
+            timeout,
         )
 
     def assert_running(self, *processes: Subprocess) -> None:
@@ -115,9 +136,11 @@ def fixture(
     stack: StackStatus, settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Fixture]:
     made = Fixture(settings, tmp_path, request.node.name[5:17].replace("_", ""))
+    _WATCHED[:] = [made.pipeline]
     try:
         yield made
     finally:
+        _WATCHED.clear()
         made.restore()
         made.pipeline.drop()
 
@@ -152,7 +175,8 @@ def test_kill_9_in_a_loop_resumes_every_time_and_applies_everything_once(
         pipeline.spawn()
         fixture.wait_applied(at_kill + 1)
         times.append(time.monotonic() - restarted)
-        _wait_status(fixture.processor_port, "/readyz", 200, "the restarted processor")
+        body = _wait_status(fixture.processor_port, "/readyz", 200, "the restarted processor")
+        assert body == "ready\n"
     fixture.wait_applied(total)
     assert fixture.applied() == total
     assert pipeline.scalar("SELECT count(*) FROM minruntime.queues") == total
@@ -164,6 +188,7 @@ def test_postgres_stopped_for_two_minutes_while_events_flow(fixture: Fixture) ->
     pipeline = fixture.pipeline.create()
     pipeline.start()
     worker = pipeline.start_worker()
+    _WATCHED.append(worker)
     pipeline.produce_events("queues", _queues("before", 50))
     fixture.wait_applied(50)
     _wait_status(fixture.processor_port, "/readyz", 200, "the processor")
@@ -195,9 +220,11 @@ def test_kafka_broker_killed_and_restarted(fixture: Fixture) -> None:
     pipeline = fixture.pipeline.create()
     pipeline.start()
     worker = pipeline.start_worker()
+    _WATCHED.append(worker)
     pipeline.produce_events("queues", _queues("before", 50))
     fixture.wait_applied(50)
     _wait_status(fixture.processor_port, "/readyz", 200, "the processor")
+    _wait_status(fixture.worker_port, "/readyz", 200, "the worker")
 
     fixture.kill_kafka()
     try:
@@ -229,10 +256,10 @@ def test_started_while_a_dependency_is_down_waits_quietly_then_works(
         pipeline.spawn()
         worker = Worker(pipeline, "cold", pipeline.env).start()
         pipeline.workers.append(worker)
+        _WATCHED.append(worker)
         for process in (pipeline, worker):
-            wait_for(
+            _wait(
                 lambda process=process: "waiting for" in process.log_tail(),
-                PATIENCE,
                 f"a status line\n{process.log_tail()}",
             )
         _wait_status(fixture.processor_port, "/readyz", 503, "the waiting processor")

@@ -192,7 +192,7 @@ def test_metrics_are_published_and_health_checked_on_the_configured_port(
     port = getattr(settings, METRICS_PORT_FIELD[service])
     assert port > 0
     assert str(port) in [str(mapping).rsplit(":", 1)[1] for mapping in spec["ports"]]
-    assert f"http://127.0.0.1:{port}/metrics" in " ".join(spec["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{port}/readyz" in " ".join(spec["healthcheck"]["test"])
 
 
 def test_the_worker_scales_without_name_or_port_clashes() -> None:

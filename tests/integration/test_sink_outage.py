@@ -1,0 +1,59 @@
+"""The batch sink rides out a database outage longer than any retry budget (issue 12, part 5).
+
+Before, a batch was retried 8 times (~22 s) and the processor then exited 75; nothing
+restarted it. Now a transient storage error is retried for as long as it lasts, the backoff
+is capped at 10 s, readiness reports the wait, and the batch applies once PostgreSQL is back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from minruntime.bootstrap import input_topic_roles
+from minruntime.settings import Settings
+from minruntime.store import engine_from
+from minruntime.stream.sink import BatchSink
+from tests.integration.helpers import Feed, queue, rows
+
+
+class SwitchableEngine:
+    """An engine that is away (a port nobody listens on) until switched to the real one."""
+
+    def __init__(self, live: sa.Engine) -> None:
+        self.live = live
+        self.current = engine_from("postgresql://minruntime:x@127.0.0.1:1/away")
+
+    def begin(self) -> Any:
+        return self.current.begin()
+
+
+def test_a_batch_waits_out_an_outage_longer_than_any_retry_budget(engine: sa.Engine) -> None:
+    settings = Settings()
+    switchable = SwitchableEngine(engine)
+    sleeps: list[float] = []
+    reasons: list[str | None] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        reasons.append(sink.storing())
+        if len(sleeps) == 20:  # far past the old 8 attempts: PostgreSQL comes back
+            switchable.current = switchable.live
+
+    sink = BatchSink(
+        switchable,  # type: ignore[arg-type]
+        consumer_group="sink-outage",
+        topic_roles=input_topic_roles(settings),
+        dead_letter_topic=settings.topic_dead_letter,
+        sleep=sleep,
+    )
+    outcome = sink(Feed(engine).records(queue("after-the-outage")))
+
+    assert outcome.applied == 1
+    assert rows(engine, "SELECT name FROM minruntime.queues") == [("after-the-outage",)]
+    assert len(sleeps) == 20
+    assert sleeps[:7] == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0]
+    assert set(sleeps[6:]) == {10.0}
+    assert all(reason is not None and "batch of 1 records" in reason for reason in reasons)
+    assert sink.storing() is None
