@@ -27,6 +27,7 @@ from minruntime.requeue import (
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import is_at_head
+from minruntime.store.privileges import public_can_take_advisory_locks
 from minruntime.stream.app import build_app
 from minruntime.stream.metrics import ProcessorMetrics
 from minruntime.stream.relay import OutboxRelay
@@ -61,6 +62,17 @@ def require_migrated(engine: Engine) -> None:
     """Fail with one line when the schema is not at the newest migration."""
     if not is_at_head(engine):
         raise NotMigratedError("the database schema is not up to date: run `minruntime migrate`")
+
+
+def warn_if_anyone_can_take_the_leader_lock(engine: Engine) -> None:
+    """One line at start when PUBLIC may take advisory locks (a reader could stop the worker)."""
+    with engine.connect() as conn:
+        if public_can_take_advisory_locks(conn):
+            log.warning(
+                "any database role can take the requeue worker's leader lock (PUBLIC may "
+                "EXECUTE pg_advisory_lock): a reader could stop every requeue decision; "
+                "see docs/storage.md#advisory-locks for the REVOKE a superuser runs"
+            )
 
 
 def input_topic_roles(settings: Settings) -> dict[str, str]:
@@ -131,6 +143,7 @@ def run_requeue_worker(settings: Settings) -> None:
     """Run one requeue-worker replica (standby or active) until SIGINT/SIGTERM."""
     engine = engine_from(settings)
     require_migrated(engine)
+    warn_if_anyone_can_take_the_leader_lock(engine)
     asyncio.run(ensure_topics(settings.kafka_bootstrap, topic_specs(settings)))
     metrics = RequeueMetrics(REGISTRY, settings.known_nominators)
     serve_metrics(settings.metrics_host, settings.worker_metrics_port, "WORKER_METRICS_PORT")
