@@ -38,8 +38,9 @@ def quote(name: str) -> str:
 def runtime_grants(runtime: str) -> list[str]:
     """Rows, not definitions: what the processor and the worker need, now and for new tables.
 
-    Run by the owner: its default privileges make tables a later migration creates writable
-    by ``runtime`` too, and functions it creates are not executable by PUBLIC.
+    Run by the owner. Its default privileges make tables a later migration creates writable
+    by ``runtime`` too, and everything it creates (shadow schemas of ``replay --into`` too)
+    readable by ``runtime``; functions it creates are not executable by PUBLIC.
     """
     role = quote(runtime)
     return [
@@ -50,12 +51,12 @@ def runtime_grants(runtime: str) -> list[str]:
         f"GRANT SELECT ON ALL TABLES IN SCHEMA {READ_SCHEMA} TO {role}",
         f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {STATE_SCHEMA}, {READ_SCHEMA} TO {role}",
         f"ALTER DEFAULT PRIVILEGES IN SCHEMA {STATE_SCHEMA}"
-        f" GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {role}",
+        f" GRANT INSERT, UPDATE, DELETE ON TABLES TO {role}",
         f"ALTER DEFAULT PRIVILEGES IN SCHEMA {STATE_SCHEMA}"
         f" GRANT USAGE, SELECT ON SEQUENCES TO {role}",
-        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {READ_SCHEMA} GRANT SELECT ON TABLES TO {role}",
-        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {STATE_SCHEMA}, {READ_SCHEMA}"
-        f" GRANT EXECUTE ON FUNCTIONS TO {role}",
+        f"ALTER DEFAULT PRIVILEGES GRANT USAGE ON SCHEMAS TO {role}",
+        f"ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO {role}",
+        f"ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO {role}",
         "ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC",
     ]
 
@@ -65,13 +66,13 @@ def runtime_revokes(runtime: str) -> list[str]:
     role = quote(runtime)
     return [
         "ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO PUBLIC",
-        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {STATE_SCHEMA}, {READ_SCHEMA}"
-        f" REVOKE EXECUTE ON FUNCTIONS FROM {role}",
-        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {READ_SCHEMA} REVOKE SELECT ON TABLES FROM {role}",
+        f"ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM {role}",
+        f"ALTER DEFAULT PRIVILEGES REVOKE SELECT ON TABLES FROM {role}",
+        f"ALTER DEFAULT PRIVILEGES REVOKE USAGE ON SCHEMAS FROM {role}",
         f"ALTER DEFAULT PRIVILEGES IN SCHEMA {STATE_SCHEMA}"
         f" REVOKE USAGE, SELECT ON SEQUENCES FROM {role}",
         f"ALTER DEFAULT PRIVILEGES IN SCHEMA {STATE_SCHEMA}"
-        f" REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLES FROM {role}",
+        f" REVOKE INSERT, UPDATE, DELETE ON TABLES FROM {role}",
         f"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {STATE_SCHEMA}, {READ_SCHEMA} FROM {role}",
         f"REVOKE SELECT ON ALL TABLES IN SCHEMA {READ_SCHEMA} FROM {role}",
         f"REVOKE USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {STATE_SCHEMA} FROM {role}",
