@@ -8,9 +8,11 @@ roles, to become pg_execute_server_program and run a program, and to change the 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -20,6 +22,8 @@ from sqlalchemy.exc import DBAPIError
 from minruntime.ingest import NOMINATIONS_CHANNEL
 from minruntime.requeue import RequeueMetrics, RequeueWorker, WorkerOptions
 from minruntime.requeue.worker import LEADER_LOCK_KEY
+from minruntime.settings import Settings
+from minruntime.stack.postgres import PostgresNode
 from minruntime.store import engine_from
 
 LOCK_CALLS = (
@@ -214,3 +218,28 @@ def test_the_runtime_role_reads_and_writes_rows(engine: sa.Engine, runtime_role:
         assert conn.execute(sa.text("SELECT count(*) FROM minruntime.nodes")).scalar_one() == 1
         conn.execute(sa.text("DELETE FROM minruntime_state.node_state"))
         assert conn.execute(sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": 1}).scalar()
+
+
+def test_the_worker_says_one_line_when_public_can_take_its_lock(
+    settings: Settings,
+    database_url: str,
+    runtime_role: sa.Engine,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from minruntime.bootstrap import warn_if_anyone_can_take_the_leader_lock
+
+    with caplog.at_level(logging.WARNING, logger="minruntime.bootstrap"):
+        warn_if_anyone_can_take_the_leader_lock(runtime_role)
+    assert caplog.records == []
+    dbname = urlsplit(database_url).path.lstrip("/")
+    grant = "GRANT EXECUTE ON FUNCTION pg_try_advisory_lock(bigint) TO PUBLIC"
+    with PostgresNode(settings).admin_connection(dbname) as admin:
+        admin.execute(grant)
+        try:
+            with caplog.at_level(logging.WARNING, logger="minruntime.bootstrap"):
+                warn_if_anyone_can_take_the_leader_lock(runtime_role)
+        finally:
+            admin.execute(grant.replace("GRANT", "REVOKE").replace(" TO ", " FROM "))
+    (record,) = caplog.records
+    assert "docs/storage.md#advisory-locks" in record.getMessage()
+    assert "\n" not in record.getMessage()
