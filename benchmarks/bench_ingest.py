@@ -247,7 +247,11 @@ def profile_apply(pipe: BenchPipeline, messages: list[Any], batch: int) -> None:
     from minruntime.ingest import InboundRecord, apply_batch
     from minruntime.store import engine_from
     from minruntime.store.migrate import upgrade
-    from minruntime.store.scratch import create_scratch_database, drop_scratch_database
+    from minruntime.store.scratch import (
+        create_scratch_database,
+        drop_scratch_database,
+        scratch_owner_url,
+    )
 
     roles = {topic: role for role, topic in pipe.topics.items() if role in INPUT_ROLES}
     by_topic: dict[str, list[InboundRecord]] = {}
@@ -255,7 +259,8 @@ def profile_apply(pipe: BenchPipeline, messages: list[Any], batch: int) -> None:
         by_topic.setdefault(m.topic, []).append(
             InboundRecord(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
         )
-    url = create_scratch_database(pipe.base, "minruntime_test_bench")
+    # The owner: the benchmark migrates and applies in one database of its own.
+    url = scratch_owner_url(pipe.base, create_scratch_database(pipe.base, "minruntime_test_bench"))
     try:
         upgrade(url)
         engine = engine_from(url)

@@ -26,7 +26,11 @@ from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import create_scratch_database, drop_scratch_database
+from minruntime.store.scratch import (
+    create_scratch_database,
+    drop_scratch_database,
+    scratch_owner_url,
+)
 
 RECLAIM_TARGET_MS = 200.0
 IS_PROTECTED_TARGET_MS = 2.0
@@ -101,7 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings()
     rng = random.Random(20261121)
-    url = create_scratch_database(settings, "minruntime_test_bench")
+    url = scratch_owner_url(settings, create_scratch_database(settings, "minruntime_test_bench"))
     try:
         upgrade(url)
         engine = engine_from(url)

@@ -38,7 +38,11 @@ from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import create_scratch_database, drop_scratch_database
+from minruntime.store.scratch import (
+    create_scratch_database,
+    drop_scratch_database,
+    scratch_owner_url,
+)
 from pipeline import INPUT_ROLES
 
 # Replay should not be slower than applying the same events live (it runs the same code).
@@ -105,7 +109,9 @@ def traced_database(args: argparse.Namespace, name: str) -> Iterator[tuple[sa.En
     """A scratch database holding the trace, applied live: (engine, live apply seconds)."""
     settings = Settings()
     trace = generate(args.queues, args.nodes, args.podgroups)
-    url = create_scratch_database(settings, f"minruntime_test_bench_{name}")
+    url = scratch_owner_url(
+        settings, create_scratch_database(settings, f"minruntime_test_bench_{name}")
+    )
     engine = engine_from(url)
     try:
         upgrade(url)

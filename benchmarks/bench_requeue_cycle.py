@@ -65,7 +65,11 @@ from minruntime.requeue.snapshot import load_cycle_inputs
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import admin_connection, create_scratch_database
+from minruntime.store.scratch import (
+    admin_connection,
+    create_scratch_database,
+    scratch_owner_url,
+)
 from minruntime.store.scratch import drop_scratch_database as drop_database
 
 SEED: Final = 20261121
@@ -282,7 +286,9 @@ def copy_database(settings: Settings, template_url: str, url: str) -> None:
     template = urlsplit(template_url).path.lstrip("/")
     name = urlsplit(url).path.lstrip("/")
     statement = sql.SQL("CREATE DATABASE {} TEMPLATE {} OWNER {}").format(
-        sql.Identifier(name), sql.Identifier(template), sql.Identifier(settings.database_parts.user)
+        sql.Identifier(name),
+        sql.Identifier(template),
+        sql.Identifier(urlsplit(template_url).username or settings.database_parts.user),
     )
     for attempt in range(10):
         try:
@@ -366,7 +372,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the template database")
     args = parser.parse_args()
     settings = Settings()
-    template = create_scratch_database(settings, "minruntime_test_bench_cycle")
+    template = scratch_owner_url(
+        settings, create_scratch_database(settings, "minruntime_test_bench_cycle")
+    )
     copies: list[str] = []
     try:
         upgrade(template)

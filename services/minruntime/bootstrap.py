@@ -38,6 +38,7 @@ from minruntime.requeue import (
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import is_at_head
+from minruntime.store.privileges import public_can_take_advisory_locks
 from minruntime.stream.app import build_app, consumer_problem
 from minruntime.stream.metrics import ProcessorMetrics
 from minruntime.stream.outbox_metrics import OutboxMetrics
@@ -113,6 +114,17 @@ def require_migrated(engine: Engine) -> None:
     """Fail with one line when the schema is not at the newest migration."""
     if not is_at_head(engine):
         raise NotMigratedError("the database schema is not up to date: run `minruntime migrate`")
+
+
+def warn_if_anyone_can_take_the_leader_lock(engine: Engine) -> None:
+    """One line at start when PUBLIC may take advisory locks (a reader could stop the worker)."""
+    with engine.connect() as conn:
+        if public_can_take_advisory_locks(conn):
+            log.warning(
+                "any database role can take the requeue worker's leader lock (PUBLIC may "
+                "EXECUTE pg_advisory_lock): a reader could stop every requeue decision; "
+                "see docs/storage.md#advisory-locks for the REVOKE a superuser runs"
+            )
 
 
 def input_topic_roles(settings: Settings) -> dict[str, str]:
@@ -264,6 +276,7 @@ def run_requeue_worker(settings: Settings) -> None:
     health.add_check("database", database)
     health.add_check("kafka", kafka)
     engine = connected_engine(settings, database)
+    warn_if_anyone_can_take_the_leader_lock(engine)
     wait_for_kafka(settings, kafka)
     health.remove_check("kafka")  # only the relay needs it afterwards, and it rides outages
     try:

@@ -25,6 +25,8 @@ from minruntime.settings import Settings
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from minruntime.stack import StackStatus
+
 app = typer.Typer(
     name="minruntime",
     help="Minimum-runtime protection and transactional requeue for GPU jobs.",
@@ -61,7 +63,7 @@ def stack_up_command() -> None:
     from minruntime.stack import stack_up
 
     status = stack_up(Settings(), say=_say)
-    _print_connection(status.kafka_bootstrap, status.database_url)
+    _print_connection(status)
 
 
 @stack_app.command("down")
@@ -87,7 +89,7 @@ def stack_status_command() -> None:
         )
         table.add_row(component.name, state, str(component.pid or "-"), component.detail)
     console.print(table)
-    _print_connection(status.kafka_bootstrap, status.database_url)
+    _print_connection(status)
     if not status.healthy:
         raise typer.Exit(3)
 
@@ -238,10 +240,12 @@ def _send_events(
     return outgoing[0].topic
 
 
-def _print_connection(kafka_bootstrap: str, database_url: str) -> None:
-    # Plain lines, so scripts can `eval` or grep them.
-    print(f"KAFKA_BOOTSTRAP={kafka_bootstrap}")
-    print(f"DATABASE_URL={database_url}")
+def _print_connection(status: StackStatus) -> None:
+    # Plain lines, so scripts can `eval` or grep them; no secrets (the URLs name the passfile).
+    print(f"KAFKA_BOOTSTRAP={status.kafka_bootstrap}")
+    print(f"DATABASE_URL={status.database_url}")
+    print(f"OWNER_DATABASE_URL={status.owner_database_url}")
+    print(f"READER_DATABASE_URL={status.reader_database_url}")
 
 
 @app.command("demo")

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from minruntime.events.topics import DEFAULT_TOPICS
 
 KAFKA_VERSION = "4.3.1"
+# The roles of docs/storage.md#roles-and-privileges: the runtime role is the user of
+# MINRUNTIME_DATABASE_URL (`minruntime` by default); these two have fixed names.
+OWNER_ROLE = "minruntime_owner"
+READER_ROLE = "minruntime_reader"
+# libpq password file the local stack writes its generated passwords to (mode 0600).
+PASSFILE_NAME = "pgpass"
 
 
 def project_root() -> Path:
@@ -32,7 +38,13 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MINRUNTIME_", extra="ignore")
 
     kafka_bootstrap: str = "127.0.0.1:9092"
-    database_url: str = "postgresql://minruntime:minruntime@127.0.0.1:5433/minruntime"
+    # The runtime role's URL (processor, requeue worker). Unset: the local stack's, with no
+    # password in it: libpq reads the generated one from the stack's passfile.
+    database_url: str = "postgresql://minruntime@127.0.0.1:5433/minruntime"
+    # The owner's URL (migrate, and the operator commands that build shadow schemas). Unset:
+    # the runtime URL with the owner role and the stack's passfile when the local stack has
+    # one, else the runtime URL itself (a one-role deployment, as before the split).
+    owner_database_url: str | None = None
 
     stack_dir: Path = Field(default_factory=lambda: project_root() / ".stack")
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "minruntime")
@@ -95,6 +107,31 @@ class Settings(BaseSettings):
     processor_metrics_port: int = Field(default=9400, ge=0, le=65535)
     worker_metrics_port: int = Field(default=9401, ge=0, le=65535)
 
+    @model_validator(mode="after")
+    def _default_url_reads_the_stack_passfile(self) -> Settings:
+        if "database_url" not in self.model_fields_set:
+            self.database_url = with_passfile(self.database_url, self.passfile)
+        return self
+
+    @property
+    def passfile(self) -> Path:
+        """Where the local stack keeps its generated database passwords (libpq format)."""
+        return self.stack_dir / PASSFILE_NAME
+
+    @property
+    def owner_url(self) -> str:
+        """The URL of the role that owns and migrates the schema (see owner_database_url)."""
+        if self.owner_database_url:
+            return self.owner_database_url
+        if self.passfile.is_file():
+            return owner_url_for(self.database_url, self.passfile)
+        return self.database_url
+
+    @property
+    def owner_sqlalchemy_url(self) -> str:
+        """`owner_url` with the psycopg 3 driver named, for SQLAlchemy."""
+        return _sqlalchemy(self.owner_url)
+
     @property
     def processor_group_instance_id(self) -> str | None:
         """The processor's static member id in its consumer group (None: dynamic membership)."""
@@ -134,10 +171,52 @@ class Settings(BaseSettings):
     @property
     def sqlalchemy_url(self) -> str:
         """`database_url` with the psycopg 3 driver named, for SQLAlchemy."""
-        scheme, _, rest = self.database_url.partition("://")
-        if scheme in ("postgresql", "postgres"):
-            return f"postgresql+psycopg://{rest}"
-        return self.database_url
+        return _sqlalchemy(self.database_url)
+
+
+def _sqlalchemy(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    if scheme in ("postgresql", "postgres"):
+        return f"postgresql+psycopg://{rest}"
+    return url
+
+
+def with_passfile(url: str, passfile: Path) -> str:
+    """``url`` naming ``passfile`` (libpq's ``passfile`` parameter) unless it has a password."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    if parts.password or "passfile" in query:
+        return url
+    query["passfile"] = str(passfile)
+    return urlunsplit(parts._replace(query=urlencode(query, safe="/", quote_via=quote)))
+
+
+def with_role(url: str, role: str, passfile: Path | None = None) -> str:
+    """``url`` for another role of the same server and database: no password, the passfile."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{role}@{host}" + (f":{parts.port}" if parts.port else "")
+    query = {k: v for k, v in parse_qsl(parts.query) if k != "passfile"}
+    if passfile is not None:
+        query["passfile"] = str(passfile)
+    return urlunsplit(
+        parts._replace(netloc=netloc, query=urlencode(query, safe="/", quote_via=quote))
+    )
+
+
+def owner_url_for(runtime_url: str, passfile: Path) -> str:
+    """The owner role's URL on the server and database of ``runtime_url``."""
+    return with_role(runtime_url, OWNER_ROLE, passfile)
+
+
+def without_password(url: str, passfile: Path) -> str:
+    """``url`` as it may be printed: the password replaced by the passfile that holds it."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    return with_role(url, parts.username or "", passfile)
 
 
 class DatabaseParts:

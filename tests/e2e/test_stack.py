@@ -68,7 +68,8 @@ def test_kafka_round_trip(stack: StackStatus) -> None:
 
 
 def test_database_round_trip(stack: StackStatus) -> None:
-    with psycopg.connect(stack.database_url) as conn:
+    # The owner: only it may create temporary tables in the service's database.
+    with psycopg.connect(stack.owner_database_url) as conn:
         version = conn.execute("SHOW server_version_num").fetchone()
         assert version is not None
         assert int(version[0]) >= 150000
@@ -98,11 +99,13 @@ def private_stack(tmp_path: Path) -> Iterator[dict[str, str]]:
     """Environment for a second stack with its own directory and ports; torn down after."""
     kafka_port = free_port_pair()
     pg_port = free_port_pair()
+    stack_dir = tmp_path / "stack"
     env = {
-        "MINRUNTIME_STACK_DIR": str(tmp_path / "stack"),
+        "MINRUNTIME_STACK_DIR": str(stack_dir),
         "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
+        # As a fresh clone's default: no password, generated ones read from the passfile.
         "MINRUNTIME_DATABASE_URL": (
-            f"postgresql://minruntime:minruntime@127.0.0.1:{pg_port}/minruntime"
+            f"postgresql://minruntime@127.0.0.1:{pg_port}/minruntime?passfile={stack_dir}/pgpass"
         ),
         "MINRUNTIME_KAFKA_HEAP": "384m",
     }
@@ -164,16 +167,18 @@ def test_existing_stack_restarts_on_new_ports(private_stack: dict[str, str]) -> 
     assert run_cli("stack", "up", env=private_stack).returncode == 0
     assert run_cli("stack", "down", env=private_stack).returncode == 0
     pg_port = free_port_pair()
+    # An explicit password in the URL (an override) is the one the runtime role gets.
     moved = {
         **private_stack,
         "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port_pair()}",
         "MINRUNTIME_DATABASE_URL": (
-            f"postgresql://minruntime:minruntime@127.0.0.1:{pg_port}/minruntime"
+            f"postgresql://minruntime:chosen@127.0.0.1:{pg_port}/minruntime"
         ),
     }
     again = run_cli("stack", "up", env=moved)
     assert again.returncode == 0, again.stderr
     assert "PostgreSQL started" in again.stdout
+    assert ":chosen@" not in again.stdout
     with psycopg.connect(moved["MINRUNTIME_DATABASE_URL"]) as conn:
         assert conn.execute("SHOW port").fetchone() == (str(pg_port),)
     assert run_cli("stack", "status", env=moved).returncode == 0

@@ -2,51 +2,71 @@
 
 The live ``minruntime`` database is never touched: the session creates
 ``minruntime_test_<random>`` (as the cluster's superuser over the local stack's unix socket,
-since the service role may not create databases) and drops it at the end. Each test starts
-from empty tables.
+since the service roles may not create databases) and drops it at the end. Each test starts
+from empty tables. Three roles, as in production (docs/storage.md#roles-and-privileges):
+``engine`` is the owner (tests build shadows and empty tables), ``runtime`` is the role of
+the processor and the worker, ``reader`` is ``minruntime_reader``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import sqlalchemy as sa
 
-from minruntime.settings import Settings
+from minruntime.settings import READER_ROLE, Settings, with_role
 from minruntime.stack import StackStatus
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import create_scratch_database, drop_scratch_database
+from minruntime.store.scratch import (
+    create_scratch_database,
+    drop_scratch_database,
+    scratch_owner_url,
+)
 from tests.integration.helpers import reset_state
 
 
 @pytest.fixture(scope="session")
 def database_url(settings: Settings, stack: StackStatus) -> Iterator[str]:
-    """A scratch database migrated to head, dropped after the session."""
+    """A scratch database migrated to head (by the owner), dropped after the session.
+
+    The URL is the runtime role's, as ``MINRUNTIME_DATABASE_URL`` would name it.
+    """
     url = create_scratch_database(settings)
     try:
-        upgrade(url)
+        upgrade(scratch_owner_url(settings, url))
         yield url
     finally:
         drop_scratch_database(settings, url)
 
 
 @pytest.fixture(scope="session")
-def engine(database_url: str) -> Iterator[sa.Engine]:
-    """The service's engine on the scratch database."""
+def owner_database_url(settings: Settings, database_url: str) -> str:
+    """The scratch database's URL for the owner role (what migrates it)."""
+    return scratch_owner_url(settings, database_url)
+
+
+@pytest.fixture(scope="session")
+def engine(owner_database_url: str) -> Iterator[sa.Engine]:
+    """The owner's engine on the scratch database (every test may build shadows)."""
+    engine = engine_from(owner_database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def runtime(database_url: str) -> Iterator[sa.Engine]:
+    """The scratch database as the processor and the requeue worker see it."""
     engine = engine_from(database_url)
     yield engine
     engine.dispose()
 
 
 @pytest.fixture
-def reader(database_url: str) -> Iterator[sa.Engine]:
+def reader(settings: Settings, database_url: str) -> Iterator[sa.Engine]:
     """The scratch database as the read-only role ``minruntime_reader`` sees it."""
-    parts = urlsplit(database_url)
-    netloc = f"minruntime_reader:minruntime_reader@{parts.hostname}:{parts.port}"
-    engine = engine_from(urlunsplit(parts._replace(netloc=netloc)))
+    engine = engine_from(with_role(database_url, READER_ROLE, settings.passfile))
     yield engine
     engine.dispose()
 

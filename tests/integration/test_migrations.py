@@ -20,14 +20,19 @@ from minruntime.store.migrate import (
     is_at_head,
     upgrade,
 )
-from minruntime.store.scratch import create_scratch_database, drop_scratch_database
+from minruntime.store.scratch import (
+    create_scratch_database,
+    drop_scratch_database,
+    scratch_owner_url,
+)
 from minruntime.store.tables import STATE_SCHEMA
 
 
 @pytest.fixture
 def scratch(settings: Settings, database_url: str) -> Iterator[str]:
     url = create_scratch_database(settings, "minruntime_test_stairway")
-    yield url
+    # Migrations run as the owner role, like `minruntime migrate`.
+    yield scratch_owner_url(settings, url)
     drop_scratch_database(settings, url)
 
 

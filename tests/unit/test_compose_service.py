@@ -28,7 +28,7 @@ from minruntime.cli import app
 from minruntime.settings import Settings
 from minruntime.store.migrate import MIGRATIONS_DIR, head_revision
 from tests.conftest import run_cli
-from tests.unit.test_compose import ROOT, compose_file
+from tests.unit.test_compose import ROOT, compose_file, published
 
 # Service → the `minruntime` command it runs; `cli` runs whatever `docker compose run` passes.
 SERVICE_COMMANDS = {
@@ -133,11 +133,12 @@ def test_the_service_reaches_kafka_and_postgres_on_the_compose_network(
     assert (db.host, db.port) == ("postgres", 5432)
     assert any(str(port).endswith(f":{db.port}") for port in services["postgres"]["ports"])
     postgres = services["postgres"]["environment"]
-    assert (db.user, db.password, db.dbname) == (
-        postgres["POSTGRES_USER"],
-        postgres["POSTGRES_PASSWORD"],
-        postgres["POSTGRES_DB"],
-    )
+    assert db.dbname == postgres["POSTGRES_DB"]
+    # Runtime and owner roles log in with the generated passwords of the credentials volume.
+    for url in (settings.database_url, settings.owner_url):
+        assert url.endswith("?passfile=/credentials/pgpass"), url
+    assert settings.owner_url != settings.database_url
+    assert "credentials:/credentials:ro" in services[service]["volumes"]
     # Metrics on loopback could not be published out of the container.
     assert settings.metrics_host == "0.0.0.0"
 
@@ -191,7 +192,7 @@ def test_metrics_are_published_and_health_checked_on_the_configured_port(
     settings = _settings_under(_service_env(service), monkeypatch)
     port = getattr(settings, METRICS_PORT_FIELD[service])
     assert port > 0
-    assert str(port) in [str(mapping).rsplit(":", 1)[1] for mapping in spec["ports"]]
+    assert str(port) in [published(mapping)[2] for mapping in spec["ports"]]
     assert f"http://127.0.0.1:{port}/readyz" in " ".join(spec["healthcheck"]["test"])
 
 
@@ -199,7 +200,7 @@ def test_the_worker_scales_without_name_or_port_clashes() -> None:
     worker = _services()["requeue-worker"]
     assert "container_name" not in worker
     for mapping in worker["ports"]:
-        host, _, container = str(mapping).rpartition(":")
+        _, host, container = published(mapping)
         first, _, last = host.partition("-")
         # A host port range: each replica takes a free one, the first replica the usual port.
         assert last, mapping

@@ -50,11 +50,11 @@ def parse_at(
 
 
 def engine() -> sa.Engine:
-    """An engine for the service's database (MINRUNTIME_DATABASE_URL)."""
+    """An engine for the operator commands: the owner role (they build shadow schemas)."""
     from minruntime.settings import Settings
     from minruntime.store import engine_from
 
-    return engine_from(Settings(), pool_pre_ping=False)
+    return engine_from(Settings().owner_url, pool_pre_ping=False)
 
 
 def database_error(error: BaseException) -> str | None:

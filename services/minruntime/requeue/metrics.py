@@ -86,6 +86,12 @@ class RequeueMetrics:
             "1 while this replica holds the leader lock and runs cycles, else 0.",
             registry=registry,
         )
+        self.notifications_ignored = Counter(
+            "minruntime_requeue_notifications_ignored",
+            "NOTIFYs on the nominations channel not sent by a backend of the worker's own role "
+            "(any role may NOTIFY; only the processor's wake the worker).",
+            registry=registry,
+        )
         self.protection_expired = Counter(
             "minruntime_protection_expired",
             "protection.expired events written to the outbox, by rule (preempt, reclaim).",

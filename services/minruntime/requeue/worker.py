@@ -9,7 +9,11 @@ takes over within one poll interval.
 
 A cycle runs every ``interval`` seconds, and sooner when the processor commits nominations
 (it sends ``NOTIFY minruntime_nominations`` in the same transaction; the worker LISTENs on
-its connection). A serialization conflict with the processor (a victim or beneficiary row
+its connection). PostgreSQL lets any role NOTIFY any channel (it cannot be revoked), so a
+notification wakes the worker only when its sender's backend (the pid it carries) belongs to
+the worker's own role — the processor's; others are counted and ignored.
+
+A serialization conflict with the processor (a victim or beneficiary row
 changed since the cycle's snapshot) retries the cycle at once on fresh state.
 
 This module is synchronous and runs in a thread; the composition root runs the outbox relay
@@ -46,6 +50,11 @@ log = logging.getLogger(__name__)
 # pg_try_advisory_lock key of the worker role: "minrtrqw" as a big-endian int64.
 LEADER_LOCK_KEY: Final = int.from_bytes(b"minrtrqw", "big", signed=True)
 _TRY_LOCK = sa.text("SELECT pg_try_advisory_lock(:key)")
+# Which of these backends (notification senders) run as this session's role. A sender that
+# already disconnected is not found: its notification is ignored (the timer still runs).
+_OWN_ROLE_SENDERS = sa.text(
+    "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(:pids) AND usename = session_user"
+)
 _CONFLICTS: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 
 
@@ -224,13 +233,26 @@ class RequeueWorker:
             remaining = due - time.monotonic()
             if remaining <= 0:
                 return
-            # Short slices keep stop() responsive; any notification starts a cycle.
-            if any(True for _ in driver.notifies(timeout=min(remaining, 0.5), stop_after=1)):
+            # Short slices keep stop() responsive; a notification of our role starts a cycle.
+            senders = [n.pid for n in driver.notifies(timeout=min(remaining, 0.5), stop_after=1)]
+            if senders:
                 settle = self._options.settle_seconds
                 # Drain the burst: one cycle serves every nomination that arrived together.
-                for _ in driver.notifies(timeout=settle):
-                    pass
-                return
+                senders.extend(n.pid for n in driver.notifies(timeout=settle))
+                if self._from_own_role(conn, senders):
+                    return
+
+    def _from_own_role(self, conn: Connection, senders: list[int]) -> bool:
+        """True when one of ``senders`` is a backend of this worker's role; count the others."""
+        pids = sorted(set(senders))
+        # A fresh transaction: pg_stat_activity is a snapshot per transaction.
+        own = int(conn.execute(_OWN_ROLE_SENDERS, {"pids": pids}).scalar_one())
+        conn.rollback()
+        if own:
+            return True
+        self._metrics.notifications_ignored.inc(len(senders))
+        log.info("ignored %d notification(s) from other roles' backends %s", len(senders), pids)
+        return False
 
 
 def _one_line(error: BaseException) -> str:

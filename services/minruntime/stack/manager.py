@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from minruntime.settings import Settings
+from minruntime.settings import READER_ROLE, Settings, with_role, without_password
 from minruntime.stack.kafka import KafkaNode
 from minruntime.stack.postgres import PostgresNode
 
@@ -30,7 +30,10 @@ class StackStatus:
 
     components: tuple[ComponentStatus, ...]
     kafka_bootstrap: str
+    # Printable: no password (the stack's passfile holds them; libpq reads it).
     database_url: str
+    owner_database_url: str = ""
+    reader_database_url: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -86,5 +89,7 @@ def stack_status(settings: Settings) -> StackStatus:
             ComponentStatus("kafka", kafka.running, kafka.healthy, kafka.pid, kafka.detail),
         ),
         kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=settings.database_url,
+        database_url=without_password(settings.database_url, settings.passfile),
+        owner_database_url=without_password(settings.owner_url, settings.passfile),
+        reader_database_url=with_role(settings.database_url, READER_ROLE, settings.passfile),
     )

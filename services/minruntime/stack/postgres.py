@@ -16,10 +16,22 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from minruntime.errors import MissingToolError, StackError
 from minruntime.settings import Settings
+from minruntime.stack.access import (
+    INCLUDE_LINE,
+    SECURITY_CONF,
+    hba_text,
+    ident_text,
+    make_certificate,
+    security_conf,
+)
 from minruntime.stack.process import require_free_port, run, tail
+
+if TYPE_CHECKING:
+    import psycopg
 
 MIN_MAJOR = 15
 SUPERUSER = "postgres"
@@ -166,11 +178,6 @@ class PostgresNode:
         bindir = self.bindir(install=True)
         self._ensure_owner_account()
         self._prepare_dirs()
-        pwfile = self.home / ".superuser-password"
-        pwfile.write_text("postgres\n")
-        if self.as_root:
-            account = pwd.getpwnam(SUPERUSER)
-            os.chown(pwfile, account.pw_uid, account.pw_gid)
         run(
             self._as_owner(
                 str(bindir / "initdb"),
@@ -178,9 +185,10 @@ class PostgresNode:
                 str(self.data_dir),
                 "-U",
                 SUPERUSER,
-                f"--pwfile={pwfile}",
-                "--auth-local=trust",
-                "--auth-host=scram-sha-256",
+                # The superuser has no password: it logs in over the socket only (peer).
+                # configure() writes the real pg_hba.conf before the first start.
+                "--auth-local=peer",
+                "--auth-host=reject",
                 "-E",
                 "UTF8",
                 "--no-locale",
@@ -188,7 +196,6 @@ class PostgresNode:
             what="initdb",
             timeout=300,
         )
-        pwfile.unlink()
         with (self.data_dir / "postgresql.conf").open("a") as conf:
             conf.write(
                 # Address, port and socket dir are passed at each start (they follow
@@ -201,6 +208,39 @@ class PostgresNode:
                 "logging_collector = off\n"
                 "log_min_messages = warning\n"
             )
+
+    def configure(self) -> None:
+        """Write who may connect and how (minruntime.stack.access); upgrades older stacks."""
+        conf = self.data_dir / "postgresql.conf"
+        if INCLUDE_LINE not in conf.read_text():
+            with conf.open("a") as out:
+                out.write(f"\n# minruntime: socket, passwords and TLS\n{INCLUDE_LINE}\n")
+        tls = make_certificate(self.home / "tls", self.db.host)
+        os_users = [pwd.getpwuid(os.geteuid()).pw_name, SUPERUSER]
+        files = {
+            self.data_dir / "pg_hba.conf": hba_text(SUPERUSER),
+            self.data_dir / "pg_ident.conf": ident_text(os_users, SUPERUSER),
+            self.data_dir / SECURITY_CONF: security_conf(*(tls or (None, None))),
+        }
+        for path, text in files.items():
+            path.write_text(text)
+            path.chmod(0o600)
+        self.socket_dir.chmod(0o700)
+        if self.as_root:
+            account = pwd.getpwnam(SUPERUSER)
+            for path in [*files, *(tls or ()), self.home / "tls", self.socket_dir]:
+                if path.exists():
+                    os.chown(path, account.pw_uid, account.pw_gid)
+        self.server_certificate.unlink(missing_ok=True)
+        if tls is not None:
+            # The public half, for clients' sslrootcert (sslmode=verify-full).
+            shutil.copyfile(tls[0], self.server_certificate)
+            self.server_certificate.chmod(0o644)
+
+    @property
+    def server_certificate(self) -> Path:
+        """Where clients find the server's (self-signed) certificate, when TLS is on."""
+        return self.settings.stack_dir / "postgres-server.crt"
 
     # -- lifecycle ------------------------------------------------------------------------
     def _pg_ctl(self, action: str, *options: str, timeout: float = 120) -> str:
@@ -242,12 +282,17 @@ class PostgresNode:
         require_free_port(self.db.host, self.db.port, "PostgreSQL", "MINRUNTIME_DATABASE_URL")
 
     def start(self, timeout: float) -> bool:
-        """Start the server unless it already runs; True when it was started now."""
+        """Start the server unless it already runs; True when it was started now.
+
+        Either way the access rules are (re)written first; a running server reloads them.
+        """
         self.preflight()
         self.init()
-        if self.is_running():
-            return False
         self._prepare_dirs()
+        self.configure()
+        if self.is_running():
+            self._pg_ctl("reload")
+            return False
         try:
             options = (
                 f"-c listen_addresses={self.db.host} -c port={self.db.port} "
@@ -268,34 +313,23 @@ class PostgresNode:
             raise StackError(f"{exc} (log: {tail(self.log_file, 3)})") from exc
         return True
 
-    def create_database(self) -> None:
-        """Create the service's login role and database (idempotent)."""
+    def admin_connection(self, dbname: str = "postgres") -> psycopg.Connection[tuple[Any, ...]]:
+        """The superuser over the owner-only socket (peer authentication), autocommit."""
         import psycopg
-        from psycopg import sql
 
-        with psycopg.connect(
+        return psycopg.connect(
             host=str(self.socket_dir),
             port=self.db.port,
             user=SUPERUSER,
-            dbname="postgres",
+            dbname=dbname,
             autocommit=True,
-        ) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (self.db.user,))
-            verb = "ALTER" if exists.fetchone() else "CREATE"
-            conn.execute(
-                sql.SQL("{} ROLE {} LOGIN CREATEROLE PASSWORD {}").format(
-                    sql.SQL(verb), sql.Identifier(self.db.user), sql.Literal(self.db.password)
-                )
-            )
-            found = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (self.db.dbname,)
-            ).fetchone()
-            if not found:
-                conn.execute(
-                    sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                        sql.Identifier(self.db.dbname), sql.Identifier(self.db.user)
-                    )
-                )
+        )
+
+    def create_database(self) -> None:
+        """Create (or upgrade) the roles, their passwords and the database (idempotent)."""
+        from minruntime.stack.roles import bootstrap_roles
+
+        bootstrap_roles(self, self.settings)
 
     def stop(self) -> bool:
         """Stop the server (fast shutdown); True when one was running."""

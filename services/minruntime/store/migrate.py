@@ -19,11 +19,20 @@ MIGRATIONS_DIR = Path(minruntime.__file__).resolve().parents[2] / "migrations"
 
 
 def alembic_config(settings_or_url: Settings | str) -> Config:
-    """An alembic Config pointing at the repository's migrations and the given database."""
+    """An alembic Config pointing at the repository's migrations and the given database.
+
+    Settings migrate as the owner role (``Settings.owner_url``); the migrations grant the
+    runtime role (the user of ``MINRUNTIME_DATABASE_URL``) what it needs.
+    """
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if isinstance(settings_or_url, Settings):
+        url = settings_or_url.owner_sqlalchemy_url
+        config.attributes["runtime_role"] = settings_or_url.database_parts.user
+    else:
+        url = sqlalchemy_url(settings_or_url)
     # ConfigParser interpolation: a literal % in a password must be doubled.
-    config.set_main_option("sqlalchemy.url", sqlalchemy_url(settings_or_url).replace("%", "%%"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config
 
 

@@ -1,7 +1,10 @@
 """Throw-away databases for tests and benchmarks, never the service's own database.
 
-The service role may lack CREATEDB, so databases are created as the cluster's superuser over
-the local stack's unix socket (trust authentication), falling back to the service role.
+The service roles lack CREATEDB, so databases are created as the cluster's superuser over
+the local stack's owner-only unix socket (peer authentication), falling back to the runtime
+role. A scratch database is owned by the owner role (when it exists), like the service's own:
+migrate it with ``scratch_owner_url``, run the service with the URL ``create_scratch_database``
+returns (the runtime role).
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from minruntime.settings import Settings
-from minruntime.stack.postgres import SUPERUSER, PostgresNode
+from minruntime.settings import OWNER_ROLE, Settings
+from minruntime.stack.postgres import PostgresNode
 
 SCRATCH_PREFIX = "minruntime_test"
 
@@ -23,13 +26,7 @@ def admin_connection(settings: Settings) -> psycopg.Connection[tuple[object, ...
     node = PostgresNode(settings)
     if node.socket_dir.exists():
         try:
-            return psycopg.connect(
-                host=str(node.socket_dir),
-                port=settings.database_parts.port,
-                user=SUPERUSER,
-                dbname="postgres",
-                autocommit=True,
-            )
+            return node.admin_connection()
         except psycopg.OperationalError:
             pass
     # Elsewhere (e.g. docker compose): the service role itself, if it may create databases.
@@ -42,13 +39,23 @@ def create_scratch_database(settings: Settings, prefix: str = SCRATCH_PREFIX) ->
         raise ValueError(f"scratch database names must start with {SCRATCH_PREFIX}")
     name = f"{prefix}_{secrets.token_hex(4)}"
     with admin_connection(settings) as conn:
+        split = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (OWNER_ROLE,)).fetchone()
+        owner = OWNER_ROLE if split else settings.database_parts.user
         conn.execute(
             sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(name), sql.Identifier(settings.database_parts.user)
+                sql.Identifier(name), sql.Identifier(owner)
             )
         )
-    parts = urlsplit(settings.database_url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
+    return _on_database(settings.database_url, name)
+
+
+def scratch_owner_url(settings: Settings, url: str) -> str:
+    """The owner role's URL of the scratch database at ``url`` (what migrates it)."""
+    return _on_database(settings.owner_url, urlsplit(url).path.lstrip("/"))
+
+
+def _on_database(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
 def drop_scratch_database(settings: Settings, url: str) -> None:

@@ -1,0 +1,84 @@
+"""Least privilege: the runtime role gets rows, not definitions; PUBLIC loses TEMP and CREATE.
+
+Revision ID: 0008
+Revises: 0005
+Create Date: 2026-11-24
+
+Run as the owner role (``minruntime migrate`` connects with ``Settings.owner_url``). It grants
+the runtime role — the user of ``MINRUNTIME_DATABASE_URL``, passed by ``minruntime migrate``
+as the ``runtime_role`` attribute — what the processor and the requeue worker need
+(``minruntime.store.privileges.runtime_grants``), including for tables later migrations
+create (default privileges). It grants nothing when the owner is the runtime role (a one-role
+deployment) or when the role does not exist: roles are made by the stack's superuser
+bootstrap, compose's init script or a DBA (docs/storage.md#roles-and-privileges), never here.
+
+For every role (the reader included): no temporary tables in this database, no CREATE in
+schema ``public`` (PostgreSQL 15's default already; older databases kept it). The database
+owner may revoke these; a migrating role that does not own the database leaves a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import context, op
+
+from minruntime.store.privileges import runtime_grants, runtime_revokes
+
+revision: str = "0008"
+down_revision: str | None = "0005"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_PUBLIC_LIMITS = """
+DO $$
+BEGIN
+    EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database());
+    REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE WARNING 'minruntime 0008: % does not own database %: ask its owner to run '
+                  'REVOKE TEMPORARY ON DATABASE ... FROM PUBLIC', current_user, current_database();
+END
+$$
+"""
+_PUBLIC_LIMITS_UNDONE = """
+DO $$
+BEGIN
+    EXECUTE format('GRANT TEMPORARY ON DATABASE %I TO PUBLIC', current_database());
+EXCEPTION WHEN insufficient_privilege THEN
+    NULL;
+END
+$$
+"""
+
+
+def _runtime_role() -> str | None:
+    """The runtime role to grant to, if it exists and is not the migrating role itself."""
+    role = context.config.attributes.get("runtime_role")
+    if role is None:
+        from minruntime.settings import Settings
+
+        role = Settings().database_parts.user
+    bind = op.get_bind()
+    found = bind.execute(
+        sa.text("SELECT rolname <> current_user FROM pg_roles WHERE rolname = :role"),
+        {"role": role},
+    ).scalar()
+    return str(role) if found else None
+
+
+def upgrade() -> None:
+    runtime = _runtime_role()
+    if runtime is not None:
+        for statement in runtime_grants(runtime):
+            op.execute(statement)
+    op.execute(_PUBLIC_LIMITS)
+
+
+def downgrade() -> None:
+    op.execute(_PUBLIC_LIMITS_UNDONE)
+    runtime = _runtime_role()
+    if runtime is not None:
+        for statement in runtime_revokes(runtime):
+            op.execute(statement)
