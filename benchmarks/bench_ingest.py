@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cluster import build_tree, queue_upserts
+from minruntime.kafka_access import KafkaAccess
 from pipeline import INPUT_ROLES, BenchPipeline, overrides, produce, rfc3339
 
 SEED = 20261121
@@ -151,7 +152,7 @@ def generate(queues: int, nodes: int, podgroups: int, seed: int = SEED) -> Trace
 
 
 async def bare_consume(
-    bootstrap: str, topics: list[str], expected: int, keep: bool
+    access: KafkaAccess, topics: list[str], expected: int, keep: bool
 ) -> tuple[float, list[Any]]:
     """Drain ``topics`` from the start, ``json.loads`` each value; seconds first->last record."""
     from aiokafka import AIOKafkaConsumer
@@ -159,7 +160,7 @@ async def bare_consume(
     # No group: every partition of the topics is consumed, from the earliest offset.
     consumer = AIOKafkaConsumer(
         *topics,
-        bootstrap_servers=bootstrap,
+        **access.client_kwargs(),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -322,7 +323,7 @@ def main() -> None:
         started = time.perf_counter()
         asyncio.run(
             produce(
-                pipe.base.kafka_bootstrap,
+                pipe.kafka,
                 ((pipe.topics[role], key, value) for role, key, value in trace.events),
             )
         )
@@ -331,9 +332,7 @@ def main() -> None:
         del trace
 
         topics = [pipe.topics[role] for role in INPUT_ROLES]
-        bare_seconds, kept = asyncio.run(
-            bare_consume(pipe.base.kafka_bootstrap, topics, total, args.profile)
-        )
+        bare_seconds, kept = asyncio.run(bare_consume(pipe.kafka, topics, total, args.profile))
         bare = total / bare_seconds
         print(
             f"(a) bare aiokafka consumer + json.loads: {total:,} events in {bare_seconds:.2f} s"

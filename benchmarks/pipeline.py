@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,13 +66,13 @@ class BenchPipeline(Pipeline):
 
 
 async def produce(
-    bootstrap: str, records: Iterable[tuple[str, bytes, bytes]], **options: Any
+    access: KafkaAccess, records: Iterable[tuple[str, bytes, bytes]], **options: Any
 ) -> int:
     """Send (topic, key, value) records with a plain aiokafka producer; return the count."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+        **access.client_kwargs(),
         linger_ms=options.pop("linger_ms", 20),
         max_batch_size=options.pop("max_batch_size", 512 * 1024),
         **options,

@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from minruntime.errors import UserError
 from minruntime.ingest import BatchOutcome
+from minruntime.kafka_access import kafka_access
 from minruntime.requeue import (
     ExpiryEmitter,
     ExpiryOptions,
@@ -81,7 +82,7 @@ def build_processor(settings: Settings, registry: CollectorRegistry | None = Non
         dead_letter_topic=settings.topic_dead_letter,
         attempts=settings.db_retry_attempts,
     )
-    relay = OutboxRelay(engine, settings.kafka_bootstrap, poll_seconds=settings.outbox_poll_seconds)
+    relay = OutboxRelay(engine, kafka_access(settings), poll_seconds=settings.outbox_poll_seconds)
 
     metrics = ProcessorMetrics(REGISTRY if registry is None else registry)
 
@@ -99,7 +100,7 @@ def build_processor(settings: Settings, registry: CollectorRegistry | None = Non
 
 def run_processor(settings: Settings, loglevel: str = "warning") -> None:
     """Create missing topics, then run the processor until it is stopped."""
-    asyncio.run(ensure_topics(settings.kafka_bootstrap, topic_specs(settings)))
+    asyncio.run(ensure_topics(kafka_access(settings), topic_specs(settings)))
     app = build_processor(settings)
     serve_metrics(settings.metrics_host, settings.processor_metrics_port, "PROCESSOR_METRICS_PORT")
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
@@ -131,7 +132,7 @@ def run_requeue_worker(settings: Settings) -> None:
     """Run one requeue-worker replica (standby or active) until SIGINT/SIGTERM."""
     engine = engine_from(settings)
     require_migrated(engine)
-    asyncio.run(ensure_topics(settings.kafka_bootstrap, topic_specs(settings)))
+    asyncio.run(ensure_topics(kafka_access(settings), topic_specs(settings)))
     metrics = RequeueMetrics(REGISTRY, settings.known_nominators)
     serve_metrics(settings.metrics_host, settings.worker_metrics_port, "WORKER_METRICS_PORT")
     try:
@@ -144,7 +145,7 @@ async def _serve_requeue_worker(
     settings: Settings, engine: Engine, metrics: RequeueMetrics
 ) -> None:
     loop = asyncio.get_running_loop()
-    relay = OutboxRelay(engine, settings.kafka_bootstrap, poll_seconds=settings.outbox_poll_seconds)
+    relay = OutboxRelay(engine, kafka_access(settings), poll_seconds=settings.outbox_poll_seconds)
 
     def wake_relay() -> None:
         loop.call_soon_threadsafe(relay.notify)

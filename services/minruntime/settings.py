@@ -7,9 +7,10 @@ no configuration at all.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from minruntime.events.topics import DEFAULT_TOPICS
@@ -31,6 +32,17 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MINRUNTIME_", extra="ignore")
 
     kafka_bootstrap: str = "127.0.0.1:9092"
+    # Kafka security (docs/deployment.md); every client turns these into its connection through
+    # minruntime.kafka_access. PLAINTEXT by default. With SASL and no password, or TLS and no CA
+    # file, the credentials and CA that `stack up` generated in the stack directory are used.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "PLAIN"] = "SCRAM-SHA-512"
+    kafka_username: str | None = None
+    kafka_password: SecretStr | None = None  # SecretStr: never shown by repr or logs
+    kafka_ssl_cafile: Path | None = None
+    kafka_ssl_certfile: Path | None = None  # client certificate (mutual TLS), optional
+    kafka_ssl_keyfile: Path | None = None
+    kafka_ssl_check_hostname: bool = True
     database_url: str = "postgresql://minruntime:minruntime@127.0.0.1:5433/minruntime"
 
     stack_dir: Path = Field(default_factory=lambda: project_root() / ".stack")

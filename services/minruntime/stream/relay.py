@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
+from minruntime.kafka_access import KafkaAccess
 from minruntime.store.tables import outbox
 
 log = logging.getLogger(__name__)
@@ -61,10 +62,10 @@ class OutboxRelay:
     """Publishes outbox rows to Kafka; wake it with `notify()` after a commit that added rows."""
 
     def __init__(
-        self, engine: Engine, bootstrap: str, *, poll_seconds: float = 0.25, batch: int = 500
+        self, engine: Engine, access: KafkaAccess, *, poll_seconds: float = 0.25, batch: int = 500
     ) -> None:
         self._engine = engine
-        self._bootstrap = bootstrap
+        self._access = access
         self._poll = poll_seconds
         self._batch = batch
         self._wake = asyncio.Event()
@@ -78,7 +79,7 @@ class OutboxRelay:
         """Publish forever (the processor's background task)."""
         from aiokafka import AIOKafkaProducer
 
-        producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, enable_idempotence=True)
+        producer = AIOKafkaProducer(**self._access.client_kwargs(), enable_idempotence=True)
         await producer.start()
         backoff = self._poll
         try:
