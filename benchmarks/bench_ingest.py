@@ -13,7 +13,11 @@ earlier batch. The trace is produced to a private topic set with a plain aiokafk
     database until every event is applied.
 
     .venv/bin/python benchmarks/bench_ingest.py [--podgroups 50000] [--queues 5000]
-        [--nodes 2000] [--keep] [--profile]
+        [--nodes 2000] [--keep] [--profile] [--private-broker PLAINTEXT|SASL_SSL]
+
+``--private-broker`` starts a broker of its own with that listener (the stack code, private
+port and directory) and runs everything against it: SASL_SSL against PLAINTEXT is the cost of
+authentication and encryption (docs/benchmarks.md).
 
 Needs the local stack (``minruntime stack up``).
 """
@@ -34,7 +38,8 @@ from typing import Any
 
 from cluster import build_tree, queue_upserts
 from minruntime.kafka_access import KafkaAccess
-from pipeline import INPUT_ROLES, BenchPipeline, overrides, produce, rfc3339
+from minruntime.settings import Settings
+from pipeline import INPUT_ROLES, BenchPipeline, overrides, private_broker, produce, rfc3339
 
 SEED = 20261121
 T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
@@ -304,7 +309,22 @@ def main() -> None:
         "--profile", action="store_true", help="also profile apply_batch alone (cProfile)"
     )
     parser.add_argument("--no-processor", action="store_true", help="skip (b)")
+    parser.add_argument(
+        "--private-broker",
+        choices=["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"],
+        help="run against a broker of its own with this listener (SCRAM-SHA-512 for SASL)",
+    )
     args = parser.parse_args()
+    if args.private_broker:
+        with private_broker(args.private_broker):
+            print(f"private broker: {Settings().kafka_bootstrap}, {args.private_broker}")
+            run(args)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Generate the trace, produce it, and measure (a) and (b)."""
 
     started = time.perf_counter()
     trace = generate(args.queues, args.nodes, args.podgroups)
