@@ -125,7 +125,7 @@ async def steady_produce(
     from aiokafka import AIOKafkaProducer
 
     topic = pipe.topics["podgroups"]
-    producer = AIOKafkaProducer(bootstrap_servers=pipe.base.kafka_bootstrap, linger_ms=0)
+    producer = AIOKafkaProducer(**pipe.kafka.client_kwargs(), linger_ms=0)
     await producer.start()
     pairs_per_second = rate / 2
     total_pairs = int(pairs_per_second * seconds)
@@ -169,7 +169,7 @@ def main() -> None:
         tree = generate(args.queues, 100, 0)
         asyncio.run(
             produce(
-                pipe.base.kafka_bootstrap,
+                pipe.kafka,
                 ((pipe.topics[role], key, value) for role, key, value in tree.events),
             )
         )

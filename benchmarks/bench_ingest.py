@@ -13,7 +13,11 @@ earlier batch. The trace is produced to a private topic set with a plain aiokafk
     database until every event is applied.
 
     .venv/bin/python benchmarks/bench_ingest.py [--podgroups 50000] [--queues 5000]
-        [--nodes 2000] [--keep] [--profile]
+        [--nodes 2000] [--keep] [--profile] [--private-broker PLAINTEXT|SASL_SSL]
+
+``--private-broker`` starts a broker of its own with that listener (the stack code, private
+port and directory) and runs everything against it: SASL_SSL against PLAINTEXT is the cost of
+authentication and encryption (docs/benchmarks.md).
 
 Needs the local stack (``minruntime stack up``).
 """
@@ -33,7 +37,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cluster import build_tree, queue_upserts
-from pipeline import INPUT_ROLES, BenchPipeline, overrides, produce, rfc3339
+from minruntime.kafka_access import KafkaAccess
+from minruntime.settings import Settings
+from pipeline import INPUT_ROLES, BenchPipeline, overrides, private_broker, produce, rfc3339
 
 SEED = 20261121
 T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
@@ -151,7 +157,7 @@ def generate(queues: int, nodes: int, podgroups: int, seed: int = SEED) -> Trace
 
 
 async def bare_consume(
-    bootstrap: str, topics: list[str], expected: int, keep: bool
+    access: KafkaAccess, topics: list[str], expected: int, keep: bool
 ) -> tuple[float, list[Any]]:
     """Drain ``topics`` from the start, ``json.loads`` each value; seconds first->last record."""
     from aiokafka import AIOKafkaConsumer
@@ -159,7 +165,7 @@ async def bare_consume(
     # No group: every partition of the topics is consumed, from the earliest offset.
     consumer = AIOKafkaConsumer(
         *topics,
-        bootstrap_servers=bootstrap,
+        **access.client_kwargs(),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -308,7 +314,22 @@ def main() -> None:
         "--profile", action="store_true", help="also profile apply_batch alone (cProfile)"
     )
     parser.add_argument("--no-processor", action="store_true", help="skip (b)")
+    parser.add_argument(
+        "--private-broker",
+        choices=["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"],
+        help="run against a broker of its own with this listener (SCRAM-SHA-512 for SASL)",
+    )
     args = parser.parse_args()
+    if args.private_broker:
+        with private_broker(args.private_broker):
+            print(f"private broker: {Settings().kafka_bootstrap}, {args.private_broker}")
+            run(args)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Generate the trace, produce it, and measure (a) and (b)."""
 
     started = time.perf_counter()
     trace = generate(args.queues, args.nodes, args.podgroups)
@@ -327,7 +348,7 @@ def main() -> None:
         started = time.perf_counter()
         asyncio.run(
             produce(
-                pipe.base.kafka_bootstrap,
+                pipe.kafka,
                 ((pipe.topics[role], key, value) for role, key, value in trace.events),
             )
         )
@@ -336,9 +357,7 @@ def main() -> None:
         del trace
 
         topics = [pipe.topics[role] for role in INPUT_ROLES]
-        bare_seconds, kept = asyncio.run(
-            bare_consume(pipe.base.kafka_bootstrap, topics, total, args.profile)
-        )
+        bare_seconds, kept = asyncio.run(bare_consume(pipe.kafka, topics, total, args.profile))
         bare = total / bare_seconds
         print(
             f"(a) bare aiokafka consumer + json.loads: {total:,} events in {bare_seconds:.2f} s"

@@ -18,6 +18,7 @@ import asyncio
 import time
 import uuid
 
+from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
@@ -53,7 +54,7 @@ async def drain(settings: Settings, url: str) -> tuple[int, int, float, float]:
     from aiokafka import AIOKafkaProducer
 
     engine = engine_from(url)
-    relay = OutboxRelay(engine, settings.kafka_bootstrap)
+    relay = OutboxRelay(engine, kafka_access(settings))
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True)
     await producer.start()
     published = set_aside = 0

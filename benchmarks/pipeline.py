@@ -9,16 +9,18 @@ outside user would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,13 +67,13 @@ class BenchPipeline(Pipeline):
 
 
 async def produce(
-    bootstrap: str, records: Iterable[tuple[str, bytes, bytes]], **options: Any
+    access: KafkaAccess, records: Iterable[tuple[str, bytes, bytes]], **options: Any
 ) -> int:
     """Send (topic, key, value) records with a plain aiokafka producer; return the count."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+        **access.client_kwargs(),
         linger_ms=options.pop("linger_ms", 20),
         max_batch_size=options.pop("max_batch_size", 512 * 1024),
         **options,
@@ -96,6 +98,51 @@ def overrides(args: Any) -> dict[str, str]:
     """Processor settings given on the command line (``--batch-max-events`` ...)."""
     names = ("batch_max_events", "batch_within_seconds")
     return {name: str(getattr(args, name)) for name in names if getattr(args, name, None)}
+
+
+@contextlib.contextmanager
+def private_broker(protocol: str) -> Iterator[None]:
+    """A broker of its own (stack code, private port and stack dir) with a `protocol` listener.
+
+    While it runs, the MINRUNTIME_KAFKA_* variables point every client of the benchmark (its
+    own and the processor subprocess) at it, with the credentials and CA it generated.
+    """
+    from tests.conftest import free_port_pair
+
+    from minruntime.kafka_access import kafka_access
+    from minruntime.stack.kafka import KafkaNode
+
+    port = free_port_pair()  # the broker's and, one above, its controller's
+    stack_dir = Path(tempfile.mkdtemp(prefix="minruntime-bench-broker-"))
+    broker = Settings().model_copy(
+        update={
+            "kafka_bootstrap": f"127.0.0.1:{port}",
+            "stack_dir": stack_dir,
+            "kafka_security_protocol": protocol,
+        }
+    )
+    node = KafkaNode(broker)
+    saved = {k: v for k, v in os.environ.items() if k.startswith("MINRUNTIME_KAFKA_")}
+    try:
+        node.start()
+        node.wait_ready(broker.stack_timeout_seconds)
+        access = kafka_access(broker)
+        os.environ["MINRUNTIME_KAFKA_BOOTSTRAP"] = access.bootstrap
+        os.environ["MINRUNTIME_KAFKA_SECURITY_PROTOCOL"] = access.protocol
+        for name, value in (
+            ("USERNAME", access.username),
+            ("PASSWORD", access.password),
+            ("SSL_CAFILE", access.cafile),
+        ):
+            if value is not None:
+                os.environ[f"MINRUNTIME_KAFKA_{name}"] = str(value)
+        yield
+    finally:
+        node.stop()
+        shutil.rmtree(stack_dir, ignore_errors=True)
+        for name in [k for k in os.environ if k.startswith("MINRUNTIME_KAFKA_")]:
+            del os.environ[name]
+        os.environ.update(saved)
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:

@@ -28,6 +28,7 @@ from minruntime.health.outage import (
 )
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.offsets import stored_offsets
+from minruntime.kafka_access import kafka_access
 from minruntime.requeue import (
     ExpiryEmitter,
     ExpiryOptions,
@@ -83,7 +84,7 @@ def wait_for_kafka(settings: Settings, condition: health.Condition) -> None:
     """Create missing topics, waiting (one status line) for as long as Kafka is away."""
     wait_until_available(
         f"Kafka at {settings.kafka_bootstrap}",
-        lambda: asyncio.run(ensure_topics(settings.kafka_bootstrap, topic_specs(settings))),
+        lambda: asyncio.run(ensure_topics(kafka_access(settings), topic_specs(settings))),
         transient=kafka_transient,
         condition=condition,
     )
@@ -152,7 +153,7 @@ def build_processor(
     registry = REGISTRY if registry is None else registry
     relay = OutboxRelay(
         engine,
-        settings.kafka_bootstrap,
+        kafka_access(settings),
         poll_seconds=settings.outbox_poll_seconds,
         metrics=OutboxMetrics(registry),
     )
@@ -160,7 +161,7 @@ def build_processor(
     # Refuses topics whose stored offsets belong to another life of them; its readiness
     # (None or one line) is the processor's "topics" readiness check.
     guard = TopicGuard(
-        settings.kafka_bootstrap,
+        kafka_access(settings),
         registry,
         functools.partial(_stored_offsets, engine, settings.processor_group),
         recheck_seconds=settings.topic_recheck_seconds,
@@ -293,7 +294,7 @@ async def _serve_requeue_worker(
     quiet_kafka_client_repeats()  # the relay's producer, while the broker is away
     relay = OutboxRelay(
         engine,
-        settings.kafka_bootstrap,
+        kafka_access(settings),
         poll_seconds=settings.outbox_poll_seconds,
         metrics=OutboxMetrics(REGISTRY),
     )

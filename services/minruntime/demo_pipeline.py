@@ -34,6 +34,7 @@ from rich.table import Column, Table
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_duration
 from minruntime.errors import UserError
 from minruntime.events import encode_event, new_event
+from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
 from minruntime.produce import Outgoing, send
 from minruntime.settings import Settings, project_root
 from minruntime.store import engine_from
@@ -395,7 +396,7 @@ def _run_worker(
 ) -> _WorkerView:
     """Start the worker on the applied story; collect its decisions, events and metrics."""
     topic = settings.topic_requeue_decisions
-    offsets = asyncio.run(_end_offsets(settings.kafka_bootstrap, topic))
+    offsets = asyncio.run(_end_offsets(kafka_access(settings), topic))
     port = _free_port(settings.metrics_host)
     env = {**WORKER_ENV, "MINRUNTIME_WORKER_METRICS_PORT": str(port)}
     with _Child.start("requeue-worker", env) as worker:
@@ -406,7 +407,7 @@ def _run_worker(
         )
         _wait_decisions(engine, f"demo-{run}-", worker, timeout)
         events = asyncio.run(
-            _read_decisions(settings.kafka_bootstrap, topic, offsets, f"demo-{run}-", timeout)
+            _read_decisions(kafka_access(settings), topic, offsets, f"demo-{run}-", timeout)
         )
         url = f"http://{settings.metrics_host}:{port}/metrics"
         metrics = _scrape_after_cooldown(url, worker, min(timeout, SCRAPE_WAIT_SECONDS))
@@ -494,12 +495,12 @@ def _wait_decisions(engine: sa.Engine, prefix: str, worker: _Child, timeout: flo
     )
 
 
-async def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+async def _end_offsets(access: KafkaAccess, topic: str) -> dict[int, int]:
     """Partition → offset of the next record: where this run's decision events will start."""
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
+    consumer = AIOKafkaConsumer(topic, **access.client_kwargs(), enable_auto_commit=False)
+    await start_client(consumer, access)
     try:
         ends = await consumer.end_offsets(list(consumer.assignment()))
     finally:
@@ -508,13 +509,13 @@ async def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 async def _read_decisions(
-    bootstrap: str, topic: str, offsets: Mapping[int, int], prefix: str, timeout: float
+    access: KafkaAccess, topic: str, offsets: Mapping[int, int], prefix: str, timeout: float
 ) -> tuple[dict[str, Any], ...]:
     """The decision events about ``prefix``* jobs published since ``offsets``, by subject."""
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
+    consumer = AIOKafkaConsumer(topic, **access.client_kwargs(), enable_auto_commit=False)
+    await start_client(consumer, access)
     found: dict[str, dict[str, Any]] = {}
     try:
         for partition in consumer.assignment():

@@ -26,6 +26,7 @@ from minruntime.core import format_rfc3339
 from minruntime.errors import UserError
 from minruntime.events import EventRejected, decode_event, new_event
 from minruntime.events.topics import INPUT_ROLES, ROLE_TYPES, topic_types
+from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.stream.topics import topic_names
 
@@ -142,14 +143,13 @@ async def send(settings: Settings, outgoing: Sequence[Outgoing]) -> Counter[str]
 
     from minruntime.stream.topics import ensure_topics, topic_specs
 
+    access = kafka_access(settings)
     try:
-        await ensure_topics(settings.kafka_bootstrap, topic_specs(settings))
-        producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True
-        )
-        await producer.start()
+        await ensure_topics(access, topic_specs(settings))
+        producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
+        await start_client(producer, access)  # a refused connection: KafkaAccessError, one line
     except (KafkaError, OSError) as exc:
-        raise UserError(f"cannot reach Kafka at {settings.kafka_bootstrap}: {exc}") from exc
+        raise UserError(f"cannot use Kafka at {settings.kafka_bootstrap}: {exc}") from exc
     try:
         futures = [await producer.send(o.topic, o.value, key=o.key) for o in outgoing]
         await asyncio.gather(*futures)

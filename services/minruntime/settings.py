@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Literal
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from minruntime.events.topics import DEFAULT_TOPICS
@@ -38,6 +39,17 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MINRUNTIME_", extra="ignore")
 
     kafka_bootstrap: str = "127.0.0.1:9092"
+    # Kafka security (docs/deployment.md); every client turns these into its connection through
+    # minruntime.kafka_access. PLAINTEXT by default. With SASL and no password, or TLS and no CA
+    # file, the credentials and CA that `stack up` generated in the stack directory are used.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "PLAIN"] = "SCRAM-SHA-512"
+    kafka_username: str | None = None
+    kafka_password: SecretStr | None = None  # SecretStr: never shown by repr or logs
+    kafka_ssl_cafile: Path | None = None
+    kafka_ssl_certfile: Path | None = None  # client certificate (mutual TLS), optional
+    kafka_ssl_keyfile: Path | None = None
+    kafka_ssl_check_hostname: bool = True
     # The runtime role's URL (processor, requeue worker). Unset: the local stack's, with no
     # password in it: libpq reads the generated one from the stack's passfile.
     database_url: str = "postgresql://minruntime@127.0.0.1:5433/minruntime"

@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.store.migrate import upgrade
 from minruntime.store.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
@@ -36,6 +37,22 @@ TOPIC_ENV = {
     "dead_letter": "MINRUNTIME_TOPIC_DEAD_LETTER",
     "protection": "MINRUNTIME_TOPIC_PROTECTION",
 }
+
+
+def kafka_env(settings: Settings) -> dict[str, str]:
+    """The MINRUNTIME_KAFKA_* variables a subprocess needs to reach `settings`' broker."""
+    access = kafka_access(settings)
+    env = {
+        "MINRUNTIME_KAFKA_BOOTSTRAP": access.bootstrap,
+        "MINRUNTIME_KAFKA_SECURITY_PROTOCOL": access.protocol,
+    }
+    if access.uses_sasl:
+        env["MINRUNTIME_KAFKA_SASL_MECHANISM"] = access.mechanism
+        env["MINRUNTIME_KAFKA_USERNAME"] = access.username or ""
+        env["MINRUNTIME_KAFKA_PASSWORD"] = access.password or ""
+    if access.cafile is not None:
+        env["MINRUNTIME_KAFKA_SSL_CAFILE"] = str(access.cafile)
+    return env
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
@@ -103,13 +120,14 @@ class Pipeline(Subprocess):
     ) -> None:
         self.suffix = f"{name or 'p'}{uuid.uuid4().hex[:8]}"
         self.base = base
+        self.kafka = kafka_access(base)  # how this test's clients reach the broker
         self.workdir = workdir
         self.loglevel = loglevel
         self.database_url = ""  # set by create()
         self.topics = {role: f"{topic_prefix}.{role}.{self.suffix}" for role in TOPIC_ENV}
         self.group = f"minruntime-processor-{self.suffix}"
         self.env: dict[str, str] = {
-            "MINRUNTIME_KAFKA_BOOTSTRAP": base.kafka_bootstrap,
+            **kafka_env(base),
             "MINRUNTIME_PROCESSOR_GROUP": self.group,
             "MINRUNTIME_STATE_DIR": str(workdir / "processor-state"),
             # No fixed metrics ports: several pipelines may run at once (tests ask for one).
@@ -130,7 +148,7 @@ class Pipeline(Subprocess):
         self.env["MINRUNTIME_DATABASE_URL"] = self.database_url
         upgrade(self.settings())
         if with_topics:
-            asyncio.run(ensure_topics(self.base.kafka_bootstrap, topic_specs(self.settings())))
+            asyncio.run(ensure_topics(self.kafka, topic_specs(self.settings())))
         return self
 
     def settings(self) -> Settings:
@@ -225,8 +243,8 @@ class Pipeline(Subprocess):
     async def _list_topics(self) -> set[str]:
         from aiokafka.admin import AIOKafkaAdminClient
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.base.kafka_bootstrap)
-        await admin.start()
+        admin = AIOKafkaAdminClient(**self.kafka.client_kwargs())
+        await start_client(admin, self.kafka)
         try:
             return set(await admin.list_topics())
         finally:
@@ -235,8 +253,8 @@ class Pipeline(Subprocess):
     async def _delete_topics(self) -> None:
         from aiokafka.admin import AIOKafkaAdminClient
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.base.kafka_bootstrap)
-        await admin.start()
+        admin = AIOKafkaAdminClient(**self.kafka.client_kwargs())
+        await start_client(admin, self.kafka)
         try:
             existing = set(await admin.list_topics())
             doomed = [t for t in self.topics.values() if t in existing]
@@ -253,9 +271,9 @@ class Pipeline(Subprocess):
         from aiokafka import AIOKafkaProducer
 
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.base.kafka_bootstrap, enable_idempotence=True, linger_ms=5
+            **self.kafka.client_kwargs(), enable_idempotence=True, linger_ms=5
         )
-        await producer.start()
+        await start_client(producer, self.kafka)
         try:
             futures = [await producer.send(topic, value, key=key) for key, value in records]
             await asyncio.gather(*futures)
@@ -279,11 +297,11 @@ class Pipeline(Subprocess):
 
         consumer = AIOKafkaConsumer(
             topic,
-            bootstrap_servers=self.base.kafka_bootstrap,
+            **self.kafka.client_kwargs(),
             auto_offset_reset="earliest",
             enable_auto_commit=False,
         )
-        await consumer.start()
+        await start_client(consumer, self.kafka)
         got: list[Any] = []
         try:
             deadline = time.monotonic() + timeout

@@ -250,7 +250,7 @@ async def _rewind(pipeline: Pipeline) -> None:
 
     group = pipeline.env["MINRUNTIME_PROCESSOR_GROUP"]
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=pipeline.base.kafka_bootstrap, group_id=group, enable_auto_commit=False
+        **pipeline.kafka.client_kwargs(), group_id=group, enable_auto_commit=False
     )
     await consumer.start()
     try:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topics import TopicRole, topic_specs
@@ -65,8 +66,8 @@ class Arrival:
 class Listener:
     """Reads a topic from the beginning in a thread until stopped, stamping arrivals."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: KafkaAccess, topic: str, partitions: int) -> None:
+        self.kafka = kafka
         self.topic = topic
         self.partitions = partitions
         self.arrivals: list[Arrival] = []
@@ -90,7 +91,7 @@ class Listener:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50
+            **self.kafka.client_kwargs(), enable_auto_commit=False, fetch_max_wait_ms=50
         )
         await consumer.start()
         try:
@@ -212,7 +213,7 @@ def pipeline(
 @pytest.fixture(scope="module")
 def listener(pipeline: Pipeline) -> Iterator[Listener]:
     spec = next(s for s in topic_specs(pipeline.settings()) if s.role is TopicRole.PROTECTION)
-    started = Listener(pipeline.base.kafka_bootstrap, spec.name, spec.partitions).start()
+    started = Listener(pipeline.kafka, spec.name, spec.partitions).start()
     yield started
     started.stop()
 

@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from minruntime.core import EXPECTED_RUNTIME_PLUGIN, RequeueReason, SkipReason
 from minruntime.events import EventType
+from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topics import INPUT_ROLES, topic_specs
@@ -121,15 +122,13 @@ class Published:
 def read_topic(pipeline: Pipeline, role: str = "requeue_decisions") -> list[Any]:
     """Every record of the role's topic, from the beginning to the current end."""
     partitions = next(s.partitions for s in topic_specs(pipeline.settings()) if s.role == role)
-    return asyncio.run(
-        _read_topic(pipeline.base.kafka_bootstrap, pipeline.topics[role], partitions)
-    )
+    return asyncio.run(_read_topic(pipeline.kafka, pipeline.topics[role], partitions))
 
 
-async def _read_topic(bootstrap: str, topic: str, partitions: int) -> list[Any]:
+async def _read_topic(access: KafkaAccess, topic: str, partitions: int) -> list[Any]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**access.client_kwargs(), enable_auto_commit=False)
     await consumer.start()
     try:
         assigned = [TopicPartition(topic, partition) for partition in range(partitions)]

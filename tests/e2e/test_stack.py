@@ -17,6 +17,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus, stack_down
 from minruntime.stack.postgres import PostgresNode
@@ -25,15 +26,15 @@ from tests.conftest import free_port_pair, run_cli
 pytestmark = pytest.mark.stack
 
 
-async def _produce_and_consume(bootstrap: str, records: list[tuple[bytes, bytes]]) -> list:
+async def _produce_and_consume(access: KafkaAccess, records: list[tuple[bytes, bytes]]) -> list:
     topic = f"test.stack-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**access.client_kwargs())
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, 1, 1)])
     finally:
         await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+    producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
     await producer.start()
     try:
         for key, value in records:
@@ -42,7 +43,7 @@ async def _produce_and_consume(bootstrap: str, records: list[tuple[bytes, bytes]
         await producer.stop()
     consumer = AIOKafkaConsumer(
         topic,
-        bootstrap_servers=bootstrap,
+        **access.client_kwargs(),
         group_id=f"test-{topic}",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -60,9 +61,9 @@ async def _produce_and_consume(bootstrap: str, records: list[tuple[bytes, bytes]
     return got
 
 
-def test_kafka_round_trip(stack: StackStatus) -> None:
+def test_kafka_round_trip(stack: StackStatus, settings: Settings) -> None:
     records = [(f"pg-{i}".encode(), f'{{"n": {i}}}'.encode()) for i in range(5)]
-    got = asyncio.run(_produce_and_consume(stack.kafka_bootstrap, records))
+    got = asyncio.run(_produce_and_consume(kafka_access(settings), records))
     assert [(k, v) for k, v, _ in got] == records
     assert [offset for _, _, offset in got] == list(range(5))
 

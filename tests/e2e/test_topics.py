@@ -9,6 +9,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topics import TopicRole, ensure_topics, topic_specs
@@ -17,8 +18,10 @@ from tests.e2e.harness import Pipeline
 pytestmark = pytest.mark.stack
 
 
-async def _describe(bootstrap: str, names: list[str]) -> tuple[dict[str, int], dict[str, dict]]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def _describe(
+    access: KafkaAccess, names: list[str]
+) -> tuple[dict[str, int], dict[str, dict]]:
+    admin = AIOKafkaAdminClient(**access.client_kwargs())
     await admin.start()
     try:
         topics = await admin.describe_topics(names)
@@ -42,12 +45,12 @@ def test_topics_have_documented_partitions_and_retention(
     pipeline = Pipeline(settings, tmp_path, "topics")
     try:
         specs = topic_specs(pipeline.settings())
-        created = asyncio.run(ensure_topics(settings.kafka_bootstrap, specs))
+        created = asyncio.run(ensure_topics(kafka_access(settings), specs))
         assert sorted(created) == sorted(s.name for s in specs)
-        assert asyncio.run(ensure_topics(settings.kafka_bootstrap, specs)) == []  # idempotent
+        assert asyncio.run(ensure_topics(kafka_access(settings), specs)) == []  # idempotent
 
         partitions, configs = asyncio.run(
-            _describe(settings.kafka_bootstrap, [s.name for s in specs])
+            _describe(kafka_access(settings), [s.name for s in specs])
         )
         by_role = {s.role: s.name for s in specs}
         # One partition for the queue tree: its changes apply in one total order.

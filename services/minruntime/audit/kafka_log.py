@@ -20,32 +20,33 @@ from typing import Any, Final
 
 from minruntime.audit.replay import DECISION_TYPES, LogEntry
 from minruntime.core import parse_rfc3339
+from minruntime.kafka_access import KafkaAccess, start_client
 
 _FETCH_TIMEOUT_MS: Final = 1_000
 _IDLE_ROUNDS: Final = 10
 
 
 def read_kafka(
-    bootstrap: str,
+    access: KafkaAccess,
     topics: Mapping[str, str],
     until: datetime | None = None,
 ) -> list[LogEntry]:
     """Every record of ``topics`` (name -> role) up to today's end offsets, merged by time."""
-    return asyncio.run(_read(bootstrap, topics, until))
+    return asyncio.run(_read(access, topics, until))
 
 
 async def _read(
-    bootstrap: str, topics: Mapping[str, str], until: datetime | None
+    access: KafkaAccess, topics: Mapping[str, str], until: datetime | None
 ) -> list[LogEntry]:
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        **access.client_kwargs(), enable_auto_commit=False, auto_offset_reset="earliest"
     )
-    await consumer.start()
+    await start_client(consumer, access)
     keyed: list[tuple[float, int, LogEntry]] = []
     try:
-        partitions = await _partitions(bootstrap, list(topics))
+        partitions = await _partitions(access, list(topics))
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
@@ -70,20 +71,20 @@ async def _read(
     return [replace(entry, seq=index + 1) for index, (_, _, entry) in enumerate(keyed)]
 
 
-async def _partitions(bootstrap: str, topics: list[str]) -> list[Any]:
+async def _partitions(access: KafkaAccess, topics: list[str]) -> list[Any]:
     """Every partition of ``topics``; ValueError naming the topics that do not exist."""
     from aiokafka import TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    admin = AIOKafkaAdminClient(**access.client_kwargs())
+    await start_client(admin, access)
     try:
         described = await admin.describe_topics(topics)
     finally:
         await admin.close()
     missing = sorted(str(t["topic"]) for t in described if t["error_code"] or not t["partitions"])
     if missing:
-        raise ValueError(f"topic(s) not found on {bootstrap}: {', '.join(missing)}")
+        raise ValueError(f"topic(s) not found on {access.bootstrap}: {', '.join(missing)}")
     return [
         TopicPartition(t["topic"], p["partition"])
         for t in described

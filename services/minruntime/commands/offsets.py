@@ -46,9 +46,10 @@ def _input_topics(settings: Settings) -> list[str]:
 
 
 def _describe(settings: Settings, topics: list[str]) -> dict[str, KafkaTopic]:
+    from minruntime.kafka_access import kafka_access
     from minruntime.stream.topic_identity import describe_topics
 
-    return asyncio.run(describe_topics(settings.kafka_bootstrap, topics))
+    return asyncio.run(describe_topics(kafka_access(settings), topics))
 
 
 def status_of(topic: str, stored: list[StoredOffset], kafka: KafkaTopic | None) -> str:

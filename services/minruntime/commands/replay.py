@@ -120,12 +120,13 @@ def replay_command(
 
 def _kafka_entries(at: datetime | None) -> list[LogEntry]:
     from minruntime.audit.kafka_log import read_kafka
+    from minruntime.kafka_access import kafka_access
     from minruntime.settings import Settings
 
     settings = Settings()
     topics = {**_input_topics(), settings.topic_requeue_decisions: "requeue_decisions"}
     try:
-        return read_kafka(settings.kafka_bootstrap, topics, until=at)
+        return read_kafka(kafka_access(settings), topics, until=at)
     except ValueError as error:
         raise UserError(str(error)) from None
     except OSError as error:

@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minruntime.errors import MissingToolError, StackError
+from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
 from minruntime.settings import Settings
+from minruntime.stack.kafka_security import (
+    broker_secrets,
+    ensure_keystores,
+    listener_lines,
+    scram_format_arguments,
+    write_private,
+)
 from minruntime.stack.process import (
     pid_alive,
     port_in_use,
@@ -141,20 +149,28 @@ class KafkaNode:
         marker.write_text(self.settings.kafka_version + "\n")
 
     def write_config(self) -> None:
-        """Write server.properties and the log4j2 configuration for this checkout."""
+        """Write server.properties (mode 0600: it holds secrets) and the log4j2 configuration."""
         host = self.settings.kafka_host
         port = self.settings.kafka_port
         controller = self.settings.kafka_controller_port
+        protocol = self.settings.kafka_security_protocol
         self.home.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(
+        stored = broker_secrets(self.settings.stack_dir, formatted=self.formatted)
+        if protocol.startswith("SASL_") and not stored.scram:
+            raise StackError(
+                f"this stack's Kafka storage was formatted before it had SASL credentials, so "
+                f"it has no SCRAM user: run `minruntime stack down`, delete {self.data_dir}, "
+                "then `minruntime stack up` (its topics are lost)"
+            )
+        keystores = ensure_keystores(self.home, stored) if "SSL" in protocol else None
+        write_private(
+            self.config_file,
             "\n".join(
                 [
                     "process.roles=broker,controller",
                     "node.id=1",
-                    f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller}",
-                    f"advertised.listeners=PLAINTEXT://{host}:{port}",
+                    *listener_lines(protocol, host, port, controller, stored, keystores),
                     "controller.listener.names=CONTROLLER",
-                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
                     f"controller.quorum.bootstrap.servers={host}:{controller}",
                     f"log.dirs={self.data_dir}",
                     "offsets.topic.replication.factor=1",
@@ -171,9 +187,14 @@ class KafkaNode:
                     "num.io.threads=4",
                     "",
                 ]
-            )
+            ),
         )
         self.log4j_file.write_text(_LOG4J2)
+
+    @property
+    def formatted(self) -> bool:
+        """True once the KRaft metadata log exists."""
+        return (self.data_dir / "meta.properties").is_file()
 
     def _java(self) -> str:
         java = shutil.which("java")
@@ -197,8 +218,9 @@ class KafkaNode:
 
     def format_storage(self) -> None:
         """Format the KRaft metadata log once (a no-op when already formatted)."""
-        if (self.data_dir / "meta.properties").is_file():
+        if self.formatted:
             return
+        stored = broker_secrets(self.settings.stack_dir, formatted=False)
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         run(
             self._classpath_command(
@@ -210,6 +232,9 @@ class KafkaNode:
                 cluster_id,
                 "-c",
                 str(self.config_file),
+                # SCRAM users live in the metadata log: created now, whatever the protocol,
+                # so the stack can be switched to SASL later without reformatting.
+                *scram_format_arguments(stored),
             ),
             what="formatting Kafka storage",
             timeout=120,
@@ -284,7 +309,7 @@ class KafkaNode:
         level = aiokafka_log.level
         aiokafka_log.setLevel(logging.CRITICAL)
         try:
-            asyncio.run(asyncio.wait_for(round_trip(self.settings.kafka_bootstrap), timeout))
+            asyncio.run(asyncio.wait_for(round_trip(kafka_access(self.settings)), timeout))
         except (TimeoutError, OSError, RuntimeError) as exc:
             raise StackError(
                 f"Kafka is up but a produce/consume round trip failed: {exc!r}"
@@ -312,10 +337,13 @@ class KafkaNode:
         if not pid_alive(pid):
             return KafkaHealth(False, False, None, "not running")
         try:
-            brokers = asyncio.run(asyncio.wait_for(describe(self.settings.kafka_bootstrap), 10))
+            brokers = asyncio.run(asyncio.wait_for(describe(kafka_access(self.settings)), 10))
         except Exception as exc:
             return KafkaHealth(True, False, pid, f"not answering: {exc!r}")
-        return KafkaHealth(True, True, pid, f"{brokers} broker(s), KRaft, Kafka {self.version}")
+        protocol = self.settings.kafka_security_protocol
+        return KafkaHealth(
+            True, True, pid, f"{brokers} broker(s), KRaft, Kafka {self.version}, {protocol}"
+        )
 
     @property
     def version(self) -> str:
@@ -333,14 +361,14 @@ def min_heap(heap: str) -> str:
     return f"{max(value // 4, 64)}m"
 
 
-async def round_trip(bootstrap: str) -> None:
+async def round_trip(access: KafkaAccess) -> None:
     """Produce a unique record and read it back through a consumer group."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    admin = AIOKafkaAdminClient(**access.client_kwargs())
+    await start_client(admin, access)
     try:
         if HEALTHCHECK_TOPIC not in await admin.list_topics():
             with contextlib.suppress(TopicAlreadyExistsError):
@@ -351,8 +379,8 @@ async def round_trip(bootstrap: str) -> None:
         await admin.close()
 
     marker = uuid.uuid4().hex.encode()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
-    await producer.start()
+    producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
+    await start_client(producer, access)
     try:
         sent = await producer.send_and_wait(HEALTHCHECK_TOPIC, marker, key=b"stack")
     finally:
@@ -360,11 +388,11 @@ async def round_trip(bootstrap: str) -> None:
 
     partition = TopicPartition(HEALTHCHECK_TOPIC, sent.partition)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+        **access.client_kwargs(),
         group_id="minruntime-stack-healthcheck",
         enable_auto_commit=False,
     )
-    await consumer.start()
+    await start_client(consumer, access)
     try:
         consumer.assign([partition])
         consumer.seek(partition, sent.offset)
@@ -382,12 +410,12 @@ async def round_trip(bootstrap: str) -> None:
         await consumer.stop()
 
 
-async def describe(bootstrap: str) -> int:
+async def describe(access: KafkaAccess) -> int:
     """Number of brokers the cluster reports (a cheap liveness probe)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    await admin.start()
+    admin = AIOKafkaAdminClient(**access.client_kwargs(), request_timeout_ms=5000)
+    await start_client(admin, access)
     try:
         cluster = await admin.describe_cluster()
     finally:

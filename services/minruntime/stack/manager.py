@@ -61,7 +61,10 @@ def stack_up(settings: Settings, say: Say = _quiet) -> StackStatus:
     postgres.create_database()
 
     if kafka.start():
-        say(f"Kafka {settings.kafka_version} starting on {settings.kafka_bootstrap}")
+        say(
+            f"Kafka {settings.kafka_version} starting on {settings.kafka_bootstrap} "
+            f"({settings.kafka_security_protocol})"
+        )
         started = True
     else:
         say("Kafka already running")

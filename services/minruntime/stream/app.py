@@ -19,6 +19,7 @@ from typing import Any
 import faust
 
 from minruntime.ingest import BatchOutcome, InboundRecord
+from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
 from minruntime.stream.sink import BatchSink, stop_loudly
 from minruntime.stream.topic_guard import TopicGuard
@@ -44,6 +45,23 @@ def record_of(event: Any) -> InboundRecord:
     )
 
 
+def broker_credentials(access: KafkaAccess) -> faust.types.auth.CredentialsT | None:
+    """The same connection settings as every aiokafka client's, as faust's credentials."""
+    # Here, not in minruntime.kafka_access: the audit tools use that module and must not
+    # import faust.
+    context = access.ssl_context()
+    if access.uses_sasl:
+        return faust.SASLCredentials(
+            username=access.username,
+            password=access.password,
+            ssl_context=context,  # faust picks SASL_SSL when a context is given
+            mechanism=access.mechanism,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 def build_app(
     settings: Settings,
     sink: BatchSink,
@@ -53,9 +71,11 @@ def build_app(
     guard: TopicGuard | None = None,
 ) -> faust.App:
     """A faust app with an agent for each input topic (and the relay as a background task)."""
+    access = kafka_access(settings)
     app = faust.App(
         settings.processor_group,
-        broker=f"kafka://{settings.kafka_bootstrap}",
+        broker=f"kafka://{access.bootstrap}",
+        broker_credentials=broker_credentials(access),
         value_serializer="raw",
         key_serializer="raw",
         web_enabled=False,

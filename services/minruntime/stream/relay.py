@@ -27,6 +27,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
+from minruntime.kafka_access import KafkaAccess
 from minruntime.store.tables import outbox
 from minruntime.stream.outbox_metrics import OutboxMetrics, read_outbox_stats
 
@@ -147,7 +148,7 @@ class OutboxRelay:
     def __init__(
         self,
         engine: Engine,
-        bootstrap: str,
+        access: KafkaAccess,
         *,
         poll_seconds: float = 0.25,
         batch: int = 500,
@@ -155,7 +156,7 @@ class OutboxRelay:
         producer_options: dict[str, Any] | None = None,
     ) -> None:
         self._engine = engine
-        self._bootstrap = bootstrap
+        self._access = access
         self._poll = poll_seconds
         self._batch = batch
         self._metrics = metrics
@@ -173,7 +174,7 @@ class OutboxRelay:
         from aiokafka import AIOKafkaProducer
 
         producer = AIOKafkaProducer(
-            bootstrap_servers=self._bootstrap, enable_idempotence=True, **self._producer_options
+            **self._access.client_kwargs(), enable_idempotence=True, **self._producer_options
         )
         await producer.start()
         backoff = self._poll

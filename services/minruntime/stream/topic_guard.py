@@ -37,6 +37,7 @@ from minruntime.core.topic_life import (
 )
 from minruntime.errors import TopicLifeChangedError, UserError
 from minruntime.ingest import BatchOutcome
+from minruntime.kafka_access import KafkaAccess
 from minruntime.stream.topic_identity import fetch_topic_ids
 
 log = logging.getLogger(__name__)
@@ -54,14 +55,14 @@ class TopicGuard:
 
     def __init__(
         self,
-        bootstrap: str,
+        access: KafkaAccess,
         registry: CollectorRegistry,
         read_stored: ReadStored,
         *,
         recheck_seconds: float = 5.0,
         max_backoff_seconds: float = 10.0,
     ) -> None:
-        self._bootstrap = bootstrap
+        self._access = access
         self._read_stored = read_stored
         self._recheck = recheck_seconds
         self._max_backoff = max_backoff_seconds
@@ -143,7 +144,7 @@ class TopicGuard:
         while True:
             try:
                 if self._client is None:
-                    client = AIOKafkaClient(bootstrap_servers=self._bootstrap)
+                    client = AIOKafkaClient(**self._access.client_kwargs())
                     await client.bootstrap()
                     self._client = client
                 return (await fetch_topic_ids(self._client, [topic])).get(topic)

@@ -28,6 +28,7 @@ from aiokafka.protocol.types import (
 )
 
 from minruntime.errors import UserError
+from minruntime.kafka_access import KafkaAccess
 
 _ZERO_ID: Final = uuid.UUID(int=0)
 
@@ -164,7 +165,7 @@ class KafkaTopic:
     log_ends: dict[int, int]
 
 
-async def describe_topics(bootstrap: str, topics: Sequence[str]) -> dict[str, KafkaTopic]:
+async def describe_topics(access: KafkaAccess, topics: Sequence[str]) -> dict[str, KafkaTopic]:
     """Topic name -> what Kafka holds of it; topics that do not exist are absent.
 
     Raises TopicIdUnavailableError (one line) when Kafka cannot be reached.
@@ -172,8 +173,8 @@ async def describe_topics(bootstrap: str, topics: Sequence[str]) -> dict[str, Ka
     from aiokafka import AIOKafkaClient, AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaError
 
-    client = AIOKafkaClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    client = AIOKafkaClient(**access.client_kwargs())
+    consumer = AIOKafkaConsumer(**access.client_kwargs(), enable_auto_commit=False)
     try:
         await client.bootstrap()
         await consumer.start()
@@ -189,7 +190,9 @@ async def describe_topics(bootstrap: str, topics: Sequence[str]) -> dict[str, Ka
             )
         return described
     except (KafkaError, OSError) as error:
-        raise TopicIdUnavailableError(f"cannot reach Kafka at {bootstrap}: {error}") from None
+        raise TopicIdUnavailableError(
+            f"cannot reach Kafka at {access.bootstrap}: {error}"
+        ) from None
     finally:
         await consumer.stop()
         await client.close()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from minruntime.events import topics as events_topics
+from minruntime.kafka_access import KafkaAccess, start_client
 from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def topic_names(settings: Settings) -> dict[TopicRole, str]:
     return {spec.role: spec.name for spec in topic_specs(settings)}
 
 
-async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
+async def ensure_topics(access: KafkaAccess, specs: Sequence[TopicSpec]) -> list[str]:
     """Create the topics that are missing; return the names created.
 
     An existing topic is left as it is (a warning is logged when it has fewer partitions
@@ -103,8 +104,8 @@ async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    admin = AIOKafkaAdminClient(**access.client_kwargs())
+    await start_client(admin, access)
     try:
         existing = set(await admin.list_topics())
         missing = [spec for spec in specs if spec.name not in existing]
