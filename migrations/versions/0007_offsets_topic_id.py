@@ -1,7 +1,7 @@
 """Stored offsets belong to one life of a topic: ``consumer_offsets.topic_id``.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-11-24
 
 Kafka's topic ID (a UUID given at creation) is stored with each partition's next offset; the

@@ -1,7 +1,7 @@
 """Least privilege: the runtime role gets rows, not definitions; PUBLIC loses TEMP and CREATE.
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0007
 Create Date: 2026-11-24
 
 Run as the owner role (``minruntime migrate`` connects with ``Settings.owner_url``). It grants
@@ -27,7 +27,7 @@ from alembic import context, op
 from minruntime.store.privileges import runtime_grants, runtime_revokes
 
 revision: str = "0008"
-down_revision: str | None = "0005"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
