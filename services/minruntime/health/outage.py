@@ -21,6 +21,7 @@ import psycopg
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from minruntime.health.checks import Condition, one_line
+from minruntime.store.failures import is_permanent
 
 log = logging.getLogger("minruntime.outage")
 
@@ -32,7 +33,14 @@ STATUS_EVERY_SECONDS: Final = 5.0
 
 
 def storage_transient(error: BaseException) -> bool:
-    """A PostgreSQL error that waiting can cure: the server is away, restarting or refusing."""
+    """A PostgreSQL error that waiting can cure: the server is away, restarting or refusing.
+
+    The one classification of failures that retrying cannot cure is `store.failures`; an
+    error it calls permanent (e.g. SQLSTATE 54, which psycopg raises as OperationalError) is
+    never waited for.
+    """
+    if is_permanent(error):
+        return False
     if isinstance(error, OperationalError | psycopg.OperationalError):
         return True
     return isinstance(error, DBAPIError) and error.connection_invalidated
