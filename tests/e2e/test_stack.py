@@ -167,11 +167,15 @@ def test_lifecycle_from_nothing(private_stack: dict[str, str]) -> None:
 def test_existing_stack_restarts_on_new_ports(private_stack: dict[str, str]) -> None:
     assert run_cli("stack", "up", env=private_stack).returncode == 0
     assert run_cli("stack", "down", env=private_stack).returncode == 0
-    pg_port = free_port_pair()
+    pg_port = kafka_port = free_port_pair()
+    # The pairs are not held between the calls: never let Kafka's broker or controller port
+    # fall on PostgreSQL's (a flake seen under load).
+    while {kafka_port, kafka_port + 1} & {pg_port, pg_port + 1}:
+        kafka_port = free_port_pair()
     # An explicit password in the URL (an override) is the one the runtime role gets.
     moved = {
         **private_stack,
-        "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port_pair()}",
+        "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
         "MINRUNTIME_DATABASE_URL": (
             f"postgresql://minruntime:chosen@127.0.0.1:{pg_port}/minruntime"
         ),
