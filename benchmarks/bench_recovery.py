@@ -144,6 +144,7 @@ def run_case(name: str, kills: int, rate: float, **overrides: str) -> dict[str, 
             figures["resumed"].append(got_resumed)
             print(
                 f"  {name} kill {round_ + 1}: ready {got_ready:.1f} s, resumed {got_resumed:.1f} s"
+                f" (CPU {figures['resumed, CPU s'][-1]:.1f} s), load {os.getloadavg()[0]:.1f}"
             )
     finally:
         producer.stopping.set()

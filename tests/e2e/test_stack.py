@@ -19,7 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus, stack_down
+from minruntime.stack import StackStatus, stack_down, stack_status
 from minruntime.stack.postgres import PostgresNode
 from tests.conftest import free_port_pair, run_cli
 
@@ -80,8 +80,9 @@ def test_database_round_trip(stack: StackStatus) -> None:
     assert rows == [(1, "a"), (2, "b")]
 
 
-def test_stack_up_again_is_idempotent(stack: StackStatus) -> None:
-    pids = {c.name: c.pid for c in stack.components}
+def test_stack_up_again_is_idempotent(stack: StackStatus, settings: Settings) -> None:
+    # Read now, not from the session's start: the fault tests restart PostgreSQL and Kafka.
+    pids = {c.name: c.pid for c in stack_status(settings).components}
     result = run_cli("stack", "up")
     assert result.returncode == 0, result.stderr
     assert "PostgreSQL already running" in result.stdout
