@@ -67,6 +67,7 @@ class TopicGuard:
         self._recheck = recheck_seconds
         self._max_backoff = max_backoff_seconds
         self._client: AIOKafkaClient | None = None
+        self._client_lock = asyncio.Lock()
         self._refused: dict[str, str] = {}
         self._refused_gauge = Gauge(
             "minruntime_topic_refused",
@@ -142,17 +143,22 @@ class TopicGuard:
     async def _topic_id(self, topic: str) -> str | None:
         backoff = 0.5
         while True:
-            try:
-                if self._client is None:
-                    client = AIOKafkaClient(**self._access.client_kwargs())
-                    await client.bootstrap()
-                    self._client = client
-                return (await fetch_topic_ids(self._client, [topic])).get(topic)
-            except (KafkaError, OSError, UserError) as error:
-                # Kafka is unreachable: so is the topic; wait, the batch stays unapplied.
-                log.warning("cannot ask Kafka for the ID of topic %r (%s); retrying", topic, error)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._max_backoff)
+            # One client for the four agents: one of them at a time makes, uses or drops it.
+            async with self._client_lock:
+                try:
+                    if self._client is None:
+                        self._client = AIOKafkaClient(**self._access.client_kwargs())
+                        await self._client.bootstrap()
+                    return (await fetch_topic_ids(self._client, [topic])).get(topic)
+                except (KafkaError, OSError, UserError) as error:
+                    # Kafka is unreachable: so is the topic; the batch waits. A new client next
+                    # time: the brokers it knew may be gone (a new cluster).
+                    log.warning(
+                        "cannot ask Kafka for the ID of topic %r (%s); retrying", topic, error
+                    )
+                    await self.close()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self._max_backoff)
 
     def _refuse(self, topic: str, role: str, reason: str) -> None:
         if self._refused.get(topic) != reason:
