@@ -350,7 +350,10 @@ def test_nodes_carry_their_gpu_capacity_and_node_pool() -> None:
 
 
 def test_the_scheduler_config_map_becomes_config_updated() -> None:
-    config = "tiers:\n- plugins:\n  - name: minruntime\n    arguments:\n      defaultPreemptMinRuntime: 10m\n"
+    config = (
+        "tiers:\n- plugins:\n  - name: minruntime\n"
+        "    arguments:\n      defaultPreemptMinRuntime: 10m\n"
+    )
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -384,3 +387,14 @@ def test_quantities() -> None:
     assert mapping.quantity(4) == 4
     with pytest.raises(mapping.ObjectError):
         mapping.quantity("-1")
+
+
+def test_after_the_first_listing_podgroups_holding_no_pod_release_all() -> None:
+    # Pods deleted while no bridge watched are in no list: their podgroup's run is ended.
+    view = mirror()
+    view.relisted(Kind.POD_GROUP, [podgroup(), podgroup("busy", "pg-2")])
+    view.relisted(Kind.POD, [pod("busy-0", "p-9", group="busy", node="n1", phase="Running")])
+    [released] = view.listed_everything()
+    assert data(released) == {"uid": "pg-1", "reason": "deleted"}
+    assert released.event.time == NOW
+    assert mirror().listed_everything() == []

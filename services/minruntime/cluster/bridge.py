@@ -108,6 +108,9 @@ class Bridge:
             ]
             for watcher in watchers:  # the first listing in order: classes before podgroups
                 await self._first_list(watcher, term)
+            first = [emission for note in _drain_all(notes) for emission in _observe(mirror, note)]
+            await self._send(producer, first + mirror.listed_everything(), term)
+            log.warning("bridge %s: listed everything; watching", self.lease.identity)
             for watcher in watchers:
                 threading.Thread(
                     target=watcher.run, daemon=True, name=str(watcher.source.kind)
@@ -209,6 +212,15 @@ def _drain(notes: queue.Queue[Notification], wait: float) -> list[Notification]:
         except queue.Empty:
             break
     return batch
+
+
+def _drain_all(notes: queue.Queue[Notification]) -> list[Notification]:
+    batch: list[Notification] = []
+    while True:
+        try:
+            batch.append(notes.get_nowait())
+        except queue.Empty:
+            return batch
 
 
 def _observe(mirror: ClusterMirror, note: Notification) -> list[Emission]:

@@ -112,6 +112,32 @@ class ClusterMirror:
             emissions += self.observe(kind, MODIFIED, obj)
         return emissions
 
+    def listed_everything(self) -> list[Emission]:
+        """After a term's first listing: end the runs of podgroups that hold no pod any more.
+
+        Pods deleted while no bridge was watching are not in any list, and a new term does not
+        know their names; releasing all pods of a podgroup with no bound, unfinished pod ends
+        such a run (the processor ignores it when nothing runs). The id carries the PodGroup's
+        resourceVersion, so a restart with nothing changed sends the same id.
+        """
+        emissions: list[Emission] = []
+        for uid, podgroup in self._objects[Kind.POD_GROUP].items():
+            holding = [
+                pod
+                for pod in self._pods_of(podgroup)
+                if mapping.pod_node(pod) is not None and mapping.finished(pod) is None
+            ]
+            if not holding:
+                data = {"uid": uid, "reason": "deleted"}
+                version = f"released-all/{mapping.version_of(podgroup)}"
+                emissions.append(
+                    self._emit(
+                        "podgroups", EventType.PODGROUP_RELEASED, data, podgroup, uid, version,
+                        time=self._clock(),
+                    )
+                )  # fmt: skip
+        return emissions
+
     def _deleted_now(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         meta = dict(mapping.metadata(obj))
         meta.setdefault("deletionTimestamp", format_rfc3339(self._clock()))
