@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
+from minruntime.cluster.standin import Cluster
 from minruntime.core import parse_rfc3339
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests.e2e.harness import Pipeline, wait_for
 from tests.e2e.kubeapi import admin_client
-from tests.e2e.kubeloop import Cluster, KubeProcess
+from tests.e2e.kubeloop import KubeProcess
 
 pytestmark = pytest.mark.stack
 
