@@ -398,3 +398,14 @@ def test_after_the_first_listing_podgroups_holding_no_pod_release_all() -> None:
     assert data(released) == {"uid": "pg-1", "reason": "deleted"}
     assert released.event.time == NOW
     assert mirror().listed_everything() == []
+
+
+def test_a_pod_going_away_is_a_release_not_a_new_submission() -> None:
+    view = mirror()
+    view.observe(Kind.POD_GROUP, ADDED, podgroup())
+    view.observe(Kind.POD, ADDED, pod("train-0", "p-0", node="n1", phase="Running"))
+    view.observe(Kind.POD, ADDED, pod("train-1", "p-1", node="n1", phase="Running"))
+    gone = pod("train-1", "p-1", node="n1", phase="Running")
+    assert types(view.observe(Kind.POD, DELETED, gone)) == ["podgroup.released"]
+    annotated = podgroup(rv="11", annotations={"kai.scheduler/expected-runtime": "1h"})
+    assert types(view.observe(Kind.POD_GROUP, MODIFIED, annotated)) == ["podgroup.annotated"]

@@ -59,6 +59,8 @@ class MirrorOptions:
 @dataclass
 class _PodGroupSent:
     submitted: str | None = None
+    """Digest of the last submission without its pods and annotations."""
+    pods: frozenset[str] = frozenset()
     annotations: dict[str, str] = field(default_factory=dict)
 
 
@@ -256,14 +258,17 @@ class ClusterMirror:
         priority = self._priorities.get(priority_class or "", mapping.DEFAULT_PRIORITY)
         data = mapping.submission_data(podgroup, pods, priority, self._options.node_pool_label)
         # Annotations travel with the first submission; later changes are podgroup.annotated.
-        shape = mapping.digest({k: v for k, v in data.items() if k != "annotations"})
-        if sent is not None and sent.submitted == shape:
+        # A pod that goes away is a release, not a new shape: only new pods resubmit.
+        rest = mapping.digest({k: v for k, v in data.items() if k not in ("annotations", "pods")})
+        names = frozenset(pod["name"] for pod in data["pods"])
+        if sent is not None and sent.submitted == rest and names <= sent.pods:
             return []
         if sent is None:
             sent = self._podgroup_sent[uid] = _PodGroupSent(annotations=dict(data["annotations"]))
         else:
             data["annotations"] = dict(sent.annotations)
-        sent.submitted = shape
+        sent.submitted, sent.pods = rest, names
+        shape = mapping.digest({k: v for k, v in data.items() if k != "annotations"})
         created = [mapping.created_at(obj) for obj in (podgroup, *pods)]
         known = [moment for moment in created if moment is not None]
         time = max(known) if known else None
