@@ -103,6 +103,7 @@ def test_a_bound_running_podgroup_is_protected_and_a_patched_queue_changes_the_a
     loop: Loop,
 ) -> None:
     cluster, root, team = loop.cluster, loop.name("kroot"), loop.name("kteam")
+    other = loop.name("kother")  # a reclaimer's queue in another tree: the victim's top decides
     cluster.apply_queues(
         f"""
 apiVersion: scheduling.run.ai/v2
@@ -114,6 +115,11 @@ apiVersion: scheduling.run.ai/v2
 kind: Queue
 metadata: {{name: {team}}}
 spec: {{parentQueue: {root}}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {other}}}
+spec: {{}}
 """
     )
     cluster.priority_class(loop.name("train"), 50)
@@ -139,7 +145,7 @@ spec: {{parentQueue: {root}}}
     assert protection == (timedelta(hours=1), root, True, start)
     [reclaim] = loop.pipeline.query(
         "SELECT min_runtime, is_protected FROM minruntime.reclaim_protection(%s) WHERE uid = %s",
-        ("elsewhere", uid),
+        (other, uid),
     )
     assert reclaim == (timedelta(minutes=30), True)
     [submitted] = logged(loop, "podgroup.submitted", uid)[-1:]

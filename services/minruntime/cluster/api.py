@@ -36,21 +36,26 @@ class KubeConfigError(UserError):
 def api_client(settings: Settings) -> Any:
     """An ApiClient: $KUBECONFIG, else the in-cluster service account, else the local stack's."""
     from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
 
     named = os.environ.get("KUBECONFIG")
-    if named:
-        return config.new_client_from_config(config_file=named.split(os.pathsep)[0])
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-        return client.ApiClient(configuration)
-    local = Path(settings.kube_kubeconfig)
-    if not local.is_file():
-        raise KubeConfigError(
-            "no Kubernetes API server: set KUBECONFIG, run inside a cluster, "
-            "or start the local one with `minruntime stack up --kube`"
-        )
-    return config.new_client_from_config(config_file=str(local))
+    try:
+        if named:
+            return config.new_client_from_config(config_file=named.split(os.pathsep)[0])
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        local = Path(settings.kube_kubeconfig)
+        if not local.is_file():
+            raise KubeConfigError(
+                "no Kubernetes API server: set KUBECONFIG, run inside a cluster, "
+                "or start the local one with `minruntime stack up --kube`"
+            )
+        return config.new_client_from_config(config_file=str(local))
+    except (ConfigException, OSError, ValueError) as exc:
+        where = named or "the in-cluster service account"
+        raise KubeConfigError(f"cannot use {where}: {' '.join(str(exc).split())}") from exc
 
 
 def is_gone(error: BaseException) -> bool:
