@@ -217,6 +217,7 @@ spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
     # The bridge crashes mid-way; a new one relists everything and sends the state again.
     loop.bridge.kill()
     loop.bridge = loop.kube("bridge").start()
+    wait_for(lambda: "watching" in loop.bridge.log_tail(), 60, "the new bridge to take over")
     cluster.finish_eviction("long-0")  # no kubelet: the pod goes away only when deleted
 
     row = wait_for(
