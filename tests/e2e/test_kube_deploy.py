@@ -5,23 +5,32 @@ evictor make — and nothing they do not need (403)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
+from minruntime.events import encode_event, new_event
+from minruntime.settings import Settings
 from minruntime.stack import StackStatus
+from tests.e2e.harness import Pipeline, wait_for
 from tests.e2e.kubeapi import (
     admin_client,
     apply,
     deploy_manifests,
     ensure_namespace,
     service_account_token,
+    token_kubeconfig,
 )
+from tests.e2e.kubeloop import KubeProcess
 
 pytestmark = pytest.mark.stack
 
@@ -32,6 +41,12 @@ KAI_NAMESPACE = "kai-scheduler"
 SCHEDULER_CONFIG = "kai-scheduler-config"
 LEASE = "minruntime-kube-bridge"
 WORKLOADS = "team-rbac"
+SCHEDULER_CONFIG_YAML = """tiers:
+- plugins:
+  - name: minruntime
+    arguments:
+      defaultPreemptMinRuntime: 10m
+"""
 _RBAC_KINDS = {
     "Namespace",
     "ServiceAccount",
@@ -98,7 +113,7 @@ def cluster(kube_stack: StackStatus) -> Iterator[Cluster]:
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {"name": SCHEDULER_CONFIG, "namespace": KAI_NAMESPACE},
-                "data": {"config.yaml": "tiers: []\n"},
+                "data": {"config.yaml": SCHEDULER_CONFIG_YAML},
             }
         ],
     )
@@ -289,3 +304,123 @@ def test_the_service_account_is_refused_what_it_does_not_need(cluster: Cluster, 
         call()
     assert refused.value.status == 403, refused.value.body
     assert f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}" in str(refused.value.body)
+
+
+def _lease_holder(admin: client.ApiClient) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(admin).read_namespaced_lease(LEASE, NAMESPACE)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return str(lease.spec.holder_identity)
+
+
+def _events(pipeline: Pipeline, role: str, event_type: str) -> list[dict[str, Any]]:
+    records = pipeline.consume(role, 1_000_000, timeout=2)
+    events = [json.loads(r.value) for r in records]
+    return [e for e in events if e["type"] == event_type]
+
+
+def test_the_bridge_and_the_evictor_run_on_the_service_accounts_own_token(
+    cluster: Cluster, kube_stack: StackStatus, settings: Settings, tmp_path: Path
+) -> None:
+    """The real programs, with the deployment's defaults (Lease minruntime/minruntime-kube-bridge,
+    ConfigMap kai-scheduler/kai-scheduler-config) and nothing but the ServiceAccount's token."""
+    assert kube_stack.kubeconfig is not None
+    admin, suffix = cluster.admin, uuid.uuid4().hex[:6]
+    token = service_account_token(admin, NAMESPACE, SERVICE_ACCOUNT)
+    kubeconfig = token_kubeconfig(kube_stack.kubeconfig, token, tmp_path / "kubeconfig")
+    with contextlib.suppress(ApiException):
+        client.CoordinationV1Api(admin).delete_namespaced_lease(LEASE, NAMESPACE)
+    queue = f"rbac-{suffix}"
+    client.CustomObjectsApi(admin).create_cluster_custom_object(
+        GROUP,
+        "v2",
+        "queues",
+        {"apiVersion": f"{GROUP}/v2", "kind": "Queue", "metadata": {"name": queue}, "spec": {}},
+    )
+    podgroup, pod = f"pg-run-{suffix}", f"pod-run-{suffix}"
+    uid = client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        GROUP,
+        "v2alpha2",
+        WORKLOADS,
+        "podgroups",
+        {
+            "apiVersion": f"{GROUP}/v2alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": podgroup},
+            "spec": {"queue": queue, "minMember": 1},
+        },
+    )["metadata"]["uid"]
+    core = client.CoreV1Api(admin)
+    core.create_namespaced_pod(
+        WORKLOADS,
+        {
+            "metadata": {"name": pod, "annotations": {"pod-group-name": podgroup}},
+            "spec": {
+                "nodeName": f"node-{suffix}",
+                "containers": [{"name": "main", "image": "busybox"}],
+            },
+        },
+    )
+
+    pipeline = Pipeline(settings, tmp_path, "rbac").create(with_topics=True)
+    env = {
+        "MINRUNTIME_KUBE_IDENTITY": f"bridge-{suffix}",
+        "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
+        "MINRUNTIME_EVICTOR_GROUP": f"evictor-{suffix}",
+    }
+    bridge = KubeProcess(pipeline, "bridge", kubeconfig, env).start()
+    evictor = KubeProcess(pipeline, "evictor", kubeconfig, env).start()
+    try:
+        wait_for(
+            lambda: _lease_holder(admin) == f"bridge-{suffix}", 60, "the bridge to hold the Lease"
+        )
+        wait_for(
+            lambda: any(
+                e["subject"] == queue for e in _events(pipeline, "queues", "queue.upserted")
+            ),
+            60,
+            "queue.upserted from the bridge",
+        )
+        assert _events(pipeline, "queues", "config.updated"), "the scheduler ConfigMap was read"
+
+        now = datetime.now(UTC)
+        decision = new_event(
+            "requeue.committed",
+            {
+                "uid": uid,
+                "nominatedBy": ["expectedruntime"],
+                "beneficiaries": [f"pending-{suffix}"],
+                "requeueNotBefore": now + timedelta(minutes=5),
+                "decidedAt": now,
+            },
+            time=now,
+        )
+        pipeline.produce("requeue_decisions", [(uid.encode(), encode_event(decision))])
+        marked = wait_for(
+            lambda: (
+                client.CustomObjectsApi(admin)
+                .get_namespaced_custom_object(GROUP, "v2alpha2", WORKLOADS, "podgroups", podgroup)[
+                    "metadata"
+                ]
+                .get("annotations", {})
+                .get(REQUEUE_DECISION_ANNOTATION)
+            ),
+            60,
+            "the evictor to mark the PodGroup",
+        )
+        assert marked == decision.id
+        evicted = core.read_namespaced_pod(pod, WORKLOADS)
+        assert evicted.metadata.deletion_timestamp is not None, "evicted, not left running"
+    finally:
+        bridge.stop()
+        evictor.stop()
+        pipeline.drop(verify=False)
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_pod(pod, WORKLOADS, grace_period_seconds=0)
+    for process in (bridge, evictor):
+        log = process.log_path.read_text()
+        # The client's ApiException text says "Reason: Forbidden" for a 403.
+        assert "Forbidden" not in log, log[-2000:]
