@@ -96,6 +96,34 @@ class Cluster:
     pod: str
 
 
+def podgroup_with_a_bound_pod(admin: client.ApiClient, podgroup: str, pod: str, queue: str) -> str:
+    """A PodGroup and one pod of it, created with its node already set: bound, so an eviction
+    is accepted and leaves it terminating (no kubelet finishes it). Returns the PodGroup's uid."""
+    created = client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        GROUP,
+        "v2alpha2",
+        WORKLOADS,
+        "podgroups",
+        {
+            "apiVersion": f"{GROUP}/v2alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": podgroup},
+            "spec": {"queue": queue, "minMember": 1},
+        },
+    )
+    client.CoreV1Api(admin).create_namespaced_pod(
+        WORKLOADS,
+        {
+            "metadata": {"name": pod, "annotations": {"pod-group-name": podgroup}},
+            "spec": {
+                "nodeName": f"node-{pod}",
+                "containers": [{"name": "main", "image": "busybox"}],
+            },
+        },
+    )
+    return str(created["metadata"]["uid"])
+
+
 @pytest.fixture(scope="module")
 def cluster(kube_stack: StackStatus) -> Iterator[Cluster]:
     assert kube_stack.kubeconfig is not None
@@ -118,30 +146,7 @@ def cluster(kube_stack: StackStatus) -> Iterator[Cluster]:
         ],
     )
     podgroup, pod = f"pg-{suffix}", f"pod-{suffix}"
-    client.CustomObjectsApi(admin).create_namespaced_custom_object(
-        GROUP,
-        "v2alpha2",
-        WORKLOADS,
-        "podgroups",
-        {
-            "apiVersion": f"{GROUP}/v2alpha2",
-            "kind": "PodGroup",
-            "metadata": {"name": podgroup},
-            "spec": {"queue": "default", "minMember": 1},
-        },
-    )
-    # Created with its node already set: bound, so an eviction is accepted and leaves it
-    # terminating (no kubelet finishes it); the fixture deletes it with grace 0.
-    core.create_namespaced_pod(
-        WORKLOADS,
-        {
-            "metadata": {"name": pod, "annotations": {"pod-group-name": podgroup}},
-            "spec": {
-                "nodeName": f"node-{suffix}",
-                "containers": [{"name": "main", "image": "busybox"}],
-            },
-        },
-    )
+    podgroup_with_a_bound_pod(admin, podgroup, pod, "default")
     token = service_account_token(admin, NAMESPACE, SERVICE_ACCOUNT)
     configuration = client.Configuration()
     configuration.host = admin.configuration.host
@@ -341,29 +346,8 @@ def test_the_bridge_and_the_evictor_run_on_the_service_accounts_own_token(
         {"apiVersion": f"{GROUP}/v2", "kind": "Queue", "metadata": {"name": queue}, "spec": {}},
     )
     podgroup, pod = f"pg-run-{suffix}", f"pod-run-{suffix}"
-    uid = client.CustomObjectsApi(admin).create_namespaced_custom_object(
-        GROUP,
-        "v2alpha2",
-        WORKLOADS,
-        "podgroups",
-        {
-            "apiVersion": f"{GROUP}/v2alpha2",
-            "kind": "PodGroup",
-            "metadata": {"name": podgroup},
-            "spec": {"queue": queue, "minMember": 1},
-        },
-    )["metadata"]["uid"]
+    uid = podgroup_with_a_bound_pod(admin, podgroup, pod, queue)
     core = client.CoreV1Api(admin)
-    core.create_namespaced_pod(
-        WORKLOADS,
-        {
-            "metadata": {"name": pod, "annotations": {"pod-group-name": podgroup}},
-            "spec": {
-                "nodeName": f"node-{suffix}",
-                "containers": [{"name": "main", "image": "busybox"}],
-            },
-        },
-    )
 
     pipeline = Pipeline(settings, tmp_path, "rbac").create(with_topics=True)
     env = {

@@ -13,7 +13,6 @@ import json
 import secrets
 import shutil
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -29,8 +28,9 @@ from minruntime.stack.process import (
     read_pid,
     require_free_port,
     run,
+    spawn_daemon,
+    stop_daemon,
     tail,
-    terminate,
     wait_until,
 )
 
@@ -68,26 +68,10 @@ class _Daemon:
         return pid_alive(self.pid)
 
     def start(self, command: Sequence[str], cwd: Path) -> None:
-        with self.log_file.open("ab") as log:
-            process = subprocess.Popen(
-                list(command),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=cwd,
-            )
-        self.pid_file.write_text(f"{process.pid}\n")
+        spawn_daemon(command, self.log_file, self.pid_file, cwd)
 
     def stop(self, timeout: float) -> bool:
-        pid = self.pid
-        if not pid_alive(pid):
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        assert pid is not None
-        terminate(pid, timeout)
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        return stop_daemon(self.pid_file, timeout)
 
     def log_tail(self) -> str:
         return tail(self.log_file, 3)
