@@ -22,6 +22,7 @@ from minruntime.cluster.standin import Cluster
 from minruntime.core import parse_rfc3339
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
+from tests.conftest import run_cli
 from tests.e2e.harness import Pipeline, wait_for
 from tests.e2e.kubeapi import admin_client
 from tests.e2e.kubeloop import KubeProcess
@@ -239,3 +240,43 @@ spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
         wait_for(lambda: "already_done" in again.log_tail(50), 60, "the repeated decision skipped")
     finally:
         again.stop()
+
+
+def test_a_pod_deleted_while_no_bridge_watches_still_ends_the_run(loop: Loop) -> None:
+    cluster, queue = loop.cluster, loop.name("kquiet")
+    cluster.apply_queues(
+        f"""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {queue}}}
+spec: {{}}
+"""
+    )
+    node, pool = loop.name("gpu-c"), loop.name("pool-c")
+    cluster.node(node, pool, 2)
+    uid = cluster.podgroup("quiet", queue, loop.name("train"), node_pool=pool)
+    cluster.pod("quiet-0", "quiet", 1)
+    start = whole_seconds(datetime.now(UTC))
+    cluster.start("quiet", ["quiet-0"], node, start, start)
+    wait_for(lambda: (r := podgroup_row(loop, uid)) and r[0] == "running", 60, "quiet running")
+
+    loop.bridge.kill()
+    cluster.finish_eviction("quiet-0")  # gone while nobody watches: no list will show it
+    loop.bridge = loop.kube("bridge").start()
+    wait_for(
+        lambda: (r := podgroup_row(loop, uid)) and r[0] == "finished", 60, "the run to be ended"
+    )
+    [released] = logged(loop, "podgroup.released", uid)
+    assert released["data"] == {"uid": uid, "reason": "deleted"}  # all pods, names unknown
+
+
+def test_the_kube_demo_runs_the_loop(loop: Loop) -> None:
+    # The bridge watches the whole cluster: this module's worker would decide about the demo's
+    # podgroups too (one service per cluster), so only the demo's own processes run.
+    for process in (loop.bridge, loop.evictor, *loop.pipeline.workers):
+        process.stop()
+    result = run_cli("demo", "--kube", env={"KUBECONFIG": str(loop.kubeconfig)}, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "The bridge's events, applied" in result.stdout
+    assert "kai.scheduler/requeue-not-before=" in result.stdout
+    assert "The four processes are stopped." in result.stdout

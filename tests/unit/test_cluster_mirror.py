@@ -392,7 +392,15 @@ def test_quantities() -> None:
 def test_after_the_first_listing_podgroups_holding_no_pod_release_all() -> None:
     # Pods deleted while no bridge watched are in no list: their podgroup's run is ended.
     view = mirror()
-    view.relisted(Kind.POD_GROUP, [podgroup(), podgroup("busy", "pg-2")])
+    ran = {mapping.LAST_START_ANNOTATION: "2026-11-24T10:00:00Z"}
+    view.relisted(
+        Kind.POD_GROUP,
+        [
+            podgroup(annotations=ran),
+            podgroup("busy", "pg-2", annotations=ran),
+            podgroup("never-ran", "pg-3"),
+        ],
+    )
     view.relisted(Kind.POD, [pod("busy-0", "p-9", group="busy", node="n1", phase="Running")])
     [released] = view.listed_everything()
     assert data(released) == {"uid": "pg-1", "reason": "deleted"}

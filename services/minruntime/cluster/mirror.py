@@ -118,12 +118,15 @@ class ClusterMirror:
         """After a term's first listing: end the runs of podgroups that hold no pod any more.
 
         Pods deleted while no bridge was watching are not in any list, and a new term does not
-        know their names; releasing all pods of a podgroup with no bound, unfinished pod ends
-        such a run (the processor ignores it when nothing runs). The id carries the PodGroup's
+        know their names; releasing all pods of a podgroup that has started a run (KAI's
+        `kai.scheduler/last-start-timestamp`) and holds no bound, unfinished pod ends such a
+        run (the processor ignores it when nothing runs). The id carries the PodGroup's
         resourceVersion, so a restart with nothing changed sends the same id.
         """
         emissions: list[Emission] = []
         for uid, podgroup in self._objects[Kind.POD_GROUP].items():
+            if mapping.LAST_START_ANNOTATION not in mapping.annotations_of(podgroup):
+                continue  # never ran: nothing to end (and no placeholder for the service)
             holding = [
                 pod
                 for pod in self._pods_of(podgroup)
