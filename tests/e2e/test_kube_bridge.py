@@ -186,6 +186,7 @@ spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
         "long", queue, low, node_pool=pool, annotations={"kai.scheduler/expected-runtime": "3s"}
     )
     cluster.pod("long-0", "long", 4)
+    cluster.disruption_budget("long-budget", "long")  # 429 until the "controller" allows one
     start = whole_seconds(datetime.now(UTC))
     cluster.start("long", ["long-0"], node, start, start)
     wait_for(
@@ -202,6 +203,13 @@ spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
         "the worker to commit the requeue",
     )
     assert beneficiaries == [contender]
+    wait_for(
+        lambda: "disruption budget" in loop.evictor.log_tail(),
+        60,
+        "the evictor to meet the PodDisruptionBudget's 429",
+    )
+    assert not (cluster.get_pod("long-0") or {}).get("metadata", {}).get("deletionTimestamp")
+    cluster.allow_disruption("long-budget")  # the evictor retries with backoff, then evicts
     evicted = wait_for(
         lambda: (
             (pod := cluster.get_pod("long-0")) and pod["metadata"].get("deletionTimestamp") and pod
@@ -210,7 +218,15 @@ spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
         "the evictor to evict the victim's pod",
     )
     assert any(c["type"] == "DisruptionTarget" for c in evicted["status"]["conditions"])
-    annotations = cluster.get_podgroup("long")["metadata"]["annotations"]
+    annotations = wait_for(  # written once every pod is evicted
+        lambda: (
+            (found := cluster.get_podgroup("long")["metadata"]["annotations"])
+            and REQUEUE_DECISION_ANNOTATION in found
+            and found
+        ),
+        60,
+        "the evictor to mark the PodGroup",
+    )
     assert parse_rfc3339(annotations[REQUEUE_NOT_BEFORE_ANNOTATION]) == not_before
     assert annotations[REQUEUE_DECISION_ANNOTATION] == str(decision_id)
     assert podgroup_row(loop, victim)[3] is True  # type: ignore[index]  # awaiting release
@@ -268,6 +284,33 @@ spec: {{}}
     )
     [released] = logged(loop, "podgroup.released", uid)
     assert released["data"] == {"uid": uid, "reason": "deleted"}  # all pods, names unknown
+
+
+def test_one_bridge_replica_is_active_and_a_standby_takes_over(loop: Loop) -> None:
+    from kubernetes import client
+
+    leases = client.CoordinationV1Api(loop.cluster.api)
+    lease_name = loop.kube_env["MINRUNTIME_KUBE_LEASE_NAME"]
+
+    def holder() -> str:
+        lease = leases.read_namespaced_lease(lease_name, loop.cluster.namespace)
+        return str(lease.spec.holder_identity)
+
+    active = holder()
+    standby = loop.kube("bridge", MINRUNTIME_KUBE_IDENTITY=f"standby-{loop.suffix}").start()
+    try:
+        wait_for(lambda: "standing by" in standby.log_tail(), 60, "the second replica to wait")
+        assert holder() == active
+        loop.bridge.kill()  # the active replica dies; its lease lapses (3 s here)
+        wait_for(lambda: "watching" in standby.log_tail(), 60, "the standby to take over")
+        assert holder() == f"standby-{loop.suffix}"
+    finally:
+        loop.bridge = standby
+    queue = loop.name("ktakeover")
+    loop.cluster.apply_queues(
+        f"apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {{name: {queue}}}\nspec: {{}}\n"
+    )
+    wait_for(lambda: logged(loop, "queue.upserted", queue), 60, "the new active replica's event")
 
 
 def test_the_kube_demo_runs_the_loop(loop: Loop) -> None:

@@ -66,16 +66,19 @@ class Bridge:
 
     async def run(self) -> None:
         """Stand by, lead while holding the lease, until stopped."""
-        leading = False
+        leading = said_standby = False
         try:
             while not self.stop.is_set():
                 leading = await self._acquire()
                 if not leading:
+                    if not said_standby:
+                        log.warning("bridge %s: standing by", self.lease.identity)
+                        said_standby = True
                     await asyncio.to_thread(self.stop.wait, self.settings.kube_lease_seconds / 3)
                     continue
+                said_standby = False
                 log.warning("bridge %s: active (lease %s)", self.lease.identity, self.lease.name)
                 await self._lead()
-                log.warning("bridge %s: standing by", self.lease.identity)
         finally:
             if leading:
                 await asyncio.to_thread(self.lease.release)

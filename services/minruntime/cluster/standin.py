@@ -113,7 +113,11 @@ class Cluster:
         self.core.create_namespaced_pod(
             self.namespace,
             {
-                "metadata": {"name": name, "annotations": {POD_GROUP_ANNOTATION: podgroup}},
+                "metadata": {
+                    "name": name,
+                    "annotations": {POD_GROUP_ANNOTATION: podgroup},
+                    "labels": {"app": podgroup},  # what a workload's selector would match
+                },
                 "spec": {
                     "schedulerName": "kai-scheduler",
                     "containers": [
@@ -134,6 +138,38 @@ class Cluster:
             if getattr(exc, "status", None) == HTTP_NOT_FOUND:
                 return None
             raise
+
+    def disruption_budget(self, name: str, app: str) -> None:
+        """A PodDisruptionBudget keeping every pod of `app` (the Eviction API answers 429)."""
+        from kubernetes import client
+
+        client.PolicyV1Api(self.api).create_namespaced_pod_disruption_budget(
+            self.namespace,
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": name},
+                "spec": {"minAvailable": 0, "selector": {"matchLabels": {"app": app}}},
+            },
+        )
+
+    def allow_disruption(self, name: str) -> None:
+        """What the disruption controller would write: one disruption allowed now."""
+        from kubernetes import client
+
+        client.PolicyV1Api(self.api).patch_namespaced_pod_disruption_budget_status(
+            name,
+            self.namespace,
+            {
+                "status": {
+                    "observedGeneration": 1,
+                    "disruptionsAllowed": 1,
+                    "currentHealthy": 1,
+                    "desiredHealthy": 0,
+                    "expectedPods": 1,
+                }
+            },
+        )
 
     # -- what the scheduler and the kubelet would do -----------------------------------------
     def start(
