@@ -64,8 +64,18 @@ def is_gone(error: BaseException) -> bool:
 
 
 def read_json(response: Any) -> Any:
-    """The JSON body of a call made with _preload_content=False."""
+    """The JSON body of a call made with _preload_content=False (an error status raises)."""
+    raise_for_status(response)
     return json.loads(response.data)
+
+
+def raise_for_status(response: Any) -> None:
+    """With _preload_content=False the client does not raise for an error status: do it."""
+    from kubernetes.client.exceptions import ApiException
+
+    status = getattr(response, "status", 200)
+    if isinstance(status, int) and not 200 <= status <= 299:
+        raise ApiException(status=status, reason=getattr(response, "reason", None))
 
 
 @dataclass(frozen=True)
@@ -175,21 +185,34 @@ class Watcher:
                 backoff = min(backoff * 2, self.backoff_max)
 
     def _watch_once(self) -> None:
-        from kubernetes import watch
+        # The client's own Watch helper cannot report a 410 without deserializing every object
+        # into its models; the stream is read here as the API server writes it: JSON lines.
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.watch.watch import iter_resp_lines
 
-        stream = watch.Watch().stream(
-            self.source.call,
+        response = self.source.call(
+            watch=True,
             resource_version=self.resource_version,
             timeout_seconds=self.watch_seconds,
             allow_watch_bookmarks=True,
-            deserialize=False,
+            _preload_content=False,
         )
-        for event in stream:
-            obj = event["object"]
-            version = (obj.get("metadata") or {}).get("resourceVersion")
-            if event["type"] != "BOOKMARK":
-                self.out.put(Notification(self.source.kind, event["type"], (obj,)))
-            if version:
-                self.resource_version = str(version)
-            if self.stop.is_set():
-                return
+        try:
+            raise_for_status(response)
+            for line in iter_resp_lines(response):
+                if not line:
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if event.get("type") != "BOOKMARK":
+                    self.out.put(Notification(self.source.kind, event["type"], (obj,)))
+                if version:
+                    self.resource_version = str(version)
+                if self.stop.is_set():
+                    return
+        finally:
+            response.close()
+            response.release_conn()
