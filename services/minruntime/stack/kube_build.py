@@ -148,22 +148,8 @@ class KubeBinaries:
 
     def _go_mod(self, go: str, work: Path, env: dict[str, str]) -> str:
         """A go.mod pinning both modules, with Kubernetes' staging modules replaced."""
-        kube, etcd = self.settings.kube_version, self.settings.etcd_version
-        staging_version = "v0." + kube.lstrip("v").split(".", 1)[1]
         upstream = self._upstream_go_mod(go, work, env)
-        staging = sorted({m[1] for line in upstream.splitlines() if (m := _STAGING.match(line))})
-        if not staging:
-            raise StackError(f"{KUBERNETES_MODULE} {kube}: no staging modules in its go.mod")
-        replaces = "\n".join(f"\t{name} => {name} {staging_version}" for name in staging)
-        go_line = next(
-            (line for line in upstream.splitlines() if line.startswith("go ")), "go 1.24.0"
-        )
-        return (
-            "module local.minruntime/kubestack\n\n"
-            f"{go_line}\n\n"
-            f"require (\n\t{KUBERNETES_MODULE} {kube}\n\t{ETCD_MODULE} {etcd}\n)\n\n"
-            f"replace (\n{replaces}\n)\n"
-        )
+        return scratch_go_mod(upstream, self.settings.kube_version, self.settings.etcd_version)
 
     def _upstream_go_mod(self, go: str, work: Path, env: dict[str, str]) -> str:
         """Kubernetes' own go.mod, from the module proxy (the build needs the module anyway)."""
@@ -186,6 +172,24 @@ class KubeBinaries:
                 f"fetching {KUBERNETES_MODULE}@{self.settings.kube_version} failed: {reason}"
             )
         return Path(mod_file).read_text()
+
+
+def scratch_go_mod(upstream: str, kube: str, etcd: str) -> str:
+    """The scratch module's go.mod: both programs required at their pins, and every staging
+    module that Kubernetes' own go.mod (`upstream`) maps to `./staging/...` mapped to its
+    published version instead (v1.33.13 -> v0.33.13)."""
+    staging_version = "v0." + kube.lstrip("v").split(".", 1)[1]
+    staging = sorted({m[1] for line in upstream.splitlines() if (m := _STAGING.match(line))})
+    if not staging:
+        raise StackError(f"{KUBERNETES_MODULE} {kube}: no staging modules in its go.mod")
+    replaces = "\n".join(f"\t{name} => {name} {staging_version}" for name in staging)
+    go_line = next((line for line in upstream.splitlines() if line.startswith("go ")), "go 1.24.0")
+    return (
+        "module local.minruntime/kubestack\n\n"
+        f"{go_line}\n\n"
+        f"require (\n\t{KUBERNETES_MODULE} {kube}\n\t{ETCD_MODULE} {etcd}\n)\n\n"
+        f"replace (\n{replaces}\n)\n"
+    )
 
 
 @contextmanager
