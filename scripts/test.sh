@@ -10,8 +10,12 @@ export PATH="$PWD/.venv/bin:$PATH"
 # Leave a stack that was already running alone; stop one this script started.
 if ! minruntime stack status >/dev/null 2>&1; then
   trap 'minruntime stack down' EXIT
+elif ! minruntime stack status | grep -q '^KUBECONFIG='; then
+  trap 'minruntime stack down --kube' EXIT
 fi
-minruntime stack up
+# --kube: the Kubernetes tests need the real API server; its first build (kube-apiserver + etcd
+# with Go, a few minutes, cached in ~/.cache/minruntime) happens here rather than inside a test.
+minruntime stack up --kube
 
 echo "==> ruff format --check";  ruff format --check .
 echo "==> ruff check";           ruff check .

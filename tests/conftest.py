@@ -38,6 +38,19 @@ def stack(settings: Settings) -> StackStatus:
     return status
 
 
+@pytest.fixture(scope="session")
+def kube_stack(settings: Settings) -> StackStatus:
+    """The stack plus a real kube-apiserver with the project's CRDs (`stack up --kube`).
+
+    The first run on a machine builds kube-apiserver and etcd with Go (minutes; `scripts/test.sh`
+    does it before pytest starts); later runs reuse the cache. `status.kubeconfig` is the admin
+    kubeconfig."""
+    status = stack_up(settings, kube=True)
+    assert status.healthy, status
+    assert status.kubeconfig is not None
+    return status
+
+
 def run_cli(
     *args: str, env: Mapping[str, str] | None = None, timeout: float = 240
 ) -> subprocess.CompletedProcess[str]:

@@ -50,6 +50,12 @@ config_app = typer.Typer(
 )
 app.add_typer(config_app, name="config")
 
+kube_app = typer.Typer(
+    help="Kubernetes: the cluster bridge (objects -> events) and the evictor (docs/kubernetes.md).",
+    no_args_is_help=True,
+)
+app.add_typer(kube_app, name="kube")
+
 console = Console(highlight=False)
 
 
@@ -58,20 +64,37 @@ def _say(message: str) -> None:
 
 
 @stack_app.command("up")
-def stack_up_command() -> None:
+def stack_up_command(
+    kube: Annotated[
+        bool,
+        typer.Option(
+            "--kube",
+            help="Also etcd + a real kube-apiserver with the Queue/PodGroup CRDs "
+            "(built once with Go; docs/kubernetes.md).",
+        ),
+    ] = False,
+) -> None:
     """Start PostgreSQL and Kafka (idempotent); returns when both really work."""
     from minruntime.stack import stack_up
 
-    status = stack_up(Settings(), say=_say)
+    status = stack_up(Settings(), say=_say, kube=kube)
     _print_connection(status)
 
 
 @stack_app.command("down")
-def stack_down_command() -> None:
-    """Stop Kafka and PostgreSQL."""
-    from minruntime.stack import stack_down
+def stack_down_command(
+    kube: Annotated[
+        bool,
+        typer.Option("--kube", help="Stop only the Kubernetes API server and etcd."),
+    ] = False,
+) -> None:
+    """Stop the Kubernetes API server (if running), Kafka and PostgreSQL."""
+    from minruntime.stack import kube_down, stack_down
 
-    stack_down(Settings(), say=_say)
+    if kube:
+        kube_down(Settings(), say=_say)
+    else:
+        stack_down(Settings(), say=_say)
 
 
 @stack_app.command("status")
@@ -131,6 +154,15 @@ def requeue_worker_command(
     _log_to_stderr(loglevel)
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     run_requeue_worker(Settings())
+
+
+LogLevel = Annotated[str, typer.Option(help="Log level: debug, info, warning, error.")]
+
+
+def _service_logging(loglevel: str) -> None:
+    """A long-running service's logs: to stderr at `loglevel`, aiokafka's errors only."""
+    _log_to_stderr(loglevel)
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
 
 
 def _log_to_stderr(loglevel: str) -> None:
@@ -246,6 +278,8 @@ def _print_connection(status: StackStatus) -> None:
     print(f"DATABASE_URL={status.database_url}")
     print(f"OWNER_DATABASE_URL={status.owner_database_url}")
     print(f"READER_DATABASE_URL={status.reader_database_url}")
+    if status.kubeconfig is not None:
+        print(f"KUBECONFIG={status.kubeconfig}")
 
 
 @app.command("demo")
@@ -257,16 +291,47 @@ def demo_command(
     output_dir: Annotated[
         Path, typer.Option("--output-dir", help="Where the audit timeline picture is written.")
     ] = Path("demo-output"),
+    kube: Annotated[
+        bool,
+        typer.Option(
+            "--kube",
+            help="Only the Kubernetes loop (bridge, worker, evictor) on the API server of "
+            "`stack up --kube`; about a minute.",
+        ),
+    ] = False,
 ) -> None:
     """The guided run of the README: what the service decides, and why."""
     from minruntime.demo import run_demo
 
     demo_console = Console(width=width, highlight=False)
+    if kube:
+        from minruntime.demo_kube import run_kube_demo
+
+        run_kube_demo(demo_console, Settings())
+        return
     run_demo(demo_console)
     if not rules_only:
         from minruntime.demo_pipeline import run_pipeline_demo
 
         run_pipeline_demo(demo_console, Settings(), output_dir=output_dir)
+
+
+@kube_app.command("bridge")
+def kube_bridge_command(loglevel: LogLevel = "warning") -> None:
+    """Watch Queues, PodGroups, Pods, Nodes and the scheduler config; send the events."""
+    from minruntime.cluster.bridge import run_bridge
+
+    _service_logging(loglevel)
+    run_bridge(Settings())
+
+
+@kube_app.command("evictor")
+def kube_evictor_command(loglevel: LogLevel = "warning") -> None:
+    """Carry out requeue.committed: evict the podgroup's pods, mark its PodGroup."""
+    from minruntime.cluster.evictor import run_evictor
+
+    _service_logging(loglevel)
+    run_evictor(Settings())
 
 
 # Operator commands (minruntime.commands.*): one registration line each.

@@ -238,7 +238,7 @@ class _Child:
         """Run `python -m minruntime.cli COMMAND` with the demo's environment plus ``env``."""
         stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         process = subprocess.Popen(
-            [sys.executable, "-m", "minruntime.cli", command],
+            [sys.executable, "-m", "minruntime.cli", *command.split()],
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             env={**os.environ, **(env or {})},

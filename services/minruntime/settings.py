@@ -23,6 +23,10 @@ OWNER_ROLE = "minruntime_owner"
 READER_ROLE = "minruntime_reader"
 # libpq password file the local stack writes its generated passwords to (mode 0600).
 PASSFILE_NAME = "pgpass"
+# The local Kubernetes API server (`stack up --kube`): the pins STACK-NOTES verified to build
+# from the Go module proxy (etcd 3.5.21 is the version Kubernetes 1.33 itself pins).
+KUBE_VERSION = "v1.33.13"
+ETCD_VERSION = "v3.5.21"
 
 
 def project_root() -> Path:
@@ -65,6 +69,14 @@ class Settings(BaseSettings):
     # PostgreSQL's bin directory; unset = the newest >= 15 under /usr/lib/postgresql or on PATH.
     postgres_bindir: Path | None = None
     stack_timeout_seconds: float = 90.0
+    # `stack up --kube` (docs/kubernetes.md). Ports unset = Kafka's broker port + 3 for the
+    # API server and + 4 for etcd (its peer port is one above), so each checkout's ports
+    # follow its Kafka port and never collide with another checkout's.
+    kube_version: str = KUBE_VERSION
+    etcd_version: str = ETCD_VERSION
+    kube_apiserver_port: int | None = Field(default=None, ge=1, le=65535)
+    kube_etcd_port: int | None = Field(default=None, ge=1, le=65534)
+    kube_build_timeout_seconds: float = Field(default=3600.0, gt=0)
 
     # Topics (CONTRACT.md §1 default names).
     topic_queues: str = DEFAULT_TOPICS["queues"]
@@ -113,6 +125,19 @@ class Settings(BaseSettings):
     # checks, and how far back a replica that becomes active looks for missed window ends.
     protection_max_sleep_seconds: float = Field(default=0.5, gt=0)
     protection_catch_up_seconds: float = Field(default=300.0, ge=0)
+
+    # The cluster bridge and the evictor (docs/kubernetes.md). The API server is found through
+    # $KUBECONFIG, else the in-cluster service account, else the local stack's kubeconfig.
+    kube_namespace: str = "minruntime"  # where the bridge's Lease lives
+    kube_scheduler_config: str = "kai-scheduler/kai-scheduler-config"  # namespace/name
+    kube_scheduler_node_pool: str = "default"  # the node pool that ConfigMap configures
+    kube_node_pool_label: str = "kai.scheduler/node-pool"
+    kube_lease_name: str = "minruntime-kube-bridge"
+    kube_lease_seconds: float = Field(default=15.0, gt=0)
+    kube_identity: str = ""  # the Lease holder's name; "" = hostname-pid
+    kube_watch_seconds: int = Field(default=30, gt=0)  # server-side timeout of one watch call
+    evictor_group: str = "minruntime-evictor"
+    kube_backoff_max_seconds: float = Field(default=10.0, gt=0)
 
     # Prometheus endpoints (0 = off).
     metrics_host: str = "127.0.0.1"
@@ -174,6 +199,26 @@ class Settings(BaseSettings):
     def kafka_controller_port(self) -> int:
         """The KRaft controller listens one port above the broker."""
         return self.kafka_port + 1
+
+    @property
+    def kube_apiserver_port_resolved(self) -> int:
+        """The local API server's port (`kube_apiserver_port`, else Kafka's port + 3)."""
+        return self.kube_apiserver_port or self.kafka_port + 3
+
+    @property
+    def kube_etcd_port_resolved(self) -> int:
+        """The local etcd's client port (`kube_etcd_port`, else Kafka's port + 4)."""
+        return self.kube_etcd_port or self.kafka_port + 4
+
+    @property
+    def kube_dir(self) -> Path:
+        """Where `stack up --kube` keeps etcd's data, keys, tokens and the kubeconfig."""
+        return self.stack_dir / "kube"
+
+    @property
+    def kube_kubeconfig(self) -> Path:
+        """The kubeconfig `stack up --kube` writes (admin token, the server's own CA)."""
+        return self.kube_dir / "kubeconfig"
 
     @property
     def database_parts(self) -> DatabaseParts:

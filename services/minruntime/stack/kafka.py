@@ -12,7 +12,6 @@ import base64
 import contextlib
 import logging
 import shutil
-import subprocess
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -34,8 +33,9 @@ from minruntime.stack.process import (
     read_pid,
     require_free_port,
     run,
+    spawn_daemon,
+    stop_daemon,
     tail,
-    terminate,
     wait_until,
 )
 
@@ -283,16 +283,7 @@ class KafkaNode:
             "-Djava.awt.headless=true",
             *self._classpath_command("kafka.Kafka", str(self.config_file))[1:],
         ]
-        with self.log_file.open("ab") as log:
-            process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=self.home,
-            )
-        self.pid_file.write_text(f"{process.pid}\n")
+        spawn_daemon(command, self.log_file, self.pid_file, self.home)
         return True
 
     def wait_ready(self, timeout: float) -> None:
@@ -322,14 +313,7 @@ class KafkaNode:
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL); True when one was running."""
-        pid = read_pid(self.pid_file)
-        if not pid_alive(pid):
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        assert pid is not None
-        terminate(pid, timeout)
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        return stop_daemon(self.pid_file, timeout)
 
     def health(self) -> KafkaHealth:
         """Is the process alive, and does the broker answer a metadata request?"""

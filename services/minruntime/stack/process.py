@@ -72,6 +72,33 @@ def terminate(pid: int, timeout: float) -> None:
             time.sleep(0.1)
 
 
+def spawn_daemon(command: Sequence[str], log_file: Path, pid_file: Path, cwd: Path) -> None:
+    """Start a long-running server in its own session (so `terminate` stops its whole group),
+    its output appended to `log_file`, its pid written to `pid_file`."""
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            list(command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=cwd,
+        )
+    pid_file.write_text(f"{process.pid}\n")
+
+
+def stop_daemon(pid_file: Path, timeout: float) -> bool:
+    """Stop the server `pid_file` names (SIGTERM, then SIGKILL); True when one was running."""
+    pid = read_pid(pid_file)
+    if not pid_alive(pid):
+        pid_file.unlink(missing_ok=True)
+        return False
+    assert pid is not None
+    terminate(pid, timeout)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
 def _reap(pid: int) -> None:
     # A child we started ourselves stays a zombie until waited for.
     with contextlib.suppress(ChildProcessError):

@@ -1,0 +1,216 @@
+"""`minruntime kube evictor`: carries out `requeue.committed` decisions in the cluster.
+
+For each decision read from the decisions topic: find the PodGroup by uid, evict every pod of
+it through the Eviction API (policy/v1; a PodDisruptionBudget's 429 is retried with backoff),
+then write `kai.scheduler/requeue-not-before` and the decision id on the PodGroup, and only
+then commit the consumer offset. Idempotent by decision id: a PodGroup that already carries
+the decision's id is done; a pod already being deleted (deletionTimestamp) is not evicted
+again; a pod created after the decision belongs to a later run and is left alone. So a
+redelivered decision, or an evictor restarted mid-way, evicts nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from minruntime.cluster import mapping
+from minruntime.cluster.api import KAI_GROUP, PODGROUP_VERSION, api_client, read_json
+from minruntime.core import format_rfc3339
+from minruntime.events import EventRejected, RequeueCommittedData, decode_event
+from minruntime.kafka_access import kafka_access
+from minruntime.settings import Settings
+
+log = logging.getLogger(__name__)
+
+HTTP_NOT_FOUND = 404
+HTTP_TOO_MANY_REQUESTS = 429
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What carrying out one decision did (for the log and the tests)."""
+
+    decision: str
+    evicted: tuple[str, ...] = ()
+    skipped: str | None = None
+
+
+class Evictor:
+    """Carries out decisions against the API server (blocking; run it in a thread)."""
+
+    def __init__(self, client: Any, backoff_max: float, stop: threading.Event) -> None:
+        from kubernetes import client as k8s
+
+        self.core = k8s.CoreV1Api(client)
+        self.custom = k8s.CustomObjectsApi(client)
+        self.backoff_max = backoff_max
+        self.stop = stop
+
+    def carry_out(self, decision_id: str, decision: RequeueCommittedData) -> Outcome:
+        """Evict the podgroup's pods and mark the PodGroup (see the module docstring)."""
+        podgroup = self._podgroup(decision.uid)
+        if podgroup is None:
+            return Outcome(decision_id, skipped="podgroup_gone")
+        annotations = mapping.metadata(podgroup).get("annotations") or {}
+        if annotations.get(mapping.REQUEUE_DECISION_ANNOTATION) == decision_id:
+            return Outcome(decision_id, skipped="already_done")
+        namespace, name = mapping.namespace_of(podgroup), mapping.name_of(podgroup)
+        evicted = tuple(
+            mapping.name_of(pod)
+            for pod in self._pods(namespace, name)
+            if _of_this_run(pod, decision.decided_at) and self._evict(pod)
+        )
+        self.custom.patch_namespaced_custom_object(
+            KAI_GROUP,
+            PODGROUP_VERSION,
+            namespace,
+            "podgroups",
+            name,
+            {
+                "metadata": {
+                    "annotations": {
+                        mapping.REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(
+                            decision.requeue_not_before
+                        ),
+                        mapping.REQUEUE_DECISION_ANNOTATION: decision_id,
+                    }
+                }
+            },
+        )
+        return Outcome(decision_id, evicted)
+
+    def _podgroup(self, uid: str) -> Mapping[str, Any] | None:
+        # A custom resource cannot be selected by uid: list them and pick it.
+        body = read_json(
+            self.custom.list_cluster_custom_object(
+                KAI_GROUP, PODGROUP_VERSION, "podgroups", _preload_content=False
+            )
+        )
+        return next(
+            (item for item in body.get("items") or () if mapping.metadata(item).get("uid") == uid),
+            None,
+        )
+
+    def _pods(self, namespace: str, podgroup: str) -> list[Mapping[str, Any]]:
+        body = read_json(self.core.list_namespaced_pod(namespace, _preload_content=False))
+        return [pod for pod in body.get("items") or () if mapping.pod_group_name(pod) == podgroup]
+
+    def _evict(self, pod: Mapping[str, Any]) -> bool:
+        """Evict one pod; False when it is already going or gone. Retries a PDB's 429."""
+        from kubernetes.client.exceptions import ApiException
+
+        if mapping.deleted_at(pod) is not None:
+            return False  # evicted before (a redelivered decision) or being deleted anyway
+        namespace, name = mapping.namespace_of(pod), mapping.name_of(pod)
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        backoff = 0.5
+        while True:
+            try:
+                self.core.create_namespaced_pod_eviction(name, namespace, body)
+                log.info("evicted pod %s/%s", namespace, name)
+                return True
+            except ApiException as error:
+                if error.status == HTTP_NOT_FOUND:
+                    return False
+                if error.status != HTTP_TOO_MANY_REQUESTS or self.stop.is_set():
+                    raise
+                log.warning(
+                    "pod %s/%s: eviction refused by a disruption budget; retrying in %.1fs",
+                    namespace,
+                    name,
+                    backoff,
+                )
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+
+
+def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:
+    created = mapping.created_at(pod)
+    return created is None or created <= decided_at
+
+
+async def consume(settings: Settings, evictor: Evictor, stop: threading.Event) -> None:
+    """Read decisions and carry out each committed one; commit each offset after it is done."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    backoff = 0.5
+    consumer = AIOKafkaConsumer(
+        settings.topic_requeue_decisions,
+        **kafka_access(settings).client_kwargs(),
+        group_id=settings.evictor_group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    while not stop.is_set():
+        try:
+            await consumer.start()
+            break
+        except Exception as error:
+            log.warning("cannot reach Kafka at %s: %s", settings.kafka_bootstrap, error)
+            await asyncio.to_thread(stop.wait, backoff)
+            backoff = min(backoff * 2, settings.kube_backoff_max_seconds)
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=500)
+            for partition, records in batches.items():
+                for record in records:
+                    await _handle(evictor, record.value, stop, settings.kube_backoff_max_seconds)
+                    await consumer.commit(
+                        {TopicPartition(partition.topic, partition.partition): record.offset + 1}
+                    )
+    finally:
+        await consumer.stop()
+
+
+async def _handle(evictor: Evictor, value: bytes | None, stop: threading.Event, cap: float) -> None:
+    try:
+        event = decode_event(value)
+    except EventRejected as error:
+        log.warning("ignored a record that is not a decision event: %s", error)
+        return
+    if not isinstance(event.data, RequeueCommittedData):
+        return
+    backoff = 0.5
+    while not stop.is_set():
+        try:
+            outcome = await asyncio.to_thread(evictor.carry_out, event.id, event.data)
+            log.warning(
+                "decision %s for %s: %s",
+                event.id,
+                event.data.uid,
+                outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}",
+            )
+            return
+        except Exception as error:
+            log.warning("decision %s: %s; retrying in %.1fs", event.id, error, backoff)
+            await asyncio.to_thread(stop.wait, backoff)
+            backoff = min(backoff * 2, cap)
+    raise asyncio.CancelledError  # stopped before it was done: the offset stays uncommitted
+
+
+def run_evictor(settings: Settings) -> None:
+    """`minruntime kube evictor`: run until SIGINT/SIGTERM."""
+    stop = threading.Event()
+    evictor = Evictor(api_client(settings), settings.kube_backoff_max_seconds, stop)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await consume(settings, evictor, stop)
+        except asyncio.CancelledError:
+            log.warning("stopped with a decision not yet carried out (it is read again)")
+
+    asyncio.run(main())

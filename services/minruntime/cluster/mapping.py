@@ -1,0 +1,372 @@
+"""Kubernetes objects (plain dicts, as the API server sends them) -> contract events' data.
+
+Pure: no API calls, no clock reads. Which cluster field supplies each event's `time` is decided
+here (docs/kubernetes.md, "Time fields"), and so are the deterministic event ids: a uuid5 of
+the object's uid, the transition and the version that makes the transition unique, so a
+restarted bridge, a relist or a second replica sends the same id and the processor applies it
+once (its `(source, id)` de-duplication).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from minruntime.core import DEFAULT_NODE_POOL, DEFAULT_SUBGROUP, parse_rfc3339
+from minruntime.errors import UserError
+from minruntime.events import ConfigUpdatedData, QueueUpsertedData
+from minruntime.kube import Manifest, config_update, queue_upserts
+
+SOURCE: Final = "minruntime/kube-bridge"
+POD_GROUP_ANNOTATION: Final = "pod-group-name"
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_FRACTION_ANNOTATION: Final = "gpu-fraction"
+NODE_POOL_LABEL: Final = "kai.scheduler/node-pool"
+QUEUE_LABEL: Final = "kai.scheduler/queue"
+SUBGROUP_LABEL: Final = "kai.scheduler/subgroup-name"
+LAST_START_ANNOTATION: Final = "kai.scheduler/last-start-timestamp"
+REQUEUE_NOT_BEFORE_ANNOTATION: Final = "kai.scheduler/requeue-not-before"
+REQUEUE_DECISION_ANNOTATION: Final = "minruntime.kai.scheduler/requeue-decision"
+# Priority of a PodGroup whose priorityClassName names no PriorityClass (or none): Kubernetes'
+# own default for pods without a class.
+DEFAULT_PRIORITY: Final = 0
+# KAI: priority classes at or above this value are non-preemptible unless the PodGroup says.
+NON_PREEMPTIBLE_PRIORITY: Final = 100
+# kubectl's bookkeeping copy of the whole object: never a scheduling annotation.
+_IGNORED_ANNOTATION_PREFIXES: Final = ("kubectl.kubernetes.io/",)
+_ID_NAMESPACE: Final = uuid.UUID("5d0c0b8e-7a44-4f0e-9b55-6b7562652d31")
+
+
+class ObjectError(ValueError):
+    """A cluster object cannot be mapped to an event (the bridge logs it and goes on)."""
+
+
+def event_id(uid: str, transition: str, version: str = "") -> str:
+    """The deterministic CloudEvent id of one transition of one object."""
+    return str(uuid.uuid5(_ID_NAMESPACE, f"{uid}/{transition}/{version}"))
+
+
+def digest(value: Any) -> str:
+    """A short stable digest of JSON-able content (for ids of content-defined transitions)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# -- object metadata -----------------------------------------------------------------------------
+
+
+def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """metadata, or {}."""
+    value = obj.get("metadata")
+    return value if isinstance(value, Mapping) else {}
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    """metadata.uid (every object the API server returns has one)."""
+    uid = metadata(obj).get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ObjectError(f"{name_of(obj)}: no metadata.uid")
+    return uid
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    """metadata.name."""
+    return str(metadata(obj).get("name") or "")
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """metadata.namespace ("" for cluster-scoped objects)."""
+    return str(metadata(obj).get("namespace") or "")
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    """metadata.annotations without kubectl's bookkeeping."""
+    raw = metadata(obj).get("annotations") or {}
+    return {
+        str(key): str(value)
+        for key, value in raw.items()
+        if not str(key).startswith(_IGNORED_ANNOTATION_PREFIXES)
+    }
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    """metadata.labels."""
+    labels = metadata(obj).get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def version_of(obj: Mapping[str, Any]) -> str:
+    """metadata.resourceVersion."""
+    return str(metadata(obj).get("resourceVersion") or "")
+
+
+def generation_of(obj: Mapping[str, Any]) -> str:
+    """metadata.generation (spec changes only, for custom resources); else resourceVersion."""
+    generation = metadata(obj).get("generation")
+    return str(generation) if generation is not None else version_of(obj)
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC3339 timestamp field, or None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_rfc3339(value)
+    except ValueError:
+        return None
+
+
+def changed_at(obj: Mapping[str, Any]) -> datetime | None:
+    """When the API server last stored a change: the newest managedFields time, else creation.
+
+    managedFields[].time is written by the API server on every update (server-side field
+    tracking), so it is the cluster's own clock, not the writer's.
+    """
+    times = [
+        parse_time(entry.get("time"))
+        for entry in metadata(obj).get("managedFields") or ()
+        if isinstance(entry, Mapping)
+    ]
+    known = [moment for moment in times if moment is not None]
+    return max(known) if known else created_at(obj)
+
+
+def created_at(obj: Mapping[str, Any]) -> datetime | None:
+    """metadata.creationTimestamp."""
+    return parse_time(metadata(obj).get("creationTimestamp"))
+
+
+def deleted_at(obj: Mapping[str, Any]) -> datetime | None:
+    """metadata.deletionTimestamp (when the deletion was asked for, plus its grace period)."""
+    return parse_time(metadata(obj).get("deletionTimestamp"))
+
+
+# -- queues, the scheduler config, nodes ---------------------------------------------------------
+
+
+def queue_data(obj: Mapping[str, Any]) -> QueueUpsertedData:
+    """queue.upserted data of a Queue object, through `minruntime queues apply`'s own parser."""
+    manifest = Manifest(f"Queue {name_of(obj)}", 1, _without_status(obj))
+    try:
+        return queue_upserts([manifest])[0]
+    except (UserError, ValueError) as exc:
+        raise ObjectError(str(exc)) from exc
+
+
+def config_data(obj: Mapping[str, Any], node_pool: str) -> ConfigUpdatedData:
+    """config.updated data of the scheduler's ConfigMap, through `config apply`'s own parser."""
+    # Items of a list response carry no apiVersion/kind; the parser wants the ConfigMap's.
+    body = {"apiVersion": "v1", "kind": "ConfigMap", **obj}
+    manifest = Manifest(f"ConfigMap {namespace_of(obj)}/{name_of(obj)}", 1, body)
+    try:
+        return config_update([manifest], node_pool)
+    except (UserError, ValueError) as exc:
+        raise ObjectError(str(exc)) from exc
+
+
+def _without_status(obj: Mapping[str, Any]) -> dict[str, Any]:
+    body = {key: value for key, value in obj.items() if key != "status"}
+    body.setdefault("apiVersion", "scheduling.run.ai/v2")
+    body.setdefault("kind", "Queue")
+    return body
+
+
+def node_data(obj: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:
+    """node.upserted data: the node's `nvidia.com/gpu` capacity and its node-pool label."""
+    status = obj.get("status") or {}
+    capacity = (status.get("capacity") or {}) if isinstance(status, Mapping) else {}
+    return {
+        "name": name_of(obj),
+        "nodePool": labels_of(obj).get(node_pool_label) or DEFAULT_NODE_POOL,
+        "gpu": quantity(capacity.get(GPU_RESOURCE, 0)),
+    }
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes quantity of a countable resource ("4", 4, "500m") as a number."""
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError as exc:
+        raise ObjectError(f"not a resource quantity: {value!r}") from exc
+    if not math.isfinite(number) or number < 0:
+        raise ObjectError(f"not a resource quantity: {value!r}")
+    return int(number) if number.is_integer() else number
+
+
+# -- pods ----------------------------------------------------------------------------------------
+
+
+def pod_group_name(pod: Mapping[str, Any]) -> str | None:
+    """The PodGroup a pod belongs to (its `pod-group-name` annotation), if any."""
+    name = (metadata(pod).get("annotations") or {}).get(POD_GROUP_ANNOTATION)
+    return name if isinstance(name, str) and name else None
+
+
+def pod_gpu(pod: Mapping[str, Any]) -> float:
+    """GPUs a pod asks for: the `gpu-fraction` annotation, else its containers' nvidia.com/gpu."""
+    fraction = (metadata(pod).get("annotations") or {}).get(GPU_FRACTION_ANNOTATION)
+    if fraction is not None:
+        return quantity(fraction)
+    total = 0.0
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU_RESOURCE)
+        if amount is None:
+            amount = (resources.get("requests") or {}).get(GPU_RESOURCE, 0)
+        total += quantity(amount)
+    return int(total) if float(total).is_integer() else total
+
+
+def pod_node(pod: Mapping[str, Any]) -> str | None:
+    """spec.nodeName: set by the binding subresource; the pod then holds its resources."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    return node if isinstance(node, str) and node else None
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    """status.phase."""
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def allocated_at(pod: Mapping[str, Any], podgroup: Mapping[str, Any]) -> datetime | None:
+    """When a bound pod started holding its resources (docs/kubernetes.md, "Time fields").
+
+    KAI's `kai.scheduler/last-start-timestamp` on the PodGroup when it belongs to this pod's
+    run (not older than the pod); else the pod's PodScheduled condition; else status.startTime.
+    """
+    last_start = parse_time(metadata(podgroup).get("annotations", {}).get(LAST_START_ANNOTATION))
+    created = created_at(pod)
+    if last_start is not None and (created is None or last_start >= created):
+        return last_start
+    scheduled = _condition(pod, "PodScheduled")
+    moment = parse_time(scheduled.get("lastTransitionTime")) if scheduled else None
+    return moment or parse_time((pod.get("status") or {}).get("startTime")) or created
+
+
+@dataclass(frozen=True)
+class Release:
+    """A bound pod that gave its resources back: why, and the cluster's time of it."""
+
+    reason: str
+    time: datetime | None
+
+
+def finished(pod: Mapping[str, Any]) -> Release | None:
+    """A pod that ran to an end (Succeeded or Failed), with its containers' last finish time."""
+    phase = pod_phase(pod)
+    if phase not in ("Succeeded", "Failed"):
+        return None
+    status = pod.get("status") or {}
+    if phase == "Failed" and status.get("reason") == "Evicted":
+        reason = "evicted"  # the kubelet's node-pressure eviction
+    else:
+        reason = "completed" if phase == "Succeeded" else "failed"
+    finishes = [
+        parse_time(((container.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for container in status.get("containerStatuses") or ()
+    ]
+    known = [moment for moment in finishes if moment is not None]
+    return Release(reason, max(known) if known else changed_at(pod))
+
+
+def removed(pod: Mapping[str, Any]) -> Release:
+    """A pod deleted from the API server: evicted (the Eviction API's DisruptionTarget) or not."""
+    ended = finished(pod)
+    if ended is not None:
+        return ended
+    disruption = _condition(pod, "DisruptionTarget")
+    reason = "evicted" if disruption is not None else "deleted"
+    return Release(reason, deleted_at(pod) or changed_at(pod))
+
+
+# -- podgroups -----------------------------------------------------------------------------------
+
+
+def podgroup_spec(podgroup: Mapping[str, Any]) -> Mapping[str, Any]:
+    """spec, or {}."""
+    spec = podgroup.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def priority_class_name(podgroup: Mapping[str, Any]) -> str | None:
+    """spec.priorityClassName."""
+    name = podgroup_spec(podgroup).get("priorityClassName")
+    return name if isinstance(name, str) and name else None
+
+
+def preemptible(podgroup: Mapping[str, Any], priority: int) -> bool:
+    """spec.preemptibility when given; else KAI's rule: preemptible below priority 100."""
+    said = podgroup_spec(podgroup).get("preemptibility")
+    if said == "preemptible":
+        return True
+    if said == "non-preemptible":
+        return False
+    return priority < NON_PREEMPTIBLE_PRIORITY
+
+
+def submission_data(
+    podgroup: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    priority: int,
+    node_pool_label: str = NODE_POOL_LABEL,
+) -> dict[str, Any]:
+    """podgroup.submitted data of a PodGroup and the pods that name it (at least one)."""
+    spec = podgroup_spec(podgroup)
+    members = sorted(pods, key=name_of)
+    if not members:
+        raise ObjectError(f"PodGroup {name_of(podgroup)}: no pods yet")
+    labels = {**_first_labels(members), **labels_of(podgroup)}
+    queue = spec.get("queue") or labels.get(QUEUE_LABEL)
+    if not isinstance(queue, str) or not queue:
+        raise ObjectError(f"PodGroup {name_of(podgroup)}: no spec.queue nor {QUEUE_LABEL} label")
+    declared: list[dict[str, Any]] = [
+        {"name": str(group.get("name")), "minAvailable": int(group.get("minMember") or 0)}
+        for group in spec.get("subGroups") or ()
+        if isinstance(group, Mapping) and group.get("name")
+    ]
+    sub_groups = declared or [
+        {"name": DEFAULT_SUBGROUP, "minAvailable": int(spec.get("minMember") or 1)}
+    ]
+    known = {str(group["name"]) for group in sub_groups}
+    return {
+        "uid": uid_of(podgroup),
+        "name": name_of(podgroup),
+        "namespace": namespace_of(podgroup),
+        "queue": queue,
+        "nodePool": labels.get(node_pool_label) or DEFAULT_NODE_POOL,
+        "priority": priority,
+        "preemptible": preemptible(podgroup, priority),
+        "subGroups": sub_groups,
+        "pods": [
+            {
+                "name": name_of(pod),
+                "subGroup": _subgroup_of(pod, known, str(sub_groups[0]["name"])),
+                "gpu": pod_gpu(pod),
+            }
+            for pod in members
+        ],
+        "annotations": annotations_of(podgroup),
+    }
+
+
+def _first_labels(pods: list[Mapping[str, Any]]) -> Mapping[str, str]:
+    return labels_of(pods[0]) if pods else {}
+
+
+def _subgroup_of(pod: Mapping[str, Any], known: set[str], fallback: str) -> str:
+    named = labels_of(pod).get(SUBGROUP_LABEL)
+    return named if isinstance(named, str) and named in known else fallback

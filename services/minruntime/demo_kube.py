@@ -1,0 +1,181 @@
+"""`minruntime demo --kube`: the Kubernetes loop in about a minute, on the local API server.
+
+Everything real: the API server and etcd of `stack up --kube`, Kafka, PostgreSQL, and four
+`minruntime` processes (processor, requeue worker, kube bridge, kube evictor). The demo makes
+the cluster objects a KAI user has (Queues, PriorityClasses, a GPU Node, PodGroups and pods)
+and plays only the parts that do not run here: KAI binding the pods, the kubelet setting them
+Running and, after the eviction, deleting the pod (`minruntime.cluster.standin`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from rich.console import Console
+from rich.table import Table
+
+from minruntime.cluster.api import api_client
+from minruntime.cluster.mapping import REQUEUE_NOT_BEFORE_ANNOTATION
+from minruntime.cluster.standin import Cluster
+from minruntime.demo_pipeline import _Child
+from minruntime.errors import UserError
+from minruntime.settings import Settings
+from minruntime.store import engine_from
+from minruntime.store.migrate import upgrade
+
+T = TypeVar("T")
+
+_QUEUES = """
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: demo-{run}}}
+spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "10m"}}
+"""
+
+
+def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -> None:
+    """Queue YAML, a running gang, a requeue carried out by the evictor, the release."""
+    console.rule("[bold]Kubernetes — the cluster's own objects in, an eviction out")
+    client = api_client(settings)
+    upgrade(settings)
+    engine = engine_from(settings)
+    run = uuid.uuid4().hex[:4]
+    cluster = Cluster(client, f"demo-{run}")
+    env = {
+        "MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1",
+        "MINRUNTIME_PROCESSOR_METRICS_PORT": "0",
+        "MINRUNTIME_WORKER_METRICS_PORT": "0",
+        "MINRUNTIME_KUBE_NAMESPACE": cluster.namespace,
+        "MINRUNTIME_KUBE_LEASE_NAME": f"demo-bridge-{run}",
+        "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
+        "MINRUNTIME_EVICTOR_GROUP": f"demo-evictor-{run}",
+    }
+    children = [_Child.start(command, env) for command in ("processor", "requeue-worker")]
+    children += [_Child.start(command, env) for command in ("kube bridge", "kube evictor")]
+    try:
+        console.print(
+            "Started `minruntime processor`, `requeue-worker`, `kube bridge`, `kube evictor` "
+            f"(pids {', '.join(str(child.pid) for child in children)})."
+        )
+        _story(console, engine, cluster, run, children, timeout)
+    finally:
+        for child in children:
+            child.stop()
+        engine.dispose()
+    console.print("\nThe four processes are stopped.")
+
+
+def _story(
+    console: Console,
+    engine: sa.Engine,
+    cluster: Cluster,
+    run: str,
+    children: list[_Child],
+    timeout: float,
+) -> None:
+    queue, pool, node = f"demo-{run}", f"demo-{run}", f"demo-gpu-{run}"
+    cluster.apply_queues(_QUEUES.format(run=run))
+    cluster.priority_class(f"demo-low-{run}", 40)
+    cluster.priority_class(f"demo-high-{run}", 90)
+    cluster.node(node, pool, 4)
+    urgent = cluster.podgroup("urgent", queue, f"demo-high-{run}", node_pool=pool)
+    cluster.pod("urgent-0", "urgent", 4)
+    long = cluster.podgroup(
+        "long",
+        queue,
+        f"demo-low-{run}",
+        node_pool=pool,
+        annotations={"kai.scheduler/expected-runtime": "5s"},
+    )
+    cluster.pod("long-0", "long", 4)
+    console.print(
+        f"Created in the API server: Queue {queue} (preemptMinRuntime 0s), PriorityClasses "
+        f"demo-low/high-{run} (40, 90), Node {node} with 4 nvidia.com/gpu in node pool {pool}, "
+        f"PodGroup [bold]urgent[/] (priority 90, one 4-GPU pod, pending) and PodGroup "
+        "[bold]long[/] (priority 40, one 4-GPU pod, kai.scheduler/expected-runtime: 5s)."
+    )
+    start = datetime.now(UTC).replace(microsecond=0)
+    cluster.start("long", ["long-0"], node, start, start)
+    console.print(
+        f"KAI's part (played by the demo): bind long-0 to {node}, annotate "
+        f"kai.scheduler/last-start-timestamp={start:%H:%M:%SZ}; the kubelet's: set it Running."
+    )
+    _wait(lambda: _status(engine, long) == "running", children, timeout, "long to run")
+    _show(console, engine, "The bridge's events, applied (minruntime.podgroups)", long, urgent)
+    console.print("\nlong runs past its expected 5s while urgent waits: the worker requeues it…")
+    decision = _wait(
+        lambda: _query(
+            engine,
+            "SELECT decision_id, requeue_not_before FROM minruntime.requeue_decisions"
+            " WHERE uid = :uid AND outcome = 'committed'",
+            uid=long,
+        ),
+        children,
+        timeout,
+        "the requeue to be committed",
+    )[0]
+    pod: dict[str, Any] = _wait(
+        lambda: _deleting(cluster.get_pod("long-0")),
+        children,
+        timeout,
+        "the evictor to evict long-0",
+    )
+    console.print(
+        f"Committed (decision {decision[0]}); the evictor evicted long-0 through the Eviction "
+        f"API: deletionTimestamp {pod['metadata']['deletionTimestamp']}, condition "
+        "DisruptionTarget. There is no kubelet here, so the demo deletes the pod with grace 0, "
+        "as the kubelet would once its containers stopped."
+    )
+    cluster.finish_eviction("long-0")
+    _wait(lambda: _status(engine, long) == "finished", children, timeout, "the release")
+    annotations = cluster.get_podgroup("long")["metadata"].get("annotations") or {}
+    _show(console, engine, "After the release", long, urgent)
+    console.print(
+        f"PodGroup long carries {REQUEUE_NOT_BEFORE_ANNOTATION}="
+        f"{annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION)} (the cooldown); urgent may now be "
+        "placed on the freed GPUs."
+    )
+
+
+def _deleting(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    return pod if pod and pod["metadata"].get("deletionTimestamp") else None
+
+
+def _status(engine: sa.Engine, uid: str) -> str | None:
+    rows = _query(engine, "SELECT status FROM minruntime.podgroups WHERE uid = :uid", uid=uid)
+    return str(rows[0][0]) if rows else None
+
+
+def _query(engine: sa.Engine, statement: str, **params: Any) -> list[Any]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.text(statement), params))
+
+
+def _wait(check: Callable[[], T | None], children: list[_Child], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in children:
+            child.check()
+        result = check()
+        if result:
+            return result
+        time.sleep(0.3)
+    raise UserError(f"the demo timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _show(console: Console, engine: sa.Engine, title: str, *uids: str) -> None:
+    columns = ("name", "status", "start_time", "priority", "awaiting_release", "requeue_not_before")
+    table = Table(*columns, title=title)
+    for row in _query(
+        engine,
+        f"SELECT {', '.join(columns)} FROM minruntime.podgroups"
+        " WHERE uid = ANY(:uids) ORDER BY name",
+        uids=list(uids),
+    ):
+        table.add_row(*("-" if value is None else str(value) for value in row))
+    console.print(table)

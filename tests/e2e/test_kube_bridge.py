@@ -1,0 +1,325 @@
+"""The Kubernetes loop end to end, against the real API server that `stack up --kube` starts.
+
+Real processes throughout: the API server and etcd, Kafka, PostgreSQL, `minruntime processor`,
+`minruntime requeue-worker`, `minruntime kube bridge` and `minruntime kube evictor`. The test
+plays only the parts of the cluster that are not running here (KAI binds pods and writes the
+run's start; the kubelet sets them Running and, after an eviction, deletes them: there is no
+kubelet, so the test deletes an evicted pod with grace 0).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
+from minruntime.cluster.standin import Cluster
+from minruntime.core import parse_rfc3339
+from minruntime.settings import Settings
+from minruntime.stack import StackStatus
+from tests.conftest import run_cli
+from tests.e2e.harness import Pipeline, wait_for
+from tests.e2e.kubeapi import admin_client
+from tests.e2e.kubeloop import KubeProcess
+
+pytestmark = pytest.mark.stack
+
+
+@dataclass
+class Loop:
+    """One pipeline + worker + bridge + evictor, and the cluster they watch."""
+
+    suffix: str
+    pipeline: Pipeline
+    cluster: Cluster
+    kubeconfig: Path
+    bridge: KubeProcess
+    evictor: KubeProcess
+
+    def name(self, base: str) -> str:
+        return f"{base}-{self.suffix}"
+
+    def kube(self, command: str, **env: str) -> KubeProcess:
+        return KubeProcess(self.pipeline, command, self.kubeconfig, {**self.kube_env, **env})
+
+    @property
+    def kube_env(self) -> dict[str, str]:
+        return {
+            "MINRUNTIME_KUBE_NAMESPACE": self.cluster.namespace,
+            "MINRUNTIME_KUBE_LEASE_NAME": f"bridge-{self.suffix}",
+            "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
+            "MINRUNTIME_KUBE_SCHEDULER_CONFIG": f"{self.cluster.namespace}/scheduler-config",
+            "MINRUNTIME_EVICTOR_GROUP": f"evictor-{self.suffix}",
+        }
+
+
+@pytest.fixture(scope="module")
+def loop(
+    kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Loop]:
+    assert kube_stack.kubeconfig is not None
+    suffix = uuid.uuid4().hex[:6]
+    pipeline = Pipeline(settings, tmp_path_factory.mktemp("kube"), "kube").create(with_topics=True)
+    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"team-{suffix}")
+    pipeline.start()
+    pipeline.start_worker(env={"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"})
+    loop = Loop(suffix, pipeline, cluster, kube_stack.kubeconfig, None, None)  # type: ignore[arg-type]
+    loop.bridge = loop.kube("bridge").start()
+    loop.evictor = loop.kube("evictor").start()
+    try:
+        yield loop
+    finally:
+        for process in (loop.bridge, loop.evictor):
+            process.stop()
+        pipeline.drop()  # proves `replay --verify` equal first
+
+
+def podgroup_row(loop: Loop, uid: str) -> tuple[object, ...] | None:
+    rows = loop.pipeline.query(
+        "SELECT status, start_time, running_pods, awaiting_release, requeue_not_before"
+        " FROM minruntime.podgroups WHERE uid = %s",
+        (uid,),
+    )
+    return tuple(rows[0]) if rows else None
+
+
+def logged(loop: Loop, event_type: str, subject: str) -> list[dict[str, object]]:
+    rows = loop.pipeline.query(
+        "SELECT payload FROM minruntime.event_log WHERE type = %s AND subject = %s ORDER BY seq",
+        (event_type, subject),
+    )
+    return [row[0] for row in rows]
+
+
+def whole_seconds(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0)
+
+
+def test_a_bound_running_podgroup_is_protected_and_a_patched_queue_changes_the_answer(
+    loop: Loop,
+) -> None:
+    cluster, root, team = loop.cluster, loop.name("kroot"), loop.name("kteam")
+    other = loop.name("kother")  # a reclaimer's queue in another tree: the victim's top decides
+    cluster.apply_queues(
+        f"""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {root}}}
+spec: {{preemptMinRuntime: "1h", reclaimMinRuntime: "30m"}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {team}}}
+spec: {{parentQueue: {root}}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {other}}}
+spec: {{}}
+"""
+    )
+    cluster.priority_class(loop.name("train"), 50)
+    node, pool = loop.name("gpu-a"), loop.name("pool-a")
+    cluster.node(node, pool, 8)
+    uid = cluster.podgroup("steady", team, loop.name("train"), node_pool=pool)
+    cluster.pod("steady-0", "steady", 2)
+    cluster.pod("steady-1", "steady", 2)
+    start = whole_seconds(datetime.now(UTC))
+    cluster.start("steady", ["steady-0", "steady-1"], node, start, start + timedelta(seconds=7))
+
+    row = wait_for(
+        lambda: (r := podgroup_row(loop, uid)) and r[0] == "running" and r[2] == 2 and r,
+        60,
+        "the bridge to report the podgroup running",
+    )
+    assert row[1] == start  # KAI's last-start-timestamp, not the kubelet's startTime
+    [protection] = loop.pipeline.query(
+        "SELECT min_runtime, resolved_from, is_protected, start_time"
+        " FROM minruntime.preempt_protection WHERE uid = %s",
+        (uid,),
+    )
+    assert protection == (timedelta(hours=1), root, True, start)
+    [reclaim] = loop.pipeline.query(
+        "SELECT min_runtime, is_protected FROM minruntime.reclaim_protection(%s) WHERE uid = %s",
+        (other, uid),
+    )
+    assert reclaim == (timedelta(minutes=30), True)
+    [submitted] = logged(loop, "podgroup.submitted", uid)[-1:]
+    assert submitted["data"]["nodePool"] == pool  # type: ignore[index]
+
+    cluster.patch_queue(root, {"preemptMinRuntime": "0s"})
+    wait_for(
+        lambda: len(logged(loop, "queue.upserted", root)) == 2,
+        60,
+        "a second queue.upserted for the patched queue",
+    )
+    assert loop.pipeline.query(
+        "SELECT min_runtime, is_protected FROM minruntime.preempt_protection WHERE uid = %s",
+        (uid,),
+    ) == [(timedelta(0), False)]
+
+
+def test_an_over_running_podgroup_is_requeued_evicted_and_released(loop: Loop) -> None:
+    cluster, queue = loop.cluster, loop.name("kfast")
+    cluster.apply_queues(
+        f"""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {queue}}}
+spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
+"""
+    )
+    low, high = loop.name("low"), loop.name("high")
+    cluster.priority_class(low, 40)
+    cluster.priority_class(high, 90)
+    node, pool = loop.name("gpu-b"), loop.name("pool-b")
+    cluster.node(node, pool, 4)
+    # The contender waits first; the victim then takes the whole node, expected to run 3s.
+    contender = cluster.podgroup("urgent", queue, high, node_pool=pool)
+    cluster.pod("urgent-0", "urgent", 4)
+    victim = cluster.podgroup(
+        "long", queue, low, node_pool=pool, annotations={"kai.scheduler/expected-runtime": "3s"}
+    )
+    cluster.pod("long-0", "long", 4)
+    cluster.disruption_budget("long-budget", "long")  # 429 until the "controller" allows one
+    start = whole_seconds(datetime.now(UTC))
+    cluster.start("long", ["long-0"], node, start, start)
+    wait_for(
+        lambda: (r := podgroup_row(loop, victim)) and r[0] == "running", 60, "the victim running"
+    )
+
+    [(decision_id, not_before, beneficiaries)] = wait_for(
+        lambda: loop.pipeline.query(
+            "SELECT decision_id, requeue_not_before, beneficiaries"
+            " FROM minruntime.requeue_decisions WHERE uid = %s AND outcome = 'committed'",
+            (victim,),
+        ),
+        90,
+        "the worker to commit the requeue",
+    )
+    assert beneficiaries == [contender]
+    wait_for(
+        lambda: "disruption budget" in loop.evictor.log_tail(),
+        60,
+        "the evictor to meet the PodDisruptionBudget's 429",
+    )
+    assert not (cluster.get_pod("long-0") or {}).get("metadata", {}).get("deletionTimestamp")
+    cluster.allow_disruption("long-budget")  # the evictor retries with backoff, then evicts
+    evicted = wait_for(
+        lambda: (
+            (pod := cluster.get_pod("long-0")) and pod["metadata"].get("deletionTimestamp") and pod
+        ),
+        60,
+        "the evictor to evict the victim's pod",
+    )
+    assert any(c["type"] == "DisruptionTarget" for c in evicted["status"]["conditions"])
+    annotations = wait_for(  # written once every pod is evicted
+        lambda: (
+            (found := cluster.get_podgroup("long")["metadata"]["annotations"])
+            and REQUEUE_DECISION_ANNOTATION in found
+            and found
+        ),
+        60,
+        "the evictor to mark the PodGroup",
+    )
+    assert parse_rfc3339(annotations[REQUEUE_NOT_BEFORE_ANNOTATION]) == not_before
+    assert annotations[REQUEUE_DECISION_ANNOTATION] == str(decision_id)
+    assert podgroup_row(loop, victim)[3] is True  # type: ignore[index]  # awaiting release
+
+    # The bridge crashes mid-way; a new one relists everything and sends the state again.
+    loop.bridge.kill()
+    loop.bridge = loop.kube("bridge").start()
+    wait_for(lambda: "watching" in loop.bridge.log_tail(), 60, "the new bridge to take over")
+    cluster.finish_eviction("long-0")  # no kubelet: the pod goes away only when deleted
+
+    row = wait_for(
+        lambda: (r := podgroup_row(loop, victim)) and r[0] == "finished" and r,
+        60,
+        "the bridge to report the release",
+    )
+    assert row[3] is False  # no longer awaiting release
+    assert row[4] == not_before  # the cooldown
+    [released] = logged(loop, "podgroup.released", victim)
+    assert released["data"]["reason"] == "evicted"  # type: ignore[index]
+    # Sent again by the restarted bridge, applied once: one allocation, one submission shape.
+    assert len(logged(loop, "podgroup.allocated", victim)) == 1
+    assert len(logged(loop, "podgroup.submitted", victim)) == 1
+
+    # A second evictor reading the decision again (a redelivery) evicts nothing.
+    again = loop.kube("evictor", MINRUNTIME_EVICTOR_GROUP=f"again-{loop.suffix}").start()
+    try:
+        wait_for(lambda: "already_done" in again.log_tail(50), 60, "the repeated decision skipped")
+    finally:
+        again.stop()
+
+
+def test_a_pod_deleted_while_no_bridge_watches_still_ends_the_run(loop: Loop) -> None:
+    cluster, queue = loop.cluster, loop.name("kquiet")
+    cluster.apply_queues(
+        f"""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {queue}}}
+spec: {{}}
+"""
+    )
+    node, pool = loop.name("gpu-c"), loop.name("pool-c")
+    cluster.node(node, pool, 2)
+    uid = cluster.podgroup("quiet", queue, loop.name("train"), node_pool=pool)
+    cluster.pod("quiet-0", "quiet", 1)
+    start = whole_seconds(datetime.now(UTC))
+    cluster.start("quiet", ["quiet-0"], node, start, start)
+    wait_for(lambda: (r := podgroup_row(loop, uid)) and r[0] == "running", 60, "quiet running")
+
+    loop.bridge.kill()
+    cluster.finish_eviction("quiet-0")  # gone while nobody watches: no list will show it
+    loop.bridge = loop.kube("bridge").start()
+    wait_for(
+        lambda: (r := podgroup_row(loop, uid)) and r[0] == "finished", 60, "the run to be ended"
+    )
+    [released] = logged(loop, "podgroup.released", uid)
+    assert released["data"] == {"uid": uid, "reason": "deleted"}  # all pods, names unknown
+
+
+def test_one_bridge_replica_is_active_and_a_standby_takes_over(loop: Loop) -> None:
+    from kubernetes import client
+
+    leases = client.CoordinationV1Api(loop.cluster.api)
+    lease_name = loop.kube_env["MINRUNTIME_KUBE_LEASE_NAME"]
+
+    def holder() -> str:
+        lease = leases.read_namespaced_lease(lease_name, loop.cluster.namespace)
+        return str(lease.spec.holder_identity)
+
+    active = holder()
+    standby = loop.kube("bridge", MINRUNTIME_KUBE_IDENTITY=f"standby-{loop.suffix}").start()
+    try:
+        wait_for(lambda: "standing by" in standby.log_tail(), 60, "the second replica to wait")
+        assert holder() == active
+        loop.bridge.kill()  # the active replica dies; its lease lapses (3 s here)
+        wait_for(lambda: "watching" in standby.log_tail(), 60, "the standby to take over")
+        assert holder() == f"standby-{loop.suffix}"
+    finally:
+        loop.bridge = standby
+    queue = loop.name("ktakeover")
+    loop.cluster.apply_queues(
+        f"apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {{name: {queue}}}\nspec: {{}}\n"
+    )
+    wait_for(lambda: logged(loop, "queue.upserted", queue), 60, "the new active replica's event")
+
+
+def test_the_kube_demo_runs_the_loop(loop: Loop) -> None:
+    # The bridge watches the whole cluster: this module's worker would decide about the demo's
+    # podgroups too (one service per cluster), so only the demo's own processes run.
+    for process in (loop.bridge, loop.evictor, *loop.pipeline.workers):
+        process.stop()
+    result = run_cli("demo", "--kube", env={"KUBECONFIG": str(loop.kubeconfig)}, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "The bridge's events, applied" in result.stdout
+    assert "kai.scheduler/requeue-not-before=" in result.stdout
+    assert "The four processes are stopped." in result.stdout

@@ -1,0 +1,131 @@
+"""deploy/kubernetes/ kept in step with the code: each container runs a real `minruntime`
+command from the project image, every `MINRUNTIME_*` key it sets is a real setting, only the
+bridge and the evictor hold an API token, and the CRDs type every field the service reads.
+(tests/e2e/test_kube_deploy.py checks the same files against the real API server.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+
+from minruntime.cli import app
+from minruntime.kube import QUEUE_DURATION_FIELDS, QUEUE_SPEC_FIELDS
+from minruntime.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "kubernetes"
+CRDS = DEPLOY / "crds"
+IMAGE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["x-minruntime"]["image"]
+API_CLIENTS = {"minruntime-kube-bridge", "minruntime-kube-evictor"}
+
+
+def _objects(directory: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
+    files = [directory / n for n in names] if names else sorted(directory.glob("*.yaml"))
+    return [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def _deployed() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    return _objects(DEPLOY, kustomization["resources"])
+
+
+def _workloads() -> dict[str, dict[str, Any]]:
+    return {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"]
+        for o in _deployed()
+        if o["kind"] in ("Deployment", "Job")
+    }
+
+
+def _crd_spec(name: str) -> dict[str, Any]:
+    (crd,) = [c for c in _objects(CRDS) if c["metadata"]["name"] == name]
+    (version,) = crd["spec"]["versions"]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return schema
+
+
+def test_every_yaml_file_of_the_folder_is_deployed() -> None:
+    listed = set(yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"])
+    on_disk = {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == on_disk
+    assert not any(o["kind"] == "CustomResourceDefinition" for o in _deployed()), (
+        "KAI installs its own CRDs; the deployment must not replace them"
+    )
+
+
+@pytest.mark.parametrize("workload", sorted(_workloads()))
+def test_every_container_runs_a_real_minruntime_command(workload: str) -> None:
+    (container,) = _workloads()[workload]["containers"]
+    assert container["image"] == IMAGE
+    assert "command" not in container, "the image's entrypoint is `minruntime`"
+    command: Any = typer.main.get_command(app)
+    context = command.make_context("minruntime", [], resilient_parsing=True)
+    words = list(container["args"])
+    # Walk the command groups (`kube` -> `bridge`), then parse the leaf's own options for real.
+    while hasattr(command, "get_command") and words:
+        name = words.pop(0)
+        sub = command.get_command(context, name)
+        assert sub is not None, f"{workload}: `minruntime {' '.join(container['args'])}`"
+        context = sub.make_context(name, [], resilient_parsing=True, parent=context)
+        command = sub
+    assert not hasattr(command, "get_command"), f"{workload}: names a group, not a command"
+    command.make_context(context.info_name, words, parent=context.parent)
+
+
+def test_every_setting_the_manifests_give_is_a_real_setting() -> None:
+    fields = {f"MINRUNTIME_{name.upper()}" for name in Settings.model_fields}
+    keys = {
+        key
+        for o in _deployed()
+        if o["kind"] in ("ConfigMap", "Secret")
+        for key in {**o.get("data", {}), **o.get("stringData", {})}
+    }
+    keys |= {
+        env["name"]
+        for spec in _workloads().values()
+        for container in spec["containers"]
+        for env in container.get("env", [])
+    }
+    assert keys
+    assert keys <= fields, keys - fields
+
+
+def test_only_the_bridge_and_the_evictor_hold_an_api_token() -> None:
+    (account,) = [o for o in _deployed() if o["kind"] == "ServiceAccount"]
+    bound = {
+        s["name"]
+        for o in _deployed()
+        if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        for s in o["subjects"]
+    }
+    assert bound == {account["metadata"]["name"]}
+    for name, spec in _workloads().items():
+        if name in API_CLIENTS:
+            assert spec["serviceAccountName"] == account["metadata"]["name"]
+        else:
+            assert spec["automountServiceAccountToken"] is False, name
+            assert "serviceAccountName" not in spec, name
+
+
+def test_the_queue_crd_types_every_queue_spec_field_the_service_reads() -> None:
+    spec = _crd_spec("queues.scheduling.run.ai")
+    assert set(spec["properties"]) == set(QUEUE_SPEC_FIELDS)
+    for field in QUEUE_DURATION_FIELDS:
+        # An integer number of seconds is refused by the API server, as by KAI's own CRD.
+        assert spec["properties"][field]["type"] == "string"
+    assert spec["properties"]["parentQueue"]["type"] == "string"
+
+
+def test_the_podgroup_crd_types_the_fields_the_bridge_reads() -> None:
+    properties = _crd_spec("podgroups.scheduling.run.ai")["properties"]
+    assert properties["queue"]["type"] == "string"
+    assert properties["minMember"]["type"] == "integer"
+    assert properties["priorityClassName"]["type"] == "string"
+    assert properties["preemptibility"]["enum"] == ["preemptible", "non-preemptible"]
+    subgroup = properties["subGroups"]["items"]
+    assert subgroup["required"] == ["name"]
+    assert subgroup["properties"]["minMember"]["type"] == "integer"
