@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stack.kafka import KafkaNode
@@ -88,7 +89,7 @@ async def _recreate(bootstrap: str, settings: Settings, topic: str) -> None:
             await asyncio.sleep(0.2)
 
     await asyncio.wait_for(gone(), 60)
-    await ensure_topics(bootstrap, topic_specs(settings))
+    await ensure_topics(kafka_access(settings), topic_specs(settings))
 
 
 def _refusal_and_rebaseline(
