@@ -24,7 +24,12 @@ import psycopg
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
+from minruntime.store.scratch import (
+    SCRATCH_PREFIX,
+    create_scratch_database,
+    drop_scratch_database,
+    scratch_owner_url,
+)
 from minruntime.stream.topics import ensure_topics, topic_specs
 from tests.conftest import MINRUNTIME, ROOT
 
@@ -317,6 +322,10 @@ class Pipeline(Subprocess):
     def connect(self) -> psycopg.Connection[Any]:
         """An autocommit connection to the private database."""
         return psycopg.connect(self.database_url, autocommit=True)
+
+    def connect_as_owner(self) -> psycopg.Connection[Any]:
+        """An autocommit connection as the role that owns the schema (for DDL in a test)."""
+        return psycopg.connect(scratch_owner_url(self.base, self.database_url), autocommit=True)
 
     def query(self, statement: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
         """Run SQL as a user would and return all rows."""

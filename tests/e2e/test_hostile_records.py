@@ -133,7 +133,7 @@ def pipeline(
     stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Pipeline]:
     running = Pipeline(settings, tmp_path_factory.mktemp("hostile"), "hostile").create()
-    with running.connect() as conn:
+    with running.connect_as_owner() as conn:
         conn.execute(HUGE_INDEX)  # type: ignore[arg-type]
     running.start()
     try:
