@@ -22,7 +22,7 @@ from minruntime.events import decode_dead_letter
 from minruntime.events.dead_letter import DEAD_LETTER_MAX_BYTES
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
-from tests.conftest import MINRUNTIME, ROOT, free_port_pair
+from tests.conftest import MINRUNTIME, ROOT
 from tests.e2e.harness import Pipeline, wait_for
 from tests.e2e.test_requeue_worker import (
     OVERRUN,
@@ -31,6 +31,7 @@ from tests.e2e.test_requeue_worker import (
     decision_ids,
     decisions,
     read_topic,
+    requeue_stack,
     scrape,
     wait_decisions,
     wait_published,
@@ -46,21 +47,8 @@ EXCLUDED_NODES = ("kai_requeue_excluded_total", {"what": "node", "reason": "inva
 def rq(
     stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RequeueStack]:
-    port = free_port_pair()
-    pipeline = Pipeline(
-        settings,
-        tmp_path_factory.mktemp("outputs"),
-        "bo",
-        overrides={"processor_metrics_port": str(port + 1), "requeue_interval_seconds": "1"},
-    )
-    try:
-        pipeline.create().start()
-        worker = pipeline.start_worker("w", env={"MINRUNTIME_WORKER_METRICS_PORT": str(port)})
-        running = RequeueStack(pipeline, worker, port, port + 1)
-        running.wait_active()
+    with requeue_stack(settings, tmp_path_factory.mktemp("outputs"), "bo") as running:
         yield running
-    finally:
-        pipeline.drop()
 
 
 def commits_for_a_contender(rq: RequeueStack, name: str) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -455,15 +456,14 @@ class RequeueStack:
             self.wait_active()
 
 
-@pytest.fixture(scope="module")
-def rq(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RequeueStack]:
+@contextmanager
+def requeue_stack(settings: Settings, workdir: Path, name: str) -> Iterator[RequeueStack]:
+    """A private pipeline with one active worker replica (cycles every second), dropped after."""
     port = free_port_pair()
     pipeline = Pipeline(
         settings,
-        tmp_path_factory.mktemp("requeue"),
-        "rq",
+        workdir,
+        name,
         overrides={"processor_metrics_port": str(port + 1), "requeue_interval_seconds": "1"},
     )
     try:
@@ -474,6 +474,14 @@ def rq(
         yield running
     finally:
         pipeline.drop()
+
+
+@pytest.fixture(scope="module")
+def rq(
+    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RequeueStack]:
+    with requeue_stack(settings, tmp_path_factory.mktemp("requeue"), "rq") as running:
+        yield running
 
 
 @pytest.fixture
