@@ -28,7 +28,7 @@ from minruntime.health.outage import (
 )
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.offsets import stored_offsets
-from minruntime.kafka_access import kafka_access
+from minruntime.kafka_access import KafkaUnreachableError, kafka_access
 from minruntime.requeue import (
     ExpiryEmitter,
     ExpiryOptions,
@@ -94,7 +94,10 @@ def kafka_transient(error: BaseException) -> bool:
     """A Kafka client error that waiting can cure: no broker, no leader, a timeout."""
     from aiokafka.errors import KafkaError, KafkaTimeoutError
 
-    if isinstance(error, KafkaTimeoutError | TimeoutError | ConnectionError):
+    if isinstance(
+        error, KafkaUnreachableError | KafkaTimeoutError | TimeoutError | ConnectionError
+    ):
+        # Unreachable, not refused: wrong credentials or an untrusted certificate stay one line.
         return True
     return isinstance(error, KafkaError) and bool(error.retriable)
 

@@ -30,10 +30,15 @@ from minruntime.errors import UserError
 from minruntime.settings import Settings
 
 _PROBE_TIMEOUT_MS: Final = 10_000
+_UNREACHABLE: Final = "cannot reach"
 
 
 class KafkaAccessError(UserError):
     """A Kafka client cannot connect: wrong settings, credentials or certificate; one line."""
+
+
+class KafkaUnreachableError(KafkaAccessError):
+    """No broker answers at all: an outage, which waiting may cure (unlike wrong credentials)."""
 
 
 def stack_credentials_file(stack_dir: Path) -> Path:
@@ -175,7 +180,10 @@ async def start_client(client: _Startable, access: KafkaAccess) -> None:
         if close is not None:
             with contextlib.suppress(Exception):
                 await close()
-        raise KafkaAccessError(await diagnose(access, error)) from None
+        reason = await diagnose(access, error)
+        if reason.startswith(_UNREACHABLE):
+            raise KafkaUnreachableError(reason) from None
+        raise KafkaAccessError(reason) from None
     finally:
         client_log.removeFilter(quiet)
 
@@ -230,7 +238,7 @@ async def diagnose(access: KafkaAccess, error: BaseException | None = None) -> s
             " does MINRUNTIME_KAFKA_SECURITY_PROTOCOL match the broker's listener?"
         )
     except OSError as unreachable:
-        return f"cannot reach {where}: {unreachable.strerror or unreachable}"
+        return f"{_UNREACHABLE} {where}: {unreachable.strerror or unreachable}"
     conn.close()
     return f"cannot use {where}: {_first_line(error) if error else 'unknown error'}"
 
