@@ -28,7 +28,7 @@ from minruntime.health.outage import (
 )
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.offsets import stored_offsets
-from minruntime.kafka_access import KafkaUnreachableError, kafka_access
+from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, kafka_access
 from minruntime.requeue import (
     ExpiryEmitter,
     ExpiryOptions,
@@ -131,6 +131,20 @@ def warn_if_anyone_can_take_the_leader_lock(engine: Engine) -> None:
             )
 
 
+def outbox_relay(
+    settings: Settings, engine: Engine, access: KafkaAccess, registry: CollectorRegistry
+) -> OutboxRelay:
+    """The outbox relay of a process (the processor's, a worker replica's), with its metrics."""
+    return OutboxRelay(
+        engine, access, poll_seconds=settings.outbox_poll_seconds, metrics=OutboxMetrics(registry)
+    )
+
+
+async def run_relay(relay: OutboxRelay) -> None:
+    """Publish for ever, restarted with capped backoff when Kafka or PostgreSQL is away."""
+    await keep_running("the outbox relay (Kafka or PostgreSQL)", relay.run)
+
+
 def input_topic_roles(settings: Settings) -> dict[str, str]:
     """Configured input topic name → role name (what `apply_batch` checks types against)."""
     return {
@@ -154,17 +168,13 @@ def build_processor(
         dead_letter_topic=settings.topic_dead_letter,
     )
     registry = REGISTRY if registry is None else registry
-    relay = OutboxRelay(
-        engine,
-        kafka_access(settings),
-        poll_seconds=settings.outbox_poll_seconds,
-        metrics=OutboxMetrics(registry),
-    )
+    access = kafka_access(settings)
+    relay = outbox_relay(settings, engine, access, registry)
     metrics = ProcessorMetrics(registry)
     # Refuses topics whose stored offsets belong to another life of them; its readiness
     # (None or one line) is the processor's "topics" readiness check.
     guard = TopicGuard(
-        kafka_access(settings),
+        access,
         registry,
         functools.partial(_stored_offsets, engine, settings.processor_group),
         recheck_seconds=settings.topic_recheck_seconds,
@@ -179,10 +189,10 @@ def build_processor(
         metrics.observe(role.value, outcome, seconds, lags)
         log.info("%s: %s", role.value, outcome)
 
-    async def run_relay() -> None:
-        await keep_running("the outbox relay (Kafka or PostgreSQL)", relay.run)
+    async def publish() -> None:  # faust names its tasks after the function
+        await run_relay(relay)
 
-    app = build_app(settings, sink, on_outcome=on_outcome, relay=run_relay, guard=guard)
+    app = build_app(settings, sink, on_outcome=on_outcome, relay=publish, guard=guard)
     started = health.Condition("starting")
 
     async def watch_health() -> None:
@@ -295,12 +305,7 @@ async def _serve_requeue_worker(
     loop = asyncio.get_running_loop()
     health.LIVENESS.watch(loop)
     quiet_kafka_client_repeats()  # the relay's producer, while the broker is away
-    relay = OutboxRelay(
-        engine,
-        kafka_access(settings),
-        poll_seconds=settings.outbox_poll_seconds,
-        metrics=OutboxMetrics(REGISTRY),
-    )
+    relay = outbox_relay(settings, engine, kafka_access(settings), REGISTRY)
 
     def wake_relay() -> None:
         loop.call_soon_threadsafe(relay.notify)
@@ -321,9 +326,7 @@ async def _serve_requeue_worker(
         loop.add_signal_handler(signum, stop)
     # The crash-before-publish test hook must not race its own relay.
     relay_task = (
-        None
-        if settings.requeue_exit_after_commit
-        else asyncio.create_task(keep_running("the outbox relay (Kafka or PostgreSQL)", relay.run))
+        None if settings.requeue_exit_after_commit else asyncio.create_task(run_relay(relay))
     )
     emitter_task = asyncio.create_task(_run_emitter(emitter, worker))
     try:

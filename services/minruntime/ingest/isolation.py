@@ -87,7 +87,7 @@ def _apply_or_split(
 ) -> None:
     try:
         with engine.begin() as conn:
-            _merge(outcome, apply(conn, records))
+            outcome.add(apply(conn, records))
         return
     except Exception as error:
         if not is_permanent(error):
@@ -109,15 +109,4 @@ def _apply_or_split(
         message,
     )
     with engine.begin() as conn:
-        _merge(outcome, dead_letter(conn, record, message))
-
-
-def _merge(total: BatchOutcome, part: BatchOutcome) -> None:
-    total.applied += part.applied
-    total.skipped_offsets += part.skipped_offsets
-    total.duplicate_ids += part.duplicate_ids
-    total.dead_lettered += part.dead_lettered
-    total.applied_types.update(part.applied_types)
-    total.dead_letter_kinds.update(part.dead_letter_kinds)
-    # Halves are applied in order, so a later half's next offset is the larger one.
-    total.next_offsets.update(part.next_offsets)
+        outcome.add(dead_letter(conn, record, message))

@@ -41,6 +41,7 @@ class BatchOutcome:
         self.dead_lettered += other.dead_lettered
         self.applied_types.update(other.applied_types)
         self.dead_letter_kinds.update(other.dead_letter_kinds)
+        # Parts are applied in order, so a later part's next offset is the larger one.
         self.next_offsets.update(other.next_offsets)
 
     @property

@@ -53,6 +53,8 @@ from minruntime.events import (
     encode_event,
     new_event,
 )
+from minruntime.health import one_line
+from minruntime.health.outage import Backoff
 from minruntime.ingest.queues import load_tree
 from minruntime.requeue.cycle import WORKER_SOURCE
 from minruntime.requeue.metrics import RequeueMetrics
@@ -94,7 +96,7 @@ _UNUSABLE: Final = (ValueError, ArithmeticError)
 
 
 def _unusable_run(run: ProtectedRun, error: Exception) -> Exclusion:
-    return Exclusion("podgroup", run.uid, ExclusionReason.PLANNER_ERROR, _one_line(error))
+    return Exclusion("podgroup", run.uid, ExclusionReason.PLANNER_ERROR, one_line(error))
 
 
 def _reason(error: Exception) -> ExclusionReason:
@@ -102,10 +104,6 @@ def _reason(error: Exception) -> ExclusionReason:
     if isinstance(error, MinRuntimeError):
         return ExclusionReason.INVALID_QUEUE_TREE
     return ExclusionReason.PLANNER_ERROR
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
 
 
 @dataclass(frozen=True)
@@ -318,18 +316,18 @@ class ExpiryEmitter:
 
     def run(self) -> None:
         """Until ``stop`` is set: wait for leadership, then announce window ends while it holds."""
-        backoff = self.expiry.options.max_sleep_seconds
+        # Capped at 30 s: the emitter only announces; the cycle loop has its own 10 s cap.
+        backoff = Backoff(self.expiry.options.max_sleep_seconds, cap=30.0)
         while not self.stop.is_set():
             if not self._leading.wait(0.2):
                 continue
             try:
                 with self._engine.connect() as conn:
                     self._announce_while_leading(conn)
-                backoff = self.expiry.options.max_sleep_seconds
+                backoff.reset()
             except DBAPIError as error:
                 log.warning("protection-expiry emitter lost its database connection: %s", error)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                self.stop.wait(backoff.next())
             except Exception as error:
                 # Nothing the projections hold may stop the replica (issue 12): a check that
                 # cannot run (an unusable queue tree, ...) is logged, counted and tried again;
@@ -337,9 +335,8 @@ class ExpiryEmitter:
                 self._metrics.observe_excluded(
                     [Exclusion("check", "protection-expiry", _reason(error), str(error))]
                 )
-                log.error("protection-expiry check failed, retrying: %s", _one_line(error))
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                log.error("protection-expiry check failed, retrying: %s", one_line(error))
+                self.stop.wait(backoff.next())
 
     def _announce_while_leading(self, conn: Connection) -> None:
         self.expiry.start(self._clock())

@@ -219,9 +219,9 @@ class RequeueWorker:
         """
         self._metrics.cycles.labels("failed").inc()
         self._metrics.observe_excluded(
-            [Exclusion("cycle", "requeue", ExclusionReason.PLANNER_ERROR, _one_line(error))]
+            [Exclusion("cycle", "requeue", ExclusionReason.PLANNER_ERROR, one_line(error))]
         )
-        log.error("requeue cycle failed, decided nothing: %s", _one_line(error))
+        log.error("requeue cycle failed, decided nothing: %s", one_line(error))
 
     def _wait_for_trigger(self, conn: Connection) -> None:
         """Sleep until the next cycle is due, a nomination arrives, or we are stopped."""
@@ -253,10 +253,6 @@ class RequeueWorker:
         self._metrics.notifications_ignored.inc(len(senders))
         log.info("ignored %d notification(s) from other roles' backends %s", len(senders), pids)
         return False
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
 
 
 def _connection_lost(error: DBAPIError) -> bool:

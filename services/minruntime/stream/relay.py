@@ -27,6 +27,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
+from minruntime.health.outage import Backoff
 from minruntime.kafka_access import KafkaAccess
 from minruntime.store.tables import outbox
 from minruntime.stream.outbox_metrics import OutboxMetrics, read_outbox_stats
@@ -177,28 +178,30 @@ class OutboxRelay:
             **self._access.client_kwargs(), enable_idempotence=True, **self._producer_options
         )
         await producer.start()
-        backoff = self._poll
+        backoff = Backoff(self._poll, MAX_BACKOFF_SECONDS)
         try:
             while True:
+                failure: BaseException | None = None
                 try:
                     report = await self.publish_once(producer)
                 except Exception as exc:
                     # Nothing was marked: the same rows (same ids) go out on the next try.
-                    log.warning("outbox publish failed, retrying in %.1fs: %r", backoff, exc)
-                    report = None
+                    failure, report = exc, None
                 await self._refresh_stats()
                 if report is None or report.retry:
-                    if report is not None:
+                    delay = backoff.next()
+                    if report is None:
+                        log.warning("outbox publish failed, retrying in %.1fs: %r", delay, failure)
+                    else:
                         log.warning(
                             "outbox: %d row(s) not published, retrying in %.1fs: %r",
                             len(report.retry),
-                            backoff,
+                            delay,
                             report.retry_error,
                         )
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+                    await asyncio.sleep(delay)
                     continue
-                backoff = self._poll
+                backoff.reset()
                 if len(report.published) + len(report.set_aside) < self._batch:
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):

@@ -36,6 +36,7 @@ from minruntime.core.topic_life import (
     unread_gap,
 )
 from minruntime.errors import TopicLifeChangedError, UserError
+from minruntime.health.outage import Backoff
 from minruntime.ingest import BatchOutcome
 from minruntime.kafka_access import KafkaAccess
 from minruntime.stream.topic_identity import fetch_topic_ids
@@ -141,7 +142,7 @@ class TopicGuard:
             self._client = None
 
     async def _topic_id(self, topic: str) -> str | None:
-        backoff = 0.5
+        backoff = Backoff(0.5, self._max_backoff)
         while True:
             # One client for the four agents: one of them at a time makes, uses or drops it.
             async with self._client_lock:
@@ -157,8 +158,7 @@ class TopicGuard:
                         "cannot ask Kafka for the ID of topic %r (%s); retrying", topic, error
                     )
                     await self.close()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self._max_backoff)
+            await asyncio.sleep(backoff.next())
 
     def _refuse(self, topic: str, role: str, reason: str) -> None:
         if self._refused.get(topic) != reason:
