@@ -166,7 +166,10 @@ def test_kill_9_in_a_loop_resumes_every_time_and_applies_everything_once(
     times = []
     for _ in range(5):
         before = fixture.applied()
-        fixture.wait_applied(before + 200)
+        # On a fast machine the restarted processor may finish the stream before the next kill.
+        fixture.wait_applied(min(before + 200, total))
+        if fixture.applied() >= total:
+            break
         assert pipeline.kill() == -signal.SIGKILL
         at_kill = fixture.applied()
         if at_kill >= total:
