@@ -27,7 +27,6 @@ from minruntime.health.outage import (
     wait_until_available,
 )
 from minruntime.ingest import BatchOutcome
-from minruntime.ingest.offsets import stored_offsets
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, kafka_access
 from minruntime.requeue import (
     ExpiryEmitter,
@@ -39,7 +38,9 @@ from minruntime.requeue import (
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import is_at_head
+from minruntime.store.offsets import stored_offsets
 from minruntime.store.privileges import public_can_take_advisory_locks
+from minruntime.store.schema import LIVE
 from minruntime.stream.app import build_app, consumer_problem
 from minruntime.stream.metrics import ProcessorMetrics
 from minruntime.stream.outbox_metrics import OutboxMetrics
@@ -226,7 +227,7 @@ def build_processor(
 async def _stored_offsets(engine: Engine, group: str, topic: str) -> list[StoredOffset]:
     def read() -> list[StoredOffset]:
         with engine.connect() as conn:
-            return stored_offsets(conn, group).get(topic, [])
+            return stored_offsets(conn, LIVE, group).get(topic, [])
 
     return await asyncio.to_thread(read)
 

@@ -6,8 +6,9 @@ import uuid
 
 import sqlalchemy as sa
 
+from minruntime.store.outbox import retry_set_aside
+from minruntime.store.schema import LIVE
 from minruntime.stream.outbox_metrics import read_outbox_stats
-from minruntime.stream.relay import retry_set_aside
 
 
 def insert(engine: sa.Engine, *, age: str, state: str = "pending") -> str:
@@ -41,8 +42,8 @@ def test_the_gauges_count_pending_rows_and_the_oldest_ones_age(engine: sa.Engine
     assert 600 <= stats.oldest_age_seconds < 660
 
     with engine.begin() as conn:
-        assert retry_set_aside(conn, [refused]) == 1
-        assert retry_set_aside(conn) == 0
+        assert retry_set_aside(conn, LIVE, [refused]) == 1
+        assert retry_set_aside(conn, LIVE) == 0
     stats = read_outbox_stats(engine)
     assert (stats.backlog, stats.set_aside) == (3, 0)
     assert stats.oldest_age_seconds >= 7200

@@ -19,7 +19,6 @@ from minruntime.core import (
     Resolver,
 )
 from minruntime.events import decode_event
-from minruntime.ingest.queues import load_tree
 from minruntime.requeue import (
     ExpiryEmitter,
     ExpiryOptions,
@@ -30,6 +29,8 @@ from minruntime.requeue import (
 )
 from minruntime.requeue.expiry import load_runs_ending
 from minruntime.requeue.snapshot import load_node_pool_configs
+from minruntime.store.queues import load_tree
+from minruntime.store.schema import LIVE
 from tests.integration.helpers import (
     T0,
     Feed,
@@ -56,7 +57,7 @@ def running(uid: str, queue_name: str, start: datetime, **kw: Any) -> list[Messa
 
 def current_windows(engine: sa.Engine) -> ProtectionWindows:
     with engine.connect() as conn:
-        return ProtectionWindows(load_tree(conn), load_node_pool_configs(conn))
+        return ProtectionWindows(load_tree(conn, LIVE), load_node_pool_configs(conn))
 
 
 def all_runs(engine: sa.Engine, windows: ProtectionWindows) -> list[ProtectedRun]:

@@ -8,7 +8,8 @@ import sqlalchemy as sa
 from minruntime.core.topic_life import TopicLife
 from minruntime.errors import TopicLifeChangedError
 from minruntime.ingest import apply_batch
-from minruntime.ingest.offsets import lock_topic, rebaseline
+from minruntime.store.offsets import lock_topic, rebaseline
+from minruntime.store.schema import LIVE
 from tests.integration.helpers import GROUP, Feed, queue, rows, scalar
 
 OLD, NEW = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
@@ -45,8 +46,8 @@ def test_a_batch_of_another_life_stores_nothing_and_names_the_topic(engine: sa.E
     assert scalar(engine, "SELECT count(*) FROM minruntime.queues WHERE name = 'c'") == 0
 
     with engine.begin() as conn:
-        assert [row.topic_id for row in lock_topic(conn, GROUP, TOPIC)] == [OLD]
-        rebaseline(conn, GROUP, TOPIC, NEW, {0: 0})
+        assert [row.topic_id for row in lock_topic(conn, LIVE, GROUP, TOPIC)] == [OLD]
+        rebaseline(conn, LIVE, GROUP, TOPIC, NEW, {0: 0})
     second.offsets.clear()
     assert _apply(engine, second, "c", life=TopicLife(NEW)) == 1
     assert rows(engine, OFFSETS, g=GROUP) == [(0, 1, NEW)]

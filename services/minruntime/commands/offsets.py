@@ -67,11 +67,12 @@ def status_of(topic: str, stored: list[StoredOffset], kafka: KafkaTopic | None) 
 @offsets_app.command("show")
 def show_command(as_json: Json = False) -> None:
     """Stored next offsets per partition, with the topic IDs and log ends Kafka has now."""
-    from minruntime.ingest.offsets import stored_offsets
+    from minruntime.store.offsets import stored_offsets
+    from minruntime.store.schema import LIVE
 
     settings = _settings()
     with engine().connect() as conn:
-        stored = stored_offsets(conn, settings.processor_group)
+        stored = stored_offsets(conn, LIVE, settings.processor_group)
     topics = sorted(set(stored) | set(_input_topics(settings)))
     kafka = _describe(settings, topics)
     rows: list[dict[str, Any]] = []
@@ -146,7 +147,8 @@ def rebaseline_command(
     ] = False,
 ) -> None:
     """Tie TOPIC's stored offsets to the life Kafka holds now; the processor resumes it."""
-    from minruntime.ingest.offsets import lock_topic, rebaseline
+    from minruntime.store.offsets import lock_topic, rebaseline
+    from minruntime.store.schema import LIVE
 
     if from_start == from_end:
         raise UserError("say where to start: --from-start or --from-end (exactly one)")
@@ -159,14 +161,14 @@ def rebaseline_command(
         raise UserError(f"Kafka has no topic {topic!r}: create it (produce to it) first")
     start = kafka.log_starts if from_start else kafka.log_ends
     with engine().begin() as conn:
-        stored = lock_topic(conn, settings.processor_group, topic)
+        stored = lock_topic(conn, LIVE, settings.processor_group, topic)
         status = status_of(topic, stored, kafka)
         if not status.startswith("REFUSED") and not force:
             raise NothingToRebaselineError(
                 f"{topic}: its stored offsets belong to its current life ({status}); "
                 "nothing to re-baseline (--force to reset them anyway)"
             )
-        rebaseline(conn, settings.processor_group, topic, kafka.topic_id, start)
+        rebaseline(conn, LIVE, settings.processor_group, topic, kafka.topic_id, start)
     where = "its first record" if from_start else "its end"
     offsets = ", ".join(f"{p}: {n}" for p, n in sorted(start.items()))
     print(

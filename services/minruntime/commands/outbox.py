@@ -8,7 +8,7 @@ fixed (say, the broker's ``message.max.bytes`` raised), and the relays publish t
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated
 
 import typer
 
@@ -20,10 +20,6 @@ outbox_app = typer.Typer(
     no_args_is_help=True,
 )
 
-_SET_ASIDE: Final = (
-    "SELECT id, topic, payload_bytes, failed_at, failure, attempts"
-    " FROM minruntime.outbox_set_aside ORDER BY created_at, id"
-)
 Ids = Annotated[
     list[str] | None,
     typer.Argument(metavar="[ID]...", help="Row ids to retry.", show_default=False),
@@ -34,12 +30,10 @@ All = Annotated[bool, typer.Option("--all", help="Retry every set-aside row.")]
 @outbox_app.command("list")
 def list_command(json_output: Json = False) -> None:
     """The set-aside rows: id, topic, size, when and why."""
-    import sqlalchemy as sa
+    from minruntime.store.outbox import set_aside_rows
 
     with engine().connect() as conn:
-        rows = [dict(row._mapping) for row in conn.execute(sa.text(_SET_ASIDE))]
-    for row in rows:
-        row["id"] = str(row["id"])
+        rows = set_aside_rows(conn)
     if json_output:
         print_json(rows)
         return
@@ -58,7 +52,8 @@ def retry_command(ids: Ids = None, retry_all: All = False) -> None:
     """Put set-aside rows back in the queue (the relays publish them at once)."""
     import uuid
 
-    from minruntime.stream.relay import retry_set_aside
+    from minruntime.store.outbox import retry_set_aside
+    from minruntime.store.schema import LIVE
 
     if bool(ids) == retry_all:
         raise UserError("name the row ids to retry, or pass --all (not both)")
@@ -68,5 +63,5 @@ def retry_command(ids: Ids = None, retry_all: All = False) -> None:
         except ValueError:
             raise UserError(f"{row_id!r} is not an outbox row id (a UUID)") from None
     with engine().begin() as conn:
-        count = retry_set_aside(conn, None if retry_all else ids)
+        count = retry_set_aside(conn, LIVE, None if retry_all else ids)
     print(f"{count} outbox row(s) put back in the queue")

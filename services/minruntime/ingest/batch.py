@@ -42,12 +42,15 @@ from minruntime.events import (
     dead_letter_record,
     decode_event,
 )
-from minruntime.ingest.bulk import insert_many
-from minruntime.ingest.offsets import lock_offsets
 from minruntime.ingest.podgroups import PodGroupProjection
 from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
-from minruntime.store.state_schema import is_live, state_text
+from minruntime.store import event_log
+from minruntime.store.dead_letters import record_dead_letters
+from minruntime.store.node_pools import upsert_configs, write_nodes
+from minruntime.store.offsets import lock_offsets, store_offsets
+from minruntime.store.outbox import OutboxMessage, enqueue
+from minruntime.store.schema import StateTables, tables_of
 
 # Stable outbox ids: the same record dead-lettered twice (a retried batch) is one message.
 _DEAD_LETTER_NAMESPACE: Final = uuid.UUID("6d1f3c2e-5b8a-4c3e-9f41-0a7d2b9e8c15")
@@ -66,60 +69,6 @@ _PODGROUP_TYPES: Final = (
     RequeueNominatedData,
 )
 
-_STORE_OFFSET: Final = (
-    "UPDATE minruntime_state.consumer_offsets SET next_offset = :next, updated_at = now()"
-    " WHERE consumer_group = :group AND topic = :topic AND partition = :partition"
-)
-_SEEN_IDS: Final = (
-    "SELECT e.source, e.event_id FROM minruntime_state.event_log e"
-    " JOIN unnest(CAST(:sources AS text[]), CAST(:ids AS text[])) AS u(source, event_id)"
-    " ON e.source = u.source AND e.event_id = u.event_id"
-)
-# Only for the pairs already in the log: does the stored event equal the one sent again? jsonb
-# equality, so whitespace and key order do not matter.
-_CONFLICTS: Final = (
-    "SELECT u.i, e.topic, e.partition, e.offset FROM minruntime_state.event_log e"
-    " JOIN unnest(CAST(:sources AS text[]), CAST(:ids AS text[]), CAST(:payloads AS text[]),"
-    " CAST(:indexes AS int[])) AS u(source, event_id, payload, i)"
-    " ON e.source = u.source AND e.event_id = u.event_id"
-    " WHERE e.payload <> CAST(u.payload AS jsonb)"
-)
-_LOG_COLUMNS: Final = {
-    "topic": "text",
-    "partition": "integer",
-    "offset": "bigint",
-    "event_id": "text",
-    "source": "text",
-    "type": "text",
-    "subject": "text",
-    "event_time": "timestamptz",
-    "payload": "jsonb",
-}
-_DEAD_LETTER: Final = (
-    'INSERT INTO minruntime_state.dead_letter_log (topic, partition, "offset", key, value,'
-    " key_text, value_text, kind, message, at) VALUES (:topic, :partition, :offset, :key,"
-    " :value, :key_text, :value_text, :kind, :message, :at)"
-    ' ON CONFLICT (topic, partition, "offset") DO NOTHING'
-)
-_OUTBOX: Final = (
-    "INSERT INTO minruntime_state.outbox (id, topic, key, payload, headers)"
-    " VALUES (:id, :topic, :key, :payload, CAST(:headers AS jsonb)) ON CONFLICT (id) DO NOTHING"
-)
-_UPSERT_CONFIG: Final = (
-    "INSERT INTO minruntime_state.node_pool_configs (node_pool, default_preempt_min_runtime,"
-    " default_reclaim_min_runtime, reclaim_resolve_method, default_requeue_delay)"
-    " VALUES (:node_pool, :preempt, :reclaim, :method, :delay) ON CONFLICT (node_pool)"
-    " DO UPDATE SET default_preempt_min_runtime = excluded.default_preempt_min_runtime,"
-    " default_reclaim_min_runtime = excluded.default_reclaim_min_runtime,"
-    " reclaim_resolve_method = excluded.reclaim_resolve_method,"
-    " default_requeue_delay = excluded.default_requeue_delay, updated_at = now()"
-)
-_UPSERT_NODE: Final = (
-    "INSERT INTO minruntime_state.node_state (name, node_pool, gpu) VALUES (:name, :pool, :gpu)"
-    " ON CONFLICT (name) DO UPDATE SET node_pool = excluded.node_pool, gpu = excluded.gpu,"
-    " updated_at = now()"
-)
-_DELETE_NODES: Final = "DELETE FROM minruntime_state.node_state WHERE name = ANY(:names)"
 NOMINATIONS_CHANNEL: Final = "minruntime_nominations"
 _NOTIFY_NOMINATED = sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}")
 
@@ -130,12 +79,14 @@ class _Batch:
     def __init__(
         self,
         conn: Connection,
+        tables: StateTables,
         group: str,
         topic_types: Mapping[str, frozenset[str]],
         dead_letter_topic: str = DEAD_LETTER_TOPIC,
         topic_lives: Mapping[str, TopicLife] | None = None,
     ):
         self.conn = conn
+        self.tables = tables
         self.topic_lives = topic_lives
         self.group = group
         self.topic_types = topic_types
@@ -150,7 +101,9 @@ class _Batch:
         partitions = sorted({(record.topic, record.partition) for record in records})
         if not partitions:
             return []
-        next_offsets = lock_offsets(self.conn, self.group, partitions, self.topic_lives)
+        next_offsets = lock_offsets(
+            self.conn, self.tables, self.group, partitions, self.topic_lives
+        )
         stored = dict(next_offsets)
         fresh = []
         for record in records:
@@ -161,13 +114,10 @@ class _Batch:
             next_offsets[where] = record.offset + 1
             fresh.append(record)
         self.outcome.next_offsets = next_offsets
-        changed = [
-            {"group": self.group, "topic": topic, "partition": partition, "next": offset}
-            for (topic, partition), offset in next_offsets.items()
-            if stored[(topic, partition)] != offset
-        ]
-        if changed:
-            self.conn.execute(state_text(self.conn, _STORE_OFFSET), changed)
+        changed = {
+            where: offset for where, offset in next_offsets.items() if stored[where] != offset
+        }
+        store_offsets(self.conn, self.tables, self.group, changed)
         return fresh
 
     def decode(self, records: list[InboundRecord]) -> list[tuple[InboundRecord, Event]]:
@@ -203,36 +153,19 @@ class _Batch:
 
     def unseen(self, decoded: list[tuple[InboundRecord, Event]]) -> set[tuple[str, str]]:
         """The (source, id) pairs of this batch already in the event log."""
-        if not decoded:
-            return set()
         keys = {(event.source, event.id) for _, event in decoded}
-        rows = self.conn.execute(
-            state_text(self.conn, _SEEN_IDS),
-            {"sources": [source for source, _ in keys], "ids": [id_ for _, id_ in keys]},
-        )
-        return {(row.source, row.event_id) for row in rows}
+        return event_log.logged_ids(self.conn, self.tables, keys)
 
     def conflicts(
         self, decoded: list[tuple[InboundRecord, Event]], seen: set[tuple[str, str]]
     ) -> dict[int, str]:
         """Index in ``decoded`` -> where its (source, id) was applied with other content."""
         again = [
-            (index, record, event)
+            (index, event.source, event.id, _text(record))
             for index, (record, event) in enumerate(decoded)
             if (event.source, event.id) in seen
         ]
-        if not again:
-            return {}
-        rows = self.conn.execute(
-            state_text(self.conn, _CONFLICTS),
-            {
-                "sources": [event.source for _, _, event in again],
-                "ids": [event.id for _, _, event in again],
-                "payloads": [_text(record) for _, record, _ in again],
-                "indexes": [index for index, _, _ in again],
-            },
-        )
-        return {row.i: f"{row.topic}/{row.partition}@{row.offset}" for row in rows}
+        return event_log.conflicting(self.conn, self.tables, again)
 
     def log(self, record: InboundRecord, event: Event) -> None:
         """Remember an applied event for the event log."""
@@ -255,7 +188,7 @@ class _Batch:
 
     def write_logs(self) -> None:
         """Insert the event log and the dead letters (table and outbox)."""
-        insert_many(self.conn, "minruntime_state.event_log", _LOG_COLUMNS, self.logged)
+        event_log.append(self.conn, self.tables, self.logged)
         if not self.dead:
             return
         now = datetime.now(UTC)
@@ -281,11 +214,11 @@ class _Batch:
                 _DEAD_LETTER_NAMESPACE, f"{record.topic}/{record.partition}/{record.offset}"
             )
             messages.append(
-                {
-                    "id": outbox_id,
-                    "topic": self.dead_letter_topic,
-                    "key": dead_letter_key(record.key),
-                    "payload": dead_letter_record(
+                OutboxMessage(
+                    id=outbox_id,
+                    topic=self.dead_letter_topic,
+                    key=dead_letter_key(record.key),
+                    payload=dead_letter_record(
                         key=record.key,
                         value=record.value,
                         topic=record.topic,
@@ -297,11 +230,11 @@ class _Batch:
                         event_id=event_id,
                         event_type=event_type,
                     ),
-                    "headers": json.dumps({"id": str(outbox_id), "errorKind": letter.kind}),
-                }
+                    headers={"id": str(outbox_id), "errorKind": letter.kind},
+                )
             )
-        self.conn.execute(state_text(self.conn, _DEAD_LETTER), letters)
-        self.conn.execute(state_text(self.conn, _OUTBOX), messages)
+        record_dead_letters(self.conn, self.tables, letters)
+        enqueue(self.conn, self.tables, messages)
 
 
 def topic_types_for(topic_roles: Mapping[str, str] | None) -> Mapping[str, frozenset[str]]:
@@ -329,8 +262,9 @@ def apply_batch(
     holds now) ties the stored offsets to each topic's life: a batch of a topic whose offsets
     came from another life raises TopicLifeChangedError and stores nothing (None: no check).
     """
+    tables = tables_of(conn)
     batch = _Batch(
-        conn, consumer_group, topic_types_for(topic_roles), dead_letter_topic, topic_lives
+        conn, tables, consumer_group, topic_types_for(topic_roles), dead_letter_topic, topic_lives
     )
     decoded = batch.decode(batch.fresh_records(records))
     seen = batch.unseen(decoded)
@@ -372,9 +306,10 @@ def apply_batch(
     if queues is not None:
         queues.flush()
     podgroups.flush()
-    _write_configs_and_nodes(conn, configs, nodes)
+    upsert_configs(conn, tables, list(configs.values()))
+    write_nodes(conn, tables, nodes)
     batch.write_logs()
-    if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)] and is_live(conn):
+    if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)] and tables.is_live:
         # Delivered at commit: a requeue worker waiting on this channel runs a cycle now.
         conn.execute(_NOTIFY_NOMINATED)
     return batch.outcome
@@ -441,21 +376,6 @@ def _apply_podgroup(event: Event, podgroups: PodGroupProjection) -> None:
         raise MinRuntimeError(f"{event.type} events are not applied by the processor")
 
 
-def _write_configs_and_nodes(
-    conn: Connection,
-    configs: dict[str, dict[str, Any]],
-    nodes: dict[str, dict[str, Any] | None],
-) -> None:
-    if configs:
-        conn.execute(state_text(conn, _UPSERT_CONFIG), list(configs.values()))
-    upserts = [node for node in nodes.values() if node is not None]
-    if upserts:
-        conn.execute(state_text(conn, _UPSERT_NODE), upserts)
-    deleted = [name for name, node in nodes.items() if node is None]
-    if deleted:
-        conn.execute(state_text(conn, _DELETE_NODES), {"names": deleted})
-
-
 def dead_letter_alone(
     conn: Connection,
     record: InboundRecord,
@@ -473,7 +393,12 @@ def dead_letter_alone(
     retrying cannot cure; a record already applied (its offset is stored) is skipped.
     """
     batch = _Batch(
-        conn, consumer_group, topic_types_for(topic_roles), dead_letter_topic, topic_lives
+        conn,
+        tables_of(conn),
+        consumer_group,
+        topic_types_for(topic_roles),
+        dead_letter_topic,
+        topic_lives,
     )
     for fresh in batch.fresh_records([record]):
         batch.dead_letter(fresh, kind, message, _event_or_none(fresh, batch.topic_types))

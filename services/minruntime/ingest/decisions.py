@@ -21,12 +21,10 @@ Applying an event twice changes nothing: the decision id is unique.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.core import REQUEUE_NOT_BEFORE_ANNOTATION, format_rfc3339
@@ -37,13 +35,10 @@ from minruntime.events import (
     RequeueSkippedData,
     encode_event,
 )
-from minruntime.store.state_schema import state_text
-from minruntime.store.tables import (
-    event_log,
-    outbox,
-    requeue_decision_log,
-    requeue_promises,
-)
+from minruntime.store import decisions as stored
+from minruntime.store import event_log
+from minruntime.store.outbox import OutboxMessage, enqueue
+from minruntime.store.schema import tables_of
 
 DecisionData = RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData
 
@@ -53,19 +48,7 @@ _OUTCOMES: Final[dict[type[DecisionData], str]] = {
     RequeueSkippedData: "skipped",
 }
 
-_CONSUME_NOMINATIONS: Final = (
-    "DELETE FROM minruntime_state.nominations WHERE uid = :uid AND nominated_by = ANY(:by)"
-)
 _CONSUMING_REASONS: Final = frozenset({"not_running"})
-
-_COMMIT_PODGROUP: Final = (
-    "UPDATE minruntime_state.podgroup_state SET"
-    " annotations = annotations || jsonb_build_object(CAST(:key AS text), CAST(:value AS text)),"
-    " requeue_not_before = :not_before,"
-    " awaiting_release = (status = 'running' AND start_time IS NOT DISTINCT FROM :run_start),"
-    " updated_at = now()"
-    " WHERE uid = :uid"
-)
 
 
 def decision_data(event: Event) -> DecisionData:
@@ -85,46 +68,39 @@ def apply_decisions(conn: Connection, events: Sequence[Event]) -> int:
     """Apply decision events inside the caller's transaction; return how many were new."""
     if not events:
         return 0
-    ids = [event.id for event in events]
-    seen = set(
-        conn.scalars(
-            sa.select(requeue_decision_log.c.decision_id).where(
-                requeue_decision_log.c.decision_id.in_(ids)
-            )
-        )
-    )
+    tables = tables_of(conn)
+    seen = stored.recorded_decision_ids(conn, tables, (event.id for event in events))
     fresh = [event for event in events if event.id not in seen]
     if not fresh:
         return 0
-    conn.execute(sa.insert(requeue_decision_log), [_log_row(event) for event in fresh])
+    stored.insert_decisions(conn, tables, [_log_row(event) for event in fresh])
     consumed = [
         {"uid": data.uid, "by": list(data.nominated_by)}
         for data in map(decision_data, fresh)
         if isinstance(data, RequeueCommittedData)
         or (isinstance(data, RequeueSkippedData) and data.reason in _CONSUMING_REASONS)
     ]
-    if consumed:
-        conn.execute(state_text(conn, _CONSUME_NOMINATIONS), consumed)
+    stored.consume_nominations(conn, tables, consumed)
     commits = [
         (event, data) for event in fresh if isinstance(data := event.data, RequeueCommittedData)
     ]
-    if commits:
-        conn.execute(
-            state_text(conn, _COMMIT_PODGROUP),
-            [
-                {
-                    "uid": data.uid,
-                    "key": REQUEUE_NOT_BEFORE_ANNOTATION,
-                    "value": format_rfc3339(data.requeue_not_before),
-                    "not_before": data.requeue_not_before,
-                    "run_start": data.run_start,
-                }
-                for _, data in commits
-            ],
-        )
-        promises = [row for event, data in commits for row in _promise_rows(event.id, data)]
-        if promises:
-            conn.execute(sa.insert(requeue_promises), promises)
+    stored.commit_cooldowns(
+        conn,
+        tables,
+        [
+            {
+                "uid": data.uid,
+                "key": REQUEUE_NOT_BEFORE_ANNOTATION,
+                "value": format_rfc3339(data.requeue_not_before),
+                "not_before": data.requeue_not_before,
+                "run_start": data.run_start,
+            }
+            for _, data in commits
+        ],
+    )
+    stored.insert_promises(
+        conn, tables, [row for event, data in commits for row in _promise_rows(event.id, data)]
+    )
     return len(fresh)
 
 
@@ -139,16 +115,17 @@ def record_decisions(conn: Connection, events: Sequence[Event], *, topic: str) -
     if applied != len(seen):
         raise RuntimeError("a requeue decision id was reused: decisions must be fresh events")
     encoded = log_decisions(conn, events, topic=topic)
-    conn.execute(
-        sa.insert(outbox),
+    enqueue(
+        conn,
+        tables_of(conn),
         [
-            {
-                "id": event.id,
-                "topic": topic,
-                "key": event.subject.encode(),
-                "payload": payload,
-                "headers": {"id": event.id, "type": event.type},
-            }
+            OutboxMessage(
+                id=event.id,
+                topic=topic,
+                key=event.subject.encode(),
+                payload=payload,
+                headers={"id": event.id, "type": event.type},
+            )
             for event, payload in encoded
         ],
     )
@@ -163,24 +140,24 @@ def log_decisions(
     Returns each event with its encoded bytes (the outbox payload).
     """
     encoded = [(event, encode_event(event)) for event in events]
-    if encoded:
-        conn.execute(
-            sa.insert(event_log),
-            [
-                {
-                    "topic": topic,
-                    "partition": None,
-                    "offset": None,
-                    "event_id": event.id,
-                    "source": event.source,
-                    "type": event.type,
-                    "subject": event.subject,
-                    "event_time": event.time,
-                    "payload": json.loads(payload),
-                }
-                for event, payload in encoded
-            ],
-        )
+    event_log.append(
+        conn,
+        tables_of(conn),
+        [
+            {
+                "topic": topic,
+                "partition": None,
+                "offset": None,
+                "event_id": event.id,
+                "source": event.source,
+                "type": event.type,
+                "subject": event.subject,
+                "event_time": event.time,
+                "payload": payload.decode(),
+            }
+            for event, payload in encoded
+        ],
+    )
     return encoded
 
 

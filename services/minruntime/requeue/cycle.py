@@ -26,7 +26,6 @@ from datetime import UTC, datetime, timedelta
 from time import perf_counter
 from typing import Final
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.core import (
@@ -51,6 +50,8 @@ from minruntime.events import (
 )
 from minruntime.ingest import record_decisions
 from minruntime.requeue.snapshot import LastDecision, last_decisions, load_cycle_inputs
+from minruntime.store.requeue import lock_podgroups
+from minruntime.store.schema import LIVE
 
 WORKER_SOURCE: Final = "minruntime/requeue-worker"
 """The CloudEvents ``source`` of every decision event."""
@@ -59,9 +60,6 @@ _UNCOMMITTED: Final[dict[RequeueOutcome, tuple[EventType, type[UncommittedDecisi
     RequeueOutcome.ROLLED_BACK: (EventType.REQUEUE_ROLLED_BACK, RequeueRolledBackData),
     RequeueOutcome.SKIPPED: (EventType.REQUEUE_SKIPPED, RequeueSkippedData),
 }
-_LOCK_ROWS = sa.text(
-    "SELECT uid FROM minruntime_state.podgroup_state WHERE uid = ANY(:uids) ORDER BY uid FOR UPDATE"
-)
 
 
 @dataclass(frozen=True)
@@ -132,7 +130,7 @@ def run_cycle(
         {uid for decision in plan.committed() for uid in (decision.uid, *decision.beneficiaries)}
     )
     if locked:
-        conn.execute(_LOCK_ROWS, {"uids": locked})
+        lock_podgroups(conn, LIVE, locked)
     if events:
         record_decisions(conn, events, topic=topic)
     written = perf_counter()

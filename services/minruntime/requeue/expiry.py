@@ -31,9 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
-import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 
 from minruntime.core import (
@@ -55,31 +53,17 @@ from minruntime.events import (
 )
 from minruntime.health import one_line
 from minruntime.health.outage import Backoff
-from minruntime.ingest.queues import load_tree
 from minruntime.requeue.cycle import WORKER_SOURCE
 from minruntime.requeue.metrics import RequeueMetrics
-from minruntime.requeue.snapshot import pool_unusable, read_node_pool_configs
-from minruntime.store.tables import outbox
+from minruntime.requeue.snapshot import pool_unusable
+from minruntime.store.node_pools import read_node_pool_configs
+from minruntime.store.outbox import OutboxMessage, enqueue
+from minruntime.store.queues import load_tree
+from minruntime.store.requeue import runs_ending_rows
+from minruntime.store.schema import LIVE
 
 log = logging.getLogger(__name__)
 
-# Running podgroups with a window that may end in (after, until]: a start time in
-# (after - span, until - span] for one of the minimum runtimes in use. The ranges are merged
-# into one multirange once per query, so each running row costs one containment test (a
-# per-row subquery over the spans was ten times slower at 50,000 running podgroups). Python
-# computes the exact windows of the few rows that match. The arithmetic is done in UTC
-# (timestamp, not timestamptz): in a session time zone with daylight saving, timestamptz minus
-# '1 day' is 23 or 25 hours across the change, while a timedelta day is always 24.
-_RUNS_ENDING: Final = sa.text(
-    "SELECT uid, queue, node_pool, start_time FROM minruntime_state.podgroup_state"
-    " WHERE status = 'running' AND start_time <@ ("
-    "  SELECT range_agg(tstzrange((:after - s.span) AT TIME ZONE 'UTC',"
-    "   (:until - s.span) AT TIME ZONE 'UTC', '(]'))"
-    "  FROM unnest(CAST(:spans AS interval[])) AS s(span))"
-)
-_INSERT_OUTBOX: Final = (
-    insert(outbox).on_conflict_do_nothing(index_elements=[outbox.c.id]).returning(outbox.c.id)
-)
 _RULES: Final[dict[ProtectionRule, Literal["preempt", "reclaim"]]] = {
     ProtectionRule.PREEMPT: "preempt",
     ProtectionRule.RECLAIM: "reclaim",
@@ -178,19 +162,20 @@ def write_expiries(
                 excluded.append(_unusable_run(window.run, error))
     if not events:
         return set()
-    rows = [
-        {
-            "id": event.id,
-            "topic": topic,
-            "key": event.subject.encode(),
-            "payload": encode_event(event),
-            "headers": {"id": event.id, "type": event.type},
-        }
-        for event in events
-    ]
-    # executemany with RETURNING: SQLAlchemy batches it into few multi-row statements.
-    written = conn.execute(_INSERT_OUTBOX, rows).scalars()
-    return {str(row_id) for row_id in written}
+    return enqueue(
+        conn,
+        LIVE,
+        [
+            OutboxMessage(
+                id=event.id,
+                topic=topic,
+                key=event.subject.encode(),
+                payload=encode_event(event),
+                headers={"id": event.id, "type": event.type},
+            )
+            for event in events
+        ],
+    )
 
 
 def load_runs_ending(
@@ -200,17 +185,11 @@ def load_runs_ending(
     span_list = sorted(spans)
     if not span_list:
         return []
-    bounds = {"after": _utc_naive(after), "until": _utc_naive(until)}
-    rows = conn.execute(_RUNS_ENDING, {"spans": span_list, **bounds})
+    rows = runs_ending_rows(conn, LIVE, span_list, after, until)
     return [
         ProtectedRun(uid=uid, start_time=start, queue=queue, node_pool=pool)
         for uid, queue, pool, start in rows
     ]
-
-
-def _utc_naive(moment: datetime) -> datetime:
-    # Sent as a timestamp without time zone, read as UTC by the query.
-    return moment.astimezone(UTC).replace(tzinfo=None)
 
 
 class ProtectionExpiry:
@@ -284,8 +263,8 @@ class ProtectionExpiry:
         self._due = latest if report.next_end is None else min(report.next_end, latest)
 
     def _current_windows(self, conn: Connection) -> ProtectionWindows:
-        tree = load_tree(conn)
-        configs, self._bad_pools = read_node_pool_configs(conn)
+        tree = load_tree(conn, LIVE)
+        configs, self._bad_pools = read_node_pool_configs(conn, LIVE)
         cached = self._windows
         if cached is None or cached.tree is not tree or cached.configs != configs:
             cached = self._windows = ProtectionWindows(tree, configs)

@@ -1,9 +1,8 @@
 """Read one requeue cycle's inputs from the projections: the cluster, the rules, the nominations.
 
 Everything is read in the caller's transaction (the worker uses REPEATABLE READ, so the whole
-cycle sees one consistent state). Rows come straight from psycopg cursors: a cycle at the
-benchmark's scale reads tens of thousands of pods, and SQLAlchemy's per-row objects would
-cost more than the queries.
+cycle sees one consistent state), by ``store.requeue.read_cycle_rows`` from one schema: the
+live one, or the shadow a ``StateTables`` names.
 
 What counts (docs/requeue-worker.md):
 - running: submitted podgroups with status ``running``; their allocated pods use capacity;
@@ -22,7 +21,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
 
@@ -32,7 +31,6 @@ from minruntime.core import (
     ClusterSnapshot,
     Exclusion,
     ExclusionReason,
-    MinRuntimeConfig,
     MinRuntimeError,
     Node,
     NodePoolConfigs,
@@ -43,73 +41,12 @@ from minruntime.core import (
     SubGroup,
     exclusion_reason,
 )
-from minruntime.ingest.queues import load_tree
+from minruntime.store.node_pools import read_node_pool_configs
+from minruntime.store.queues import load_tree
+from minruntime.store.requeue import last_decision_rows, read_cycle_rows
+from minruntime.store.schema import LIVE, StateTables
 
 log = logging.getLogger(__name__)
-
-_NODES: Final = "SELECT name, node_pool, gpu FROM minruntime_state.node_state ORDER BY name"
-# Times the planner can use: psycopg cannot even return a year-0 or year-10000 value (or
-# PostgreSQL's infinity), so such rows are recognised in SQL, with a day's margin for the
-# session's time zone, and excluded in Python with their reason.
-_SANE_TIME: Final = "BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'"
-
-
-def _guarded_time(column: str) -> str:
-    return (
-        f"CASE WHEN {column} {_SANE_TIME} THEN {column} END,"
-        f" ({column} IS NOT NULL AND {column} NOT {_SANE_TIME})"
-    )
-
-
-_PODGROUPS: Final = (
-    "SELECT uid, queue, node_pool, priority, preemptible, status,"
-    f" {_guarded_time('start_time')}, annotations, awaiting_release,"
-    f" {_guarded_time('submitted_at')} FROM minruntime_state.podgroup_state"
-    " WHERE submitted AND status IN ('running', 'pending') ORDER BY uid"
-)
-_PODS: Final = (
-    "SELECT p.uid, p.name, p.subgroup, p.gpu, p.node, p.allocated"
-    " FROM minruntime_state.pod_state p JOIN minruntime_state.podgroup_state g USING (uid)"
-    " WHERE g.submitted AND g.status IN ('running', 'pending') ORDER BY p.uid, p.name"
-)
-_SUBGROUPS: Final = (
-    "SELECT s.uid, s.name, s.min_available FROM minruntime_state.subgroup_state s"
-    " JOIN minruntime_state.podgroup_state g USING (uid)"
-    " WHERE g.submitted AND g.status IN ('running', 'pending') ORDER BY s.uid, s.ctid"
-)
-_PROMISES: Final = (
-    "SELECT r.beneficiary, r.node, sum(r.gpu) FROM minruntime_state.requeue_promises r"
-    " JOIN minruntime_state.podgroup_state g ON g.uid = r.beneficiary AND g.status = 'pending'"
-    " WHERE r.expires_at > %(now)s GROUP BY r.beneficiary, r.node"
-)
-# Durations a timedelta can hold (the core's are at most ~292 years): a stored interval
-# outside that range cannot be read, and its node pool is left out instead.
-_CONFIG_OK: Final = " AND ".join(
-    f"coalesce({column} BETWEEN interval '0' AND interval '290 years', true)"
-    for column in (
-        "default_preempt_min_runtime",
-        "default_reclaim_min_runtime",
-        "default_requeue_delay",
-    )
-)
-_CONFIGS: Final = (
-    "SELECT node_pool, default_preempt_min_runtime, default_reclaim_min_runtime,"
-    " reclaim_resolve_method, default_requeue_delay FROM minruntime_state.node_pool_configs"
-    f" WHERE {_CONFIG_OK}"
-)
-_BAD_CONFIGS: Final = (
-    f"SELECT node_pool FROM minruntime_state.node_pool_configs WHERE NOT ({_CONFIG_OK})"
-)
-_NOMINATIONS: Final = (
-    "SELECT n.uid, n.nominated_by FROM minruntime_state.nominations n"
-    " LEFT JOIN minruntime_state.podgroup_state g USING (uid)"
-    " WHERE g.start_time IS NULL OR g.start_time <= n.nominated_at ORDER BY n.uid, n.nominated_by"
-)
-_LAST_DECISIONS: Final = (
-    "SELECT DISTINCT ON (uid) uid, outcome, reason, nominated_by, run_start"
-    " FROM minruntime_state.requeue_decision_log WHERE uid = ANY(%(uids)s)"
-    " ORDER BY uid, seq DESC"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,32 +187,25 @@ class _Reader:
         return promised, promised_to
 
 
-def load_cycle_inputs(conn: Connection, now: datetime) -> CycleInputs:
+def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIVE) -> CycleInputs:
     """Read the snapshot, queue tree, configs and external nominations at ``now``.
 
-    Never raises for what the projections hold: a node, podgroup, node pool or the queue
-    tree the planner cannot use is left out, with its reason in ``excluded``.
+    Every row comes from ``tables`` (the live schema unless a shadow's is given). Never raises
+    for what the projections hold: a node, podgroup, node pool or the queue tree the planner
+    cannot use is left out, with its reason in ``excluded``.
     """
-    driver = conn.connection.driver_connection
-    assert driver is not None
     reader = _Reader()
-    with driver.cursor() as cursor:
-        cursor.execute(_NODES)
-        nodes = reader.nodes(cursor)
-        cursor.execute(_PODGROUPS)
-        rows = [_Row._make(row) for row in cursor.fetchall()]
-        cursor.execute(_PODS)
-        pods = reader.pods(cursor)
-        cursor.execute(_SUBGROUPS)
-        subgroups = reader.subgroups(cursor)
-        cursor.execute(_PROMISES, {"now": now})
-        promised, promised_to = reader.promises(cursor)
-        configs, bad_pools = _read_configs(cursor)
-        cursor.execute(_NOMINATIONS)
-        nominations = cursor.fetchall()
+    stored = read_cycle_rows(conn, tables, now)
+    nodes = reader.nodes(stored.nodes)
+    rows = [_Row._make(row) for row in stored.podgroups]
+    pods = reader.pods(stored.pods)
+    subgroups = reader.subgroups(stored.subgroups)
+    promised, promised_to = reader.promises(stored.promises)
+    configs, bad_pools = stored.configs, stored.bad_pools
+    nominations = stored.nominations
     tree: QueueTree | None
     try:
-        tree = load_tree(conn)
+        tree = load_tree(conn, tables)
     except MinRuntimeError as error:
         reader.exclude("queue_tree", "queues", ExclusionReason.INVALID_QUEUE_TREE, str(error))
         tree = None
@@ -378,36 +308,9 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def load_node_pool_configs(conn: Connection) -> NodePoolConfigs:
+def load_node_pool_configs(conn: Connection, tables: StateTables = LIVE) -> NodePoolConfigs:
     """The stored plugin arguments of every node pool whose row is usable."""
-    return read_node_pool_configs(conn)[0]
-
-
-def read_node_pool_configs(conn: Connection) -> tuple[NodePoolConfigs, set[str]]:
-    """The stored plugin arguments of every node pool, and the pools whose row is unusable."""
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
-        return _read_configs(cursor)
-
-
-def _read_configs(cursor: Any) -> tuple[NodePoolConfigs, set[str]]:
-    cursor.execute(_CONFIGS)
-    configs: dict[str, MinRuntimeConfig] = {}
-    bad_pools: set[str] = set()
-    for pool, preempt, reclaim, method, delay in cursor.fetchall():
-        try:
-            configs[pool] = MinRuntimeConfig(
-                default_preempt_min_runtime=preempt,
-                default_reclaim_min_runtime=reclaim,
-                reclaim_resolve_method=method,
-                default_requeue_delay=delay,
-            )
-        except MinRuntimeError:
-            bad_pools.add(pool)
-    cursor.execute(_BAD_CONFIGS)
-    bad_pools.update(pool for (pool,) in cursor)
-    return NodePoolConfigs(configs), bad_pools
+    return read_node_pool_configs(conn, tables)[0]
 
 
 def pool_unusable(pool: str, bad_pools: set[str], configs: NodePoolConfigs) -> bool:
@@ -419,16 +322,10 @@ def pool_unusable(pool: str, bad_pools: set[str], configs: NodePoolConfigs) -> b
 
 def last_decisions(conn: Connection, uids: list[str]) -> dict[str, LastDecision]:
     """The newest recorded decision of each of ``uids`` that has one."""
-    if not uids:
-        return {}
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
-        cursor.execute(_LAST_DECISIONS, {"uids": uids})
-        return {
-            uid: LastDecision(outcome, reason, tuple(nominated_by), run_start)
-            for uid, outcome, reason, nominated_by, run_start in cursor
-        }
+    return {
+        uid: LastDecision(outcome, reason, tuple(nominated_by), run_start)
+        for uid, outcome, reason, nominated_by, run_start in last_decision_rows(conn, LIVE, uids)
+    }
 
 
 def _shape(

@@ -33,7 +33,6 @@ from datetime import UTC, datetime
 from typing import Final
 
 import psycopg
-import sqlalchemy as sa
 from psycopg import errors as pg_errors
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -44,17 +43,12 @@ from minruntime.health.outage import Backoff, StatusLine
 from minruntime.ingest import NOMINATIONS_CHANNEL
 from minruntime.requeue.cycle import CycleReport, run_cycle
 from minruntime.requeue.metrics import RequeueMetrics
+from minruntime.store.requeue import own_role_senders, try_leader_lock
 
 log = logging.getLogger(__name__)
 
 # pg_try_advisory_lock key of the worker role: "minrtrqw" as a big-endian int64.
 LEADER_LOCK_KEY: Final = int.from_bytes(b"minrtrqw", "big", signed=True)
-_TRY_LOCK = sa.text("SELECT pg_try_advisory_lock(:key)")
-# Which of these backends (notification senders) run as this session's role. A sender that
-# already disconnected is not found: its notification is ignored (the timer still runs).
-_OWN_ROLE_SENDERS = sa.text(
-    "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(:pids) AND usename = session_user"
-)
 _CONFLICTS: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 
 
@@ -146,7 +140,7 @@ class RequeueWorker:
         return max(3 * self._options.interval_seconds, 60.0)
 
     def _try_lead(self, conn: Connection) -> bool:
-        acquired = bool(conn.execute(_TRY_LOCK, {"key": LEADER_LOCK_KEY}).scalar_one())
+        acquired = try_leader_lock(conn, LEADER_LOCK_KEY)
         conn.commit()
         return acquired
 
@@ -246,7 +240,8 @@ class RequeueWorker:
         """True when one of ``senders`` is a backend of this worker's role; count the others."""
         pids = sorted(set(senders))
         # A fresh transaction: pg_stat_activity is a snapshot per transaction.
-        own = int(conn.execute(_OWN_ROLE_SENDERS, {"pids": pids}).scalar_one())
+        # A sender that already disconnected is not found: its notification is ignored.
+        own = own_role_senders(conn, pids)
         conn.rollback()
         if own:
             return True

@@ -8,40 +8,24 @@ counters count what this process's relay did. Labels are finite: the set-aside r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy import Engine
+
+from minruntime.store.outbox import OutboxStats, outbox_stats
+from minruntime.store.schema import LIVE
 
 if TYPE_CHECKING:
     from minruntime.stream.relay import PublishReport
 
 SET_ASIDE_REASONS: Final = ("too_large", "invalid_topic", "invalid_record", "unencodable")
 
-_STATS: Final = sa.text(
-    "SELECT count(*) FILTER (WHERE failed_at IS NULL),"
-    " coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE failed_at IS NULL)), 0),"
-    " count(*) FILTER (WHERE failed_at IS NOT NULL)"
-    " FROM minruntime_state.outbox WHERE published_at IS NULL"
-)
-
-
-@dataclass(frozen=True)
-class OutboxStats:
-    """The outbox as the table has it now."""
-
-    backlog: int
-    oldest_age_seconds: float
-    set_aside: int
-
 
 def read_outbox_stats(engine: Engine) -> OutboxStats:
     """Pending rows, the age of the oldest one, and rows set aside."""
     with engine.connect() as conn:
-        backlog, age, set_aside = conn.execute(_STATS).one()
-    return OutboxStats(int(backlog), float(age), int(set_aside))
+        return outbox_stats(conn, LIVE)
 
 
 class OutboxMetrics:

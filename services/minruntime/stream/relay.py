@@ -24,12 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import sqlalchemy as sa
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from minruntime.health.outage import Backoff
 from minruntime.kafka_access import KafkaAccess
-from minruntime.store.tables import outbox
+from minruntime.store import outbox
+from minruntime.store.outbox import OutboxRow
+from minruntime.store.schema import LIVE
 from minruntime.stream.outbox_metrics import OutboxMetrics, read_outbox_stats
 
 log = logging.getLogger(__name__)
@@ -37,16 +38,6 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS: Final = 10.0
 # How often the backlog gauges are refreshed from the table.
 STATS_SECONDS: Final = 2.0
-
-
-@dataclass(frozen=True)
-class OutboxRow:
-    """One message waiting to be published."""
-
-    id: str
-    topic: str
-    key: bytes | None
-    value: bytes
 
 
 @dataclass
@@ -90,57 +81,6 @@ def permanent_reason(error: BaseException) -> str | None:
         if isinstance(error, kinds):
             return reason
     return None
-
-
-def claim(conn: Connection, limit: int) -> list[OutboxRow]:
-    """Lock up to `limit` pending rows, oldest first, skipping rows another relay holds."""
-    rows = conn.execute(
-        sa.select(outbox.c.id, outbox.c.topic, outbox.c.key, outbox.c.payload)
-        .where(outbox.c.published_at.is_(None), outbox.c.failed_at.is_(None))
-        .order_by(outbox.c.created_at, outbox.c.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    ).all()
-    # Both columns are bytea: psycopg returns bytes (bytes() also accepts a memoryview).
-    return [
-        OutboxRow(str(r.id), r.topic, None if r.key is None else bytes(r.key), bytes(r.payload))
-        for r in rows
-    ]
-
-
-def mark_published(conn: Connection, ids: Sequence[str]) -> None:
-    """Record that these rows reached Kafka."""
-    if ids:
-        conn.execute(
-            sa.update(outbox).where(outbox.c.id.in_(list(ids))).values(published_at=sa.func.now())
-        )
-
-
-def record_failures(conn: Connection, report: PublishReport) -> None:
-    """Set aside the rows refused for good; count an attempt on the rows to retry."""
-    for row_id, _, failure in report.set_aside:
-        conn.execute(
-            sa.update(outbox)
-            .where(outbox.c.id == row_id)
-            .values(failed_at=sa.func.now(), failure=failure, attempts=outbox.c.attempts + 1)
-        )
-    if report.retry:
-        conn.execute(
-            sa.update(outbox)
-            .where(outbox.c.id.in_(report.retry))
-            .values(attempts=outbox.c.attempts + 1)
-        )
-
-
-def retry_set_aside(conn: Connection, ids: Sequence[str] | None = None) -> int:
-    """Put set-aside rows (these ids, or all with None) back in the queue; return how many."""
-    statement = sa.update(outbox).where(
-        outbox.c.published_at.is_(None), outbox.c.failed_at.is_not(None)
-    )
-    if ids is not None:
-        statement = statement.where(outbox.c.id.in_(list(ids)))
-    result = conn.execute(statement.values(failed_at=None))
-    return int(result.rowcount)
 
 
 class OutboxRelay:
@@ -214,13 +154,19 @@ class OutboxRelay:
         conn = await asyncio.to_thread(self._engine.connect)
         try:
             transaction = conn.begin()
-            rows = await asyncio.to_thread(claim, conn, self._batch)
+            rows = await asyncio.to_thread(outbox.claim, conn, LIVE, self._batch)
             if not rows:
                 transaction.rollback()
                 return PublishReport()
             report = await send_rows(producer, rows)
-            await asyncio.to_thread(mark_published, conn, report.published)
-            await asyncio.to_thread(record_failures, conn, report)
+            await asyncio.to_thread(outbox.mark_published, conn, LIVE, report.published)
+            await asyncio.to_thread(
+                outbox.record_failures,
+                conn,
+                LIVE,
+                [(row_id, failure) for row_id, _, failure in report.set_aside],
+                report.retry,
+            )
             await asyncio.to_thread(transaction.commit)
         finally:
             await asyncio.to_thread(conn.close)

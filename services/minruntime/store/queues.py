@@ -1,0 +1,148 @@
+"""The queue tree as stored: its one loader (cached per connection by version) and writer.
+
+Tree changes are rare; the projection (``ingest.queues``) re-resolves every queue with the
+core on each change and writes only the rows that differ. The tree is cached per database
+connection and schema, keyed by a random version token the writer replaces on every change: a
+rolled-back change leaves a token nobody else can ever write, so a stale cache is reloaded.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from sqlalchemy import Connection
+
+from minruntime.core import Queue, QueueTree
+from minruntime.store.schema import StateTables
+
+_CACHE_KEY: Final = "minruntime.queue_tree"
+
+# name, parent, preempt, reclaim, path, preempt_resolved, preempt_source,
+# reclaim_resolved, reclaim_source
+QueueRow = tuple[
+    str,
+    str | None,
+    timedelta | None,
+    timedelta | None,
+    tuple[str, ...],
+    timedelta | None,
+    str | None,
+    timedelta | None,
+    str | None,
+]
+
+_LOCK_VERSION: Final = (
+    "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton FOR UPDATE"
+)
+_READ_VERSION: Final = "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton"
+_LOAD: Final = (
+    "SELECT name, parent, preempt_min_runtime, reclaim_min_runtime, path, preempt_resolved,"
+    " preempt_source, reclaim_resolved, reclaim_source FROM minruntime_state.queue_nodes"
+)
+_UPSERT: Final = (
+    "INSERT INTO minruntime_state.queue_nodes (name, parent, preempt_min_runtime,"
+    " reclaim_min_runtime, path, preempt_resolved, preempt_source, reclaim_resolved,"
+    " reclaim_source) VALUES (:name, :parent, :preempt, :reclaim, :path, :preempt_resolved,"
+    " :preempt_source, :reclaim_resolved, :reclaim_source)"
+    " ON CONFLICT (name) DO UPDATE SET parent = excluded.parent,"
+    " preempt_min_runtime = excluded.preempt_min_runtime,"
+    " reclaim_min_runtime = excluded.reclaim_min_runtime, path = excluded.path,"
+    " preempt_resolved = excluded.preempt_resolved, preempt_source = excluded.preempt_source,"
+    " reclaim_resolved = excluded.reclaim_resolved, reclaim_source = excluded.reclaim_source,"
+    " updated_at = now()"
+)
+_DELETE: Final = "DELETE FROM minruntime_state.queue_nodes WHERE name = ANY(:names)"
+_SET_VERSION: Final = (
+    "INSERT INTO minruntime_state.queue_tree_version (singleton, version) VALUES (true, :v)"
+    " ON CONFLICT (singleton) DO UPDATE SET version = excluded.version"
+)
+
+
+def _cache_key(tables: StateTables) -> tuple[str, str]:
+    # Per state schema: a shadow schema's tree never answers for the live one.
+    return (_CACHE_KEY, tables.schema)
+
+
+@dataclass(frozen=True)
+class StoredTree:
+    """The queue tree as stored: its version token, the tree, and every queue's row."""
+
+    version: uuid.UUID
+    tree: QueueTree
+    rows: dict[str, QueueRow]
+
+
+def stored_tree(conn: Connection, tables: StateTables, *, lock: bool = False) -> StoredTree:
+    """The tree as stored, from this connection's cache when its version is still current.
+
+    ``lock``: lock the version row until commit (a writer's view: no concurrent change).
+    """
+    query = _LOCK_VERSION if lock else _READ_VERSION
+    version = conn.execute(tables.text(query)).scalar_one_or_none()
+    cached = conn.info.get(_cache_key(tables))
+    if isinstance(cached, StoredTree) and version is not None and cached.version == version:
+        return cached
+    rows = {row[0]: _row_of(row) for row in conn.execute(tables.text(_LOAD))}
+    tree = QueueTree(
+        Queue(name=r[0], parent=r[1], preempt_min_runtime=r[2], reclaim_min_runtime=r[3])
+        for r in rows.values()
+    )
+    return StoredTree(version or uuid.UUID(int=0), tree, rows)
+
+
+def load_tree(conn: Connection, tables: StateTables) -> QueueTree:
+    """The queue tree as stored (read only, no lock; cached per connection by version)."""
+    current = stored_tree(conn, tables)
+    if current.version.int:
+        conn.info[_cache_key(tables)] = current
+    return current.tree
+
+
+def write_tree(
+    conn: Connection,
+    tables: StateTables,
+    tree: QueueTree,
+    rows: dict[str, QueueRow],
+    changed: Sequence[QueueRow],
+    removed: Sequence[str],
+) -> None:
+    """Write the changed rows, delete the removed queues, and replace the version token."""
+    if removed:
+        conn.execute(tables.text(_DELETE), {"names": list(removed)})
+    if changed:
+        conn.execute(tables.text(_UPSERT), [_params(row) for row in changed])
+    version = uuid.uuid4()
+    conn.execute(tables.text(_SET_VERSION), {"v": version})
+    conn.info[_cache_key(tables)] = StoredTree(version, tree, rows)
+
+
+def _row_of(row: Any) -> QueueRow:
+    return (
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        tuple(row[4]),
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+    )
+
+
+def _params(row: QueueRow) -> dict[str, Any]:
+    return {
+        "name": row[0],
+        "parent": row[1],
+        "preempt": row[2],
+        "reclaim": row[3],
+        "path": list(row[4]),
+        "preempt_resolved": row[5],
+        "preempt_source": row[6],
+        "reclaim_resolved": row[7],
+        "reclaim_source": row[8],
+    }

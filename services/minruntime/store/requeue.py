@@ -1,0 +1,182 @@
+"""What the requeue worker reads and locks: one cycle's rows, the last decisions, the runs
+whose protection ends, and the leader lock.
+
+Every read of a cycle goes through one ``StateTables``, so a cycle reads one schema. Rows
+come straight from psycopg cursors: a cycle at the benchmark's scale reads tens of thousands
+of pods, and SQLAlchemy's per-row objects would cost more than the queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from minruntime.core import NodePoolConfigs
+from minruntime.store.node_pools import read_configs
+from minruntime.store.schema import StateTables
+
+_NODES: Final = "SELECT name, node_pool, gpu FROM minruntime_state.node_state ORDER BY name"
+# Times the planner can use: psycopg cannot even return a year-0 or year-10000 value (or
+# PostgreSQL's infinity), so such rows are recognised in SQL, with a day's margin for the
+# session's time zone, and excluded by the reader with their reason.
+_SANE_TIME: Final = "BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'"
+
+
+def _guarded_time(column: str) -> str:
+    return (
+        f"CASE WHEN {column} {_SANE_TIME} THEN {column} END,"
+        f" ({column} IS NOT NULL AND {column} NOT {_SANE_TIME})"
+    )
+
+
+_PODGROUPS: Final = (
+    "SELECT uid, queue, node_pool, priority, preemptible, status,"
+    f" {_guarded_time('start_time')}, annotations, awaiting_release,"
+    f" {_guarded_time('submitted_at')} FROM minruntime_state.podgroup_state"
+    " WHERE submitted AND status IN ('running', 'pending') ORDER BY uid"
+)
+_PODS: Final = (
+    "SELECT p.uid, p.name, p.subgroup, p.gpu, p.node, p.allocated"
+    " FROM minruntime_state.pod_state p JOIN minruntime_state.podgroup_state g USING (uid)"
+    " WHERE g.submitted AND g.status IN ('running', 'pending') ORDER BY p.uid, p.name"
+)
+_SUBGROUPS: Final = (
+    "SELECT s.uid, s.name, s.min_available FROM minruntime_state.subgroup_state s"
+    " JOIN minruntime_state.podgroup_state g USING (uid)"
+    " WHERE g.submitted AND g.status IN ('running', 'pending') ORDER BY s.uid, s.ctid"
+)
+_PROMISES: Final = (
+    "SELECT r.beneficiary, r.node, sum(r.gpu) FROM minruntime_state.requeue_promises r"
+    " JOIN minruntime_state.podgroup_state g ON g.uid = r.beneficiary AND g.status = 'pending'"
+    " WHERE r.expires_at > %(now)s GROUP BY r.beneficiary, r.node"
+)
+_NOMINATIONS: Final = (
+    "SELECT n.uid, n.nominated_by FROM minruntime_state.nominations n"
+    " LEFT JOIN minruntime_state.podgroup_state g USING (uid)"
+    " WHERE g.start_time IS NULL OR g.start_time <= n.nominated_at ORDER BY n.uid, n.nominated_by"
+)
+_LAST_DECISIONS: Final = (
+    "SELECT DISTINCT ON (uid) uid, outcome, reason, nominated_by, run_start"
+    " FROM minruntime_state.requeue_decision_log WHERE uid = ANY(%(uids)s)"
+    " ORDER BY uid, seq DESC"
+)
+_LOCK_PODGROUPS: Final = (
+    "SELECT uid FROM minruntime_state.podgroup_state WHERE uid = ANY(:uids) ORDER BY uid FOR UPDATE"
+)
+# Running podgroups with a window that may end in (after, until]: a start time in
+# (after - span, until - span] for one of the minimum runtimes in use. The ranges are merged
+# into one multirange once per query, so each running row costs one containment test (a
+# per-row subquery over the spans was ten times slower at 50,000 running podgroups). The
+# arithmetic is done in UTC (timestamp, not timestamptz): in a session time zone with daylight
+# saving, timestamptz minus '1 day' is 23 or 25 hours across the change, while a timedelta day
+# is always 24.
+_RUNS_ENDING: Final = (
+    "SELECT uid, queue, node_pool, start_time FROM minruntime_state.podgroup_state"
+    " WHERE status = 'running' AND start_time <@ ("
+    "  SELECT range_agg(tstzrange((:after - s.span) AT TIME ZONE 'UTC',"
+    "   (:until - s.span) AT TIME ZONE 'UTC', '(]'))"
+    "  FROM unnest(CAST(:spans AS interval[])) AS s(span))"
+)
+_TRY_LOCK: Final = sa.text("SELECT pg_try_advisory_lock(:key)")
+# Which of these backends (notification senders) run as this session's role. A sender that
+# already disconnected is not found.
+_OWN_ROLE_SENDERS: Final = sa.text(
+    "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(:pids) AND usename = session_user"
+)
+
+
+@dataclass(frozen=True)
+class CycleRows:
+    """One cycle's rows as stored, before the core's checks (``requeue.snapshot`` builds)."""
+
+    # (name, node_pool, gpu)
+    nodes: list[tuple[Any, ...]]
+    # The columns of ``requeue.snapshot._Row``.
+    podgroups: list[tuple[Any, ...]]
+    # (uid, name, subgroup, gpu, node, allocated)
+    pods: list[tuple[Any, ...]]
+    # (uid, name, min_available)
+    subgroups: list[tuple[Any, ...]]
+    # (beneficiary, node, gpu) of the promises in force
+    promises: list[tuple[Any, ...]]
+    configs: NodePoolConfigs
+    # Node pools whose stored row is unusable.
+    bad_pools: set[str]
+    # (uid, nominator) of the nominations that concern the current run
+    nominations: list[tuple[Any, ...]]
+
+
+def read_cycle_rows(conn: Connection, tables: StateTables, now: datetime) -> CycleRows:
+    """Every row one requeue cycle reads at ``now``, from ``tables`` only."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor:
+
+        def rows(statement: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+            cursor.execute(tables.sql(statement), params)
+            fetched: list[tuple[Any, ...]] = cursor.fetchall()
+            return fetched
+
+        nodes = rows(_NODES)
+        podgroups = rows(_PODGROUPS)
+        pods = rows(_PODS)
+        subgroups = rows(_SUBGROUPS)
+        promises = rows(_PROMISES, {"now": now})
+        configs, bad_pools = read_configs(cursor, tables)
+        nominations = rows(_NOMINATIONS)
+    return CycleRows(nodes, podgroups, pods, subgroups, promises, configs, bad_pools, nominations)
+
+
+def last_decision_rows(
+    conn: Connection, tables: StateTables, uids: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """(uid, outcome, reason, nominated_by, run_start) of the newest decision of each uid."""
+    if not uids:
+        return []
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor:
+        cursor.execute(tables.sql(_LAST_DECISIONS), {"uids": list(uids)})
+        fetched: list[tuple[Any, ...]] = cursor.fetchall()
+        return fetched
+
+
+def lock_podgroups(conn: Connection, tables: StateTables, uids: Sequence[str]) -> None:
+    """Lock these podgroups' rows until commit (in uid order: no deadlock between lockers)."""
+    conn.execute(tables.text(_LOCK_PODGROUPS), {"uids": list(uids)})
+
+
+def runs_ending_rows(
+    conn: Connection,
+    tables: StateTables,
+    spans: Sequence[timedelta],
+    after: datetime,
+    until: datetime,
+) -> list[tuple[Any, ...]]:
+    """(uid, queue, node_pool, start_time) of running podgroups whose start + a span is in
+    (after, until]."""
+    bounds = {"after": _utc_naive(after), "until": _utc_naive(until)}
+    return [
+        tuple(row)
+        for row in conn.execute(tables.text(_RUNS_ENDING), {"spans": list(spans), **bounds})
+    ]
+
+
+def _utc_naive(moment: datetime) -> datetime:
+    # Sent as a timestamp without time zone, read as UTC by the query.
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def try_leader_lock(conn: Connection, key: int) -> bool:
+    """Take the session advisory lock ``key`` if free (released when the session ends)."""
+    return bool(conn.execute(_TRY_LOCK, {"key": key}).scalar_one())
+
+
+def own_role_senders(conn: Connection, pids: Sequence[int]) -> int:
+    """How many of the backends ``pids`` run as this session's role."""
+    return int(conn.execute(_OWN_ROLE_SENDERS, {"pids": list(pids)}).scalar_one())

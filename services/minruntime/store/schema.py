@@ -1,0 +1,88 @@
+"""``StateTables``: the state tables bound to one schema, the live one or a shadow.
+
+Built once per schema (``state_tables``): every ``Table`` of ``store.tables`` is copied into a
+``MetaData`` of that schema, and every hand-written statement of ``store/`` is bound to it the
+first time it is used (``text``/``sql``) and kept. A store function takes the ``StateTables``
+it works on, so one call never reads one schema and writes another.
+
+``tables_of(conn)`` bridges from code that still marks its connection with
+``store.state_schema.use_state_schema`` (the replay and as-of shadows): it returns the bound
+tables of the marked schema, the live ones for an unmarked connection.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from minruntime.store.state_schema import check_schema_name, state_schema
+from minruntime.store.tables import NAMING_CONVENTION, STATE_SCHEMA, metadata
+
+_PREFIX: Final = f"{STATE_SCHEMA}."
+
+
+class StateTables:
+    """The state tables of one schema, and the store's SQL bound to it."""
+
+    def __init__(self, schema: str = STATE_SCHEMA) -> None:
+        if schema != STATE_SCHEMA:
+            check_schema_name(schema)
+        self.schema = schema
+        self.metadata = sa.MetaData(schema=schema, naming_convention=NAMING_CONVENTION)
+        for table in metadata.sorted_tables:
+            table.to_metadata(self.metadata, schema=schema)
+        self._texts: dict[str, sa.TextClause] = {}
+        self._sql: dict[str, str] = {}
+        tables = self.metadata.tables
+        self.queue_nodes = tables[f"{schema}.queue_nodes"]
+        self.queue_tree_version = tables[f"{schema}.queue_tree_version"]
+        self.node_pool_configs = tables[f"{schema}.node_pool_configs"]
+        self.podgroup_state = tables[f"{schema}.podgroup_state"]
+        self.subgroup_state = tables[f"{schema}.subgroup_state"]
+        self.pod_state = tables[f"{schema}.pod_state"]
+        self.node_state = tables[f"{schema}.node_state"]
+        self.nominations = tables[f"{schema}.nominations"]
+        self.requeue_decision_log = tables[f"{schema}.requeue_decision_log"]
+        self.requeue_promises = tables[f"{schema}.requeue_promises"]
+        self.event_log = tables[f"{schema}.event_log"]
+        self.dead_letter_log = tables[f"{schema}.dead_letter_log"]
+        self.consumer_offsets = tables[f"{schema}.consumer_offsets"]
+        self.outbox = tables[f"{schema}.outbox"]
+
+    @property
+    def is_live(self) -> bool:
+        """True for the live schema (side effects such as NOTIFY are wanted)."""
+        return self.schema == STATE_SCHEMA
+
+    def sql(self, statement: str) -> str:
+        """``statement`` (naming ``minruntime_state.<table>``) for this schema, as a string."""
+        bound = self._sql.get(statement)
+        if bound is None:
+            bound = statement.replace(_PREFIX, f"{self.schema}.")
+            self._sql[statement] = bound
+        return bound
+
+    def text(self, statement: str) -> sa.TextClause:
+        """``sql(statement)`` as a SQLAlchemy text clause (made once per statement)."""
+        bound = self._texts.get(statement)
+        if bound is None:
+            bound = sa.text(self.sql(statement))
+            self._texts[statement] = bound
+        return bound
+
+
+@functools.lru_cache(maxsize=64)
+def state_tables(schema: str = STATE_SCHEMA) -> StateTables:
+    """The state tables bound to ``schema`` (built once per schema; ValueError for a bad name)."""
+    return StateTables(schema)
+
+
+LIVE: Final = state_tables()
+
+
+def tables_of(conn: Connection) -> StateTables:
+    """The tables of the schema ``conn`` was marked for (``use_state_schema``), else the live."""
+    return state_tables(state_schema(conn))
