@@ -12,7 +12,6 @@ tables of the marked schema, the live ones for an unmarked connection.
 
 from __future__ import annotations
 
-import functools
 from typing import Final
 
 import sqlalchemy as sa
@@ -74,10 +73,15 @@ class StateTables:
         return bound
 
 
-@functools.lru_cache(maxsize=64)
+_BUILT: dict[str, StateTables] = {}
+
+
 def state_tables(schema: str = STATE_SCHEMA) -> StateTables:
     """The state tables bound to ``schema`` (built once per schema; ValueError for a bad name)."""
-    return StateTables(schema)
+    tables = _BUILT.get(schema)
+    if tables is None:
+        tables = _BUILT.setdefault(schema, StateTables(schema))
+    return tables
 
 
 LIVE: Final = state_tables()

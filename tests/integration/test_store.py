@@ -1,0 +1,301 @@
+"""The store (``minruntime.store``) against real PostgreSQL, on the live schema and on a shadow.
+
+Every store function runs twice: once on the live tables, once on a shadow's, through a
+connection that was never marked for the shadow (the ``StateTables`` alone decides where
+the statements go). On the shadow run, the live tables must stay empty.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from minruntime.audit.shadow import create_shadow, drop_shadow, temporary_name
+from minruntime.core import MinRuntimeConfig, Queue, QueueTree
+from minruntime.core.topic_life import StoredOffset, TopicLife
+from minruntime.errors import TopicLifeChangedError
+from minruntime.ingest.queues import resolved_rows
+from minruntime.store import decisions, event_log, node_pools, offsets, outbox, queues, requeue
+from minruntime.store.dead_letters import record_dead_letters
+from minruntime.store.schema import LIVE, StateTables, state_tables, tables_of
+from minruntime.store.tables import metadata
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+GROUP = "minruntime-processor"
+
+
+@dataclass
+class Store:
+    conn: sa.Connection
+    tables: StateTables
+
+    def count(self, table: str) -> int:
+        return int(
+            self.conn.execute(
+                sa.text(f"SELECT count(*) FROM {self.tables.schema}.{table}")
+            ).scalar_one()
+        )
+
+
+@pytest.fixture(params=["live", "shadow"])
+def store(request: pytest.FixtureRequest, engine: sa.Engine) -> Iterator[Store]:
+    """A connection in a transaction (rolled back) and the tables of the live schema or a
+    shadow's; the shadow is made in its own committed transaction and dropped afterwards."""
+    if request.param == "live":
+        with engine.connect() as conn, conn.begin() as transaction:
+            yield Store(conn, LIVE)
+            transaction.rollback()
+        return
+    name = temporary_name("minruntime_test_store")
+    with engine.begin() as setup:
+        shadow = create_shadow(setup, name)
+    try:
+        with engine.connect() as conn, conn.begin() as transaction:
+            assert tables_of(conn) is LIVE  # never marked: only the StateTables say where
+            yield Store(conn, state_tables(shadow.state_schema))
+            live = [
+                conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+                for table in metadata.sorted_tables
+                if table.name != "queue_tree_version"
+            ]
+            assert live == [0] * len(live), "a shadow's store wrote the live tables"
+            transaction.rollback()
+    finally:
+        with engine.begin() as cleanup:
+            drop_shadow(cleanup, name)
+
+
+def test_state_tables_are_built_once_per_schema_and_refuse_bad_names() -> None:
+    assert state_tables("minruntime_state") is LIVE
+    assert state_tables("somewhere_state").outbox.fullname == "somewhere_state.outbox"
+    assert (
+        LIVE.sql("SELECT 1 FROM minruntime_state.outbox") == "SELECT 1 FROM minruntime_state.outbox"
+    )
+    with pytest.raises(ValueError, match="reserved"):
+        state_tables("public")
+    with pytest.raises(ValueError, match="lower-case"):
+        state_tables("x; DROP TABLE y")
+
+
+def _message(topic: str = "out") -> outbox.OutboxMessage:
+    row_id = uuid.uuid4()
+    return outbox.OutboxMessage(row_id, topic, b"k", b"{}", {"id": str(row_id)})
+
+
+def test_the_outbox_keeps_the_first_row_of_an_id_and_relays_it_once(store: Store) -> None:
+    first, second = _message(), _message()
+    written = outbox.enqueue(store.conn, store.tables, [first, second])
+    assert written == {str(first.id), str(second.id)}
+    assert outbox.enqueue(store.conn, store.tables, [first]) == set()
+    claimed = outbox.claim(store.conn, store.tables, 10)
+    assert {row.id for row in claimed} == written
+    outbox.mark_published(store.conn, store.tables, [str(first.id)])
+    outbox.record_failures(store.conn, store.tables, [(str(second.id), "too large")], [])
+    assert outbox.claim(store.conn, store.tables, 10) == []
+    stats = outbox.outbox_stats(store.conn, store.tables)
+    assert (stats.backlog, stats.set_aside) == (0, 1)
+    assert outbox.retry_set_aside(store.conn, store.tables) == 1
+    assert [row.id for row in outbox.claim(store.conn, store.tables, 10)] == [str(second.id)]
+
+
+def _logged(event_id: str, payload: str, offset: int | None = 0) -> dict[str, object]:
+    return {
+        "topic": "kai.queues",
+        "partition": None if offset is None else 0,
+        "offset": offset,
+        "event_id": event_id,
+        "source": "test",
+        "type": "queue.upserted",
+        "subject": "q",
+        "event_time": T0,
+        "payload": payload,
+    }
+
+
+def test_the_event_log_appends_and_recognises_ids_and_changed_content(store: Store) -> None:
+    event_log.append(
+        store.conn, store.tables, [_logged("a", '{"x": 1}'), _logged("b", "{}", offset=None)]
+    )
+    seen = event_log.logged_ids(store.conn, store.tables, {("test", "a"), ("test", "c")})
+    assert seen == {("test", "a")}
+    again = [(0, "test", "a", '{ "x" : 1 }'), (1, "test", "a", '{"x": 2}')]
+    assert event_log.conflicting(store.conn, store.tables, again) == {1: "kai.queues/0@0"}
+    assert store.count("event_log") == 2
+
+
+def test_a_dead_letter_is_written_once(store: Store) -> None:
+    letter = {
+        "topic": "kai.queues",
+        "partition": 0,
+        "offset": 7,
+        "key": b"k",
+        "value": b"\xff",
+        "key_text": "k",
+        "value_text": None,
+        "kind": "not_json",
+        "message": "bad",
+        "at": T0,
+    }
+    record_dead_letters(store.conn, store.tables, [letter])
+    record_dead_letters(store.conn, store.tables, [letter])
+    assert store.count("dead_letter_log") == 1
+
+
+def test_offsets_lock_store_rebaseline_and_rewind(store: Store) -> None:
+    where = [("kai.queues", 0), ("kai.queues", 1)]
+    locked = offsets.lock_offsets(store.conn, store.tables, GROUP, where, None)
+    assert locked == {("kai.queues", 0): 0, ("kai.queues", 1): 0}
+    offsets.store_offsets(store.conn, store.tables, GROUP, {("kai.queues", 0): 5})
+    life = TopicLife("id-1", {0: 9, 1: 9})
+    assert offsets.lock_offsets(store.conn, store.tables, GROUP, where, {"kai.queues": life}) == {
+        ("kai.queues", 0): 5,
+        ("kai.queues", 1): 0,
+    }
+    assert offsets.stored_offsets(store.conn, store.tables, GROUP) == {
+        "kai.queues": [StoredOffset(0, 5, "id-1"), StoredOffset(1, 0, "id-1")]
+    }
+    other = TopicLife("id-2", {0: 9, 1: 9})
+    with pytest.raises(TopicLifeChangedError):
+        offsets.lock_offsets(store.conn, store.tables, GROUP, where, {"kai.queues": other})
+    offsets.rebaseline(store.conn, store.tables, GROUP, "kai.queues", "id-2", {0: 3})
+    assert offsets.lock_topic(store.conn, store.tables, GROUP, "kai.queues") == [
+        StoredOffset(0, 3, "id-2")
+    ]
+    offsets.rewind_to(store.conn, store.tables, GROUP, {("kai.queues", 0): 1})
+    assert offsets.lock_topic(store.conn, store.tables, GROUP, "kai.queues")[0].next_offset == 1
+
+
+def test_node_pools_and_nodes_are_written_and_loaded(store: Store) -> None:
+    config = {
+        "node_pool": "default",
+        "preempt": timedelta(minutes=5),
+        "reclaim": timedelta(0),
+        "method": "queue",
+        "delay": timedelta(minutes=1),
+    }
+    node_pools.upsert_configs(store.conn, store.tables, [config])
+    node_pools.write_nodes(
+        store.conn,
+        store.tables,
+        {"n1": {"name": "n1", "pool": "default", "gpu": 8}, "n2": None},
+    )
+    configs, bad = node_pools.read_node_pool_configs(store.conn, store.tables)
+    assert configs.by_pool["default"] == MinRuntimeConfig(
+        default_preempt_min_runtime=timedelta(minutes=5),
+        reclaim_resolve_method="queue",
+        default_requeue_delay=timedelta(minutes=1),
+    )
+    assert bad == set()
+    node_pools.write_nodes(store.conn, store.tables, {"n1": None})
+    assert store.count("node_state") == 0
+
+
+def test_the_queue_tree_is_written_and_loaded(store: Store) -> None:
+    tree = QueueTree(
+        [
+            Queue(name="root", preempt_min_runtime=timedelta(minutes=1)),
+            Queue(name="a", parent="root"),
+        ]
+    )
+    rows = resolved_rows(tree)
+    before = queues.stored_tree(store.conn, store.tables, lock=True)
+    assert len(before.tree) == 0
+    queues.write_tree(store.conn, store.tables, tree, rows, list(rows.values()), [])
+    store.conn.info.clear()  # read from the tables, not this connection's cache
+    loaded = queues.load_tree(store.conn, store.tables)
+    assert {q.name: q.parent for q in loaded} == {"root": None, "a": "root"}
+    assert queues.stored_tree(store.conn, store.tables).rows == rows
+
+
+def test_decisions_and_the_requeue_reads(store: Store) -> None:
+    conn, tables = store.conn, store.tables
+    conn.execute(
+        sa.insert(tables.podgroup_state),
+        [
+            {
+                "uid": "v",
+                "queue": "q",
+                "priority": 1,
+                "status": "running",
+                "start_time": T0,
+                "submitted": True,
+            },
+            {
+                "uid": "b",
+                "queue": "q",
+                "priority": 9,
+                "status": "pending",
+                "start_time": None,
+                "submitted": True,
+            },
+        ],
+    )
+    conn.execute(
+        sa.insert(tables.nominations), {"uid": "v", "nominated_by": "x", "nominated_at": T0}
+    )
+    decision = {
+        "decision_id": "d1",
+        "uid": "v",
+        "decided_at": T0,
+        "outcome": "committed",
+        "nominated_by": ["x"],
+        "beneficiaries": ["b"],
+        "run_start": T0,
+        "requeue_not_before": T0 + timedelta(hours=1),
+        "placements": [],
+        "reason": None,
+        "delay_problem": None,
+    }
+    decisions.insert_decisions(conn, tables, [decision])
+    assert decisions.recorded_decision_ids(conn, tables, ["d1", "d2"]) == {"d1"}
+    decisions.consume_nominations(conn, tables, [{"uid": "v", "by": ["x"]}])
+    decisions.commit_cooldowns(
+        conn,
+        tables,
+        [
+            {
+                "uid": "v",
+                "key": "k",
+                "value": "v",
+                "not_before": T0 + timedelta(hours=1),
+                "run_start": T0,
+            }
+        ],
+    )
+    decisions.insert_promises(
+        conn,
+        tables,
+        [
+            {
+                "decision_id": "d1",
+                "beneficiary": "b",
+                "node": "n1",
+                "victim": "v",
+                "gpu": 2,
+                "expires_at": T0 + timedelta(hours=1),
+            }
+        ],
+    )
+    rows = requeue.read_cycle_rows(conn, tables, T0)
+    assert [row[0] for row in rows.podgroups] == ["b", "v"]
+    assert rows.nominations == []
+    assert [(b, n, float(g)) for b, n, g in rows.promises] == [("b", "n1", 2.0)]
+    assert [row[:2] for row in requeue.last_decision_rows(conn, tables, ["v", "b"])] == [
+        ("v", "committed")
+    ]
+    requeue.lock_podgroups(conn, tables, ["v"])
+    ending = requeue.runs_ending_rows(
+        conn, tables, [timedelta(minutes=30)], T0, T0 + timedelta(hours=1)
+    )
+    assert [row[0] for row in ending] == ["v"]
+    awaiting = conn.execute(
+        sa.select(tables.podgroup_state.c.awaiting_release).where(
+            tables.podgroup_state.c.uid == "v"
+        )
+    ).scalar_one()
+    assert awaiting is True
