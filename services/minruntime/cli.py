@@ -17,6 +17,7 @@ from minruntime.commands import explain as explain_commands
 from minruntime.commands import offsets as offsets_commands
 from minruntime.commands import outbox as outbox_commands
 from minruntime.commands import replay as replay_commands
+from minruntime.commands import snapshot as snapshot_commands
 from minruntime.commands import whatif as whatif_commands
 from minruntime.commands.common import database_error
 from minruntime.errors import UserError
@@ -336,6 +337,7 @@ def kube_evictor_command(loglevel: LogLevel = "warning") -> None:
 
 # Operator commands (minruntime.commands.*): one registration line each.
 app.command("replay")(replay_commands.replay_command)
+app.command("snapshot")(snapshot_commands.snapshot_command)
 app.command("whatif")(whatif_commands.whatif_command)
 app.command("protection")(explain_commands.protection_command)
 app.command("explain")(explain_commands.explain_command)

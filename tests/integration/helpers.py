@@ -30,6 +30,8 @@ STATE_TABLES = (
     "dead_letter_log",
     "consumer_offsets",
     "outbox",
+    "projection_snapshots",
+    "projection_snapshot_tables",
 )
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)

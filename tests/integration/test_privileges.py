@@ -243,3 +243,41 @@ def test_the_worker_says_one_line_when_public_can_take_its_lock(
     (record,) = caplog.records
     assert "docs/storage.md#advisory-locks" in record.getMessage()
     assert "\n" not in record.getMessage()
+
+
+SNAPSHOT_ROW = (
+    "INSERT INTO minruntime_state.projection_snapshots (log_seq, applied_until, events)"
+    " VALUES (7, now(), 7) RETURNING id"
+)
+
+
+def test_the_runtime_role_adds_and_reads_snapshots_but_changes_none(
+    runtime_role: sa.Engine, reader: sa.Engine
+) -> None:
+    with runtime_role.begin() as conn:
+        snapshot_id = conn.execute(sa.text(SNAPSHOT_ROW)).scalar_one()
+        conn.execute(
+            sa.text(
+                "INSERT INTO minruntime_state.projection_snapshot_tables"
+                " (snapshot_id, table_name, rows, columns, data)"
+                " VALUES (:id, 'node_state', 0, '{name}', '')"
+            ),
+            {"id": snapshot_id},
+        )
+        assert (
+            conn.execute(
+                sa.text("SELECT count(*) FROM minruntime_state.projection_snapshot_tables")
+            ).scalar_one()
+            == 1
+        )
+    for statement in (
+        "UPDATE minruntime_state.projection_snapshots SET log_seq = 8",
+        "DELETE FROM minruntime_state.projection_snapshots",
+        "UPDATE minruntime_state.projection_snapshot_tables SET data = ''",
+        "DELETE FROM minruntime_state.projection_snapshot_tables",
+        "TRUNCATE minruntime_state.projection_snapshot_tables",
+    ):
+        assert "permission denied" in _refused(runtime_role, statement)
+    for table in ("projection_snapshots", "projection_snapshot_tables"):
+        refusal = _refused(reader, f"SELECT * FROM minruntime_state.{table}")
+        assert "permission denied" in refusal

@@ -16,6 +16,9 @@ from sqlalchemy import Connection, Engine
 
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.shadow import LIVE, Shadow, copy_live_state, create_shadow, temporary_name
+from minruntime.store import snapshots
+from minruntime.store.schema import state_tables
+from minruntime.store.snapshots import Snapshot
 
 
 @contextmanager
@@ -30,20 +33,33 @@ def snapshot(engine: Engine) -> Iterator[Connection]:
 
 
 @contextmanager
-def state_at(engine: Engine, at: datetime | None) -> Iterator[tuple[Connection, Shadow]]:
+def state_at(
+    engine: Engine, at: datetime | None, *, from_snapshot: bool = True
+) -> Iterator[tuple[Connection, Shadow]]:
     """The state the service had at ``at`` (None: the live state now), read-only.
 
-    For a past instant the event log is replayed up to ``at`` into a temporary shadow; the
-    shadow answers the same SQL as the live schema (its queue tree and configuration are
-    the ones in force at ``at``).
+    For a past instant a temporary shadow is filled with the newest projection snapshot
+    whose entries were all applied by ``at`` (none: empty), and the rest of the event log up
+    to ``at`` is replayed on it; the shadow answers the same SQL as the live schema (its
+    queue tree and configuration are the ones in force at ``at``). ``from_snapshot=False``
+    replays the whole log up to ``at`` instead (the same answer, slower).
     """
     with snapshot(engine) as conn:
         if at is None:
             yield conn, LIVE
             return
         shadow = create_shadow(conn, temporary_name())
-        replay(conn, read_log(conn, until=at))
+        start = start_from_snapshot(conn, shadow, at) if from_snapshot else None
+        replay(conn, read_log(conn, until=at, after=start.log_seq if start else 0))
         yield conn, shadow
+
+
+def start_from_snapshot(conn: Connection, shadow: Shadow, at: datetime) -> Snapshot | None:
+    """Restore into ``shadow`` the newest snapshot an answer at ``at`` may start from."""
+    start = snapshots.newest(conn, at) if snapshots.available(conn) else None
+    if start is not None:
+        snapshots.restore(conn, start, state_tables(shadow.state_schema))
+    return start
 
 
 @contextmanager

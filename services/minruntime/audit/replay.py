@@ -52,7 +52,7 @@ _PAGE = (
 )
 _COUNT = sa.text(
     "SELECT count(*) FROM minruntime_state.event_log"
-    " WHERE CAST(:until AS timestamptz) IS NULL OR applied_at <= :until"
+    " WHERE seq > :after AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until)"
 )
 
 
@@ -104,9 +104,9 @@ Progress = Callable[[int], None]
 """Called after each applied batch with the number of log entries done so far."""
 
 
-def count_log(conn: Connection, until: datetime | None = None) -> int:
-    """How many live event-log entries a replay up to ``until`` reads."""
-    return int(conn.execute(_COUNT, {"until": until}).scalar_one())
+def count_log(conn: Connection, until: datetime | None = None, after: int = 0) -> int:
+    """How many live event-log entries a replay up to ``until`` (from ``after``) reads."""
+    return int(conn.execute(_COUNT, {"until": until, "after": after}).scalar_one())
 
 
 def read_log(
@@ -115,13 +115,14 @@ def read_log(
     *,
     where: str = "TRUE",
     params: Mapping[str, Any] | None = None,
+    after: int = 0,
 ) -> Iterator[LogEntry]:
     """The live event log in order (pages by ``seq``, in the caller's transaction).
 
-    ``where`` (SQL over the event_log columns, with ``params``) keeps only some entries.
+    ``where`` (SQL over the event_log columns, with ``params``) keeps only some entries;
+    ``after`` starts after that ``seq`` (the position of a snapshot).
     """
     page = sa.text(_PAGE.format(where=where))
-    after = 0
     while True:
         rows = conn.execute(
             page, {**(params or {}), "after": after, "until": until, "limit": PAGE_SIZE}

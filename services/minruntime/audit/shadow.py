@@ -22,8 +22,10 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from minruntime.store.schema import state_tables
+from minruntime.store.snapshots import continue_numbering
 from minruntime.store.state_schema import check_schema_name, use_state_schema
-from minruntime.store.tables import READ_SCHEMA, STATE_SCHEMA, metadata
+from minruntime.store.tables import READ_SCHEMA, SNAPSHOT_TABLES, STATE_SCHEMA, metadata
 
 READER: Final = "minruntime_reader"
 STATE_SUFFIX: Final = "_state"
@@ -45,6 +47,10 @@ PROJECTIONS: Final[dict[str, tuple[str, ...]]] = {
 # Columns that say when a row was written (wall clock) or number rows in write order: they
 # differ between two correct replays, so they are not part of a projection's content.
 BOOKKEEPING_COLUMNS: Final = frozenset({"updated_at", "seq"})
+# The tables a shadow has: all but the snapshots of the live projections.
+SHADOW_TABLES: Final = [
+    table for table in metadata.sorted_tables if table.name not in SNAPSHOT_TABLES
+]
 
 _VIEWS = sa.text(
     "SELECT c.relname, pg_get_viewdef(c.oid) FROM pg_class c"
@@ -103,7 +109,7 @@ def create_shadow(conn: Connection, name: str) -> Shadow:
     conn.execute(sa.text(f"CREATE SCHEMA {shadow.state_schema}"))
     conn.execute(sa.text(f"CREATE SCHEMA {shadow.read_schema}"))
     use_state_schema(conn, shadow.state_schema)
-    metadata.create_all(conn, checkfirst=False)
+    metadata.create_all(conn, tables=SHADOW_TABLES, checkfirst=False)
     _copy_read_surface(conn, shadow)
     return shadow
 
@@ -122,7 +128,7 @@ def drop_shadow(conn: Connection, name: str) -> bool:
 
 def copy_live_state(conn: Connection, shadow: Shadow) -> None:
     """Fill the shadow's (empty) state tables with the live state, in the caller's snapshot."""
-    for table in metadata.sorted_tables:
+    for table in SHADOW_TABLES:
         if table.name in ("event_log", "dead_letter_log", "outbox", "consumer_offsets"):
             continue
         columns = ", ".join(f'"{column.name}"' for column in table.columns)
@@ -132,17 +138,7 @@ def copy_live_state(conn: Connection, shadow: Shadow) -> None:
                 f" OVERRIDING SYSTEM VALUE SELECT {columns} FROM {STATE_SCHEMA}.{table.name}"
             )
         )
-        for column in table.columns:
-            if column.identity is not None:
-                # Rows copied with their numbers: later inserts continue after them.
-                qualified = f"{shadow.state_schema}.{table.name}"
-                conn.execute(
-                    sa.text(
-                        f"SELECT setval(pg_get_serial_sequence('{qualified}', '{column.name}'),"
-                        f" GREATEST(max({column.name}), 1), max({column.name}) IS NOT NULL)"
-                        f" FROM {qualified}"
-                    )
-                )
+        continue_numbering(conn, state_tables(shadow.state_schema), table.name)
 
 
 def _copy_read_surface(conn: Connection, shadow: Shadow) -> None:

@@ -71,26 +71,35 @@ def checksum(conn: Connection, schema: str, table: str) -> tuple[int, str]:
 
 def compare(conn: Connection, shadow: Shadow, tables: list[str] | None = None) -> list[TableCheck]:
     """Compare every projection table of ``shadow`` with the live one."""
+    return compare_schemas(conn, STATE_SCHEMA, shadow.state_schema, tables)
+
+
+def compare_schemas(
+    conn: Connection, live_schema: str, replay_schema: str, tables: list[str] | None = None
+) -> list[TableCheck]:
+    """Compare the projection tables of two state schemas (the first on the "live" side)."""
     checks = []
     for table in tables or list(PROJECTIONS):
-        live_rows, live_sum = checksum(conn, STATE_SCHEMA, table)
-        replay_rows, replay_sum = checksum(conn, shadow.state_schema, table)
+        live_rows, live_sum = checksum(conn, live_schema, table)
+        replay_rows, replay_sum = checksum(conn, replay_schema, table)
         if (live_rows, live_sum) == (replay_rows, replay_sum):
             checks.append(TableCheck(table, live_rows, replay_rows, live_sum, replay_sum))
             continue
-        differences, total = _differences(conn, shadow, table)
+        differences, total = _differences(conn, live_schema, replay_schema, table)
         checks.append(
             TableCheck(table, live_rows, replay_rows, live_sum, replay_sum, differences, total)
         )
     return checks
 
 
-def _differences(conn: Connection, shadow: Shadow, table: str) -> tuple[list[RowDifference], int]:
+def _differences(
+    conn: Connection, live_schema: str, replay_schema: str, table: str
+) -> tuple[list[RowDifference], int]:
     columns = ", ".join(f'"{column}"' for column in content_columns(table))
     keys = PROJECTIONS[table]
     key_text = " || '/' || ".join(f'"{key}"::text' for key in keys)
-    live = f"{STATE_SCHEMA}.{table}"
-    replayed = f"{shadow.state_schema}.{table}"
+    live = f"{live_schema}.{table}"
+    replayed = f"{replay_schema}.{table}"
     rows = conn.execute(
         sa.text(
             f"WITH only_live AS (SELECT {columns} FROM {live}"

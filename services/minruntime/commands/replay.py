@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from minruntime.audit.replay import LogEntry, Progress, ReplayReport
+    from minruntime.audit.snapshots import SnapshotCheck
     from minruntime.audit.verify import TableCheck
 
 _err = Console(stderr=True, highlight=False)
@@ -73,6 +74,7 @@ def replay_command(
     from minruntime.audit.asof import snapshot
     from minruntime.audit.replay import count_log, describe, read_log, replay
     from minruntime.audit.shadow import create_shadow, drop_shadow, temporary_name
+    from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
     from minruntime.audit.verify import compare
 
     if drop is not None:
@@ -91,14 +93,21 @@ def replay_command(
             source, total = entries, len(entries)
         else:
             source, total = read_log(conn, until=at), count_log(conn, at)
+        # --verify checks every stored projection snapshot when the replay reaches its seq.
+        checker = SnapshotChecker(
+            conn, shadow.state_schema, snapshots_in(conn) if verify and not from_kafka else []
+        )
         with _ProgressBar(total, quiet=as_json) as progress:
             report = replay(
                 conn,
                 source,
                 progress=progress,
                 input_topics=_input_topics() if from_kafka else None,
+                boundary=checker.wants,
+                after_boundary=checker.after,
             )
         checks = compare(conn, shadow) if verify else []
+        snapshot_checks = checker.finish()
         if into is not None:
             conn.commit()
     summary = describe(report)
@@ -106,16 +115,22 @@ def replay_command(
     summary["source"] = "kafka" if from_kafka else "event_log"
     if verify:
         summary["verify"] = [_check_json(check) for check in checks]
+        summary["snapshots"] = [_snapshot_json(result) for result in snapshot_checks]
     if as_json:
         print_json(summary)
     else:
         _print_report(report, into, checks if verify else None)
+        _print_snapshot_checks(snapshot_checks)
     problems = [check for check in checks if not check.equal]
     if report.rejected and verify:
         raise ReplayDiffersError(f"replay rejected events: {report.rejected[0]}")
     if problems:
         names = ", ".join(check.table for check in problems)
         raise ReplayDiffersError(f"replayed state differs from the live state in: {names}")
+    wrong = [result for result in snapshot_checks if not result.equal]
+    if wrong:
+        ids = ", ".join(f"#{result.snapshot.id}" for result in wrong)
+        raise ReplayDiffersError(f"projection snapshots differ from the replayed log: {ids}")
 
 
 def _kafka_entries(at: datetime | None) -> list[LogEntry]:
@@ -235,4 +250,46 @@ def _check_json(check: TableCheck) -> dict[str, object]:
         "differences": [
             {"key": d.key, "live": d.live, "replayed": d.replay} for d in check.differences
         ],
+    }
+
+
+def _print_snapshot_checks(results: list[SnapshotCheck]) -> None:
+    for result in results:
+        snapshot = result.snapshot
+        where = (
+            f"snapshot #{snapshot.id} at seq {snapshot.log_seq} ({snapshot.events:,} entries, "
+            f"taken {snapshot.taken_at:%Y-%m-%dT%H:%M:%SZ})"
+        )
+        if result.equal:
+            _out.print(f"[green]{where}: equal to the replay up to its position[/]", soft_wrap=True)
+            continue
+        differing = ", ".join(
+            f"{check.table} ({check.differing_keys} rows)"
+            for check in result.tables
+            if not check.equal
+        )
+        _out.print(
+            f"[red]{where}: {result.problem or 'differs in ' + differing}[/]", soft_wrap=True
+        )
+        for check in result.tables:
+            for difference in check.differences:
+                _out.print(f"[bold]{check.table}[/] {difference.key}")
+                _out.print(
+                    f"  snapshot: {difference.live or '(absent)'}", markup=False, soft_wrap=True
+                )
+                _out.print(
+                    f"  replayed: {difference.replay or '(absent)'}", markup=False, soft_wrap=True
+                )
+
+
+def _snapshot_json(result: SnapshotCheck) -> dict[str, object]:
+    snapshot = result.snapshot
+    return {
+        "id": snapshot.id,
+        "log_seq": snapshot.log_seq,
+        "events": snapshot.events,
+        "taken_at": snapshot.taken_at,
+        "equal": result.equal,
+        "problem": result.problem,
+        "tables": [_check_json(check) for check in result.tables],
     }

@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from minruntime.store.bulk import insert_many
 from minruntime.store.schema import StateTables
+from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY
 
 # Column -> PostgreSQL type of an appended row; ``payload`` is the event's JSON text.
 LOG_COLUMNS: Final = {
@@ -27,6 +28,7 @@ LOG_COLUMNS: Final = {
     "event_time": "timestamptz",
     "payload": "jsonb",
 }
+_SHARE_SNAPSHOT_LOCK: Final = f"SELECT pg_advisory_xact_lock_shared({SNAPSHOT_LOCK_KEY})"
 _SEEN_IDS: Final = (
     "SELECT e.source, e.event_id FROM minruntime_state.event_log e"
     " JOIN unnest(CAST(:sources AS text[]), CAST(:ids AS text[])) AS u(source, event_id)"
@@ -44,7 +46,15 @@ _CONFLICTS: Final = (
 
 
 def append(conn: Connection, tables: StateTables, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append events (rows keyed by ``LOG_COLUMNS``) in one COPY; nothing when empty."""
+    """Append events (rows keyed by ``LOG_COLUMNS``) in one COPY; nothing when empty.
+
+    On the live log, first the snapshot lock, shared, until the transaction ends: a snapshot
+    is never taken while this transaction's entries are numbered but not committed.
+    """
+    if not rows:
+        return
+    if tables.is_live:
+        conn.exec_driver_sql(_SHARE_SNAPSHOT_LOCK)
     insert_many(conn, tables.event_log, LOG_COLUMNS, rows)
 
 

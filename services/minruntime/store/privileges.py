@@ -18,6 +18,12 @@ from sqlalchemy import Connection, text
 from minruntime.store.tables import READ_SCHEMA, STATE_SCHEMA
 
 VERSION_TABLE: Final = f"{STATE_SCHEMA}.alembic_version"
+# Projection snapshots (migration 0009): the runtime role takes them (SELECT, INSERT) and can
+# change or delete none; a snapshot is evidence that ``replay --verify`` checks.
+SNAPSHOT_TABLES: Final = (
+    f"{STATE_SCHEMA}.projection_snapshots",
+    f"{STATE_SCHEMA}.projection_snapshot_tables",
+)
 # Every function that takes an advisory lock (unlocking only ever releases one's own).
 ADVISORY_LOCK_FUNCTIONS: Final = (
     "SELECT p.oid::regprocedure::text FROM pg_proc p"
@@ -58,6 +64,16 @@ def runtime_grants(runtime: str) -> list[str]:
         f"ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO {role}",
         f"ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO {role}",
         "ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC",
+        # Granted above with every table; only when migration 0009 made them.
+        f"DO $$ BEGIN IF to_regclass('{SNAPSHOT_TABLES[0]}') IS NOT NULL THEN"
+        f" {snapshot_limits(runtime)[0]}; END IF; END $$",
+    ]
+
+
+def snapshot_limits(runtime: str) -> list[str]:
+    """The runtime role may add snapshots and read them, never change or remove one."""
+    return [
+        f"REVOKE UPDATE, DELETE, TRUNCATE ON {', '.join(SNAPSHOT_TABLES)} FROM {quote(runtime)}"
     ]
 
 

@@ -264,3 +264,41 @@ outbox = sa.Table(
         postgresql_where=sa.text("published_at IS NULL AND failed_at IS NULL"),
     ),
 )
+
+# Periodic copies of the projections (``minruntime snapshot``, docs/audit.md#snapshots): the
+# state after every event-log entry up to ``log_seq`` and none after it. As-of answers start
+# from the newest one at or before their instant and replay only the tail; ``replay
+# --verify`` checks each against a replay of the log up to its position. Not projections:
+# a shadow has none of these tables.
+projection_snapshots = sa.Table(
+    "projection_snapshots",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    # The last event_log seq it reflects (every entry up to it applied, none after).
+    sa.Column("log_seq", sa.BigInteger, nullable=False),
+    # The latest applied_at among those entries: an answer at T >= this may start here.
+    sa.Column("applied_until", sa.DateTime(timezone=True)),
+    # How many event-log entries it reflects.
+    sa.Column("events", sa.BigInteger, nullable=False),
+    sa.Column("taken_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.UniqueConstraint("log_seq"),
+)
+
+# One projection table of one snapshot: its rows as zlib-compressed COPY text, in key order.
+projection_snapshot_tables = sa.Table(
+    "projection_snapshot_tables",
+    metadata,
+    sa.Column(
+        "snapshot_id",
+        sa.BigInteger,
+        sa.ForeignKey("projection_snapshots.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("table_name", sa.Text, primary_key=True),
+    sa.Column("rows", sa.BigInteger, nullable=False),
+    # The COPY column list the data was written with (restored with the same list).
+    sa.Column("columns", ARRAY(sa.Text), nullable=False),
+    sa.Column("data", BYTEA, nullable=False),
+)
+
+SNAPSHOT_TABLES: Final = frozenset({"projection_snapshots", "projection_snapshot_tables"})

@@ -1,0 +1,224 @@
+"""Benchmark as-of answers at log scale: ``protection --at`` / ``explain --at`` on a 1M-event log.
+
+Builds, once, the ingest benchmark's deterministic trace at ``--podgroups`` (240,000: about
+1,000,000 events) in a scratch database with the projection code (``apply_batch``, batches of
+``--build-batch`` events, one transaction each) and, after every batch, a projection snapshot
+when one is due (``minruntime.audit.snapshots.take`` with ``--every-events``, as cron would
+run ``minruntime snapshot``). ``--keep`` keeps that database (its URL is written to
+``benchmarks/out/asof-database.txt``); ``--reuse`` measures a kept one again.
+
+Then, for ``--instants`` instants of the log (seeded; the first ones are the worst: one
+microsecond before a snapshot's position, the longest tail) it times what the commands do:
+``state_at(T)`` (restore the newest snapshot at or before T, replay the tail up to T) plus
+``protection_table`` (``protection --at T``), and the same plus ``explain`` of one podgroup
+running at T (``explain UID --at T``); and prints the phases of the slowest.
+
+    .venv/bin/python benchmarks/bench_asof.py [--podgroups 240000] [--every-events 100000]
+        [--build-batch 20000] [--instants 12] [--keep | --reuse] [--full-replay]
+
+Needs the local stack (``minruntime stack up``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from bench_ingest import generate
+from minruntime.audit.asof import snapshot, start_from_snapshot, state_at
+from minruntime.audit.explain import Explainer
+from minruntime.audit.protection import protection_table
+from minruntime.audit.replay import read_log, replay
+from minruntime.audit.shadow import create_shadow, temporary_name
+from minruntime.audit.snapshots import SnapshotPolicy, snapshots_in, take
+from minruntime.events import DEFAULT_TOPICS
+from minruntime.ingest import InboundRecord, apply_batch
+from minruntime.settings import Settings
+from minruntime.store import engine_from
+from minruntime.store.migrate import upgrade
+from minruntime.store.scratch import (
+    create_scratch_database,
+    drop_scratch_database,
+    scratch_owner_url,
+)
+from minruntime.store.snapshots import Snapshot
+
+TARGET_SECONDS = 2.0
+KEPT = Path(__file__).parent / "out" / "asof-database.txt"
+MICROSECOND = timedelta(microseconds=1)
+
+
+def build(args: argparse.Namespace, settings: Settings) -> str:
+    """A scratch database holding the trace and its snapshots; its owner URL."""
+    started = time.perf_counter()
+    trace = generate(args.queues, args.nodes, args.podgroups)
+    generated = time.perf_counter() - started
+    url = scratch_owner_url(
+        settings, create_scratch_database(settings, "minruntime_test_bench_asof")
+    )
+    upgrade(url)
+    engine = engine_from(url)
+    offsets: dict[str, int] = defaultdict(int)
+    records = []
+    for role, key, value in trace.events:
+        topic = DEFAULT_TOPICS[role]
+        records.append(InboundRecord(topic, 0, offsets[topic], key, value))
+        offsets[topic] += 1
+    del trace
+    policy = SnapshotPolicy(args.every_events, 10**9)
+    applying = snapshotting = 0.0
+    taken = 0
+    for i in range(0, len(records), args.build_batch):
+        started = time.perf_counter()
+        with engine.begin() as conn:
+            apply_batch(conn, records[i : i + args.build_batch], consumer_group="bench-asof")
+        applying += time.perf_counter() - started
+        started = time.perf_counter()
+        if take(engine, policy).snapshot is not None:
+            taken += 1
+            snapshotting += time.perf_counter() - started
+            print(f"  {i + args.build_batch:>9,} events: snapshot {taken}", flush=True)
+    engine.dispose()
+    print(
+        f"built: {len(records):,} events (trace generated in {generated:.0f} s), applied in "
+        f"{applying:.0f} s ({len(records) / applying:,.0f} events/s, batches of "
+        f"{args.build_batch:,}); {taken} snapshots (every {args.every_events:,} events) "
+        f"taken in {snapshotting:.1f} s in all"
+    )
+    return url
+
+
+def instants(engine: sa.Engine, stored: list[Snapshot], count: int) -> list[datetime]:
+    """The worst instants (just before a snapshot's position) first, then seeded random ones."""
+    with engine.connect() as conn:
+        first, last = conn.execute(
+            sa.text("SELECT min(applied_at), max(applied_at) FROM minruntime_state.event_log")
+        ).one()
+    worst = [snap.applied_until - MICROSECOND for snap in stored[1:]][-3:]
+    rng = random.Random(20261125)
+    spread = [first + (last - first) * rng.random() for _ in range(max(count - len(worst), 0))]
+    return worst + spread
+
+
+def timed(run: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def protection_at(engine: sa.Engine, at: datetime) -> int:
+    with state_at(engine, at) as (conn, shadow):
+        return len(protection_table(conn, shadow, at).rows)
+
+
+def explain_at(engine: sa.Engine, at: datetime, uid: str) -> None:
+    with state_at(engine, at) as (conn, shadow):
+        Explainer(conn, shadow, at).explain(uid, None)
+
+
+def running_uid(engine: sa.Engine, at: datetime) -> str:
+    """A podgroup running at ``at`` (its allocation applied by then, its release not)."""
+    with engine.connect() as conn:
+        uid = conn.execute(
+            sa.text(
+                "SELECT subject FROM minruntime_state.event_log"
+                " WHERE type = 'podgroup.allocated' AND applied_at <= :at"
+                " ORDER BY seq DESC LIMIT 1"
+            ),
+            {"at": at},
+        ).scalar_one()
+    return str(uid)
+
+
+def phases(engine: sa.Engine, at: datetime) -> str:
+    """Where the time of one answer goes: shadow, snapshot restore, tail replay, query."""
+    with snapshot(engine) as conn:
+        started = time.perf_counter()
+        shadow = create_shadow(conn, temporary_name())
+        made = time.perf_counter() - started
+        started = time.perf_counter()
+        start = start_from_snapshot(conn, shadow, at)
+        restored = time.perf_counter() - started
+        started = time.perf_counter()
+        report = replay(conn, read_log(conn, until=at, after=start.log_seq if start else 0))
+        replayed = time.perf_counter() - started
+        started = time.perf_counter()
+        rows = len(protection_table(conn, shadow, at).rows)
+        queried = time.perf_counter() - started
+    base = f"snapshot at {start.events:,} events" if start else "no snapshot"
+    return (
+        f"shadow {made:.2f} s; restore ({base}) {restored:.2f} s; tail replay "
+        f"{report.applied:,} events {replayed:.2f} s; protection query {queried:.2f} s "
+        f"({rows:,} rows)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--podgroups", type=int, default=240_000)
+    parser.add_argument("--queues", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--every-events", type=int, default=100_000)
+    parser.add_argument("--build-batch", type=int, default=20_000)
+    parser.add_argument("--instants", type=int, default=12)
+    parser.add_argument("--full-replay", action="store_true", help="also time one full replay")
+    kept = parser.add_mutually_exclusive_group()
+    kept.add_argument("--keep", action="store_true", help="keep the built database")
+    kept.add_argument("--reuse", action="store_true", help="measure the kept database")
+    args = parser.parse_args()
+    settings = Settings()
+    if args.reuse:
+        url = KEPT.read_text().strip()
+    else:
+        url = build(args, settings)
+        if args.keep:
+            KEPT.parent.mkdir(exist_ok=True)
+            KEPT.write_text(url + "\n")
+    engine = engine_from(url)
+    try:
+        measure(engine, args)
+    finally:
+        engine.dispose()
+        if not (args.keep or args.reuse):
+            drop_scratch_database(settings, url)
+
+
+def measure(engine: sa.Engine, args: argparse.Namespace) -> None:
+    with engine.connect() as conn:
+        stored = snapshots_in(conn)
+        events = conn.execute(sa.text("SELECT count(*) FROM minruntime_state.event_log")).scalar()
+    print(f"log: {events:,} events, {len(stored)} snapshots")
+    answers = []
+    for at in instants(engine, stored, args.instants):
+        uid = running_uid(engine, at)
+        protection = timed(lambda at=at: protection_at(engine, at))  # type: ignore[misc]
+        explain = timed(lambda at=at, uid=uid: explain_at(engine, at, uid))  # type: ignore[misc]
+        answers.append((max(protection, explain), at))
+        print(f"  at {at:%H:%M:%S.%f}: protection {protection:.2f} s, explain {explain:.2f} s")
+    worst, worst_at = max(answers)
+    median = statistics.median(seconds for seconds, _ in answers)
+    print(
+        f"as-of over {len(answers)} instants: median {median:.2f} s, worst {worst:.2f} s "
+        f"(target <= {TARGET_SECONDS:.0f} s: {'met' if worst <= TARGET_SECONDS else 'missed'})"
+    )
+    print(f"the worst, by phase: {phases(engine, worst_at)}")
+    if args.full_replay:
+        seconds = timed(lambda: protection_at_without_snapshots(engine, worst_at))
+        print(f"the same instant by a replay of the whole log up to it: {seconds:.2f} s")
+
+
+def protection_at_without_snapshots(engine: sa.Engine, at: datetime) -> None:
+    with state_at(engine, at, from_snapshot=False) as (conn, shadow):
+        protection_table(conn, shadow, at)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Projection snapshots: periodic copies of the projections, tied to an event-log position.
+
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-11-25
+
+``minruntime snapshot`` (run by cron, as the runtime role) copies every projection table into
+``projection_snapshot_tables`` under one ``projection_snapshots`` row that names the last
+event-log ``seq`` it reflects; ``protection --at`` / ``explain --at`` start from the newest one
+at or before their instant and replay only the tail, and ``replay --verify`` checks each one
+against the replay of the log up to its position (docs/audit.md#snapshots).
+
+Least privilege: the runtime role may read and add snapshots, never change or delete one
+(``minruntime.store.privileges.snapshot_limits``); the reader has no access (state schema).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import context, op
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA
+
+from minruntime.store.privileges import snapshot_limits
+
+revision: str = "0009"
+down_revision: str | None = "0008"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+SCHEMA = "minruntime_state"
+
+
+def _runtime_role() -> str | None:
+    """The runtime role, if it exists and is not the migrating role itself (as in 0008)."""
+    role = context.config.attributes.get("runtime_role")
+    if role is None:
+        from minruntime.settings import Settings
+
+        role = Settings().database_parts.user
+    found = (
+        op.get_bind()
+        .execute(
+            sa.text("SELECT rolname <> current_user FROM pg_roles WHERE rolname = :role"),
+            {"role": role},
+        )
+        .scalar()
+    )
+    return str(role) if found else None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "projection_snapshots",
+        sa.Column("id", sa.BigInteger, sa.Identity(always=False), nullable=False),
+        sa.Column("log_seq", sa.BigInteger, nullable=False),
+        sa.Column("applied_until", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("events", sa.BigInteger, nullable=False),
+        sa.Column(
+            "taken_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.text("now()")
+        ),
+        sa.PrimaryKeyConstraint("id", name="pk_projection_snapshots"),
+        sa.UniqueConstraint("log_seq", name="uq_projection_snapshots_log_seq"),
+        schema=SCHEMA,
+    )
+    op.create_table(
+        "projection_snapshot_tables",
+        sa.Column("snapshot_id", sa.BigInteger, nullable=False),
+        sa.Column("table_name", sa.Text, nullable=False),
+        sa.Column("rows", sa.BigInteger, nullable=False),
+        sa.Column("columns", ARRAY(sa.Text), nullable=False),
+        sa.Column("data", BYTEA, nullable=False),
+        sa.ForeignKeyConstraint(
+            ["snapshot_id"],
+            [f"{SCHEMA}.projection_snapshots.id"],
+            name="fk_projection_snapshot_tables_snapshot_id_projection_snapshots",
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("snapshot_id", "table_name", name="pk_projection_snapshot_tables"),
+        schema=SCHEMA,
+    )
+    runtime = _runtime_role()
+    if runtime is not None:
+        for statement in snapshot_limits(runtime):
+            op.execute(statement)
+
+
+def downgrade() -> None:
+    op.drop_table("projection_snapshot_tables", schema=SCHEMA)
+    op.drop_table("projection_snapshots", schema=SCHEMA)

@@ -1,0 +1,147 @@
+"""Projection snapshots: taking one of the live state, and checking them against the log.
+
+``take`` copies the live projections at one event-log position (``minruntime snapshot``, run
+by cron: docs/audit.md#snapshots). It takes the snapshot lock exclusively — every writer of
+the live log holds it shared from its append to its commit — only for the moment it needs to
+take a database snapshot, exports that snapshot to a second connection and lets go: the
+processors wait milliseconds, not for the copy. The copy then sees every log entry up to the
+largest ``seq`` it sees, and their whole effect, and nothing after.
+
+``SnapshotChecker`` checks each stored snapshot while ``replay --verify`` replays the log: when
+the replay reaches a snapshot's position, the snapshot is restored beside the replay and
+compared table by table with the same checksums as the live state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, Engine
+
+from minruntime.audit.replay import LogEntry
+from minruntime.audit.shadow import PROJECTIONS, temporary_name
+from minruntime.audit.verify import TableCheck, compare_schemas
+from minruntime.store import snapshots as stored
+from minruntime.store.schema import LIVE, state_tables
+from minruntime.store.snapshots import LogPosition, Snapshot
+
+
+@dataclass(frozen=True)
+class SnapshotPolicy:
+    """When a snapshot is due: after this many new log entries, or minutes (and >= 1 entry)."""
+
+    every_events: int
+    every_minutes: float
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What ``take`` did: the new snapshot (None: none was due), where the log was."""
+
+    snapshot: Snapshot | None
+    position: LogPosition
+    previous: Snapshot | None
+    reason: str
+
+
+def due(
+    previous: Snapshot | None, at: LogPosition, policy: SnapshotPolicy, now: datetime
+) -> str | None:
+    """Why a snapshot is due at ``at`` (None: it is not)."""
+    if at.events == 0:
+        return None
+    if previous is None:
+        return "no snapshot yet"
+    new = at.events - previous.events
+    if new <= 0:
+        return None
+    if new >= policy.every_events:
+        return f"{new:,} entries since the newest snapshot (every {policy.every_events:,})"
+    if now - previous.taken_at >= timedelta(minutes=policy.every_minutes):
+        return f"{policy.every_minutes:g} minutes since the newest snapshot, {new:,} new entries"
+    return None
+
+
+def take(engine: Engine, policy: SnapshotPolicy, *, force: bool = False) -> Taken:
+    """Snapshot the live projections if one is due (``force``: whenever the log grew)."""
+    with engine.connect() as locker, engine.connect() as conn:
+        stored.take_lock(locker)
+        exported = locker.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        conn.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{exported}'")
+        # conn now sees exactly what locker saw; the log's writers may go on.
+        locker.rollback()
+        previous = stored.newest(conn)
+        at = stored.position(conn, previous)
+        now = conn.exec_driver_sql("SELECT now()").scalar_one()
+        reason = due(previous, at, policy, now)
+        if reason is None and force and at.events > (previous.events if previous else 0):
+            reason = "forced"
+        if reason is None:
+            conn.rollback()
+            return Taken(None, at, previous, "not due")
+        snapshot = stored.write(conn, LIVE, PROJECTIONS, at)
+        conn.commit()
+        return Taken(snapshot, at, previous, reason)
+
+
+def check(conn: Connection, snapshot: Snapshot, replay_schema: str) -> list[TableCheck]:
+    """Compare ``snapshot`` with the state schema ``replay_schema`` (its "live" side)."""
+    name = temporary_name("minruntime_snapshot") + "_state"
+    conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+    try:
+        tables = state_tables(name)
+        tables.metadata.create_all(
+            conn,
+            tables=[tables.metadata.tables[f"{name}.{table}"] for table in PROJECTIONS],
+            checkfirst=False,
+        )
+        stored.restore(conn, snapshot, tables)
+        return compare_schemas(conn, name, replay_schema)
+    finally:
+        conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
+
+
+@dataclass(frozen=True)
+class SnapshotCheck:
+    """One stored snapshot, checked against the replay at its position (or why not)."""
+
+    snapshot: Snapshot
+    tables: list[TableCheck] = field(default_factory=list)
+    # Why it could not be compared (None: it was).
+    problem: str | None = None
+
+    @property
+    def equal(self) -> bool:
+        return self.problem is None and all(check.equal for check in self.tables)
+
+
+class SnapshotChecker:
+    """The replay's hooks (``boundary``/``after_boundary``): check each snapshot at its seq."""
+
+    def __init__(self, conn: Connection, replay_schema: str, snapshots: list[Snapshot]) -> None:
+        self._conn = conn
+        self._schema = replay_schema
+        self._pending = {snapshot.log_seq: snapshot for snapshot in snapshots}
+        self.results: list[SnapshotCheck] = []
+
+    def wants(self, entry: LogEntry) -> bool:
+        return entry.seq in self._pending
+
+    def after(self, entry: LogEntry) -> None:
+        snapshot = self._pending.pop(entry.seq)
+        self.results.append(SnapshotCheck(snapshot, check(self._conn, snapshot, self._schema)))
+
+    def finish(self) -> list[SnapshotCheck]:
+        """Every snapshot's check, oldest first; one the replay never reached is a problem."""
+        for snapshot in self._pending.values():
+            problem = f"no event-log entry has its position (seq {snapshot.log_seq})"
+            self.results.append(SnapshotCheck(snapshot, problem=problem))
+        self._pending.clear()
+        return sorted(self.results, key=lambda result: result.snapshot.log_seq)
+
+
+def snapshots_in(conn: Connection) -> list[Snapshot]:
+    """The stored snapshots, oldest first (none when the tables are not there yet)."""
+    return stored.snapshots(conn) if stored.available(conn) else []

@@ -1,0 +1,80 @@
+"""`minruntime snapshot`: copy the live projections at one event-log position, when due."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from minruntime.commands.common import Json, print_json
+
+
+def snapshot_command(
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Take one now if the log grew since the newest, due or not."),
+    ] = False,
+    list_them: Annotated[
+        bool, typer.Option("--list", help="List the stored snapshots instead; take none.")
+    ] = False,
+    as_json: Json = False,
+) -> None:
+    """Snapshot the projections for fast as-of answers, when one is due (run it from cron)."""
+    from minruntime.audit.snapshots import SnapshotPolicy, snapshots_in, take
+    from minruntime.settings import Settings
+    from minruntime.store import engine_from
+
+    settings = Settings()
+    # The runtime role: it needs rows, not definitions (it may add snapshots, change none).
+    database = engine_from(settings.database_url, pool_pre_ping=False)
+    try:
+        if list_them:
+            with database.connect() as conn:
+                found = snapshots_in(conn)
+            rows = [
+                {
+                    "id": snapshot.id,
+                    "log_seq": snapshot.log_seq,
+                    "events": snapshot.events,
+                    "applied_until": snapshot.applied_until,
+                    "taken_at": snapshot.taken_at,
+                }
+                for snapshot in found
+            ]
+            _show(rows, as_json)
+            return
+        policy = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_minutes)
+        taken = take(database, policy, force=force)
+    finally:
+        database.dispose()
+    summary: dict[str, Any] = {
+        "taken": taken.snapshot is not None,
+        "reason": taken.reason,
+        "log_seq": taken.position.seq,
+        "events": taken.position.events,
+        "id": taken.snapshot.id if taken.snapshot else None,
+        "previous_id": taken.previous.id if taken.previous else None,
+    }
+    if as_json:
+        print_json(summary)
+    elif taken.snapshot is None:
+        print(f"no snapshot taken: not due ({taken.position.events:,} log entries)")
+    else:
+        print(
+            f"snapshot #{taken.snapshot.id} at seq {taken.snapshot.log_seq} "
+            f"({taken.snapshot.events:,} log entries): {taken.reason}"
+        )
+
+
+def _show(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        print("no snapshots")
+    for row in rows:
+        print(
+            f"#{row['id']}  seq {row['log_seq']}  {row['events']:,} entries  "
+            f"applied until {row['applied_until']:%Y-%m-%dT%H:%M:%S.%fZ}  "
+            f"taken {row['taken_at']:%Y-%m-%dT%H:%M:%SZ}"
+        )

@@ -1,0 +1,308 @@
+"""Projection snapshots against the real PostgreSQL (docs/audit.md#snapshots).
+
+A history is applied in steps with the real ``apply_batch``; snapshots are taken between some
+steps by the runtime role, as ``minruntime snapshot`` takes them. As-of answers started from a
+snapshot must equal the answers of a replay of the whole log up to the same instant — before
+the first snapshot, exactly at a snapshot's position, just before it, between and after — and
+``replay --verify`` must find every snapshot equal to the replay up to its position, and name
+the one a hand changed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import zlib
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from minruntime.audit.asof import state_at
+from minruntime.audit.explain import Explainer, UnknownPodGroupError
+from minruntime.audit.explanation import describe
+from minruntime.audit.protection import protection_table
+from minruntime.audit.shadow import PROJECTIONS
+from minruntime.audit.snapshots import SnapshotPolicy, due, snapshots_in, take
+from minruntime.audit.verify import checksum
+from minruntime.cli import main
+from minruntime.commands.explain import describe_row
+from minruntime.ingest import apply_batch
+from minruntime.store.snapshots import LogPosition, Snapshot
+from tests.integration.helpers import Feed, rows, scalar
+from tests.integration.test_explain_asof import (
+    PREEMPTORS,
+    RECLAIMERS,
+    UIDS,
+    afterwards,
+    db_now,
+    steps,
+)
+
+ALWAYS = SnapshotPolicy(every_events=1, every_minutes=60)
+NEVER = SnapshotPolicy(every_events=10**9, every_minutes=10**9)
+MICROSECOND = timedelta(microseconds=1)
+
+
+def answers(engine: sa.Engine, at: datetime, *, from_snapshot: bool) -> dict[str, Any]:
+    """The whole state at ``at`` (checksums of every projection) and the as-of answers."""
+    out: dict[str, Any] = {}
+    with state_at(engine, at, from_snapshot=from_snapshot) as (conn, shadow):
+        for table in PROJECTIONS:
+            out[f"table {table}"] = checksum(conn, shadow.state_schema, table)
+        for reclaimer in RECLAIMERS:
+            table_rows = protection_table(conn, shadow, at, reclaimer).rows
+            out[f"protection {reclaimer}"] = [describe_row(row) for row in table_rows]
+        explainer = Explainer(conn, shadow, at)
+        for uid in UIDS:
+            for preemptor in PREEMPTORS:
+                try:
+                    answer: Any = describe(explainer.explain(uid, preemptor))
+                except UnknownPodGroupError as error:
+                    answer = f"error: {error}"
+                out[f"explain {uid} {preemptor}"] = answer
+    return out
+
+
+@pytest.fixture
+def history(engine: sa.Engine, runtime: sa.Engine) -> list[datetime]:
+    """Four steps and the changes afterwards; snapshots after steps 2 and 3 and at the end.
+
+    Returns instants to ask at: before anything, after each step, and around each snapshot.
+    """
+    feed = Feed(engine)
+    now = db_now(engine)
+    instants = [now - timedelta(hours=1)]
+    for number, messages in enumerate(steps(now), start=1):
+        assert feed.send(*messages).dead_lettered == 0
+        instants.append(db_now(engine))
+        if number in (2, 3):
+            taken = take(runtime, ALWAYS)
+            assert taken.snapshot is not None
+            # Exactly at its position, and one microsecond before the last entry it holds.
+            instants += [taken.snapshot.applied_until, taken.snapshot.applied_until - MICROSECOND]
+    assert feed.send(*afterwards(now)).dead_lettered == 0
+    instants.append(db_now(engine))
+    assert take(runtime, NEVER, force=True).snapshot is not None
+    instants.append(db_now(engine))
+    return instants
+
+
+def test_as_of_from_a_snapshot_equals_as_of_by_full_replay(
+    engine: sa.Engine, history: list[datetime]
+) -> None:
+    with engine.connect() as conn:
+        stored = snapshots_in(conn)
+    assert [snapshot.events for snapshot in stored] == sorted(
+        {snapshot.events for snapshot in stored}
+    )
+    assert len(stored) == 3
+    # Some instants precede the first snapshot, some sit exactly on a snapshot's position.
+    assert min(history) < stored[0].applied_until
+    assert {snapshot.applied_until for snapshot in stored[:2]} <= set(history)
+    seen = set()
+    for at in history:
+        expected = answers(engine, at, from_snapshot=False)
+        assert answers(engine, at, from_snapshot=True) == expected, at
+        seen.add(json.dumps(expected, sort_keys=True, default=str))
+    # The instants really see different states (else equality would prove little).
+    assert len(seen) >= 6
+
+
+def test_an_answer_starts_from_the_newest_snapshot_at_or_before_its_instant(
+    engine: sa.Engine, history: list[datetime]
+) -> None:
+    with engine.connect() as conn:
+        first, second, third = snapshots_in(conn)
+
+    def restored_rows(at: datetime) -> int:
+        with state_at(engine, at) as (conn, shadow):
+            # The shadow's log holds only the tail replayed on top of the snapshot.
+            tail = conn.execute(
+                sa.text(f"SELECT count(*) FROM {shadow.state_schema}.event_log")
+            ).scalar_one()
+        return int(tail)
+
+    total = scalar(engine, "SELECT count(*) FROM minruntime_state.event_log")
+    assert restored_rows(first.applied_until - MICROSECOND) == scalar(
+        engine,
+        "SELECT count(*) FROM minruntime_state.event_log WHERE applied_at <= :at",
+        at=first.applied_until - MICROSECOND,
+    )
+    assert restored_rows(first.applied_until) == 0
+    assert restored_rows(second.applied_until) == 0
+    between = max(at for at in history if second.applied_until < at < third.applied_until)
+    assert 0 < restored_rows(between) < total
+
+
+@pytest.fixture
+def cli(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI in-process, on the scratch database."""
+    monkeypatch.setenv("MINRUNTIME_DATABASE_URL", database_url)
+
+
+@pytest.mark.usefixtures("cli")
+def test_verify_checks_every_snapshot_and_names_a_tampered_one(
+    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = replay_verify(capsys)
+    assert code == 0
+    assert [(s["equal"], s["problem"]) for s in report["snapshots"]] == [(True, None)] * 3
+    assert all(table["equal"] for s in report["snapshots"] for table in s["tables"])
+
+    # A hand edits one running podgroup's start time inside the middle snapshot.
+    with engine.begin() as conn:
+        snapshot_id, data = conn.execute(
+            sa.text(
+                "SELECT t.snapshot_id, t.data FROM minruntime_state.projection_snapshot_tables t"
+                " JOIN minruntime_state.projection_snapshots s ON s.id = t.snapshot_id"
+                " WHERE t.table_name = 'podgroup_state' ORDER BY s.log_seq LIMIT 1 OFFSET 1"
+            )
+        ).one()
+        lines = zlib.decompress(data).decode().splitlines(keepends=True)
+        changed = [line.replace("\trunning\t", "\tfinished\t", 1) for line in lines]
+        assert changed != lines
+        conn.execute(
+            sa.text(
+                "UPDATE minruntime_state.projection_snapshot_tables SET data = :data"
+                " WHERE snapshot_id = :id AND table_name = 'podgroup_state'"
+            ),
+            {"data": zlib.compress("".join(changed).encode()), "id": snapshot_id},
+        )
+    code, report = replay_verify(capsys)
+    assert code == 1
+    verdicts = {s["id"]: s["equal"] for s in report["snapshots"]}
+    assert verdicts.pop(snapshot_id) is False
+    assert all(verdicts.values())
+    (tampered,) = [s for s in report["snapshots"] if s["id"] == snapshot_id]
+    assert [t["table"] for t in tampered["tables"] if not t["equal"]] == ["podgroup_state"]
+    assert all(check["equal"] for check in report["verify"])  # the live state is fine
+
+    # The text report says which snapshot and which rows.
+    capsys.readouterr()
+    assert main(["replay", "--verify"]) == 1
+    captured = capsys.readouterr()
+    assert f"snapshot #{snapshot_id}" in captured.out
+    assert "differs in podgroup_state" in captured.out
+    assert f"#{snapshot_id}" in captured.err
+
+
+def replay_verify(capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+    capsys.readouterr()
+    code = main(["replay", "--verify", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.usefixtures("cli")
+def test_a_snapshot_of_a_position_the_log_does_not_have_is_a_difference(
+    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE minruntime_state.projection_snapshots SET log_seq = log_seq + 1000"
+                " WHERE log_seq = (SELECT min(log_seq) FROM minruntime_state.projection_snapshots)"
+            )
+        )
+    code, report = replay_verify(capsys)
+    assert code == 1
+    problems = [s["problem"] for s in report["snapshots"] if s["problem"]]
+    assert len(problems) == 1
+    assert "no event-log entry has its position" in problems[0]
+
+
+def test_a_snapshot_is_due_after_n_entries_or_m_minutes() -> None:
+    policy = SnapshotPolicy(every_events=100, every_minutes=30)
+    t0 = datetime.fromisoformat("2026-11-25T08:00:00+00:00")
+    previous = Snapshot(1, 50, t0, 50, t0)
+    assert due(None, LogPosition(0, 0, None), policy, t0) is None
+    assert due(None, LogPosition(3, 3, t0), policy, t0) == "no snapshot yet"
+    assert due(previous, LogPosition(149, 149, t0), policy, t0 + timedelta(minutes=29)) is None
+    assert "100 entries" in str(due(previous, LogPosition(150, 150, t0), policy, t0))
+    assert "30 minutes" in str(
+        due(previous, LogPosition(51, 51, t0), policy, t0 + timedelta(minutes=30))
+    )
+    assert due(previous, LogPosition(50, 50, t0), policy, t0 + timedelta(days=1)) is None
+
+
+@pytest.mark.usefixtures("cli")
+def test_the_command_takes_one_when_due_and_lists_them(
+    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MINRUNTIME_SNAPSHOT_EVERY_EVENTS", "5")
+    feed = Feed(engine)
+    now = db_now(engine)
+    first, second, *_ = steps(now)
+
+    def command(*argv: str) -> Any:
+        capsys.readouterr()
+        assert main(["snapshot", *argv, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert command()["taken"] is False  # an empty log
+    feed.send(*first)
+    taken = command()
+    assert taken["taken"] is True
+    assert taken["reason"] == "no snapshot yet"
+    assert command()["taken"] is False  # nothing new
+    feed.send(*second[:2])
+    assert command()["taken"] is False  # 2 new entries, fewer than 5, not an hour
+    assert command("--force")["reason"] == "forced"
+    feed.send(*second[2:])
+    listed = command("--list")
+    assert [row["events"] for row in listed] == [len(first), len(first) + 2]
+    assert command()["taken"] is False
+    feed.send(*steps(now)[2])
+    assert "entries since the newest snapshot (every 5)" in command()["reason"]
+
+
+@pytest.fixture
+def batch_in_flight(engine: sa.Engine) -> Iterator[tuple[sa.Connection, Feed]]:
+    """A batch applied to the live log but not committed yet (its transaction is open)."""
+    feed = Feed(engine)
+    now = db_now(engine)
+    first, second, *_ = steps(now)
+    feed.send(*first)
+    with engine.connect() as conn:
+        transaction = conn.begin()
+        apply_batch(conn, feed.records(*second), consumer_group=feed.group)
+        yield conn, feed
+        if transaction.is_active:
+            transaction.rollback()
+
+
+def test_a_snapshot_waits_for_a_batch_in_flight_and_then_holds_it(
+    engine: sa.Engine, runtime: sa.Engine, batch_in_flight: tuple[sa.Connection, Feed]
+) -> None:
+    conn, _ = batch_in_flight
+    result: list[Any] = []
+    taker = threading.Thread(target=lambda: result.append(take(runtime, ALWAYS)))
+    taker.start()
+    # The taker waits for the snapshot lock the batch holds shared (seen in pg_locks).
+    for _ in range(600):
+        waiting = rows(
+            engine,
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+        )
+        if waiting or not taker.is_alive():
+            break
+        threading.Event().wait(0.05)
+    assert waiting
+    assert taker.is_alive()
+    conn.commit()
+    taker.join(timeout=60)
+    (taken,) = result
+    assert taken.snapshot is not None
+    assert taken.snapshot.log_seq == scalar(
+        engine, "SELECT max(seq) FROM minruntime_state.event_log"
+    )
+    with engine.connect() as check:
+        assert check.execute(
+            sa.text(
+                "SELECT rows FROM minruntime_state.projection_snapshot_tables"
+                " WHERE snapshot_id = :id AND table_name = 'podgroup_state'"
+            ),
+            {"id": taken.snapshot.id},
+        ).scalar_one() == scalar(engine, "SELECT count(*) FROM minruntime_state.podgroup_state")
