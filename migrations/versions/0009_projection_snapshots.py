@@ -4,11 +4,14 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-11-25
 
-``minruntime snapshot`` (run by cron, as the runtime role) copies every projection table into
-``projection_snapshot_tables`` under one ``projection_snapshots`` row that names the last
-event-log ``seq`` it reflects; ``protection --at`` / ``explain --at`` start from the newest one
-at or before their instant and replay only the tail, and ``replay --verify`` checks each one
-against the replay of the log up to its position (docs/audit.md#snapshots).
+``minruntime snapshot`` (as the runtime role) copies the projections under one
+``projection_snapshots`` row that names the last event-log ``seq`` it reflects: whole tables
+(of the podgroup tables, the pending and running podgroups' rows) in
+``projection_snapshot_tables``, and each finished or deleted podgroup's rows as one document in
+``projection_snapshot_podgroups`` when they changed since its newest one. ``protection --at``
+and ``explain --at`` start from the newest one at or before their instant and replay only the
+tail; ``replay --verify`` checks each one against the replay of the log up to its position
+(docs/audit.md#snapshots).
 
 Least privilege: the runtime role may read and add snapshots, never change or delete one
 (``minruntime.store.privileges.snapshot_limits``); the reader has no access (state schema).
@@ -80,6 +83,21 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("snapshot_id", "table_name", name="pk_projection_snapshot_tables"),
         schema=SCHEMA,
     )
+    op.create_table(
+        "projection_snapshot_podgroups",
+        sa.Column("uid", sa.Text, nullable=False),
+        sa.Column("log_seq", sa.BigInteger, nullable=False),
+        sa.Column("snapshot_id", sa.BigInteger, nullable=False),
+        sa.Column("document", BYTEA, nullable=False),
+        sa.ForeignKeyConstraint(
+            ["snapshot_id"],
+            [f"{SCHEMA}.projection_snapshots.id"],
+            name="fk_projection_snapshot_podgroups_snapshot",
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("uid", "log_seq", name="pk_projection_snapshot_podgroups"),
+        schema=SCHEMA,
+    )
     runtime = _runtime_role()
     if runtime is not None:
         for statement in snapshot_limits(runtime):
@@ -87,5 +105,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("projection_snapshot_podgroups", schema=SCHEMA)
     op.drop_table("projection_snapshot_tables", schema=SCHEMA)
     op.drop_table("projection_snapshots", schema=SCHEMA)

@@ -126,12 +126,12 @@ class Settings(BaseSettings):
     protection_max_sleep_seconds: float = Field(default=0.5, gt=0)
     protection_catch_up_seconds: float = Field(default=300.0, ge=0)
 
-    # Projection snapshots (docs/audit.md#snapshots): `minruntime snapshot` (run by cron)
-    # takes one when this many event-log entries, or this many minutes with at least one new
-    # entry, have passed since the newest one. As-of answers replay only from the newest
-    # snapshot at or before their instant.
-    snapshot_every_events: int = Field(default=100_000, gt=0)
-    snapshot_every_minutes: float = Field(default=60.0, gt=0)
+    # Projection snapshots (docs/audit.md#snapshots): `minruntime snapshot` takes one when
+    # this many event-log entries, or this many minutes with at least one new entry, have
+    # passed since the newest one. An as-of answer replays at most about this many entries
+    # on top of the newest snapshot at or before its instant.
+    snapshot_every_events: int = Field(default=10_000, gt=0)
+    snapshot_every_minutes: float = Field(default=10.0, gt=0)
 
     # The cluster bridge and the evictor (docs/kubernetes.md). The API server is found through
     # $KUBECONFIG, else the in-cluster service account, else the local stack's kubeconfig.

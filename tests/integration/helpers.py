@@ -32,6 +32,7 @@ STATE_TABLES = (
     "outbox",
     "projection_snapshots",
     "projection_snapshot_tables",
+    "projection_snapshot_podgroups",
 )
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)

@@ -7,7 +7,7 @@ nothing is left behind and the live state is never written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -16,7 +16,8 @@ from sqlalchemy import Connection, Engine
 
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.shadow import LIVE, Shadow, copy_live_state, create_shadow, temporary_name
-from minruntime.store import snapshots
+from minruntime.store import event_log, snapshots
+from minruntime.store.schema import LIVE as LIVE_TABLES
 from minruntime.store.schema import state_tables
 from minruntime.store.snapshots import Snapshot
 
@@ -34,31 +35,49 @@ def snapshot(engine: Engine) -> Iterator[Connection]:
 
 @contextmanager
 def state_at(
-    engine: Engine, at: datetime | None, *, from_snapshot: bool = True
+    engine: Engine,
+    at: datetime | None,
+    *,
+    podgroups: Iterable[str] | None = None,
+    from_snapshot: bool = True,
 ) -> Iterator[tuple[Connection, Shadow]]:
     """The state the service had at ``at`` (None: the live state now), read-only.
 
     For a past instant a temporary shadow is filled with the newest projection snapshot
     whose entries were all applied by ``at`` (none: empty), and the rest of the event log up
     to ``at`` is replayed on it; the shadow answers the same SQL as the live schema (its
-    queue tree and configuration are the ones in force at ``at``). ``from_snapshot=False``
-    replays the whole log up to ``at`` instead (the same answer, slower).
+    queue tree and configuration are the ones in force at ``at``).
+
+    ``podgroups`` names the podgroups the caller will read besides the running ones: given,
+    a podgroup that had ended by the snapshot is restored only if it is named there or the
+    replayed tail names it (the shadow then holds every podgroup running at ``at``, but not
+    every finished one: fast at any log length). None: everything. ``from_snapshot=False``
+    replays the whole log up to ``at`` instead (the same answers, slower).
     """
     with snapshot(engine) as conn:
         if at is None:
             yield conn, LIVE
             return
         shadow = create_shadow(conn, temporary_name())
-        start = start_from_snapshot(conn, shadow, at) if from_snapshot else None
+        start = start_from_snapshot(conn, shadow, at, podgroups) if from_snapshot else None
         replay(conn, read_log(conn, until=at, after=start.log_seq if start else 0))
         yield conn, shadow
 
 
-def start_from_snapshot(conn: Connection, shadow: Shadow, at: datetime) -> Snapshot | None:
-    """Restore into ``shadow`` the newest snapshot an answer at ``at`` may start from."""
+def start_from_snapshot(
+    conn: Connection, shadow: Shadow, at: datetime, podgroups: Iterable[str] | None = None
+) -> Snapshot | None:
+    """Restore into ``shadow`` the newest snapshot an answer at ``at`` may start from.
+
+    ``podgroups`` (None: all) as for ``state_at``; the subjects of the tail are added to it.
+    """
     start = snapshots.newest(conn, at) if snapshots.available(conn) else None
-    if start is not None:
-        snapshots.restore(conn, start, state_tables(shadow.state_schema))
+    if start is None:
+        return None
+    wanted = None
+    if podgroups is not None:
+        wanted = {*podgroups, *event_log.subjects(conn, LIVE_TABLES, start.log_seq, at)}
+    snapshots.restore(conn, start, state_tables(shadow.state_schema), wanted)
     return start
 
 

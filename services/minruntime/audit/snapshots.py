@@ -81,7 +81,7 @@ def take(engine: Engine, policy: SnapshotPolicy, *, force: bool = False) -> Take
         if reason is None:
             conn.rollback()
             return Taken(None, at, previous, "not due")
-        snapshot = stored.write(conn, LIVE, PROJECTIONS, at)
+        snapshot = stored.write(conn, LIVE, PROJECTIONS, at, previous)
         conn.commit()
         return Taken(snapshot, at, previous, reason)
 

@@ -78,7 +78,7 @@ def explain_command(
     from minruntime.audit.explanation import describe
 
     instant = parse_at(at)
-    with _state(instant) as (conn, shadow):
+    with _state(instant, (uid,)) as (conn, shadow):
         explanation = explain(conn, shadow, uid, instant, preemptor_queue)
     if json_output:
         print_json(describe(explanation))
@@ -96,13 +96,18 @@ def explain_command(
 
 
 @contextmanager
-def _state(at: datetime | None) -> Iterator[tuple[Connection, Shadow]]:
-    """The live state or the state at ``at`` (database trouble: the CLI's one line)."""
+def _state(
+    at: datetime | None, podgroups: tuple[str, ...] = ()
+) -> Iterator[tuple[Connection, Shadow]]:
+    """The live state or the state at ``at`` (database trouble: the CLI's one line).
+
+    At ``at``: the running podgroups, and of the ended ones only ``podgroups``.
+    """
     from minruntime.audit.asof import state_at
 
     database = engine()
     try:
-        with state_at(database, at) as pair:
+        with state_at(database, at, podgroups=podgroups) as pair:
             yield pair
     finally:
         database.dispose()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import time
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from minruntime.commands.common import Json, print_json
+
+if TYPE_CHECKING:
+    from minruntime.audit.snapshots import Taken
 
 
 def snapshot_command(
@@ -17,9 +21,18 @@ def snapshot_command(
     list_them: Annotated[
         bool, typer.Option("--list", help="List the stored snapshots instead; take none.")
     ] = False,
+    every: Annotated[
+        float | None,
+        typer.Option(
+            "--every",
+            help="Keep running: check every SECONDS whether one is due (one line per snapshot).",
+            show_default=False,
+            min=0.1,
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Snapshot the projections for fast as-of answers, when one is due (run it from cron)."""
+    """Snapshot the projections for fast as-of answers when one is due (once, or --every)."""
     from minruntime.audit.snapshots import SnapshotPolicy, snapshots_in, take
     from minruntime.settings import Settings
     from minruntime.store import engine_from
@@ -45,8 +58,17 @@ def snapshot_command(
             return
         policy = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_minutes)
         taken = take(database, policy, force=force)
+        while every is not None:
+            if taken.snapshot is not None:
+                _report(taken, as_json)
+            time.sleep(every)
+            taken = take(database, policy)
     finally:
         database.dispose()
+    _report(taken, as_json)
+
+
+def _report(taken: Taken, as_json: bool) -> None:
     summary: dict[str, Any] = {
         "taken": taken.snapshot is not None,
         "reason": taken.reason,
@@ -62,7 +84,8 @@ def snapshot_command(
     else:
         print(
             f"snapshot #{taken.snapshot.id} at seq {taken.snapshot.log_seq} "
-            f"({taken.snapshot.events:,} log entries): {taken.reason}"
+            f"({taken.snapshot.events:,} log entries): {taken.reason}",
+            flush=True,
         )
 
 

@@ -8,6 +8,7 @@ the service made itself without one (logged in the transaction that makes them).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import Connection
@@ -88,3 +89,15 @@ def conflicting(
         },
     )
     return {row.i: f"{row.topic}/{row.partition}@{row.offset}" for row in rows}
+
+
+_SUBJECTS: Final = (
+    "SELECT DISTINCT subject FROM minruntime_state.event_log WHERE seq > :after"
+    " AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until) AND subject IS NOT NULL"
+)
+
+
+def subjects(conn: Connection, tables: StateTables, after: int, until: datetime | None) -> set[str]:
+    """The subjects of the entries after seq ``after`` applied by ``until`` (None: all)."""
+    rows = conn.execute(tables.text(_SUBJECTS), {"after": after, "until": until})
+    return {str(subject) for subject in rows.scalars()}

@@ -23,6 +23,7 @@ VERSION_TABLE: Final = f"{STATE_SCHEMA}.alembic_version"
 SNAPSHOT_TABLES: Final = (
     f"{STATE_SCHEMA}.projection_snapshots",
     f"{STATE_SCHEMA}.projection_snapshot_tables",
+    f"{STATE_SCHEMA}.projection_snapshot_podgroups",
 )
 # Every function that takes an advisory lock (unlocking only ever releases one's own).
 ADVISORY_LOCK_FUNCTIONS: Final = (

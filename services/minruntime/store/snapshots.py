@@ -14,11 +14,12 @@ Consistency is the caller's too: ``write`` copies what ``conn``'s transaction se
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
+import psycopg
 from sqlalchemy import Connection
 
 from minruntime.store.schema import LIVE, StateTables
@@ -42,6 +43,31 @@ _INSERT_SNAPSHOT: Final = (
 _INSERT_TABLE: Final = (
     "INSERT INTO minruntime_state.projection_snapshot_tables"
     " (snapshot_id, table_name, rows, columns, data) VALUES (%s, %s, %s, %s, %s)"
+)
+# The podgroups' tables: keyed by uid, the bulk of the state. A snapshot stores the rows of the
+# pending and running podgroups whole, and a finished or deleted podgroup's rows as one document
+# when they changed: the ended podgroups grow with the log and rarely change.
+PODGROUP_TABLES: Final = ("podgroup_state", "subgroup_state", "pod_state", "nominations")
+_ACTIVE_UIDS: Final = (
+    "SELECT uid FROM minruntime_state.podgroup_state WHERE status IN ('pending', 'running')"
+)
+_ENDED: Final = (
+    "SELECT uid FROM minruntime_state.podgroup_state WHERE status IN ('finished', 'deleted')"
+)
+_ENDED_CANDIDATES: Final = (
+    _ENDED + " AND uid IN (SELECT subject FROM minruntime_state.event_log WHERE seq > %(after)s)"
+)
+_NEWEST_DOCUMENTS: Final = (
+    "SELECT DISTINCT ON (uid) uid, document FROM minruntime_state.projection_snapshot_podgroups"
+    " WHERE uid = ANY(%(uids)s) AND log_seq <= %(seq)s ORDER BY uid, log_seq DESC"
+)
+_ALL_DOCUMENTS: Final = (
+    "SELECT DISTINCT ON (uid) uid, document FROM minruntime_state.projection_snapshot_podgroups"
+    " WHERE log_seq <= %(seq)s ORDER BY uid, log_seq DESC"
+)
+_COPY_DOCUMENTS: Final = (
+    "COPY minruntime_state.projection_snapshot_podgroups (uid, snapshot_id, log_seq, document)"
+    " FROM STDIN"
 )
 _SNAPSHOTS: Final = (
     "SELECT id, log_seq, applied_until, events, taken_at FROM minruntime_state.projection_snapshots"
@@ -101,8 +127,15 @@ def write(
     source: StateTables,
     projections: Mapping[str, Sequence[str]],
     at: LogPosition,
+    previous: Snapshot | None,
 ) -> Snapshot:
-    """Copy ``projections`` (table -> key columns) of ``source`` into a new snapshot at ``at``."""
+    """Copy ``projections`` (table -> key columns) of ``source`` into a new snapshot at ``at``.
+
+    Whole tables, except the podgroups' (``PODGROUP_TABLES``): of those, the rows of the
+    podgroups that are pending or running; a finished or deleted podgroup's rows are stored as
+    one document when they differ from its newest stored one. Only podgroups that an entry
+    after ``previous`` names can differ (every podgroup entry names its podgroup as subject).
+    """
     if at.applied_until is None:
         raise ValueError("the event log is empty: there is nothing to snapshot")
     row = (
@@ -113,22 +146,86 @@ def write(
         .mappings()
         .one()
     )
+    snapshot = Snapshot(row["id"], at.seq, at.applied_until, at.events, row["taken_at"])
     driver = conn.connection.driver_connection
     assert driver is not None
+    podgroups = source.sql(_ACTIVE_UIDS)
     with driver.cursor() as cursor:
         for table, keys in projections.items():
-            columns = _columns(source, table)
-            names = ", ".join(f'"{name}"' for name in columns)
-            order = ", ".join(f'"{key}"' for key in keys)
-            query = f"COPY (SELECT {names} FROM {source.schema}.{table} ORDER BY {order}) TO STDOUT"
-            with cursor.copy(query) as copy:
-                text = b"".join(bytes(block) for block in copy)
+            where = f"uid IN ({podgroups})" if table in PODGROUP_TABLES else "TRUE"
+            text = _copy_out(cursor, source, table, keys, where)
             # COPY text escapes newlines inside values: one line per row.
             cursor.execute(
                 LIVE.sql(_INSERT_TABLE),
-                (row["id"], table, text.count(b"\n"), columns, zlib.compress(text, _LEVEL)),
+                (
+                    snapshot.id,
+                    table,
+                    text.count(b"\n"),
+                    _columns(source, table),
+                    zlib.compress(text, _LEVEL),
+                ),
             )
-    return Snapshot(row["id"], at.seq, at.applied_until, at.events, row["taken_at"])
+        after = previous.log_seq if previous is not None else 0
+        candidates = source.sql(_ENDED_CANDIDATES if previous else _ENDED)
+        documents = _documents(cursor, source, projections, candidates, {"after": after})
+        stored = _newest_documents(cursor, list(documents), at.seq)
+        changed = [
+            (uid, snapshot.id, at.seq, document)
+            for uid, document in documents.items()
+            if stored.get(uid) != document
+        ]
+        if changed:
+            with cursor.copy(_COPY_DOCUMENTS) as copy:
+                for version in changed:
+                    copy.write_row(version)
+    return snapshot
+
+
+def _copy_out(
+    cursor: psycopg.Cursor[Any],
+    source: StateTables,
+    table: str,
+    keys: Sequence[str],
+    where: str,
+    params: Mapping[str, Any] | None = None,
+) -> bytes:
+    names = ", ".join(f'"{name}"' for name in _columns(source, table))
+    order = ", ".join(f'"{key}"' for key in keys)
+    query = (
+        f"COPY (SELECT {names} FROM {source.schema}.{table} WHERE {where} ORDER BY {order})"
+        " TO STDOUT"
+    )
+    with cursor.copy(query, params) as copy:
+        return b"".join(bytes(block) for block in copy)
+
+
+def _documents(
+    cursor: psycopg.Cursor[Any],
+    source: StateTables,
+    projections: Mapping[str, Sequence[str]],
+    uids: str,
+    params: Mapping[str, Any],
+) -> dict[str, bytes]:
+    """uid -> its rows in every podgroup table (``table<TAB>COPY line``), for ``uids`` (SQL)."""
+    parts: dict[str, list[bytes]] = {}
+    for table in PODGROUP_TABLES:
+        text = _copy_out(cursor, source, table, projections[table], f"uid IN ({uids})", params)
+        prefix = table.encode() + b"\t"
+        for line in text.splitlines(keepends=True):
+            # The uid is the first column of every podgroup table.
+            uid = _uid(line)
+            parts.setdefault(uid, []).append(prefix + line)
+    return {uid: b"".join(lines) for uid, lines in parts.items()}
+
+
+def _newest_documents(
+    cursor: psycopg.Cursor[Any], uids: list[str], log_seq: int
+) -> dict[str, bytes]:
+    """uid -> its newest stored document at or before ``log_seq`` (COPY-escaped uids)."""
+    if not uids:
+        return {}
+    rows = cursor.execute(LIVE.sql(_NEWEST_DOCUMENTS), {"uids": uids, "seq": log_seq})
+    return {uid: bytes(document) for uid, document in rows}
 
 
 def available(conn: Connection) -> bool:
@@ -161,23 +258,82 @@ def newest(conn: Connection, at: datetime | None = None) -> Snapshot | None:
     return None if row is None else Snapshot(**row)
 
 
-def restore(conn: Connection, snapshot: Snapshot, target: StateTables) -> dict[str, int]:
-    """Fill ``target``'s (empty) tables with ``snapshot``; table -> rows restored."""
+def restore(
+    conn: Connection,
+    snapshot: Snapshot,
+    target: StateTables,
+    podgroups: Iterable[str] | None = None,
+) -> dict[str, int]:
+    """Fill ``target``'s (empty) tables with ``snapshot``; table -> rows restored.
+
+    ``podgroups`` None: the whole state. Else the finished and deleted podgroups are restored
+    only when named there (the pending and running ones always are): enough for answers
+    about running podgroups and the named ones, after a replay of the entries whose subjects
+    were named too.
+    """
     if target.is_live:
         raise RuntimeError("a snapshot is restored into a shadow, never into the live state")
     driver = conn.connection.driver_connection
     assert driver is not None
-    restored = {}
+    restored: dict[str, int] = {}
     with driver.cursor() as cursor:
         stored = cursor.execute(LIVE.sql(_TABLES), (snapshot.id,)).fetchall()
+        active: set[str] = set()
         for table, rows, columns, data in stored:
-            names = ", ".join(f'"{name}"' for name in columns)
-            with cursor.copy(f"COPY {target.schema}.{table} ({names}) FROM STDIN") as copy:
-                copy.write(zlib.decompress(data))
+            text = zlib.decompress(data)
+            _copy_in(cursor, target, table, columns, text)
             restored[table] = int(rows)
+            if table == "podgroup_state":
+                active = {_uid(line) for line in text.splitlines()}
+        if podgroups is None:
+            documents = cursor.execute(LIVE.sql(_ALL_DOCUMENTS), {"seq": snapshot.log_seq})
+        else:
+            wanted = sorted(set(podgroups) - active)
+            documents = cursor.execute(
+                LIVE.sql(_NEWEST_DOCUMENTS), {"uids": wanted, "seq": snapshot.log_seq}
+            )
+        lines: dict[bytes, list[bytes]] = {}
+        for uid, document in documents.fetchall():
+            if uid in active:
+                continue  # ended once, running again at this snapshot
+            for line in bytes(document).splitlines(keepends=True):
+                table, row = line.split(b"\t", 1)
+                lines.setdefault(table, []).append(row)
+        for table_name, rows_of in lines.items():
+            table = table_name.decode()
+            _copy_in(cursor, target, table, _columns(target, table), b"".join(rows_of))
+            restored[table] = restored.get(table, 0) + len(rows_of)
     for table in restored:
         continue_numbering(conn, target, table)
     return restored
+
+
+def _copy_in(
+    cursor: psycopg.Cursor[Any], target: StateTables, table: str, columns: list[str], text: bytes
+) -> None:
+    names = ", ".join(f'"{name}"' for name in columns)
+    with cursor.copy(f"COPY {target.schema}.{table} ({names}) FROM STDIN") as copy:
+        copy.write(text)
+
+
+_ESCAPES: Final = {b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
+
+
+def _uid(line: bytes) -> str:
+    """The first column (the uid) of a COPY text line, unescaped."""
+    field = line.split(b"\t", 1)[0].rstrip(b"\n")
+    if b"\\" not in field:
+        return field.decode()
+    out, i = bytearray(), 0
+    while i < len(field):
+        if field[i : i + 1] == b"\\" and i + 1 < len(field):
+            nxt = field[i + 1 : i + 2]
+            out += _ESCAPES.get(nxt, nxt)
+            i += 2
+        else:
+            out += field[i : i + 1]
+            i += 1
+    return out.decode()
 
 
 def continue_numbering(conn: Connection, tables: StateTables, table: str) -> None:

@@ -284,7 +284,8 @@ projection_snapshots = sa.Table(
     sa.UniqueConstraint("log_seq"),
 )
 
-# One projection table of one snapshot: its rows as zlib-compressed COPY text, in key order.
+# One projection table of one snapshot: its rows as zlib-compressed COPY text, in key order (of
+# the podgroup tables, the pending and running podgroups' rows only).
 projection_snapshot_tables = sa.Table(
     "projection_snapshot_tables",
     metadata,
@@ -301,4 +302,26 @@ projection_snapshot_tables = sa.Table(
     sa.Column("data", BYTEA, nullable=False),
 )
 
-SNAPSHOT_TABLES: Final = frozenset({"projection_snapshots", "projection_snapshot_tables"})
+# A finished or deleted podgroup's rows (every podgroup table) as of a snapshot, stored when they
+# differ from its newest stored document: "table<TAB>COPY line" lines.
+projection_snapshot_podgroups = sa.Table(
+    "projection_snapshot_podgroups",
+    metadata,
+    sa.Column("uid", sa.Text, primary_key=True),
+    sa.Column("log_seq", sa.BigInteger, primary_key=True),
+    sa.Column(
+        "snapshot_id",
+        sa.BigInteger,
+        sa.ForeignKey(
+            "projection_snapshots.id",
+            ondelete="CASCADE",
+            name="fk_projection_snapshot_podgroups_snapshot",
+        ),
+        nullable=False,
+    ),
+    sa.Column("document", BYTEA, nullable=False),
+)
+
+SNAPSHOT_TABLES: Final = frozenset(
+    {"projection_snapshots", "projection_snapshot_tables", "projection_snapshot_podgroups"}
+)
