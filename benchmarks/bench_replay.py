@@ -11,7 +11,7 @@ then, on that database:
     plus the ``preempt_protection(T)`` query).
 
     .venv/bin/python benchmarks/bench_replay.py [--podgroups 20000] [--queues 2000]
-        [--nodes 1000] [--repeat 3]
+        [--nodes 1000] [--repeat 3] [--batch 2000]
 
 Needs the local stack (``minruntime stack up``).
 """
@@ -29,11 +29,12 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from bench_ingest import generate
+from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import snapshot, state_at
 from minruntime.audit.replay import BATCH_SIZE, read_log, replay
 from minruntime.audit.shadow import create_shadow, temporary_name
 from minruntime.audit.verify import compare
-from minruntime.events import DEFAULT_TOPICS
+from minruntime.events import DEFAULT_TOPICS, decode_event
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
@@ -45,12 +46,23 @@ from minruntime.store.scratch import (
 )
 from pipeline import INPUT_ROLES
 
-# Replay should not be slower than applying the same events live (it runs the same code).
-RATIO_TARGET = 1.0
+# Issue 10: a replay at >= 5x the live rate (here: apply_batch in the processor's batches,
+# without Kafka, which is faster than the processor itself).
+SPEEDUP_TARGET = 5.0
 
 
-def verdict(ratio: float) -> str:
-    return "met" if ratio <= RATIO_TARGET else "missed"
+def verdict(speedup: float) -> str:
+    return "met" if speedup >= SPEEDUP_TARGET else "missed"
+
+
+def timed_decode(engine: sa.Engine) -> float:
+    """Seconds to decode every logged event with the processor's decoder (and read the log):
+    the floor of any replay that runs the processor's code."""
+    with snapshot(engine) as conn:
+        started = time.perf_counter()
+        for entry in read_log(conn):
+            decode_event(entry.value)
+        return time.perf_counter() - started
 
 
 def live_apply(engine: sa.Engine, trace_events: list[tuple[str, bytes, bytes]]) -> float:
@@ -101,6 +113,7 @@ def trace_arguments(description: str) -> argparse.Namespace:
     parser.add_argument("--queues", type=int, default=2000)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=0, help="replay batch size (0: default)")
     return parser.parse_args()
 
 
@@ -129,16 +142,26 @@ def traced_database(args: argparse.Namespace, name: str) -> Iterator[tuple[sa.En
 
 def main() -> None:
     args = trace_arguments(__doc__.splitlines()[0])
+    if args.batch:
+        replay_module.BATCH_SIZE = args.batch
     assert set(INPUT_ROLES) <= set(DEFAULT_TOPICS)
     with traced_database(args, "replay") as (engine, live):
         runs = [timed_replay(engine) for _ in range(args.repeat)]
         events = runs[0][2]
         replay_s = statistics.median(r[0] for r in runs)
         verify_s = statistics.median(r[1] for r in runs)
+        speedup = live / replay_s
         print(
-            f"replay (median of {args.repeat}): {replay_s:.2f} s = {events / replay_s:,.0f} "
-            f"events/s; ratio replay/live apply time = {replay_s / live:.2f} "
-            f"(target <= {RATIO_TARGET:.1f}: {verdict(replay_s / live)})"
+            f"replay (median of {args.repeat}, batches of {replay_module.BATCH_SIZE:,}): "
+            f"{replay_s:.2f} s = {events / replay_s:,.0f} events/s; speedup over live apply "
+            f"= {speedup:.2f}x "
+            f"(target >= {SPEEDUP_TARGET:.0f}x: {verdict(speedup)})"
+        )
+        decode_s = statistics.median(timed_decode(engine) for _ in range(args.repeat))
+        print(
+            f"read + decode every logged event (median): {decode_s:.2f} s = "
+            f"{decode_s / replay_s:.0%} of the replay; the floor of a replay running the "
+            f"processor's code is {live / decode_s:.1f}x live apply"
         )
         print(f"verify (checksums of 9 tables, median): {verify_s:.2f} s")
         with engine.connect() as conn:
