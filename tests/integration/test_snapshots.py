@@ -31,7 +31,15 @@ from minruntime.cli import main
 from minruntime.commands.explain import describe_row
 from minruntime.ingest import apply_batch
 from minruntime.store.snapshots import LogPosition, Snapshot
-from tests.integration.helpers import Feed, rows, scalar
+from tests.integration.helpers import (
+    Feed,
+    allocated,
+    queue,
+    released,
+    rows,
+    scalar,
+    submitted,
+)
 from tests.integration.test_explain_asof import (
     PREEMPTORS,
     RECLAIMERS,
@@ -318,3 +326,34 @@ def test_a_snapshot_waits_for_a_batch_in_flight_and_then_holds_it(
             ),
             {"id": taken.snapshot.id},
         ).scalar_one() == scalar(engine, "SELECT count(*) FROM minruntime_state.podgroup_state")
+
+
+ODD_UIDS = ("back\\slash", "tab\there", "new\nline", "plain")
+
+
+def test_ended_podgroups_with_escaped_uids_come_back_from_their_documents(
+    engine: sa.Engine, runtime: sa.Engine
+) -> None:
+    """COPY text escapes a uid's backslash, tab and newline: the documents are found by the uid."""
+    feed = Feed(engine)
+    now = db_now(engine)
+    feed.send(queue("q"), *(submitted(uid, "q", 2) for uid in ODD_UIDS))
+    feed.send(*(allocated(uid, 2, time=now - timedelta(minutes=5)) for uid in ODD_UIDS))
+    feed.send(*(released(uid, time=now - timedelta(minutes=1)) for uid in ODD_UIDS))
+    first = take(runtime, ALWAYS).snapshot
+    assert first is not None
+    # Two of them run again after the snapshot: the tail names them.
+    feed.send(*(allocated(uid, 1, time=now) for uid in ODD_UIDS[:2]))
+    assert take(runtime, ALWAYS).snapshot is not None
+    at = db_now(engine)
+    with engine.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT uid FROM minruntime_state.projection_snapshot_podgroups ORDER BY 1")
+        ).scalars()
+        assert sorted(stored) == sorted(ODD_UIDS)
+    for uid in ODD_UIDS:
+        for start in (first.applied_until, at):
+            with state_at(engine, start, from_snapshot=False) as (conn, shadow):
+                expected = describe(Explainer(conn, shadow, start).explain(uid, None))
+            with state_at(engine, start, podgroups=(uid,)) as (conn, shadow):
+                assert describe(Explainer(conn, shadow, start).explain(uid, None)) == expected
