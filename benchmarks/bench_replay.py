@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from bench_ingest import generate
 from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import snapshot, state_at
-from minruntime.audit.replay import BATCH_SIZE, read_log, replay
+from minruntime.audit.replay import read_log, replay
 from minruntime.audit.shadow import create_shadow, temporary_name
 from minruntime.audit.verify import compare
 from minruntime.events import DEFAULT_TOPICS, decode_event
@@ -49,6 +49,8 @@ from pipeline import INPUT_ROLES
 # Issue 10: a replay at >= 5x the live rate (here: apply_batch in the processor's batches,
 # without Kafka, which is faster than the processor itself).
 SPEEDUP_TARGET = 5.0
+# The processor's batches (MINRUNTIME_BATCH_MAX_EVENTS).
+LIVE_BATCH = Settings().batch_max_events
 
 
 def verdict(speedup: float) -> str:
@@ -74,9 +76,9 @@ def live_apply(engine: sa.Engine, trace_events: list[tuple[str, bytes, bytes]]) 
         records.append(InboundRecord(topic, 0, offsets[topic], key, value))
         offsets[topic] += 1
     started = time.perf_counter()
-    for i in range(0, len(records), BATCH_SIZE):
+    for i in range(0, len(records), LIVE_BATCH):
         with engine.begin() as conn:
-            apply_batch(conn, records[i : i + BATCH_SIZE], consumer_group="bench-live")
+            apply_batch(conn, records[i : i + LIVE_BATCH], consumer_group="bench-live")
     return time.perf_counter() - started
 
 
@@ -132,7 +134,7 @@ def traced_database(args: argparse.Namespace, name: str) -> Iterator[tuple[sa.En
         print(
             f"trace: {len(trace.events):,} events ({args.queues:,} queues, {args.nodes:,} "
             f"nodes, {args.podgroups:,} podgroups); live apply (apply_batch, batches of "
-            f"{BATCH_SIZE:,}): {live:.2f} s = {len(trace.events) / live:,.0f} events/s"
+            f"{LIVE_BATCH:,}): {live:.2f} s = {len(trace.events) / live:,.0f} events/s"
         )
         yield engine, live
     finally:

@@ -40,9 +40,12 @@ _ROLE_OF_TYPE: Final = {
     if role != "requeue_decisions"
     for event_type in types
 }
-# Rows per read of the event log, and input records per apply_batch call.
+# Rows per read of the event log, and input records per apply_batch call: ten times the
+# processor's batches (a replay has the records at hand; every batch loads and writes the
+# podgroups it touches once, whatever its size). The same log gives the same state whatever
+# the size (tests/integration/test_replay.py).
 PAGE_SIZE: Final = 5_000
-BATCH_SIZE: Final = 2_000
+BATCH_SIZE: Final = 20_000
 
 _PAGE = (
     'SELECT seq, topic, partition, "offset", type, subject, event_time, applied_at,'

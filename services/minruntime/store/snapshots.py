@@ -305,6 +305,8 @@ def restore(
             restored[table] = restored.get(table, 0) + len(rows_of)
     for table in restored:
         continue_numbering(conn, target, table)
+        # Fresh statistics: the replay after a restore looks its podgroups up by uid.
+        conn.exec_driver_sql(f"ANALYZE {target.schema}.{table}")
     return restored
 
 
