@@ -298,7 +298,9 @@ def test_a_snapshot_waits_for_a_batch_in_flight_and_then_holds_it(
 ) -> None:
     conn, _ = batch_in_flight
     result: list[Any] = []
-    taker = threading.Thread(target=lambda: result.append(take(runtime, ALWAYS)))
+    taker = threading.Thread(
+        target=lambda: result.append(take(runtime, ALWAYS, lock_timeout="120s"))
+    )
     taker.start()
     # The taker waits for the snapshot lock the batch holds shared (seen in pg_locks).
     for _ in range(600):
@@ -357,3 +359,14 @@ def test_ended_podgroups_with_escaped_uids_come_back_from_their_documents(
                 expected = describe(Explainer(conn, shadow, start).explain(uid, None))
             with state_at(engine, start, podgroups=(uid,)) as (conn, shadow):
                 assert describe(Explainer(conn, shadow, start).explain(uid, None)) == expected
+
+
+def test_a_taker_gives_up_rather_than_hold_the_writers_back(
+    runtime: sa.Engine, batch_in_flight: tuple[sa.Connection, Feed]
+) -> None:
+    taken = take(runtime, ALWAYS, lock_timeout="100ms")
+    assert taken.snapshot is None
+    assert taken.reason == "the log's writers were busy"
+    conn, _ = batch_in_flight
+    conn.commit()  # the writer was never blocked: its commit goes through
+    assert take(runtime, ALWAYS).snapshot is not None

@@ -63,10 +63,17 @@ def due(
     return None
 
 
-def take(engine: Engine, policy: SnapshotPolicy, *, force: bool = False) -> Taken:
+def take(
+    engine: Engine,
+    policy: SnapshotPolicy,
+    *,
+    force: bool = False,
+    lock_timeout: str = stored.LOCK_TIMEOUT,
+) -> Taken:
     """Snapshot the live projections if one is due (``force``: whenever the log grew)."""
     with engine.connect() as locker, engine.connect() as conn:
-        stored.take_lock(locker)
+        if not stored.take_lock(locker, lock_timeout):
+            return Taken(None, stored.LogPosition(0, 0, None), None, "the log's writers were busy")
         exported = locker.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         conn.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{exported}'")

@@ -80,7 +80,7 @@ def _report(taken: Taken, as_json: bool) -> None:
     if as_json:
         print_json(summary)
     elif taken.snapshot is None:
-        print(f"no snapshot taken: not due ({taken.position.events:,} log entries)")
+        print(f"no snapshot taken: {taken.reason} ({taken.position.events:,} log entries)")
     else:
         print(
             f"snapshot #{taken.snapshot.id} at seq {taken.snapshot.log_seq} "

@@ -20,7 +20,9 @@ from datetime import datetime
 from typing import Any, Final
 
 import psycopg
+import sqlalchemy as sa
 from sqlalchemy import Connection
+from sqlalchemy import exc as sa_exc
 
 from minruntime.store.schema import LIVE, StateTables
 
@@ -99,9 +101,23 @@ class LogPosition:
     applied_until: datetime | None
 
 
-def take_lock(conn: Connection) -> None:
-    """Wait until no event-log writer is in flight, and hold them off until ``conn`` ends."""
-    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SNAPSHOT_LOCK_KEY})")
+# How long a taker waits for the lock: the writers that come after it wait behind it, so a
+# writer that holds the lock long (a huge batch) makes the taker give up, not the writers wait.
+LOCK_TIMEOUT: Final = "2s"
+
+
+def take_lock(conn: Connection, timeout: str = LOCK_TIMEOUT) -> bool:
+    """Wait until no event-log writer is in flight and hold them off until ``conn``'s
+    transaction ends; False (nothing held) when that took longer than ``timeout``."""
+    conn.execute(sa.text("SELECT set_config('lock_timeout', :timeout, true)"), {"timeout": timeout})
+    try:
+        with conn.begin_nested():
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SNAPSHOT_LOCK_KEY})")
+    except sa_exc.OperationalError as error:
+        if isinstance(error.orig, psycopg.errors.LockNotAvailable):
+            return False
+        raise
+    return True
 
 
 def position(conn: Connection, after: Snapshot | None = None) -> LogPosition:
