@@ -5,10 +5,10 @@ Revises: 0008
 Create Date: 2026-11-25
 
 ``minruntime snapshot`` (as the runtime role) copies the projections under one
-``projection_snapshots`` row that names the last event-log ``seq`` it reflects: whole tables
-(of the podgroup tables, the pending and running podgroups' rows) in
-``projection_snapshot_tables``, and each finished or deleted podgroup's rows as one document in
-``projection_snapshot_podgroups`` when they changed since its newest one. ``protection --at``
+``projection_snapshots`` row that names the last event-log ``seq`` it reflects and lists the
+pending and running podgroups: the other tables whole in ``projection_snapshot_tables``, and
+each podgroup's rows as one document in ``projection_snapshot_podgroups`` when they changed
+since its newest one. ``protection --at``
 and ``explain --at`` start from the newest one at or before their instant and replay only the
 tail; ``replay --verify`` checks each one against the replay of the log up to its position
 (docs/audit.md#snapshots).
@@ -63,6 +63,7 @@ def upgrade() -> None:
         sa.Column(
             "taken_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.text("now()")
         ),
+        sa.Column("podgroups", BYTEA, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_projection_snapshots"),
         sa.UniqueConstraint("log_seq", name="uq_projection_snapshots_log_seq"),
         schema=SCHEMA,

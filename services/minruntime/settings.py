@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     # this many event-log entries, or this many minutes with at least one new entry, have
     # passed since the newest one. An as-of answer replays at most about this many entries
     # on top of the newest snapshot at or before its instant.
-    snapshot_every_events: int = Field(default=10_000, gt=0)
+    snapshot_every_events: int = Field(default=5_000, gt=0)
     snapshot_every_minutes: float = Field(default=10.0, gt=0)
 
     # The cluster bridge and the evictor (docs/kubernetes.md). The API server is found through

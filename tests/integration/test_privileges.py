@@ -246,8 +246,8 @@ def test_the_worker_says_one_line_when_public_can_take_its_lock(
 
 
 SNAPSHOT_ROW = (
-    "INSERT INTO minruntime_state.projection_snapshots (log_seq, applied_until, events)"
-    " VALUES (7, now(), 7) RETURNING id"
+    "INSERT INTO minruntime_state.projection_snapshots (log_seq, applied_until, events, podgroups)"
+    " VALUES (7, now(), 7, '') RETURNING id"
 )
 
 

@@ -13,6 +13,7 @@ Consistency is the caller's too: ``write`` copies what ``conn``'s transaction se
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,26 +40,27 @@ _POSITION: Final = (
     " FROM minruntime_state.event_log WHERE seq > :after"
 )
 _INSERT_SNAPSHOT: Final = (
-    "INSERT INTO minruntime_state.projection_snapshots (log_seq, applied_until, events)"
-    " VALUES (:log_seq, :applied_until, :events) RETURNING id, taken_at"
+    "INSERT INTO minruntime_state.projection_snapshots"
+    " (log_seq, applied_until, events, podgroups)"
+    " VALUES (%(log_seq)s, %(applied_until)s, %(events)s, %(podgroups)s) RETURNING id, taken_at"
 )
 _INSERT_TABLE: Final = (
     "INSERT INTO minruntime_state.projection_snapshot_tables"
     " (snapshot_id, table_name, rows, columns, data) VALUES (%s, %s, %s, %s, %s)"
 )
-# The podgroups' tables: keyed by uid, the bulk of the state. A snapshot stores the rows of the
-# pending and running podgroups whole, and a finished or deleted podgroup's rows as one document
-# when they changed: the ended podgroups grow with the log and rarely change.
+# The podgroups' tables: keyed by uid, the bulk of the state, most of it podgroups that ended
+# long ago. A podgroup's rows in all four are stored as one document when they changed since
+# its newest one; each snapshot lists the podgroups that were pending or running.
 PODGROUP_TABLES: Final = ("podgroup_state", "subgroup_state", "pod_state", "nominations")
 _ACTIVE_UIDS: Final = (
     "SELECT uid FROM minruntime_state.podgroup_state WHERE status IN ('pending', 'running')"
+    " ORDER BY uid"
 )
-_ENDED: Final = (
-    "SELECT uid FROM minruntime_state.podgroup_state WHERE status IN ('finished', 'deleted')"
+_EVERY_PODGROUP: Final = "SELECT uid FROM minruntime_state.podgroup_state"
+_CANDIDATES: Final = (
+    "SELECT subject FROM minruntime_state.event_log WHERE seq > %(after)s AND subject IS NOT NULL"
 )
-_ENDED_CANDIDATES: Final = (
-    _ENDED + " AND uid IN (SELECT subject FROM minruntime_state.event_log WHERE seq > %(after)s)"
-)
+_ACTIVE_LIST: Final = "SELECT podgroups FROM minruntime_state.projection_snapshots WHERE id = %s"
 _NEWEST_DOCUMENTS: Final = (
     "SELECT DISTINCT ON (uid) uid, document FROM minruntime_state.projection_snapshot_podgroups"
     " WHERE uid = ANY(%(uids)s) AND log_seq <= %(seq)s ORDER BY uid, log_seq DESC"
@@ -147,29 +149,33 @@ def write(
 ) -> Snapshot:
     """Copy ``projections`` (table -> key columns) of ``source`` into a new snapshot at ``at``.
 
-    Whole tables, except the podgroups' (``PODGROUP_TABLES``): of those, the rows of the
-    podgroups that are pending or running; a finished or deleted podgroup's rows are stored as
-    one document when they differ from its newest stored one. Only podgroups that an entry
-    after ``previous`` names can differ (every podgroup entry names its podgroup as subject).
+    Whole tables, except the podgroups' (``PODGROUP_TABLES``): a podgroup's rows are stored as
+    one document when they differ from its newest stored one, and the snapshot lists the
+    podgroups that are pending or running. Only podgroups that an entry after ``previous``
+    names can differ (every podgroup entry names its podgroup as subject), so a snapshot costs
+    the entries since the previous one and the list, not the whole state.
     """
     if at.applied_until is None:
         raise ValueError("the event log is empty: there is nothing to snapshot")
-    row = (
-        conn.execute(
-            LIVE.text(_INSERT_SNAPSHOT),
-            {"log_seq": at.seq, "applied_until": at.applied_until, "events": at.events},
-        )
-        .mappings()
-        .one()
-    )
-    snapshot = Snapshot(row["id"], at.seq, at.applied_until, at.events, row["taken_at"])
     driver = conn.connection.driver_connection
     assert driver is not None
-    podgroups = source.sql(_ACTIVE_UIDS)
     with driver.cursor() as cursor:
+        active = [uid for (uid,) in cursor.execute(source.sql(_ACTIVE_UIDS))]
+        row = cursor.execute(
+            LIVE.sql(_INSERT_SNAPSHOT),
+            {
+                "log_seq": at.seq,
+                "applied_until": at.applied_until,
+                "events": at.events,
+                "podgroups": zlib.compress(json.dumps(active).encode(), _LEVEL),
+            },
+        ).fetchone()
+        assert row is not None
+        snapshot = Snapshot(row[0], at.seq, at.applied_until, at.events, row[1])
         for table, keys in projections.items():
-            where = f"uid IN ({podgroups})" if table in PODGROUP_TABLES else "TRUE"
-            text = _copy_out(cursor, source, table, keys, where)
+            if table in PODGROUP_TABLES:
+                continue
+            text = _copy_out(cursor, source, table, keys, "TRUE")
             # COPY text escapes newlines inside values: one line per row.
             cursor.execute(
                 LIVE.sql(_INSERT_TABLE),
@@ -182,7 +188,7 @@ def write(
                 ),
             )
         after = previous.log_seq if previous is not None else 0
-        candidates = source.sql(_ENDED_CANDIDATES if previous else _ENDED)
+        candidates = source.sql(_CANDIDATES if previous else _EVERY_PODGROUP)
         documents = _documents(cursor, source, projections, candidates, {"after": after})
         stored = _newest_documents(cursor, list(documents), at.seq)
         changed = [
@@ -282,10 +288,9 @@ def restore(
 ) -> dict[str, int]:
     """Fill ``target``'s (empty) tables with ``snapshot``; table -> rows restored.
 
-    ``podgroups`` None: the whole state. Else the finished and deleted podgroups are restored
-    only when named there (the pending and running ones always are): enough for answers
-    about running podgroups and the named ones, after a replay of the entries whose subjects
-    were named too.
+    ``podgroups`` None: the whole state. Else the podgroups that were pending or running at
+    the snapshot and the ones named there, no other: enough for answers about running
+    podgroups and the named ones, after a replay of the entries whose subjects were named too.
     """
     if target.is_live:
         raise RuntimeError("a snapshot is restored into a shadow, never into the live state")
@@ -294,31 +299,27 @@ def restore(
     restored: dict[str, int] = {}
     with driver.cursor() as cursor:
         stored = cursor.execute(LIVE.sql(_TABLES), (snapshot.id,)).fetchall()
-        active: set[str] = set()
         for table, rows, columns, data in stored:
-            text = zlib.decompress(data)
-            _copy_in(cursor, target, table, columns, text)
+            _copy_in(cursor, target, table, columns, zlib.decompress(data))
             restored[table] = int(rows)
-            if table == "podgroup_state":
-                active = {_uid(line) for line in text.splitlines()}
         if podgroups is None:
             documents = cursor.execute(LIVE.sql(_ALL_DOCUMENTS), {"seq": snapshot.log_seq})
         else:
-            wanted = sorted(set(podgroups) - active)
+            (listed,) = cursor.execute(LIVE.sql(_ACTIVE_LIST), (snapshot.id,)).fetchone() or (None,)
+            active = json.loads(zlib.decompress(listed)) if listed is not None else []
+            wanted = sorted({*active, *podgroups})
             documents = cursor.execute(
                 LIVE.sql(_NEWEST_DOCUMENTS), {"uids": wanted, "seq": snapshot.log_seq}
             )
         lines: dict[bytes, list[bytes]] = {}
-        for uid, document in documents.fetchall():
-            if uid in active:
-                continue  # ended once, running again at this snapshot
+        for _, document in documents.fetchall():
             for line in bytes(document).splitlines(keepends=True):
-                table, row = line.split(b"\t", 1)
-                lines.setdefault(table, []).append(row)
+                table_name, row = line.split(b"\t", 1)
+                lines.setdefault(table_name, []).append(row)
         for table_name, rows_of in lines.items():
             table = table_name.decode()
             _copy_in(cursor, target, table, _columns(target, table), b"".join(rows_of))
-            restored[table] = restored.get(table, 0) + len(rows_of)
+            restored[table] = len(rows_of)
     for table in restored:
         continue_numbering(conn, target, table)
         # Fresh statistics: the replay after a restore looks its podgroups up by uid.

@@ -281,11 +281,13 @@ projection_snapshots = sa.Table(
     # How many event-log entries it reflects.
     sa.Column("events", sa.BigInteger, nullable=False),
     sa.Column("taken_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    # The uids of the podgroups pending or running then: a zlib-compressed JSON list.
+    sa.Column("podgroups", BYTEA, nullable=False),
     sa.UniqueConstraint("log_seq"),
 )
 
-# One projection table of one snapshot: its rows as zlib-compressed COPY text, in key order (of
-# the podgroup tables, the pending and running podgroups' rows only).
+# One projection table of one snapshot (not the podgroup tables): its rows as zlib-compressed
+# COPY text, in key order.
 projection_snapshot_tables = sa.Table(
     "projection_snapshot_tables",
     metadata,
@@ -302,8 +304,8 @@ projection_snapshot_tables = sa.Table(
     sa.Column("data", BYTEA, nullable=False),
 )
 
-# A finished or deleted podgroup's rows (every podgroup table) as of a snapshot, stored when they
-# differ from its newest stored document: "table<TAB>COPY line" lines.
+# A podgroup's rows (every podgroup table) as of a snapshot, stored when they differ from its
+# newest stored document: "table<TAB>COPY line" lines.
 projection_snapshot_podgroups = sa.Table(
     "projection_snapshot_podgroups",
     metadata,
