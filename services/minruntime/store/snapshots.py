@@ -61,9 +61,11 @@ _CANDIDATES: Final = (
     "SELECT subject FROM minruntime_state.event_log WHERE seq > %(after)s AND subject IS NOT NULL"
 )
 _ACTIVE_LIST: Final = "SELECT podgroups FROM minruntime_state.projection_snapshots WHERE id = %s"
+# One backward index probe per uid: the newest document at or before the position.
 _NEWEST_DOCUMENTS: Final = (
-    "SELECT DISTINCT ON (uid) uid, document FROM minruntime_state.projection_snapshot_podgroups"
-    " WHERE uid = ANY(%(uids)s) AND log_seq <= %(seq)s ORDER BY uid, log_seq DESC"
+    "SELECT u.uid, d.document FROM unnest(CAST(%(uids)s AS text[])) AS u(uid)"
+    " CROSS JOIN LATERAL (SELECT p.document FROM minruntime_state.projection_snapshot_podgroups p"
+    " WHERE p.uid = u.uid AND p.log_seq <= %(seq)s ORDER BY p.log_seq DESC LIMIT 1) d"
 )
 _ALL_DOCUMENTS: Final = (
     "SELECT DISTINCT ON (uid) uid, document FROM minruntime_state.projection_snapshot_podgroups"
