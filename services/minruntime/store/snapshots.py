@@ -248,7 +248,7 @@ def _newest_documents(
     """uid -> its newest stored document at or before ``log_seq`` (COPY-escaped uids)."""
     if not uids:
         return {}
-    rows = cursor.execute(LIVE.sql(_NEWEST_DOCUMENTS), {"uids": uids, "seq": log_seq})
+    rows = cursor.execute(LIVE.sql(_NEWEST_DOCUMENTS), {"uids": uids, "seq": log_seq}, binary=True)
     return {uid: bytes(document) for uid, document in rows}
 
 
@@ -305,13 +305,16 @@ def restore(
             _copy_in(cursor, target, table, columns, zlib.decompress(data))
             restored[table] = int(rows)
         if podgroups is None:
-            documents = cursor.execute(LIVE.sql(_ALL_DOCUMENTS), {"seq": snapshot.log_seq})
+            # Binary results: the documents as raw bytes, not hex text.
+            documents = cursor.execute(
+                LIVE.sql(_ALL_DOCUMENTS), {"seq": snapshot.log_seq}, binary=True
+            )
         else:
             (listed,) = cursor.execute(LIVE.sql(_ACTIVE_LIST), (snapshot.id,)).fetchone() or (None,)
             active = json.loads(zlib.decompress(listed)) if listed is not None else []
             wanted = sorted({*active, *podgroups})
             documents = cursor.execute(
-                LIVE.sql(_NEWEST_DOCUMENTS), {"uids": wanted, "seq": snapshot.log_seq}
+                LIVE.sql(_NEWEST_DOCUMENTS), {"uids": wanted, "seq": snapshot.log_seq}, binary=True
             )
         lines: dict[bytes, list[bytes]] = {}
         for _, document in documents.fetchall():
@@ -324,8 +327,12 @@ def restore(
             restored[table] = len(rows_of)
     for table in restored:
         continue_numbering(conn, target, table)
-        # Fresh statistics: the replay after a restore looks its podgroups up by uid.
+    # Fresh statistics (rough ones: a small sample), or the replay after a restore would not
+    # look its podgroups up by uid through the keys.
+    conn.exec_driver_sql("SET LOCAL default_statistics_target = 10")
+    for table in PODGROUP_TABLES:
         conn.exec_driver_sql(f"ANALYZE {target.schema}.{table}")
+    conn.exec_driver_sql("RESET default_statistics_target")
     return restored
 
 
