@@ -379,7 +379,9 @@ def test_a_disagreement_is_shown_and_fails_the_command(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     @contextmanager
-    def no_database(at: datetime | None) -> Iterator[tuple[None, None]]:
+    def no_database(
+        at: datetime | None, podgroups: tuple[str, ...] = ()
+    ) -> Iterator[tuple[None, None]]:
         yield None, None
 
     broken = explanation(disagreements=("min_runtime: SQL says 1, the rule engine says 2",))
