@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Final, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from minruntime.core.annotations import EXPECTED_RUNTIME_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.core.config import DEFAULT_NODE_POOL
@@ -38,22 +38,24 @@ from minruntime.core.elastic import (
     is_elastic,
 )
 from minruntime.core.errors import MinRuntimeError
-from minruntime.core.start_time import NOT_STARTED, RunState, apply_allocated, apply_released
+from minruntime.core.start_time import RunState, apply_allocated, apply_released
 from minruntime.core.timestamps import parse_rfc3339
 
 
-@dataclass(frozen=True, slots=True)
-class MemberPod:
-    """One pod of a podgroup; ``gpu`` is unknown (None) until a submission lists the pod."""
+class MemberPod(NamedTuple):
+    """One pod of a podgroup; ``gpu`` is unknown (None) until a submission lists the pod.
+
+    A named tuple: cheaper to make than a frozen dataclass, and the garbage collector stops
+    tracking a tuple of plain values (a batch keeps thousands of them).
+    """
 
     subgroup: str
     gpu: float | Decimal | None = None
-    # The node it holds resources on; None once released (or never allocated).
-    node: str | None = None
 
 
 _T = TypeVar("_T")
 _NO_PODS: Final[Mapping[str, MemberPod]] = MappingProxyType({})
+_NO_NODES: Final[Mapping[str, str | None]] = MappingProxyType({})
 _NO_ANNOTATIONS: Final[Mapping[str, str]] = MappingProxyType({})
 
 
@@ -75,11 +77,20 @@ class PodGroupSpec:
 class PodGroupState:
     """One podgroup after the events folded so far (a placeholder until it is submitted)."""
 
+    # Few objects per state, on purpose: the processor folds every event into a new state,
+    # and each object a state holds is garbage-collector work once the state is replaced.
+    # The mappings are never changed once made (typed read-only; the fold builds a new one
+    # for each change): plain dicts, as a proxy per change costs collector time too.
     uid: str
     spec: PodGroupSpec | None = None
-    run: RunState = NOT_STARTED
+    # Pods holding resources (releasing ones included) -> the node each holds them on.
+    allocated: Mapping[str, str | None] = field(default_factory=lambda: _NO_NODES)
+    # The run (``RunState``, SEMANTICS.md §5): start_time is set while running.
+    start_time: datetime | None = None
+    last_start_time: datetime | None = None
+    ended_at: datetime | None = None
     # Pod name -> pod: the submission's pods in its order, then pods known only from
-    # allocations. Read-only (a mapping proxy); the fold builds a new one on every change.
+    # allocations.
     pods: Mapping[str, MemberPod] = field(default_factory=lambda: _NO_PODS)
     annotations: Mapping[str, str] = field(default_factory=lambda: _NO_ANNOTATIONS)
     # Event time of the first submission (contenders of equal priority: oldest first).
@@ -88,6 +99,13 @@ class PodGroupState:
     # A committed requeue of the current run waits for the cluster to release it (set by
     # the requeue worker in the store, cleared here when the run ends).
     awaiting_release: bool = False
+
+    @property
+    def run(self) -> RunState:
+        """The run as the start-time rules see it (made on each call)."""
+        return RunState(
+            frozenset(self.allocated), self.start_time, self.last_start_time, self.ended_at
+        )
 
     @property
     def submitted(self) -> bool:
@@ -119,14 +137,14 @@ class PodGroupState:
         """pending | running | finished | deleted, as the podgroups view shows it."""
         if self.deleted:
             return "deleted"
-        if self.run.allocated:
+        if self.allocated:
             return "running"
-        return "finished" if self.run.last_start_time is not None else "pending"
+        return "finished" if self.last_start_time is not None else "pending"
 
     @property
     def running_pods(self) -> int:
         """The number of pods holding resources (releasing pods included)."""
-        return len(self.run.allocated)
+        return len(self.allocated)
 
     @property
     def stored_awaiting_release(self) -> bool:
@@ -151,7 +169,7 @@ class PodGroupState:
         podgroup = PodGroupPods(
             uid=self.uid,
             pods={name: pod.subgroup for name, pod in self.pods.items()},
-            running=self.run.allocated,
+            running=frozenset(self.allocated),
             subgroups=self.spec.subgroups,
         )
         return is_elastic(podgroup), evictable_pods(podgroup, protected=True)
@@ -240,6 +258,7 @@ def _with(
     state: PodGroupState,
     *,
     spec: PodGroupSpec | None = None,
+    allocated: Mapping[str, str | None] | None = None,
     run: RunState | None = None,
     pods: Mapping[str, MemberPod] | None = None,
     annotations: Mapping[str, str] | None = None,
@@ -251,7 +270,10 @@ def _with(
     return PodGroupState(
         state.uid,
         state.spec if spec is None else spec,
-        state.run if run is None else run,
+        state.allocated if allocated is None else allocated,
+        state.start_time if run is None else run.start_time,
+        state.last_start_time if run is None else run.last_start_time,
+        state.ended_at if run is None else run.ended_at,
         state.pods if pods is None else pods,
         state.annotations if annotations is None else annotations,
         state.submitted_at if submitted_at is None else submitted_at,
@@ -272,62 +294,54 @@ def _submit(state: PodGroupState, change: Submission) -> PodGroupState:
         change.preemptible,
         subgroups,
     )
-    old = state.pods
-    pods: dict[str, MemberPod] = {}
-    for name, subgroup, gpu in change.pods:
-        known = old.get(name)
-        pods[name] = MemberPod(subgroup, gpu, None if known is None else known.node)
+    pods = {name: MemberPod(subgroup, gpu) for name, subgroup, gpu in change.pods}
     # Pods allocated before the submission named them stay, in the fallback subgroup:
     # dropping them would lose capacity that is really in use.
-    unlisted = state.run.allocated - pods.keys()
+    unlisted = state.allocated.keys() - pods.keys()
     if unlisted:
         fallback = fallback_subgroup(subgroups)
         for name in sorted(unlisted):
-            known = old.get(name)
-            pods[name] = MemberPod(fallback, None, None if known is None else known.node)
+            pods[name] = MemberPod(fallback)
     return _with(
         state,
         spec=spec,
-        pods=MappingProxyType(pods),
-        annotations=MappingProxyType({**state.annotations, **change.annotations}),
+        pods=pods,
+        annotations={**state.annotations, **change.annotations},
         submitted_at=change.at if state.submitted_at is None else state.submitted_at,
     )
 
 
 def _allocate(state: PodGroupState, change: Allocation) -> PodGroupState:
+    # The rules are apply_allocated's; its RunState values are temporary (collected young).
     run = apply_allocated(state.run, (name for name, _ in change.pods), change.at)
-    old = state.pods
     pods: dict[str, MemberPod] | None = None
-    fallback: str | None = None
+    allocated: dict[str, str | None] | None = None
     for name, node in change.pods:
-        known = old.get(name)
-        if known is not None and known.node == node:
-            continue
-        if pods is None:
-            pods = dict(old)
-        if known is None:
-            if fallback is None:
-                fallback = state.fallback_subgroup
-            pods[name] = MemberPod(fallback, None, node)
-        else:
-            pods[name] = MemberPod(known.subgroup, known.gpu, node)
-    if pods is None and run is state.run:
+        if name not in (state.pods if pods is None else pods):
+            if pods is None:
+                pods = dict(state.pods)
+            pods[name] = MemberPod(state.fallback_subgroup)
+        held = state.allocated if allocated is None else allocated
+        if name not in held or held[name] != node:
+            if allocated is None:
+                allocated = dict(state.allocated)
+            allocated[name] = node
+    if allocated is None:
+        # Every pod already held resources on that node: a redelivered allocation.
         return state
-    return _with(state, run=run, pods=None if pods is None else MappingProxyType(pods))
+    return _with(state, allocated=allocated, run=run, pods=pods)
 
 
 def _release(state: PodGroupState, change: Release) -> PodGroupState:
-    run = apply_released(state.run, change.pods, change.at)
+    before = state.run
+    run = apply_released(before, change.pods, change.at)
     # The run a requeue was committed for is over: the next run starts afresh.
     awaiting = state.awaiting_release and bool(run.allocated)
-    if run is state.run:
+    if run is before:
         return state if awaiting == state.awaiting_release else _with(state, awaiting_release=False)
-    pods = dict(state.pods)
-    for name in state.run.allocated - run.allocated:
-        known = pods.get(name)
-        if known is not None:
-            pods[name] = MemberPod(known.subgroup, known.gpu, None)
-    return _with(state, run=run, pods=MappingProxyType(pods), awaiting_release=awaiting)
+    held = run.allocated
+    allocated = {name: node for name, node in state.allocated.items() if name in held}
+    return _with(state, allocated=allocated or _NO_NODES, run=run, awaiting_release=awaiting)
 
 
 def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:
@@ -337,4 +351,4 @@ def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:
             annotations.pop(key, None)
         else:
             annotations[key] = value
-    return _with(state, annotations=MappingProxyType(annotations))
+    return _with(state, annotations=annotations)

@@ -92,7 +92,7 @@ def test_the_first_allocation_starts_the_run_and_scale_up_keeps_it() -> None:
     assert (state.status, state.running_pods, state.run.start_time) == ("running", 1, T0 + s(10))
     state = fold(state, allocation("p1", at=T0 + s(20), node="n2"))
     assert state.run.start_time == T0 + s(10)
-    assert state.pods["p1"].node == "n2"
+    assert state.allocated == {"p0": "n1", "p1": "n2"}
     assert state.running_pods == 2
 
 
@@ -104,16 +104,16 @@ def test_a_redelivered_allocation_changes_nothing() -> None:
 def test_an_allocation_on_another_node_moves_the_pod_but_not_the_start() -> None:
     state = folded(submission(), allocation("p0", at=T0 + s(10)))
     moved = fold(state, allocation("p0", at=T0 + s(30), node="n9"))
-    assert moved.pods["p0"].node == "n9"
-    assert moved.run is state.run
+    assert moved.allocated == {"p0": "n9"}
+    assert moved.pods is state.pods
+    assert moved.run == state.run
 
 
 def test_releasing_some_pods_keeps_the_run_and_clears_their_nodes() -> None:
     state = folded(submission(), allocation("p0", "p1", at=T0 + s(10)))
     state = fold(state, Release(("p1",), T0 + s(20)))
     assert state.run.start_time == T0 + s(10)
-    assert state.pods["p1"].node is None
-    assert state.pods["p0"].node == "n1"
+    assert state.allocated == {"p0": "n1"}
     assert state.status == "running"
 
 
@@ -126,7 +126,8 @@ def test_releasing_every_pod_ends_the_run_and_the_wait_for_release() -> None:
     assert (ended.run.start_time, ended.run.last_start_time) == (None, T0 + s(10))
     assert ended.run.ended_at == T0 + s(50)
     assert not ended.awaiting_release
-    assert all(pod.node is None for pod in ended.pods.values())
+    assert ended.allocated == {}
+    assert ended.pods is state.pods
     # The next run starts afresh, at its own time.
     again = fold(ended, allocation("p0", at=T0 + s(60)))
     assert (again.run.start_time, again.run.ended_at) == (T0 + s(60), None)
@@ -144,7 +145,8 @@ def test_a_placeholder_keeps_its_allocations_through_the_submission() -> None:
     # The allocation arrives first: the pods are counted in the fallback subgroup.
     placeholder = folded(allocation("p0", "p9", at=T0 + s(5)))
     assert not placeholder.submitted
-    assert placeholder.pods["p9"] == MemberPod("default", None, "n1")
+    assert placeholder.pods["p9"] == MemberPod("default", None)
+    assert placeholder.allocated == {"p0": "n1", "p9": "n1"}
     assert placeholder.elasticity() == (False, 0)
     # The submission lists p0 but not p9, and declares no "default" subgroup.
     state = fold(
@@ -156,11 +158,13 @@ def test_a_placeholder_keeps_its_allocations_through_the_submission() -> None:
         ),
     )
     assert state.pods == {
-        "p0": MemberPod("b", 2.0, "n1"),
-        "p1": MemberPod("a", 1.0, None),
-        "p9": MemberPod("a", None, "n1"),  # the first declared subgroup
+        "p0": MemberPod("b", 2.0),
+        "p1": MemberPod("a", 1.0),
+        "p9": MemberPod("a", None),  # the first declared subgroup
     }
-    assert state.run is placeholder.run
+    assert state.allocated == placeholder.allocated
+    assert state.allocated is placeholder.allocated
+    assert state.run == placeholder.run
     assert state.run.start_time == T0 + s(5)
     assert state.status == "running"
     assert state.submitted_at == T0 + s(9)
@@ -170,7 +174,8 @@ def test_a_resubmission_drops_unlisted_pods_that_hold_nothing() -> None:
     state = folded(submission(), allocation("p0", at=T0 + s(1)))
     state = fold(state, submission(pods=(("p2", "default", 1.0),), at=T0 + s(2)))
     assert list(state.pods) == ["p2", "p0"]
-    assert state.pods["p0"] == MemberPod("default", None, "n1")
+    assert state.pods["p0"] == MemberPod("default", None)
+    assert state.allocated == {"p0": "n1"}
 
 
 def test_fallback_subgroup_prefers_default_then_the_first_declared() -> None:
@@ -244,15 +249,21 @@ def test_naive_event_times_are_refused_and_leave_the_state_alone() -> None:
     state = folded(submission())
     with pytest.raises(InvalidTimestampError):
         fold(state, allocation("p0", at=datetime(2026, 11, 21)))
-    assert state.pods["p0"].node is None
+    assert state.allocated == {}
     assert state.running_pods == 0
 
 
-def test_the_state_is_read_only() -> None:
-    state = folded(submission())
+def test_the_state_is_frozen_and_the_fold_never_changes_its_mappings() -> None:
+    state = folded(submission(annotations={"k": "v"}), allocation("p0", at=T0))
+    pods, allocated, annotations = dict(state.pods), dict(state.allocated), dict(state.annotations)
     with pytest.raises(AttributeError):
         state.deleted = True  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        state.pods["p9"] = MemberPod("default")  # type: ignore[index]
-    with pytest.raises(TypeError):
-        state.annotations["k"] = "v"  # type: ignore[index]
+    folded(
+        allocation("p1", "p9", at=T0 + s(1), node="n2"),
+        Annotation({"k": None, "j": "w"}),
+        submission(pods=(("p1", "default", 4.0),), at=T0 + s(2)),
+        Release(("p9",), T0 + s(3)),
+        Release(None, T0 + s(4)),
+        state=state,
+    )
+    assert (state.pods, state.allocated, state.annotations) == (pods, allocated, annotations)

@@ -206,7 +206,9 @@ def assert_agrees(state: PodGroupState, model: Model) -> None:
         assert (*fields, spec.preemptible) == model.spec
         assert {sub.name: sub.min_available for sub in spec.subgroups} == model.subgroups
         assert [sub.name for sub in spec.subgroups] == list(model.subgroups)
-    assert {name: [p.subgroup, p.gpu, p.node] for name, p in state.pods.items()} == model.pods
+    pods = {name: [p.subgroup, p.gpu, state.allocated.get(name)] for name, p in state.pods.items()}
+    assert pods == model.pods
+    assert state.allocated.keys() <= state.pods.keys()
     assert state.run.allocated == model.allocated
     assert state.run.start_time == model.start_time
     assert state.run.last_start_time == model.last_start_time
@@ -256,7 +258,12 @@ def test_folding_is_deterministic_and_leaves_its_input_alone(
     history: list[PodGroupChange], change: PodGroupChange
 ) -> None:
     state = run(history)
-    copy = replace(state, pods=dict(state.pods), annotations=dict(state.annotations))
+    copy = replace(
+        state,
+        pods=dict(state.pods),
+        allocated=dict(state.allocated),
+        annotations=dict(state.annotations),
+    )
     assert run(history) == state
     assert fold(state, change) == fold(state, change)
     assert state == copy
@@ -292,7 +299,7 @@ def test_releasing_every_pod_ends_the_run_and_clears_awaiting_release(
     assert after.run.start_time is None
     assert not after.awaiting_release
     assert not after.stored_awaiting_release
-    assert all(pod.node is None for pod in after.pods.values())
+    assert after.allocated == {}
     assert after.status in ("pending", "finished", "deleted")
     if before.running_pods:
         assert after.run.ended_at == at
@@ -313,7 +320,7 @@ def test_a_placeholders_allocations_survive_the_submission(
     fallback = "default" if "default" in declared else declared[0]
     for name in placeholder.run.allocated:
         pod = state.pods[name]
-        assert pod.node == placeholder.pods[name].node
+        assert state.allocated[name] == placeholder.allocated[name]
         if name not in listed:
             assert (pod.subgroup, pod.gpu) == (fallback, None)
     assert state.run == placeholder.run
@@ -347,7 +354,8 @@ def test_an_annotation_sets_and_none_removes(
         assert after.annotations.get(key) == value
     for key in before.annotations.keys() - change.changes.keys():
         assert after.annotations[key] == before.annotations[key]
-    assert after.run is before.run
+    assert after.allocated is before.allocated
+    assert after.run == before.run
 
 
 @given(histories)
@@ -357,8 +365,7 @@ def test_running_pods_are_the_allocated_ones_and_hold_a_node(
     state = run(history)
     assert state.running_pods == len(state.run.allocated)
     assert state.run.allocated <= state.pods.keys()
-    for name, pod in state.pods.items():
-        assert (pod.node is not None) == (name in state.run.allocated)
+    assert state.allocated.keys() == state.run.allocated
     assert (state.status == "running") == (state.running_pods > 0 and not state.deleted)
     assert (state.run.start_time is not None) == (state.running_pods > 0)
 
@@ -377,4 +384,5 @@ def test_a_loaded_gpu_may_be_a_decimal() -> None:
     # The store reads numeric as Decimal; the fold keeps it until a submission says otherwise.
     state = PodGroupState("pg", pods={"p0": MemberPod("default", Decimal("0.5"))})
     allocated = fold(state, Allocation((("p0", "n0"),), T0))
-    assert allocated.pods["p0"] == MemberPod("default", Decimal("0.5"), "n0")
+    assert allocated.pods["p0"] == MemberPod("default", Decimal("0.5"))
+    assert allocated.pods is state.pods
