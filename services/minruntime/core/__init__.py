@@ -24,6 +24,7 @@ from minruntime.core.elastic import (
     evictable_pods,
     is_elastic,
     passes_victim_filter,
+    protected_elasticity,
     validate_scenario,
 )
 from minruntime.core.errors import (
@@ -196,6 +197,7 @@ __all__ = [
     "parse_rfc3339",
     "passes_victim_filter",
     "plan_requeue_cycle",
+    "protected_elasticity",
     "protected_until",
     "remaining_protection",
     "requeue_delay",

@@ -30,13 +30,7 @@ from typing import Final, NamedTuple, TypeVar
 from minruntime.core.annotations import EXPECTED_RUNTIME_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.core.config import DEFAULT_NODE_POOL
 from minruntime.core.durations import parse_duration
-from minruntime.core.elastic import (
-    DEFAULT_SUBGROUP,
-    PodGroupPods,
-    SubGroup,
-    evictable_pods,
-    is_elastic,
-)
+from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.start_time import RunState, apply_allocated, apply_released
 from minruntime.core.timestamps import parse_rfc3339
@@ -166,13 +160,14 @@ class PodGroupState:
         if self.spec is None:
             # Unknown gang shape: treated as a non-elastic gang, the side that protects.
             return False, 0
-        podgroup = PodGroupPods(
-            uid=self.uid,
-            pods={name: pod.subgroup for name, pod in self.pods.items()},
-            running=frozenset(self.allocated),
-            subgroups=self.spec.subgroups,
+        # The fold keeps every pod in a declared subgroup (the fallback is one once a
+        # submission declared any), so the one-pass count applies.
+        pods = self.pods
+        return protected_elasticity(
+            self.spec.subgroups,
+            (pod.subgroup for pod in pods.values()),
+            (pods[name].subgroup for name in self.allocated),
         )
-        return is_elastic(podgroup), evictable_pods(podgroup, protected=True)
 
 
 def _parsed(text: str | None, parse: Callable[[str], _T]) -> _T | None:

@@ -23,11 +23,14 @@ from minruntime.core import (
     Deletion,
     MemberPod,
     PodGroupChange,
+    PodGroupPods,
     PodGroupState,
     Release,
     SubGroup,
     Submission,
+    evictable_pods,
     fold,
+    is_elastic,
 )
 
 PODS = ("p0", "p1", "p2", "p3", "p4")
@@ -386,3 +389,17 @@ def test_a_loaded_gpu_may_be_a_decimal() -> None:
     allocated = fold(state, Allocation((("p0", "n0"),), T0))
     assert allocated.pods["p0"] == MemberPod("default", Decimal("0.5"))
     assert allocated.pods is state.pods
+
+
+@given(histories)
+def test_elasticity_agrees_with_the_podgroup_pods_rules(history: list[PodGroupChange]) -> None:
+    state = run(history)
+    if state.spec is None or not state.spec.subgroups:
+        return
+    podgroup = PodGroupPods(
+        uid=state.uid,
+        pods={name: pod.subgroup for name, pod in state.pods.items()},
+        running=frozenset(state.allocated),
+        subgroups=state.spec.subgroups,
+    )
+    assert state.elasticity() == (is_elastic(podgroup), evictable_pods(podgroup, protected=True))
