@@ -41,7 +41,7 @@ from minruntime.store import (
     queues,
     requeue,
 )
-from minruntime.store.dead_letters import record_dead_letters
+from minruntime.store.dead_letters import first_dead_letter, record_dead_letters
 from minruntime.store.schema import LIVE, StateTables, state_tables, tables_of
 from minruntime.store.tables import metadata
 
@@ -164,6 +164,12 @@ def test_a_dead_letter_is_written_once(store: Store) -> None:
     record_dead_letters(store.conn, store.tables, [letter])
     record_dead_letters(store.conn, store.tables, [letter])
     assert store.count("dead_letter_log") == 1
+    later = {**letter, "offset": 9, "kind": "invalid", "message": "worse"}
+    record_dead_letters(store.conn, store.tables, [later])
+    assert first_dead_letter(store.conn, store.tables, "kai.queues", 0) == (7, "not_json", "bad")
+    assert first_dead_letter(store.conn, store.tables, "kai.queues", 8) == (9, "invalid", "worse")
+    assert first_dead_letter(store.conn, store.tables, "kai.queues", 10) is None
+    assert first_dead_letter(store.conn, store.tables, "kai.nodes", 0) is None
 
 
 def test_offsets_lock_store_rebaseline_and_rewind(store: Store) -> None:
