@@ -1,10 +1,13 @@
-"""Projection snapshots: the projection tables copied out at one event-log position, and back.
+"""Projection snapshots: the projections copied out at one event-log position, and back.
 
 A snapshot is one ``projection_snapshots`` row (the last event-log ``seq`` it reflects, the
-latest ``applied_at`` up to it, how many entries) and one ``projection_snapshot_tables`` row
-per projection table: its rows as ``COPY ... TO STDOUT`` text in key order, every column
-(bookkeeping too, so a restored copy is the table as it was), zlib-compressed. Restoring is
-the reverse ``COPY ... FROM STDIN`` into a shadow's empty tables.
+latest ``applied_at`` up to it, how many entries, the uids of the pending and running
+podgroups), one ``projection_snapshot_tables`` row per projection table other than the
+podgroups' (its rows as ``COPY ... TO STDOUT`` text in key order, every column, bookkeeping
+too, zlib-compressed), and a ``projection_snapshot_podgroups`` document for each podgroup
+whose rows changed since its newest document. The state at a snapshot is its tables and, for
+each podgroup, its newest document at or before the snapshot's ``seq``. Restoring is the
+reverse ``COPY ... FROM STDIN`` into a shadow's empty tables.
 
 Which tables, and their keys, are the caller's (``minruntime.audit.shadow.PROJECTIONS``).
 Consistency is the caller's too: ``write`` copies what ``conn``'s transaction sees; see
