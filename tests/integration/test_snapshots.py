@@ -56,10 +56,13 @@ MICROSECOND = timedelta(microseconds=1)
 def answers(
     engine: sa.Engine, at: datetime, *, from_snapshot: bool, whole: bool = False
 ) -> dict[str, Any]:
-    """The as-of answers at ``at`` (``whole``: and the checksums of every projection)."""
+    """The as-of answers at ``at`` (``whole``: and the checksums of every projection).
+
+    Without ``whole``, restored as the commands restore: ``protection`` names no podgroup,
+    ``explain UID`` names UID.
+    """
     out: dict[str, Any] = {}
-    # As the commands ask: the running podgroups, and the ended ones explain names.
-    podgroups = None if whole else UIDS
+    podgroups: tuple[str, ...] | None = None if whole else ()
     with state_at(engine, at, podgroups=podgroups, from_snapshot=from_snapshot) as (
         conn,
         shadow,
@@ -70,8 +73,13 @@ def answers(
         for reclaimer in RECLAIMERS:
             table_rows = protection_table(conn, shadow, at, reclaimer).rows
             out[f"protection {reclaimer}"] = [describe_row(row) for row in table_rows]
-        explainer = Explainer(conn, shadow, at)
-        for uid in UIDS:
+    for uid in UIDS:
+        named = None if whole else (uid,)
+        with state_at(engine, at, podgroups=named, from_snapshot=from_snapshot) as (
+            conn,
+            shadow,
+        ):
+            explainer = Explainer(conn, shadow, at)
             for preemptor in PREEMPTORS:
                 try:
                     answer: Any = describe(explainer.explain(uid, preemptor))

@@ -48,10 +48,12 @@ def state_at(
     to ``at`` is replayed on it; the shadow answers the same SQL as the live schema (its
     queue tree and configuration are the ones in force at ``at``).
 
-    ``podgroups`` names the podgroups the caller will read besides the running ones: given,
-    a podgroup that had ended by the snapshot is restored only if it is named there or the
-    replayed tail names it (the shadow then holds every podgroup running at ``at``, but not
-    every finished one: fast at any log length). None: everything. ``from_snapshot=False``
+    ``podgroups`` names the podgroups the caller will read besides the running ones' rows in
+    the podgroups view: given, only those and the ones the replayed tail names are restored
+    whole; of the others, only the ``podgroup_state`` rows of the ones pending or running at
+    the snapshot (the shadow then answers the protection functions and the ``podgroups`` view
+    for running podgroups, and everything about the named ones: fast at any log length).
+    None: everything. ``from_snapshot=False``
     replays the whole log up to ``at`` instead (the same answers, slower).
     """
     with snapshot(engine) as conn:
