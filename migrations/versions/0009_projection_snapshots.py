@@ -94,7 +94,6 @@ def upgrade() -> None:
             ["snapshot_id"],
             [f"{SCHEMA}.projection_snapshots.id"],
             name="fk_projection_snapshot_podgroups_snapshot",
-            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("uid", "log_seq", name="pk_projection_snapshot_podgroups"),
         schema=SCHEMA,

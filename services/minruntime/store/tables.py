@@ -314,11 +314,9 @@ projection_snapshot_podgroups = sa.Table(
     sa.Column(
         "snapshot_id",
         sa.BigInteger,
-        sa.ForeignKey(
-            "projection_snapshots.id",
-            ondelete="CASCADE",
-            name="fk_projection_snapshot_podgroups_snapshot",
-        ),
+        # No cascade: a document serves every later snapshot until the podgroup's next one,
+        # so the snapshot that stored it cannot be deleted alone.
+        sa.ForeignKey("projection_snapshots.id", name="fk_projection_snapshot_podgroups_snapshot"),
         nullable=False,
     ),
     sa.Column("document", BYTEA, nullable=False),
