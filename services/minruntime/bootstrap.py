@@ -193,7 +193,17 @@ def build_processor(
     async def publish() -> None:  # faust names its tasks after the function
         await run_relay(relay)
 
-    app = build_app(settings, sink, on_outcome=on_outcome, relay=publish, guard=guard)
+    def on_assigned(owned: set[tuple[TopicRole, int]]) -> None:
+        metrics.owned((role.value, partition) for role, partition in owned)
+
+    app = build_app(
+        settings,
+        sink,
+        on_outcome=on_outcome,
+        relay=publish,
+        guard=guard,
+        on_assigned=on_assigned,
+    )
     started = health.Condition("starting")
 
     async def watch_health() -> None:

@@ -55,6 +55,19 @@ class Instance:
         """True once /readyz answers 200 (in its group, consuming, PostgreSQL answering)."""
         return probe(self.port, "/readyz")[0] == 200
 
+    def lag_series(self) -> set[tuple[str, str]]:
+        """(role, partition) of every consumer-lag series this instance exports."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        status, text = probe(self.port, "/metrics")
+        assert status == 200, text
+        return {
+            (sample.labels["role"], sample.labels["partition"])
+            for family in text_string_to_metric_families(text)
+            if family.name == "minruntime_consumer_lag"
+            for sample in family.samples
+        }
+
     def applied(self) -> int:
         """Events this instance applied, from its batch log lines (loglevel info)."""
         text = self.process.log_path.read_text(errors="replace")
@@ -275,6 +288,11 @@ def test_three_instances_one_killed_one_added_apply_100k_events_exactly_once(
     # Every instance that ran took a share; the added one too (it joined mid-stream).
     shares = {i.process.log_path.name: i.applied() for i in group.instances}
     assert all(shares.values()), shares
+    # Each partition's lag is reported by its owner only: the partitions that moved in the
+    # rebalances are not still reported, stale, by an instance that owned them before.
+    reported = [(i.process.log_path.name, i.lag_series()) for i in group.running()]
+    owners = [series for _, series in reported]
+    assert sum(len(series) for series in owners) == len(set().union(*owners)), reported
     for instance in group.instances:
         log = instance.process.log_path.read_text(errors="replace")
         assert "Traceback" not in log, log[-3000:]
