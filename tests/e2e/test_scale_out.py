@@ -15,6 +15,7 @@ No timed assertions: waits are generous; the phases' durations are printed (`pyt
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import re
 import signal
@@ -130,6 +131,35 @@ class Group:
 
     def applied(self) -> int:
         return int(self.pipeline.scalar("SELECT count(*) FROM minruntime.event_log"))
+
+    def wait_caught_up(self, what: str) -> dict[tuple[str, int], int]:
+        """Wait until the stored offsets reach the input topics' end offsets now; return those."""
+        topics = [self.pipeline.topics[role] for role in INPUTS]
+        ends = _end_offsets(self.pipeline.kafka, topics)
+
+        def caught_up() -> bool:
+            stored = self.stored_offsets()
+            return all(stored.get(where, 0) >= end for where, end in ends.items())
+
+        self.wait(caught_up, what)
+        return ends
+
+    def assert_applied_once(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """Every event id in the event log exactly once, offsets at the ends, no dead letter."""
+        pipeline = self.pipeline
+        logged = pipeline.query("SELECT id, count(*) FROM minruntime.event_log GROUP BY 1")
+        twice = [(event_id, n) for event_id, n in logged if n != 1]
+        assert twice == []
+        assert {event_id for event_id, _ in logged} == {event["id"] for _, event in events}
+        topics = [pipeline.topics[role] for role in INPUTS]
+        assert self.stored_offsets() == _end_offsets(pipeline.kafka, topics)
+        assert pipeline.scalar("SELECT count(*) FROM minruntime.dead_letters") == 0
+
+    def assert_clean_logs(self) -> None:
+        for instance in self.instances:
+            log = instance.process.log_path.read_text(errors="replace")
+            assert "Traceback" not in log, log[-3000:]
+            assert "refusing to consume" not in log, log[-3000:]
 
     def stored_offsets(self) -> dict[tuple[str, int], int]:
         rows = self.pipeline.query(
@@ -248,25 +278,13 @@ def test_three_instances_one_killed_one_added_apply_100k_events_exactly_once(
 
     for part in parts[6:]:
         _produce(pipeline, part)
-    topics = [pipeline.topics[role] for role in INPUTS]
-    ends = _end_offsets(pipeline.kafka, topics)
+    ends = group.wait_caught_up("the stored offsets to reach the topics' end offsets")
     assert sum(ends.values()) == TOTAL
-
-    def caught_up() -> bool:
-        stored = group.stored_offsets()
-        return all(stored.get(where, 0) >= end for where, end in ends.items())
-
-    group.wait(caught_up, "the stored offsets to reach the topics' end offsets")
     marks["all applied"] = time.monotonic() - started
     group.check_running()
 
     # Nothing lost, nothing applied twice.
-    logged = pipeline.query("SELECT id, count(*) FROM minruntime.event_log GROUP BY 1")
-    twice = [(event_id, n) for event_id, n in logged if n != 1]
-    assert twice == []
-    assert {event_id for event_id, _ in logged} == {event["id"] for _, event in events}
-    assert group.stored_offsets() == ends
-    assert pipeline.scalar("SELECT count(*) FROM minruntime.dead_letters") == 0
+    group.assert_applied_once(events)
     # The projections hold what the events say.
     assert pipeline.scalar("SELECT count(*) FROM minruntime.queues") == QUEUES
     assert pipeline.scalar("SELECT count(*) FROM minruntime.nodes") == NODES
@@ -293,12 +311,51 @@ def test_three_instances_one_killed_one_added_apply_100k_events_exactly_once(
     reported = [(i.process.log_path.name, i.lag_series()) for i in group.running()]
     owners = [series for _, series in reported]
     assert sum(len(series) for series in owners) == len(set().union(*owners)), reported
-    for instance in group.instances:
-        log = instance.process.log_path.read_text(errors="replace")
-        assert "Traceback" not in log, log[-3000:]
-        assert "refusing to consume" not in log, log[-3000:]
+    group.assert_clean_logs()
 
     checked = pipeline.replay("--verify")
     assert checked.returncode == 0, f"{checked.stdout}\n{checked.stderr}"
     marks["verified"] = time.monotonic() - started
     print(f"\nscale-out phases (s after start): {marks}; events applied per instance: {shares}")
+
+
+def test_an_instance_stalled_past_its_session_holds_nothing_up_and_rejoins(
+    group: Group,
+) -> None:
+    """SIGSTOP one of two instances mid-stream, long past its session, then SIGCONT it.
+
+    Wherever it froze — often inside a batch's transaction, holding its partitions' offset
+    rows — the other instance takes its partitions over and applies everything meanwhile (the
+    frozen transaction is ended by PostgreSQL after the sink's idle bound, 30 s). Resumed, the
+    stalled instance finds its batch applied by the other (a lost connection, retried, then
+    skipped), is not fooled by its stale watermarks into refusing the topic, rejoins the group
+    and takes a share again.
+    """
+    pipeline = group.pipeline.create(with_topics=True)
+    events = _events()[:70_000]
+    stalled = group.start_first()
+    other = group.add("b")
+    group.wait(lambda: stalled.ready() and other.ready(), "two ready instances")
+
+    _produce(pipeline, events[:30_000])
+    group.wait(lambda: stalled.applied() > 0 and other.applied() > 0, "both instances applying")
+    process = stalled.process.process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        _produce(pipeline, events[30_000:60_000])
+        # Everything produced so far, the stalled instance's partitions included, while it
+        # is still stopped.
+        group.wait_caught_up("the other instance to apply everything, the stalled one's too")
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    before = stalled.applied()
+    group.wait(stalled.ready, "the resumed instance ready again (in the group, consuming)")
+    _produce(pipeline, events[60_000:])
+    group.wait_caught_up("every event applied")
+    group.check_running()
+    group.assert_applied_once(events)
+    assert stalled.applied() > before  # it took a share again
+    group.assert_clean_logs()
+    checked = pipeline.replay("--verify")
+    assert checked.returncode == 0, f"{checked.stdout}\n{checked.stderr}"
