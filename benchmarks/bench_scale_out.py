@@ -44,7 +44,8 @@ from pipeline import ROOT, BenchPipeline, produce
 
 sys.path.insert(0, str(ROOT))  # the e2e tests' harness (pipeline.py does the same)
 
-from tests.e2e.harness import Subprocess, Worker, free_port, probe, wait_for
+from tests.conftest import free_ports
+from tests.e2e.harness import Subprocess, Worker, probe, wait_for
 
 POLL_SECONDS = 0.02
 
@@ -98,7 +99,7 @@ class Run:
     """One pipeline with N processor instances in its consumer group."""
 
     def __init__(self, instances: int) -> None:
-        port = free_port()
+        port = free_ports()
         self.pipe = BenchPipeline(f"scale{instances}", processor_metrics_port=str(port))
         self.ports = [port]
         self.processes: list[Subprocess] = [self.pipe]
@@ -108,7 +109,7 @@ class Run:
         self.pipe.create()
         self.pipe.spawn()
         for n in range(1, self.count):
-            port = free_port()
+            port = free_ports()
             env = {**self.pipe.env, "MINRUNTIME_PROCESSOR_METRICS_PORT": str(port)}
             worker = Worker(self.pipe, f"i{n}", env, command="processor")
             self.pipe.workers.append(worker)

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -73,13 +72,6 @@ def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.1)
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now on 127.0.0.1."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def probe(port: int, path: str) -> tuple[int, str]:

@@ -26,8 +26,9 @@ from minruntime.stack import StackStatus
 from minruntime.stack.kafka import KafkaNode
 from minruntime.stack.postgres import PostgresNode
 from minruntime.stack.process import pid_alive, read_pid
+from tests.conftest import free_ports
 from tests.e2e import cloudevents as ce
-from tests.e2e.harness import Pipeline, Subprocess, Worker, free_port, probe, wait_for
+from tests.e2e.harness import Pipeline, Subprocess, Worker, probe, wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -68,7 +69,7 @@ class Fixture:
     """A pipeline with fixed metrics ports, a worker replica, and the stack's two nodes."""
 
     def __init__(self, settings: Settings, workdir: Path, name: str) -> None:
-        self.processor_port, self.worker_port = free_port(), free_port()
+        self.processor_port, self.worker_port = free_ports(), free_ports()
         self.pipeline = Pipeline(
             settings,
             workdir,

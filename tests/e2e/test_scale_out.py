@@ -30,8 +30,9 @@ from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topic_identity import describe_topics
+from tests.conftest import free_ports
 from tests.e2e import cloudevents as ce
-from tests.e2e.harness import Pipeline, Subprocess, Worker, free_port, probe, wait_for
+from tests.e2e.harness import Pipeline, Subprocess, Worker, probe, wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -79,7 +80,7 @@ class Group:
     """A pipeline (its database, topics and consumer group) and its processor instances."""
 
     def __init__(self, settings: Settings, workdir: Path) -> None:
-        port = free_port()
+        port = free_ports()
         self.pipeline = Pipeline(
             settings, workdir, "scale", overrides={"processor_metrics_port": str(port)}
         )
@@ -95,7 +96,7 @@ class Group:
 
     def add(self, name: str) -> Instance:
         """One more processor in the group, with a metrics port (and so an id) of its own."""
-        port = free_port()
+        port = free_ports()
         env = {**self.pipeline.env, "MINRUNTIME_PROCESSOR_METRICS_PORT": str(port)}
         process = Worker(self.pipeline, name, env, command="processor")
         self.pipeline.workers.append(process)
