@@ -7,7 +7,8 @@ the three node partitions — produced while they run. One instance is killed wi
 mid-stream (its partitions go to the others once its session ends) and a fourth is added
 mid-stream (a rebalance hands it a share). In the end nothing is lost or applied twice: every
 event id is in the event log exactly once, the stored offsets are the topics' end offsets, no
-dead letter, the projections hold what the events say, and `replay --verify` is equal.
+dead letter, the projections hold what the events say, and `replay --verify` is equal. A
+second test stops one of two instances (SIGSTOP) past its session and continues it.
 
 No timed assertions: waits are generous; the phases' durations are printed (`pytest -s`).
 """
