@@ -45,7 +45,7 @@ from minruntime.stream.app import build_app, consumer_problem
 from minruntime.stream.metrics import ProcessorMetrics
 from minruntime.stream.outbox_metrics import OutboxMetrics
 from minruntime.stream.relay import OutboxRelay
-from minruntime.stream.sink import BatchSink
+from minruntime.stream.sink import BatchSink, bounded_idle_transactions
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, ensure_topics, topic_specs
 
@@ -163,7 +163,7 @@ def build_processor(
     database = database or health.Condition(initial=None)
     engine = engine or connected_engine(settings, database)
     sink = BatchSink(
-        engine,
+        bounded_idle_transactions(engine),  # a frozen instance cannot hold its partitions
         consumer_group=settings.processor_group,
         topic_roles=input_topic_roles(settings),
         dead_letter_topic=settings.topic_dead_letter,
@@ -193,7 +193,17 @@ def build_processor(
     async def publish() -> None:  # faust names its tasks after the function
         await run_relay(relay)
 
-    app = build_app(settings, sink, on_outcome=on_outcome, relay=publish, guard=guard)
+    def on_assigned(owned: set[tuple[TopicRole, int]]) -> None:
+        metrics.owned((role.value, partition) for role, partition in owned)
+
+    app = build_app(
+        settings,
+        sink,
+        on_outcome=on_outcome,
+        relay=publish,
+        guard=guard,
+        on_assigned=on_assigned,
+    )
     started = health.Condition("starting")
 
     async def watch_health() -> None:

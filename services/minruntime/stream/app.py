@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # (role, what the batch did, seconds it took, partition -> records still behind it)
 OutcomeListener = Callable[[TopicRole, BatchOutcome, float, Mapping[int, int]], None]
+# (role, partition) of every input partition this process owns after a rebalance
+AssignmentListener = Callable[[set[tuple[TopicRole, int]]], None]
 
 
 def record_of(event: Any) -> InboundRecord:
@@ -69,6 +71,7 @@ def build_app(
     on_outcome: OutcomeListener | None = None,
     relay: Callable[[], Any] | None = None,
     guard: TopicGuard | None = None,
+    on_assigned: AssignmentListener | None = None,
 ) -> faust.App:
     """A faust app with an agent for each input topic (and the relay as a background task)."""
     access = kafka_access(settings)
@@ -98,6 +101,14 @@ def build_app(
         _add_agent(app, role, names[role], settings, sink, on_outcome, guard)
     if relay is not None:
         app.task(relay)
+    if on_assigned is not None:
+        roles = {names[role]: role for role in INPUT_ROLES}
+
+        @app.on_partitions_assigned.connect
+        async def _assigned(_app: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+            (assigned,) = args  # the new assignment: every partition this process owns now
+            on_assigned({(roles[tp.topic], tp.partition) for tp in assigned if tp.topic in roles})
+
     if guard is not None:
 
         @app.on_before_shutdown.connect
