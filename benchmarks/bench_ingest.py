@@ -221,11 +221,14 @@ async def bare_consume(
         await consumer.stop()
 
 
-def run_processor(pipe: BenchPipeline, expected: int, py_spy: str | None = None) -> dict[str, Any]:
+def run_processor(
+    pipe: BenchPipeline, expected: int, py_spy: str | None = None, gil: bool = False
+) -> dict[str, Any]:
     """Start the processor on the filled topics; poll its stored offsets until all applied.
 
     ``py_spy``: sample the processor with py-spy (100 Hz, every thread, idle samples kept)
-    into this file, collapsed stacks (``--format raw``; summarise with ``spy_summary.py``).
+    into this file, collapsed stacks (``--format raw``; summarise with ``spy_summary.py``);
+    ``gil``: only the thread holding the GIL (where the Python process's one core goes).
 
     The poll (every 20 ms, one autocommit connection) reads the consumer group's stored next
     offsets, which ``apply_batch`` writes in the same transaction as the event log, so
@@ -381,6 +384,9 @@ def main() -> None:
         "--profile", action="store_true", help="also profile apply_batch alone (cProfile)"
     )
     parser.add_argument("--py-spy", metavar="FILE", help="sample (c) with py-spy into FILE")
+    parser.add_argument(
+        "--py-spy-gil", action="store_true", help="--py-spy samples the GIL holder only"
+    )
     parser.add_argument("--no-sink", action="store_true", help="skip (b)")
     parser.add_argument("--no-processor", action="store_true", help="skip (c)")
     parser.add_argument(
@@ -449,7 +455,7 @@ def run(args: argparse.Namespace) -> None:
         if args.no_processor:
             return
         settings = pipe.settings()
-        result = run_processor(pipe, total, args.py_spy)
+        result = run_processor(pipe, total, args.py_spy, args.py_spy_gil)
         rate = total / result["seconds"]
         print(
             f"(c) minruntime processor (batch_max_events={settings.batch_max_events}, "
