@@ -9,8 +9,9 @@ log. Bad input never raises: it is dead-lettered (table + outbox) and the batch 
 from __future__ import annotations
 
 import json
+import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -25,6 +26,7 @@ from minruntime.events import (
     TOPIC_TYPES,
     ConfigUpdatedData,
     Event,
+    EventRejected,
     EventType,
     NodeDeletedData,
     NodeUpsertedData,
@@ -40,7 +42,6 @@ from minruntime.events import (
     dead_letter_record,
     decode_event,
 )
-from minruntime.ingest.decoding import decode_record
 from minruntime.ingest.podgroups import PodGroupProjection
 from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
@@ -53,9 +54,11 @@ from minruntime.store.schema import StateTables, tables_of
 
 # Stable outbox ids: the same record dead-lettered twice (a retried batch) is one message.
 _DEAD_LETTER_NAMESPACE: Final = uuid.UUID("6d1f3c2e-5b8a-4c3e-9f41-0a7d2b9e8c15")
+UNSTORABLE_TEXT: Final = "unstorable_text"
 # A (source, id) already applied (or earlier in the batch) with other content: one of the two
 # is not what its producer meant, and dropping it silently would hide that.
 CONFLICTING_DUPLICATE: Final = "conflicting_duplicate"
+_UNSTORABLE_CHARS: Final = re.compile("[\x00\ud800-\udfff]")
 
 _PODGROUP_TYPES: Final = (
     PodGroupSubmittedData,
@@ -118,15 +121,24 @@ class _Batch:
         return fresh
 
     def decode(self, records: list[InboundRecord]) -> list[tuple[InboundRecord, Event]]:
-        """Decode every record (unless it comes decoded); refused ones become dead letters."""
+        """Decode every record; rejected ones become dead letters."""
         decoded = []
         for record in records:
-            result = record.decoded or decode_record(record.value, record.topic, self.topic_types)
-            if result.kind is not None:
-                self.dead_letter(record, result.kind, result.message, result.event)
+            try:
+                event = decode_event(record.value, record.topic, topic_types=self.topic_types)
+            except EventRejected as rejected:
+                self.dead_letter(record, rejected.kind, rejected.message)
                 continue
-            assert result.event is not None
-            decoded.append((record, result.event))
+            if record.value is not None and b"\\u" in record.value and _unstorable(record.value):
+                self.dead_letter(
+                    record,
+                    UNSTORABLE_TEXT,
+                    "a string contains NUL (\\u0000) or an unpaired surrogate (\\ud800-\\udfff), "
+                    "which PostgreSQL cannot store; remove it",
+                    event,
+                )
+                continue
+            decoded.append((record, event))
         return decoded
 
     def dead_letter(
@@ -398,8 +410,6 @@ def _event_or_none(
     record: InboundRecord, topic_types: Mapping[str, frozenset[str]]
 ) -> Event | None:
     # Only for the dead letter's eventId/eventType: a record that cannot be decoded has none.
-    if record.decoded is not None:
-        return record.decoded.event
     try:
         return decode_event(record.value, record.topic, topic_types=topic_types)
     except Exception:  # best effort: the dead letter is written either way
@@ -440,3 +450,18 @@ def _text_or_none(raw: bytes | None) -> str | None:
     except UnicodeDecodeError:
         return None
     return None if "\x00" in text else text
+
+
+def _unstorable(value: bytes) -> bool:
+    def walk(item: Any) -> Iterator[str]:
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                yield key
+                yield from walk(inner)
+        elif isinstance(item, list):
+            for inner in item:
+                yield from walk(inner)
+
+    return any(_UNSTORABLE_CHARS.search(text) for text in walk(json.loads(value)))

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from minruntime.ingest.decoding import Decoded
-
 
 @dataclass(frozen=True)
 class InboundRecord:
@@ -18,9 +16,6 @@ class InboundRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int | None = None
-    # The value decoded already (``ingest.decoding.decode_record``), or None: decoded in the
-    # batch. Not part of the record's identity.
-    decoded: Decoded | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

@@ -1,32 +1,26 @@
 """The faust application: one thin agent per input topic, plus the outbox relay task.
 
-Each agent takes a batch of records (`take_batches`: the next one fills, decoded, meanwhile),
-applies it in ONE database transaction through the `BatchSink` (projections + event log +
-consumed offsets), and only then lets faust acknowledge it. Agent concurrency stays 1 (faust
-#606: with concurrency > 1 an offset can be committed past a record still in flight). Records
-are read as raw bytes: decoding is ours, so a record that is not JSON becomes a dead letter
-instead of a deserializer crash.
+Each agent takes a batch of records (`take_events`), applies it in ONE database transaction
+through the `BatchSink` (projections + event log + consumed offsets), and only then lets
+faust acknowledge it. Agent concurrency stays 1 (faust #606: with concurrency > 1 an offset
+can be committed past a record still in flight). Records are read as raw bytes: decoding is
+ours, so a record that is not JSON becomes a dead letter instead of a deserializer crash.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import faust
 
-from minruntime.events import ROLE_TYPES
 from minruntime.ingest import BatchOutcome, InboundRecord
-from minruntime.ingest.decoding import Decoded, decode_record
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
-from minruntime.stream.batching import take_batches
 from minruntime.stream.sink import BatchSink, stop_loudly
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, topic_names
@@ -37,8 +31,8 @@ log = logging.getLogger(__name__)
 OutcomeListener = Callable[[TopicRole, BatchOutcome, float, Mapping[int, int]], None]
 
 
-def record_of(event: Any, decoded: Decoded | None = None) -> InboundRecord:
-    """The Kafka coordinates and raw bytes of one faust event (and its value, decoded)."""
+def record_of(event: Any) -> InboundRecord:
+    """The Kafka coordinates and raw bytes of one faust event."""
     message = event.message
     timestamp = getattr(message, "timestamp", None)
     return InboundRecord(
@@ -48,7 +42,6 @@ def record_of(event: Any, decoded: Decoded | None = None) -> InboundRecord:
         key=message.key,
         value=message.value,
         timestamp_ms=int(timestamp * 1000) if timestamp is not None else None,
-        decoded=decoded,
     )
 
 
@@ -125,27 +118,10 @@ def _add_agent(
 ) -> None:
     topic = app.topic(topic_name, value_serializer="raw", key_serializer="raw")
     max_events, within = settings.batch_max_events, settings.batch_within_seconds
-    topic_types = {topic_name: ROLE_TYPES[role.value]}
 
     async def process(stream: Any) -> None:
-        # Records are decoded as they arrive (a stream processor runs before take_events
-        # buffers them), in the event loop, while the previous batch waits for PostgreSQL in
-        # the sink's thread: decoding leaves the batch's critical path. Message -> result; an
-        # entry goes with its message (a batch dropped at a rebalance leaves nothing behind).
-        decoded: weakref.WeakKeyDictionary[Any, Decoded] = weakref.WeakKeyDictionary()
-
-        def predecode(value: Any) -> Any:
-            event = stream.current_event
-            if event is not None:
-                message = event.message
-                # Anything unexpected: the batch decodes the record again, and fails there.
-                with contextlib.suppress(Exception):
-                    decoded[message] = decode_record(message.value, message.topic, topic_types)
-            return value
-
-        stream.add_processor(predecode)
-        async for events in take_batches(stream, max_events, within):
-            records = [record_of(event, decoded.pop(event.message, None)) for event in events]
+        async for events in stream.take_events(max_events, within=within):
+            records = [record_of(event) for event in events]
             started = time.perf_counter()
             try:
                 if guard is None:
