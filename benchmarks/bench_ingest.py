@@ -49,6 +49,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cluster import build_tree, queue_upserts
+from cpu import postgres_cpu, postgres_pid, process_cpu
 from handwritten_sink import create_tables, drop_tables, run_sink
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
@@ -222,20 +223,23 @@ async def bare_consume(
 
 
 def run_processor(
-    pipe: BenchPipeline, expected: int, py_spy: str | None = None, gil: bool = False
+    pipe: BenchPipeline, expected: int, py_spy: str | None = None, spy_mode: str = "idle"
 ) -> dict[str, Any]:
     """Start the processor on the filled topics; poll its stored offsets until all applied.
 
-    ``py_spy``: sample the processor with py-spy (100 Hz, every thread, idle samples kept)
-    into this file, collapsed stacks (``--format raw``; summarise with ``spy_summary.py``);
-    ``gil``: only the thread holding the GIL (where the Python process's one core goes).
+    ``py_spy``: sample the processor with py-spy (100 Hz, every thread) into this file,
+    collapsed stacks (``--format raw``; summarise with ``spy_summary.py``); ``spy_mode``: idle
+    (waiting threads too), active (running threads only) or gil (the GIL holder only).
 
     The poll (every 20 ms, one autocommit connection) reads the consumer group's stored next
     offsets, which ``apply_batch`` writes in the same transaction as the event log, so
     sum(next_offset) == records produced means every event is committed.
     """
     topic_role = {topic: role for role, topic in pipe.topics.items()}
+    server = postgres_pid(pipe.base.database_parts.port)
+    server_before = postgres_cpu(server)
     pipe.start()
+    assert pipe.process is not None
     sampler = None
     if py_spy is not None:
         assert pipe.process is not None
@@ -248,6 +252,7 @@ def run_processor(
         )
     spawned = pipe.spawned_at
     first_seen: float | None = None
+    startup_cpu = 0.0
     finished: dict[str, float] = {}
     with pipe.connect() as conn:
         while True:
@@ -262,6 +267,7 @@ def run_processor(
             total = sum(per_topic.values())
             if total and first_seen is None:
                 first_seen = now
+                startup_cpu = process_cpu(pipe.process.pid)
             for role, count in per_topic.items():
                 if count == pipe.expected_per_role.get(role) and role not in finished:
                     finished[role] = now
@@ -272,6 +278,8 @@ def run_processor(
                 raise RuntimeError(f"processor: {total} of {expected} after 900 s")
             time.sleep(POLL_SECONDS)
         done = time.monotonic()
+        # CPU of the whole run, start-up included (~1-2 s of imports and joining the group).
+        python, postgres = process_cpu(pipe.process.pid), postgres_cpu(server) - server_before
         if sampler is not None:
             sampler.send_signal(signal.SIGINT)
             sampler.wait(60)
@@ -292,11 +300,17 @@ def run_processor(
         "finished": {role: t - spawned for role, t in finished.items()},
         "batches": batches[0],
         "last_batch_start": (last_applied - first_applied).total_seconds(),
+        "python_cpu": python,
+        "startup_cpu": startup_cpu,
+        "postgres_cpu": postgres,
     }
 
 
-def profile_apply(pipe: BenchPipeline, messages: list[Any], batch: int) -> None:
-    """apply_batch alone under cProfile, on the records the bare consumer read, per topic."""
+def profile_apply(
+    pipe: BenchPipeline, messages: list[Any], batch: int, profile: bool = True
+) -> None:
+    """apply_batch alone (under cProfile unless ``profile`` is false) on the records the bare
+    consumer read, per topic; prints its CPU per event, Python and PostgreSQL."""
     from minruntime.ingest import InboundRecord, apply_batch
     from minruntime.store import engine_from
     from minruntime.store.migrate import upgrade
@@ -318,6 +332,8 @@ def profile_apply(pipe: BenchPipeline, messages: list[Any], batch: int) -> None:
         upgrade(url)
         engine = engine_from(url)
         profiler = cProfile.Profile()
+        server = postgres_pid(pipe.base.database_parts.port)
+        server_before, python_before = postgres_cpu(server), time.process_time()
         started = time.perf_counter()
         applied = 0
         # Topic by topic, queues first, in offset order per partition (as faust would).
@@ -326,18 +342,25 @@ def profile_apply(pipe: BenchPipeline, messages: list[Any], batch: int) -> None:
             records = sorted(by_topic[topic], key=lambda r: (r.offset, r.partition))
             for i in range(0, len(records), batch):
                 with engine.begin() as conn:
-                    profiler.enable()
+                    if profile:
+                        profiler.enable()
                     outcome = apply_batch(
                         conn, records[i : i + batch], consumer_group="p", topic_roles=roles
                     )
-                    profiler.disable()
+                    if profile:
+                        profiler.disable()
                 applied += outcome.applied
         elapsed = time.perf_counter() - started
+        python, postgres = time.process_time() - python_before, postgres_cpu(server) - server_before
         engine.dispose()
         print(
             f"apply_batch alone (in-process, batches of {batch}): {applied:,} events in "
-            f"{elapsed:.1f} s = {applied / elapsed:,.0f} events/s (incl. commits, with profiler)"
+            f"{elapsed:.1f} s = {applied / elapsed:,.0f} events/s (incl. commits"
+            f"{', with profiler' if profile else ''})"
         )
+        print(f"    CPU: {cpu_line(python, postgres, applied)}")
+        if not profile:
+            return
         out = io.StringIO()
         stats = pstats.Stats(profiler, stream=out)
         stats.sort_stats("cumulative").print_stats(35)
@@ -347,14 +370,29 @@ def profile_apply(pipe: BenchPipeline, messages: list[Any], batch: int) -> None:
         drop_scratch_database(pipe.base, url)
 
 
-def measure_sink(pipe: BenchPipeline, topics: list[str], total: int, keep: bool) -> float:
+def cpu_line(python: float, postgres: float, events: int) -> str:
+    """CPU seconds of the reader's Python process and of PostgreSQL, per event."""
+    per = 1e6 / events
+    return (
+        f"Python {python:.1f} s ({python * per:.0f} µs/event) + PostgreSQL {postgres:.1f} s"
+        f" ({postgres * per:.0f} µs/event) = {(python + postgres) * per:.0f} µs/event"
+    )
+
+
+def measure_sink(
+    pipe: BenchPipeline, topics: list[str], total: int, keep: bool
+) -> tuple[float, float]:
     """(b): the hand-written sink on the same topics, in a schema of the scratch database."""
     owner_url = scratch_owner_url(pipe.base, pipe.database_url)
     create_tables(owner_url)
+    server = postgres_pid(pipe.base.database_parts.port)
     try:
+        python_before, server_before = time.process_time(), postgres_cpu(server)
         result = asyncio.run(
             run_sink(pipe.kafka, owner_url, topics, total, f"bench-sink-{pipe.suffix}")
         )
+        python = time.process_time() - python_before
+        postgres = postgres_cpu(server) - server_before
     finally:
         if not keep:
             drop_tables(owner_url)
@@ -364,7 +402,8 @@ def measure_sink(pipe: BenchPipeline, topics: list[str], total: int, keep: bool)
         f" offsets, one transaction per batch): {total:,} events in {result['seconds']:.2f} s"
         f" = {rate:,.0f} events/s ({result['batches']} batches)"
     )
-    return rate
+    print(f"    CPU: {cpu_line(python, postgres, total)}")
+    return rate, (python + postgres) / total
 
 
 def main() -> None:
@@ -385,7 +424,13 @@ def main() -> None:
     )
     parser.add_argument("--py-spy", metavar="FILE", help="sample (c) with py-spy into FILE")
     parser.add_argument(
-        "--py-spy-gil", action="store_true", help="--py-spy samples the GIL holder only"
+        "--py-spy-mode",
+        choices=["idle", "active", "gil"],
+        default="idle",
+        help="--py-spy samples: every thread, running ones, the GIL holder",
+    )
+    parser.add_argument(
+        "--apply-alone", action="store_true", help="also run apply_batch alone, no profiler"
     )
     parser.add_argument("--no-sink", action="store_true", help="skip (b)")
     parser.add_argument("--no-processor", action="store_true", help="skip (c)")
@@ -439,23 +484,25 @@ def run(args: argparse.Namespace) -> None:
         del trace
 
         topics = [pipe.topics[role] for role in INPUT_ROLES]
-        bare_seconds, kept = asyncio.run(bare_consume(pipe.kafka, topics, total, args.profile))
+        bare_seconds, kept = asyncio.run(
+            bare_consume(pipe.kafka, topics, total, args.profile or args.apply_alone)
+        )
         bare = total / bare_seconds
         print(
             f"(a) bare aiokafka consumer + json.loads: {total:,} events in {bare_seconds:.2f} s"
             f" = {bare:,.0f} events/s"
         )
-        if args.profile:
+        if args.profile or args.apply_alone:
             settings = pipe.settings()
-            profile_apply(pipe, kept, settings.batch_max_events)
+            profile_apply(pipe, kept, settings.batch_max_events, not args.apply_alone)
             del kept
-        sink = None
+        sink = sink_cpu = None
         if not args.no_sink:
-            sink = measure_sink(pipe, topics, total, keep=args.keep)
+            sink, sink_cpu = measure_sink(pipe, topics, total, keep=args.keep)
         if args.no_processor:
             return
         settings = pipe.settings()
-        result = run_processor(pipe, total, args.py_spy, args.py_spy_gil)
+        result = run_processor(pipe, total, args.py_spy, args.py_spy_mode)
         rate = total / result["seconds"]
         print(
             f"(c) minruntime processor (batch_max_events={settings.batch_max_events}, "
@@ -472,6 +519,18 @@ def run(args: argparse.Namespace) -> None:
             "    all events of a role applied at (s after spawn): "
             + ", ".join(f"{r} {t:.1f}" for r, t in sorted(result["finished"].items()))
         )
+        python, postgres = result["python_cpu"], result["postgres_cpu"]
+        print(f"    CPU (start-up included): {cpu_line(python, postgres, total)}")
+        startup = result["startup_cpu"]
+        print(
+            f"    Python CPU until the first commit was seen (start-up): {startup:.1f} s;"
+            f" after it: {(python - startup) * 1e6 / total:.0f} µs/event"
+        )
+        if sink_cpu is not None:
+            print(
+                f"CPU per event sink/processor = {sink_cpu / ((python + postgres) / total):.3f}"
+                " (the load-robust form of processor/sink)"
+            )
         if sink is not None:
             ratio = rate / sink
             verdict = "meets" if ratio >= RATIO_TARGET else "misses"
