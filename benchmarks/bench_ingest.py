@@ -49,12 +49,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cluster import build_tree, queue_upserts
-from cpu import postgres_cpu, postgres_pid, process_cpu
 from handwritten_sink import create_tables, drop_tables, run_sink
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 from minruntime.store.scratch import scratch_owner_url
 from pipeline import INPUT_ROLES, BenchPipeline, overrides, private_broker, produce, rfc3339
+from proc_cpu import postgres_cpu, postgres_pid, process_cpu
 
 SEED = 20261121
 T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
