@@ -39,13 +39,16 @@ import asyncio
 import cProfile
 import io
 import json
+import os
 import pstats
 import random
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from cluster import build_tree, queue_upserts
@@ -202,7 +205,7 @@ async def bare_consume(
     await consumer.start()
     kept: list[Any] = []
     try:
-        seen, first = 0, None
+        seen, first, cpu = 0, None, 0.0
         deadline = time.monotonic() + 600
         while seen < expected:
             if time.monotonic() > deadline:
@@ -210,6 +213,7 @@ async def bare_consume(
             batches = await consumer.getmany(timeout_ms=1000)
             if first is None and batches:
                 first = time.perf_counter()
+                cpu = time.process_time()
             for messages in batches.values():
                 for message in messages:
                     json.loads(message.value)
@@ -217,6 +221,7 @@ async def bare_consume(
                 if keep:
                     kept.extend(messages)
         assert first is not None
+        print(f"    bare consumer CPU: {(time.process_time() - cpu) * 1e6 / expected:.0f} µs/event")
         return time.perf_counter() - first, kept
     finally:
         await consumer.stop()
@@ -370,6 +375,28 @@ def profile_apply(
         drop_scratch_database(pipe.base, url)
 
 
+def faust_only(pipe: BenchPipeline, total: int) -> None:
+    """(d): the processor's faust app with a sink that stores nothing (``faust_only.py``)."""
+    result = pipe.workdir / "faust-only.json"
+    env = {
+        **os.environ,
+        **pipe.env,
+        "MINRUNTIME_PROCESSOR_GROUP": f"{pipe.group}-faust-only",
+        "MINRUNTIME_STATE_DIR": str(pipe.workdir / "faust-only-state"),
+        "BENCH_EXPECTED": str(total),
+        "BENCH_RESULT": str(result),
+    }
+    script = Path(__file__).with_name("faust_only.py")
+    subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=900)
+    summary = json.loads(result.read_text())
+    print(
+        f"(d) the processor's faust app, sink storing nothing: {total:,} events in"
+        f" {summary['seconds']:.2f} s = {total / summary['seconds']:,.0f} events/s"
+        f" ({summary['batches']} batches); Python CPU {summary['cpu']:.1f} s"
+        f" ({summary['cpu'] * 1e6 / total:.0f} µs/event)"
+    )
+
+
 def cpu_line(python: float, postgres: float, events: int) -> str:
     """CPU seconds of the reader's Python process and of PostgreSQL, per event."""
     per = 1e6 / events
@@ -431,6 +458,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--apply-alone", action="store_true", help="also run apply_batch alone, no profiler"
+    )
+    parser.add_argument(
+        "--faust-only", action="store_true", help="also run (d): faust with a no-op sink"
     )
     parser.add_argument("--no-sink", action="store_true", help="skip (b)")
     parser.add_argument("--no-processor", action="store_true", help="skip (c)")
@@ -499,6 +529,8 @@ def run(args: argparse.Namespace) -> None:
         sink = sink_cpu = None
         if not args.no_sink:
             sink, sink_cpu = measure_sink(pipe, topics, total, keep=args.keep)
+        if args.faust_only:
+            faust_only(pipe, total)
         if args.no_processor:
             return
         settings = pipe.settings()
