@@ -53,6 +53,7 @@ from typing import Any
 
 from cluster import build_tree, queue_upserts
 from handwritten_sink import create_tables, drop_tables, run_sink
+from minruntime.bootstrap import tune_gc
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 from minruntime.store.scratch import scratch_owner_url
@@ -311,6 +312,44 @@ def run_processor(
     }
 
 
+PHASES = {
+    "offsets (lock, store)": ("minruntime.ingest.batch", "_Batch", "fresh_records"),
+    "decode": ("minruntime.ingest.batch", "_Batch", "decode"),
+    "seen ids, conflicts": ("minruntime.ingest.batch", "_Batch", "unseen"),
+    "podgroup load": ("minruntime.ingest.podgroups", "PodGroupProjection", "__init__"),
+    "fold in memory (_apply)": ("minruntime.ingest.batch", None, "_apply"),
+    "podgroup write (flush)": ("minruntime.ingest.podgroups", "PodGroupProjection", "flush"),
+    "event log, dead letters": ("minruntime.ingest.batch", "_Batch", "write_logs"),
+}
+
+
+def timed_phases() -> dict[str, list[float]]:
+    """Wrap apply_batch's phases (``PHASES``) with timers: name -> [thread CPU s, wall s]."""
+    import functools
+    import importlib
+
+    totals: dict[str, list[float]] = {name: [0.0, 0.0] for name in PHASES}
+
+    def timed(name: str, function: Any) -> Any:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                totals[name][0] += time.thread_time() - cpu
+                totals[name][1] += time.perf_counter() - wall
+
+        return wrapper
+
+    for name, (module_name, class_name, attribute) in PHASES.items():
+        owner: Any = importlib.import_module(module_name)
+        if class_name is not None:
+            owner = getattr(owner, class_name)
+        setattr(owner, attribute, timed(name, getattr(owner, attribute)))
+    return totals
+
+
 def profile_apply(
     pipe: BenchPipeline, messages: list[Any], batch: int, profile: bool = True
 ) -> None:
@@ -337,6 +376,9 @@ def profile_apply(
         upgrade(url)
         engine = engine_from(url)
         profiler = cProfile.Profile()
+        phases = None if profile else timed_phases()
+        if not profile:
+            tune_gc()  # as the processor does
         server = postgres_pid(pipe.base.database_parts.port)
         server_before, python_before = postgres_cpu(server), time.process_time()
         started = time.perf_counter()
@@ -364,7 +406,10 @@ def profile_apply(
             f"{', with profiler' if profile else ''})"
         )
         print(f"    CPU: {cpu_line(python, postgres, applied)}")
-        if not profile:
+        if phases is not None:
+            print("    per phase, µs/event: Python CPU (this thread) / wall (the rest: PostgreSQL)")
+            for name, (cpu, wall) in phases.items():
+                print(f"      {name:28s} {cpu * 1e6 / applied:6.1f} / {wall * 1e6 / applied:6.1f}")
             return
         out = io.StringIO()
         stats = pstats.Stats(profiler, stream=out)

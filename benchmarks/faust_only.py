@@ -20,6 +20,7 @@ from typing import Any
 
 import faust
 
+from minruntime.bootstrap import tune_gc
 from minruntime.core.topic_life import TopicLife
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.settings import Settings
@@ -50,7 +51,9 @@ def main() -> None:
         return BatchOutcome(applied=len(records))
 
     app = build_app(Settings(), sink)  # type: ignore[arg-type]
-    faust.Worker(app, loglevel="warning", quiet=True).execute_from_commandline()
+    worker = faust.Worker(app, loglevel="warning", quiet=True)
+    tune_gc()  # as the processor does
+    worker.execute_from_commandline()
 
 
 if __name__ == "__main__":
