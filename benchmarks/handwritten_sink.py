@@ -84,9 +84,12 @@ async def run_sink(
             return None
 
         async def on_partitions_assigned(self, assigned: Any) -> None:
-            async with db.transaction():
+            # A connection of its own: a rebalance may come while a batch is being stored.
+            async with await psycopg.AsyncConnection.connect(owner_url) as conn:
                 rows = await (
-                    await db.execute(f"SELECT topic, partition, next_offset FROM {SCHEMA}.offsets")
+                    await conn.execute(
+                        f"SELECT topic, partition, next_offset FROM {SCHEMA}.offsets"
+                    )
                 ).fetchall()
             stored = {(topic, partition): offset for topic, partition, offset in rows}
             for tp in assigned:
