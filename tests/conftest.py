@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -65,21 +66,46 @@ def run_cli(
     )
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int = 1) -> int:
+    """A port p such that p .. p + count - 1 are free on 127.0.0.1, outside the ephemeral range.
+
+    A port from the ephemeral range (what binding port 0 gives) can be taken at any moment by
+    an outgoing connection's local end: between the choice and a server's bind, or while a
+    test stops and restarts that server; a server on it then cannot start (a flake seen in
+    CI with a private Kafka broker restarted on such a port). Ports below the range are only
+    ever taken by listeners.
+    """
+    low, high = _ephemeral_range()
+    candidates = (10000, low - count) if low - count > 10000 else (high + 1, 65535 - count)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(*candidates)
+        if all(_bindable(port + i) for i in range(count)):
+            return port
+    raise RuntimeError(f"no {count} free consecutive ports found in {candidates}")
+
+
 def free_port_pair() -> int:
-    """A port p such that p and p + 1 are both free on 127.0.0.1."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        if port >= 65535:
-            continue
-        with socket.socket() as second:
-            try:
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair found")
+    """A port p such that p and p + 1 are both free on 127.0.0.1 (see ``free_ports``)."""
+    return free_ports(2)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ from minruntime.stack import StackStatus
 from minruntime.stack.kafka import KafkaNode
 from minruntime.stack.postgres import PostgresNode
 from minruntime.stack.process import pid_alive, read_pid
+from tests.conftest import free_ports
 from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, Subprocess, Worker, wait_for
 
@@ -36,12 +36,6 @@ pytestmark = pytest.mark.stack
 
 # Generous: a loaded 2-core machine, and a processor's own start takes a while.
 PATIENCE = 240.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _probe(port: int, path: str) -> tuple[int, str]:
@@ -88,7 +82,7 @@ class Fixture:
     """A pipeline with fixed metrics ports, a worker replica, and the stack's two nodes."""
 
     def __init__(self, settings: Settings, workdir: Path, name: str) -> None:
-        self.processor_port, self.worker_port = _free_port(), _free_port()
+        self.processor_port, self.worker_port = free_ports(), free_ports()
         self.pipeline = Pipeline(
             settings,
             workdir,

@@ -16,12 +16,32 @@ import pytest
 import sqlalchemy as sa
 
 from minruntime.audit.shadow import create_shadow, drop_shadow, temporary_name
-from minruntime.core import MinRuntimeConfig, Queue, QueueTree
+from minruntime.core import (
+    EXPECTED_RUNTIME_ANNOTATION,
+    Allocation,
+    MinRuntimeConfig,
+    PodGroupState,
+    Queue,
+    QueueTree,
+    Release,
+    SubGroup,
+    Submission,
+    fold,
+)
 from minruntime.core.topic_life import StoredOffset, TopicLife
 from minruntime.errors import TopicLifeChangedError
 from minruntime.ingest.queues import resolved_rows
-from minruntime.store import decisions, event_log, node_pools, offsets, outbox, queues, requeue
-from minruntime.store.dead_letters import record_dead_letters
+from minruntime.store import (
+    decisions,
+    event_log,
+    node_pools,
+    offsets,
+    outbox,
+    podgroups,
+    queues,
+    requeue,
+)
+from minruntime.store.dead_letters import first_dead_letter, record_dead_letters
 from minruntime.store.schema import LIVE, StateTables, state_tables, tables_of
 from minruntime.store.tables import metadata
 
@@ -144,6 +164,12 @@ def test_a_dead_letter_is_written_once(store: Store) -> None:
     record_dead_letters(store.conn, store.tables, [letter])
     record_dead_letters(store.conn, store.tables, [letter])
     assert store.count("dead_letter_log") == 1
+    later = {**letter, "offset": 9, "kind": "invalid", "message": "worse"}
+    record_dead_letters(store.conn, store.tables, [later])
+    assert first_dead_letter(store.conn, store.tables, "kai.queues", 0) == (7, "not_json", "bad")
+    assert first_dead_letter(store.conn, store.tables, "kai.queues", 8) == (9, "invalid", "worse")
+    assert first_dead_letter(store.conn, store.tables, "kai.queues", 10) is None
+    assert first_dead_letter(store.conn, store.tables, "kai.nodes", 0) is None
 
 
 def test_offsets_lock_store_rebaseline_and_rewind(store: Store) -> None:
@@ -299,3 +325,82 @@ def test_decisions_and_the_requeue_reads(store: Store) -> None:
         )
     ).scalar_one()
     assert awaiting is True
+
+
+def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Store) -> None:
+    conn, tables = store.conn, store.tables
+    submitted = fold(
+        PodGroupState("a"),
+        Submission(
+            name="job",
+            namespace="ns",
+            queue="q",
+            node_pool=None,
+            priority=3,
+            preemptible=False,
+            subgroups=(SubGroup("w", 1), SubGroup("lead", 1)),
+            pods=(("p0", "w", 0.5), ("p1", "w", 1.0), ("l", "lead", 1.0)),
+            annotations={EXPECTED_RUNTIME_ANNOTATION: "1h"},
+            at=T0,
+        ),
+    )
+    running = fold(submitted, Allocation((("p0", "n1"), ("l", "n2")), T0 + timedelta(seconds=5)))
+    placeholder = fold(PodGroupState("b"), Allocation((("x", "n1"),), T0))
+    podgroups.write_podgroups(
+        conn,
+        tables,
+        [running, placeholder],
+        pods_changed=[running, placeholder],
+        subgroups_changed=[running],
+    )
+    loaded = podgroups.load_podgroups(conn, tables, ["b", "a", "missing", "a"])
+    assert loaded.states == {"a": running, "b": placeholder}
+    assert loaded.pending == frozenset()
+    assert [sub.name for sub in loaded.states["a"].subgroups] == ["w", "lead"]
+    row = conn.execute(
+        sa.select(tables.podgroup_state).where(tables.podgroup_state.c.uid == "a")
+    ).one()
+    assert (row.status, row.running_pods, row.is_elastic, row.protected_evictable_pods) == (
+        "running",
+        2,
+        True,
+        0,
+    )
+    assert (row.expected_runtime, row.submitted, row.awaiting_release) == (
+        timedelta(hours=1),
+        True,
+        False,
+    )
+    # The pods of a state not named as changed stay as they were.
+    released = fold(running, Release(None, T0 + timedelta(seconds=9)))
+    podgroups.write_podgroups(conn, tables, [released])
+    assert podgroups.load_podgroups(conn, tables, ["a"]).states["a"].run.allocated == {"p0", "l"}
+    podgroups.write_podgroups(conn, tables, [released], pods_changed=[released])
+    assert podgroups.load_podgroups(conn, tables, ["a"]).states["a"] == released
+    assert podgroups.load_podgroups(conn, tables, []).states == {}
+
+
+def test_a_podgroup_leaving_pending_drops_its_promises_and_nominations_keep_the_latest(
+    store: Store,
+) -> None:
+    conn, tables = store.conn, store.tables
+    podgroups.write_podgroups(conn, tables, [PodGroupState("b")], pods_changed=[PodGroupState("b")])
+    assert podgroups.load_podgroups(conn, tables, ["b"]).pending == {"b"}
+    promise = {
+        "decision_id": "d1",
+        "beneficiary": "b",
+        "node": "n1",
+        "victim": "v",
+        "gpu": 1,
+        "expires_at": T0 + timedelta(hours=1),
+    }
+    decisions.insert_promises(conn, tables, [promise])
+    podgroups.write_podgroups(conn, tables, [PodGroupState("b")], left_pending=["b"])
+    assert store.count("requeue_promises") == 0
+    for reason, at in (("first", T0), ("second", T0 + timedelta(seconds=1))):
+        podgroups.write_nominations(
+            conn,
+            tables,
+            [{"uid": "b", "nominated_by": "x", "reason": reason, "nominated_at": at}],
+        )
+    assert conn.execute(sa.select(tables.nominations.c.reason)).scalars().all() == ["second"]

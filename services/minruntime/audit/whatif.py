@@ -40,7 +40,9 @@ from minruntime.events import (
     new_event,
 )
 from minruntime.ingest import InboundRecord, apply_batch
-from minruntime.store.state_schema import is_live, state_text
+from minruntime.store.dead_letters import first_dead_letter
+from minruntime.store.event_log import logged_ids
+from minruntime.store.schema import LIVE, tables_of
 
 WHATIF_GROUP: Final = "minruntime-whatif"
 WHATIF_SOURCE: Final = "minruntime-whatif"
@@ -205,7 +207,7 @@ class _Applier:
     """Feeds events to ``apply_batch`` on the copy as the queues topic would, in order."""
 
     def __init__(self, conn: Connection) -> None:
-        if is_live(conn):
+        if tables_of(conn).is_live:
             raise RuntimeError("whatif applies events to a shadow schema, never the live state")
         self.conn = conn
         self.applied: list[ChangeEvent] = []
@@ -231,14 +233,9 @@ class _Applier:
             self.conn, records, consumer_group=WHATIF_GROUP, topic_roles={QUEUES_TOPIC: "queues"}
         )
         if outcome.dead_lettered:
-            offset, kind, message = self.conn.execute(
-                state_text(
-                    self.conn,
-                    'SELECT "offset", kind, message FROM minruntime_state.dead_letter_log'
-                    ' WHERE "offset" >= :first ORDER BY seq LIMIT 1',
-                ),
-                {"first": first},
-            ).one()
+            letter = first_dead_letter(self.conn, tables_of(self.conn), QUEUES_TOPIC, first)
+            assert letter is not None  # dead-lettered in this transaction
+            offset, kind, message = letter
             raise WhatIfError(
                 f"{events[offset - first].origin}: the service would reject this change "
                 f"({kind}): {message}"
@@ -257,18 +254,7 @@ def _not_yet_applied(
     """The events the live service has not applied yet; a note for each one it has."""
     if not events:
         return [], []
-    found = conn.execute(
-        sa.text(
-            "SELECT e.source, e.event_id FROM minruntime_state.event_log e"
-            " JOIN unnest(CAST(:sources AS text[]), CAST(:ids AS text[])) AS u(source, id)"
-            " ON e.source = u.source AND e.event_id = u.id"
-        ),
-        {
-            "sources": [item.event.source for item in events],
-            "ids": [item.event.id for item in events],
-        },
-    )
-    seen = {(row.source, row.event_id) for row in found}
+    seen = logged_ids(conn, LIVE, {(item.event.source, item.event.id) for item in events})
     fresh = [item for item in events if (item.event.source, item.event.id) not in seen]
     notes = [
         f"{item.origin}: event {item.event.id!r} (source {item.event.source!r}) was applied "

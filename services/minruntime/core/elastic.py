@@ -85,6 +85,27 @@ def is_elastic(podgroup: PodGroupPods) -> bool:
     )
 
 
+def protected_elasticity(
+    subgroups: Iterable[SubGroup], pod_subgroups: Iterable[str], running_subgroups: Iterable[str]
+) -> tuple[bool, int]:
+    """(``is_elastic``, ``evictable_pods(protected=True)``) counted in one pass over the pods.
+
+    For the projection, which writes both for every podgroup it changes: given the subgroup
+    of each pod and of each running pod of a podgroup whose pods all belong to its declared,
+    distinct subgroups (what ``PodGroupPods`` checks; this does not).
+    """
+    pods: dict[str, int] = {}
+    for name in pod_subgroups:
+        pods[name] = pods.get(name, 0) + 1
+    declared = tuple(subgroups)
+    if not any(sub.min_available < pods.get(sub.name, 0) for sub in declared):
+        return False, 0
+    running: dict[str, int] = {}
+    for name in running_subgroups:
+        running[name] = running.get(name, 0) + 1
+    return True, sum(max(0, running.get(sub.name, 0) - sub.min_available) for sub in declared)
+
+
 def passes_victim_filter(podgroup: PodGroupPods, protected: bool) -> bool:
     """False only for a protected non-elastic podgroup; elastic ones are validated per scenario."""
     return not protected or is_elastic(podgroup)

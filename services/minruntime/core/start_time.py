@@ -42,21 +42,22 @@ NOT_STARTED = RunState()
 def apply_allocated(state: RunState, pods: Iterable[str], at: datetime) -> RunState:
     """Record that ``pods`` now hold resources; going from zero pods to some starts a run."""
     require_aware(at, "allocation time")
-    added = frozenset(pods) - state.allocated
-    if not added:
+    # One new set per call (the podgroup fold runs this for every allocation event).
+    allocated = state.allocated.union(pods)
+    if len(allocated) == len(state.allocated):
         # Re-delivering an allocation must not move the start time.
         return state
     if state.running:
         # Scaling up a running podgroup keeps its start time.
-        return RunState(state.allocated | added, state.start_time, state.last_start_time, None)
-    return RunState(added, at, at, None)
+        return RunState(allocated, state.start_time, state.last_start_time, None)
+    return RunState(allocated, at, at, None)
 
 
 def apply_released(state: RunState, pods: Iterable[str] | None, at: datetime) -> RunState:
     """Record that ``pods`` (None: all) released their resources; releasing all ends the run."""
     require_aware(at, "release time")
-    remaining = frozenset() if pods is None else state.allocated - frozenset(pods)
-    if remaining == state.allocated:
+    remaining = frozenset() if pods is None else state.allocated.difference(pods)
+    if len(remaining) == len(state.allocated):
         # Unknown pods, or nothing running: nothing changes, not even ended_at.
         return state
     if remaining:

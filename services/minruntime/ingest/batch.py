@@ -42,7 +42,7 @@ from minruntime.events import (
     dead_letter_record,
     decode_event,
 )
-from minruntime.ingest.podgroups import PodGroupProjection
+from minruntime.ingest.podgroups import PodGroupProjection, podgroup_change
 from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
 from minruntime.store import event_log
@@ -277,6 +277,7 @@ def apply_batch(
     )
     podgroups = PodGroupProjection(
         conn,
+        tables,
         (
             str(getattr(event.data, "uid", ""))
             for _, event in decoded
@@ -349,29 +350,10 @@ def _apply(
 
 def _apply_podgroup(event: Event, podgroups: PodGroupProjection) -> None:
     data = event.data
-    if isinstance(data, PodGroupSubmittedData):
-        podgroups.draft(data.uid).submit(
-            name=data.name,
-            namespace=data.namespace,
-            queue=data.queue,
-            node_pool=data.node_pool,
-            priority=data.priority,
-            preemptible=data.preemptible,
-            subgroups=data.to_subgroups(),
-            pods=((pod.name, pod.sub_group, pod.gpu) for pod in data.pods),
-            annotations=data.annotations,
-            at=event.time,
-        )
-    elif isinstance(data, PodGroupAllocatedData):
-        podgroups.draft(data.uid).allocate(((p.name, p.node) for p in data.pods), event.time)
-    elif isinstance(data, PodGroupReleasedData):
-        podgroups.draft(data.uid).release(data.pods, event.time)
-    elif isinstance(data, PodGroupAnnotatedData):
-        podgroups.draft(data.uid).annotate(data.annotations)
-    elif isinstance(data, PodGroupDeletedData):
-        podgroups.draft(data.uid).deleted = True
-    elif isinstance(data, RequeueNominatedData):
+    if isinstance(data, RequeueNominatedData):
         podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
+    elif isinstance(data, _PODGROUP_TYPES):
+        podgroups.apply(data.uid, podgroup_change(data, event.time))
     else:  # pragma: no cover - decode_event only returns input types on input topics
         raise MinRuntimeError(f"{event.type} events are not applied by the processor")
 

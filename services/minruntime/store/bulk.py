@@ -15,8 +15,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from minruntime.store.schema import tables_of
-
 
 def unnest_insert(
     table: str,
@@ -50,7 +48,7 @@ def unnest_insert(
 
 def insert_many(
     conn: Connection,
-    table: sa.Table | str,
+    table: sa.Table,
     columns: Mapping[str, str],
     rows: Sequence[Mapping[str, Any]],
     *,
@@ -65,12 +63,11 @@ def insert_many(
     exactly as the array path casts them). With a conflict clause, one
     ``INSERT ... SELECT FROM unnest(...)`` (COPY cannot say ON CONFLICT).
 
-    ``table`` is a bound table (``StateTables``); a name ``minruntime_state.<table>`` is
-    bound to the schema ``conn`` was marked for (the projection code not yet on the store).
+    ``table`` is a table bound to its schema (``StateTables``).
     """
     if not rows:
         return
-    name = tables_of(conn).sql(table) if isinstance(table, str) else table.fullname
+    name = table.fullname
     # Straight to psycopg, in the same transaction.
     driver = conn.connection.driver_connection
     assert driver is not None

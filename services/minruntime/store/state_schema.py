@@ -1,20 +1,17 @@
 """Which schema a connection's projection code reads and writes: the live one, or a shadow.
 
-The projection code (``minruntime.ingest``) names its tables ``minruntime_state.<table>``.
-Replays, as-of answers and what-ifs run the very same code against a *shadow* schema — a
-copy of the tables under another name — by marking the connection with
-``use_state_schema``: SQLAlchemy ``Table`` statements follow its ``schema_translate_map``,
-and hand-written SQL goes through ``state_sql``/``state_text``, which rewrite the schema
-name. A connection that was never marked uses the live schema, unchanged.
+Replays, as-of answers and what-ifs run the projection code (``minruntime.ingest``) against a
+*shadow* schema — a copy of the tables under another name — by marking the connection with
+``use_state_schema``; the store then works on that schema's ``StateTables``
+(``store.schema.tables_of``), whose statements were bound to it once. A connection that was
+never marked uses the live schema.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Final
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.store.tables import READ_SCHEMA, STATE_SCHEMA
@@ -53,25 +50,3 @@ def state_schema(conn: Connection) -> str:
 def is_live(conn: Connection) -> bool:
     """True when ``conn`` writes the live state (side effects such as NOTIFY are wanted)."""
     return state_schema(conn) == STATE_SCHEMA
-
-
-def state_sql(conn: Connection, statement: str) -> str:
-    """``statement`` (naming ``minruntime_state.<table>``) for ``conn``'s state schema."""
-    return _rewrite(statement, state_schema(conn))
-
-
-def state_text(conn: Connection, statement: str) -> sa.TextClause:
-    """``state_sql`` as a (cached) SQLAlchemy text clause."""
-    return _text(statement, state_schema(conn))
-
-
-@functools.lru_cache(maxsize=512)
-def _rewrite(statement: str, schema: str) -> str:
-    if schema == STATE_SCHEMA:
-        return statement
-    return statement.replace(_PREFIX, f"{schema}.")
-
-
-@functools.lru_cache(maxsize=512)
-def _text(statement: str, schema: str) -> sa.TextClause:
-    return sa.text(_rewrite(statement, schema))

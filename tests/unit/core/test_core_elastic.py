@@ -10,6 +10,7 @@ from minruntime.core import (
     evictable_pods,
     is_elastic,
     passes_victim_filter,
+    protected_elasticity,
     validate_scenario,
 )
 
@@ -152,3 +153,16 @@ def test_inconsistent_podgroups_are_rejected(kwargs: dict[str, object], message:
 def test_min_available_must_be_a_whole_number(value: object) -> None:
     with pytest.raises(InvalidPodGroupError, match="minAvailable"):
         SubGroup("a", value)  # type: ignore[arg-type]
+
+
+def test_protected_elasticity_counts_as_is_elastic_and_evictable_pods_do() -> None:
+    for group in (podgroup(pods=3, min_available=1, running=2), podgroup(pods=2, min_available=2)):
+        pods = group.pods
+        counted = protected_elasticity(
+            group.subgroups, pods.values(), (pods[name] for name in group.running)
+        )
+        assert counted == (is_elastic(group), evictable_pods(group, protected=True))
+    workers = two_subgroups()
+    assert protected_elasticity(
+        workers.subgroups, workers.pods.values(), (workers.pods[n] for n in workers.running)
+    ) == (True, 1)

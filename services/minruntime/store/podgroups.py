@@ -1,0 +1,253 @@
+"""Podgroups as stored: the one loader of the fold's states and their one writer.
+
+``load_podgroups`` reads the podgroups a batch touches (three queries: states, pods,
+subgroups) into the core's ``PodGroupState`` values; ``write_podgroups`` writes the states a
+batch changed (the ``podgroup_state`` row with every derived column), replaces the pods and
+subgroups of those whose pods or subgroups changed, and drops the promises of beneficiaries
+that left ``pending``; ``write_nominations`` keeps the latest nomination per nominator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import Connection
+
+from minruntime.core import MemberPod, PodGroupSpec, PodGroupState, SubGroup
+from minruntime.store.bulk import insert_many
+from minruntime.store.schema import StateTables
+
+# psycopg placeholders: these run on the driver's cursor (plain tuples: a batch's pods number
+# in the hundreds of thousands per minute, and SQLAlchemy's Row objects cost more than the
+# queries).
+_LOAD_STATES: Final = (
+    "SELECT uid, status, submitted, start_time, last_start_time, ended_at, annotations,"
+    " submitted_at, awaiting_release,"
+    # PodGroupSpec's fields, in its order (its subgroups aside).
+    " name, namespace, queue, node_pool, priority, preemptible"
+    " FROM minruntime_state.podgroup_state WHERE uid = ANY(%(uids)s)"
+)
+_LOAD_PODS: Final = (
+    "SELECT uid, name, subgroup, gpu, node, allocated FROM minruntime_state.pod_state"
+    " WHERE uid = ANY(%(uids)s) ORDER BY uid, name"
+)
+# Declaration order is insertion order (the subgroups of a podgroup are written together).
+_LOAD_SUBGROUPS: Final = (
+    "SELECT uid, name, min_available FROM minruntime_state.subgroup_state"
+    " WHERE uid = ANY(%(uids)s) ORDER BY uid, ctid"
+)
+_STATE_COLUMNS: Final = {
+    "uid": "text",
+    "name": "text",
+    "namespace": "text",
+    "queue": "text",
+    "node_pool": "text",
+    "priority": "bigint",
+    "preemptible": "boolean",
+    "status": "text",
+    "start_time": "timestamptz",
+    "last_start_time": "timestamptz",
+    "ended_at": "timestamptz",
+    "running_pods": "integer",
+    "is_elastic": "boolean",
+    "protected_evictable_pods": "integer",
+    "annotations": "jsonb",
+    "expected_runtime": "interval",
+    "requeue_not_before": "timestamptz",
+    "submitted": "boolean",
+    "submitted_at": "timestamptz",
+    "awaiting_release": "boolean",
+}
+_STATE_CONFLICT: Final = (
+    "ON CONFLICT (uid) DO UPDATE SET "
+    + ", ".join(f"{column} = excluded.{column}" for column in list(_STATE_COLUMNS)[1:])
+    + ", updated_at = now()"
+)
+_POD_COLUMNS: Final = {
+    "uid": "text",
+    "name": "text",
+    "subgroup": "text",
+    "gpu": "numeric",
+    "node": "text",
+    "allocated": "boolean",
+}
+_SUBGROUP_COLUMNS: Final = {"uid": "text", "name": "text", "min_available": "integer"}
+_NOMINATION_COLUMNS: Final = {
+    "uid": "text",
+    "nominated_by": "text",
+    "reason": "text",
+    "nominated_at": "timestamptz",
+}
+_NOMINATION_CONFLICT: Final = (
+    "ON CONFLICT (uid, nominated_by) DO UPDATE SET reason = excluded.reason,"
+    " nominated_at = excluded.nominated_at"
+)
+_DELETE_PODS: Final = "DELETE FROM minruntime_state.pod_state WHERE uid = ANY(:uids)"
+_DELETE_SUBGROUPS: Final = "DELETE FROM minruntime_state.subgroup_state WHERE uid = ANY(:uids)"
+# A beneficiary that was allocated, finished or deleted no longer needs its promise.
+_DELETE_PROMISES: Final = (
+    "DELETE FROM minruntime_state.requeue_promises WHERE beneficiary = ANY(:uids)"
+)
+
+
+@dataclass(frozen=True)
+class StoredPodGroups:
+    """The stored podgroups of some uids (unknown uids are absent)."""
+
+    states: dict[str, PodGroupState]
+    # The uids stored as ``pending``: the ones whose promises go when they leave it.
+    pending: frozenset[str]
+
+
+def load_podgroups(conn: Connection, tables: StateTables, uids: Iterable[str]) -> StoredPodGroups:
+    """The stored state of each of ``uids`` that is known, with its pods and subgroups."""
+    wanted = sorted(set(uids))
+    if not wanted:
+        return StoredPodGroups({}, frozenset())
+    # Straight to psycopg, in the same transaction.
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor:
+        cursor.execute(tables.sql(_LOAD_STATES), {"uids": wanted})
+        rows = cursor.fetchall()
+        if not rows:
+            return StoredPodGroups({}, frozenset())
+        found = [row[0] for row in rows]
+        pods: dict[str, dict[str, MemberPod]] = {}
+        # A pod's node is kept while it holds resources (the fold clears it on release).
+        allocated: dict[str, dict[str, str | None]] = {}
+        cursor.execute(tables.sql(_LOAD_PODS), {"uids": found})
+        for uid, name, subgroup, gpu, node, is_allocated in cursor.fetchall():
+            pods.setdefault(uid, {})[name] = MemberPod(subgroup, gpu)
+            if is_allocated:
+                allocated.setdefault(uid, {})[name] = node
+        subgroups: dict[str, list[SubGroup]] = {}
+        cursor.execute(tables.sql(_LOAD_SUBGROUPS), {"uids": found})
+        for uid, name, min_available in cursor.fetchall():
+            subgroups.setdefault(uid, []).append(SubGroup(name, min_available))
+    states: dict[str, PodGroupState] = {}
+    pending = []
+    for row in rows:
+        uid, status, submitted, start_time, last_start_time, ended_at = row[:6]
+        spec = None
+        if submitted:
+            name, namespace, queue, node_pool, priority, preemptible = row[9:]
+            spec = PodGroupSpec(
+                name,
+                namespace,
+                queue,
+                node_pool,
+                priority,
+                preemptible,
+                tuple(subgroups.get(uid, ())),
+            )
+        states[uid] = PodGroupState(
+            uid,
+            spec,
+            allocated.get(uid, {}),
+            start_time,
+            last_start_time,
+            ended_at,
+            pods.get(uid, {}),
+            row[6],
+            row[7],
+            status == "deleted",
+            row[8],
+        )
+        if status == "pending":
+            pending.append(uid)
+    return StoredPodGroups(states, frozenset(pending))
+
+
+def write_podgroups(
+    conn: Connection,
+    tables: StateTables,
+    changed: Sequence[PodGroupState],
+    *,
+    pods_changed: Sequence[PodGroupState] = (),
+    subgroups_changed: Sequence[PodGroupState] = (),
+    left_pending: Sequence[str] = (),
+) -> None:
+    """Upsert ``changed``; replace the pods and subgroups of the states named for it.
+
+    ``left_pending``: uids stored as pending that are not any more; their promises go.
+    """
+    insert_many(
+        conn,
+        tables.podgroup_state,
+        _STATE_COLUMNS,
+        [_state_row(state) for state in changed],
+        conflict=_STATE_CONFLICT,
+    )
+    if pods_changed:
+        conn.execute(tables.text(_DELETE_PODS), {"uids": [state.uid for state in pods_changed]})
+        pods = [
+            {
+                "uid": state.uid,
+                "name": name,
+                "subgroup": pod.subgroup,
+                "gpu": pod.gpu,
+                "node": state.allocated.get(name),
+                "allocated": name in state.allocated,
+            }
+            for state in pods_changed
+            for name, pod in state.pods.items()
+        ]
+        insert_many(conn, tables.pod_state, _POD_COLUMNS, pods)
+    if subgroups_changed:
+        conn.execute(
+            tables.text(_DELETE_SUBGROUPS), {"uids": [state.uid for state in subgroups_changed]}
+        )
+        groups = [
+            {"uid": state.uid, "name": subgroup.name, "min_available": subgroup.min_available}
+            for state in subgroups_changed
+            for subgroup in state.subgroups
+        ]
+        insert_many(conn, tables.subgroup_state, _SUBGROUP_COLUMNS, groups)
+    if left_pending:
+        conn.execute(tables.text(_DELETE_PROMISES), {"uids": list(left_pending)})
+
+
+def write_nominations(
+    conn: Connection, tables: StateTables, nominations: Sequence[Mapping[str, Any]]
+) -> None:
+    """Upsert nominations (uid, nominated_by, reason, nominated_at): the latest per nominator."""
+    insert_many(
+        conn,
+        tables.nominations,
+        _NOMINATION_COLUMNS,
+        nominations,
+        conflict=_NOMINATION_CONFLICT,
+    )
+
+
+def _state_row(state: PodGroupState) -> dict[str, Any]:
+    elastic, protected_evictable = state.elasticity()
+    spec = state.spec
+    return {
+        "uid": state.uid,
+        "name": None if spec is None else spec.name,
+        "namespace": None if spec is None else spec.namespace,
+        "queue": None if spec is None else spec.queue,
+        "node_pool": state.node_pool,
+        "priority": None if spec is None else spec.priority,
+        "preemptible": state.preemptible,
+        "status": state.status,
+        "start_time": state.start_time,
+        "last_start_time": state.last_start_time,
+        "ended_at": state.ended_at,
+        "running_pods": state.running_pods,
+        "is_elastic": elastic,
+        "protected_evictable_pods": protected_evictable,
+        # json.dumps takes no mapping proxy (a placeholder's empty default is one).
+        "annotations": state.annotations
+        if type(state.annotations) is dict
+        else dict(state.annotations),
+        "expected_runtime": state.expected_runtime,
+        "requeue_not_before": state.requeue_not_before,
+        "submitted": state.submitted,
+        "submitted_at": state.submitted_at,
+        "awaiting_release": state.stored_awaiting_release,
+    }
