@@ -327,21 +327,38 @@ def test_decisions_and_the_requeue_reads(store: Store) -> None:
     assert awaiting is True
 
 
+def _submission(
+    pods: tuple[tuple[str, str, float], ...],
+    *,
+    subgroups: tuple[SubGroup, ...] = (SubGroup("w", 1),),
+    preemptible: bool = True,
+    annotations: dict[str, str] | None = None,
+    at: datetime = T0,
+) -> Submission:
+    """A submission of job ``ns/job`` to queue ``q`` (priority 3)."""
+    return Submission(
+        name="job",
+        namespace="ns",
+        queue="q",
+        node_pool=None,
+        priority=3,
+        preemptible=preemptible,
+        subgroups=subgroups,
+        pods=pods,
+        annotations=annotations or {},
+        at=at,
+    )
+
+
 def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Store) -> None:
     conn, tables = store.conn, store.tables
     submitted = fold(
         PodGroupState("a"),
-        Submission(
-            name="job",
-            namespace="ns",
-            queue="q",
-            node_pool=None,
-            priority=3,
-            preemptible=False,
+        _submission(
+            (("p0", "w", 0.5), ("p1", "w", 1.0), ("l", "lead", 1.0)),
             subgroups=(SubGroup("w", 1), SubGroup("lead", 1)),
-            pods=(("p0", "w", 0.5), ("p1", "w", 1.0), ("l", "lead", 1.0)),
+            preemptible=False,
             annotations={EXPECTED_RUNTIME_ANNOTATION: "1h"},
-            at=T0,
         ),
     )
     running = fold(submitted, Allocation((("p0", "n1"), ("l", "n2")), T0 + timedelta(seconds=5)))
@@ -384,18 +401,7 @@ def test_only_the_pod_rows_that_changed_are_written(store: Store) -> None:
     conn, tables = store.conn, store.tables
     submitted = fold(
         PodGroupState("a"),
-        Submission(
-            name="job",
-            namespace="ns",
-            queue="q",
-            node_pool=None,
-            priority=3,
-            preemptible=True,
-            subgroups=(SubGroup("w", 1),),
-            pods=(("p0", "w", 0.5), ("p1", "w", 1.0), ("p2", "w", 2.0)),
-            annotations={},
-            at=T0,
-        ),
+        _submission((("p0", "w", 0.5), ("p1", "w", 1.0), ("p2", "w", 2.0))),
     )
     podgroups.write_podgroups(
         conn,
@@ -428,17 +434,8 @@ def test_only_the_pod_rows_that_changed_are_written(store: Store) -> None:
     # A resubmission that drops p2, adds p3 and keeps the rest as they are.
     resubmitted = fold(
         allocated,
-        Submission(
-            name="job",
-            namespace="ns",
-            queue="q",
-            node_pool=None,
-            priority=3,
-            preemptible=True,
-            subgroups=(SubGroup("w", 1),),
-            pods=(("p0", "w", 0.5), ("p1", "w", 1.0), ("p3", "w", 1.0)),
-            annotations={},
-            at=T0 + timedelta(seconds=2),
+        _submission(
+            (("p0", "w", 0.5), ("p1", "w", 1.0), ("p3", "w", 1.0)), at=T0 + timedelta(seconds=2)
         ),
     )
     write(resubmitted)
