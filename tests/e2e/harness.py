@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -70,6 +72,17 @@ def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.1)
+
+
+def probe(port: int, path: str) -> tuple[int, str]:
+    """(status, body) of GET http://127.0.0.1:port/path; (0, reason) when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()
+    except (urllib.error.URLError, OSError) as error:
+        return 0, str(error)
 
 
 class Subprocess:
@@ -339,21 +352,33 @@ class Pipeline(Subprocess):
 
 
 class Worker(Subprocess):
-    """One `minruntime requeue-worker` subprocess (a replica) of a Pipeline."""
+    """One more long-running process of a Pipeline, on its database and topics.
 
-    def __init__(self, pipeline: Pipeline, name: str, env: Mapping[str, str]) -> None:
+    By default a `minruntime requeue-worker` replica; ``command="processor"`` is one more
+    processor instance in the pipeline's consumer group (give each its own metrics port).
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        name: str,
+        env: Mapping[str, str],
+        command: str = "requeue-worker",
+    ) -> None:
         self.pipeline = pipeline
         self.name = name
         self.env = dict(env)
+        self.command = command
         self.process: subprocess.Popen[bytes] | None = None
-        self.log_path = pipeline.workdir / f"worker-{name}-{pipeline.suffix}.log"
+        prefix = "worker" if command == "requeue-worker" else command
+        self.log_path = pipeline.workdir / f"{prefix}-{name}-{pipeline.suffix}.log"
 
     def start(self) -> Worker:
-        """Spawn the replica (it decides by itself whether it is active or standby)."""
+        """Spawn the process (a worker replica decides by itself: active or standby)."""
         assert self.process is None or self.process.poll() is not None
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [MINRUNTIME, "requeue-worker", "--loglevel", "info"],
+            [MINRUNTIME, self.command, "--loglevel", "info"],
             env={**os.environ, **self.env},
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,23 +28,12 @@ from minruntime.stack.postgres import PostgresNode
 from minruntime.stack.process import pid_alive, read_pid
 from tests.conftest import free_ports
 from tests.e2e import cloudevents as ce
-from tests.e2e.harness import Pipeline, Subprocess, Worker, wait_for
+from tests.e2e.harness import Pipeline, Subprocess, Worker, probe, wait_for
 
 pytestmark = pytest.mark.stack
 
 # Generous: a loaded 2-core machine, and a processor's own start takes a while.
 PATIENCE = 240.0
-
-
-def _probe(port: int, path: str) -> tuple[int, str]:
-    """(status, body) of GET http://127.0.0.1:port/path; (0, reason) when nothing answers."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return int(answer.status), answer.read().decode()
-    except urllib.error.HTTPError as error:
-        return int(error.code), error.read().decode()
-    except (urllib.error.URLError, OSError) as error:
-        return 0, str(error)
 
 
 # The processes a test runs: every wait fails at once, with the log, when one has exited.
@@ -72,7 +59,7 @@ def _wait(check: Any, what: str, timeout: float = PATIENCE) -> Any:
 
 def _wait_status(port: int, path: str, status: int, what: str, timeout: float = PATIENCE) -> str:
     def answered() -> str | None:
-        code, body = _probe(port, path)
+        code, body = probe(port, path)
         return (body or "(empty)") if code == status else None
 
     return str(_wait(answered, f"{what}: {path} answering {status}", timeout))

@@ -327,21 +327,38 @@ def test_decisions_and_the_requeue_reads(store: Store) -> None:
     assert awaiting is True
 
 
+def _submission(
+    pods: tuple[tuple[str, str, float], ...],
+    *,
+    subgroups: tuple[SubGroup, ...] = (SubGroup("w", 1),),
+    preemptible: bool = True,
+    annotations: dict[str, str] | None = None,
+    at: datetime = T0,
+) -> Submission:
+    """A submission of job ``ns/job`` to queue ``q`` (priority 3)."""
+    return Submission(
+        name="job",
+        namespace="ns",
+        queue="q",
+        node_pool=None,
+        priority=3,
+        preemptible=preemptible,
+        subgroups=subgroups,
+        pods=pods,
+        annotations=annotations or {},
+        at=at,
+    )
+
+
 def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Store) -> None:
     conn, tables = store.conn, store.tables
     submitted = fold(
         PodGroupState("a"),
-        Submission(
-            name="job",
-            namespace="ns",
-            queue="q",
-            node_pool=None,
-            priority=3,
-            preemptible=False,
+        _submission(
+            (("p0", "w", 0.5), ("p1", "w", 1.0), ("l", "lead", 1.0)),
             subgroups=(SubGroup("w", 1), SubGroup("lead", 1)),
-            pods=(("p0", "w", 0.5), ("p1", "w", 1.0), ("l", "lead", 1.0)),
+            preemptible=False,
             annotations={EXPECTED_RUNTIME_ANNOTATION: "1h"},
-            at=T0,
         ),
     )
     running = fold(submitted, Allocation((("p0", "n1"), ("l", "n2")), T0 + timedelta(seconds=5)))
@@ -378,6 +395,60 @@ def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Stor
     podgroups.write_podgroups(conn, tables, [released], pods_changed=[released])
     assert podgroups.load_podgroups(conn, tables, ["a"]).states["a"] == released
     assert podgroups.load_podgroups(conn, tables, []).states == {}
+
+
+def test_only_the_pod_rows_that_changed_are_written(store: Store) -> None:
+    conn, tables = store.conn, store.tables
+    submitted = fold(
+        PodGroupState("a"),
+        _submission((("p0", "w", 0.5), ("p1", "w", 1.0), ("p2", "w", 2.0))),
+    )
+    podgroups.write_podgroups(
+        conn,
+        tables,
+        [submitted],
+        stored={},
+        pods_changed=[submitted],
+        subgroups_changed=[submitted],
+    )
+
+    def versions() -> dict[str, str]:
+        # xmin: the transaction that wrote the row version (a savepoint per write below).
+        rows = conn.execute(
+            sa.text(f"SELECT name, xmin::text FROM {tables.pod_state.fullname} WHERE uid = 'a'")
+        )
+        return {row.name: row.xmin for row in rows}
+
+    def write(state: PodGroupState) -> None:
+        stored = podgroups.load_podgroups(conn, tables, ["a"]).states
+        with conn.begin_nested():
+            podgroups.write_podgroups(conn, tables, [state], stored=stored, pods_changed=[state])
+        assert podgroups.load_podgroups(conn, tables, ["a"]).states["a"] == state
+
+    first = versions()
+    allocated = fold(submitted, Allocation((("p1", "n1"),), T0 + timedelta(seconds=1)))
+    write(allocated)
+    after_allocation = versions()
+    assert after_allocation["p1"] != first["p1"]  # updated in place
+    assert {after_allocation["p0"], after_allocation["p2"]} == {first["p0"], first["p2"]}
+    # A resubmission that drops p2, adds p3 and keeps the rest as they are.
+    resubmitted = fold(
+        allocated,
+        _submission(
+            (("p0", "w", 0.5), ("p1", "w", 1.0), ("p3", "w", 1.0)), at=T0 + timedelta(seconds=2)
+        ),
+    )
+    write(resubmitted)
+    after_resubmission = versions()
+    assert set(after_resubmission) == {"p0", "p1", "p3"}
+    assert after_resubmission["p0"] == first["p0"]
+    assert after_resubmission["p1"] == after_allocation["p1"]
+    row = conn.execute(
+        sa.select(tables.pod_state).where(
+            tables.pod_state.c.uid == "a", tables.pod_state.c.name == "p1"
+        )
+    ).one()
+    assert (row.node, row.allocated, row.gpu) == ("n1", True, 1)
 
 
 def test_a_podgroup_leaving_pending_drops_its_promises_and_nominations_keep_the_latest(

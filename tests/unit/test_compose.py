@@ -33,7 +33,7 @@ def published(mapping: object) -> tuple[str, str, str]:
     else:
         address, rest = "0.0.0.0", text
     host, _, container = rest.rpartition(":")
-    return address, host, container
+    return address, re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", host), container
 
 
 def test_compose_names_the_stack_services() -> None:

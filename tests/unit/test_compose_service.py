@@ -208,6 +208,33 @@ def test_the_worker_scales_without_name_or_port_clashes() -> None:
         assert int(first) == int(container)
 
 
+def test_the_processor_scales_with_a_host_port_range_given_by_a_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    processor = _services()["processor"]
+    assert "container_name" not in processor
+    # No MINRUNTIME_PROCESSOR_INSTANCE_ID: each replica is a static member under its own
+    # container host name (`<hostname>:<metrics port>`), so replicas never share an id.
+    assert "MINRUNTIME_PROCESSOR_INSTANCE_ID" not in _service_env("processor")
+    assert _settings_under(_service_env("processor"), monkeypatch).processor_static_membership
+    (mapping,) = processor["ports"]
+    variable = re.search(r"\$\{(MINRUNTIME_PROCESSOR_HOST_PORTS):-(\d+)\}:(\d+)$", str(mapping))
+    assert variable, mapping
+    assert variable[2] == variable[3]  # one replica: the usual port
+    # The documented range for several replicas misses every other published port.
+    documented = re.search(
+        r"MINRUNTIME_PROCESSOR_HOST_PORTS=(\d+)-(\d+) docker compose up -d --scale processor=",
+        (ROOT / "docs" / "deployment.md").read_text(),
+    )
+    assert documented, "docs/deployment.md shows how to scale the processor"
+    scaled = set(range(int(documented[1]), int(documented[2]) + 1))
+    assert len(scaled) > 1
+    for name, spec in _services().items():
+        for other in spec.get("ports", []) if name != "processor" else []:
+            first, _, last = published(other)[1].partition("-")
+            assert not scaled & set(range(int(first), int(last or first) + 1)), (name, other)
+
+
 def test_the_image_python_is_the_one_the_project_is_checked_with() -> None:
     (base,) = _dockerfile("FROM")
     match = re.fullmatch(r"python:(\d+\.\d+)-slim", base)

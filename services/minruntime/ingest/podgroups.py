@@ -126,6 +126,7 @@ class PodGroupProjection:
             self._conn,
             self._tables,
             changed,
+            stored=stored,
             pods_changed=pods_changed,
             subgroups_changed=subgroups_changed,
             left_pending=left_pending,

@@ -28,22 +28,86 @@ def unnest_insert(
     ``columns`` maps each column to its PostgreSQL type; jsonb and numeric travel as text
     (one array element type for values of mixed Python types) and are cast back per row.
     """
-    wire = {name: _wire_type(kind) for name, kind in columns.items()}
-    arrays = ", ".join(f"CAST(%({name})b AS {wire[name]}[])" for name in columns)
-    selected = ", ".join(
-        f'u."{name}"::{kind}' if wire[name] != kind else f'u."{name}"'
-        for name, kind in columns.items()
-    )
-    names = ", ".join(f'"{name}"' for name in columns)
+    arrays, names, params = _unnested(columns, rows)
+    selected = ", ".join(_cast(name, kind) for name, kind in columns.items())
     statement = (
         f"INSERT INTO {table} ({names}) SELECT {selected} FROM unnest({arrays})"
         f" AS u({names}) {conflict}"
     )
+    return statement, params
+
+
+def update_many(
+    conn: Connection,
+    table: sa.Table,
+    keys: Sequence[str],
+    columns: Mapping[str, str],
+    rows: Sequence[Mapping[str, Any]],
+) -> None:
+    """Update rows in place, each matched by its ``keys`` (some of ``columns``): one statement.
+
+    ``UPDATE table SET c = u.c, ... FROM unnest(...) AS u(...) WHERE table.k = u.k``, the rows
+    sent as ``unnest_insert`` sends them. Nothing when empty.
+    """
+    if not rows:
+        return
+    arrays, names, params = _unnested(columns, rows)
+    assignments = ", ".join(
+        f'"{name}" = {_cast(name, kind)}' for name, kind in columns.items() if name not in keys
+    )
+    matches = " AND ".join(f't."{key}" = u."{key}"' for key in keys)
+    _execute(
+        conn,
+        f"UPDATE {table.fullname} AS t SET {assignments} FROM unnest({arrays}) AS u({names})"
+        f" WHERE {matches}",
+        params,
+    )
+
+
+def delete_many(
+    conn: Connection,
+    table: sa.Table,
+    columns: Mapping[str, str],
+    rows: Sequence[Mapping[str, Any]],
+) -> None:
+    """Delete the rows whose ``columns`` (a key) equal those of one of ``rows``: one statement."""
+    if not rows:
+        return
+    arrays, names, params = _unnested(columns, rows)
+    matches = " AND ".join(f't."{name}" = {_cast(name, kind)}' for name, kind in columns.items())
+    _execute(
+        conn,
+        f"DELETE FROM {table.fullname} AS t USING unnest({arrays}) AS u({names}) WHERE {matches}",
+        params,
+    )
+
+
+def _unnested(
+    columns: Mapping[str, str], rows: Sequence[Mapping[str, Any]]
+) -> tuple[str, str, dict[str, list[Any]]]:
+    """The ``unnest(...)`` arguments, the quoted column names and one array per column."""
+    wire = {name: _wire_type(kind) for name, kind in columns.items()}
+    arrays = ", ".join(f"CAST(%({name})b AS {wire[name]}[])" for name in columns)
+    names = ", ".join(f'"{name}"' for name in columns)
     params = {
         name: [_wire_value(row[name], kind, wire[name] != kind) for row in rows]
         for name, kind in columns.items()
     }
-    return statement, params
+    return arrays, names, params
+
+
+def _cast(name: str, kind: str) -> str:
+    """Column ``name`` of the unnested rows, cast back to ``kind`` when it travelled as text."""
+    return f'u."{name}"::{kind}' if _wire_type(kind) != kind else f'u."{name}"'
+
+
+def _execute(conn: Connection, statement: str, params: Mapping[str, Any]) -> None:
+    # Straight to psycopg, in the same transaction. Binary parameters (%b) send each array
+    # without the per-element quoting of the text format (several times faster here).
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor:
+        cursor.execute(statement, params)
 
 
 def insert_many(
@@ -86,10 +150,7 @@ def insert_many(
                 copy.write_row(values)
         return
     statement, params = unnest_insert(name, columns, rows, conflict=conflict)
-    # Binary parameters (%b) send each array without the per-element quoting of the text
-    # format (several times faster here).
-    with driver.cursor() as cursor:
-        cursor.execute(statement, params)
+    _execute(conn, statement, params)
 
 
 def _wire_type(kind: str) -> str:

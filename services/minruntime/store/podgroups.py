@@ -2,9 +2,11 @@
 
 ``load_podgroups`` reads the podgroups a batch touches (three queries: states, pods,
 subgroups) into the core's ``PodGroupState`` values; ``write_podgroups`` writes the states a
-batch changed (the ``podgroup_state`` row with every derived column), replaces the pods and
-subgroups of those whose pods or subgroups changed, and drops the promises of beneficiaries
-that left ``pending``; ``write_nominations`` keeps the latest nomination per nominator.
+batch changed (the ``podgroup_state`` row with every derived column), writes only the pod rows
+that differ from the stored ones (inserted, updated in place, deleted: an allocation or a
+release touches a podgroup's pods, not the rows of its other pods), replaces the subgroups of
+those whose spec changed, and drops the promises of beneficiaries that left ``pending``;
+``write_nominations`` keeps the latest nomination per nominator.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Final
 from sqlalchemy import Connection
 
 from minruntime.core import MemberPod, PodGroupSpec, PodGroupState, SubGroup
-from minruntime.store.bulk import insert_many
+from minruntime.store.bulk import delete_many, insert_many, update_many
 from minruntime.store.schema import StateTables
 
 # psycopg placeholders: these run on the driver's cursor (plain tuples: a batch's pods number
@@ -73,6 +75,7 @@ _POD_COLUMNS: Final = {
     "node": "text",
     "allocated": "boolean",
 }
+_POD_KEY: Final = ("uid", "name")
 _SUBGROUP_COLUMNS: Final = {"uid": "text", "name": "text", "min_available": "integer"}
 _NOMINATION_COLUMNS: Final = {
     "uid": "text",
@@ -166,11 +169,14 @@ def write_podgroups(
     tables: StateTables,
     changed: Sequence[PodGroupState],
     *,
+    stored: Mapping[str, PodGroupState] | None = None,
     pods_changed: Sequence[PodGroupState] = (),
     subgroups_changed: Sequence[PodGroupState] = (),
     left_pending: Sequence[str] = (),
 ) -> None:
-    """Upsert ``changed``; replace the pods and subgroups of the states named for it.
+    """Upsert ``changed``; write the pods of ``pods_changed`` that differ from ``stored``
+    (uid -> the state as loaded, what its pod rows hold; None: unknown, so their pods are
+    replaced), replace the subgroups of ``subgroups_changed``.
 
     ``left_pending``: uids stored as pending that are not any more; their promises go.
     """
@@ -181,21 +187,15 @@ def write_podgroups(
         [_state_row(state) for state in changed],
         conflict=_STATE_CONFLICT,
     )
-    if pods_changed:
+    if pods_changed and stored is None:
         conn.execute(tables.text(_DELETE_PODS), {"uids": [state.uid for state in pods_changed]})
-        pods = [
-            {
-                "uid": state.uid,
-                "name": name,
-                "subgroup": pod.subgroup,
-                "gpu": pod.gpu,
-                "node": state.allocated.get(name),
-                "allocated": name in state.allocated,
-            }
-            for state in pods_changed
-            for name, pod in state.pods.items()
-        ]
-        insert_many(conn, tables.pod_state, _POD_COLUMNS, pods)
+        insert_many(conn, tables.pod_state, _POD_COLUMNS, _pod_changes(pods_changed, {})[0])
+    elif pods_changed:
+        assert stored is not None
+        inserted, updated, deleted = _pod_changes(pods_changed, stored)
+        delete_many(conn, tables.pod_state, {"uid": "text", "name": "text"}, deleted)
+        update_many(conn, tables.pod_state, _POD_KEY, _POD_COLUMNS, updated)
+        insert_many(conn, tables.pod_state, _POD_COLUMNS, inserted)
     if subgroups_changed:
         conn.execute(
             tables.text(_DELETE_SUBGROUPS), {"uids": [state.uid for state in subgroups_changed]}
@@ -208,6 +208,47 @@ def write_podgroups(
         insert_many(conn, tables.subgroup_state, _SUBGROUP_COLUMNS, groups)
     if left_pending:
         conn.execute(tables.text(_DELETE_PROMISES), {"uids": list(left_pending)})
+
+
+_PodRow = dict[str, Any]
+
+
+def _pod_changes(
+    states: Sequence[PodGroupState], stored: Mapping[str, PodGroupState]
+) -> tuple[list[_PodRow], list[_PodRow], list[_PodRow]]:
+    """The pod rows to insert, to update and to delete for ``states`` to be stored."""
+    inserted: list[_PodRow] = []
+    updated: list[_PodRow] = []
+    deleted: list[_PodRow] = []
+    for state in states:
+        before = stored.get(state.uid)
+        old = {} if before is None else _pod_rows(before)
+        for name, row in _pod_rows(state).items():
+            was = old.pop(name, None)
+            if was is None:
+                inserted.append(row)
+            elif was != row:
+                updated.append(row)
+        deleted.extend(old.values())
+    return inserted, updated, deleted
+
+
+def _pod_rows(state: PodGroupState) -> dict[str, _PodRow]:
+    """Pod name -> its ``pod_state`` row as ``state`` has it."""
+    allocated = state.allocated
+    return {
+        name: {
+            "uid": state.uid,
+            "name": name,
+            "subgroup": pod.subgroup,
+            # A stored gpu comes back as Decimal, an event's as float: equal values compare
+            # equal, and both are written as the same text (str of the event's float).
+            "gpu": pod.gpu,
+            "node": allocated.get(name),
+            "allocated": name in allocated,
+        }
+        for name, pod in state.pods.items()
+    }
 
 
 def write_nominations(

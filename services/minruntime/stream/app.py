@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import faust
+from faust.sensors.monitor import Monitor
+from faust.types import TP, EventT, Message, StreamT
 
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.kafka_access import KafkaAccess, kafka_access
@@ -29,6 +31,8 @@ log = logging.getLogger(__name__)
 
 # (role, what the batch did, seconds it took, partition -> records still behind it)
 OutcomeListener = Callable[[TopicRole, BatchOutcome, float, Mapping[int, int]], None]
+# (role, partition) of every input partition this process owns after a rebalance
+AssignmentListener = Callable[[set[tuple[TopicRole, int]]], None]
 
 
 def record_of(event: Any) -> InboundRecord:
@@ -43,6 +47,39 @@ def record_of(event: Any) -> InboundRecord:
         value=message.value,
         timestamp_ms=int(timestamp * 1000) if timestamp is not None else None,
     )
+
+
+class _WithoutRecordStatistics(Monitor):
+    """faust's monitor sensor without its per-record statistics.
+
+    The monitor counts and times every record for faust's web views, which the processor does
+    not serve (``web_enabled=False``; its metrics are its own, ``stream.metrics``): ~10 µs of
+    CPU per record on the ingest benchmark (docs/benchmarks.md). Kept: when a stream last took
+    a record (faust's slow-processing check reads it) and the other hooks (commits, rebalances,
+    sends).
+    """
+
+    def on_message_in(self, tp: TP, offset: int, message: Message) -> None:
+        return None
+
+    def on_stream_event_in(
+        self, tp: TP, offset: int, stream: StreamT[Any], event: EventT[Any]
+    ) -> dict[str, Any] | None:
+        self.stream_inbound_time[tp] = time.monotonic()
+        return None
+
+    def on_stream_event_out(
+        self,
+        tp: TP,
+        offset: int,
+        stream: StreamT[Any],
+        event: EventT[Any],
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        return None
+
+    def on_message_out(self, tp: TP, offset: int, message: Message) -> None:
+        return None
 
 
 def broker_credentials(access: KafkaAccess) -> faust.types.auth.CredentialsT | None:
@@ -69,6 +106,7 @@ def build_app(
     on_outcome: OutcomeListener | None = None,
     relay: Callable[[], Any] | None = None,
     guard: TopicGuard | None = None,
+    on_assigned: AssignmentListener | None = None,
 ) -> faust.App:
     """A faust app with an agent for each input topic (and the relay as a background task)."""
     access = kafka_access(settings)
@@ -92,12 +130,21 @@ def build_app(
         consumer_group_instance_id=settings.processor_group_instance_id,
         broker_session_timeout=settings.processor_session_timeout_seconds,
         broker_heartbeat_interval=settings.processor_heartbeat_interval_seconds,
+        monitor=_WithoutRecordStatistics(),
     )
     names = topic_names(settings)
     for role in INPUT_ROLES:
         _add_agent(app, role, names[role], settings, sink, on_outcome, guard)
     if relay is not None:
         app.task(relay)
+    if on_assigned is not None:
+        roles = {names[role]: role for role in INPUT_ROLES}
+
+        @app.on_partitions_assigned.connect
+        async def _assigned(_app: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+            (assigned,) = args  # the new assignment: every partition this process owns now
+            on_assigned({(roles[tp.topic], tp.partition) for tp in assigned if tp.topic in roles})
+
     if guard is not None:
 
         @app.on_before_shutdown.connect

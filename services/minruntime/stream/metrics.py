@@ -6,7 +6,7 @@ dead-letter kind (both closed sets of the wire contract), and the partition numb
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -41,6 +41,7 @@ class ProcessorMetrics:
             ["role", "partition"],
             registry=registry,
         )
+        self._lag_series: set[tuple[str, str]] = set()
         self.batch_seconds = Histogram(
             "minruntime_batch_seconds",
             "Wall time of applying one batch in one transaction.",
@@ -63,3 +64,15 @@ class ProcessorMetrics:
         self.batch_seconds.labels(role).observe(seconds)
         for partition, lag in lags.items():
             self.lag.labels(role, str(partition)).set(lag)
+            self._lag_series.add((role, str(partition)))
+
+    def owned(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """After a rebalance: drop the lag of every partition not in ``partitions`` (role, number).
+
+        With several instances a partition moves; its old owner's last figure would otherwise
+        stay exported for ever beside the new owner's.
+        """
+        keep = {(role, str(partition)) for role, partition in partitions}
+        for series in sorted(self._lag_series - keep):
+            self.lag.remove(*series)
+        self._lag_series &= keep

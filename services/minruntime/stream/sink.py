@@ -9,6 +9,15 @@
   after a partial failure harmless. Meanwhile the batch is not acknowledged (nothing is lost,
   Kafka keeps the records), readiness reports the outage, and one status line says so at
   most every few seconds. A PostgreSQL outage of any length is ridden out.
+- A batch's transaction never waits long for this process: the processor's sink runs on
+  ``bounded_idle_transactions(engine)``, so a transaction may sit idle (between two
+  statements) for at most ``IDLE_TRANSACTION_SECONDS`` (30 s); then PostgreSQL ends it and
+  releases its locks. A process frozen or cut off in the middle of a batch (a node
+  lost, a stopped container) would otherwise hold the offset rows of its partitions until
+  TCP noticed (hours), and the instance that took those partitions over would wait on them
+  with every other partition of its batch. When the frozen process resumes, its next
+  statement fails as a lost connection, which is retried: the batch then skips what the
+  other instance applied.
 - Anything else (a programming error, an error that retrying cannot cure) STOPS THE PROCESS
   LOUDLY (`os._exit`): faust acknowledges a batch in a `finally` even when the loop body
   raises, so letting the exception propagate could commit offsets past records that were
@@ -24,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypedDict
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 
 from minruntime.core.topic_life import TopicLife
@@ -37,6 +46,9 @@ log = logging.getLogger(__name__)
 
 EXIT_STORAGE_UNAVAILABLE = 75  # EX_TEMPFAIL
 EXIT_UNEXPECTED = 70  # EX_SOFTWARE
+# Far above the gaps of a healthy batch (milliseconds of Python between two statements, a few
+# seconds on a starved machine), far below TCP's detection of a dead peer (2 hours).
+IDLE_TRANSACTION_SECONDS = 30.0
 
 
 class BatchOptions(TypedDict):
@@ -106,6 +118,22 @@ class BatchSink:
             status.back()
             self.storing.ok()
             return outcome
+
+
+def bounded_idle_transactions(engine: Engine, seconds: float = IDLE_TRANSACTION_SECONDS) -> Engine:
+    """``engine`` (its pool shared) whose transactions PostgreSQL ends after ``seconds`` idle.
+
+    ``SET LOCAL`` at each transaction's start: other users of the pool (the outbox relay, whose
+    transaction legitimately waits for Kafka) keep the server's default.
+    """
+    bounded = engine.execution_options()
+    setting = f"SET LOCAL idle_in_transaction_session_timeout = {max(1, round(seconds * 1000))}"
+
+    @event.listens_for(bounded, "begin")
+    def _bound(conn: Connection) -> None:
+        conn.exec_driver_sql(setting)
+
+    return bounded
 
 
 def stop_loudly(exc: BaseException) -> None:

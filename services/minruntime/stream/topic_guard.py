@@ -3,8 +3,13 @@
 Before each batch is applied, the guard asks Kafka for the topic's ID (after the records were
 fetched, so the answer is at least as new as they are) and hands it, with the partitions'
 high watermarks, to the batch's transaction, which compares them with the stored offsets
-under their row locks (``ingest.offsets.lock_offsets``). On a mismatch nothing is stored and
-the guard:
+under their row locks (``ingest.offsets.lock_offsets``). The watermarks are the fetcher's
+last figures, which can be older than the stored offsets when several instances share the
+partitions: an instance that stalled past its session resumes with a batch fetched before
+another instance took the partition over and read on. So a refusal is never made on the
+fetcher's figures alone: the batch is checked again at once with the log ends Kafka reports
+now, and only a mismatch then refuses the topic (and every re-check uses Kafka's figures). On
+a mismatch nothing is stored and the guard:
 
 - logs one ERROR line naming the topic (once per reason, not on every re-check),
 - sets ``minruntime_topic_refused{role}`` to 1 and reports the topic through ``readiness``,
@@ -39,7 +44,7 @@ from minruntime.errors import TopicLifeChangedError, UserError
 from minruntime.health.outage import Backoff
 from minruntime.ingest import BatchOutcome
 from minruntime.kafka_access import KafkaAccess
-from minruntime.stream.topic_identity import fetch_topic_ids
+from minruntime.stream.topic_identity import describe_topics, fetch_topic_ids
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +101,18 @@ class TopicGuard:
         ``firsts``: partition -> the batch's first offset there. ``stopping``: True once the
         processor is shutting down (a held batch then ends the process, unacknowledged).
         """
+        from_broker = False  # log ends: the fetcher's watermarks, or Kafka's figures now
         while True:
-            life = TopicLife(await self._topic_id(topic), log_ends())
+            ends = await self._broker_log_ends(topic, firsts) if from_broker else log_ends()
+            life = TopicLife(await self._topic_id(topic), ends)
             if topic in self._refused:
                 await self._check_rebaselined(topic, life, firsts)
             try:
                 outcome = await run({topic: life})
             except TopicLifeChangedError as refused:
+                if not from_broker:
+                    from_broker = True  # the watermarks may be stale: ask Kafka, at once
+                    continue
                 self._refuse(topic, role, refused.reason)
                 await self._hold(topic, stopping)
                 continue
@@ -159,6 +169,22 @@ class TopicGuard:
                     )
                     await self.close()
             await asyncio.sleep(backoff.next())
+
+    async def _broker_log_ends(self, topic: str, partitions: Mapping[int, int]) -> dict[int, int]:
+        """Partition -> log end offset as Kafka reports it now, for ``partitions``."""
+        backoff = Backoff(0.5, self._max_backoff)
+        while True:
+            try:
+                described = await describe_topics(self._access, [topic])
+            except (KafkaError, OSError, UserError) as error:
+                log.warning(
+                    "cannot ask Kafka for the ends of topic %r (%s); retrying", topic, error
+                )
+                await asyncio.sleep(backoff.next())
+                continue
+            found = described.get(topic)
+            ends = {} if found is None else found.log_ends
+            return {partition: ends[partition] for partition in partitions if partition in ends}
 
     def _refuse(self, topic: str, role: str, reason: str) -> None:
         if self._refused.get(topic) != reason:
