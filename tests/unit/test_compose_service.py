@@ -35,9 +35,10 @@ SERVICE_COMMANDS = {
     "migrate": "migrate",
     "processor": "processor",
     "requeue-worker": "requeue-worker",
+    "snapshotter": "snapshot",
     "cli": None,
 }
-LONG_RUNNING = ("processor", "requeue-worker")
+LONG_RUNNING = ("processor", "requeue-worker", "snapshotter")
 INFRASTRUCTURE = ("kafka", "postgres")
 METRICS_PORT_FIELD = {
     "processor": "processor_metrics_port",
@@ -184,7 +185,7 @@ def test_long_running_services_come_back_after_a_crash(service: str) -> None:
     assert _services()[service]["restart"] in ("unless-stopped", "always", "on-failure")
 
 
-@pytest.mark.parametrize("service", LONG_RUNNING)
+@pytest.mark.parametrize("service", sorted(METRICS_PORT_FIELD))
 def test_metrics_are_published_and_health_checked_on_the_configured_port(
     service: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
