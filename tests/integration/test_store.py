@@ -367,6 +367,7 @@ def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Stor
         conn,
         tables,
         [running, placeholder],
+        stored={},
         pods_changed=[running, placeholder],
         subgroups_changed=[running],
     )
@@ -390,9 +391,10 @@ def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Stor
     )
     # The pods of a state not named as changed stay as they were.
     released = fold(running, Release(None, T0 + timedelta(seconds=9)))
-    podgroups.write_podgroups(conn, tables, [released])
+    stored = podgroups.load_podgroups(conn, tables, ["a"]).states
+    podgroups.write_podgroups(conn, tables, [released], stored=stored)
     assert podgroups.load_podgroups(conn, tables, ["a"]).states["a"].run.allocated == {"p0", "l"}
-    podgroups.write_podgroups(conn, tables, [released], pods_changed=[released])
+    podgroups.write_podgroups(conn, tables, [released], stored=stored, pods_changed=[released])
     assert podgroups.load_podgroups(conn, tables, ["a"]).states["a"] == released
     assert podgroups.load_podgroups(conn, tables, []).states == {}
 
@@ -455,7 +457,9 @@ def test_a_podgroup_leaving_pending_drops_its_promises_and_nominations_keep_the_
     store: Store,
 ) -> None:
     conn, tables = store.conn, store.tables
-    podgroups.write_podgroups(conn, tables, [PodGroupState("b")], pods_changed=[PodGroupState("b")])
+    podgroups.write_podgroups(
+        conn, tables, [PodGroupState("b")], stored={}, pods_changed=[PodGroupState("b")]
+    )
     assert podgroups.load_podgroups(conn, tables, ["b"]).pending == {"b"}
     promise = {
         "decision_id": "d1",
@@ -466,7 +470,7 @@ def test_a_podgroup_leaving_pending_drops_its_promises_and_nominations_keep_the_
         "expires_at": T0 + timedelta(hours=1),
     }
     decisions.insert_promises(conn, tables, [promise])
-    podgroups.write_podgroups(conn, tables, [PodGroupState("b")], left_pending=["b"])
+    podgroups.write_podgroups(conn, tables, [PodGroupState("b")], stored={}, left_pending=["b"])
     assert store.count("requeue_promises") == 0
     for reason, at in (("first", T0), ("second", T0 + timedelta(seconds=1))):
         podgroups.write_nominations(

@@ -87,7 +87,6 @@ _NOMINATION_CONFLICT: Final = (
     "ON CONFLICT (uid, nominated_by) DO UPDATE SET reason = excluded.reason,"
     " nominated_at = excluded.nominated_at"
 )
-_DELETE_PODS: Final = "DELETE FROM minruntime_state.pod_state WHERE uid = ANY(:uids)"
 _DELETE_SUBGROUPS: Final = "DELETE FROM minruntime_state.subgroup_state WHERE uid = ANY(:uids)"
 # A beneficiary that was allocated, finished or deleted no longer needs its promise.
 _DELETE_PROMISES: Final = (
@@ -169,14 +168,14 @@ def write_podgroups(
     tables: StateTables,
     changed: Sequence[PodGroupState],
     *,
-    stored: Mapping[str, PodGroupState] | None = None,
+    stored: Mapping[str, PodGroupState],
     pods_changed: Sequence[PodGroupState] = (),
     subgroups_changed: Sequence[PodGroupState] = (),
     left_pending: Sequence[str] = (),
 ) -> None:
     """Upsert ``changed``; write the pods of ``pods_changed`` that differ from ``stored``
-    (uid -> the state as loaded, what its pod rows hold; None: unknown, so their pods are
-    replaced), replace the subgroups of ``subgroups_changed``.
+    (uid -> the state as loaded, what its pod rows hold; a uid not in it has none), replace
+    the subgroups of ``subgroups_changed``.
 
     ``left_pending``: uids stored as pending that are not any more; their promises go.
     """
@@ -187,13 +186,10 @@ def write_podgroups(
         [_state_row(state) for state in changed],
         conflict=_STATE_CONFLICT,
     )
-    if pods_changed and stored is None:
-        conn.execute(tables.text(_DELETE_PODS), {"uids": [state.uid for state in pods_changed]})
-        insert_many(conn, tables.pod_state, _POD_COLUMNS, _pod_changes(pods_changed, {})[0])
-    elif pods_changed:
-        assert stored is not None
+    if pods_changed:
         inserted, updated, deleted = _pod_changes(pods_changed, stored)
-        delete_many(conn, tables.pod_state, {"uid": "text", "name": "text"}, deleted)
+        key = {column: _POD_COLUMNS[column] for column in _POD_KEY}
+        delete_many(conn, tables.pod_state, key, deleted)
         update_many(conn, tables.pod_state, _POD_KEY, _POD_COLUMNS, updated)
         insert_many(conn, tables.pod_state, _POD_COLUMNS, inserted)
     if subgroups_changed:
