@@ -28,6 +28,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
@@ -47,6 +48,7 @@ from minruntime.kafka_access import KafkaAccess
 from minruntime.stream.topic_identity import describe_topics, fetch_topic_ids
 
 log = logging.getLogger(__name__)
+_Answer = TypeVar("_Answer")
 
 ApplyWithLives = Callable[[Mapping[str, TopicLife]], Awaitable[BatchOutcome]]
 ReadStored = Callable[[str], Awaitable[list[StoredOffset]]]
@@ -152,8 +154,7 @@ class TopicGuard:
             self._client = None
 
     async def _topic_id(self, topic: str) -> str | None:
-        backoff = Backoff(0.5, self._max_backoff)
-        while True:
+        async def ask() -> str | None:
             # One client for the four agents: one of them at a time makes, uses or drops it.
             async with self._client_lock:
                 try:
@@ -161,30 +162,35 @@ class TopicGuard:
                         self._client = AIOKafkaClient(**self._access.client_kwargs())
                         await self._client.bootstrap()
                     return (await fetch_topic_ids(self._client, [topic])).get(topic)
-                except (KafkaError, OSError, UserError) as error:
-                    # Kafka is unreachable: so is the topic; the batch waits. A new client next
-                    # time: the brokers it knew may be gone (a new cluster).
-                    log.warning(
-                        "cannot ask Kafka for the ID of topic %r (%s); retrying", topic, error
-                    )
+                except (KafkaError, OSError, UserError):
+                    # A new client next time: the brokers it knew may be gone (a new cluster).
                     await self.close()
-            await asyncio.sleep(backoff.next())
+                    raise
+
+        return await self._until_answered("the ID", topic, ask)
 
     async def _broker_log_ends(self, topic: str, partitions: Mapping[int, int]) -> dict[int, int]:
         """Partition -> log end offset as Kafka reports it now, for ``partitions``."""
+        described = await self._until_answered(
+            "the ends", topic, lambda: describe_topics(self._access, [topic])
+        )
+        found = described.get(topic)
+        ends = {} if found is None else found.log_ends
+        return {partition: ends[partition] for partition in partitions if partition in ends}
+
+    async def _until_answered(
+        self, what: str, topic: str, ask: Callable[[], Awaitable[_Answer]]
+    ) -> _Answer:
+        """``ask()``'s answer; while Kafka is unreachable (so is the topic) the batch waits."""
         backoff = Backoff(0.5, self._max_backoff)
         while True:
             try:
-                described = await describe_topics(self._access, [topic])
+                return await ask()
             except (KafkaError, OSError, UserError) as error:
                 log.warning(
-                    "cannot ask Kafka for the ends of topic %r (%s); retrying", topic, error
+                    "cannot ask Kafka for %s of topic %r (%s); retrying", what, topic, error
                 )
-                await asyncio.sleep(backoff.next())
-                continue
-            found = described.get(topic)
-            ends = {} if found is None else found.log_ends
-            return {partition: ends[partition] for partition in partitions if partition in ends}
+            await asyncio.sleep(backoff.next())
 
     def _refuse(self, topic: str, role: str, reason: str) -> None:
         if self._refused.get(topic) != reason:
