@@ -173,15 +173,18 @@ def test_verify_lists_rows_altered_by_hand(engine: sa.Engine, lived: sa.Engine) 
     assert ghost.replay is None
 
 
-def test_replay_is_deterministic_whatever_the_batch_size(
+def test_replay_is_deterministic_whatever_the_page_and_run_sizes(
     lived: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sums = []
-    for batch_size in (replay_module.BATCH_SIZE, 1, 3, 10**9):
-        monkeypatch.setattr(replay_module, "BATCH_SIZE", batch_size)
+    sizes = [(replay_module.PAGE_SIZE, replay_module.RUN_PODGROUPS), (1, 1), (3, 2), (10**9, 10**9)]
+    for page, run in sizes:
+        monkeypatch.setattr(replay_module, "PAGE_SIZE", page)
+        monkeypatch.setattr(replay_module, "RUN_PODGROUPS", run)
         with snapshot(lived) as conn:
-            shadow = create_shadow(conn, f"batch_{batch_size}")
-            replay(conn, read_log(conn))
+            shadow = create_shadow(conn, f"page_{page}_run_{run}")
+            report = replay(conn, read_log(conn))
+            assert report.rejected == []
             sums.append(
                 [(c.table, c.replay_rows, c.replay_checksum) for c in compare(conn, shadow)]
             )

@@ -53,16 +53,15 @@ from minruntime.events import (
     decode_event,
 )
 from minruntime.ingest import outcome_of
+from minruntime.store.event_log import About
 
 # Events that change the queue tree or a node pool's configuration: they move windows.
 TREE_TYPES: Final = ROLE_TYPES["queues"]
 # Subjects of these are node names: never about a podgroup, whatever the name.
 _NODE_TYPES: Final = ROLE_TYPES["nodes"]
 
+
 # This podgroup's own events, and every change of the tree or a configuration.
-_ENTRIES: Final = "(subject = :uid AND type <> ALL(:other)) OR type = ANY(:tree)"
-
-
 class UnknownPodGroupError(UserError):
     """No event in the log is about this uid."""
 
@@ -87,8 +86,10 @@ def story_in(conn: Connection, uid: str) -> Story:
 def _read_entries(
     conn: Connection, uid: str
 ) -> tuple[list[LogEntry], dict[int, tuple[datetime, datetime]]]:
-    params = {"uid": uid, "other": sorted(TREE_TYPES | _NODE_TYPES), "tree": sorted(TREE_TYPES)}
-    entries = list(read_log(conn, where=_ENTRIES, params=params))
+    about = About(
+        uid, other=tuple(sorted(TREE_TYPES | _NODE_TYPES)), shared=tuple(sorted(TREE_TYPES))
+    )
+    entries = list(read_log(conn, about=about))
     times = {
         entry.seq: (entry.event_time, entry.applied_at)
         for entry in entries

@@ -206,6 +206,8 @@ def _print_report(report: ReplayReport, into: str | None, checks: list[TableChec
     )
     for problem in report.rejected:
         _out.print(f"[red]not applied on replay:[/] {problem}")
+    if report.rejected_count > len(report.rejected):
+        _out.print(f"[red]and {report.rejected_count - len(report.rejected)} more not applied[/]")
     if into is not None:
         _out.print(
             f"kept as schema {into} (views and functions) and {into}_state (tables): "

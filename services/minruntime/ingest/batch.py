@@ -24,30 +24,17 @@ from minruntime.events import (
     DEAD_LETTER_TOPIC,
     ROLE_TYPES,
     TOPIC_TYPES,
-    ConfigUpdatedData,
     Event,
     EventRejected,
     EventType,
-    NodeDeletedData,
-    NodeUpsertedData,
-    PodGroupAllocatedData,
-    PodGroupAnnotatedData,
-    PodGroupDeletedData,
-    PodGroupReleasedData,
-    PodGroupSubmittedData,
-    QueueDeletedData,
-    QueueUpsertedData,
-    RequeueNominatedData,
     dead_letter_key,
     dead_letter_record,
     decode_event,
 )
-from minruntime.ingest.podgroups import PodGroupProjection, podgroup_change
-from minruntime.ingest.queues import QueueProjection
+from minruntime.ingest.projection import Projections
 from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
 from minruntime.store import event_log
 from minruntime.store.dead_letters import record_dead_letters
-from minruntime.store.node_pools import upsert_configs, write_nodes
 from minruntime.store.offsets import lock_offsets, store_offsets
 from minruntime.store.outbox import OutboxMessage, enqueue
 from minruntime.store.schema import StateTables, tables_of
@@ -59,15 +46,6 @@ UNSTORABLE_TEXT: Final = "unstorable_text"
 # is not what its producer meant, and dropping it silently would hide that.
 CONFLICTING_DUPLICATE: Final = "conflicting_duplicate"
 _UNSTORABLE_CHARS: Final = re.compile("[\x00\ud800-\udfff]")
-
-_PODGROUP_TYPES: Final = (
-    PodGroupSubmittedData,
-    PodGroupAllocatedData,
-    PodGroupReleasedData,
-    PodGroupAnnotatedData,
-    PodGroupDeletedData,
-    RequeueNominatedData,
-)
 
 NOMINATIONS_CHANNEL: Final = "minruntime_nominations"
 _NOTIFY_NOMINATED = sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}")
@@ -270,22 +248,8 @@ def apply_batch(
     seen = batch.unseen(decoded)
     conflicts = batch.conflicts(decoded, seen)
     applied_here: dict[tuple[str, str], InboundRecord] = {}
-    queues = (
-        QueueProjection(conn)
-        if any(isinstance(e.data, QueueUpsertedData | QueueDeletedData) for _, e in decoded)
-        else None
-    )
-    podgroups = PodGroupProjection(
-        conn,
-        tables,
-        (
-            str(getattr(event.data, "uid", ""))
-            for _, event in decoded
-            if isinstance(event.data, _PODGROUP_TYPES)
-        ),
-    )
-    configs: dict[str, dict[str, Any]] = {}
-    nodes: dict[str, dict[str, Any] | None] = {}
+    projections = Projections(conn, tables)
+    projections.include(event for _, event in decoded)
     for index, (record, event) in enumerate(decoded):
         key = (event.source, event.id)
         if key in seen:
@@ -297,65 +261,19 @@ def apply_batch(
                 batch.dead_letter(record, CONFLICTING_DUPLICATE, _conflict(event, where), event)
             continue
         try:
-            _apply(event, queues, podgroups, configs, nodes)
+            projections.apply(event)
         except MinRuntimeError as error:
             batch.dead_letter(record, error.kind, str(error), event)
             continue
         seen.add(key)
         applied_here[key] = record
         batch.log(record, event)
-    if queues is not None:
-        queues.flush()
-    podgroups.flush()
-    upsert_configs(conn, tables, list(configs.values()))
-    write_nodes(conn, tables, nodes)
+    projections.flush()
     batch.write_logs()
     if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)] and tables.is_live:
         # Delivered at commit: a requeue worker waiting on this channel runs a cycle now.
         conn.execute(_NOTIFY_NOMINATED)
     return batch.outcome
-
-
-def _apply(
-    event: Event,
-    queues: QueueProjection | None,
-    podgroups: PodGroupProjection,
-    configs: dict[str, dict[str, Any]],
-    nodes: dict[str, dict[str, Any] | None],
-) -> None:
-    """Apply one event in memory; the core's errors propagate (the caller dead-letters)."""
-    data = event.data
-    if isinstance(data, QueueUpsertedData):
-        assert queues is not None
-        queues.upsert(data.to_queue())
-    elif isinstance(data, QueueDeletedData):
-        assert queues is not None
-        queues.delete(data.name)
-    elif isinstance(data, ConfigUpdatedData):
-        config = data.to_config()
-        configs[data.node_pool] = {
-            "node_pool": data.node_pool,
-            "preempt": config.default_preempt_min_runtime,
-            "reclaim": config.default_reclaim_min_runtime,
-            "method": str(config.reclaim_resolve_method),
-            "delay": config.default_requeue_delay,
-        }
-    elif isinstance(data, NodeUpsertedData):
-        nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}
-    elif isinstance(data, NodeDeletedData):
-        nodes[data.name] = None
-    else:
-        _apply_podgroup(event, podgroups)
-
-
-def _apply_podgroup(event: Event, podgroups: PodGroupProjection) -> None:
-    data = event.data
-    if isinstance(data, RequeueNominatedData):
-        podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
-    elif isinstance(data, _PODGROUP_TYPES):
-        podgroups.apply(data.uid, podgroup_change(data, event.time))
-    else:  # pragma: no cover - decode_event only returns input types on input topics
-        raise MinRuntimeError(f"{event.type} events are not applied by the processor")
 
 
 def dead_letter_alone(
