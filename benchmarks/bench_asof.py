@@ -37,7 +37,6 @@ from minruntime.audit.asof import snapshot, start_from_snapshot, state_at
 from minruntime.audit.explain import Explainer
 from minruntime.audit.protection import protection_table
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.shadow import create_shadow, temporary_name
 from minruntime.audit.snapshots import SnapshotPolicy, snapshots_in, take
 from minruntime.events import DEFAULT_TOPICS
 from minruntime.ingest import InboundRecord, apply_batch
@@ -49,6 +48,7 @@ from minruntime.store.scratch import (
     drop_scratch_database,
     scratch_owner_url,
 )
+from minruntime.store.shadows import create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 
 TARGET_SECONDS = 2.0

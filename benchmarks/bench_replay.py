@@ -32,7 +32,6 @@ from bench_ingest import generate
 from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import snapshot, state_at
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.shadow import create_shadow, temporary_name
 from minruntime.audit.verify import compare
 from minruntime.events import DEFAULT_TOPICS, decode_event
 from minruntime.ingest import InboundRecord, apply_batch
@@ -45,6 +44,7 @@ from minruntime.store.scratch import (
     drop_scratch_database,
     scratch_owner_url,
 )
+from minruntime.store.shadows import create_shadow, temporary_name
 from pipeline import INPUT_ROLES
 
 # Issue 10: a replay at >= 5x the live rate (here: apply_batch in the processor's batches,

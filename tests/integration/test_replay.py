@@ -17,9 +17,9 @@ import sqlalchemy as sa
 from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import snapshot, state_at
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.shadow import PROJECTIONS, Shadow, create_shadow, drop_shadow
 from minruntime.audit.verify import compare
 from minruntime.requeue import run_cycle
+from minruntime.store.shadows import PROJECTIONS, Shadow, create_shadow, drop_shadow
 from tests.integration.helpers import (
     T0,
     Feed,

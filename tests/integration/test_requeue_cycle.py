@@ -15,11 +15,11 @@ import sqlalchemy as sa
 
 from minruntime.audit.asof import snapshot
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.shadow import create_shadow
 from minruntime.audit.verify import compare
 from minruntime.core import format_rfc3339
 from minruntime.events import decode_event
 from minruntime.requeue import CycleReport, RequeueMetrics, RequeueWorker, WorkerOptions, run_cycle
+from minruntime.store.shadows import create_shadow
 from tests.integration.helpers import (
     T0,
     Feed,

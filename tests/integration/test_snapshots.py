@@ -25,12 +25,12 @@ from minruntime.audit.explain import Explainer, UnknownPodGroupError
 from minruntime.audit.explanation import describe
 from minruntime.audit.protection import protection_table
 from minruntime.audit.replay import ReplayReport, replay
-from minruntime.audit.shadow import PROJECTIONS
 from minruntime.audit.snapshots import SnapshotPolicy, due, snapshots_in, take
 from minruntime.audit.verify import checksum
 from minruntime.cli import main
 from minruntime.commands.explain import describe_row
 from minruntime.ingest import apply_batch
+from minruntime.store.shadows import PROJECTIONS
 from minruntime.store.snapshots import LogPosition, Snapshot
 from tests.integration.helpers import (
     Feed,

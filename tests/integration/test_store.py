@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from minruntime.audit.shadow import create_shadow, drop_shadow, temporary_name
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     Allocation,
@@ -43,6 +42,7 @@ from minruntime.store import (
 )
 from minruntime.store.dead_letters import first_dead_letter, record_dead_letters
 from minruntime.store.schema import LIVE, StateTables, state_tables, tables_of
+from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 from minruntime.store.tables import metadata
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

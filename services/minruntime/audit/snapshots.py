@@ -20,10 +20,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, Engine
 
 from minruntime.audit.replay import LogEntry
-from minruntime.audit.shadow import PROJECTIONS, temporary_name
 from minruntime.audit.verify import TableCheck, compare_schemas
 from minruntime.store import snapshots as stored
 from minruntime.store.schema import LIVE, state_tables
+from minruntime.store.shadows import PROJECTIONS, temporary_name
 from minruntime.store.snapshots import LogPosition, Snapshot
 
 

@@ -27,7 +27,6 @@ from sqlalchemy import Connection, Engine
 
 from minruntime.audit.asof import snapshot
 from minruntime.audit.replay import LogEntry, read_log, replay
-from minruntime.audit.shadow import Shadow, create_shadow, temporary_name
 from minruntime.audit.timeline_model import (
     Change,
     Decision,
@@ -54,6 +53,7 @@ from minruntime.events import (
 )
 from minruntime.ingest import outcome_of
 from minruntime.store.event_log import About
+from minruntime.store.shadows import Shadow, create_shadow, temporary_name
 
 # Events that change the queue tree or a node pool's configuration: they move windows.
 TREE_TYPES: Final = ROLE_TYPES["queues"]

@@ -14,7 +14,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from minruntime.audit.shadow import BOOKKEEPING_COLUMNS, PROJECTIONS, Shadow
+from minruntime.store.shadows import BOOKKEEPING_COLUMNS, PROJECTIONS, Shadow
 from minruntime.store.tables import STATE_SCHEMA, metadata
 
 SHOWN_ROWS: Final = 10

@@ -25,7 +25,6 @@ from sqlalchemy import Connection, Engine
 
 from minruntime.audit.asof import live_copy
 from minruntime.audit.protection import ProtectionRow, protection_rows, queue_exists
-from minruntime.audit.shadow import Shadow
 from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeConfig
 from minruntime.errors import UserError
 from minruntime.events import (
@@ -43,6 +42,7 @@ from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.store.dead_letters import first_dead_letter
 from minruntime.store.event_log import logged_ids
 from minruntime.store.schema import LIVE, tables_of
+from minruntime.store.shadows import Shadow
 
 WHATIF_GROUP: Final = "minruntime-whatif"
 WHATIF_SOURCE: Final = "minruntime-whatif"

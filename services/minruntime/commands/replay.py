@@ -73,9 +73,9 @@ def replay_command(
     """Rebuild every projection from the event log into a separate schema; --verify it."""
     from minruntime.audit.asof import snapshot
     from minruntime.audit.replay import count_log, describe, read_log, replay
-    from minruntime.audit.shadow import create_shadow, drop_shadow, temporary_name
     from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
     from minruntime.audit.verify import compare
+    from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 
     if drop is not None:
         with engine().begin() as conn:

@@ -9,7 +9,7 @@ whose rows changed since its newest document. The state at a snapshot is its tab
 each podgroup, its newest document at or before the snapshot's ``seq``. Restoring is the
 reverse ``COPY ... FROM STDIN`` into a shadow's empty tables.
 
-Which tables, and their keys, are the caller's (``minruntime.audit.shadow.PROJECTIONS``).
+Which tables, and their keys, are the caller's (``minruntime.store.shadows.PROJECTIONS``).
 Consistency is the caller's too: ``write`` copies what ``conn``'s transaction sees; see
 ``SNAPSHOT_LOCK_KEY`` for how a taker makes that exactly the state up to one ``seq``.
 """
