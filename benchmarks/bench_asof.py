@@ -151,7 +151,11 @@ def phases(engine: sa.Engine, at: datetime, podgroups: tuple[str, ...] | None = 
         start = start_from_snapshot(conn, shadow, at, podgroups)
         restored = time.perf_counter() - started
         started = time.perf_counter()
-        report = replay(conn, read_log(conn, until=at, after=start.log_seq if start else 0))
+        report = replay(
+            conn,
+            read_log(conn, until=at, after=start.log_seq if start else 0),
+            into=shadow.tables,
+        )
         replayed = time.perf_counter() - started
         started = time.perf_counter()
         rows = len(protection_table(conn, shadow, at).rows)

@@ -89,7 +89,7 @@ def timed_replay(engine: sa.Engine) -> tuple[float, float, int]:
     with snapshot(engine) as conn:
         shadow = create_shadow(conn, temporary_name("bench_replay"))
         started = time.perf_counter()
-        report = replay(conn, read_log(conn))
+        report = replay(conn, read_log(conn), into=shadow.tables)
         replayed = time.perf_counter() - started
         started = time.perf_counter()
         checks = compare(conn, shadow)

@@ -394,7 +394,7 @@ def test_replaying_the_event_log_reproduces_decisions_cooldowns_and_promises(
 
     with snapshot(engine) as conn:
         shadow = create_shadow(conn, "replayed")
-        report = replay(conn, read_log(conn))
+        report = replay(conn, read_log(conn), into=shadow.tables)
         assert report.decisions == len(decisions(engine)) == 4
         assert [check.table for check in compare(conn, shadow) if not check.equal] == []
         for query in (

@@ -62,7 +62,9 @@ def state_at(
             return
         shadow = create_shadow(conn, temporary_name())
         start = start_from_snapshot(conn, shadow, at, podgroups) if from_snapshot else None
-        replay(conn, read_log(conn, until=at, after=start.log_seq if start else 0))
+        replay(
+            conn, read_log(conn, until=at, after=start.log_seq if start else 0), into=shadow.tables
+        )
         yield conn, shadow
 
 

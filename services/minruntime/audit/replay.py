@@ -47,8 +47,7 @@ from minruntime.ingest.offsets import laps, rewind_to
 from minruntime.ingest.projection import Projections
 from minruntime.store import event_log
 from minruntime.store.event_log import About
-from minruntime.store.schema import LIVE, tables_of
-from minruntime.store.state_schema import is_live
+from minruntime.store.schema import LIVE, StateTables
 
 REPLAY_GROUP: Final = "minruntime-replay"
 DECISION_TYPES: Final = ROLE_TYPES["requeue_decisions"]
@@ -162,12 +161,13 @@ def replay(
     conn: Connection,
     entries: Iterable[LogEntry],
     *,
+    into: StateTables,
     progress: Progress | None = None,
     boundary: Callable[[LogEntry], bool] | None = None,
     after_boundary: Callable[[LogEntry], None] | None = None,
     input_topics: Mapping[str, str] | None = None,
 ) -> ReplayReport:
-    """Apply ``entries`` in order on ``conn`` (pointed at a shadow's state schema).
+    """Apply ``entries`` in order to the state tables ``into`` (a shadow's), on ``conn``.
 
     ``boundary(entry)`` true makes the replay apply everything up to and including that
     entry before going on, then call ``after_boundary(entry)``: a caller can look at the
@@ -177,11 +177,13 @@ def replay(
     it an entry's role follows from its (valid, logged) type.
     """
     roles = dict(input_topics or {})
-    if is_live(conn):
+    if into.is_live:
         raise RuntimeError("replay writes a shadow schema, never the live state")
     report = ReplayReport()
     started = time.perf_counter()
-    inputs: _Inputs = _KafkaRecords(conn, report, roles) if roles else _LoggedEvents(conn, report)
+    inputs: _Inputs = (
+        _KafkaRecords(conn, into, report, roles) if roles else _LoggedEvents(conn, into, report)
+    )
     pending: list[LogEntry] = []
     seen = 0
 
@@ -200,7 +202,7 @@ def replay(
             report.last_seq = entry.seq
             if entry.is_decision:
                 apply_pending(write=True)
-                _apply_decision(conn, entry, report)
+                _apply_decision(conn, into, entry, report)
             elif entry.partition is not None and (
                 entry.type in _ROLE_OF_TYPE or entry.topic in roles
             ):
@@ -240,9 +242,9 @@ class _LoggedEvents:
     def page(self) -> int:
         return PAGE_SIZE
 
-    def __init__(self, conn: Connection, report: ReplayReport) -> None:
+    def __init__(self, conn: Connection, tables: StateTables, report: ReplayReport) -> None:
         self._conn = conn
-        self._tables = tables_of(conn)
+        self._tables = tables
         self._report = report
         self._run: Projections | None = None
 
@@ -287,13 +289,20 @@ class _KafkaRecords:
     def page(self) -> int:
         return BATCH_SIZE
 
-    def __init__(self, conn: Connection, report: ReplayReport, roles: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        tables: StateTables,
+        report: ReplayReport,
+        roles: Mapping[str, str],
+    ) -> None:
         self._conn = conn
+        self._tables = tables
         self._report = report
         self._roles = roles
 
     def add(self, entries: Sequence[LogEntry]) -> None:
-        _apply_records(self._conn, entries, self._report, self._roles)
+        _apply_records(self._conn, self._tables, entries, self._report, self._roles)
 
     def write(self) -> None:
         return None  # every batch was written as it was applied
@@ -307,6 +316,7 @@ def _reject(report: ReplayReport, line: str) -> None:
 
 def _apply_records(
     conn: Connection,
+    tables: StateTables,
     entries: Sequence[LogEntry],
     report: ReplayReport,
     topic_roles: Mapping[str, str],
@@ -327,8 +337,10 @@ def _apply_records(
     outcome = BatchOutcome()
     for lap in laps(records):
         # A later life of a topic (recreated, another cluster) numbers its records from 0 again.
-        rewind_to(conn, REPLAY_GROUP, lap)
-        outcome.add(apply_batch(conn, lap, consumer_group=REPLAY_GROUP, topic_roles=roles))
+        rewind_to(conn, tables, REPLAY_GROUP, lap)
+        outcome.add(
+            apply_batch(conn, lap, consumer_group=REPLAY_GROUP, topic_roles=roles, tables=tables)
+        )
     report.batches += 1
     report.events += outcome.applied
     # Records the processor rejected are rejected again, as dead letters in the shadow: they
@@ -344,15 +356,17 @@ def _apply_records(
         )
 
 
-def _apply_decision(conn: Connection, entry: LogEntry, report: ReplayReport) -> None:
+def _apply_decision(
+    conn: Connection, tables: StateTables, entry: LogEntry, report: ReplayReport
+) -> None:
     try:
         event: Event = decode_event(entry.value)
     except EventRejected as error:
         _reject(report, f"decision at seq {entry.seq} ({entry.topic}) is invalid: {error}")
         return
     # A decision seen twice (a relay re-published it after a crash) is applied once.
-    if apply_decisions(conn, [event]):
-        log_decisions(conn, [event], topic=entry.topic)
+    if apply_decisions(conn, [event], tables=tables):
+        log_decisions(conn, [event], topic=entry.topic, tables=tables)
         report.decisions += 1
 
 

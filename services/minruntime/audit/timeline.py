@@ -79,7 +79,9 @@ def story_in(conn: Connection, uid: str) -> Story:
         raise UnknownPodGroupError(f"no podgroup with uid {uid!r} in the event log")
     shadow = create_shadow(conn, temporary_name("minruntime_audit"))
     teller = _Teller(conn, shadow, uid, times)
-    report = replay(conn, entries, boundary=teller.wants, after_boundary=teller.after)
+    report = replay(
+        conn, entries, into=shadow.tables, boundary=teller.wants, after_boundary=teller.after
+    )
     return teller.story(report.events + report.decisions)
 
 

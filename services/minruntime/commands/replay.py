@@ -101,6 +101,7 @@ def replay_command(
             report = replay(
                 conn,
                 source,
+                into=shadow.tables,
                 progress=progress,
                 input_topics=_input_topics() if from_kafka else None,
                 boundary=checker.wants,

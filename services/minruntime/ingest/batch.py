@@ -37,7 +37,7 @@ from minruntime.store import event_log
 from minruntime.store.dead_letters import record_dead_letters
 from minruntime.store.offsets import lock_offsets, store_offsets
 from minruntime.store.outbox import OutboxMessage, enqueue
-from minruntime.store.schema import StateTables, tables_of
+from minruntime.store.schema import LIVE, StateTables
 
 # Stable outbox ids: the same record dead-lettered twice (a retried batch) is one message.
 _DEAD_LETTER_NAMESPACE: Final = uuid.UUID("6d1f3c2e-5b8a-4c3e-9f41-0a7d2b9e8c15")
@@ -230,6 +230,7 @@ def apply_batch(
     topic_roles: Mapping[str, str] | None = None,
     dead_letter_topic: str = DEAD_LETTER_TOPIC,
     topic_lives: Mapping[str, TopicLife] | None = None,
+    tables: StateTables = LIVE,
 ) -> BatchOutcome:
     """Apply one Kafka batch inside the caller's transaction and store the next offsets.
 
@@ -239,8 +240,8 @@ def apply_batch(
     are written to the outbox for ``dead_letter_topic``. ``topic_lives`` (topic -> what Kafka
     holds now) ties the stored offsets to each topic's life: a batch of a topic whose offsets
     came from another life raises TopicLifeChangedError and stores nothing (None: no check).
+    ``tables``: the state tables to apply to (a shadow's for replays and what-ifs).
     """
-    tables = tables_of(conn)
     batch = _Batch(
         conn, tables, consumer_group, topic_types_for(topic_roles), dead_letter_topic, topic_lives
     )
@@ -286,6 +287,7 @@ def dead_letter_alone(
     topic_roles: Mapping[str, str] | None = None,
     dead_letter_topic: str = DEAD_LETTER_TOPIC,
     topic_lives: Mapping[str, TopicLife] | None = None,
+    tables: StateTables = LIVE,
 ) -> BatchOutcome:
     """Dead-letter one record that cannot be applied, with its offset, in the caller's transaction.
 
@@ -294,7 +296,7 @@ def dead_letter_alone(
     """
     batch = _Batch(
         conn,
-        tables_of(conn),
+        tables,
         consumer_group,
         topic_types_for(topic_roles),
         dead_letter_topic,

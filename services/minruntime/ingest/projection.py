@@ -75,7 +75,7 @@ class Projections:
             if isinstance(data, PODGROUP_TYPES):
                 uids.append(data.uid)
             elif self._queues is None and isinstance(data, _QUEUE_TYPES):
-                self._queues = QueueProjection(self._conn)
+                self._queues = QueueProjection(self._conn, self._tables)
         self.podgroups.include(uids)
 
     def apply(self, event: Event) -> None:
