@@ -95,7 +95,7 @@ def replay_command(
             source, total = read_log(conn, until=at), count_log(conn, at)
         # --verify checks every stored projection snapshot when the replay reaches its seq.
         checker = SnapshotChecker(
-            conn, shadow.state_schema, snapshots_in(conn) if verify and not from_kafka else []
+            conn, shadow.tables, snapshots_in(conn) if verify and not from_kafka else []
         )
         with _ProgressBar(total, quiet=as_json) as progress:
             report = replay(

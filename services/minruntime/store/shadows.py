@@ -16,6 +16,8 @@ inside a transaction that is rolled back leaves nothing behind; ``--into S`` com
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
@@ -120,6 +122,29 @@ def create_shadow(conn: Connection, name: str) -> Shadow:
     )
     _copy_read_surface(conn, shadow)
     return shadow
+
+
+@contextmanager
+def scratch_state(conn: Connection, tables: Iterable[str]) -> Iterator[StateTables]:
+    """A temporary state schema with (empty) ``tables`` in ``conn``'s transaction, dropped
+    at the end (to restore a snapshot into, beside a replay)."""
+    name = temporary_name("minruntime_scratch") + STATE_SUFFIX
+    conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+    try:
+        bound = state_tables(name)
+        bound.metadata.create_all(
+            conn, tables=[bound.metadata.tables[f"{name}.{table}"] for table in tables]
+        )
+        yield bound
+    finally:
+        conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
+
+
+def empty(conn: Connection, tables: StateTables, names: Iterable[str]) -> None:
+    """Remove every row of the tables ``names`` of a shadow or scratch schema."""
+    if tables.is_live:
+        raise RuntimeError("the live state is never emptied")
+    conn.exec_driver_sql(f"TRUNCATE {', '.join(f'{tables.schema}.{name}' for name in names)}")
 
 
 def drop_shadow(conn: Connection, name: str) -> bool:
