@@ -15,12 +15,19 @@ subject check, the data model's ``after`` validators), the byte scans of the bou
 NaN/Infinity, escaped NUL: ``decode_event`` minus ``validate_json``), and the ``\\u`` pre-check
 ``ingest.batch`` runs after decoding.
 
+``--retain N`` then decodes the whole trace again in batches of N whose events are kept until
+the batch ends, as ``apply_batch`` keeps them (2,000 in the processor, 20,000 in a replay),
+once with CPython's default garbage-collector thresholds and once with the processor's
+(``bootstrap.tune_gc``): the young objects of a batch are what a default collector re-scans.
+
     .venv/bin/python benchmarks/bench_decode.py [--trace issue|default] [--repeat 5] [--parts]
+        [--retain 2000]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -31,6 +38,7 @@ from typing import Any
 from pydantic_core import from_json
 
 from bench_ingest import SHAPES, TRACES, generate
+from minruntime.bootstrap import tune_gc
 from minruntime.events import DEFAULT_TOPICS, Event, decode_event
 from minruntime.events.codec import _ANY_EVENT
 from minruntime.events.envelope import CloudEvent
@@ -99,11 +107,22 @@ def parts(records: list[tuple[bytes, str]], repeat: int) -> dict[str, float]:
     }
 
 
+def retained(records: list[tuple[bytes, str]], batch: int, repeat: int) -> float:
+    """CPU seconds per event decoding ``records`` in batches whose events live to its end."""
+
+    def run(start: int) -> object:
+        return [decode_event(value, topic) for value, topic in records[start : start + batch]]
+
+    starts = range(0, len(records), batch)
+    return best(run, starts, repeat) * len(starts) / len(records)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", choices=sorted(TRACES), default="issue")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--parts", action="store_true", help="split each type's cost in parts")
+    parser.add_argument("--retain", type=int, metavar="N", help="also decode in kept batches of N")
     args = parser.parse_args()
     by_type = values_by_type(args.trace)
     total = sum(len(records) for records in by_type.values())
@@ -124,6 +143,15 @@ def main() -> None:
         f"all {total:,} events: {seconds:.3f} s = {seconds / total * 1e6:.2f} µs/event "
         f"({total / seconds:,.0f} events/s); load {os.getloadavg()[0]:.2f}"
     )
+    if args.retain:
+        records = [record for records in by_type.values() for record in records]
+        default = retained(records, args.retain, args.repeat)
+        tune_gc()
+        tuned = retained(records, args.retain, args.repeat)
+        print(
+            f"kept in batches of {args.retain:,}: {default * 1e6:.2f} µs/event with the default "
+            f"collector, {tuned * 1e6:.2f} with the processor's (thresholds {gc.get_threshold()})"
+        )
 
 
 if __name__ == "__main__":
