@@ -48,12 +48,16 @@ MAX_JSON_DEPTH: Final = 64
 # What is left of JSON text once escapes and everything but quotes and brackets are removed:
 # a string becomes two quotes with only its brackets between them.
 _NOT_STRUCTURAL: Final = bytes(sorted(set(range(256)) - set(b'"[]{}')))
+_NOT_OPENING: Final = bytes(sorted(set(range(256)) - set(b"[{")))
 _STRING_MARKS: Final = re.compile(rb'"[^"]*"')
 _DEPTH_STEP: Final = [1 if byte in b"[{" else -1 if byte in b"]}" else 0 for byte in range(256)]
 
 # Every envelope class, told apart by the literal ``type`` inside pydantic-core.
 _EVENT_UNION: Any = Annotated[Union[tuple(EVENT_CLASSES.values())], Field(discriminator="type")]  # noqa: UP007
 _ANY_EVENT: Final[TypeAdapter[Event]] = TypeAdapter(_EVENT_UNION)
+# Its pydantic-core validator, called directly: TypeAdapter.validate_json re-checks its
+# arguments in Python on every call, a few tenths of a µs per event.
+_VALIDATE_JSON: Final = _ANY_EVENT.validator.validate_json
 
 
 def decode_event(
@@ -74,12 +78,13 @@ def decode_event(
     try:
         if value is None:
             raise ValueError("tombstone")
-        event = _ANY_EVENT.validate_json(value, by_alias=True, by_name=False)
+        event: Event = _VALIDATE_JSON(value, by_alias=True, by_name=False)
     except (ValidationError, ValueError):
         raise _diagnose(value, topic, allowed) from None
-    # Hot path: two byte counts bound the depth of almost every event; only an event with
-    # more than MAX_JSON_DEPTH brackets in all (a big podgroup) is measured exactly.
-    if value.count(b"[") + value.count(b"{") > MAX_JSON_DEPTH:
+    # Hot path: the number of opening brackets (one pass: all other bytes deleted) bounds the
+    # depth of almost every event; only an event with more than MAX_JSON_DEPTH of them (a big
+    # podgroup) is measured exactly.
+    if len(value.translate(None, _NOT_OPENING)) > MAX_JSON_DEPTH:
         _check_depth(value)
     # NaN and Infinity are JSON to pydantic-core, not to PostgreSQL's jsonb: a typed field
     # refuses them itself, an extension attribute only here. Cheap searches first: one byte
