@@ -39,10 +39,12 @@ from pydantic_core import from_json
 
 from bench_ingest import SHAPES, TRACES, generate
 from minruntime.bootstrap import tune_gc
-from minruntime.events import DEFAULT_TOPICS, Event, decode_event
-from minruntime.events.codec import _VALIDATE_JSON
+from minruntime.events import DEFAULT_TOPICS, Event, codec, decode_event
 from minruntime.events.envelope import CloudEvent
 from minruntime.events.types import _validate_timestamp
+
+# The union's validate_json as decode_event calls it (an older checkout: via the TypeAdapter).
+_VALIDATE_JSON = getattr(codec, "_VALIDATE_JSON", None) or codec._ANY_EVENT.validate_json
 
 
 def values_by_type(trace: str) -> dict[str, list[tuple[bytes, str]]]:
