@@ -107,7 +107,9 @@ class _Batch:
             except EventRejected as rejected:
                 self.dead_letter(record, rejected.kind, rejected.message)
                 continue
-            if record.value is not None and b"\\u" in record.value and _unstorable(record.value):
+            # One-byte search first: most events hold no escape at all.
+            value = record.value
+            if value is not None and b"\\" in value and b"\\u" in value and _unstorable(value):
                 self.dead_letter(
                     record,
                     UNSTORABLE_TEXT,
