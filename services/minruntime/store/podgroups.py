@@ -18,9 +18,11 @@ from typing import Any, Final
 from sqlalchemy import Connection
 
 from minruntime.core import MemberPod, PodGroupSpec, PodGroupState, SubGroup
-from minruntime.store.bulk import delete_many, insert_many, update_many
+from minruntime.store.bulk import delete_many, insert_many, json_list, update_many
 from minruntime.store.schema import StateTables
 
+# The uids of a batch, one JSON array (``store.bulk.json_list``).
+_UIDS: Final = "(SELECT json_array_elements_text(%(uids)s::json))"
 # psycopg placeholders: these run on the driver's cursor (plain tuples: a batch's pods number
 # in the hundreds of thousands per minute, and SQLAlchemy's Row objects cost more than the
 # queries).
@@ -29,16 +31,16 @@ _LOAD_STATES: Final = (
     " submitted_at, awaiting_release,"
     # PodGroupSpec's fields, in its order (its subgroups aside).
     " name, namespace, queue, node_pool, priority, preemptible"
-    " FROM minruntime_state.podgroup_state WHERE uid = ANY(%(uids)s)"
+    " FROM minruntime_state.podgroup_state WHERE uid IN " + _UIDS
 )
 _LOAD_PODS: Final = (
     "SELECT uid, name, subgroup, gpu, node, allocated FROM minruntime_state.pod_state"
-    " WHERE uid = ANY(%(uids)s) ORDER BY uid, name"
+    " WHERE uid IN " + _UIDS + " ORDER BY uid, name"
 )
 # Declaration order is insertion order (the subgroups of a podgroup are written together).
 _LOAD_SUBGROUPS: Final = (
     "SELECT uid, name, min_available FROM minruntime_state.subgroup_state"
-    " WHERE uid = ANY(%(uids)s) ORDER BY uid, ctid"
+    " WHERE uid IN " + _UIDS + " ORDER BY uid, ctid"
 )
 _STATE_COLUMNS: Final = {
     "uid": "text",
@@ -87,7 +89,10 @@ _NOMINATION_CONFLICT: Final = (
     "ON CONFLICT (uid, nominated_by) DO UPDATE SET reason = excluded.reason,"
     " nominated_at = excluded.nominated_at"
 )
-_DELETE_SUBGROUPS: Final = "DELETE FROM minruntime_state.subgroup_state WHERE uid = ANY(:uids)"
+_DELETE_SUBGROUPS: Final = (
+    "DELETE FROM minruntime_state.subgroup_state"
+    " WHERE uid IN (SELECT json_array_elements_text(CAST(:uids AS json)))"
+)
 # A beneficiary that was allocated, finished or deleted no longer needs its promise.
 _DELETE_PROMISES: Final = (
     "DELETE FROM minruntime_state.requeue_promises WHERE beneficiary = ANY(:uids)"
@@ -112,11 +117,11 @@ def load_podgroups(conn: Connection, tables: StateTables, uids: Iterable[str]) -
     driver = conn.connection.driver_connection
     assert driver is not None
     with driver.cursor() as cursor:
-        cursor.execute(tables.sql(_LOAD_STATES), {"uids": wanted})
+        cursor.execute(tables.sql(_LOAD_STATES), {"uids": json_list(wanted)})
         rows = cursor.fetchall()
         if not rows:
             return StoredPodGroups({}, frozenset())
-        found = [row[0] for row in rows]
+        found = json_list(row[0] for row in rows)
         pods: dict[str, dict[str, MemberPod]] = {}
         # A pod's node is kept while it holds resources (the fold clears it on release).
         allocated: dict[str, dict[str, str | None]] = {}
@@ -174,8 +179,8 @@ def write_podgroups(
     left_pending: Sequence[str] = (),
 ) -> None:
     """Upsert ``changed``; write the pods of ``pods_changed`` that differ from ``stored``
-    (uid -> the state as loaded, what its pod rows hold; a uid not in it has none), replace
-    the subgroups of ``subgroups_changed``.
+    (uid -> the state as loaded, what its pod and subgroup rows hold; a uid not in it has
+    none), replace the subgroups of ``subgroups_changed``.
 
     ``left_pending``: uids stored as pending that are not any more; their promises go.
     """
@@ -193,9 +198,10 @@ def write_podgroups(
         update_many(conn, tables.pod_state, _POD_KEY, _POD_COLUMNS, updated)
         insert_many(conn, tables.pod_state, _POD_COLUMNS, inserted)
     if subgroups_changed:
-        conn.execute(
-            tables.text(_DELETE_SUBGROUPS), {"uids": [state.uid for state in subgroups_changed]}
-        )
+        # Only a stored spec has subgroup rows (a new podgroup or a placeholder has none).
+        replaced = [state.uid for state in subgroups_changed if _has_spec(stored.get(state.uid))]
+        if replaced:
+            conn.execute(tables.text(_DELETE_SUBGROUPS), {"uids": json_list(replaced)})
         groups = [
             {"uid": state.uid, "name": subgroup.name, "min_available": subgroup.min_available}
             for state in subgroups_changed
@@ -207,6 +213,10 @@ def write_podgroups(
 
 
 _PodRow = dict[str, Any]
+
+
+def _has_spec(state: PodGroupState | None) -> bool:
+    return state is not None and state.spec is not None
 
 
 def _pod_changes(
