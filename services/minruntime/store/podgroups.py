@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 from sqlalchemy import Connection
@@ -213,6 +214,9 @@ def write_podgroups(
 
 
 _PodRow = dict[str, Any]
+# What a podgroup not stored yet has.
+_NO_PODS: Final[Mapping[str, MemberPod]] = MappingProxyType({})
+_NO_NODES: Final[Mapping[str, str | None]] = MappingProxyType({})
 
 
 def _has_spec(state: PodGroupState | None) -> bool:
@@ -222,39 +226,42 @@ def _has_spec(state: PodGroupState | None) -> bool:
 def _pod_changes(
     states: Sequence[PodGroupState], stored: Mapping[str, PodGroupState]
 ) -> tuple[list[_PodRow], list[_PodRow], list[_PodRow]]:
-    """The pod rows to insert, to update and to delete for ``states`` to be stored."""
+    """The pod rows to insert, to update and to delete for ``states`` to be stored.
+
+    A pod's row is (subgroup, gpu, node, allocated): it differs when its ``MemberPod`` or its
+    node (allocated or not) differs from the stored state's. A stored gpu comes back as
+    Decimal, an event's as float: equal values compare equal, and both are written as the
+    same text (str of the event's float). Only the rows written are built.
+    """
     inserted: list[_PodRow] = []
     updated: list[_PodRow] = []
     deleted: list[_PodRow] = []
     for state in states:
-        before = stored.get(state.uid)
-        old = {} if before is None else _pod_rows(before)
-        for name, row in _pod_rows(state).items():
-            was = old.pop(name, None)
-            if was is None:
-                inserted.append(row)
-            elif was != row:
-                updated.append(row)
-        deleted.extend(old.values())
+        uid, pods, allocated = state.uid, state.pods, state.allocated
+        before = stored.get(uid)
+        old_pods = _NO_PODS if before is None else before.pods
+        old_allocated = _NO_NODES if before is None else before.allocated
+        for name, pod in pods.items():
+            was = old_pods.get(name)
+            node = allocated.get(name)
+            is_allocated = name in allocated
+            if was is not None and (
+                was == pod
+                and old_allocated.get(name) == node
+                and (name in old_allocated) == is_allocated
+            ):
+                continue
+            row = {
+                "uid": uid,
+                "name": name,
+                "subgroup": pod.subgroup,
+                "gpu": pod.gpu,
+                "node": node,
+                "allocated": is_allocated,
+            }
+            (inserted if was is None else updated).append(row)
+        deleted.extend({"uid": uid, "name": name} for name in old_pods if name not in pods)
     return inserted, updated, deleted
-
-
-def _pod_rows(state: PodGroupState) -> dict[str, _PodRow]:
-    """Pod name -> its ``pod_state`` row as ``state`` has it."""
-    allocated = state.allocated
-    return {
-        name: {
-            "uid": state.uid,
-            "name": name,
-            "subgroup": pod.subgroup,
-            # A stored gpu comes back as Decimal, an event's as float: equal values compare
-            # equal, and both are written as the same text (str of the event's float).
-            "gpu": pod.gpu,
-            "node": allocated.get(name),
-            "allocated": name in allocated,
-        }
-        for name, pod in state.pods.items()
-    }
 
 
 def write_nominations(
@@ -288,7 +295,7 @@ def _state_row(state: PodGroupState) -> dict[str, Any]:
         "running_pods": state.running_pods,
         "is_elastic": elastic,
         "protected_evictable_pods": protected_evictable,
-        # json.dumps takes no mapping proxy (a placeholder's empty default is one).
+        # The JSON serialiser takes no mapping proxy (a placeholder's empty default is one).
         "annotations": state.annotations
         if type(state.annotations) is dict
         else dict(state.annotations),
