@@ -28,7 +28,9 @@ _UIDS: Final = "(SELECT json_array_elements_text(%(uids)s::json))"
 # in the hundreds of thousands per minute, and SQLAlchemy's Row objects cost more than the
 # queries).
 _LOAD_STATES: Final = (
-    "SELECT uid, status, submitted, start_time, last_start_time, ended_at, annotations,"
+    # No annotations (most podgroups) come back as NULL: no JSON to parse.
+    "SELECT uid, status, submitted, start_time, last_start_time, ended_at,"
+    " NULLIF(annotations, '{}'::jsonb),"
     " submitted_at, awaiting_release,"
     # PodGroupSpec's fields, in its order (its subgroups aside).
     " name, namespace, queue, node_pool, priority, preemptible"
@@ -159,7 +161,7 @@ def load_podgroups(conn: Connection, tables: StateTables, uids: Iterable[str]) -
             last_start_time,
             ended_at,
             pods.get(uid, {}),
-            row[6],
+            row[6] or {},
             row[7],
             status == "deleted",
             row[8],
