@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
@@ -397,6 +398,52 @@ def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Stor
     podgroups.write_podgroups(conn, tables, [released], stored=stored, pods_changed=[released])
     assert podgroups.load_podgroups(conn, tables, ["a"]).states["a"] == released
     assert podgroups.load_podgroups(conn, tables, []).states == {}
+
+
+def test_every_value_reaches_its_column_exactly_through_the_json_arrays(store: Store) -> None:
+    # Upserts and in-place updates send each column as one JSON array, cast from text in
+    # PostgreSQL: quotes, backslashes and non-ASCII text, microseconds, a fractional duration,
+    # decimal gpus and nested annotations come back exactly.
+    conn, tables = store.conn, store.tables
+    odd = 'q"\\ü,{x}'
+    at = T0 + timedelta(microseconds=7)
+    submitted = fold(
+        PodGroupState(odd),
+        _submission(
+            ((odd, "w", 0.25), ("p1", "w", 2.5)),
+            annotations={EXPECTED_RUNTIME_ANNOTATION: "1.5s", "note": odd},
+            at=at,
+        ),
+    )
+    running = fold(submitted, Allocation(((odd, odd),), at + timedelta(microseconds=1)))
+    podgroups.write_podgroups(
+        conn,
+        tables,
+        [submitted],
+        stored={},
+        pods_changed=[submitted],
+        subgroups_changed=[submitted],
+    )
+    stored = podgroups.load_podgroups(conn, tables, [odd]).states
+    podgroups.write_podgroups(conn, tables, [running], stored=stored, pods_changed=[running])
+    assert podgroups.load_podgroups(conn, tables, [odd]).states == {odd: running}
+    row = conn.execute(
+        sa.select(tables.podgroup_state).where(tables.podgroup_state.c.uid == odd)
+    ).one()
+    assert (row.expected_runtime, row.start_time, row.submitted_at) == (
+        timedelta(seconds=1.5),
+        at + timedelta(microseconds=1),
+        at,
+    )
+    assert row.annotations == {EXPECTED_RUNTIME_ANNOTATION: "1.5s", "note": odd}
+    pods = conn.execute(
+        sa.select(tables.pod_state.c.name, tables.pod_state.c.gpu, tables.pod_state.c.node)
+        .where(tables.pod_state.c.uid == odd)
+        .order_by(tables.pod_state.c.name)
+    ).all()
+    assert [tuple(pod) for pod in pods] == sorted(
+        [(odd, Decimal("0.25"), odd), ("p1", Decimal("2.5"), None)]
+    )
 
 
 def test_only_the_pod_rows_that_changed_are_written(store: Store) -> None:
