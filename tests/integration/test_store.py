@@ -351,6 +351,18 @@ def _submission(
     )
 
 
+def _write_new(store: Store, state: PodGroupState) -> None:
+    """Write a podgroup that is not stored yet, with its pods and subgroups."""
+    podgroups.write_podgroups(
+        store.conn,
+        store.tables,
+        [state],
+        stored={},
+        pods_changed=[state],
+        subgroups_changed=[state],
+    )
+
+
 def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Store) -> None:
     conn, tables = store.conn, store.tables
     submitted = fold(
@@ -416,14 +428,7 @@ def test_every_value_reaches_its_column_exactly_through_the_json_arrays(store: S
         ),
     )
     running = fold(submitted, Allocation(((odd, odd),), at + timedelta(microseconds=1)))
-    podgroups.write_podgroups(
-        conn,
-        tables,
-        [submitted],
-        stored={},
-        pods_changed=[submitted],
-        subgroups_changed=[submitted],
-    )
+    _write_new(store, submitted)
     stored = podgroups.load_podgroups(conn, tables, [odd]).states
     podgroups.write_podgroups(conn, tables, [running], stored=stored, pods_changed=[running])
     assert podgroups.load_podgroups(conn, tables, [odd]).states == {odd: running}
@@ -452,14 +457,7 @@ def test_only_the_pod_rows_that_changed_are_written(store: Store) -> None:
         PodGroupState("a"),
         _submission((("p0", "w", 0.5), ("p1", "w", 1.0), ("p2", "w", 2.0))),
     )
-    podgroups.write_podgroups(
-        conn,
-        tables,
-        [submitted],
-        stored={},
-        pods_changed=[submitted],
-        subgroups_changed=[submitted],
-    )
+    _write_new(store, submitted)
 
     def versions() -> dict[str, str]:
         # xmin: the transaction that wrote the row version (a savepoint per write below).
