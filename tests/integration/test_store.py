@@ -498,6 +498,25 @@ def test_only_the_pod_rows_that_changed_are_written(store: Store) -> None:
     assert (row.node, row.allocated, row.gpu) == ("n1", True, 1)
 
 
+def test_a_pod_with_a_gpu_float_cannot_hold_exactly_is_not_rewritten(store: Store) -> None:
+    # 0.1 is stored as numeric 0.1 and loaded as Decimal("0.1"), which is not the float 0.1:
+    # still the same row.
+    conn, tables = store.conn, store.tables
+    submitted = fold(PodGroupState("a"), _submission((("p0", "w", 0.1), ("p1", "w", 0.1))))
+    _write_new(store, submitted)
+    version = f"SELECT name, xmin::text FROM {tables.pod_state.fullname} WHERE uid = 'a'"
+    first = {row.name: row.xmin for row in conn.execute(sa.text(version))}
+    stored = podgroups.load_podgroups(conn, tables, ["a"]).states
+    allocated = fold(submitted, Allocation((("p1", "n1"),), T0 + timedelta(seconds=1)))
+    with conn.begin_nested():
+        podgroups.write_podgroups(
+            conn, tables, [allocated], stored=stored, pods_changed=[allocated]
+        )
+    after = {row.name: row.xmin for row in conn.execute(sa.text(version))}
+    assert after["p0"] == first["p0"]
+    assert after["p1"] != first["p1"]
+
+
 def test_a_podgroup_leaving_pending_drops_its_promises_and_nominations_keep_the_latest(
     store: Store,
 ) -> None:

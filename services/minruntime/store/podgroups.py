@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -231,9 +232,7 @@ def _pod_changes(
     """The pod rows to insert, to update and to delete for ``states`` to be stored.
 
     A pod's row is (subgroup, gpu, node, allocated): it differs when its ``MemberPod`` or its
-    node (allocated or not) differs from the stored state's. A stored gpu comes back as
-    Decimal, an event's as float: equal values compare equal, and both are written as the
-    same text (str of the event's float). Only the rows written are built.
+    node (allocated or not) differs from the stored state's. Only the rows written are built.
     """
     inserted: list[_PodRow] = []
     updated: list[_PodRow] = []
@@ -247,8 +246,9 @@ def _pod_changes(
             was = old_pods.get(name)
             node = allocated.get(name)
             is_allocated = name in allocated
-            if was is not None and (
-                was == pod
+            if (
+                was is not None
+                and (was == pod or _same_pod(was, pod))
                 and old_allocated.get(name) == node
                 and (name in old_allocated) == is_allocated
             ):
@@ -264,6 +264,14 @@ def _pod_changes(
             (inserted if was is None else updated).append(row)
         deleted.extend({"uid": uid, "name": name} for name in old_pods if name not in pods)
     return inserted, updated, deleted
+
+
+def _same_pod(stored: MemberPod, pod: MemberPod) -> bool:
+    """The same row: a stored gpu comes back as Decimal, an event's is a float written as
+    its str(), so 0.1 is stored as 0.1 but Decimal("0.1") != 0.1: compare the texts' values."""
+    if stored.subgroup != pod.subgroup or (stored.gpu is None) != (pod.gpu is None):
+        return False
+    return stored.gpu is None or Decimal(str(stored.gpu)) == Decimal(str(pod.gpu))
 
 
 def write_nominations(
