@@ -17,7 +17,7 @@ import psycopg
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from minruntime.store.bulk import insert_many
+from minruntime.store.bulk import insert_many, json_list
 from minruntime.store.schema import StateTables
 from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY
 
@@ -36,7 +36,9 @@ LOG_COLUMNS: Final = {
 _SHARE_SNAPSHOT_LOCK: Final = f"SELECT pg_advisory_xact_lock_shared({SNAPSHOT_LOCK_KEY})"
 _SEEN_IDS: Final = (
     "SELECT e.source, e.event_id FROM minruntime_state.event_log e"
-    " JOIN unnest(CAST(:sources AS text[]), CAST(:ids AS text[])) AS u(source, event_id)"
+    # One JSON array per column (``store.bulk.json_list``): cheap to send from Python.
+    " JOIN ROWS FROM (json_array_elements_text(CAST(:sources AS json)),"
+    " json_array_elements_text(CAST(:ids AS json))) AS u(source, event_id)"
     " ON e.source = u.source AND e.event_id = u.event_id"
 )
 # Only for the pairs already in the log: does the stored event equal the one sent again? jsonb
@@ -71,7 +73,10 @@ def logged_ids(
         return set()
     rows = conn.execute(
         tables.text(_SEEN_IDS),
-        {"sources": [source for source, _ in keys], "ids": [id_ for _, id_ in keys]},
+        {
+            "sources": json_list(source for source, _ in keys),
+            "ids": json_list(id_ for _, id_ in keys),
+        },
     )
     return {(row.source, row.event_id) for row in rows}
 

@@ -126,7 +126,8 @@ pod_state = sa.Table(
     sa.Column("gpu", sa.Numeric),
     sa.Column("node", sa.Text),
     sa.Column("allocated", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Index("ix_pod_state_node", "node", postgresql_where=sa.text("allocated")),
+    # No index on node (migration 0010): pods are read by podgroup only, and allocations and
+    # releases then update their rows in place (HOT).
 )
 
 node_state = sa.Table(
