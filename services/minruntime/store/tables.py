@@ -321,6 +321,8 @@ projection_snapshot_podgroups = sa.Table(
         nullable=False,
     ),
     sa.Column("document", BYTEA, nullable=False),
+    # The documents a snapshot stored: its check by replay --verify, pruning (migration 0011).
+    sa.Index("ix_projection_snapshot_podgroups_snapshot_id", "snapshot_id"),
 )
 
 SNAPSHOT_TABLES: Final = frozenset(
