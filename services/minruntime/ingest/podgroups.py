@@ -75,7 +75,7 @@ class PodGroupProjection:
         self._stored: dict[str, PodGroupState] = {}
         self._pending: set[str] = set()
         self._asked: set[str] = set()
-        # Every podgroup the batch touched, as folded so far (written even if unchanged).
+        # Every podgroup the run touched, as folded so far (written by flush when changed).
         self._states: dict[str, PodGroupState] = {}
         self._nominations: dict[tuple[str, str], dict[str, Any]] = {}
         self.include(uids)
@@ -120,11 +120,24 @@ class PodGroupProjection:
         }
 
     def flush(self) -> None:
-        """Write every touched podgroup, its pods and subgroups when they changed."""
+        """Write the podgroups the run changed, their pods and subgroups when they changed,
+        placeholders for the podgroups only named (nominations) and the nominations.
+
+        A podgroup the run only named is not written back (its row, locked when loaded, is as
+        stored): no statement touches what did not change.
+        """
         if not self._states:
             return
         stored = self._stored
-        changed = list(self._states.values())
+        changed, placeholders = [], []
+        for state in self._states.values():
+            before = stored.get(state.uid)
+            if state is before:
+                continue
+            if before is None and state == PodGroupState(state.uid):
+                placeholders.append(state)
+            else:
+                changed.append(state)
         pods_changed, subgroups_changed = [], []
         for state in changed:
             before = stored.get(state.uid)
@@ -149,5 +162,6 @@ class PodGroupProjection:
             pods_changed=pods_changed,
             subgroups_changed=subgroups_changed,
             left_pending=left_pending,
+            placeholders=placeholders,
         )
         write_nominations(self._conn, self._tables, list(self._nominations.values()))

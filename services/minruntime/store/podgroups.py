@@ -37,6 +37,11 @@ _LOAD_STATES: Final = (
     " name, namespace, queue, node_pool, priority, preemptible"
     " FROM minruntime_state.podgroup_state WHERE uid IN " + _UIDS
 )
+# The live rows are locked until the batch commits, in uid order (as the requeue worker locks
+# them: no deadlock between the two): another writer of a podgroup — the worker committing a
+# requeue (cooldown, awaiting_release), another topic's batch (a nomination) — waits for this
+# batch or is waited for, so a batch never writes back a row older than what was committed.
+_LOCKING: Final = " ORDER BY uid FOR UPDATE"
 _LOAD_PODS: Final = (
     "SELECT uid, name, subgroup, gpu, node, allocated FROM minruntime_state.pod_state"
     " WHERE uid IN " + _UIDS + " ORDER BY uid, name"
@@ -68,6 +73,7 @@ _STATE_COLUMNS: Final = {
     "submitted_at": "timestamptz",
     "awaiting_release": "boolean",
 }
+_PLACEHOLDER_CONFLICT: Final = "ON CONFLICT (uid) DO NOTHING"
 _STATE_CONFLICT: Final = (
     "ON CONFLICT (uid) DO UPDATE SET "
     + ", ".join(f"{column} = excluded.{column}" for column in list(_STATE_COLUMNS)[1:])
@@ -121,7 +127,9 @@ def load_podgroups(conn: Connection, tables: StateTables, uids: Iterable[str]) -
     driver = conn.connection.driver_connection
     assert driver is not None
     with driver.cursor() as cursor:
-        cursor.execute(tables.sql(_LOAD_STATES), {"uids": json_list(wanted)})
+        # A shadow is one transaction's own: nothing to wait for there.
+        load = _LOAD_STATES + _LOCKING if tables.is_live else _LOAD_STATES
+        cursor.execute(tables.sql(load), {"uids": json_list(wanted)})
         rows = cursor.fetchall()
         if not rows:
             return StoredPodGroups({}, frozenset())
@@ -181,12 +189,16 @@ def write_podgroups(
     pods_changed: Sequence[PodGroupState] = (),
     subgroups_changed: Sequence[PodGroupState] = (),
     left_pending: Sequence[str] = (),
+    placeholders: Sequence[PodGroupState] = (),
 ) -> None:
     """Upsert ``changed``; write the pods of ``pods_changed`` that differ from ``stored``
     (uid -> the state as loaded, what its pod and subgroup rows hold; a uid not in it has
     none), replace the subgroups of ``subgroups_changed``.
 
     ``left_pending``: uids stored as pending that are not any more; their promises go.
+    ``placeholders``: podgroups not stored when loaded that nothing changed (named only by a
+    nomination): inserted unless a row appeared meanwhile — another topic's batch may have
+    submitted the podgroup, and its row is kept.
     """
     insert_many(
         conn,
@@ -194,6 +206,13 @@ def write_podgroups(
         _STATE_COLUMNS,
         [_state_row(state) for state in changed],
         conflict=_STATE_CONFLICT,
+    )
+    insert_many(
+        conn,
+        tables.podgroup_state,
+        _STATE_COLUMNS,
+        [_state_row(state) for state in placeholders],
+        conflict=_PLACEHOLDER_CONFLICT,
     )
     if pods_changed:
         inserted, updated, deleted = _pod_changes(pods_changed, stored)
