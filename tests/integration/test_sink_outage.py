@@ -7,15 +7,20 @@ is capped at 10 s, readiness reports the wait, and the batch applies once Postgr
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import sqlalchemy as sa
 
 from minruntime.bootstrap import input_topic_roles
+from minruntime.ingest import BatchOutcome
 from minruntime.settings import Settings
 from minruntime.store import engine_from
+from minruntime.store.requeue import lock_podgroups
+from minruntime.store.schema import LIVE
 from minruntime.stream.sink import BatchSink
-from tests.integration.helpers import Feed, queue, rows
+from tests.integration.helpers import GROUP, Feed, allocated, annotated, queue, rows, submitted
 
 
 class SwitchableEngine:
@@ -56,4 +61,52 @@ def test_a_batch_waits_out_an_outage_longer_than_any_retry_budget(engine: sa.Eng
     assert sleeps[:7] == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0]
     assert set(sleeps[6:]) == {10.0}
     assert all(reason is not None and "batch of 1 records" in reason for reason in reasons)
+    assert sink.storing() is None
+
+
+def test_a_driver_level_error_mid_batch_is_waited_out_too(engine: sa.Engine) -> None:
+    """The store's hot statements run on psycopg's cursor, whose errors SQLAlchemy does not
+    wrap: a lock timeout while the batch loads its podgroups (the worker holds the row) is
+    transient like any other, and the batch is applied once the row is free."""
+    settings = Settings()
+    feed = Feed(engine)
+    feed.send(submitted("x", "q", pods=1), allocated("x", 1))
+    impatient = engine.execution_options()
+
+    @sa.event.listens_for(impatient, "begin")
+    def _short_lock_waits(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("SET LOCAL lock_timeout = '100ms'")
+
+    sleeps: list[float] = []
+    reasons: list[str | None] = []
+    released = threading.Event()
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        reasons.append(sink.storing())
+        if len(sleeps) == 3:
+            released.set()  # the worker commits: the row is free
+        time.sleep(0.05)
+
+    sink = BatchSink(
+        impatient,
+        consumer_group=GROUP,
+        topic_roles=input_topic_roles(settings),
+        dead_letter_topic=settings.topic_dead_letter,
+        sleep=sleep,
+    )
+    records = feed.records(annotated("x", {"team": "a"}))
+    with engine.connect() as worker, worker.begin():
+        lock_podgroups(worker, LIVE, ["x"])  # as a requeue cycle holds its victims
+        outcome: list[BatchOutcome] = []
+        applying = threading.Thread(target=lambda: outcome.append(sink(records)))
+        applying.start()
+        assert released.wait(30), "the batch never retried"
+    applying.join(30)
+    assert [o.applied for o in outcome] == [1]
+    assert len(sleeps) >= 3
+    assert all(reason is not None and "lock timeout" in reason for reason in reasons)
+    assert rows(engine, "SELECT annotations FROM minruntime_state.podgroup_state") == [
+        ({"team": "a"},)
+    ]
     assert sink.storing() is None

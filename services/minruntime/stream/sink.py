@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypedDict
 
+import psycopg
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 
@@ -106,7 +107,9 @@ class BatchSink:
                 outcome = apply_isolated(
                     self._engine, records, topic_lives=topic_lives, **self._options
                 )
-            except DBAPIError as exc:
+            # The store runs its hot statements on the driver's cursor: psycopg's own errors
+            # (a lost connection, a lock timeout) come unwrapped, and are as transient.
+            except (DBAPIError, psycopg.Error) as exc:
                 if not storage_transient(exc):
                     raise StorageUnavailableError(
                         f"batch of {len(records)} records not stored: {one_line(exc)}"
