@@ -338,13 +338,24 @@ def restore(
             restored[table] = len(rows_of)
     for table in restored:
         continue_numbering(conn, target, table)
-    # Fresh statistics (rough ones: a small sample), or the replay after a restore would not
-    # look its podgroups up by uid through the keys.
+    # Or the replay after a restore would not look its podgroups up by uid through the keys.
+    refresh_statistics(conn, target)
+    return restored
+
+
+def refresh_statistics(conn: Connection, tables: StateTables) -> None:
+    """Fresh (rough: a small sample) planner statistics of a shadow's podgroup tables.
+
+    A shadow is filled inside one transaction, which autovacuum never sees: without them the
+    planner takes its tables for empty and joins a batch's rows with them by scanning them
+    whole, which grows with the shadow.
+    """
+    if tables.is_live:
+        raise RuntimeError("the live tables have autovacuum")
     conn.exec_driver_sql("SET LOCAL default_statistics_target = 10")
     for table in PODGROUP_TABLES:
-        conn.exec_driver_sql(f"ANALYZE {target.schema}.{table}")
+        conn.exec_driver_sql(f"ANALYZE {tables.schema}.{table}")
     conn.exec_driver_sql("RESET default_statistics_target")
-    return restored
 
 
 @dataclass(frozen=True)
