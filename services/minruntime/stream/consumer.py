@@ -214,6 +214,14 @@ class BatchedConsumer:
             return "not a member of the consumer group yet"
         return None
 
+    def owned(self) -> set[tuple[TopicRole, int]]:
+        """(role, partition) of every input partition assigned to this process now."""
+        return {(self._lanes[tp.topic].role, tp.partition) for tp in self._assigned}
+
+    def buffered(self, topic: str) -> int:
+        """Records of ``topic`` fetched and not yet taken into a batch."""
+        return len(self._lanes[topic].buffer)
+
     def highwaters(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Partition -> the high watermark the fetcher last saw (only those it knows)."""
         found: dict[int, int] = {}
@@ -379,13 +387,7 @@ class BatchedConsumer:
         self._assigned = set(assigned)
         self._rebalancing = False
         if self._on_assigned is not None:
-            self._on_assigned(
-                {
-                    (self._lanes[tp.topic].role, tp.partition)
-                    for tp in assigned
-                    if tp.topic in self._lanes
-                }
-            )
+            self._on_assigned(self.owned())
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
