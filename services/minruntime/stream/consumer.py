@@ -37,7 +37,7 @@ from typing import Any, Final
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from minruntime.health.outage import Backoff
+from minruntime.health.outage import Backoff, StatusLine
 from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, start_client
 from minruntime.stream.sink import stop_loudly
@@ -272,6 +272,7 @@ class BatchedConsumer:
         """
         client = self._client
         most, full_poll = self._options.batch_max_events, FULL_POLL_MS
+        status, backoff, failing = StatusLine("Kafka (fetching)"), Backoff(0.5, 10.0), False
         while not self._stopping:
             fetch_from = [tp for tp in self._assigned if not self._lanes[tp.topic].full]
             if fetch_from or not self._assigned:
@@ -279,12 +280,23 @@ class BatchedConsumer:
                     client.resume(*(self._paused & self._assigned))
                     self._paused = set()
                 waiting = full_poll if len(fetch_from) < len(self._assigned) else FETCH_WAIT_MS
-                fetched = await client.getmany(*fetch_from, timeout_ms=waiting, max_records=most)
             else:
                 if not self._paused:
                     self._paused = set(self._assigned)
                     client.pause(*self._paused)
-                fetched = await client.getmany(timeout_ms=full_poll, max_records=most)
+                waiting = full_poll
+            try:
+                fetched = await client.getmany(*fetch_from, timeout_ms=waiting, max_records=most)
+            except KafkaError as error:
+                # A partition's fetch failed for a reason aiokafka does not handle itself (not
+                # authorized, a record too large ...): one status line every few seconds, retried.
+                status.waiting(f"fetching failed: {error!r}")
+                failing = True
+                await asyncio.sleep(backoff.next())
+                continue
+            if failing:
+                status.back()
+                backoff, failing = Backoff(0.5, 10.0), False
             for tp, messages in fetched.items():
                 if tp not in self._assigned:
                     continue  # revoked while the fetch was answered: the next owner reads it
