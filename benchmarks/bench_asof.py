@@ -14,7 +14,7 @@ microsecond before a snapshot's position, the longest tail) it times what the co
 running at T (``explain UID --at T``); and prints the phases of the slowest.
 
     .venv/bin/python benchmarks/bench_asof.py [--podgroups 240000] [--every-events 10000]
-        [--build-batch 2000] [--instants 12] [--keep | --reuse] [--full-replay]
+        [--build-batch 2000] [--instants 12] [--keep | --reuse] [--full-replay] [--verify]
 
 Needs the local stack (``minruntime stack up``).
 """
@@ -36,11 +36,12 @@ from bench_ingest import generate
 from minruntime.audit.asof import snapshot, start_from_snapshot, state_at
 from minruntime.audit.explain import Explainer
 from minruntime.audit.protection import protection_table
-from minruntime.audit.replay import read_log, replay
-from minruntime.audit.shadow import create_shadow, temporary_name
-from minruntime.audit.snapshots import SnapshotPolicy, snapshots_in, take
+from minruntime.audit.replay import LogEntry, read_log, replay
+from minruntime.audit.snapshots import SnapshotChecker, SnapshotPolicy, snapshots_in, take
+from minruntime.audit.verify import compare
 from minruntime.events import DEFAULT_TOPICS
 from minruntime.ingest import InboundRecord, apply_batch
+from minruntime.ingest.memory import collected_rarely
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
@@ -49,6 +50,7 @@ from minruntime.store.scratch import (
     drop_scratch_database,
     scratch_owner_url,
 )
+from minruntime.store.shadows import create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 
 TARGET_SECONDS = 2.0
@@ -78,7 +80,7 @@ def build(args: argparse.Namespace, settings: Settings) -> str:
     taken = 0
     for i in range(0, len(records), args.build_batch):
         started = time.perf_counter()
-        with engine.begin() as conn:
+        with collected_rarely(), engine.begin() as conn:  # as the processor's
             apply_batch(conn, records[i : i + args.build_batch], consumer_group="bench-asof")
         applying += time.perf_counter() - started
         started = time.perf_counter()
@@ -151,7 +153,11 @@ def phases(engine: sa.Engine, at: datetime, podgroups: tuple[str, ...] | None = 
         start = start_from_snapshot(conn, shadow, at, podgroups)
         restored = time.perf_counter() - started
         started = time.perf_counter()
-        report = replay(conn, read_log(conn, until=at, after=start.log_seq if start else 0))
+        report = replay(
+            conn,
+            read_log(conn, until=at, after=start.log_seq if start else 0),
+            into=shadow.tables,
+        )
         replayed = time.perf_counter() - started
         started = time.perf_counter()
         rows = len(protection_table(conn, shadow, at).rows)
@@ -173,6 +179,9 @@ def main() -> None:
     parser.add_argument("--build-batch", type=int, default=2_000)
     parser.add_argument("--instants", type=int, default=12)
     parser.add_argument("--full-replay", action="store_true", help="also time one full replay")
+    parser.add_argument(
+        "--verify", action="store_true", help="also time `replay --verify` of the whole log"
+    )
     kept = parser.add_mutually_exclusive_group()
     kept.add_argument("--keep", action="store_true", help="keep the built database")
     kept.add_argument("--reuse", action="store_true", help="measure the kept database")
@@ -217,6 +226,43 @@ def measure(engine: sa.Engine, args: argparse.Namespace) -> None:
     if args.full_replay:
         seconds = timed(lambda: protection_at_without_snapshots(engine, worst_at))
         print(f"the same instant by a replay of the whole log up to it: {seconds:.2f} s")
+    if args.verify:
+        verify_everything(engine)
+
+
+def verify_everything(engine: sa.Engine) -> None:
+    """What ``minruntime replay --verify`` does, timed: replay the whole log, check every
+    snapshot at its position, compare the end with the live state."""
+    checking = 0.0
+    with snapshot(engine) as conn:
+        shadow = create_shadow(conn, temporary_name("bench_verify"))
+        checker = SnapshotChecker(conn, shadow.tables, snapshots_in(conn))
+
+        def check(entry: LogEntry) -> None:
+            nonlocal checking
+            started = time.perf_counter()
+            checker.after(entry)
+            checking += time.perf_counter() - started
+
+        started = time.perf_counter()
+        report = replay(
+            conn, read_log(conn), into=shadow.tables, boundary=checker.wants, after_boundary=check
+        )
+        replayed = time.perf_counter() - started
+        started = time.perf_counter()
+        checks = compare(conn, shadow)
+        compared = time.perf_counter() - started
+        results = checker.finish()
+    unequal = [c.table for c in checks if not c.equal] + [
+        f"#{r.snapshot.id}" for r in results if not r.equal
+    ]
+    print(
+        f"replay --verify of the whole log: {replayed + compared:.1f} s — replay "
+        f"{replayed - checking:.1f} s ({report.applied / (replayed - checking):,.0f} events/s), "
+        f"{len(results)} snapshot checks {checking:.1f} s "
+        f"({checking / max(len(results), 1):.2f} s each), final compare {compared:.1f} s; "
+        f"{'every table and snapshot equal' if not unequal else 'DIFFERS: ' + ', '.join(unequal)}"
+    )
 
 
 def protection_at_without_snapshots(engine: sa.Engine, at: datetime) -> None:

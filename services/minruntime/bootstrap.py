@@ -12,7 +12,6 @@ import gc
 import logging
 import signal
 from collections.abc import Mapping
-from typing import Final
 
 import faust
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -29,6 +28,7 @@ from minruntime.health.outage import (
     wait_until_available,
 )
 from minruntime.ingest import BatchOutcome
+from minruntime.ingest.memory import GC_THRESHOLDS
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, kafka_access
 from minruntime.requeue import (
     ExpiryEmitter,
@@ -254,20 +254,12 @@ def database_reachable(engine: Engine) -> str | None:
     return None
 
 
-# The processor allocates several objects per record (the record, the decoded pydantic
-# models, the rows) and holds a whole batch of them: with CPython's default thresholds (700,
-# 10, 10) the cyclic collector runs every few records and re-scans the young objects of the
-# batch each time, ~40 % of apply_batch's CPU on the benchmark trace (docs/benchmarks.md,
-# "Against a hand-written sink"). After start-up, the objects made so far are frozen (never
-# scanned again) and the youngest generation is collected every 100,000 net allocations (a
-# few batches); the older ones as rarely, relative to it, as before.
-GC_THRESHOLDS: Final = (100_000, 50, 10)
-
-
+# The processor's objects made at start-up are frozen (never scanned again) and cycles are
+# collected rarely (minruntime.ingest.memory says why).
 def tune_gc() -> None:
     """Freeze the objects made at start-up and collect garbage cycles less often."""
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    gc.set_threshold(*GC_THRESHOLDS)  # for the process's whole life
 
 
 def run_processor(settings: Settings, loglevel: str = "warning") -> None:

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from minruntime.audit.explain import Explainer, UnknownPodGroupError, explain
 from minruntime.audit.explanation import Explanation
-from minruntime.audit.shadow import LIVE
 from minruntime.core import MinRuntimeConfig, QueueTree
+from minruntime.store.shadows import LIVE
 from tests.integration.helpers import (
     T0,
     Feed,

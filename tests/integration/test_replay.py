@@ -17,9 +17,10 @@ import sqlalchemy as sa
 from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import snapshot, state_at
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.shadow import PROJECTIONS, Shadow, create_shadow, drop_shadow
 from minruntime.audit.verify import compare
 from minruntime.requeue import run_cycle
+from minruntime.store.schema import LIVE
+from minruntime.store.shadows import PROJECTIONS, Shadow, create_shadow, drop_shadow
 from tests.integration.helpers import (
     T0,
     Feed,
@@ -101,7 +102,7 @@ def lived(engine: sa.Engine) -> sa.Engine:
 def replayed(lived: sa.Engine) -> Iterator[tuple[sa.Connection, Shadow]]:
     with snapshot(lived) as conn:
         shadow = create_shadow(conn, "replayed")
-        report = replay(conn, read_log(conn))
+        report = replay(conn, read_log(conn), into=shadow.tables)
         assert report.rejected == []
         assert report.decisions >= 2
         yield conn, shadow
@@ -157,7 +158,7 @@ def test_verify_lists_rows_altered_by_hand(engine: sa.Engine, lived: sa.Engine) 
         )
     with snapshot(engine) as conn:
         shadow = create_shadow(conn, "tampered")
-        replay(conn, read_log(conn))
+        replay(conn, read_log(conn), into=shadow.tables)
         checks = {check.table: check for check in compare(conn, shadow)}
     differing = {name for name, check in checks.items() if not check.equal}
     assert differing == {"podgroup_state", "node_state", "nominations"}
@@ -173,15 +174,18 @@ def test_verify_lists_rows_altered_by_hand(engine: sa.Engine, lived: sa.Engine) 
     assert ghost.replay is None
 
 
-def test_replay_is_deterministic_whatever_the_batch_size(
+def test_replay_is_deterministic_whatever_the_page_and_run_sizes(
     lived: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sums = []
-    for batch_size in (replay_module.BATCH_SIZE, 1, 3, 10**9):
-        monkeypatch.setattr(replay_module, "BATCH_SIZE", batch_size)
+    sizes = [(replay_module.PAGE_SIZE, replay_module.RUN_PODGROUPS), (1, 1), (3, 2), (10**9, 10**9)]
+    for page, run in sizes:
+        monkeypatch.setattr(replay_module, "PAGE_SIZE", page)
+        monkeypatch.setattr(replay_module, "RUN_PODGROUPS", run)
         with snapshot(lived) as conn:
-            shadow = create_shadow(conn, f"batch_{batch_size}")
-            replay(conn, read_log(conn))
+            shadow = create_shadow(conn, f"page_{page}_run_{run}")
+            report = replay(conn, read_log(conn), into=shadow.tables)
+            assert report.rejected == []
             sums.append(
                 [(c.table, c.replay_rows, c.replay_checksum) for c in compare(conn, shadow)]
             )
@@ -215,8 +219,8 @@ def test_a_kept_shadow_is_readable_by_the_reader_role_and_can_be_dropped(
     lived: sa.Engine, reader: sa.Engine
 ) -> None:
     with lived.begin() as conn:
-        create_shadow(conn, "kept")
-        replay(conn, read_log(conn))
+        kept = create_shadow(conn, "kept")
+        replay(conn, read_log(conn), into=kept.tables)
     try:
         with reader.connect() as conn:
             got = conn.execute(sa.text("SELECT uid FROM kept.preempt_protection(now())")).all()
@@ -248,4 +252,4 @@ def test_an_existing_shadow_is_not_overwritten(engine: sa.Engine) -> None:
 
 def test_replay_refuses_the_live_schema(engine: sa.Engine) -> None:
     with snapshot(engine) as conn, pytest.raises(RuntimeError, match="shadow"):
-        replay(conn, read_log(conn))
+        replay(conn, read_log(conn), into=LIVE)

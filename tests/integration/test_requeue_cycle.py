@@ -15,11 +15,11 @@ import sqlalchemy as sa
 
 from minruntime.audit.asof import snapshot
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.shadow import create_shadow
 from minruntime.audit.verify import compare
 from minruntime.core import format_rfc3339
 from minruntime.events import decode_event
 from minruntime.requeue import CycleReport, RequeueMetrics, RequeueWorker, WorkerOptions, run_cycle
+from minruntime.store.shadows import create_shadow
 from tests.integration.helpers import (
     T0,
     Feed,
@@ -394,7 +394,7 @@ def test_replaying_the_event_log_reproduces_decisions_cooldowns_and_promises(
 
     with snapshot(engine) as conn:
         shadow = create_shadow(conn, "replayed")
-        report = replay(conn, read_log(conn))
+        report = replay(conn, read_log(conn), into=shadow.tables)
         assert report.decisions == len(decisions(engine)) == 4
         assert [check.table for check in compare(conn, shadow) if not check.equal] == []
         for query in (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import zlib
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,16 +20,18 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from minruntime.audit import asof
 from minruntime.audit.asof import state_at
 from minruntime.audit.explain import Explainer, UnknownPodGroupError
 from minruntime.audit.explanation import describe
 from minruntime.audit.protection import protection_table
-from minruntime.audit.shadow import PROJECTIONS
-from minruntime.audit.snapshots import SnapshotPolicy, due, snapshots_in, take
-from minruntime.audit.verify import checksum
+from minruntime.audit.replay import ReplayReport, replay
+from minruntime.audit.snapshots import ACTIVE_LIST, SnapshotPolicy, due, snapshots_in, take
 from minruntime.cli import main
 from minruntime.commands.explain import describe_row
 from minruntime.ingest import apply_batch
+from minruntime.store.checksums import checksum
+from minruntime.store.shadows import PROJECTIONS
 from minruntime.store.snapshots import LogPosition, Snapshot
 from tests.integration.helpers import (
     Feed,
@@ -69,7 +72,7 @@ def answers(
     ):
         if whole:
             for table in PROJECTIONS:
-                out[f"table {table}"] = checksum(conn, shadow.state_schema, table)
+                out[f"table {table}"] = checksum(conn, shadow.tables, table)
         for reclaimer in RECLAIMERS:
             table_rows = protection_table(conn, shadow, at, reclaimer).rows
             out[f"protection {reclaimer}"] = [describe_row(row) for row in table_rows]
@@ -139,18 +142,26 @@ def test_as_of_from_a_snapshot_equals_as_of_by_full_replay(
 
 
 def test_an_answer_starts_from_the_newest_snapshot_at_or_before_its_instant(
-    engine: sa.Engine, history: list[datetime]
+    engine: sa.Engine, history: list[datetime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with engine.connect() as conn:
         first, second, third = snapshots_in(conn)
+    replayed: list[int] = []
+
+    def counting_replay(conn: sa.Connection, entries: Any, **options: Any) -> ReplayReport:
+        report = replay(conn, entries, **options)
+        replayed.append(report.applied)
+        return report
+
+    # The real replay, counted: how many log entries an answer replays on top of its snapshot.
+    monkeypatch.setattr(asof, "replay", counting_replay)
 
     def restored_rows(at: datetime) -> int:
-        with state_at(engine, at) as (conn, shadow):
-            # The shadow's log holds only the tail replayed on top of the snapshot.
-            tail = conn.execute(
-                sa.text(f"SELECT count(*) FROM {shadow.state_schema}.event_log")
-            ).scalar_one()
-        return int(tail)
+        replayed.clear()
+        with state_at(engine, at):
+            pass
+        (tail,) = replayed
+        return tail
 
     total = scalar(engine, "SELECT count(*) FROM minruntime_state.event_log")
     assert restored_rows(first.applied_until - MICROSECOND) == scalar(
@@ -245,6 +256,67 @@ def test_a_snapshot_of_a_position_the_log_does_not_have_is_a_difference(
     problems = [s["problem"] for s in report["snapshots"] if s["problem"]]
     assert len(problems) == 1
     assert "no event-log entry has its position" in problems[0]
+
+
+@pytest.mark.usefixtures("cli")
+def test_a_later_snapshot_is_checked_for_what_changed_since_the_one_before_and_its_list(
+    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Checked against the second one, the last snapshot is compared only for the podgroups
+    # named in between and the ones it stores documents of. A hand slips it a changed
+    # document of a podgroup nothing named since, and drops a podgroup from its list of
+    # pending and running ones.
+    with engine.connect() as conn:
+        _, second, third = snapshots_in(conn)
+    with engine.begin() as conn:
+        uid, document = conn.execute(
+            sa.text(
+                "SELECT DISTINCT ON (d.uid) d.uid, d.document"
+                " FROM minruntime_state.projection_snapshot_podgroups d"
+                " WHERE d.log_seq <= :second AND d.uid NOT IN (SELECT subject"
+                " FROM minruntime_state.event_log WHERE seq > :second AND seq <= :third"
+                " AND subject IS NOT NULL) ORDER BY d.uid, d.log_seq DESC LIMIT 1"
+            ),
+            {"second": second.log_seq, "third": third.log_seq},
+        ).one()
+        lines = bytes(document).splitlines(keepends=True)
+        (at,) = [i for i, line in enumerate(lines) if line.startswith(b"podgroup_state\t")]
+        fields = lines[at].split(b"\t")
+        fields[2] = b"renamed-by-hand"  # the podgroup's name (after the table and the uid)
+        lines[at] = b"\t".join(fields)
+        conn.execute(
+            sa.text(
+                "INSERT INTO minruntime_state.projection_snapshot_podgroups"
+                " (uid, snapshot_id, log_seq, document) VALUES (:uid, :id, :seq, :document)"
+            ),
+            {"uid": uid, "id": third.id, "seq": third.log_seq, "document": b"".join(lines)},
+        )
+        listed = json.loads(
+            zlib.decompress(
+                conn.execute(
+                    sa.text(
+                        "SELECT podgroups FROM minruntime_state.projection_snapshots WHERE id = :id"
+                    ),
+                    {"id": third.id},
+                ).scalar_one()
+            )
+        )
+        assert listed, "the last snapshot lists running podgroups"
+        conn.execute(
+            sa.text(
+                "UPDATE minruntime_state.projection_snapshots SET podgroups = :listed"
+                " WHERE id = :id"
+            ),
+            {"listed": zlib.compress(json.dumps(listed[1:]).encode()), "id": third.id},
+        )
+    code, report = replay_verify(capsys)
+    assert code == 1
+    assert [s["equal"] for s in report["snapshots"]] == [True, True, False]
+    differing = {t["table"]: t for t in report["snapshots"][2]["tables"] if not t["equal"]}
+    assert sorted(differing) == sorted(["podgroup_state", ACTIVE_LIST])
+    assert [d["key"] for d in differing["podgroup_state"]["differences"]] == [uid]
+    assert [d["key"] for d in differing[ACTIVE_LIST]["differences"]] == [listed[0]]
+    assert all(check["equal"] for check in report["verify"])  # the live state is fine
 
 
 def test_a_snapshot_is_due_after_n_entries_or_m_minutes() -> None:

@@ -1,6 +1,6 @@
 """Read-only views of the state: live, as the service had it at a past instant, or what-if.
 
-Every operator command reads through a ``Shadow`` (see ``minruntime.audit.shadow``): the live
+Every operator command reads through a ``Shadow`` (see ``minruntime.store.shadows``): the live
 schemas, or a temporary shadow filled inside a transaction that is always rolled back, so
 nothing is left behind and the live state is never written.
 """
@@ -15,10 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.shadow import LIVE, Shadow, copy_live_state, create_shadow, temporary_name
 from minruntime.store import event_log, snapshots
 from minruntime.store.schema import LIVE as LIVE_TABLES
 from minruntime.store.schema import state_tables
+from minruntime.store.shadows import LIVE, Shadow, copy_live_state, create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 
 
@@ -62,7 +62,9 @@ def state_at(
             return
         shadow = create_shadow(conn, temporary_name())
         start = start_from_snapshot(conn, shadow, at, podgroups) if from_snapshot else None
-        replay(conn, read_log(conn, until=at, after=start.log_seq if start else 0))
+        replay(
+            conn, read_log(conn, until=at, after=start.log_seq if start else 0), into=shadow.tables
+        )
         yield conn, shadow
 
 

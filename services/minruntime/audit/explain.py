@@ -29,7 +29,6 @@ from minruntime.audit.explanation import (
     trace_for,
 )
 from minruntime.audit.protection import ProtectionRow, instant, protection_rows
-from minruntime.audit.shadow import Shadow
 from minruntime.core import (
     DEFAULT_NODE_POOL,
     MinRuntimeConfig,
@@ -39,11 +38,13 @@ from minruntime.core import (
     QueueTree,
     ResolutionTrace,
     Resolver,
-    SubGroup,
     format_rfc3339,
     remaining_protection,
 )
 from minruntime.errors import UserError
+from minruntime.store.podgroups import load_podgroups
+from minruntime.store.schema import state_tables
+from minruntime.store.shadows import Shadow
 
 RUNNING: Final = "running"
 
@@ -184,34 +185,18 @@ class Explainer:
         )
 
     def _elasticity(self, uid: str, protected: bool) -> Elasticity:
-        state = self._shadow.state_schema
-        subgroups = [
-            SubGroup(name, min_available)
-            for name, min_available in self._conn.execute(
-                sa.text(
-                    f"SELECT name, min_available FROM {state}.subgroup_state"
-                    " WHERE uid = :uid ORDER BY name"
-                ),
-                {"uid": uid},
-            ).all()
-        ]
-        pods = self._conn.execute(
-            sa.text(
-                f"SELECT name, subgroup, allocated FROM {state}.pod_state"
-                " WHERE uid = :uid ORDER BY name"
-            ),
-            {"uid": uid},
-        ).all()
-        running = frozenset(pod.name for pod in pods if pod.allocated)
-        if not subgroups:
+        stored = load_podgroups(self._conn, state_tables(self._shadow.state_schema), [uid])
+        state = stored.states.get(uid)
+        running = frozenset(state.allocated) if state is not None else frozenset()
+        if state is None or state.spec is None or not state.spec.subgroups:
             # Never submitted: the gang's shape is unknown, so it counts as a non-elastic gang
             # (the side that protects), as the projection does.
             return Elasticity(False, (), 0 if protected else len(running))
         podgroup = PodGroupPods(
             uid=uid,
-            pods={pod.name: pod.subgroup for pod in pods},
+            pods={name: pod.subgroup for name, pod in sorted(state.pods.items())},
             running=running,
-            subgroups=tuple(subgroups),
+            subgroups=tuple(sorted(state.spec.subgroups, key=lambda subgroup: subgroup.name)),
         )
         return allowance(podgroup, protected)
 

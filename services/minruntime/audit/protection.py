@@ -14,7 +14,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from minruntime.audit.shadow import Shadow
+from minruntime.store.shadows import Shadow
 
 PREEMPT: Final = "preempt"
 RECLAIM: Final = "reclaim"

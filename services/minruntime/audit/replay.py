@@ -1,10 +1,23 @@
 """Replay: rebuild every projection from the event log, with the live projection code.
 
 The log is read in its order (``event_log.seq``: the order the service applied it) and fed
-to the same functions the service runs — ``apply_batch`` for input events, exactly as the
-processor does, and ``record_decisions`` for the requeue worker's decisions — on a
-connection pointed at a shadow schema. Replay is deterministic: the same log gives the same
-projection content (``minruntime.audit.verify`` checksums it), whatever the batch size.
+to the same code the service runs, on a connection pointed at a shadow schema:
+
+- input events of the log go through the processor's decoder and its projections
+  (``ingest.projection.Projections``: the queue tree, the podgroup fold, configs, nodes) in
+  long runs: each page of the log is loaded and applied in memory, and a run is written when
+  it holds ``RUN_PODGROUPS`` podgroups, before a decision and at a boundary the caller asked
+  for. What the processor does around them for Kafka is not repeated: every logged event was
+  applied exactly once (the log is unique by ``(source, id)``, in the order of application),
+  so there are no offsets to store, no duplicates to look for, and the shadow gets no copy
+  of the log, which stays the live one;
+- records read back from Kafka (``input_topics``: a rebuild after the database was lost) go
+  through ``apply_batch``, exactly as the processor applies them: they can hold duplicates
+  and invalid records, which are skipped and dead-lettered in the shadow as live;
+- the requeue worker's decisions go through ``apply_decisions``, as they were made.
+
+Replay is deterministic: the same log gives the same projection content
+(``minruntime.audit.verify`` checksums it), whatever the page and run sizes.
 
 ``until`` stops at the state the service had at that instant: the events it had applied by
 then (``applied_at <= until``), which is what its answers at that time were made from.
@@ -16,11 +29,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from minruntime.core import MinRuntimeError
 from minruntime.events import ROLE_TYPES, Event, EventRejected, decode_event
 from minruntime.ingest import (
     BatchOutcome,
@@ -29,8 +42,12 @@ from minruntime.ingest import (
     apply_decisions,
     log_decisions,
 )
+from minruntime.ingest.memory import collected_rarely
 from minruntime.ingest.offsets import laps, rewind_to
-from minruntime.store.state_schema import is_live
+from minruntime.ingest.projection import Projections
+from minruntime.store import event_log
+from minruntime.store.event_log import About
+from minruntime.store.schema import LIVE, StateTables
 
 REPLAY_GROUP: Final = "minruntime-replay"
 DECISION_TYPES: Final = ROLE_TYPES["requeue_decisions"]
@@ -40,23 +57,16 @@ _ROLE_OF_TYPE: Final = {
     if role != "requeue_decisions"
     for event_type in types
 }
-# Rows per read of the event log, and input records per apply_batch call: ten times the
-# processor's batches (a replay has the records at hand; every batch loads and writes the
-# podgroups it touches once, whatever its size). The same log gives the same state whatever
-# the size (tests/integration/test_replay.py).
+# Rows per read of the event log; log entries applied in memory between two loads of the
+# podgroups they name.
 PAGE_SIZE: Final = 5_000
+# Podgroups a run of log entries holds in memory before it is written (~1-2 KB each): each is
+# loaded and written once per run, so the longer the run the fewer loads and writes.
+RUN_PODGROUPS: Final = 100_000
+# Kafka records per ``apply_batch`` call (a rebuild from Kafka): ten times the processor's.
 BATCH_SIZE: Final = 20_000
-
-_PAGE = (
-    'SELECT seq, topic, partition, "offset", type, subject, event_time, applied_at,'
-    " payload::text AS payload FROM minruntime_state.event_log"
-    " WHERE seq > :after AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until)"
-    " AND ({where}) ORDER BY seq LIMIT :limit"
-)
-_COUNT = sa.text(
-    "SELECT count(*) FROM minruntime_state.event_log"
-    " WHERE seq > :after AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until)"
-)
+# Rejections listed one by one in a report (the rest are counted).
+SHOWN_REJECTIONS: Final = 20
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,8 @@ class ReplayReport:
     # Logged events of other types (nothing to project) and inputs the replay had to reject.
     ignored: int = 0
     rejected: list[str] = field(default_factory=list)
+    # How many were rejected in all (``rejected`` lists the first SHOWN_REJECTIONS).
+    rejected_count: int = 0
     # Kafka records that are not valid events (dead-lettered in the shadow, as live).
     dead_lettered: int = 0
     batches: int = 0
@@ -109,55 +121,53 @@ Progress = Callable[[int], None]
 
 def count_log(conn: Connection, until: datetime | None = None, after: int = 0) -> int:
     """How many live event-log entries a replay up to ``until`` (from ``after``) reads."""
-    return int(conn.execute(_COUNT, {"until": until, "after": after}).scalar_one())
+    return event_log.count(conn, LIVE, after=after, until=until)
 
 
 def read_log(
     conn: Connection,
     until: datetime | None = None,
     *,
-    where: str = "TRUE",
-    params: Mapping[str, Any] | None = None,
+    about: About | None = None,
     after: int = 0,
 ) -> Iterator[LogEntry]:
     """The live event log in order (pages by ``seq``, in the caller's transaction).
 
-    ``where`` (SQL over the event_log columns, with ``params``) keeps only some entries;
-    ``after`` starts after that ``seq`` (the position of a snapshot).
+    ``about`` keeps only the entries about one subject (and the shared ones); ``after``
+    starts after that ``seq`` (the position of a snapshot).
     """
-    page = sa.text(_PAGE.format(where=where))
     while True:
-        rows = conn.execute(
-            page, {**(params or {}), "after": after, "until": until, "limit": PAGE_SIZE}
-        ).all()
-        for row in rows:
+        rows = event_log.read_page(
+            conn, LIVE, after=after, until=until, limit=PAGE_SIZE, about=about
+        )
+        for seq, topic, partition, offset, type_, subject, event_time, applied_at, text in rows:
             yield LogEntry(
-                seq=row.seq,
-                topic=row.topic,
-                partition=row.partition,
-                offset=row.offset,
-                type=row.type,
-                subject=row.subject,
-                # jsonb's own text: the event as logged, without a parse and a dump here.
-                value=row.payload.encode(),
-                event_time=row.event_time,
-                applied_at=row.applied_at,
+                seq=seq,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                type=type_,
+                subject=subject,
+                value=text.encode(),
+                event_time=event_time,
+                applied_at=applied_at,
             )
         if len(rows) < PAGE_SIZE:
             return
-        after = rows[-1].seq
+        after = rows[-1][0]
 
 
 def replay(
     conn: Connection,
     entries: Iterable[LogEntry],
     *,
+    into: StateTables,
     progress: Progress | None = None,
     boundary: Callable[[LogEntry], bool] | None = None,
     after_boundary: Callable[[LogEntry], None] | None = None,
     input_topics: Mapping[str, str] | None = None,
 ) -> ReplayReport:
-    """Apply ``entries`` in order on ``conn`` (pointed at a shadow's state schema).
+    """Apply ``entries`` in order to the state tables ``into`` (a shadow's), on ``conn``.
 
     ``boundary(entry)`` true makes the replay apply everything up to and including that
     entry before going on, then call ``after_boundary(entry)``: a caller can look at the
@@ -167,45 +177,146 @@ def replay(
     it an entry's role follows from its (valid, logged) type.
     """
     roles = dict(input_topics or {})
-    if is_live(conn):
+    if into.is_live:
         raise RuntimeError("replay writes a shadow schema, never the live state")
     report = ReplayReport()
     started = time.perf_counter()
+    inputs: _Inputs = (
+        _KafkaRecords(conn, into, report, roles) if roles else _LoggedEvents(conn, into, report)
+    )
     pending: list[LogEntry] = []
     seen = 0
 
-    def flush() -> None:
+    def apply_pending(*, write: bool) -> None:
         if pending:
-            _apply_inputs(conn, pending, report, roles)
+            inputs.add(pending)
             pending.clear()
             if progress is not None:
                 progress(seen)
+        if write:
+            inputs.write()
 
-    for entry in entries:
-        seen += 1
-        report.last_seq = entry.seq
-        if entry.is_decision:
-            flush()
-            _apply_decision(conn, entry, report)
-        elif entry.partition is not None and (entry.type in _ROLE_OF_TYPE or entry.topic in roles):
-            pending.append(entry)
-            if len(pending) >= BATCH_SIZE:
-                flush()
-        else:
-            report.ignored += 1
-        if boundary is not None and boundary(entry):
-            flush()
-            if after_boundary is not None:
-                after_boundary(entry)
-    flush()
+    with collected_rarely():  # a run holds many objects (minruntime.ingest.memory)
+        for entry in entries:
+            seen += 1
+            report.last_seq = entry.seq
+            if entry.is_decision:
+                apply_pending(write=True)
+                _apply_decision(conn, into, entry, report)
+            elif entry.partition is not None and (
+                entry.type in _ROLE_OF_TYPE or entry.topic in roles
+            ):
+                pending.append(entry)
+                if len(pending) >= inputs.page:
+                    apply_pending(write=False)
+            else:
+                report.ignored += 1
+            if boundary is not None and boundary(entry):
+                apply_pending(write=True)
+                if after_boundary is not None:
+                    after_boundary(entry)
+        apply_pending(write=True)
     if progress is not None:
         progress(seen)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _apply_inputs(
+class _Inputs(Protocol):
+    """How a replay applies the input entries of the log (in pages of ``page`` entries)."""
+
+    @property
+    def page(self) -> int: ...
+
+    def add(self, entries: Sequence[LogEntry]) -> None:
+        """Apply ``entries`` (perhaps only in memory)."""
+
+    def write(self) -> None:
+        """Write everything applied so far to the shadow."""
+
+
+class _LoggedEvents:
+    """Input events of the event log, applied in long runs of in-memory projections."""
+
+    @property
+    def page(self) -> int:
+        return PAGE_SIZE
+
+    def __init__(self, conn: Connection, tables: StateTables, report: ReplayReport) -> None:
+        self._conn = conn
+        self._tables = tables
+        self._report = report
+        self._run: Projections | None = None
+
+    def add(self, entries: Sequence[LogEntry]) -> None:
+        decoded: list[tuple[LogEntry, Event]] = []
+        for entry in entries:
+            try:
+                decoded.append((entry, decode_event(entry.value)))
+            except EventRejected as error:
+                _reject(
+                    self._report, f"event at seq {entry.seq} ({entry.type}) is invalid: {error}"
+                )
+        run = self._run
+        if run is None:
+            run = self._run = Projections(self._conn, self._tables)
+        run.include(event for _, event in decoded)
+        for entry, event in decoded:
+            try:
+                run.apply(event)
+            except MinRuntimeError as error:
+                _reject(
+                    self._report,
+                    f"event at seq {entry.seq} ({entry.type}) was not applied on replay: "
+                    f"{error.kind}: {error}",
+                )
+                continue
+            self._report.events += 1
+        self._report.batches += 1
+        if run.podgroup_count >= RUN_PODGROUPS:
+            self.write()
+
+    def write(self) -> None:
+        if self._run is not None:
+            self._run.flush()
+            self._run = None
+
+
+class _KafkaRecords:
+    """Records read back from Kafka, applied as the processor applies a batch."""
+
+    @property
+    def page(self) -> int:
+        return BATCH_SIZE
+
+    def __init__(
+        self,
+        conn: Connection,
+        tables: StateTables,
+        report: ReplayReport,
+        roles: Mapping[str, str],
+    ) -> None:
+        self._conn = conn
+        self._tables = tables
+        self._report = report
+        self._roles = roles
+
+    def add(self, entries: Sequence[LogEntry]) -> None:
+        _apply_records(self._conn, self._tables, entries, self._report, self._roles)
+
+    def write(self) -> None:
+        return None  # every batch was written as it was applied
+
+
+def _reject(report: ReplayReport, line: str) -> None:
+    report.rejected_count += 1
+    if len(report.rejected) < SHOWN_REJECTIONS:
+        report.rejected.append(line)
+
+
+def _apply_records(
     conn: Connection,
+    tables: StateTables,
     entries: Sequence[LogEntry],
     report: ReplayReport,
     topic_roles: Mapping[str, str],
@@ -220,42 +331,42 @@ def _apply_inputs(
         )
         for entry in entries
     ]
-    # The role of each logged topic follows from the types it carried: a replay does not
-    # depend on today's topic configuration.
     roles = {
         entry.topic: topic_roles.get(entry.topic) or _ROLE_OF_TYPE[entry.type] for entry in entries
     }
     outcome = BatchOutcome()
     for lap in laps(records):
         # A later life of a topic (recreated, another cluster) numbers its records from 0 again.
-        rewind_to(conn, REPLAY_GROUP, lap)
-        outcome.add(apply_batch(conn, lap, consumer_group=REPLAY_GROUP, topic_roles=roles))
+        rewind_to(conn, tables, REPLAY_GROUP, lap)
+        outcome.add(
+            apply_batch(conn, lap, consumer_group=REPLAY_GROUP, topic_roles=roles, tables=tables)
+        )
     report.batches += 1
     report.events += outcome.applied
-    if topic_roles:
-        # A Kafka replay meets the records the processor rejected too: rejected again, as
-        # dead letters in the shadow, they are not a difference.
-        report.dead_lettered += outcome.dead_lettered
-        if outcome.records == outcome.applied + outcome.dead_lettered:
-            return
-    if outcome.records != outcome.applied:
-        report.rejected.append(
-            f"{outcome.records - outcome.applied} of the {len(records)} events up to "
+    # Records the processor rejected are rejected again, as dead letters in the shadow: they
+    # are not a difference.
+    report.dead_lettered += outcome.dead_lettered
+    if outcome.records != outcome.applied + outcome.dead_lettered:
+        _reject(
+            report,
+            f"{outcome.records - outcome.applied} of the {len(records)} records up to "
             f"seq {entries[-1].seq} were not applied on replay "
             f"(dead-lettered {outcome.dead_lettered}: {dict(outcome.dead_letter_kinds)}; "
-            f"duplicates {outcome.duplicate_ids}; old offsets {outcome.skipped_offsets})"
+            f"duplicates {outcome.duplicate_ids}; old offsets {outcome.skipped_offsets})",
         )
 
 
-def _apply_decision(conn: Connection, entry: LogEntry, report: ReplayReport) -> None:
+def _apply_decision(
+    conn: Connection, tables: StateTables, entry: LogEntry, report: ReplayReport
+) -> None:
     try:
         event: Event = decode_event(entry.value)
     except EventRejected as error:
-        report.rejected.append(f"decision at seq {entry.seq} ({entry.topic}) is invalid: {error}")
+        _reject(report, f"decision at seq {entry.seq} ({entry.topic}) is invalid: {error}")
         return
     # A decision seen twice (a relay re-published it after a crash) is applied once.
-    if apply_decisions(conn, [event]):
-        log_decisions(conn, [event], topic=entry.topic)
+    if apply_decisions(conn, [event], tables=tables):
+        log_decisions(conn, [event], topic=entry.topic, tables=tables)
         report.decisions += 1
 
 
@@ -266,6 +377,7 @@ def describe(report: ReplayReport) -> dict[str, Any]:
         "decisions": report.decisions,
         "ignored": report.ignored,
         "rejected": report.rejected,
+        "rejected_count": report.rejected_count,
         "dead_lettered": report.dead_lettered,
         "batches": report.batches,
         "seconds": round(report.seconds, 3),

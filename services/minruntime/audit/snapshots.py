@@ -9,21 +9,26 @@ largest ``seq`` it sees, and their whole effect, and nothing after.
 
 ``SnapshotChecker`` checks each stored snapshot while ``replay --verify`` replays the log: when
 the replay reaches a snapshot's position, the snapshot is restored beside the replay and
-compared table by table with the same checksums as the live state.
+compared table by table with the same checksums as the live state — the first one whole, each
+later one for what can have changed since the one before, so checking every snapshot of a long
+log costs about what the snapshots stored, not one whole state per snapshot.
 """
 
 from __future__ import annotations
 
+import hashlib
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Final
 
 from sqlalchemy import Connection, Engine
 
 from minruntime.audit.replay import LogEntry
-from minruntime.audit.shadow import PROJECTIONS, temporary_name
-from minruntime.audit.verify import TableCheck, compare_schemas
+from minruntime.audit.verify import SHOWN_ROWS, RowDifference, TableCheck, compare_schemas
 from minruntime.store import snapshots as stored
-from minruntime.store.schema import LIVE, state_tables
+from minruntime.store.schema import LIVE, StateTables
+from minruntime.store.shadows import PROJECTIONS, empty, scratch_state
 from minruntime.store.snapshots import LogPosition, Snapshot
 
 
@@ -93,21 +98,57 @@ def take(
         return Taken(snapshot, at, previous, reason)
 
 
-def check(conn: Connection, snapshot: Snapshot, replay_schema: str) -> list[TableCheck]:
-    """Compare ``snapshot`` with the state schema ``replay_schema`` (its "live" side)."""
-    name = temporary_name("minruntime_snapshot") + "_state"
-    conn.exec_driver_sql(f"CREATE SCHEMA {name}")
-    try:
-        tables = state_tables(name)
-        tables.metadata.create_all(
-            conn,
-            tables=[tables.metadata.tables[f"{name}.{table}"] for table in PROJECTIONS],
-            checkfirst=False,
-        )
-        stored.restore(conn, snapshot, tables)
-        return compare_schemas(conn, name, replay_schema)
-    finally:
-        conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
+# The tables a snapshot holds whole (the rest are the podgroups', as documents).
+WHOLE_TABLES: Final = [table for table in PROJECTIONS if table not in stored.PODGROUP_TABLES]
+ACTIVE_LIST: Final = "podgroups pending or running (the snapshot's list)"
+
+
+def check(
+    conn: Connection,
+    snapshot: Snapshot,
+    replay: StateTables,
+    scratch: StateTables,
+    previous: Snapshot | None = None,
+) -> list[TableCheck]:
+    """Compare ``snapshot`` with ``replay`` (the replay at its position), restoring it into the
+    (empty) ``scratch`` tables.
+
+    With ``previous`` (a snapshot already checked at an earlier position) only what can have
+    changed since is compared: the whole tables, and of the podgroup tables the rows of the
+    podgroups the log's entries in between name or that ``snapshot`` stores a document of;
+    every other podgroup's rows equal both the previous snapshot's and the replay's there.
+    Without it, everything. Either way the list of pending and running podgroups too (what
+    answers that restore only those read).
+    """
+    if previous is None:
+        stored.restore(conn, snapshot, scratch)
+        checks = compare_schemas(conn, scratch, replay)
+    else:
+        changed = stored.changed_since(conn, previous, snapshot)
+        stored.restore(conn, snapshot, scratch, changed, active=False)
+        checks = compare_schemas(conn, scratch, replay, WHOLE_TABLES)
+        checks += compare_schemas(conn, scratch, replay, stored.PODGROUP_TABLES, changed)
+    return [*checks, _active_list(conn, snapshot, replay)]
+
+
+def _active_list(conn: Connection, snapshot: Snapshot, replay: StateTables) -> TableCheck:
+    listed, active = stored.active_list(conn, snapshot), stored.active_uids(conn, replay)
+    digest = [hashlib.md5("\n".join(uids).encode()).hexdigest() for uids in (listed, active)]
+    only = sorted(set(listed) ^ set(active))
+    return TableCheck(
+        ACTIVE_LIST,
+        len(listed),
+        len(active),
+        digest[0],
+        digest[1],
+        [
+            RowDifference(
+                uid, "listed" if uid in listed else None, None if uid in listed else "listed"
+            )
+            for uid in only[:SHOWN_ROWS]
+        ],
+        len(only),
+    )
 
 
 @dataclass(frozen=True)
@@ -124,13 +165,24 @@ class SnapshotCheck:
         return self.problem is None and all(check.equal for check in self.tables)
 
 
-class SnapshotChecker:
-    """The replay's hooks (``boundary``/``after_boundary``): check each snapshot at its seq."""
+def _listed_on_one_side(uid: str, by_snapshot: bool) -> RowDifference:
+    return RowDifference(uid, "listed" if by_snapshot else None, None if by_snapshot else "listed")
 
-    def __init__(self, conn: Connection, replay_schema: str, snapshots: list[Snapshot]) -> None:
+
+class SnapshotChecker:
+    """The replay's hooks (``boundary``/``after_boundary``): check each snapshot at its seq.
+
+    The first snapshot is checked whole, each later one for what changed since the one before
+    (``check``); ``finish`` drops the scratch tables the snapshots were restored into.
+    """
+
+    def __init__(self, conn: Connection, replay: StateTables, snapshots: list[Snapshot]) -> None:
         self._conn = conn
-        self._schema = replay_schema
+        self._replay = replay
         self._pending = {snapshot.log_seq: snapshot for snapshot in snapshots}
+        self._previous: Snapshot | None = None
+        self._scratch: ExitStack | None = None
+        self._tables: StateTables | None = None
         self.results: list[SnapshotCheck] = []
 
     def wants(self, entry: LogEntry) -> bool:
@@ -138,10 +190,20 @@ class SnapshotChecker:
 
     def after(self, entry: LogEntry) -> None:
         snapshot = self._pending.pop(entry.seq)
-        self.results.append(SnapshotCheck(snapshot, check(self._conn, snapshot, self._schema)))
+        if self._tables is None:
+            self._scratch = ExitStack()
+            self._tables = self._scratch.enter_context(scratch_state(self._conn, PROJECTIONS))
+        else:
+            empty(self._conn, self._tables, PROJECTIONS)
+        checks = check(self._conn, snapshot, self._replay, self._tables, self._previous)
+        self.results.append(SnapshotCheck(snapshot, checks))
+        self._previous = snapshot
 
     def finish(self) -> list[SnapshotCheck]:
         """Every snapshot's check, oldest first; one the replay never reached is a problem."""
+        if self._scratch is not None:
+            self._scratch.close()
+            self._scratch = self._tables = None
         for snapshot in self._pending.values():
             problem = f"no event-log entry has its position (seq {snapshot.log_seq})"
             self.results.append(SnapshotCheck(snapshot, problem=problem))

@@ -27,7 +27,6 @@ from sqlalchemy import Connection, Engine
 
 from minruntime.audit.asof import snapshot
 from minruntime.audit.replay import LogEntry, read_log, replay
-from minruntime.audit.shadow import Shadow, create_shadow, temporary_name
 from minruntime.audit.timeline_model import (
     Change,
     Decision,
@@ -53,16 +52,16 @@ from minruntime.events import (
     decode_event,
 )
 from minruntime.ingest import outcome_of
+from minruntime.store.event_log import About
+from minruntime.store.shadows import Shadow, create_shadow, temporary_name
 
 # Events that change the queue tree or a node pool's configuration: they move windows.
 TREE_TYPES: Final = ROLE_TYPES["queues"]
 # Subjects of these are node names: never about a podgroup, whatever the name.
 _NODE_TYPES: Final = ROLE_TYPES["nodes"]
 
+
 # This podgroup's own events, and every change of the tree or a configuration.
-_ENTRIES: Final = "(subject = :uid AND type <> ALL(:other)) OR type = ANY(:tree)"
-
-
 class UnknownPodGroupError(UserError):
     """No event in the log is about this uid."""
 
@@ -80,15 +79,19 @@ def story_in(conn: Connection, uid: str) -> Story:
         raise UnknownPodGroupError(f"no podgroup with uid {uid!r} in the event log")
     shadow = create_shadow(conn, temporary_name("minruntime_audit"))
     teller = _Teller(conn, shadow, uid, times)
-    report = replay(conn, entries, boundary=teller.wants, after_boundary=teller.after)
+    report = replay(
+        conn, entries, into=shadow.tables, boundary=teller.wants, after_boundary=teller.after
+    )
     return teller.story(report.events + report.decisions)
 
 
 def _read_entries(
     conn: Connection, uid: str
 ) -> tuple[list[LogEntry], dict[int, tuple[datetime, datetime]]]:
-    params = {"uid": uid, "other": sorted(TREE_TYPES | _NODE_TYPES), "tree": sorted(TREE_TYPES)}
-    entries = list(read_log(conn, where=_ENTRIES, params=params))
+    about = About(
+        uid, other=tuple(sorted(TREE_TYPES | _NODE_TYPES)), shared=tuple(sorted(TREE_TYPES))
+    )
+    entries = list(read_log(conn, about=about))
     times = {
         entry.seq: (entry.event_time, entry.applied_at)
         for entry in entries

@@ -25,7 +25,6 @@ from sqlalchemy import Connection, Engine
 
 from minruntime.audit.asof import live_copy
 from minruntime.audit.protection import ProtectionRow, protection_rows, queue_exists
-from minruntime.audit.shadow import Shadow
 from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeConfig
 from minruntime.errors import UserError
 from minruntime.events import (
@@ -42,7 +41,8 @@ from minruntime.events import (
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.store.dead_letters import first_dead_letter
 from minruntime.store.event_log import logged_ids
-from minruntime.store.schema import LIVE, tables_of
+from minruntime.store.schema import LIVE, StateTables
+from minruntime.store.shadows import Shadow
 
 WHATIF_GROUP: Final = "minruntime-whatif"
 WHATIF_SOURCE: Final = "minruntime-whatif"
@@ -180,7 +180,7 @@ def whatif(
     with live_copy(engine) as (conn, shadow):
         before = _by_uid(conn, shadow, at, reclaimer_queue)
         known_before = reclaimer_queue is None or queue_exists(conn, shadow, reclaimer_queue)
-        applier = _Applier(conn)
+        applier = _Applier(conn, shadow.tables)
         fresh, notes = _not_yet_applied(conn, change.events)
         applier.apply(fresh)
         edited, edit_notes = _edit_events(conn, shadow, change, at)
@@ -206,10 +206,11 @@ def _by_uid(
 class _Applier:
     """Feeds events to ``apply_batch`` on the copy as the queues topic would, in order."""
 
-    def __init__(self, conn: Connection) -> None:
-        if tables_of(conn).is_live:
+    def __init__(self, conn: Connection, tables: StateTables) -> None:
+        if tables.is_live:
             raise RuntimeError("whatif applies events to a shadow schema, never the live state")
         self.conn = conn
+        self.tables = tables
         self.applied: list[ChangeEvent] = []
         self.notes: list[str] = []
         self.next_offset = 0
@@ -230,10 +231,14 @@ class _Applier:
         ]
         self.next_offset += len(records)
         outcome = apply_batch(
-            self.conn, records, consumer_group=WHATIF_GROUP, topic_roles={QUEUES_TOPIC: "queues"}
+            self.conn,
+            records,
+            consumer_group=WHATIF_GROUP,
+            topic_roles={QUEUES_TOPIC: "queues"},
+            tables=self.tables,
         )
         if outcome.dead_lettered:
-            letter = first_dead_letter(self.conn, tables_of(self.conn), QUEUES_TOPIC, first)
+            letter = first_dead_letter(self.conn, self.tables, QUEUES_TOPIC, first)
             assert letter is not None  # dead-lettered in this transaction
             offset, kind, message = letter
             raise WhatIfError(

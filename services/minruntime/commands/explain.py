@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from minruntime.audit.explanation import Elasticity, Explanation, RulePath, Verdict
     from minruntime.audit.protection import ProtectionRow, ProtectionTable
-    from minruntime.audit.shadow import Shadow
+    from minruntime.store.shadows import Shadow
 
 ReclaimerQueue = Annotated[
     str | None,

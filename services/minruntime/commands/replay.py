@@ -73,9 +73,9 @@ def replay_command(
     """Rebuild every projection from the event log into a separate schema; --verify it."""
     from minruntime.audit.asof import snapshot
     from minruntime.audit.replay import count_log, describe, read_log, replay
-    from minruntime.audit.shadow import create_shadow, drop_shadow, temporary_name
     from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
     from minruntime.audit.verify import compare
+    from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 
     if drop is not None:
         with engine().begin() as conn:
@@ -95,12 +95,13 @@ def replay_command(
             source, total = read_log(conn, until=at), count_log(conn, at)
         # --verify checks every stored projection snapshot when the replay reaches its seq.
         checker = SnapshotChecker(
-            conn, shadow.state_schema, snapshots_in(conn) if verify and not from_kafka else []
+            conn, shadow.tables, snapshots_in(conn) if verify and not from_kafka else []
         )
         with _ProgressBar(total, quiet=as_json) as progress:
             report = replay(
                 conn,
                 source,
+                into=shadow.tables,
                 progress=progress,
                 input_topics=_input_topics() if from_kafka else None,
                 boundary=checker.wants,
@@ -206,6 +207,8 @@ def _print_report(report: ReplayReport, into: str | None, checks: list[TableChec
     )
     for problem in report.rejected:
         _out.print(f"[red]not applied on replay:[/] {problem}")
+    if report.rejected_count > len(report.rejected):
+        _out.print(f"[red]and {report.rejected_count - len(report.rejected)} more not applied[/]")
     if into is not None:
         _out.print(
             f"kept as schema {into} (views and functions) and {into}_state (tables): "

@@ -37,7 +37,9 @@ def parse_rfc3339(text: str) -> datetime:
         moment = datetime.fromisoformat(text)
     except ValueError:
         moment = _from_fields(match, text)
-    require_in_range(moment, text)
+    # An offset is less than a day, so only the first and the last year can leave the range.
+    if not 1 < moment.year < 9999:
+        require_in_range(moment, text)
     return moment
 
 

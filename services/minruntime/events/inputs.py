@@ -38,21 +38,14 @@ from minruntime.events.types import (
 _DEFAULT_MIN_AVAILABLE = SubGroup().min_available
 
 
-def _duplicates(names: Iterable[str]) -> list[str]:
-    listed = list(names)
-    if len(set(listed)) == len(listed):  # the common case, without building a Counter
-        return []
-    return sorted(name for name, count in Counter(listed).items() if count > 1)
-
-
-def _reject_duplicates(what: str, names: Iterable[str]) -> None:
-    duplicates = _duplicates(names)
-    if duplicates:
-        raise PydanticCustomError(
-            "duplicate_names",
-            "duplicate {what} name(s): {names}",
-            {"what": what, "names": ", ".join(duplicates)},
-        )
+def _duplicate_names(what: str, names: Iterable[str]) -> PydanticCustomError:
+    """The error for ``names`` that are not all different (only built when they are not)."""
+    duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
+    return PydanticCustomError(
+        "duplicate_names",
+        "duplicate {what} name(s): {names}",
+        {"what": what, "names": ", ".join(duplicates)},
+    )
 
 
 class QueueUpsertedData(EventData):
@@ -193,11 +186,16 @@ class PodGroupSubmittedData(EventData):
 
     @model_validator(mode="after")
     def _pods_match_subgroups(self) -> PodGroupSubmittedData:
-        _reject_duplicates("subgroup", (subgroup.name for subgroup in self.sub_groups))
-        _reject_duplicates("pod", (pod.name for pod in self.pods))
-        declared = {subgroup.name for subgroup in self.sub_groups}
-        undeclared = sorted({pod.sub_group for pod in self.pods} - declared)
-        if undeclared:
+        # On every submission: one set per name list, compared by size; lists only on error.
+        sub_groups, pods = self.sub_groups, self.pods
+        declared = {subgroup.name for subgroup in sub_groups}
+        if len(declared) != len(sub_groups):
+            raise _duplicate_names("subgroup", (subgroup.name for subgroup in sub_groups))
+        if len({pod.name for pod in pods}) != len(pods):
+            raise _duplicate_names("pod", (pod.name for pod in pods))
+        used = {pod.sub_group for pod in pods}
+        if not used <= declared:
+            undeclared = sorted(used - declared)
             raise PydanticCustomError(
                 "undeclared_subgroup",
                 "pods name undeclared subgroup(s) {undeclared}; subGroups declares {declared}",
@@ -229,7 +227,8 @@ class PodGroupAllocatedData(EventData):
 
     @model_validator(mode="after")
     def _unique_pods(self) -> PodGroupAllocatedData:
-        _reject_duplicates("pod", (pod.name for pod in self.pods))
+        if len({pod.name for pod in self.pods}) != len(self.pods):
+            raise _duplicate_names("pod", (pod.name for pod in self.pods))
         return self
 
 
@@ -245,7 +244,9 @@ class PodGroupReleasedData(EventData):
 
     @model_validator(mode="after")
     def _unique_pods(self) -> PodGroupReleasedData:
-        _reject_duplicates("pod", self.pods or ())
+        # Absent (None): every pod, nothing to compare.
+        if self.pods is not None and len(set(self.pods)) != len(self.pods):
+            raise _duplicate_names("pod", self.pods)
         return self
 
 

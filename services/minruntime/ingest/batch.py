@@ -24,33 +24,20 @@ from minruntime.events import (
     DEAD_LETTER_TOPIC,
     ROLE_TYPES,
     TOPIC_TYPES,
-    ConfigUpdatedData,
     Event,
     EventRejected,
     EventType,
-    NodeDeletedData,
-    NodeUpsertedData,
-    PodGroupAllocatedData,
-    PodGroupAnnotatedData,
-    PodGroupDeletedData,
-    PodGroupReleasedData,
-    PodGroupSubmittedData,
-    QueueDeletedData,
-    QueueUpsertedData,
-    RequeueNominatedData,
     dead_letter_key,
     dead_letter_record,
     decode_event,
 )
-from minruntime.ingest.podgroups import PodGroupProjection, podgroup_change
-from minruntime.ingest.queues import QueueProjection
+from minruntime.ingest.projection import Projections
 from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
 from minruntime.store import event_log
 from minruntime.store.dead_letters import record_dead_letters
-from minruntime.store.node_pools import upsert_configs, write_nodes
 from minruntime.store.offsets import lock_offsets, store_offsets
 from minruntime.store.outbox import OutboxMessage, enqueue
-from minruntime.store.schema import StateTables, tables_of
+from minruntime.store.schema import LIVE, StateTables
 
 # Stable outbox ids: the same record dead-lettered twice (a retried batch) is one message.
 _DEAD_LETTER_NAMESPACE: Final = uuid.UUID("6d1f3c2e-5b8a-4c3e-9f41-0a7d2b9e8c15")
@@ -59,15 +46,6 @@ UNSTORABLE_TEXT: Final = "unstorable_text"
 # is not what its producer meant, and dropping it silently would hide that.
 CONFLICTING_DUPLICATE: Final = "conflicting_duplicate"
 _UNSTORABLE_CHARS: Final = re.compile("[\x00\ud800-\udfff]")
-
-_PODGROUP_TYPES: Final = (
-    PodGroupSubmittedData,
-    PodGroupAllocatedData,
-    PodGroupReleasedData,
-    PodGroupAnnotatedData,
-    PodGroupDeletedData,
-    RequeueNominatedData,
-)
 
 NOMINATIONS_CHANNEL: Final = "minruntime_nominations"
 _NOTIFY_NOMINATED = sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}")
@@ -129,7 +107,9 @@ class _Batch:
             except EventRejected as rejected:
                 self.dead_letter(record, rejected.kind, rejected.message)
                 continue
-            if record.value is not None and b"\\u" in record.value and _unstorable(record.value):
+            # One-byte search first: most events hold no escape at all.
+            value = record.value
+            if value is not None and b"\\" in value and b"\\u" in value and _unstorable(value):
                 self.dead_letter(
                     record,
                     UNSTORABLE_TEXT,
@@ -252,6 +232,7 @@ def apply_batch(
     topic_roles: Mapping[str, str] | None = None,
     dead_letter_topic: str = DEAD_LETTER_TOPIC,
     topic_lives: Mapping[str, TopicLife] | None = None,
+    tables: StateTables = LIVE,
 ) -> BatchOutcome:
     """Apply one Kafka batch inside the caller's transaction and store the next offsets.
 
@@ -261,8 +242,8 @@ def apply_batch(
     are written to the outbox for ``dead_letter_topic``. ``topic_lives`` (topic -> what Kafka
     holds now) ties the stored offsets to each topic's life: a batch of a topic whose offsets
     came from another life raises TopicLifeChangedError and stores nothing (None: no check).
+    ``tables``: the state tables to apply to (a shadow's for replays and what-ifs).
     """
-    tables = tables_of(conn)
     batch = _Batch(
         conn, tables, consumer_group, topic_types_for(topic_roles), dead_letter_topic, topic_lives
     )
@@ -270,22 +251,8 @@ def apply_batch(
     seen = batch.unseen(decoded)
     conflicts = batch.conflicts(decoded, seen)
     applied_here: dict[tuple[str, str], InboundRecord] = {}
-    queues = (
-        QueueProjection(conn)
-        if any(isinstance(e.data, QueueUpsertedData | QueueDeletedData) for _, e in decoded)
-        else None
-    )
-    podgroups = PodGroupProjection(
-        conn,
-        tables,
-        (
-            str(getattr(event.data, "uid", ""))
-            for _, event in decoded
-            if isinstance(event.data, _PODGROUP_TYPES)
-        ),
-    )
-    configs: dict[str, dict[str, Any]] = {}
-    nodes: dict[str, dict[str, Any] | None] = {}
+    projections = Projections(conn, tables)
+    projections.include(event for _, event in decoded)
     for index, (record, event) in enumerate(decoded):
         key = (event.source, event.id)
         if key in seen:
@@ -297,65 +264,19 @@ def apply_batch(
                 batch.dead_letter(record, CONFLICTING_DUPLICATE, _conflict(event, where), event)
             continue
         try:
-            _apply(event, queues, podgroups, configs, nodes)
+            projections.apply(event)
         except MinRuntimeError as error:
             batch.dead_letter(record, error.kind, str(error), event)
             continue
         seen.add(key)
         applied_here[key] = record
         batch.log(record, event)
-    if queues is not None:
-        queues.flush()
-    podgroups.flush()
-    upsert_configs(conn, tables, list(configs.values()))
-    write_nodes(conn, tables, nodes)
+    projections.flush()
     batch.write_logs()
     if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)] and tables.is_live:
         # Delivered at commit: a requeue worker waiting on this channel runs a cycle now.
         conn.execute(_NOTIFY_NOMINATED)
     return batch.outcome
-
-
-def _apply(
-    event: Event,
-    queues: QueueProjection | None,
-    podgroups: PodGroupProjection,
-    configs: dict[str, dict[str, Any]],
-    nodes: dict[str, dict[str, Any] | None],
-) -> None:
-    """Apply one event in memory; the core's errors propagate (the caller dead-letters)."""
-    data = event.data
-    if isinstance(data, QueueUpsertedData):
-        assert queues is not None
-        queues.upsert(data.to_queue())
-    elif isinstance(data, QueueDeletedData):
-        assert queues is not None
-        queues.delete(data.name)
-    elif isinstance(data, ConfigUpdatedData):
-        config = data.to_config()
-        configs[data.node_pool] = {
-            "node_pool": data.node_pool,
-            "preempt": config.default_preempt_min_runtime,
-            "reclaim": config.default_reclaim_min_runtime,
-            "method": str(config.reclaim_resolve_method),
-            "delay": config.default_requeue_delay,
-        }
-    elif isinstance(data, NodeUpsertedData):
-        nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}
-    elif isinstance(data, NodeDeletedData):
-        nodes[data.name] = None
-    else:
-        _apply_podgroup(event, podgroups)
-
-
-def _apply_podgroup(event: Event, podgroups: PodGroupProjection) -> None:
-    data = event.data
-    if isinstance(data, RequeueNominatedData):
-        podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
-    elif isinstance(data, _PODGROUP_TYPES):
-        podgroups.apply(data.uid, podgroup_change(data, event.time))
-    else:  # pragma: no cover - decode_event only returns input types on input topics
-        raise MinRuntimeError(f"{event.type} events are not applied by the processor")
 
 
 def dead_letter_alone(
@@ -368,6 +289,7 @@ def dead_letter_alone(
     topic_roles: Mapping[str, str] | None = None,
     dead_letter_topic: str = DEAD_LETTER_TOPIC,
     topic_lives: Mapping[str, TopicLife] | None = None,
+    tables: StateTables = LIVE,
 ) -> BatchOutcome:
     """Dead-letter one record that cannot be applied, with its offset, in the caller's transaction.
 
@@ -376,7 +298,7 @@ def dead_letter_alone(
     """
     batch = _Batch(
         conn,
-        tables_of(conn),
+        tables,
         consumer_group,
         topic_types_for(topic_roles),
         dead_letter_topic,

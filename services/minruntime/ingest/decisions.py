@@ -38,7 +38,7 @@ from minruntime.events import (
 from minruntime.store import decisions as stored
 from minruntime.store import event_log
 from minruntime.store.outbox import OutboxMessage, enqueue
-from minruntime.store.schema import tables_of
+from minruntime.store.schema import LIVE, StateTables
 
 DecisionData = RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData
 
@@ -64,11 +64,12 @@ def outcome_of(event: Event) -> str:
     return _OUTCOMES[type(decision_data(event))]
 
 
-def apply_decisions(conn: Connection, events: Sequence[Event]) -> int:
+def apply_decisions(
+    conn: Connection, events: Sequence[Event], *, tables: StateTables = LIVE
+) -> int:
     """Apply decision events inside the caller's transaction; return how many were new."""
     if not events:
         return 0
-    tables = tables_of(conn)
     seen = stored.recorded_decision_ids(conn, tables, (event.id for event in events))
     fresh = [event for event in events if event.id not in seen]
     if not fresh:
@@ -117,7 +118,7 @@ def record_decisions(conn: Connection, events: Sequence[Event], *, topic: str) -
     encoded = log_decisions(conn, events, topic=topic)
     enqueue(
         conn,
-        tables_of(conn),
+        LIVE,
         [
             OutboxMessage(
                 id=event.id,
@@ -133,7 +134,7 @@ def record_decisions(conn: Connection, events: Sequence[Event], *, topic: str) -
 
 
 def log_decisions(
-    conn: Connection, events: Sequence[Event], *, topic: str
+    conn: Connection, events: Sequence[Event], *, topic: str, tables: StateTables = LIVE
 ) -> list[tuple[Event, bytes]]:
     """Append decision events to the event log (no Kafka position: the service made them).
 
@@ -142,7 +143,7 @@ def log_decisions(
     encoded = [(event, encode_event(event)) for event in events]
     event_log.append(
         conn,
-        tables_of(conn),
+        tables,
         [
             {
                 "topic": topic,

@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from minruntime.ingest.records import InboundRecord
 from minruntime.store import offsets as stored
-from minruntime.store.schema import tables_of
+from minruntime.store.schema import StateTables
 
 
 def laps(records: Sequence[InboundRecord]) -> list[list[InboundRecord]]:
@@ -32,7 +32,9 @@ def laps(records: Sequence[InboundRecord]) -> list[list[InboundRecord]]:
     return [lap for lap in cut if lap]
 
 
-def rewind_to(conn: Connection, group: str, records: Sequence[InboundRecord]) -> None:
+def rewind_to(
+    conn: Connection, tables: StateTables, group: str, records: Sequence[InboundRecord]
+) -> None:
     """Lower the stored next offsets to the first offset of each partition in ``records``.
 
     Only for replays (see ``laps``): a record is then never a redelivery, so a record below
@@ -41,4 +43,4 @@ def rewind_to(conn: Connection, group: str, records: Sequence[InboundRecord]) ->
     firsts: dict[tuple[str, int], int] = {}
     for record in records:
         firsts.setdefault((record.topic, record.partition), record.offset)
-    stored.rewind_to(conn, tables_of(conn), group, firsts)
+    stored.rewind_to(conn, tables, group, firsts)

@@ -66,21 +66,40 @@ def podgroup_change(data: EventData, at: datetime) -> PodGroupChange:
 
 
 class PodGroupProjection:
-    """The podgroups a batch touches: loaded in three queries, folded, written in a handful."""
+    """The podgroups a run of events touches: loaded as asked for, folded, written by flush."""
 
     def __init__(self, conn: Connection, tables: StateTables, uids: Iterable[str]) -> None:
         self._conn = conn
         self._tables = tables
-        self._stored = load_podgroups(conn, tables, uids)
+        # The stored state of every uid asked for so far (unknown uids are absent).
+        self._stored: dict[str, PodGroupState] = {}
+        self._pending: set[str] = set()
+        self._asked: set[str] = set()
         # Every podgroup the batch touched, as folded so far (written even if unchanged).
         self._states: dict[str, PodGroupState] = {}
         self._nominations: dict[tuple[str, str], dict[str, Any]] = {}
+        self.include(uids)
+
+    @property
+    def size(self) -> int:
+        """How many podgroups were loaded (asked for) or touched so far."""
+        return len(self._asked) + sum(uid not in self._asked for uid in self._states)
+
+    def include(self, uids: Iterable[str]) -> None:
+        """Load the stored state of the ``uids`` not asked for yet (one round of queries)."""
+        wanted = set(uids) - self._asked
+        if not wanted:
+            return
+        self._asked |= wanted
+        stored = load_podgroups(self._conn, self._tables, wanted)
+        self._stored.update(stored.states)
+        self._pending |= stored.pending
 
     def state(self, uid: str) -> PodGroupState:
         """The podgroup as folded so far; a placeholder when it is not known yet."""
         state = self._states.get(uid)
         if state is None:
-            state = self._stored.states.get(uid)
+            state = self._stored.get(uid)
             if state is None:
                 state = PodGroupState(uid)
             self._states[uid] = state
@@ -104,7 +123,7 @@ class PodGroupProjection:
         """Write every touched podgroup, its pods and subgroups when they changed."""
         if not self._states:
             return
-        stored = self._stored.states
+        stored = self._stored
         changed = list(self._states.values())
         pods_changed, subgroups_changed = [], []
         for state in changed:
@@ -118,7 +137,7 @@ class PodGroupProjection:
                 pods_changed.append(state)
             if state.spec is not (None if before is None else before.spec):
                 subgroups_changed.append(state)
-        pending = self._stored.pending
+        pending = self._pending
         left_pending = [
             state.uid for state in changed if state.uid in pending and state.status != "pending"
         ]

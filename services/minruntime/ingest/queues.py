@@ -10,15 +10,15 @@ from sqlalchemy import Connection
 
 from minruntime.core import MinRuntimeConfig, Queue, QueueTree, Resolver
 from minruntime.store.queues import QueueRow, stored_tree, write_tree
-from minruntime.store.schema import tables_of
+from minruntime.store.schema import StateTables
 
 
 class QueueProjection:
     """The queue tree of one batch: loaded once, changed in memory, written once."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, tables: StateTables) -> None:
         self._conn = conn
-        self._tables = tables_of(conn)
+        self._tables = tables
         self._base = stored_tree(conn, self._tables, lock=True)
         self.tree = self._base.tree
 

@@ -1,4 +1,5 @@
-"""The event log: its one writer (``append``) and the de-duplication reads of a batch.
+"""The event log: its one writer (``append``), the de-duplication reads of a batch, and the
+reads of replays (``read_page``, ``count``: always the live log, the one source of truth).
 
 Every applied event is appended once: input events with their Kafka position, the decisions
 the service made itself without one (logged in the transaction that makes them). Its
@@ -8,6 +9,7 @@ the service made itself without one (logged in the transaction that makes them).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -101,3 +103,57 @@ def subjects(conn: Connection, tables: StateTables, after: int, until: datetime 
     """The subjects of the entries after seq ``after`` applied by ``until`` (None: all)."""
     rows = conn.execute(tables.text(_SUBJECTS), {"after": after, "until": until})
     return {str(subject) for subject in rows.scalars()}
+
+
+_READ: Final = (
+    'SELECT seq, topic, partition, "offset", type, subject, event_time, applied_at,'
+    # jsonb's own text: the event as logged, without a parse and a dump in Python.
+    " payload::text FROM minruntime_state.event_log"
+    " WHERE seq > %(after)s AND (CAST(%(until)s AS timestamptz) IS NULL OR applied_at <= %(until)s)"
+    " {only} ORDER BY seq LIMIT %(limit)s"
+)
+_READ_ALL: Final = _READ.format(only="")
+_READ_ABOUT: Final = _READ.format(
+    only="AND ((subject = %(subject)s AND type <> ALL(%(other)s)) OR type = ANY(%(shared)s))"
+)
+_COUNT: Final = (
+    "SELECT count(*) FROM minruntime_state.event_log WHERE seq > :after"
+    " AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until)"
+)
+
+# (seq, topic, partition, offset, type, subject, event_time, applied_at, payload text)
+LoggedRow = tuple[int, str, int | None, int | None, str, str | None, datetime | None, datetime, str]
+
+
+@dataclass(frozen=True)
+class About:
+    """The entries about one subject (except ``other`` types), and every entry of ``shared``
+    types (events that concern every subject, such as the queue tree's)."""
+
+    subject: str
+    other: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
+
+
+def read_page(
+    conn: Connection,
+    tables: StateTables,
+    *,
+    after: int,
+    until: datetime | None,
+    limit: int,
+    about: About | None = None,
+) -> list[LoggedRow]:
+    """Up to ``limit`` entries after seq ``after`` applied by ``until`` (None: all), in order,
+    as plain tuples, in the caller's transaction."""
+    params: dict[str, Any] = {"after": after, "until": until, "limit": limit}
+    if about is not None:
+        params.update(subject=about.subject, other=list(about.other), shared=list(about.shared))
+    result = conn.exec_driver_sql(tables.sql(_READ_ALL if about is None else _READ_ABOUT), params)
+    rows: list[LoggedRow] = list(result)
+    return rows
+
+
+def count(conn: Connection, tables: StateTables, *, after: int, until: datetime | None) -> int:
+    """How many entries after seq ``after`` were applied by ``until`` (None: all)."""
+    return int(conn.execute(tables.text(_COUNT), {"after": after, "until": until}).scalar_one())

@@ -4,10 +4,6 @@ Built once per schema (``state_tables``): every ``Table`` of ``store.tables`` is
 ``MetaData`` of that schema, and every hand-written statement of ``store/`` is bound to it the
 first time it is used (``text``/``sql``) and kept. A store function takes the ``StateTables``
 it works on, so one call never reads one schema and writes another.
-
-``tables_of(conn)`` bridges from code that still marks its connection with
-``store.state_schema.use_state_schema`` (the replay and as-of shadows): it returns the bound
-tables of the marked schema, the live ones for an unmarked connection.
 """
 
 from __future__ import annotations
@@ -15,9 +11,8 @@ from __future__ import annotations
 from typing import Final
 
 import sqlalchemy as sa
-from sqlalchemy import Connection
 
-from minruntime.store.state_schema import check_schema_name, state_schema
+from minruntime.store.state_schema import check_schema_name
 from minruntime.store.tables import NAMING_CONVENTION, STATE_SCHEMA, metadata
 
 _PREFIX: Final = f"{STATE_SCHEMA}."
@@ -85,8 +80,3 @@ def state_tables(schema: str = STATE_SCHEMA) -> StateTables:
 
 
 LIVE: Final = state_tables()
-
-
-def tables_of(conn: Connection) -> StateTables:
-    """The tables of the schema ``conn`` was marked for (``use_state_schema``), else the live."""
-    return state_tables(state_schema(conn))

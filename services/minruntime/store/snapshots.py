@@ -9,7 +9,7 @@ whose rows changed since its newest document. The state at a snapshot is its tab
 each podgroup, its newest document at or before the snapshot's ``seq``. Restoring is the
 reverse ``COPY ... FROM STDIN`` into a shadow's empty tables.
 
-Which tables, and their keys, are the caller's (``minruntime.audit.shadow.PROJECTIONS``).
+Which tables, and their keys, are the caller's (``minruntime.store.shadows.PROJECTIONS``).
 Consistency is the caller's too: ``write`` copies what ``conn``'s transaction sees; see
 ``SNAPSHOT_LOCK_KEY`` for how a taker makes that exactly the state up to one ``seq``.
 """
@@ -64,6 +64,12 @@ _CANDIDATES: Final = (
     "SELECT subject FROM minruntime_state.event_log WHERE seq > %(after)s AND subject IS NOT NULL"
 )
 _ACTIVE_LIST: Final = "SELECT podgroups FROM minruntime_state.projection_snapshots WHERE id = %s"
+_CHANGED_SINCE: Final = (
+    "SELECT subject FROM minruntime_state.event_log"
+    " WHERE seq > %(after)s AND seq <= %(upto)s AND subject IS NOT NULL"
+    " UNION SELECT uid FROM minruntime_state.projection_snapshot_podgroups"
+    " WHERE snapshot_id = %(snapshot)s"
+)
 # One backward index probe per uid: the newest document at or before the position.
 _NEWEST_DOCUMENTS: Final = (
     "SELECT u.uid, d.document FROM unnest(CAST(%(uids)s AS text[])) AS u(uid)"
@@ -290,12 +296,15 @@ def restore(
     snapshot: Snapshot,
     target: StateTables,
     podgroups: Iterable[str] | None = None,
+    *,
+    active: bool = True,
 ) -> dict[str, int]:
     """Fill ``target``'s (empty) tables with ``snapshot``; table -> rows restored.
 
     ``podgroups`` None: the whole state. Else the podgroups that were pending or running at
-    the snapshot and the ones named there, no other: enough for answers about running
-    podgroups and the named ones, after a replay of the entries whose subjects were named too.
+    the snapshot (unless ``active`` is false) and the ones named there, no other: enough for
+    answers about running podgroups and the named ones, after a replay of the entries whose
+    subjects were named too.
     """
     if target.is_live:
         raise RuntimeError("a snapshot is restored into a shadow, never into the live state")
@@ -313,9 +322,8 @@ def restore(
                 LIVE.sql(_ALL_DOCUMENTS), {"seq": snapshot.log_seq}, binary=True
             )
         else:
-            (listed,) = cursor.execute(LIVE.sql(_ACTIVE_LIST), (snapshot.id,)).fetchone() or (None,)
-            active = json.loads(zlib.decompress(listed)) if listed is not None else []
-            wanted = sorted({*active, *podgroups})
+            listed = active_list(conn, snapshot) if active else []
+            wanted = sorted({*listed, *podgroups})
             documents = cursor.execute(
                 LIVE.sql(_NEWEST_DOCUMENTS), {"uids": wanted, "seq": snapshot.log_seq}, binary=True
             )
@@ -337,6 +345,28 @@ def restore(
         conn.exec_driver_sql(f"ANALYZE {target.schema}.{table}")
     conn.exec_driver_sql("RESET default_statistics_target")
     return restored
+
+
+def active_list(conn: Connection, snapshot: Snapshot) -> list[str]:
+    """The podgroups ``snapshot`` lists as pending or running then."""
+    listed = conn.exec_driver_sql(LIVE.sql(_ACTIVE_LIST), (snapshot.id,)).scalar_one_or_none()
+    return list(json.loads(zlib.decompress(listed))) if listed is not None else []
+
+
+def active_uids(conn: Connection, tables: StateTables) -> list[str]:
+    """The podgroups pending or running in ``tables`` (what a snapshot lists), in order."""
+    return [str(uid) for uid in conn.exec_driver_sql(tables.sql(_ACTIVE_UIDS)).scalars()]
+
+
+def changed_since(conn: Connection, previous: Snapshot, snapshot: Snapshot) -> list[str]:
+    """The podgroups whose rows can differ between two snapshots' positions: the subjects of
+    the log's entries in between (every podgroup entry names its podgroup) and the podgroups
+    ``snapshot`` stores a document of."""
+    found = conn.exec_driver_sql(
+        LIVE.sql(_CHANGED_SINCE),
+        {"after": previous.log_seq, "upto": snapshot.log_seq, "snapshot": snapshot.id},
+    ).scalars()
+    return sorted(str(uid) for uid in found)
 
 
 def _copy_in(

@@ -9,22 +9,24 @@ A shadow named ``S`` is two schemas, like the live pair ``minruntime`` / ``minru
   ``S.reclaim_protection('q', T)``, ``S.is_protected(...)``, ``S.min_runtime_for(...)``).
 
 Replays, as-of answers and what-ifs fill a shadow with the projection code of
-``minruntime.ingest`` (see ``minruntime.store.state_schema``). A shadow made inside a
-transaction that is rolled back leaves nothing behind; ``--into S`` commits it.
+``minruntime.ingest``, handing it the shadow's bound tables (``Shadow.tables``). A shadow made
+inside a transaction that is rolled back leaves nothing behind; ``--into S`` commits it.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from minruntime.store.schema import state_tables
+from minruntime.store.schema import StateTables, state_tables
 from minruntime.store.snapshots import continue_numbering
-from minruntime.store.state_schema import check_schema_name, use_state_schema
+from minruntime.store.state_schema import check_schema_name
 from minruntime.store.tables import READ_SCHEMA, SNAPSHOT_TABLES, STATE_SCHEMA, metadata
 
 READER: Final = "minruntime_reader"
@@ -78,6 +80,11 @@ class Shadow:
     def state_schema(self) -> str:
         return f"{self.name}{STATE_SUFFIX}"
 
+    @property
+    def tables(self) -> StateTables:
+        """Its state tables, bound (what the projection code is handed to fill the shadow)."""
+        return state_tables(self.state_schema)
+
 
 LIVE: Final = Shadow(READ_SCHEMA)
 """The live schemas (``minruntime`` / ``minruntime_state``), for code that reads either."""
@@ -91,7 +98,6 @@ def temporary_name(prefix: str = "minruntime_asof") -> str:
 def create_shadow(conn: Connection, name: str) -> Shadow:
     """Create shadow ``name`` (empty state tables + read surface) in ``conn``'s transaction.
 
-    ``conn`` is left pointing its projection code at the shadow's state tables.
     ValueError (one line) when the name is not allowed or already exists.
     """
     shadow = Shadow(check_schema_name(name))
@@ -108,10 +114,37 @@ def create_shadow(conn: Connection, name: str) -> Shadow:
         )
     conn.execute(sa.text(f"CREATE SCHEMA {shadow.state_schema}"))
     conn.execute(sa.text(f"CREATE SCHEMA {shadow.read_schema}"))
-    use_state_schema(conn, shadow.state_schema)
-    metadata.create_all(conn, tables=SHADOW_TABLES, checkfirst=False)
+    bound = shadow.tables.metadata.tables
+    shadow.tables.metadata.create_all(
+        conn,
+        tables=[bound[f"{shadow.state_schema}.{table.name}"] for table in SHADOW_TABLES],
+        checkfirst=False,
+    )
     _copy_read_surface(conn, shadow)
     return shadow
+
+
+@contextmanager
+def scratch_state(conn: Connection, tables: Iterable[str]) -> Iterator[StateTables]:
+    """A temporary state schema with (empty) ``tables`` in ``conn``'s transaction, dropped
+    at the end (to restore a snapshot into, beside a replay)."""
+    name = temporary_name("minruntime_scratch") + STATE_SUFFIX
+    conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+    try:
+        bound = state_tables(name)
+        bound.metadata.create_all(
+            conn, tables=[bound.metadata.tables[f"{name}.{table}"] for table in tables]
+        )
+        yield bound
+    finally:
+        conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
+
+
+def empty(conn: Connection, tables: StateTables, names: Iterable[str]) -> None:
+    """Remove every row of the tables ``names`` of a shadow or scratch schema."""
+    if tables.is_live:
+        raise RuntimeError("the live state is never emptied")
+    conn.exec_driver_sql(f"TRUNCATE {', '.join(f'{tables.schema}.{name}' for name in names)}")
 
 
 def drop_shadow(conn: Connection, name: str) -> bool:

@@ -1,0 +1,117 @@
+"""The projections of a run of decoded events, in memory between loading and writing.
+
+``Projections`` is what ``apply_batch`` and a replay share: the queue tree, the podgroups,
+the node-pool configs and the nodes that a run of events touches. ``include`` loads what the
+next events will need (the podgroups they name that were not loaded yet, the queue tree once
+a queue event comes), ``apply`` applies one event in memory (the core's errors propagate and
+change nothing), ``flush`` writes what changed.
+
+A Kafka batch is one run (``apply_batch``: load, apply, flush, inside its transaction). A
+replay of the event log makes runs as long as it likes: it includes each page of the log as it
+reads it and flushes only when a run holds many podgroups, before a decision (which the
+requeue worker's code applies to the stored rows) and at a boundary its caller wants to look
+at, so each podgroup is loaded and written about once per run instead of once per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from sqlalchemy import Connection
+
+from minruntime.core import MinRuntimeError
+from minruntime.events import (
+    ConfigUpdatedData,
+    Event,
+    NodeDeletedData,
+    NodeUpsertedData,
+    PodGroupAllocatedData,
+    PodGroupAnnotatedData,
+    PodGroupDeletedData,
+    PodGroupReleasedData,
+    PodGroupSubmittedData,
+    QueueDeletedData,
+    QueueUpsertedData,
+    RequeueNominatedData,
+)
+from minruntime.ingest.podgroups import PodGroupProjection, podgroup_change
+from minruntime.ingest.queues import QueueProjection
+from minruntime.store.node_pools import upsert_configs, write_nodes
+from minruntime.store.schema import StateTables
+
+PODGROUP_TYPES: Final = (
+    PodGroupSubmittedData,
+    PodGroupAllocatedData,
+    PodGroupReleasedData,
+    PodGroupAnnotatedData,
+    PodGroupDeletedData,
+    RequeueNominatedData,
+)
+_QUEUE_TYPES: Final = (QueueUpsertedData, QueueDeletedData)
+
+
+class Projections:
+    """Every projection a run of input events touches: loaded as needed, written by flush."""
+
+    def __init__(self, conn: Connection, tables: StateTables) -> None:
+        self._conn = conn
+        self._tables = tables
+        self._queues: QueueProjection | None = None
+        self.podgroups = PodGroupProjection(conn, tables, ())
+        self._configs: dict[str, dict[str, Any]] = {}
+        self._nodes: dict[str, dict[str, Any] | None] = {}
+
+    @property
+    def podgroup_count(self) -> int:
+        """How many podgroups this run has loaded or touched (what a flush may write)."""
+        return self.podgroups.size
+
+    def include(self, events: Iterable[Event]) -> None:
+        """Load what ``events`` will need: their podgroups, the queue tree if one is a queue's."""
+        uids = []
+        for event in events:
+            data = event.data
+            if isinstance(data, PODGROUP_TYPES):
+                uids.append(data.uid)
+            elif self._queues is None and isinstance(data, _QUEUE_TYPES):
+                self._queues = QueueProjection(self._conn, self._tables)
+        self.podgroups.include(uids)
+
+    def apply(self, event: Event) -> None:
+        """Apply one included event in memory; the core's errors propagate, changing nothing."""
+        data = event.data
+        if isinstance(data, PODGROUP_TYPES):
+            if isinstance(data, RequeueNominatedData):
+                self.podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
+            else:
+                self.podgroups.apply(data.uid, podgroup_change(data, event.time))
+        elif isinstance(data, QueueUpsertedData):
+            assert self._queues is not None, "include() the event first"
+            self._queues.upsert(data.to_queue())
+        elif isinstance(data, QueueDeletedData):
+            assert self._queues is not None, "include() the event first"
+            self._queues.delete(data.name)
+        elif isinstance(data, ConfigUpdatedData):
+            config = data.to_config()
+            self._configs[data.node_pool] = {
+                "node_pool": data.node_pool,
+                "preempt": config.default_preempt_min_runtime,
+                "reclaim": config.default_reclaim_min_runtime,
+                "method": str(config.reclaim_resolve_method),
+                "delay": config.default_requeue_delay,
+            }
+        elif isinstance(data, NodeUpsertedData):
+            self._nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}
+        elif isinstance(data, NodeDeletedData):
+            self._nodes[data.name] = None
+        else:  # pragma: no cover - decode_event only returns input types on input topics
+            raise MinRuntimeError(f"{event.type} events are not applied by the processor")
+
+    def flush(self) -> None:
+        """Write everything the run changed (the queue tree, podgroups, configs, nodes)."""
+        if self._queues is not None:
+            self._queues.flush()
+        self.podgroups.flush()
+        upsert_configs(self._conn, self._tables, list(self._configs.values()))
+        write_nodes(self._conn, self._tables, self._nodes)

@@ -1,0 +1,84 @@
+"""Checksums of projection tables: what ``replay --verify`` and snapshot checks compare.
+
+A projection's *content* is every column except bookkeeping (``updated_at``: when a row was
+written; ``seq``: the order rows were numbered in), which two correct replays need not share.
+A checksum is the row count and an md5 over the rows' content in key order; the differences
+of two tables are the keys whose rows differ, with each side's row as text. ``uids`` narrows
+a podgroup table (every one has a ``uid`` column) to those podgroups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from minruntime.store.schema import StateTables
+from minruntime.store.shadows import BOOKKEEPING_COLUMNS, PROJECTIONS
+from minruntime.store.tables import STATE_SCHEMA, metadata
+
+# (key, row on the first side, row on the second side; None: absent there)
+Difference = tuple[str, str | None, str | None]
+_ALL: Final = "TRUE"
+_OF_UIDS: Final = "uid = ANY(CAST(:uids AS text[]))"
+
+
+def content_columns(table: str) -> list[str]:
+    """The columns that make up a projection row's content, in table order."""
+    return [
+        column.name
+        for column in metadata.tables[f"{STATE_SCHEMA}.{table}"].columns
+        if column.name not in BOOKKEEPING_COLUMNS
+    ]
+
+
+def checksum(
+    conn: Connection, tables: StateTables, table: str, uids: Sequence[str] | None = None
+) -> tuple[int, str]:
+    """(rows, md5 over the rows' content in key order) of ``table`` in ``tables``."""
+    columns = ", ".join(f'"{column}"' for column in content_columns(table))
+    keys = ", ".join(f'"{key}"' for key in PROJECTIONS[table])
+    row = conn.execute(
+        sa.text(
+            f"SELECT count(*), md5(COALESCE(string_agg(ROW({columns})::text, E'\\n'"
+            f" ORDER BY {keys}), '')) FROM {tables.schema}.{table}"
+            f" WHERE {_ALL if uids is None else _OF_UIDS}"
+        ),
+        {} if uids is None else {"uids": list(uids)},
+    ).one()
+    return int(row[0]), str(row[1])
+
+
+def differences(
+    conn: Connection,
+    first: StateTables,
+    second: StateTables,
+    table: str,
+    shown: int,
+    uids: Sequence[str] | None = None,
+) -> tuple[list[Difference], int]:
+    """Up to ``shown`` keys whose rows differ between the two sides (key order), and how many."""
+    columns = ", ".join(f'"{column}"' for column in content_columns(table))
+    keys = PROJECTIONS[table]
+    key_text = " || '/' || ".join(f'"{key}"::text' for key in keys)
+    where = _ALL if uids is None else _OF_UIDS
+    one = f"(SELECT * FROM {first.schema}.{table} WHERE {where}) a"
+    two = f"(SELECT * FROM {second.schema}.{table} WHERE {where}) b"
+    rows = conn.execute(
+        sa.text(
+            f"WITH only_first AS (SELECT {columns} FROM {one}"
+            f" EXCEPT ALL SELECT {columns} FROM {two}),"
+            f" only_second AS (SELECT {columns} FROM {two}"
+            f" EXCEPT ALL SELECT {columns} FROM {one}),"
+            f" sides AS (SELECT {key_text} AS key, ROW({columns})::text AS first, NULL AS second"
+            f" FROM only_first UNION ALL"
+            f" SELECT {key_text}, NULL, ROW({columns})::text FROM only_second)"
+            " SELECT key, max(first) AS first, max(second) AS second, count(*) OVER () AS total"
+            " FROM sides GROUP BY key ORDER BY key LIMIT :shown"
+        ),
+        {"shown": shown, **({} if uids is None else {"uids": list(uids)})},
+    ).all()
+    total = int(rows[0].total) if rows else 0
+    return [(row.key, row.first, row.second) for row in rows], total
