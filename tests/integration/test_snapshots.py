@@ -319,6 +319,40 @@ def test_a_later_snapshot_is_checked_for_what_changed_since_the_one_before_and_i
     assert all(check["equal"] for check in report["verify"])  # the live state is fine
 
 
+@pytest.mark.usefixtures("cli")
+def test_pruning_keeps_the_newest_snapshots_whole(
+    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with engine.connect() as conn:
+        _, second, third = snapshots_in(conn)
+    documents = "SELECT count(*) FROM minruntime_state.projection_snapshot_podgroups"
+    before = scalar(engine, documents)
+    expected = {at: answers(engine, at, from_snapshot=False, whole=True) for at in history}
+
+    assert prune_cli(capsys, "3")["removed_snapshots"] == 0  # nothing beyond KEEP
+    pruned = prune_cli(capsys, "2")
+    assert (pruned["removed_snapshots"], pruned["oldest_kept_id"]) == (1, second.id)
+    with engine.connect() as conn:
+        assert snapshots_in(conn) == [second, third]
+    # The first snapshot stored every podgroup; the ones stored again by the second are gone.
+    assert 0 < pruned["removed_documents"] == before - scalar(engine, documents)
+    for at in history:
+        # Before the second snapshot an answer replays from the start now; the same answers.
+        assert answers(engine, at, from_snapshot=True, whole=True) == expected[at], at
+    code, report = replay_verify(capsys)
+    assert code == 0
+    assert [(s["id"], s["equal"]) for s in report["snapshots"]] == [
+        (second.id, True),
+        (third.id, True),
+    ]
+
+
+def prune_cli(capsys: pytest.CaptureFixture[str], keep: str) -> Any:
+    capsys.readouterr()
+    assert main(["snapshot", "--prune", keep, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def test_a_snapshot_is_due_after_n_entries_or_m_minutes() -> None:
     policy = SnapshotPolicy(every_events=100, every_minutes=30)
     t0 = datetime.fromisoformat("2026-11-25T08:00:00+00:00")

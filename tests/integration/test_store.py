@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
@@ -349,6 +350,18 @@ def _submission(
     )
 
 
+def _write_new(store: Store, state: PodGroupState) -> None:
+    """Write a podgroup that is not stored yet, with its pods and subgroups."""
+    podgroups.write_podgroups(
+        store.conn,
+        store.tables,
+        [state],
+        stored={},
+        pods_changed=[state],
+        subgroups_changed=[state],
+    )
+
+
 def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Store) -> None:
     conn, tables = store.conn, store.tables
     submitted = fold(
@@ -398,20 +411,52 @@ def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Stor
     assert podgroups.load_podgroups(conn, tables, []).states == {}
 
 
+def test_every_value_reaches_its_column_exactly_through_the_json_arrays(store: Store) -> None:
+    # Upserts and in-place updates send each column as one JSON array, cast from text in
+    # PostgreSQL: quotes, backslashes and non-ASCII text, microseconds, a fractional duration,
+    # decimal gpus and nested annotations come back exactly.
+    conn, tables = store.conn, store.tables
+    odd = 'q"\\ü,{x}'
+    at = T0 + timedelta(microseconds=7)
+    submitted = fold(
+        PodGroupState(odd),
+        _submission(
+            ((odd, "w", 0.25), ("p1", "w", 2.5)),
+            annotations={EXPECTED_RUNTIME_ANNOTATION: "1.5s", "note": odd},
+            at=at,
+        ),
+    )
+    running = fold(submitted, Allocation(((odd, odd),), at + timedelta(microseconds=1)))
+    _write_new(store, submitted)
+    stored = podgroups.load_podgroups(conn, tables, [odd]).states
+    podgroups.write_podgroups(conn, tables, [running], stored=stored, pods_changed=[running])
+    assert podgroups.load_podgroups(conn, tables, [odd]).states == {odd: running}
+    row = conn.execute(
+        sa.select(tables.podgroup_state).where(tables.podgroup_state.c.uid == odd)
+    ).one()
+    assert (row.expected_runtime, row.start_time, row.submitted_at) == (
+        timedelta(seconds=1.5),
+        at + timedelta(microseconds=1),
+        at,
+    )
+    assert row.annotations == {EXPECTED_RUNTIME_ANNOTATION: "1.5s", "note": odd}
+    pods = conn.execute(
+        sa.select(tables.pod_state.c.name, tables.pod_state.c.gpu, tables.pod_state.c.node)
+        .where(tables.pod_state.c.uid == odd)
+        .order_by(tables.pod_state.c.name)
+    ).all()
+    assert [tuple(pod) for pod in pods] == sorted(
+        [(odd, Decimal("0.25"), odd), ("p1", Decimal("2.5"), None)]
+    )
+
+
 def test_only_the_pod_rows_that_changed_are_written(store: Store) -> None:
     conn, tables = store.conn, store.tables
     submitted = fold(
         PodGroupState("a"),
         _submission((("p0", "w", 0.5), ("p1", "w", 1.0), ("p2", "w", 2.0))),
     )
-    podgroups.write_podgroups(
-        conn,
-        tables,
-        [submitted],
-        stored={},
-        pods_changed=[submitted],
-        subgroups_changed=[submitted],
-    )
+    _write_new(store, submitted)
 
     def versions() -> dict[str, str]:
         # xmin: the transaction that wrote the row version (a savepoint per write below).
@@ -450,6 +495,25 @@ def test_only_the_pod_rows_that_changed_are_written(store: Store) -> None:
         )
     ).one()
     assert (row.node, row.allocated, row.gpu) == ("n1", True, 1)
+
+
+def test_a_pod_with_a_gpu_float_cannot_hold_exactly_is_not_rewritten(store: Store) -> None:
+    # 0.1 is stored as numeric 0.1 and loaded as Decimal("0.1"), which is not the float 0.1:
+    # still the same row.
+    conn, tables = store.conn, store.tables
+    submitted = fold(PodGroupState("a"), _submission((("p0", "w", 0.1), ("p1", "w", 0.1))))
+    _write_new(store, submitted)
+    version = f"SELECT name, xmin::text FROM {tables.pod_state.fullname} WHERE uid = 'a'"
+    first = {row.name: row.xmin for row in conn.execute(sa.text(version))}
+    stored = podgroups.load_podgroups(conn, tables, ["a"]).states
+    allocated = fold(submitted, Allocation((("p1", "n1"),), T0 + timedelta(seconds=1)))
+    with conn.begin_nested():
+        podgroups.write_podgroups(
+            conn, tables, [allocated], stored=stored, pods_changed=[allocated]
+        )
+    after = {row.name: row.xmin for row in conn.execute(sa.text(version))}
+    assert after["p0"] == first["p0"]
+    assert after["p1"] != first["p1"]
 
 
 def test_a_podgroup_leaving_pending_drops_its_promises_and_nominations_keep_the_latest(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -68,7 +67,7 @@ async def _read(
         await consumer.stop()
     keyed.sort(key=lambda item: (item[0], item[1]))
     # Numbered in the merged order: the replay reports positions in it.
-    return [replace(entry, seq=index + 1) for index, (_, _, entry) in enumerate(keyed)]
+    return [entry._replace(seq=index + 1) for index, (_, _, entry) in enumerate(keyed)]
 
 
 async def _partitions(access: KafkaAccess, topics: list[str]) -> list[Any]:

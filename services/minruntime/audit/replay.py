@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from sqlalchemy import Connection
 
@@ -69,9 +69,11 @@ BATCH_SIZE: Final = 20_000
 SHOWN_REJECTIONS: Final = 20
 
 
-@dataclass(frozen=True)
-class LogEntry:
-    """One logged event: an input record (with its Kafka position) or a decision."""
+class LogEntry(NamedTuple):
+    """One logged event: an input record (with its Kafka position) or a decision.
+
+    A named tuple, not a dataclass: a replay makes one per entry of the log.
+    """
 
     seq: int
     topic: str
@@ -130,15 +132,17 @@ def read_log(
     *,
     about: About | None = None,
     after: int = 0,
+    full: bool = False,
 ) -> Iterator[LogEntry]:
     """The live event log in order (pages by ``seq``, in the caller's transaction).
 
     ``about`` keeps only the entries about one subject (and the shared ones); ``after``
-    starts after that ``seq`` (the position of a snapshot).
+    starts after that ``seq`` (the position of a snapshot). Without ``full`` the entries'
+    offset, subject and times are None: what a replay of the log needs, read faster.
     """
     while True:
         rows = event_log.read_page(
-            conn, LIVE, after=after, until=until, limit=PAGE_SIZE, about=about
+            conn, LIVE, after=after, until=until, limit=PAGE_SIZE, about=about, full=full
         )
         for seq, topic, partition, offset, type_, subject, event_time, applied_at, text in rows:
             yield LogEntry(

@@ -91,7 +91,7 @@ def _read_entries(
     about = About(
         uid, other=tuple(sorted(TREE_TYPES | _NODE_TYPES)), shared=tuple(sorted(TREE_TYPES))
     )
-    entries = list(read_log(conn, about=about))
+    entries = list(read_log(conn, about=about, full=True))
     times = {
         entry.seq: (entry.event_time, entry.applied_at)
         for entry in entries

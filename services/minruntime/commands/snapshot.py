@@ -30,6 +30,16 @@ def snapshot_command(
             min=0.1,
         ),
     ] = None,
+    prune: Annotated[
+        int | None,
+        typer.Option(
+            "--prune",
+            help="Remove every snapshot but the newest KEEP instead; take none (owner role).",
+            show_default=False,
+            min=1,
+            metavar="KEEP",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Snapshot the projections for fast as-of answers when one is due (once, or --every)."""
@@ -37,6 +47,9 @@ def snapshot_command(
     from minruntime.settings import Settings
     from minruntime.store import engine_from
 
+    if prune is not None:
+        _prune(prune, as_json)
+        return
     settings = Settings()
     # The runtime role: it needs rows, not definitions (it may add snapshots, change none).
     database = engine_from(settings.database_url, pool_pre_ping=False)
@@ -86,6 +99,36 @@ def _report(taken: Taken, as_json: bool) -> None:
             f"snapshot #{taken.snapshot.id} at seq {taken.snapshot.log_seq} "
             f"({taken.snapshot.events:,} log entries): {taken.reason}",
             flush=True,
+        )
+
+
+def _prune(keep: int, as_json: bool) -> None:
+    from minruntime.commands.common import engine
+    from minruntime.store.snapshots import prune
+
+    # The owner role: the runtime role may add snapshots, never remove one.
+    database = engine()
+    try:
+        with database.begin() as conn:
+            pruned = prune(conn, keep)
+    finally:
+        database.dispose()
+    oldest = pruned.kept_from
+    if as_json:
+        print_json(
+            {
+                "removed_snapshots": pruned.snapshots,
+                "removed_documents": pruned.documents,
+                "oldest_kept_id": oldest.id if oldest else None,
+                "oldest_kept_log_seq": oldest.log_seq if oldest else None,
+            }
+        )
+    elif oldest is None:
+        print("no snapshots")
+    else:
+        print(
+            f"removed {pruned.snapshots} snapshots and {pruned.documents:,} podgroup documents"
+            f" they alone used; kept #{oldest.id} (seq {oldest.log_seq}) and every newer one"
         )
 
 

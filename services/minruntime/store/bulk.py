@@ -1,39 +1,41 @@
-"""Multi-row writes as one statement: ``COPY ... FROM STDIN``, or one array per column, unnested.
+"""Multi-row writes as one statement: ``COPY ... FROM STDIN``, or one JSON array per column.
 
 A batch of thousands of rows then costs one round trip and one parse, instead of one
 statement per row (psycopg's executemany pipelines, but still binds and executes per row).
-Plain inserts stream the rows with COPY (formatted in C by psycopg); upserts, which COPY
-cannot express, send each column as one array to ``INSERT ... SELECT FROM unnest(...)``.
+Plain inserts stream the rows with COPY (formatted in C by psycopg); upserts, updates and
+deletes, which COPY cannot express, send each column as one JSON array (serialised in Rust by
+pydantic-core) that the statement unpacks side by side with ``ROWS FROM
+(json_array_elements_text(...), ...)``. Either way every value reaches its column as text,
+through the column type's input function.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Final
 
 import sqlalchemy as sa
+from pydantic_core import to_json
 from sqlalchemy import Connection
 
 
-def unnest_insert(
+def rows_insert(
     table: str,
     columns: Mapping[str, str],
     rows: Sequence[Mapping[str, Any]],
     *,
     conflict: str = "",
-) -> tuple[str, dict[str, list[Any]]]:
-    """``INSERT INTO table (...) SELECT ... FROM unnest(...)`` (psycopg placeholders) and arrays.
+) -> tuple[str, dict[str, str]]:
+    """``INSERT INTO table (...) SELECT ... FROM ROWS FROM (...)`` (psycopg placeholders) and
+    its parameters: one JSON array per column.
 
-    ``columns`` maps each column to its PostgreSQL type; jsonb and numeric travel as text
-    (one array element type for values of mixed Python types) and are cast back per row.
+    ``columns`` maps each column to its PostgreSQL type (see ``_unpacked``).
     """
-    arrays, names, params = _unnested(columns, rows)
+    source, names, params = _unpacked(columns, rows)
     selected = ", ".join(_cast(name, kind) for name, kind in columns.items())
-    statement = (
-        f"INSERT INTO {table} ({names}) SELECT {selected} FROM unnest({arrays})"
-        f" AS u({names}) {conflict}"
-    )
+    statement = f"INSERT INTO {table} ({names}) SELECT {selected} FROM {source} {conflict}"
     return statement, params
 
 
@@ -46,20 +48,19 @@ def update_many(
 ) -> None:
     """Update rows in place, each matched by its ``keys`` (some of ``columns``): one statement.
 
-    ``UPDATE table SET c = u.c, ... FROM unnest(...) AS u(...) WHERE table.k = u.k``, the rows
-    sent as ``unnest_insert`` sends them. Nothing when empty.
+    ``UPDATE table SET c = u.c, ... FROM ROWS FROM (...) AS u(...) WHERE table.k = u.k``, the
+    rows sent as ``rows_insert`` sends them. Nothing when empty.
     """
     if not rows:
         return
-    arrays, names, params = _unnested(columns, rows)
+    source, _, params = _unpacked(columns, rows)
     assignments = ", ".join(
         f'"{name}" = {_cast(name, kind)}' for name, kind in columns.items() if name not in keys
     )
     matches = " AND ".join(f't."{key}" = u."{key}"' for key in keys)
     _execute(
         conn,
-        f"UPDATE {table.fullname} AS t SET {assignments} FROM unnest({arrays}) AS u({names})"
-        f" WHERE {matches}",
+        f"UPDATE {table.fullname} AS t SET {assignments} FROM {source} WHERE {matches}",
         params,
     )
 
@@ -73,37 +74,65 @@ def delete_many(
     """Delete the rows whose ``columns`` (a key) equal those of one of ``rows``: one statement."""
     if not rows:
         return
-    arrays, names, params = _unnested(columns, rows)
+    source, _, params = _unpacked(columns, rows)
     matches = " AND ".join(f't."{name}" = {_cast(name, kind)}' for name, kind in columns.items())
-    _execute(
-        conn,
-        f"DELETE FROM {table.fullname} AS t USING unnest({arrays}) AS u({names}) WHERE {matches}",
-        params,
-    )
+    _execute(conn, f"DELETE FROM {table.fullname} AS t USING {source} WHERE {matches}", params)
 
 
-def _unnested(
+def json_list(values: Iterable[Any]) -> str:
+    """``values`` as one JSON array (text), for a statement that unpacks it with
+    ``json_array_elements_text``: serialised in Rust, where psycopg quotes each element of a
+    Python list in Python (a batch sends thousands of ids)."""
+    return to_json(list(values)).decode()
+
+
+def _interval_text(value: timedelta) -> str:
+    # What psycopg sends for a timedelta: days and the rest apart, both exact.
+    return f"{value.days} days {value.seconds}.{value.microseconds:06d} seconds"
+
+
+# Values a JSON array cannot carry as their type's input text: each as that text (numeric as
+# str() of the number, exactly as COPY writes it; Decimal would become a string anyway).
+_TO_TEXT: Final[dict[str, Callable[[Any], Any]]] = {
+    "numeric": str,
+    "interval": _interval_text,
+}
+
+
+def _unpacked(
     columns: Mapping[str, str], rows: Sequence[Mapping[str, Any]]
-) -> tuple[str, str, dict[str, list[Any]]]:
-    """The ``unnest(...)`` arguments, the quoted column names and one array per column."""
-    wire = {name: _wire_type(kind) for name, kind in columns.items()}
-    arrays = ", ".join(f"CAST(%({name})b AS {wire[name]}[])" for name in columns)
+) -> tuple[str, str, dict[str, str]]:
+    """The row source ``ROWS FROM (...) AS u(...)``, the quoted column names and its
+    parameters: one JSON array per column.
+
+    Each array is serialised in Rust (pydantic-core), where psycopg's array dumpers pack
+    element by element in Python; ``json_array_elements_text`` gives each element as text (a
+    JSON null as NULL, a jsonb value as its JSON text, a str as itself), which ``_cast`` turns
+    into the column's type. A value JSON cannot hold (an unpaired surrogate) raises
+    ValueError, as psycopg's encoder does.
+    """
     names = ", ".join(f'"{name}"' for name in columns)
-    params = {
-        name: [_wire_value(row[name], kind, wire[name] != kind) for row in rows]
-        for name, kind in columns.items()
-    }
-    return arrays, names, params
+    functions = ", ".join(f"json_array_elements_text(%({name})s::json)" for name in columns)
+    params = {}
+    for name, kind in columns.items():
+        values = [row[name] for row in rows]
+        convert = _TO_TEXT.get(kind)
+        if convert is not None:
+            values = [
+                value if value is None or isinstance(value, str) else convert(value)
+                for value in values
+            ]
+        params[name] = json_list(values)
+    return f"ROWS FROM ({functions}) AS u({names})", names, params
 
 
 def _cast(name: str, kind: str) -> str:
-    """Column ``name`` of the unnested rows, cast back to ``kind`` when it travelled as text."""
-    return f'u."{name}"::{kind}' if _wire_type(kind) != kind else f'u."{name}"'
+    """Column ``name`` of the unpacked rows (text), cast to ``kind``."""
+    return f'u."{name}"' if kind == "text" else f'u."{name}"::{kind}'
 
 
 def _execute(conn: Connection, statement: str, params: Mapping[str, Any]) -> None:
-    # Straight to psycopg, in the same transaction. Binary parameters (%b) send each array
-    # without the per-element quoting of the text format (several times faster here).
+    # Straight to psycopg, in the same transaction.
     driver = conn.connection.driver_connection
     assert driver is not None
     with driver.cursor() as cursor:
@@ -121,11 +150,10 @@ def insert_many(
     """Insert ``rows`` (mappings keyed by column) in one statement; nothing when empty.
 
     Without a ``conflict`` clause the rows are streamed with ``COPY ... FROM STDIN`` (text
-    format): psycopg formats each row in C, where the unnested arrays are built element by
-    element in Python, so COPY is several times cheaper per row. Every value reaches the
-    column through the column type's input function either way (jsonb and numeric as text,
-    exactly as the array path casts them). With a conflict clause, one
-    ``INSERT ... SELECT FROM unnest(...)`` (COPY cannot say ON CONFLICT).
+    format): psycopg formats each row in C. Every value reaches the column through the column
+    type's input function either way (jsonb and numeric as text, as the JSON path sends
+    them). With a conflict clause, one ``INSERT ... SELECT FROM ROWS FROM (...)`` (COPY
+    cannot say ON CONFLICT).
 
     ``table`` is a table bound to its schema (``StateTables``).
     """
@@ -149,7 +177,7 @@ def insert_many(
                     values[i] = _wire_value(values[i], kind, True)
                 copy.write_row(values)
         return
-    statement, params = unnest_insert(name, columns, rows, conflict=conflict)
+    statement, params = rows_insert(name, columns, rows, conflict=conflict)
     _execute(conn, statement, params)
 
 

@@ -13,32 +13,38 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
+from types import MappingProxyType
 from typing import Any, Final
 
 from sqlalchemy import Connection
 
 from minruntime.core import MemberPod, PodGroupSpec, PodGroupState, SubGroup
-from minruntime.store.bulk import delete_many, insert_many, update_many
+from minruntime.store.bulk import delete_many, insert_many, json_list, update_many
 from minruntime.store.schema import StateTables
 
+# The uids of a batch, one JSON array (``store.bulk.json_list``).
+_UIDS: Final = "(SELECT json_array_elements_text(%(uids)s::json))"
 # psycopg placeholders: these run on the driver's cursor (plain tuples: a batch's pods number
 # in the hundreds of thousands per minute, and SQLAlchemy's Row objects cost more than the
 # queries).
 _LOAD_STATES: Final = (
-    "SELECT uid, status, submitted, start_time, last_start_time, ended_at, annotations,"
+    # No annotations (most podgroups) come back as NULL: no JSON to parse.
+    "SELECT uid, status, submitted, start_time, last_start_time, ended_at,"
+    " NULLIF(annotations, '{}'::jsonb),"
     " submitted_at, awaiting_release,"
     # PodGroupSpec's fields, in its order (its subgroups aside).
     " name, namespace, queue, node_pool, priority, preemptible"
-    " FROM minruntime_state.podgroup_state WHERE uid = ANY(%(uids)s)"
+    " FROM minruntime_state.podgroup_state WHERE uid IN " + _UIDS
 )
 _LOAD_PODS: Final = (
     "SELECT uid, name, subgroup, gpu, node, allocated FROM minruntime_state.pod_state"
-    " WHERE uid = ANY(%(uids)s) ORDER BY uid, name"
+    " WHERE uid IN " + _UIDS + " ORDER BY uid, name"
 )
 # Declaration order is insertion order (the subgroups of a podgroup are written together).
 _LOAD_SUBGROUPS: Final = (
     "SELECT uid, name, min_available FROM minruntime_state.subgroup_state"
-    " WHERE uid = ANY(%(uids)s) ORDER BY uid, ctid"
+    " WHERE uid IN " + _UIDS + " ORDER BY uid, ctid"
 )
 _STATE_COLUMNS: Final = {
     "uid": "text",
@@ -87,7 +93,10 @@ _NOMINATION_CONFLICT: Final = (
     "ON CONFLICT (uid, nominated_by) DO UPDATE SET reason = excluded.reason,"
     " nominated_at = excluded.nominated_at"
 )
-_DELETE_SUBGROUPS: Final = "DELETE FROM minruntime_state.subgroup_state WHERE uid = ANY(:uids)"
+_DELETE_SUBGROUPS: Final = (
+    "DELETE FROM minruntime_state.subgroup_state"
+    " WHERE uid IN (SELECT json_array_elements_text(CAST(:uids AS json)))"
+)
 # A beneficiary that was allocated, finished or deleted no longer needs its promise.
 _DELETE_PROMISES: Final = (
     "DELETE FROM minruntime_state.requeue_promises WHERE beneficiary = ANY(:uids)"
@@ -112,11 +121,11 @@ def load_podgroups(conn: Connection, tables: StateTables, uids: Iterable[str]) -
     driver = conn.connection.driver_connection
     assert driver is not None
     with driver.cursor() as cursor:
-        cursor.execute(tables.sql(_LOAD_STATES), {"uids": wanted})
+        cursor.execute(tables.sql(_LOAD_STATES), {"uids": json_list(wanted)})
         rows = cursor.fetchall()
         if not rows:
             return StoredPodGroups({}, frozenset())
-        found = [row[0] for row in rows]
+        found = json_list(row[0] for row in rows)
         pods: dict[str, dict[str, MemberPod]] = {}
         # A pod's node is kept while it holds resources (the fold clears it on release).
         allocated: dict[str, dict[str, str | None]] = {}
@@ -153,7 +162,7 @@ def load_podgroups(conn: Connection, tables: StateTables, uids: Iterable[str]) -
             last_start_time,
             ended_at,
             pods.get(uid, {}),
-            row[6],
+            row[6] or {},
             row[7],
             status == "deleted",
             row[8],
@@ -174,8 +183,8 @@ def write_podgroups(
     left_pending: Sequence[str] = (),
 ) -> None:
     """Upsert ``changed``; write the pods of ``pods_changed`` that differ from ``stored``
-    (uid -> the state as loaded, what its pod rows hold; a uid not in it has none), replace
-    the subgroups of ``subgroups_changed``.
+    (uid -> the state as loaded, what its pod and subgroup rows hold; a uid not in it has
+    none), replace the subgroups of ``subgroups_changed``.
 
     ``left_pending``: uids stored as pending that are not any more; their promises go.
     """
@@ -193,9 +202,10 @@ def write_podgroups(
         update_many(conn, tables.pod_state, _POD_KEY, _POD_COLUMNS, updated)
         insert_many(conn, tables.pod_state, _POD_COLUMNS, inserted)
     if subgroups_changed:
-        conn.execute(
-            tables.text(_DELETE_SUBGROUPS), {"uids": [state.uid for state in subgroups_changed]}
-        )
+        # Only a stored spec has subgroup rows (a new podgroup or a placeholder has none).
+        replaced = [state.uid for state in subgroups_changed if _has_spec(stored.get(state.uid))]
+        if replaced:
+            conn.execute(tables.text(_DELETE_SUBGROUPS), {"uids": json_list(replaced)})
         groups = [
             {"uid": state.uid, "name": subgroup.name, "min_available": subgroup.min_available}
             for state in subgroups_changed
@@ -207,44 +217,61 @@ def write_podgroups(
 
 
 _PodRow = dict[str, Any]
+# What a podgroup not stored yet has.
+_NO_PODS: Final[Mapping[str, MemberPod]] = MappingProxyType({})
+_NO_NODES: Final[Mapping[str, str | None]] = MappingProxyType({})
+
+
+def _has_spec(state: PodGroupState | None) -> bool:
+    return state is not None and state.spec is not None
 
 
 def _pod_changes(
     states: Sequence[PodGroupState], stored: Mapping[str, PodGroupState]
 ) -> tuple[list[_PodRow], list[_PodRow], list[_PodRow]]:
-    """The pod rows to insert, to update and to delete for ``states`` to be stored."""
+    """The pod rows to insert, to update and to delete for ``states`` to be stored.
+
+    A pod's row is (subgroup, gpu, node, allocated): it differs when its ``MemberPod`` or its
+    node (allocated or not) differs from the stored state's. Only the rows written are built.
+    """
     inserted: list[_PodRow] = []
     updated: list[_PodRow] = []
     deleted: list[_PodRow] = []
     for state in states:
-        before = stored.get(state.uid)
-        old = {} if before is None else _pod_rows(before)
-        for name, row in _pod_rows(state).items():
-            was = old.pop(name, None)
-            if was is None:
-                inserted.append(row)
-            elif was != row:
-                updated.append(row)
-        deleted.extend(old.values())
+        uid, pods, allocated = state.uid, state.pods, state.allocated
+        before = stored.get(uid)
+        old_pods = _NO_PODS if before is None else before.pods
+        old_allocated = _NO_NODES if before is None else before.allocated
+        for name, pod in pods.items():
+            was = old_pods.get(name)
+            node = allocated.get(name)
+            is_allocated = name in allocated
+            if (
+                was is not None
+                and (was == pod or _same_pod(was, pod))
+                and old_allocated.get(name) == node
+                and (name in old_allocated) == is_allocated
+            ):
+                continue
+            row = {
+                "uid": uid,
+                "name": name,
+                "subgroup": pod.subgroup,
+                "gpu": pod.gpu,
+                "node": node,
+                "allocated": is_allocated,
+            }
+            (inserted if was is None else updated).append(row)
+        deleted.extend({"uid": uid, "name": name} for name in old_pods if name not in pods)
     return inserted, updated, deleted
 
 
-def _pod_rows(state: PodGroupState) -> dict[str, _PodRow]:
-    """Pod name -> its ``pod_state`` row as ``state`` has it."""
-    allocated = state.allocated
-    return {
-        name: {
-            "uid": state.uid,
-            "name": name,
-            "subgroup": pod.subgroup,
-            # A stored gpu comes back as Decimal, an event's as float: equal values compare
-            # equal, and both are written as the same text (str of the event's float).
-            "gpu": pod.gpu,
-            "node": allocated.get(name),
-            "allocated": name in allocated,
-        }
-        for name, pod in state.pods.items()
-    }
+def _same_pod(stored: MemberPod, pod: MemberPod) -> bool:
+    """The same row: a stored gpu comes back as Decimal, an event's is a float written as
+    its str(), so 0.1 is stored as 0.1 but Decimal("0.1") != 0.1: compare the texts' values."""
+    if stored.subgroup != pod.subgroup or (stored.gpu is None) != (pod.gpu is None):
+        return False
+    return stored.gpu is None or Decimal(str(stored.gpu)) == Decimal(str(pod.gpu))
 
 
 def write_nominations(
@@ -278,7 +305,7 @@ def _state_row(state: PodGroupState) -> dict[str, Any]:
         "running_pods": state.running_pods,
         "is_elastic": elastic,
         "protected_evictable_pods": protected_evictable,
-        # json.dumps takes no mapping proxy (a placeholder's empty default is one).
+        # The JSON serialiser takes no mapping proxy (a placeholder's empty default is one).
         "annotations": state.annotations
         if type(state.annotations) is dict
         else dict(state.annotations),

@@ -347,6 +347,58 @@ def restore(
     return restored
 
 
+@dataclass(frozen=True)
+class Pruned:
+    """What ``prune`` removed."""
+
+    snapshots: int
+    documents: int
+    kept_from: Snapshot | None  # the oldest snapshot kept (None: there were none)
+
+
+# Documents strictly before the oldest kept snapshot's position that a newer one (at or before
+# that position) supersedes: no kept snapshot can use them.
+_PRUNE_DOCUMENTS: Final = (
+    "DELETE FROM minruntime_state.projection_snapshot_podgroups d WHERE d.log_seq < :seq"
+    " AND EXISTS (SELECT 1 FROM minruntime_state.projection_snapshot_podgroups n"
+    " WHERE n.uid = d.uid AND n.log_seq > d.log_seq AND n.log_seq <= :seq)"
+)
+# The documents left before that position are the newest of their podgroups there: the oldest
+# kept snapshot uses them, so they become its own.
+_ADOPT_DOCUMENTS: Final = (
+    "UPDATE minruntime_state.projection_snapshot_podgroups SET snapshot_id = :id"
+    " WHERE log_seq < :seq AND snapshot_id <> :id"
+)
+_PRUNE_TABLES: Final = (
+    "DELETE FROM minruntime_state.projection_snapshot_tables WHERE snapshot_id IN"
+    " (SELECT id FROM minruntime_state.projection_snapshots WHERE log_seq < :seq)"
+)
+_PRUNE_SNAPSHOTS: Final = "DELETE FROM minruntime_state.projection_snapshots WHERE log_seq < :seq"
+
+
+def prune(conn: Connection, keep: int) -> Pruned:
+    """Remove every snapshot but the newest ``keep`` (at least 1), in the caller's transaction.
+
+    A podgroup's document serves every later snapshot until its next one, so the newest
+    document of each podgroup at or before the oldest kept snapshot's position stays (and
+    becomes that snapshot's); only the documents it supersedes go. Every kept snapshot then
+    restores exactly as before. Needs the owner role: the runtime role may not delete
+    snapshots.
+    """
+    if keep < 1:
+        raise ValueError("keep at least one snapshot")
+    stored = snapshots(conn)
+    if len(stored) <= keep:
+        return Pruned(0, 0, stored[0] if stored else None)
+    oldest = stored[-keep]
+    where = {"seq": oldest.log_seq, "id": oldest.id}
+    documents = conn.execute(LIVE.text(_PRUNE_DOCUMENTS), where).rowcount
+    conn.execute(LIVE.text(_ADOPT_DOCUMENTS), where)
+    conn.execute(LIVE.text(_PRUNE_TABLES), where)
+    removed = conn.execute(LIVE.text(_PRUNE_SNAPSHOTS), where).rowcount
+    return Pruned(removed, documents, oldest)
+
+
 def active_list(conn: Connection, snapshot: Snapshot) -> list[str]:
     """The podgroups ``snapshot`` lists as pending or running then."""
     listed = conn.exec_driver_sql(LIVE.sql(_ACTIVE_LIST), (snapshot.id,)).scalar_one_or_none()

@@ -126,7 +126,8 @@ pod_state = sa.Table(
     sa.Column("gpu", sa.Numeric),
     sa.Column("node", sa.Text),
     sa.Column("allocated", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Index("ix_pod_state_node", "node", postgresql_where=sa.text("allocated")),
+    # No index on node (migration 0010): pods are read by podgroup only, and allocations and
+    # releases then update their rows in place (HOT).
 )
 
 node_state = sa.Table(
@@ -320,6 +321,8 @@ projection_snapshot_podgroups = sa.Table(
         nullable=False,
     ),
     sa.Column("document", BYTEA, nullable=False),
+    # The documents a snapshot stored: its check by replay --verify, pruning (migration 0011).
+    sa.Index("ix_projection_snapshot_podgroups_snapshot_id", "snapshot_id"),
 )
 
 SNAPSHOT_TABLES: Final = frozenset(
