@@ -43,7 +43,7 @@ from minruntime.store.migrate import is_at_head
 from minruntime.store.offsets import stored_offsets
 from minruntime.store.privileges import public_can_take_advisory_locks
 from minruntime.store.schema import LIVE
-from minruntime.stream.app import build_app, consumer_problem
+from minruntime.stream.app import ProcessorApp, build_app
 from minruntime.stream.metrics import ProcessorMetrics
 from minruntime.stream.outbox_metrics import OutboxMetrics
 from minruntime.stream.relay import OutboxRelay
@@ -160,8 +160,8 @@ def build_processor(
     registry: CollectorRegistry | None = None,
     engine: Engine | None = None,
     database: health.Condition | None = None,
-) -> faust.App:
-    """The faust app for `minruntime processor`: engine, batch sink and outbox relay wired in."""
+) -> ProcessorApp:
+    """`minruntime processor`: its faust host and batched consumer, sink and relay wired in."""
     database = database or health.Condition(initial=None)
     engine = engine or connected_engine(settings, database)
     sink = BatchSink(
@@ -198,7 +198,7 @@ def build_processor(
     def on_assigned(owned: set[tuple[TopicRole, int]]) -> None:
         metrics.owned((role.value, partition) for role, partition in owned)
 
-    app = build_app(
+    processor = build_app(
         settings,
         sink,
         on_outcome=on_outcome,
@@ -220,20 +220,20 @@ def build_processor(
                 database.ok()
             else:
                 database.fail(problem)
-            problem = consumer_problem(app)
+            problem = processor.consumer.problem()
             if problem is None:
                 kafka_status.back()
             else:
                 kafka_status.waiting(problem)
             await asyncio.sleep(HEALTH_PROBE_SECONDS)
 
-    app.task(watch_health)
+    processor.app.task(watch_health)
     health.add_check("database", database)
     health.add_check("batches", sink.storing)
     health.add_check("started", started)
-    health.add_check("kafka", lambda: None if started.failing else consumer_problem(app))
+    health.add_check("kafka", lambda: None if started.failing else processor.consumer.problem())
     health.add_check("topics", guard.readiness)
-    return app
+    return processor
 
 
 async def _stored_offsets(engine: Engine, group: str, topic: str) -> list[StoredOffset]:
@@ -273,8 +273,8 @@ def run_processor(settings: Settings, loglevel: str = "warning") -> None:
     health.add_check("database", database)
     wait_for_kafka(settings, kafka)
     engine = connected_engine(settings, database)
-    app = build_processor(settings, engine=engine, database=database)
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    processor = build_processor(settings, engine=engine, database=database)
+    worker = faust.Worker(processor.app, loglevel=loglevel, quiet=True)
     tune_gc()
     worker.execute_from_commandline()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from minruntime.kafka_access import start_client
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topics import INPUT_ROLES, topic_specs
@@ -347,3 +348,28 @@ def test_kill_9_mid_stream_gives_the_same_state_as_no_crash(
     finally:
         crashed.drop()
         clean.drop()
+
+
+def test_the_processor_group_has_one_member_per_processor(pipeline: Pipeline) -> None:
+    # faust hosts the process with its own Kafka consumer off: only the batched consumer
+    # joins the group (two members with one static instance id would fence each other).
+    async def groups() -> tuple[list[str], list[str]]:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(**pipeline.kafka.client_kwargs())
+        await start_client(admin, pipeline.kafka)
+        try:
+            (described,) = await admin.describe_consumer_groups([pipeline.group])
+            listed = await admin.list_consumer_groups()
+        finally:
+            await admin.close()
+        members = described.to_object()["groups"][0]["members"]
+        return [member["member_id"] for member in members], [group for group, _ in listed]
+
+    def one_member() -> bool:
+        members, _ = asyncio.run(groups())
+        return len(members) == 1
+
+    wait_for(one_member, 30, f"one member in {pipeline.group}\n{pipeline.log_tail()}")
+    _, listed = asyncio.run(groups())
+    assert [group for group in listed if group.startswith(pipeline.group)] == [pipeline.group]

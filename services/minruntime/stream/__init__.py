@@ -1,1 +1,1 @@
-"""The faust stream processors: topics, thin agents, dead letters, the outbox relay."""
+"""The stream processor: topics, the batched consumer, the batch sink, dead letters, the relay."""

@@ -1,85 +1,39 @@
-"""The faust application: one thin agent per input topic, plus the outbox relay task.
+"""The processor's process: a faust app hosting the batched consumer and the outbox relay.
 
-Each agent takes a batch of records (`take_events`), applies it in ONE database transaction
-through the `BatchSink` (projections + event log + consumed offsets), and only then lets
-faust acknowledge it. Agent concurrency stays 1 (faust #606: with concurrency > 1 an offset
-can be committed past a record still in flight). Records are read as raw bytes: decoding is
-ours, so a record that is not JSON becomes a dead letter instead of a deserializer crash.
+The input topics are read by ``stream.consumer.BatchedConsumer`` (aiokafka ``getmany``, one
+lane per topic); each batch goes through the topic guard to the ``BatchSink``, which applies it
+in ONE database transaction (projections + event log + consumed offsets), and only then are
+Kafka's offsets committed. Records are read as raw bytes: decoding is ours, so a record that
+is not JSON becomes a dead letter instead of a deserializer crash.
+
+faust stays the process host (worker, signals, logging, the relay and health tasks), with
+its own Kafka clients switched off: it never joins the processor's consumer group (two
+members under one static instance id would fence each other) and has no agents, so no
+record goes through its per-record stream path (docs/pipeline.md, "Why not faust's agents").
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import faust
-from faust.sensors.monitor import Monitor
-from faust.types import TP, EventT, Message, StreamT
+from faust.app.base import BootStrategy
 
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
-from minruntime.stream.sink import BatchSink, stop_loudly
+from minruntime.stream.consumer import AssignmentListener, BatchedConsumer, ConsumerOptions
+from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, topic_names
 
-log = logging.getLogger(__name__)
-
 # (role, what the batch did, seconds it took, partition -> records still behind it)
 OutcomeListener = Callable[[TopicRole, BatchOutcome, float, Mapping[int, int]], None]
-# (role, partition) of every input partition this process owns after a rebalance
-AssignmentListener = Callable[[set[tuple[TopicRole, int]]], None]
-
-
-def record_of(event: Any) -> InboundRecord:
-    """The Kafka coordinates and raw bytes of one faust event."""
-    message = event.message
-    timestamp = getattr(message, "timestamp", None)
-    return InboundRecord(
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
-        key=message.key,
-        value=message.value,
-        timestamp_ms=int(timestamp * 1000) if timestamp is not None else None,
-    )
-
-
-class _WithoutRecordStatistics(Monitor):
-    """faust's monitor sensor without its per-record statistics.
-
-    The monitor counts and times every record for faust's web views, which the processor does
-    not serve (``web_enabled=False``; its metrics are its own, ``stream.metrics``): ~10 µs of
-    CPU per record on the ingest benchmark (docs/benchmarks.md). Kept: when a stream last took
-    a record (faust's slow-processing check reads it) and the other hooks (commits, rebalances,
-    sends).
-    """
-
-    def on_message_in(self, tp: TP, offset: int, message: Message) -> None:
-        return None
-
-    def on_stream_event_in(
-        self, tp: TP, offset: int, stream: StreamT[Any], event: EventT[Any]
-    ) -> dict[str, Any] | None:
-        self.stream_inbound_time[tp] = time.monotonic()
-        return None
-
-    def on_stream_event_out(
-        self,
-        tp: TP,
-        offset: int,
-        stream: StreamT[Any],
-        event: EventT[Any],
-        state: dict[str, Any] | None = None,
-    ) -> None:
-        return None
-
-    def on_message_out(self, tp: TP, offset: int, message: Message) -> None:
-        return None
 
 
 def broker_credentials(access: KafkaAccess) -> faust.types.auth.CredentialsT | None:
@@ -99,6 +53,21 @@ def broker_credentials(access: KafkaAccess) -> faust.types.auth.CredentialsT | N
     return None
 
 
+class _HostOnly(BootStrategy):
+    """faust starts its sensors and the app's tasks; none of its Kafka clients, no web."""
+
+    enable_kafka = False
+    enable_web = False
+
+
+@dataclass(frozen=True)
+class ProcessorApp:
+    """The faust host and the batched consumer it runs."""
+
+    app: faust.App
+    consumer: BatchedConsumer
+
+
 def build_app(
     settings: Settings,
     sink: BatchSink,
@@ -107,91 +76,75 @@ def build_app(
     relay: Callable[[], Any] | None = None,
     guard: TopicGuard | None = None,
     on_assigned: AssignmentListener | None = None,
-) -> faust.App:
-    """A faust app with an agent for each input topic (and the relay as a background task)."""
+) -> ProcessorApp:
+    """A faust app running the batched consumer (and the relay) as tasks."""
     access = kafka_access(settings)
     app = faust.App(
-        settings.processor_group,
+        # The host's own id: faust's consumer is off, and even if it were on it would not be
+        # a member of the processor's group.
+        f"{settings.processor_group}-host",
         broker=f"kafka://{access.bootstrap}",
         broker_credentials=broker_credentials(access),
-        value_serializer="raw",
-        key_serializer="raw",
         web_enabled=False,
         topic_allow_declare=False,
-        topic_disable_leader=True,
-        consumer_auto_offset_reset="earliest",
-        stream_buffer_maxsize=max(settings.batch_max_events * 4, 16384),
-        broker_commit_every=settings.batch_max_events,
-        broker_commit_interval=1.0,
-        producer_acks=-1,
         datadir=str(settings.state_dir),
-        # Recovery (docs/pipeline.md): a restarted instance rejoins as the same static member
-        # and gets its partitions back at once; a dead one's partitions idle one session.
-        consumer_group_instance_id=settings.processor_group_instance_id,
-        broker_session_timeout=settings.processor_session_timeout_seconds,
-        broker_heartbeat_interval=settings.processor_heartbeat_interval_seconds,
-        monitor=_WithoutRecordStatistics(),
     )
+    app.boot_strategy = _HostOnly(app)
     names = topic_names(settings)
-    for role in INPUT_ROLES:
-        _add_agent(app, role, names[role], settings, sink, on_outcome, guard)
+    roles = {names[role]: role for role in INPUT_ROLES}
+    consumer: BatchedConsumer | None = None
+
+    async def apply(role: TopicRole, records: list[InboundRecord]) -> None:
+        reader = consumer
+        assert reader is not None  # set below, before anything runs
+        topic = names[role]
+        started = time.perf_counter()
+        if guard is None:
+            outcome = await asyncio.to_thread(sink, records)
+        else:
+            firsts = _firsts(records)
+            # Stored offsets must belong to the topic's current life (topic_guard).
+            outcome = await guard.apply(
+                topic,
+                role.value,
+                firsts,
+                functools.partial(reader.highwaters, topic, firsts),
+                functools.partial(asyncio.to_thread, sink, records),
+                lambda: reader.stopping or bool(app.should_stop),
+            )
+        if on_outcome is not None:
+            seconds = time.perf_counter() - started
+            on_outcome(role, outcome, seconds, _lags(reader, topic, records))
+
+    consumer = BatchedConsumer(
+        access,
+        roles,
+        apply,
+        ConsumerOptions(
+            settings.processor_group,
+            batch_max_events=settings.batch_max_events,
+            batch_within_seconds=settings.batch_within_seconds,
+            group_instance_id=settings.processor_group_instance_id,
+            session_timeout_seconds=settings.processor_session_timeout_seconds,
+            heartbeat_interval_seconds=settings.processor_heartbeat_interval_seconds,
+        ),
+        on_assigned=on_assigned,
+    )
+
+    async def consume() -> None:  # faust names its tasks after the function
+        await consumer.run()
+
+    app.task(consume)
     if relay is not None:
         app.task(relay)
-    if on_assigned is not None:
-        roles = {names[role]: role for role in INPUT_ROLES}
 
-        @app.on_partitions_assigned.connect
-        async def _assigned(_app: Any, /, *args: Any, signal: Any, **_: Any) -> None:
-            (assigned,) = args  # the new assignment: every partition this process owns now
-            on_assigned({(roles[tp.topic], tp.partition) for tp in assigned if tp.topic in roles})
-
-    if guard is not None:
-
-        @app.on_before_shutdown.connect
-        async def _close_guard(_app: Any, /, *_: Any, signal: Any, **__: Any) -> None:
+    @app.on_before_shutdown.connect
+    async def _stop(_app: Any, /, *_: Any, signal: Any, **__: Any) -> None:
+        await consumer.stop()  # the batches in flight end, then the consumer leaves Kafka
+        if guard is not None:
             await guard.close()
 
-    return app
-
-
-def _add_agent(
-    app: faust.App,
-    role: TopicRole,
-    topic_name: str,
-    settings: Settings,
-    sink: BatchSink,
-    on_outcome: OutcomeListener | None,
-    guard: TopicGuard | None = None,
-) -> None:
-    topic = app.topic(topic_name, value_serializer="raw", key_serializer="raw")
-    max_events, within = settings.batch_max_events, settings.batch_within_seconds
-
-    async def process(stream: Any) -> None:
-        async for events in stream.take_events(max_events, within=within):
-            records = [record_of(event) for event in events]
-            started = time.perf_counter()
-            try:
-                if guard is None:
-                    outcome = await asyncio.to_thread(sink, records)
-                else:
-                    # Stored offsets must belong to the topic's current life (topic_guard).
-                    outcome = await guard.apply(
-                        topic_name,
-                        role.value,
-                        _firsts(records),
-                        functools.partial(_log_ends, app, events),
-                        functools.partial(asyncio.to_thread, sink, records),
-                        lambda: bool(app.should_stop),
-                    )
-            except BaseException as exc:
-                stop_loudly(exc)
-                raise
-            if on_outcome is not None:
-                seconds = time.perf_counter() - started
-                on_outcome(role, outcome, seconds, _lags(app, events))
-
-    process.__name__ = f"apply_{role.value.replace('-', '_')}"
-    app.agent(topic, name=f"minruntime.{role.value}", concurrency=1, sink=None)(process)
+    return ProcessorApp(app, consumer)
 
 
 def _firsts(records: list[InboundRecord]) -> dict[int, int]:
@@ -202,55 +155,12 @@ def _firsts(records: list[InboundRecord]) -> dict[int, int]:
     return firsts
 
 
-def _log_ends(app: faust.App, events: list[Any]) -> dict[int, int]:
-    """Partition -> high watermark the fetcher last saw, for the partitions of ``events``."""
-    return {tp.partition: end for tp, end in _highwaters(app, events).items()}
-
-
-def _lags(app: faust.App, events: list[Any]) -> dict[int, int]:
+def _lags(consumer: BatchedConsumer, topic: str, records: list[InboundRecord]) -> dict[int, int]:
     """Partition -> records after the last one of this batch (from the fetcher's watermark)."""
-    last: dict[Any, int] = {}
-    for event in events:
-        last[event.message.tp] = event.message.offset
+    last: dict[int, int] = {}
+    for record in records:
+        last[record.partition] = record.offset
     return {
-        tp.partition: max(highwater - last[tp] - 1, 0)
-        for tp, highwater in _highwaters(app, events).items()
+        partition: max(highwater - last[partition] - 1, 0)
+        for partition, highwater in consumer.highwaters(topic, last).items()
     }
-
-
-def _highwaters(app: faust.App, events: list[Any]) -> dict[Any, int]:
-    highwaters: dict[Any, int] = {}
-    for tp in {event.message.tp for event in events}:
-        try:
-            highwater = app.consumer.highwater(tp)
-        except Exception:  # the consumer is being rebalanced or stopped: no figure now
-            continue
-        if highwater is not None:
-            highwaters[tp] = int(highwater)
-    return highwaters
-
-
-def consumer_problem(app: faust.App) -> str | None:
-    """Why the app's Kafka consumer is not consuming now (None: it is in its group, connected).
-
-    Reads the state of faust's aiokafka consumer (its coordinator and connections); that is
-    private API, so anything unexpected counts as "cannot tell", not as a failure.
-    """
-    if app.rebalancing:
-        return "the consumer group is rebalancing"
-    try:
-        consumer = app.consumer._thread._consumer  # type: ignore[attr-defined]
-        if consumer is None:
-            return "the Kafka consumer has not started"
-        coordinator = consumer._coordinator
-        connected = any(conn.connected() for conn in consumer._client._conns.values())
-        generation, coordinator_id = coordinator.generation, coordinator.coordinator_id
-    except AttributeError:
-        return None
-    if not connected:
-        return "no connection to any Kafka broker"
-    if coordinator_id is None:
-        return "no group coordinator (Kafka unreachable or electing one)"
-    if generation is None or generation < 0:
-        return "not a member of the consumer group yet"
-    return None

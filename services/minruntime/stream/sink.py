@@ -19,9 +19,9 @@
   statement fails as a lost connection, which is retried: the batch then skips what the
   other instance applied.
 - Anything else (a programming error, an error that retrying cannot cure) STOPS THE PROCESS
-  LOUDLY (`os._exit`): faust acknowledges a batch in a `finally` even when the loop body
-  raises, so letting the exception propagate could commit offsets past records that were
-  never stored. A supervisor restarts the process, Kafka redelivers from the last committed
+  LOUDLY (`os._exit`): the batched consumer commits a batch's Kafka offsets only after it was
+  stored, but the process must not go on without that topic (its lane would stop, the others
+  would read on). A supervisor restarts the process, Kafka redelivers from the last committed
   offset, and the database offsets skip what was already applied.
 """
 
@@ -140,7 +140,7 @@ def bounded_idle_transactions(engine: Engine, seconds: float = IDLE_TRANSACTION_
 
 
 def stop_loudly(exc: BaseException) -> None:
-    """Log why and end the process at once, without letting faust commit offsets."""
+    """Log why and end the process at once, committing no Kafka offset past the batch."""
     code = EXIT_STORAGE_UNAVAILABLE if isinstance(exc, StorageUnavailableError) else EXIT_UNEXPECTED
     log.critical("stopping the processor (exit %d): %r", code, exc, exc_info=exc)
     logging.shutdown()

@@ -13,9 +13,9 @@ a mismatch nothing is stored and the guard:
 
 - logs one ERROR line naming the topic (once per reason, not on every re-check),
 - sets ``minruntime_topic_refused{role}`` to 1 and reports the topic through ``readiness``,
-- holds the batch unacknowledged (faust acknowledges a batch when the agent's loop body ends,
-  even by an exception, so the agent waits instead) and re-checks every few seconds; the
-  other topics' agents go on. Once an operator has re-baselined the topic
+- holds the batch unapplied and uncommitted (the topic's lane of the batched consumer waits,
+  its partitions stop being fetched once its buffer is full) and re-checks every few seconds;
+  the other topics' lanes go on. Once an operator has re-baselined the topic
   (``minruntime offsets rebaseline``), the held batch is applied and consumption resumes —
   unless the held batch starts past the new baseline (the consumer had read on, or the batch
   is from the old life): then the records in between would never be read, so the processor
@@ -126,9 +126,9 @@ class TopicGuard:
         waited = 0.0
         while waited < self._recheck:
             if stopping():
-                # faust would wait for the held batch before stopping (stream_wait_empty),
-                # forever, and acknowledging it would commit Kafka offsets past records never
-                # applied. Ending the process leaves the batch to be read again.
+                # The consumer's stop waits for the batch in flight, which would wait for an
+                # operator. Ending the process leaves the batch (never committed) to be read
+                # again.
                 log.warning("stopping while topic %r is refused; its batch stays unread", topic)
                 logging.shutdown()
                 os._exit(0)
@@ -155,7 +155,7 @@ class TopicGuard:
 
     async def _topic_id(self, topic: str) -> str | None:
         async def ask() -> str | None:
-            # One client for the four agents: one of them at a time makes, uses or drops it.
+            # One client for the four lanes: one of them at a time makes, uses or drops it.
             async with self._client_lock:
                 try:
                     if self._client is None:

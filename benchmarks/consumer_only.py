@@ -1,12 +1,16 @@
-"""The processor's faust app with a sink that stores nothing: what faust costs per record.
+"""The processor's consumer with a sink that stores nothing: what reading Kafka costs per record.
 
-Run by ``bench_ingest.py --faust-only`` as a subprocess with the private pipeline's
+Run by ``bench_ingest.py --consumer-only`` as a subprocess with the private pipeline's
 environment (``MINRUNTIME_*``) and ``BENCH_EXPECTED`` (records to wait for),
 ``BENCH_RESULT`` (a file for the result). The app is ``stream.app.build_app`` as the processor
-builds it (the same agents, ``take_events`` settings, ``record_of`` and the worker thread per
-batch), but its sink only counts the records; no topic guard, no relay. Once every record
-was handed to the sink it writes ``{"seconds": ..., "cpu": ..., "batches": ...}`` (wall and
-process CPU from the first batch to the last) and exits.
+builds it (the faust host, the batched consumer with its lanes, batching settings and Kafka
+offset commits, and the worker thread per batch), but its sink only counts the records; no
+topic guard, no relay. Once every record was handed to the sink it writes
+``{"seconds": ..., "cpu": ..., "batches": ...}`` (wall and process CPU from the first batch
+to the last) and exits.
+
+Until issue 10's batched consumer this measured faust's agents (``take_events``) the same way
+(``faust_only.py``): docs/benchmarks.md keeps both figures.
 """
 
 from __future__ import annotations
@@ -50,8 +54,8 @@ def main() -> None:
             os._exit(0)
         return BatchOutcome(applied=len(records))
 
-    app = build_app(Settings(), sink)  # type: ignore[arg-type]
-    worker = faust.Worker(app, loglevel="warning", quiet=True)
+    processor = build_app(Settings(), sink)  # type: ignore[arg-type]
+    worker = faust.Worker(processor.app, loglevel="warning", quiet=True)
     tune_gc()  # as the processor does
     worker.execute_from_commandline()
 
