@@ -13,10 +13,12 @@ earlier batch. The trace is produced to a private topic set with a plain aiokafk
     transaction per batch that COPYs the raw events into a jsonb log, upserts one last-state
     row per subject and stores the next offsets), consumer group and schema of its own;
 (c) processor: ``minruntime processor`` (subprocess, private env) from an empty migrated
-    database until every event is applied.
+    database until every event is applied;
+(e) replay: ``replay --verify`` of the database the processor filled (``replay_after.py``):
+    the whole event log replayed into a shadow and compared with the live tables.
 
-It prints events/s of each and the ratios processor/sink (issue 10's target: >= 0.5) and
-processor/bare.
+It prints events/s of each and the ratios processor/sink (issue 10's target: >= 0.5),
+processor/bare and replay --verify/processor (issue 10's target: >= 5x).
 
     .venv/bin/python benchmarks/bench_ingest.py [--trace issue|default] [--podgroups 50000]
         [--queues 5000] [--nodes 2000] [--keep] [--profile] [--no-sink] [--no-processor]
@@ -59,10 +61,12 @@ from minruntime.settings import Settings
 from minruntime.store.scratch import scratch_owner_url
 from pipeline import INPUT_ROLES, BenchPipeline, overrides, private_broker, produce, rfc3339
 from proc_cpu import postgres_cpu, postgres_pid, process_cpu
+from replay_after import replay_verify
 
 SEED = 20261121
 T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
 RATIO_TARGET = 0.5  # processor / hand-written sink (issue 10)
+REPLAY_TARGET = 5.0  # replay --verify / the processor's live rate (issue 10)
 # --trace presets: (queues, nodes, podgroups)
 TRACES = {"default": (5000, 2000, 50_000), "issue": (1000, 500, 20_000)}
 # The issue's trace allocates each podgroup in one step and annotates none (~61.5k events); the
@@ -316,8 +320,8 @@ PHASES = {
     "offsets (lock, store)": ("minruntime.ingest.batch", "_Batch", "fresh_records"),
     "decode": ("minruntime.ingest.batch", "_Batch", "decode"),
     "seen ids, conflicts": ("minruntime.ingest.batch", "_Batch", "unseen"),
-    "podgroup load": ("minruntime.ingest.podgroups", "PodGroupProjection", "__init__"),
-    "fold in memory (_apply)": ("minruntime.ingest.batch", None, "_apply"),
+    "podgroup load": ("minruntime.ingest.podgroups", "PodGroupProjection", "include"),
+    "fold in memory (Projections.apply)": ("minruntime.ingest.projection", "Projections", "apply"),
     "podgroup write (flush)": ("minruntime.ingest.podgroups", "PodGroupProjection", "flush"),
     "event log, dead letters": ("minruntime.ingest.batch", "_Batch", "write_logs"),
 }
@@ -514,6 +518,9 @@ def main() -> None:
     parser.add_argument("--no-sink", action="store_true", help="skip (b)")
     parser.add_argument("--no-processor", action="store_true", help="skip (c)")
     parser.add_argument(
+        "--no-replay", action="store_true", help="skip (e), replay --verify of (c)'s database"
+    )
+    parser.add_argument(
         "--private-broker",
         choices=["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"],
         help="run against a broker of its own with this listener (SCRAM-SHA-512 for SASL)",
@@ -620,6 +627,20 @@ def run(args: argparse.Namespace) -> None:
                 " goal 1.0)"
             )
         print(f"ratio processor/bare = {rate / bare:.3f}")
+        if not args.no_replay:
+            verified = replay_verify(scratch_owner_url(pipe.base, pipe.database_url))
+            print(
+                f"(e) replay --verify of what the processor stored: {verified.events:,} events"
+                f" in {verified.seconds:.2f} s = {verified.rate:,.0f} events/s (replay"
+                f" {verified.replay_seconds:.2f} s, compare {verified.verify_seconds:.2f} s);"
+                f" {'equal' if verified.equal else 'DIFFERS'}"
+            )
+            speedup = verified.rate / rate
+            verdict = "meets" if speedup >= REPLAY_TARGET else "misses"
+            print(
+                f"ratio replay --verify/processor = {speedup:.2f} ({verdict} the target"
+                f" {REPLAY_TARGET:.0f}x)"
+            )
     finally:
         pipe.drop(keep=args.keep)
 
