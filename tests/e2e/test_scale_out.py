@@ -339,7 +339,15 @@ def test_an_instance_stalled_past_its_session_holds_nothing_up_and_rejoins(
     other = group.add("b")
     group.wait(lambda: stalled.ready() and other.ready(), "two ready instances")
 
-    _produce(pipeline, events[:30_000])
+    # Ready is "in the group": the rebalance that splits the partitions between the two can
+    # still be under way, and one instance alone applies 30,000 events in a few seconds. So
+    # the first events go in slices until both have applied some.
+    produced = 0
+    while produced < 30_000 and not (stalled.applied() > 0 and other.applied() > 0):
+        _produce(pipeline, events[produced : produced + 1_000])
+        produced += 1_000
+        time.sleep(0.5)
+    _produce(pipeline, events[produced:30_000])
     group.wait(lambda: stalled.applied() > 0 and other.applied() > 0, "both instances applying")
     process = stalled.process.process
     assert process is not None

@@ -136,6 +136,57 @@ def test_a_zombie_batch_that_commits_last_applies_nothing_and_lowers_no_offset(
     assert scalar(engine, OFFSET, g=GROUP) == 21
 
 
+def test_an_instance_frozen_inside_a_statement_holds_its_partitions_no_longer_either(
+    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frozen in the middle of a COPY (the store writes its rows with COPY): the backend waits
+    for rows that never come, "active", not idle; the bound ends that statement too."""
+    settings = Settings()
+    records = _lifecycles(Feed(engine), 10)
+    frozen, resume = threading.Event(), threading.Event()
+
+    def freezing(conn: sa.Connection, part: Sequence[InboundRecord], **options: Any) -> Any:
+        outcome = apply_batch(conn, part, **options)
+        if not frozen.is_set():  # the first attempt: written, locked, inside a COPY
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            with (
+                driver.cursor() as cursor,
+                cursor.copy("COPY minruntime_state.dead_letter_log (topic) FROM STDIN"),
+            ):
+                frozen.set()
+                resume.wait(60)
+        return outcome
+
+    monkeypatch.setattr(isolation, "apply_batch", freezing)
+
+    def instance() -> BatchSink:
+        return BatchSink(
+            bounded_idle_transactions(engine, 1.0),
+            consumer_group=GROUP,
+            topic_roles=input_topic_roles(settings),
+            dead_letter_topic=settings.topic_dead_letter,
+            sleep=lambda _: None,
+            frozen_after=1.0,
+        )
+
+    outcomes: list[BatchOutcome] = []
+    thread = threading.Thread(target=lambda: outcomes.append(instance()(records[:12])))
+    thread.daemon = True
+    thread.start()
+    assert frozen.wait(30)
+    # The new owner's batch waits 1 s for the offset rows, ends the frozen COPY's session and
+    # applies everything on its retry.
+    taken_over = instance()(records)
+    assert (taken_over.applied, taken_over.skipped_offsets) == (20, 0)
+    resume.set()
+    thread.join(60)
+    (late,) = outcomes  # its session was ended: a lost connection, retried, skipped everything
+    assert (late.applied, late.skipped_offsets, late.duplicate_ids) == (0, 12, 0)
+    assert _logged(engine) == [(offset, 1) for offset in range(20)]
+    assert scalar(engine, OFFSET, g=GROUP) == 20
+
+
 def test_a_frozen_instance_holds_its_partitions_no_longer_than_the_idle_bound(
     engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -42,6 +42,8 @@ from minruntime.health import Condition, one_line
 from minruntime.health.outage import Backoff, StatusLine, storage_transient
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.ingest.isolation import apply_isolated
+from minruntime.store.failures import sqlstate
+from minruntime.store.frozen import end_frozen_copies
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ class BatchSink:
         max_backoff: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
         storing: Condition | None = None,
+        frozen_after: float = IDLE_TRANSACTION_SECONDS,
     ) -> None:
         self._engine = engine
         self._options = BatchOptions(
@@ -88,8 +91,28 @@ class BatchSink:
         self._first_backoff = first_backoff
         self._max_backoff = max_backoff
         self._sleep = sleep
+        # How long a writer may wait inside a COPY before a blocked batch ends it (the bound
+        # of the engine's transactions: ``bounded_idle_transactions``).
+        self._frozen_after = frozen_after
         # Readiness "batches": failing while a batch waits for the database.
         self.storing = storing or Condition(initial=None)
+
+    def _end_frozen_writers(self) -> None:
+        """The batch waited its bound for a lock: end writers frozen inside a COPY."""
+        try:
+            with self._engine.begin() as conn:
+                ended = end_frozen_copies(conn, self._frozen_after)
+        except (DBAPIError, psycopg.Error) as exc:  # the retry reports the outage, if it is one
+            log.info("could not look for frozen writers: %s", one_line(exc))
+            return
+        if ended:
+            log.warning(
+                "ended %d database session(s) frozen inside a COPY for over %.0f s, holding "
+                "rows this batch needs (backend pids %s)",
+                len(ended),
+                self._frozen_after,
+                ", ".join(map(str, ended)),
+            )
 
     def __call__(
         self,
@@ -114,6 +137,8 @@ class BatchSink:
                     raise StorageUnavailableError(
                         f"batch of {len(records)} records not stored: {one_line(exc)}"
                     ) from exc
+                if sqlstate(exc) == LOCK_NOT_AVAILABLE:
+                    self._end_frozen_writers()
                 self.storing.fail(f"batch of {len(records)} records not stored: {one_line(exc)}")
                 status.waiting(f"a batch of {len(records)} records waits: {one_line(exc)}")
                 self._sleep(backoff.next())
@@ -123,14 +148,28 @@ class BatchSink:
             return outcome
 
 
+LOCK_NOT_AVAILABLE = "55P03"
+
+
 def bounded_idle_transactions(engine: Engine, seconds: float = IDLE_TRANSACTION_SECONDS) -> Engine:
-    """``engine`` (its pool shared) whose transactions PostgreSQL ends after ``seconds`` idle.
+    """``engine`` (its pool shared) whose transactions PostgreSQL ends after ``seconds`` idle,
+    and whose statements wait at most ``seconds`` for a lock.
+
+    Idle: a process frozen between two statements. A process frozen in the middle of a
+    ``COPY ... FROM STDIN`` (the store writes its rows with COPY) is "active", not idle, and
+    PostgreSQL ends it neither way: a batch that waited ``seconds`` for a lock gives up
+    (LockNotAvailable, retried like any transient error) and ``BatchSink`` first ends such
+    frozen writers (``store.frozen``). A healthy batch waits milliseconds for another's locks.
 
     ``SET LOCAL`` at each transaction's start: other users of the pool (the outbox relay, whose
     transaction legitimately waits for Kafka) keep the server's default.
     """
     bounded = engine.execution_options()
-    setting = f"SET LOCAL idle_in_transaction_session_timeout = {max(1, round(seconds * 1000))}"
+    milliseconds = max(1, round(seconds * 1000))
+    setting = (
+        f"SET LOCAL idle_in_transaction_session_timeout = {milliseconds};"
+        f" SET LOCAL lock_timeout = {milliseconds}"
+    )
 
     @event.listens_for(bounded, "begin")
     def _bound(conn: Connection) -> None:
