@@ -43,7 +43,7 @@ from minruntime.health.outage import Backoff, StatusLine, storage_transient
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.ingest.isolation import apply_isolated
 from minruntime.store.failures import sqlstate
-from minruntime.store.frozen import end_frozen_copies
+from minruntime.store.frozen import end_frozen_sessions
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +98,17 @@ class BatchSink:
         self.storing = storing or Condition(initial=None)
 
     def _end_frozen_writers(self) -> None:
-        """The batch waited its bound for a lock: end writers frozen inside a COPY."""
+        """The batch waited its bound for a lock: end writers frozen inside a statement."""
         try:
             with self._engine.begin() as conn:
-                ended = end_frozen_copies(conn, self._frozen_after)
+                ended = end_frozen_sessions(conn, self._frozen_after)
         except (DBAPIError, psycopg.Error) as exc:  # the retry reports the outage, if it is one
             log.info("could not look for frozen writers: %s", one_line(exc))
             return
         if ended:
             log.warning(
-                "ended %d database session(s) frozen inside a COPY for over %.0f s, holding "
-                "rows this batch needs (backend pids %s)",
+                "ended %d database session(s) frozen inside a statement for over %.0f s, "
+                "holding rows this batch needs (backend pids %s)",
                 len(ended),
                 self._frozen_after,
                 ", ".join(map(str, ended)),
