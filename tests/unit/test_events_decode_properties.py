@@ -196,12 +196,17 @@ def test_timestamps_are_out_of_range_exactly_when_utc_leaves_years_1_to_9999(
     assert format_rfc3339(parsed) == format_rfc3339(moment)
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.json")), ids=lambda path: path.stem)
+# Every example that is an event (the dead-letter record's example is not one).
+EVENT_EXAMPLES = [
+    path
+    for path in sorted(EXAMPLES.glob("*.json"))
+    if json.loads(path.read_bytes()).get("type") in EVENT_CLASSES
+]
+
+
+@pytest.mark.parametrize("path", EVENT_EXAMPLES, ids=lambda path: path.stem)
 def test_every_example_decodes_to_what_the_per_type_path_builds(path: Path) -> None:
     value = path.read_bytes()
-    document = json.loads(value)
-    if document.get("type") not in EVENT_CLASSES:
-        pytest.skip("not an event (the dead-letter record)")
     event = decode_event(value)
     again = EVENT_CLASSES[event.type].model_validate_json(value, by_alias=True, by_name=False)
     assert event == again
