@@ -14,6 +14,7 @@ import logging
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,7 +222,7 @@ class KafkaNode:
         if self.formatted:
             return
         stored = broker_secrets(self.settings.stack_dir, formatted=False)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         run(
             self._classpath_command(
                 "kafka.tools.StorageTool",
@@ -405,3 +406,16 @@ async def describe(access: KafkaAccess) -> int:
     finally:
         await admin.close()
     return len(cluster.get("brokers", []))
+
+
+def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A KRaft cluster ID: a random UUID in base64url, never starting with '-'.
+
+    One in 64 random UUIDs encodes with a leading '-', which the storage tool's argument
+    parser takes for an option ("argument --cluster-id/-t: expected one argument"); Kafka's
+    own ``Uuid.randomUuid`` draws again in that case, and so does this.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
