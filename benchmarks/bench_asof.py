@@ -36,9 +36,8 @@ from bench_ingest import generate
 from minruntime.audit.asof import snapshot, start_from_snapshot, state_at
 from minruntime.audit.explain import Explainer
 from minruntime.audit.protection import protection_table
-from minruntime.audit.replay import LogEntry, read_log, replay
-from minruntime.audit.snapshots import SnapshotChecker, SnapshotPolicy, snapshots_in, take
-from minruntime.audit.verify import compare
+from minruntime.audit.replay import read_log, replay
+from minruntime.audit.snapshots import SnapshotPolicy, snapshots_in, take
 from minruntime.events import DEFAULT_TOPICS
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.ingest.memory import collected_rarely
@@ -52,6 +51,7 @@ from minruntime.store.scratch import (
 )
 from minruntime.store.shadows import create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
+from replay_after import replay_verify
 
 TARGET_SECONDS = 2.0
 KEPT = Path(__file__).parent / "out" / "asof-database.txt"
@@ -197,6 +197,8 @@ def main() -> None:
     engine = engine_from(url)
     try:
         measure(engine, args)
+        if args.verify:
+            verify_everything(url)
     finally:
         engine.dispose()
         if not (args.keep or args.reuse):
@@ -226,42 +228,19 @@ def measure(engine: sa.Engine, args: argparse.Namespace) -> None:
     if args.full_replay:
         seconds = timed(lambda: protection_at_without_snapshots(engine, worst_at))
         print(f"the same instant by a replay of the whole log up to it: {seconds:.2f} s")
-    if args.verify:
-        verify_everything(engine)
 
 
-def verify_everything(engine: sa.Engine) -> None:
-    """What ``minruntime replay --verify`` does, timed: replay the whole log, check every
-    snapshot at its position, compare the end with the live state."""
-    checking = 0.0
-    with snapshot(engine) as conn:
-        shadow = create_shadow(conn, temporary_name("bench_verify"))
-        checker = SnapshotChecker(conn, shadow.tables, snapshots_in(conn))
-
-        def check(entry: LogEntry) -> None:
-            nonlocal checking
-            started = time.perf_counter()
-            checker.after(entry)
-            checking += time.perf_counter() - started
-
-        started = time.perf_counter()
-        report = replay(
-            conn, read_log(conn), into=shadow.tables, boundary=checker.wants, after_boundary=check
-        )
-        replayed = time.perf_counter() - started
-        started = time.perf_counter()
-        checks = compare(conn, shadow)
-        compared = time.perf_counter() - started
-        results = checker.finish()
-    unequal = [c.table for c in checks if not c.equal] + [
-        f"#{r.snapshot.id}" for r in results if not r.equal
-    ]
+def verify_everything(url: str) -> None:
+    """What ``minruntime replay --verify`` does, timed (``replay_after.replay_verify``)."""
+    verified = replay_verify(url)
+    replay_alone = verified.replay_seconds - verified.check_seconds
     print(
-        f"replay --verify of the whole log: {replayed + compared:.1f} s — replay "
-        f"{replayed - checking:.1f} s ({report.applied / (replayed - checking):,.0f} events/s), "
-        f"{len(results)} snapshot checks {checking:.1f} s "
-        f"({checking / max(len(results), 1):.2f} s each), final compare {compared:.1f} s; "
-        f"{'every table and snapshot equal' if not unequal else 'DIFFERS: ' + ', '.join(unequal)}"
+        f"replay --verify of the whole log: {verified.seconds:.1f} s — replay "
+        f"{replay_alone:.1f} s ({verified.events / replay_alone:,.0f} events/s), "
+        f"{verified.snapshots} snapshot checks {verified.check_seconds:.1f} s "
+        f"({verified.check_seconds / max(verified.snapshots, 1):.2f} s each), final compare "
+        f"{verified.verify_seconds:.1f} s; "
+        f"{'every table and snapshot equal' if verified.equal else 'DIFFERS'}"
     )
 
 

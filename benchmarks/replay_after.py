@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from minruntime.audit.asof import snapshot
-from minruntime.audit.replay import read_log, replay
+from minruntime.audit.replay import LogEntry, read_log, replay
 from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
 from minruntime.audit.verify import compare
 from minruntime.store import engine_from
@@ -27,6 +27,8 @@ class Verified:
     replay_seconds: float  # the replay itself (snapshot checks included)
     verify_seconds: float  # the comparison with the live tables
     equal: bool
+    snapshots: int = 0  # snapshots checked at their positions
+    check_seconds: float = 0.0  # of replay_seconds, the snapshot checks
 
     @property
     def seconds(self) -> float:
@@ -45,13 +47,21 @@ def replay_verify(owner_url: str) -> Verified:
         with snapshot(engine) as conn:
             shadow = create_shadow(conn, temporary_name("bench_verify"))
             checker = SnapshotChecker(conn, shadow.tables, snapshots_in(conn))
+            checking = 0.0
+
+            def check(entry: LogEntry) -> None:
+                nonlocal checking
+                started = time.perf_counter()
+                checker.after(entry)
+                checking += time.perf_counter() - started
+
             started = time.perf_counter()
             report = replay(
                 conn,
                 read_log(conn),
                 into=shadow.tables,
                 boundary=checker.wants,
-                after_boundary=checker.after,
+                after_boundary=check,
             )
             replayed = time.perf_counter() - started
             started = time.perf_counter()
@@ -65,4 +75,4 @@ def replay_verify(owner_url: str) -> Verified:
         and all(check.equal for check in checks)
         and all(result.equal for result in results)
     )
-    return Verified(report.applied, replayed, verified, equal)
+    return Verified(report.applied, replayed, verified, equal, len(results), checking)
