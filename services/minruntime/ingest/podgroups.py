@@ -78,12 +78,14 @@ class PodGroupProjection:
         # Every podgroup the run touched, as folded so far (written by flush when changed).
         self._states: dict[str, PodGroupState] = {}
         self._nominations: dict[tuple[str, str], dict[str, Any]] = {}
+        # Podgroups touched without being asked for first (``size`` counts them too).
+        self._touched_unasked = 0
         self.include(uids)
 
     @property
     def size(self) -> int:
         """How many podgroups were loaded (asked for) or touched so far."""
-        return len(self._asked) + sum(uid not in self._asked for uid in self._states)
+        return len(self._asked) + self._touched_unasked
 
     def include(self, uids: Iterable[str]) -> None:
         """Load the stored state of the ``uids`` not asked for yet (one round of queries)."""
@@ -91,6 +93,7 @@ class PodGroupProjection:
         if not wanted:
             return
         self._asked |= wanted
+        self._touched_unasked -= len(wanted & self._states.keys())
         stored = load_podgroups(self._conn, self._tables, wanted)
         self._stored.update(stored.states)
         self._pending |= stored.pending
@@ -103,6 +106,8 @@ class PodGroupProjection:
             if state is None:
                 state = PodGroupState(uid)
             self._states[uid] = state
+            if uid not in self._asked:
+                self._touched_unasked += 1
         return state
 
     def apply(self, uid: str, change: PodGroupChange) -> None:
