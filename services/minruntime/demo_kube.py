@@ -9,6 +9,7 @@ Running and, after the eviction, deleting the pod (`minruntime.cluster.standin`)
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -165,6 +166,11 @@ def _wait(check: Callable[[], T | None], children: list[_Child], timeout: float,
         if result:
             return result
         time.sleep(0.3)
+    # The one-line error says what did not happen; the processes' last log lines (on stderr,
+    # before it) say why, e.g. a processor still waiting for its consumer group.
+    for child in children:
+        for line in child.tail(8):
+            print(f"[{child.command}] {line}", file=sys.stderr)
     raise UserError(f"the demo timed out after {timeout:.0f}s waiting for {what}")
 
 

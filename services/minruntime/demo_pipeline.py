@@ -250,12 +250,18 @@ class _Child:
         """The subprocess's id."""
         return self.process.pid
 
+    def tail(self, count: int) -> list[str]:
+        """Its last ``count`` stderr lines (its log) so far."""
+        self.stderr.seek(0)
+        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
+        self.stderr.seek(0, os.SEEK_END)
+        return lines[-count:]
+
     def check(self) -> None:
         """Fail with its last stderr line if it has exited."""
         if self.process.poll() is None:
             return
-        self.stderr.seek(0)
-        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
+        lines = self.tail(1)
         why = f": {lines[-1]}" if lines else ""
         raise UserError(
             f"`minruntime {self.command}` exited with status {self.process.returncode}{why}"

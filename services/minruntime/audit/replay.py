@@ -34,7 +34,7 @@ from typing import Any, Final, NamedTuple, Protocol
 from sqlalchemy import Connection
 
 from minruntime.core import MinRuntimeError
-from minruntime.events import ROLE_TYPES, Event, EventRejected, decode_event
+from minruntime.events import DATA_MODELS, ROLE_TYPES, Event, EventRejected, decode_event
 from minruntime.ingest import (
     BatchOutcome,
     InboundRecord,
@@ -44,13 +44,19 @@ from minruntime.ingest import (
 )
 from minruntime.ingest.memory import collected_rarely
 from minruntime.ingest.offsets import laps, rewind_to
-from minruntime.ingest.projection import Projections
+from minruntime.ingest.projection import PODGROUP_TYPES, QUEUE_TYPES, Projections
 from minruntime.store import event_log
 from minruntime.store.event_log import About
 from minruntime.store.schema import LIVE, StateTables
 
 REPLAY_GROUP: Final = "minruntime-replay"
 DECISION_TYPES: Final = ROLE_TYPES["requeue_decisions"]
+_PODGROUP_TYPE_NAMES: Final = frozenset(
+    event_type for event_type, model in DATA_MODELS.items() if issubclass(model, PODGROUP_TYPES)
+)
+_QUEUE_TYPE_NAMES: Final = frozenset(
+    event_type for event_type, model in DATA_MODELS.items() if issubclass(model, QUEUE_TYPES)
+)
 _ROLE_OF_TYPE: Final = {
     event_type: role
     for role, types in ROLE_TYPES.items()
@@ -138,7 +144,7 @@ def read_log(
 
     ``about`` keeps only the entries about one subject (and the shared ones); ``after``
     starts after that ``seq`` (the position of a snapshot). Without ``full`` the entries'
-    offset, subject and times are None: what a replay of the log needs, read faster.
+    offset and times are None: what a replay of the log needs, read faster.
     """
     while True:
         rows = event_log.read_page(
@@ -253,19 +259,28 @@ class _LoggedEvents:
         self._run: Projections | None = None
 
     def add(self, entries: Sequence[LogEntry]) -> None:
-        decoded: list[tuple[LogEntry, Event]] = []
+        run = self._run
+        if run is None:
+            run = self._run = Projections(self._conn, self._tables)
+        # The page's podgroups are loaded by the subjects the log names (an event's subject is
+        # its podgroup's uid), so each entry is decoded just before it is applied and dropped
+        # after: a page of decoded events kept alive made decoding half as fast again.
+        run.include_named(
+            (
+                entry.subject
+                for entry in entries
+                if entry.type in _PODGROUP_TYPE_NAMES and entry.subject is not None
+            ),
+            queue_tree=any(entry.type in _QUEUE_TYPE_NAMES for entry in entries),
+        )
         for entry in entries:
             try:
-                decoded.append((entry, decode_event(entry.value)))
+                event = decode_event(entry.value)
             except EventRejected as error:
                 _reject(
                     self._report, f"event at seq {entry.seq} ({entry.type}) is invalid: {error}"
                 )
-        run = self._run
-        if run is None:
-            run = self._run = Projections(self._conn, self._tables)
-        run.include(event for _, event in decoded)
-        for entry, event in decoded:
+                continue
             try:
                 run.apply(event)
             except MinRuntimeError as error:

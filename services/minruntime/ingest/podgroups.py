@@ -98,6 +98,10 @@ class PodGroupProjection:
         self._stored.update(stored.states)
         self._pending |= stored.pending
 
+    def included(self, uid: str) -> bool:
+        """Whether ``uid`` was asked for (loaded) or touched already."""
+        return uid in self._asked or uid in self._states
+
     def state(self, uid: str) -> PodGroupState:
         """The podgroup as folded so far; a placeholder when it is not known yet."""
         state = self._states.get(uid)

@@ -48,7 +48,7 @@ PODGROUP_TYPES: Final = (
     PodGroupDeletedData,
     RequeueNominatedData,
 )
-_QUEUE_TYPES: Final = (QueueUpsertedData, QueueDeletedData)
+QUEUE_TYPES: Final = (QueueUpsertedData, QueueDeletedData)
 
 
 class Projections:
@@ -74,24 +74,37 @@ class Projections:
             data = event.data
             if isinstance(data, PODGROUP_TYPES):
                 uids.append(data.uid)
-            elif self._queues is None and isinstance(data, _QUEUE_TYPES):
+            elif self._queues is None and isinstance(data, QUEUE_TYPES):
                 self._queues = QueueProjection(self._conn, self._tables)
         self.podgroups.include(uids)
 
+    def include_named(self, uids: Iterable[str], *, queue_tree: bool) -> None:
+        """Load what entries not decoded yet will need: the podgroups ``uids`` (their logged
+        subjects) and, with ``queue_tree``, the queue tree (a replay decodes each entry just
+        before applying it, so that no page of decoded events is kept alive)."""
+        if queue_tree and self._queues is None:
+            self._queues = QueueProjection(self._conn, self._tables)
+        self.podgroups.include(uids)
+
     def apply(self, event: Event) -> None:
-        """Apply one included event in memory; the core's errors propagate, changing nothing."""
+        """Apply one event in memory; the core's errors propagate, changing nothing.
+
+        What ``include`` or ``include_named`` did not load is loaded here, one query each:
+        the processor includes its whole batch first, and a replay the subjects the log names
+        (an entry whose subject column disagrees with its event is still applied right).
+        """
         data = event.data
         if isinstance(data, PODGROUP_TYPES):
+            if not self.podgroups.included(data.uid):
+                self.podgroups.include((data.uid,))
             if isinstance(data, RequeueNominatedData):
                 self.podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
             else:
                 self.podgroups.apply(data.uid, podgroup_change(data, event.time))
         elif isinstance(data, QueueUpsertedData):
-            assert self._queues is not None, "include() the event first"
-            self._queues.upsert(data.to_queue())
+            self._queue_tree().upsert(data.to_queue())
         elif isinstance(data, QueueDeletedData):
-            assert self._queues is not None, "include() the event first"
-            self._queues.delete(data.name)
+            self._queue_tree().delete(data.name)
         elif isinstance(data, ConfigUpdatedData):
             config = data.to_config()
             self._configs[data.node_pool] = {
@@ -107,6 +120,11 @@ class Projections:
             self._nodes[data.name] = None
         else:  # pragma: no cover - decode_event only returns input types on input topics
             raise MinRuntimeError(f"{event.type} events are not applied by the processor")
+
+    def _queue_tree(self) -> QueueProjection:
+        if self._queues is None:  # nothing of the run touched the tree yet: it is as stored
+            self._queues = QueueProjection(self._conn, self._tables)
+        return self._queues
 
     def flush(self) -> None:
         """Write everything the run changed (the queue tree, podgroups, configs, nodes)."""

@@ -123,7 +123,7 @@ _READ: Final = (
 _FULL: Final = {"offset": '"offset",', "rest": "subject, event_time, applied_at,"}
 _LEAN: Final = {
     "offset": "NULL::bigint,",
-    "rest": "NULL::text, NULL::timestamptz, NULL::timestamptz,",
+    "rest": "subject, NULL::timestamptz, NULL::timestamptz,",
 }
 _ABOUT: Final = "AND ((subject = %(subject)s AND type <> ALL(%(other)s)) OR type = ANY(%(shared)s))"
 _READS: Final = {
@@ -161,8 +161,8 @@ def read_page(
     full: bool = False,
 ) -> list[LoggedRow]:
     """Up to ``limit`` entries after seq ``after`` applied by ``until`` (None: all), in order,
-    as plain tuples, in the caller's transaction. Without ``full`` the offset, subject and
-    times are None (a replay of the log reads none of them).
+    as plain tuples, in the caller's transaction. Without ``full`` the offset and times are
+    None (a replay of the log reads neither).
 
     Straight from the driver, in binary (a replay reads the whole log: SQLAlchemy's rows and
     text conversions cost more than the query); its errors are raised as SQLAlchemy's, as
