@@ -97,15 +97,18 @@ def story(
         pipeline.drop()
 
 
-def test_replay_verify_passes_on_the_live_state(story: Pipeline) -> None:
+@pytest.mark.parametrize("jobs", [(), ("--jobs", "1"), ("--jobs", "3")])
+def test_replay_verify_passes_on_the_live_state(story: Pipeline, jobs: tuple[str, ...]) -> None:
     outcomes = sorted(
         row[0] for row in story.query("SELECT outcome FROM minruntime.requeue_decisions")
     )
     assert outcomes == ["committed", "rolled_back"]  # one of busy/idle makes room for urgent
-    result = story.replay("--verify")
+    result = story.replay("--verify", *jobs)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verify: the live state is exactly what the event log implies" in result.stdout
-    assert "requeue decisions" in result.stdout
+    assert "2 requeue decisions" in result.stdout
+    # A short log is replayed by one process unless --jobs says otherwise.
+    assert ("3 processes" in result.stdout) == ("3" in jobs)
     # The progress bar goes to stderr, the report to stdout.
     assert "events/s" in result.stderr
 
@@ -166,6 +169,8 @@ def test_until_before_the_story_replays_nothing(story: Pipeline) -> None:
         (("--until", "yesterday"), "--until 'yesterday'"),
         (("--verify", "--until", "now-1h"), "--verify compares with the live state now"),
         (("--into", "Bad-Name"), "schema name 'Bad-Name' must be lower-case"),
+        (("--into", "kept", "--jobs", "2"), "it cannot take --into or --from-kafka"),
+        (("--jobs", "0"), "--jobs"),
     ],
 )
 def test_mistakes_are_one_line(story: Pipeline, args: tuple[str, ...], message: str) -> None:

@@ -7,6 +7,7 @@ code, and ``compare`` checks every projection table row by row.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -14,8 +15,10 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
+from minruntime.audit import parallel
 from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import snapshot, state_at
+from minruntime.audit.parallel import PartFailedError, ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare
 from minruntime.requeue import run_cycle
@@ -193,6 +196,76 @@ def test_a_subject_column_that_disagrees_with_its_event_does_not_change_the_repl
         report = replay(conn, read_log(conn), into=shadow.tables)
         assert report.rejected == []
         assert [check.table for check in compare(conn, shadow) if not check.equal] == []
+
+
+def url_of(engine: sa.Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_a_replay_in_parts_finds_what_one_process_finds(lived: sa.Engine, parts: int) -> None:
+    with snapshot(lived) as conn:
+        shadow = create_shadow(conn, "whole")
+        whole = replay(conn, read_log(conn), into=shadow.tables)
+        single = compare(conn, shadow)
+    with ReplayInParts(url_of(lived), parts, verify=True) as split:
+        result = split.run()
+    assert (result.report.events, result.report.decisions) == (whole.events, whole.decisions)
+    assert result.report.rejected == []
+    assert [(c.table, c.live_rows, c.replay_rows, c.equal) for c in result.checks] == [
+        (c.table, c.live_rows, c.replay_rows, True) for c in single
+    ]
+
+
+def test_a_replay_in_parts_lists_rows_altered_by_hand(engine: sa.Engine, lived: sa.Engine) -> None:
+    with engine.begin() as conn:
+        for statement in (
+            "UPDATE minruntime_state.podgroup_state SET start_time = start_time"
+            " - interval '1 hour' WHERE uid IN ('hi', 'elastic', 'lonely')",
+            "DELETE FROM minruntime_state.node_state WHERE name = 'node-2'",
+            "DELETE FROM minruntime_state.requeue_decision_log WHERE uid = 'v'",
+        ):
+            conn.execute(sa.text(statement))
+    with ReplayInParts(url_of(engine), 3, verify=True) as split:
+        checks = {check.table: check for check in split.run().checks}
+    differing = {name for name, check in checks.items() if not check.equal}
+    assert differing == {"podgroup_state", "node_state", "requeue_decision_log"}
+    # The parts' differences, merged in key order.
+    assert [d.key for d in checks["podgroup_state"].differences] == ["elastic", "hi", "lonely"]
+    assert checks["podgroup_state"].differing_keys == 3
+    assert [d.key for d in checks["node_state"].differences] == ["node-2"]
+
+
+def test_a_part_that_fails_or_dies_is_named(
+    lived: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The parts are forked: what is patched here is what they run.
+    create_shadow_as_before = parallel.create_shadow
+
+    def create_but_not_in_part_2(conn: sa.Connection, name: str) -> Shadow:
+        if "_replay_1_" in name:
+            raise ValueError("no room for\na shadow")
+        return create_shadow_as_before(conn, name)
+
+    monkeypatch.setattr(parallel, "create_shadow", create_but_not_in_part_2)
+    with (
+        pytest.raises(
+            PartFailedError, match=r"^replay part 2 of 3 failed: ValueError: no room for$"
+        ),
+        ReplayInParts(url_of(lived), 3, verify=True) as split,
+    ):
+        split.run()
+
+    def replay_and_die(*args: object, **kwargs: object) -> None:
+        os._exit(3)
+
+    monkeypatch.setattr(parallel, "create_shadow", create_shadow_as_before)
+    monkeypatch.setattr(parallel, "replay", replay_and_die)
+    with (
+        pytest.raises(PartFailedError, match=r"stopped \(exit code 3\) before it finished"),
+        ReplayInParts(url_of(lived), 2, verify=True) as split,
+    ):
+        split.run()
 
 
 def test_replay_is_deterministic_whatever_the_page_and_run_sizes(

@@ -56,6 +56,11 @@ NEVER = SnapshotPolicy(every_events=10**9, every_minutes=10**9)
 MICROSECOND = timedelta(microseconds=1)
 
 
+# Snapshots are checked alike by one process and by a replay in parts (each part checks its
+# share of each snapshot at its position).
+JOBS = pytest.mark.parametrize("jobs", ["1", "3"])
+
+
 def answers(
     engine: sa.Engine, at: datetime, *, from_snapshot: bool, whole: bool = False
 ) -> dict[str, Any]:
@@ -182,10 +187,11 @@ def cli(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("cli")
+@JOBS
 def test_verify_checks_every_snapshot_and_names_a_tampered_one(
-    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str]
+    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str], jobs: str
 ) -> None:
-    code, report = replay_verify(capsys)
+    code, report = replay_verify(capsys, jobs)
     assert code == 0
     assert [(s["equal"], s["problem"]) for s in report["snapshots"]] == [(True, None)] * 3
     assert all(table["equal"] for s in report["snapshots"] for table in s["tables"])
@@ -210,7 +216,7 @@ def test_verify_checks_every_snapshot_and_names_a_tampered_one(
             ),
             {"data": changed, "id": snapshot_id, "uid": uid},
         )
-    code, report = replay_verify(capsys)
+    code, report = replay_verify(capsys, jobs)
     assert code == 1
     first, tampered, *later = report["snapshots"]
     assert first["equal"] is True  # taken before the edited document
@@ -227,22 +233,23 @@ def test_verify_checks_every_snapshot_and_names_a_tampered_one(
 
     # The text report says which snapshot and which rows.
     capsys.readouterr()
-    assert main(["replay", "--verify"]) == 1
+    assert main(["replay", "--verify", "--jobs", jobs]) == 1
     captured = capsys.readouterr()
     assert f"snapshot #{snapshot_id}" in captured.out
     assert "differs in podgroup_state" in captured.out
     assert f"#{snapshot_id}" in captured.err
 
 
-def replay_verify(capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+def replay_verify(capsys: pytest.CaptureFixture[str], jobs: str = "1") -> tuple[int, Any]:
     capsys.readouterr()
-    code = main(["replay", "--verify", "--json"])
+    code = main(["replay", "--verify", "--json", "--jobs", jobs])
     return code, json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.usefixtures("cli")
+@JOBS
 def test_a_snapshot_of_a_position_the_log_does_not_have_is_a_difference(
-    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str]
+    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str], jobs: str
 ) -> None:
     with engine.begin() as conn:
         conn.execute(
@@ -251,7 +258,7 @@ def test_a_snapshot_of_a_position_the_log_does_not_have_is_a_difference(
                 " WHERE log_seq = (SELECT min(log_seq) FROM minruntime_state.projection_snapshots)"
             )
         )
-    code, report = replay_verify(capsys)
+    code, report = replay_verify(capsys, jobs)
     assert code == 1
     problems = [s["problem"] for s in report["snapshots"] if s["problem"]]
     assert len(problems) == 1
@@ -259,8 +266,9 @@ def test_a_snapshot_of_a_position_the_log_does_not_have_is_a_difference(
 
 
 @pytest.mark.usefixtures("cli")
+@JOBS
 def test_a_later_snapshot_is_checked_for_what_changed_since_the_one_before_and_its_list(
-    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str]
+    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str], jobs: str
 ) -> None:
     # Checked against the second one, the last snapshot is compared only for the podgroups
     # named in between and the ones it stores documents of. A hand slips it a changed
@@ -309,7 +317,7 @@ def test_a_later_snapshot_is_checked_for_what_changed_since_the_one_before_and_i
             ),
             {"listed": zlib.compress(json.dumps(listed[1:]).encode()), "id": third.id},
         )
-    code, report = replay_verify(capsys)
+    code, report = replay_verify(capsys, jobs)
     assert code == 1
     assert [s["equal"] for s in report["snapshots"]] == [True, True, False]
     differing = {t["table"]: t for t in report["snapshots"][2]["tables"] if not t["equal"]}

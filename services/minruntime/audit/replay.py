@@ -26,7 +26,7 @@ then (``applied_at <= until``), which is what its answers at that time were made
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, NamedTuple, Protocol
@@ -34,7 +34,14 @@ from typing import Any, Final, NamedTuple, Protocol
 from sqlalchemy import Connection
 
 from minruntime.core import MinRuntimeError
-from minruntime.events import DATA_MODELS, ROLE_TYPES, Event, EventRejected, decode_event
+from minruntime.events import (
+    DATA_MODELS,
+    ROLE_TYPES,
+    Event,
+    EventRejected,
+    EventType,
+    decode_event,
+)
 from minruntime.ingest import (
     BatchOutcome,
     InboundRecord,
@@ -46,7 +53,8 @@ from minruntime.ingest.memory import collected_rarely
 from minruntime.ingest.offsets import laps, rewind_to
 from minruntime.ingest.projection import PODGROUP_TYPES, QUEUE_TYPES, Projections
 from minruntime.store import event_log
-from minruntime.store.event_log import About
+from minruntime.store.event_log import About, OfPart
+from minruntime.store.parts import Part
 from minruntime.store.schema import LIVE, StateTables
 
 REPLAY_GROUP: Final = "minruntime-replay"
@@ -57,6 +65,10 @@ _PODGROUP_TYPE_NAMES: Final = frozenset(
 _QUEUE_TYPE_NAMES: Final = frozenset(
     event_type for event_type, model in DATA_MODELS.items() if issubclass(model, QUEUE_TYPES)
 )
+# The entries about one podgroup (their subject): split by podgroup in a parallel replay.
+SCOPED_TYPES: Final = tuple(sorted(_PODGROUP_TYPE_NAMES | DECISION_TYPES))
+# The decisions that promise capacity to other podgroups (requeue_promises rows).
+PROMISING_TYPE: Final = EventType.REQUEUE_COMMITTED.value
 _ROLE_OF_TYPE: Final = {
     event_type: role
     for role, types in ROLE_TYPES.items()
@@ -91,6 +103,11 @@ class LogEntry(NamedTuple):
     # When it happened in the cluster, and when the service applied it (None from Kafka).
     event_time: datetime | None = None
     applied_at: datetime | None = None
+    # Another part's entry, read only because a snapshot's position is there (``of_part``):
+    # a boundary, not applied.
+    foreign: bool = False
+    # Another part's decision, applied (not counted) for the promises it makes to this part.
+    borrowed: bool = False
 
     @property
     def is_decision(self) -> bool:
@@ -139,16 +156,35 @@ def read_log(
     about: About | None = None,
     after: int = 0,
     full: bool = False,
+    part: Part | None = None,
+    positions: Collection[int] = (),
 ) -> Iterator[LogEntry]:
     """The live event log in order (pages by ``seq``, in the caller's transaction).
 
     ``about`` keeps only the entries about one subject (and the shared ones); ``after``
     starts after that ``seq`` (the position of a snapshot). Without ``full`` the entries'
-    offset and times are None: what a replay of the log needs, read faster.
+    offset and times are None: what a replay of the log needs, read faster. ``part`` keeps
+    the entries of that part of the state (``store.parts``), another part's committed
+    requeues that promise capacity to its podgroups (marked ``borrowed``) and the entries at
+    ``positions`` (marked ``foreign`` when they are another part's).
     """
+    of_part = None
+    foreign: Collection[int] = ()
+    borrowed: Collection[int] = ()
+    if part is not None:
+        of_part = OfPart(part, SCOPED_TYPES, tuple(positions), PROMISING_TYPE)
+        marked = event_log.marks(conn, LIVE, of_part)
+        foreign, borrowed = marked.foreign, marked.borrowed
     while True:
         rows = event_log.read_page(
-            conn, LIVE, after=after, until=until, limit=PAGE_SIZE, about=about, full=full
+            conn,
+            LIVE,
+            after=after,
+            until=until,
+            limit=PAGE_SIZE,
+            about=about,
+            full=full,
+            of_part=of_part,
         )
         for seq, topic, partition, offset, type_, subject, event_time, applied_at, text in rows:
             yield LogEntry(
@@ -161,6 +197,8 @@ def read_log(
                 value=text.encode(),
                 event_time=event_time,
                 applied_at=applied_at,
+                foreign=seq in foreign,
+                borrowed=seq in borrowed,
             )
         if len(rows) < PAGE_SIZE:
             return
@@ -210,9 +248,11 @@ def replay(
         for entry in entries:
             seen += 1
             report.last_seq = entry.seq
-            if entry.is_decision:
+            if entry.foreign:
+                pass
+            elif entry.is_decision:
                 apply_pending(write=True)
-                _apply_decision(conn, into, entry, report)
+                _apply_decision(conn, into, entry, report, counted=not entry.borrowed)
             elif entry.partition is not None and (
                 entry.type in _ROLE_OF_TYPE or entry.topic in roles
             ):
@@ -376,7 +416,12 @@ def _apply_records(
 
 
 def _apply_decision(
-    conn: Connection, tables: StateTables, entry: LogEntry, report: ReplayReport
+    conn: Connection,
+    tables: StateTables,
+    entry: LogEntry,
+    report: ReplayReport,
+    *,
+    counted: bool = True,
 ) -> None:
     try:
         event: Event = decode_event(entry.value)
@@ -386,7 +431,7 @@ def _apply_decision(
     # A decision seen twice (a relay re-published it after a crash) is applied once.
     if apply_decisions(conn, [event], tables=tables):
         log_decisions(conn, [event], topic=entry.topic, tables=tables)
-        report.decisions += 1
+        report.decisions += counted
 
 
 def describe(report: ReplayReport) -> dict[str, Any]:

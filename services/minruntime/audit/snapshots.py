@@ -17,6 +17,7 @@ log costs about what the snapshots stored, not one whole state per snapshot.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,7 +27,10 @@ from sqlalchemy import Connection, Engine
 
 from minruntime.audit.replay import LogEntry
 from minruntime.audit.verify import SHOWN_ROWS, RowDifference, TableCheck, compare_schemas
+from minruntime.audit.verify import merge_parts as merge_checks
+from minruntime.store import parts
 from minruntime.store import snapshots as stored
+from minruntime.store.parts import Part
 from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import PROJECTIONS, empty, scratch_state
 from minruntime.store.snapshots import LogPosition, Snapshot
@@ -109,6 +113,7 @@ def check(
     replay: StateTables,
     scratch: StateTables,
     previous: Snapshot | None = None,
+    part: Part | None = None,
 ) -> list[TableCheck]:
     """Compare ``snapshot`` with ``replay`` (the replay at its position), restoring it into the
     (empty) ``scratch`` tables.
@@ -118,21 +123,28 @@ def check(
     podgroups the log's entries in between name or that ``snapshot`` stores a document of;
     every other podgroup's rows equal both the previous snapshot's and the replay's there.
     Without it, everything. Either way the list of pending and running podgroups too (what
-    answers that restore only those read).
+    answers that restore only those read). ``part``: only that part of the state (a parallel
+    replay's, ``store.parts``).
     """
     if previous is None:
         stored.restore(conn, snapshot, scratch)
-        checks = compare_schemas(conn, scratch, replay)
+        checks = compare_schemas(conn, scratch, replay, part=part)
     else:
         changed = stored.changed_since(conn, previous, snapshot)
+        if part is not None:
+            changed = parts.only(conn, part, changed)
         stored.restore(conn, snapshot, scratch, changed, active=False)
-        checks = compare_schemas(conn, scratch, replay, WHOLE_TABLES)
-        checks += compare_schemas(conn, scratch, replay, stored.PODGROUP_TABLES, changed)
-    return [*checks, _active_list(conn, snapshot, replay)]
+        checks = compare_schemas(conn, scratch, replay, WHOLE_TABLES, part=part)
+        checks += compare_schemas(conn, scratch, replay, stored.PODGROUP_TABLES, changed, part=part)
+    return [*checks, _active_list(conn, snapshot, replay, part)]
 
 
-def _active_list(conn: Connection, snapshot: Snapshot, replay: StateTables) -> TableCheck:
+def _active_list(
+    conn: Connection, snapshot: Snapshot, replay: StateTables, part: Part | None
+) -> TableCheck:
     listed, active = stored.active_list(conn, snapshot), stored.active_uids(conn, replay)
+    if part is not None:
+        listed, active = parts.only(conn, part, listed), parts.only(conn, part, active)
     digest = [hashlib.md5("\n".join(uids).encode()).hexdigest() for uids in (listed, active)]
     only = sorted(set(listed) ^ set(active))
     return TableCheck(
@@ -176,9 +188,16 @@ class SnapshotChecker:
     (``check``); ``finish`` drops the scratch tables the snapshots were restored into.
     """
 
-    def __init__(self, conn: Connection, replay: StateTables, snapshots: list[Snapshot]) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        replay: StateTables,
+        snapshots: list[Snapshot],
+        part: Part | None = None,
+    ) -> None:
         self._conn = conn
         self._replay = replay
+        self._part = part
         self._pending = {snapshot.log_seq: snapshot for snapshot in snapshots}
         self._previous: Snapshot | None = None
         self._scratch: ExitStack | None = None
@@ -195,7 +214,7 @@ class SnapshotChecker:
             self._tables = self._scratch.enter_context(scratch_state(self._conn, PROJECTIONS))
         else:
             empty(self._conn, self._tables, PROJECTIONS)
-        checks = check(self._conn, snapshot, self._replay, self._tables, self._previous)
+        checks = check(self._conn, snapshot, self._replay, self._tables, self._previous, self._part)
         self.results.append(SnapshotCheck(snapshot, checks))
         self._previous = snapshot
 
@@ -209,6 +228,24 @@ class SnapshotChecker:
             self.results.append(SnapshotCheck(snapshot, problem=problem))
         self._pending.clear()
         return sorted(self.results, key=lambda result: result.snapshot.log_seq)
+
+
+def merge_parts(per_part: Iterable[Sequence[SnapshotCheck]]) -> list[SnapshotCheck]:
+    """The snapshot checks of the parts of a parallel replay as one per snapshot (oldest
+    first): each table's checks merged (``verify.merge_parts``), the first problem kept."""
+    by_id: dict[int, list[SnapshotCheck]] = {}
+    for results in per_part:
+        for result in results:
+            by_id.setdefault(result.snapshot.id, []).append(result)
+    merged = [
+        SnapshotCheck(
+            results[0].snapshot,
+            merge_checks(result.tables for result in results),
+            next((result.problem for result in results if result.problem), None),
+        )
+        for results in by_id.values()
+    ]
+    return sorted(merged, key=lambda result: result.snapshot.log_seq)
 
 
 def snapshots_in(conn: Connection) -> list[Snapshot]:

@@ -7,6 +7,7 @@ What a projection's content is, and the checksums: ``minruntime.store.checksums`
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -14,6 +15,7 @@ from typing import Final
 from sqlalchemy import Connection
 
 from minruntime.store.checksums import checksum, differences
+from minruntime.store.parts import Part
 from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import PROJECTIONS, Shadow
 
@@ -47,9 +49,11 @@ class TableCheck:
         return self.live_checksum == self.replay_checksum and self.live_rows == self.replay_rows
 
 
-def compare(conn: Connection, shadow: Shadow, tables: list[str] | None = None) -> list[TableCheck]:
+def compare(
+    conn: Connection, shadow: Shadow, tables: list[str] | None = None, part: Part | None = None
+) -> list[TableCheck]:
     """Compare every projection table of ``shadow`` with the live one."""
-    return compare_schemas(conn, LIVE, shadow.tables, tables)
+    return compare_schemas(conn, LIVE, shadow.tables, tables, part=part)
 
 
 def compare_schemas(
@@ -58,19 +62,24 @@ def compare_schemas(
     replay: StateTables,
     tables: Iterable[str] | None = None,
     uids: Sequence[str] | None = None,
+    part: Part | None = None,
 ) -> list[TableCheck]:
     """Compare the projection tables of two state schemas (the first on the "live" side).
 
     ``uids``: only those podgroups' rows of the podgroup tables (``tables`` must be those).
+    ``part``: only the rows of that part of the state (``store.parts``); the tables of the
+    whole cluster are compared by the first part alone.
     """
     checks = []
     for table in tables or list(PROJECTIONS):
-        live_rows, live_sum = checksum(conn, live, table, uids)
-        replay_rows, replay_sum = checksum(conn, replay, table, uids)
+        if part is not None and part.rows_of(table) is None:
+            continue
+        live_rows, live_sum = checksum(conn, live, table, uids, part)
+        replay_rows, replay_sum = checksum(conn, replay, table, uids, part)
         if (live_rows, live_sum) == (replay_rows, replay_sum):
             checks.append(TableCheck(table, live_rows, replay_rows, live_sum, replay_sum))
             continue
-        found, total = differences(conn, live, replay, table, SHOWN_ROWS, uids)
+        found, total = differences(conn, live, replay, table, SHOWN_ROWS, uids, part)
         checks.append(
             TableCheck(
                 table,
@@ -83,3 +92,39 @@ def compare_schemas(
             )
         )
     return checks
+
+
+def merge_parts(per_part: Iterable[Sequence[TableCheck]]) -> list[TableCheck]:
+    """The checks of the parts of a parallel replay as one check per table (first-seen order).
+
+    Rows add up; a table's checksum is the md5 of its parts' checksums in part order (equal
+    sides, equal checksums; with one part it is that part's); the differences are the first
+    ``SHOWN_ROWS`` in key order of all the parts', and their count the sum.
+    """
+    tables: dict[str, list[TableCheck]] = {}
+    for checks in per_part:
+        for check in checks:
+            tables.setdefault(check.table, []).append(check)
+    return [_merged(parts) for parts in tables.values()]
+
+
+def _merged(parts: list[TableCheck]) -> TableCheck:
+    if len(parts) == 1:
+        return parts[0]
+    differences = sorted(
+        (difference for check in parts for difference in check.differences),
+        key=lambda difference: difference.key,
+    )
+    return TableCheck(
+        parts[0].table,
+        sum(check.live_rows for check in parts),
+        sum(check.replay_rows for check in parts),
+        _of_sums(check.live_checksum for check in parts),
+        _of_sums(check.replay_checksum for check in parts),
+        differences[:SHOWN_ROWS],
+        sum(check.differing_keys for check in parts),
+    )
+
+
+def _of_sums(sums: Iterable[str]) -> str:
+    return hashlib.md5("\n".join(sums).encode()).hexdigest()

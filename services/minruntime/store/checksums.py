@@ -15,6 +15,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from minruntime.store.parts import Part
 from minruntime.store.schema import StateTables
 from minruntime.store.shadows import BOOKKEEPING_COLUMNS, PROJECTIONS
 from minruntime.store.tables import STATE_SCHEMA, metadata
@@ -34,17 +35,32 @@ def content_columns(table: str) -> list[str]:
     ]
 
 
+def _where(table: str, uids: Sequence[str] | None, part: Part | None) -> str:
+    where = _ALL if uids is None else _OF_UIDS
+    if part is None:
+        return where
+    rows = part.rows_of(table)
+    if rows is None:
+        raise ValueError(f"part {part.index} of {part.of} holds no rows of {table}")
+    return f"{where} AND {rows}"
+
+
 def checksum(
-    conn: Connection, tables: StateTables, table: str, uids: Sequence[str] | None = None
+    conn: Connection,
+    tables: StateTables,
+    table: str,
+    uids: Sequence[str] | None = None,
+    part: Part | None = None,
 ) -> tuple[int, str]:
-    """(rows, md5 over the rows' content in key order) of ``table`` in ``tables``."""
+    """(rows, md5 over the rows' content in key order) of ``table`` in ``tables``; ``part``:
+    of the rows of that part of the state only (``store.parts``)."""
     columns = ", ".join(f'"{column}"' for column in content_columns(table))
     keys = ", ".join(f'"{key}"' for key in PROJECTIONS[table])
     row = conn.execute(
         sa.text(
             f"SELECT count(*), md5(COALESCE(string_agg(ROW({columns})::text, E'\\n'"
             f" ORDER BY {keys}), '')) FROM {tables.schema}.{table}"
-            f" WHERE {_ALL if uids is None else _OF_UIDS}"
+            f" WHERE {_where(table, uids, part)}"
         ),
         {} if uids is None else {"uids": list(uids)},
     ).one()
@@ -58,12 +74,13 @@ def differences(
     table: str,
     shown: int,
     uids: Sequence[str] | None = None,
+    part: Part | None = None,
 ) -> tuple[list[Difference], int]:
     """Up to ``shown`` keys whose rows differ between the two sides (key order), and how many."""
     columns = ", ".join(f'"{column}"' for column in content_columns(table))
     keys = PROJECTIONS[table]
     key_text = " || '/' || ".join(f'"{key}"::text' for key in keys)
-    where = _ALL if uids is None else _OF_UIDS
+    where = _where(table, uids, part)
     one = f"(SELECT * FROM {first.schema}.{table} WHERE {where}) a"
     two = f"(SELECT * FROM {second.schema}.{table} WHERE {where}) b"
     rows = conn.execute(

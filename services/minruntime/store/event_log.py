@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from minruntime.store.bulk import insert_many, json_list
+from minruntime.store.parts import Part
 from minruntime.store.schema import StateTables
 from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY
 
@@ -136,6 +137,7 @@ _COUNT: Final = (
     " AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until)"
 )
 
+
 # (seq, topic, partition, offset, type, subject, event_time, applied_at, payload text)
 LoggedRow = tuple[int, str, int | None, int | None, str, str | None, datetime | None, datetime, str]
 
@@ -150,6 +152,73 @@ class About:
     shared: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class OfPart:
+    """The entries of one part of the state (``store.parts``): those of ``scoped`` types
+    whose subject (a podgroup) is in the part, the others in the first part; and the entries
+    at ``positions`` whatever their part (where the reader must stop: snapshots)."""
+
+    part: Part
+    scoped: tuple[str, ...]
+    positions: tuple[int, ...] = ()
+    # Entries of this type (committed requeues) are also the part's when a podgroup they
+    # promise capacity to (``data.placements[].podgroup``) is: the promise rows are its.
+    promising: str = ""
+
+    @property
+    def condition(self) -> str:
+        """SQL: an entry is the part's (not only at a position)."""
+        return (
+            f"(CASE WHEN type = ANY(%(scoped)s) AND subject IS NOT NULL"
+            f" THEN {self.part.of_column('subject')} ELSE {self.part.first} END)"
+        )
+
+    @property
+    def borrowing(self) -> str:
+        """SQL: an entry promises capacity to a podgroup of the part."""
+        beneficiary = self.part.of_column("p.placement->>'podgroup'")
+        return (
+            "(type = %(promising)s AND EXISTS (SELECT FROM"
+            " jsonb_array_elements(payload->'data'->'placements') AS p(placement)"
+            f" WHERE {beneficiary}))"
+        )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {
+            "scoped": list(self.scoped),
+            "positions": list(self.positions),
+            "promising": self.promising,
+        }
+
+
+@dataclass(frozen=True)
+class Marks:
+    """Entries a part reads that are not simply its own."""
+
+    # At a position only (another part's): a boundary, not applied.
+    foreign: frozenset[int]
+    # Another part's decisions that promise capacity to this part's podgroups.
+    borrowed: frozenset[int]
+
+
+_MARKS: Final = (
+    "SELECT seq, {borrowing} FROM minruntime_state.event_log"
+    " WHERE (seq = ANY(%(positions)s) OR {borrowing}) AND NOT {condition}"
+)
+
+
+def marks(conn: Connection, tables: StateTables, of_part: OfPart) -> Marks:
+    """The entries of ``of_part``'s reads that are another part's (a few: positions and
+    promising decisions)."""
+    statement = tables.sql(_MARKS.format(borrowing=of_part.borrowing, condition=of_part.condition))
+    rows = conn.exec_driver_sql(statement, of_part.params).all()
+    return Marks(
+        frozenset(int(seq) for seq, borrowed in rows if not borrowed),
+        frozenset(int(seq) for seq, borrowed in rows if borrowed),
+    )
+
+
 def read_page(
     conn: Connection,
     tables: StateTables,
@@ -159,10 +228,12 @@ def read_page(
     limit: int,
     about: About | None = None,
     full: bool = False,
+    of_part: OfPart | None = None,
 ) -> list[LoggedRow]:
     """Up to ``limit`` entries after seq ``after`` applied by ``until`` (None: all), in order,
     as plain tuples, in the caller's transaction. Without ``full`` the offset and times are
-    None (a replay of the log reads neither).
+    None (a replay of the log reads neither). ``of_part``: only those entries (not with
+    ``about``).
 
     Straight from the driver, in binary (a replay reads the whole log: SQLAlchemy's rows and
     text conversions cost more than the query); its errors are raised as SQLAlchemy's, as
@@ -172,6 +243,12 @@ def read_page(
     if about is not None:
         params.update(subject=about.subject, other=list(about.other), shared=list(about.shared))
     statement = tables.sql(_READS[full, about is not None])
+    if of_part is not None:
+        if about is not None:
+            raise ValueError("a read is about one subject or of one part, not both")
+        only = f"AND ({of_part.condition} OR {of_part.borrowing} OR seq = ANY(%(positions)s))"
+        statement = tables.sql(_READ.format(only=only, **(_FULL if full else _LEAN)))
+        params.update(of_part.params)
     driver = conn.connection.driver_connection
     assert driver is not None
     try:

@@ -1,0 +1,231 @@
+"""A replay of the event log in several processes, each one part of the podgroups.
+
+A podgroup's log entries and rows depend on no other podgroup's (``store.parts``), so N
+processes can each replay the entries of one part of the podgroups (the first also those of
+the queue tree, the configs and the nodes) into a shadow of its own, and compare that part
+of the live state, and of every projection snapshot at its position, with it. Every process
+reads the same database snapshot: this process exports its REPEATABLE READ snapshot and each
+part imports it, so the N parts see exactly one log and one live state, as one process would.
+
+The parts are forked before any connection is opened (a forked child must never use its
+parent's sockets) and start from the imported modules, so a part costs a fork and a
+connection, not an interpreter start. Their reports, checks and snapshot checks come back
+through a queue with their progress, and are merged (``verify.merge_parts``,
+``snapshots.merge_parts``): what ``replay --verify`` prints is the same with any number of
+parts, except the checksums of a table split in parts (an md5 of the parts' md5s).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from multiprocessing.connection import Connection as Pipe
+from typing import Any, Final
+
+from minruntime.audit.asof import snapshot
+from minruntime.audit.replay import (
+    SHOWN_REJECTIONS,
+    Progress,
+    ReplayReport,
+    read_log,
+    replay,
+)
+from minruntime.audit.snapshots import SnapshotCheck, SnapshotChecker, snapshots_in
+from minruntime.audit.snapshots import merge_parts as merge_snapshot_checks
+from minruntime.audit.verify import TableCheck, compare
+from minruntime.audit.verify import merge_parts as merge_checks
+from minruntime.store import engine_from
+from minruntime.store.parts import Part
+from minruntime.store.shadows import create_shadow, temporary_name
+
+# The most parts ``default_parts`` chooses, and the shortest log it splits at all: a part
+# costs a fork, a connection and a shadow, and each part's process its own PostgreSQL backend.
+MOST_PARTS: Final = 8
+SPLIT_FROM_ENTRIES: Final = 20_000
+_EXPORTED: Final = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")
+_POLL_SECONDS: Final = 0.2
+
+
+class PartFailedError(RuntimeError):
+    """A part of a parallel replay failed or stopped; the message says which and why."""
+
+
+@dataclass
+class PartsResult:
+    """What a replay in parts found: one merged report, table checks, snapshot checks."""
+
+    report: ReplayReport
+    checks: list[TableCheck] = field(default_factory=list)
+    snapshots: list[SnapshotCheck] = field(default_factory=list)
+
+
+def default_parts(entries: int) -> int:
+    """How many parts to replay a log of ``entries`` in: this machine's cores (at most
+    ``MOST_PARTS``), one for a log under ``SPLIT_FROM_ENTRIES``."""
+    if entries < SPLIT_FROM_ENTRIES:
+        return 1
+    return max(1, min(MOST_PARTS, len(os.sched_getaffinity(0))))
+
+
+class ReplayInParts:
+    """A replay of the live log in ``parts`` processes (``with``: stopped at the end).
+
+    Made before anything else starts a thread or opens a connection in this process (a
+    progress bar, an engine's pool): the parts are forked when it is made. ``run`` replays
+    and, with ``verify``, compares each part; ``url`` is the owner's database URL (each part
+    connects with it).
+    """
+
+    def __init__(
+        self, url: str, parts: int, *, verify: bool, until: datetime | None = None
+    ) -> None:
+        if parts < 2:
+            raise ValueError("a replay in parts needs 2 parts or more")
+        self._url = url
+        context = multiprocessing.get_context("fork")
+        self._outbox: multiprocessing.Queue[tuple[str, int, Any]] = context.Queue()
+        self._inboxes: list[Pipe] = []
+        self._workers: list[multiprocessing.process.BaseProcess] = []
+        for index in range(parts):
+            receive, send = context.Pipe(duplex=False)
+            worker = context.Process(
+                target=_replay_part,
+                args=(url, Part(index, parts), verify, until, receive, self._outbox),
+                name=f"minruntime-replay-part-{index}",
+                daemon=True,
+            )
+            worker.start()
+            receive.close()
+            self._inboxes.append(send)
+            self._workers.append(worker)
+
+    def __enter__(self) -> ReplayInParts:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def run(self, progress: Progress | None = None) -> PartsResult:
+        """Export this process's database snapshot to the parts, wait for them, merge."""
+        started = time.perf_counter()
+        engine = engine_from(self._url, pool_pre_ping=False)
+        try:
+            with snapshot(engine) as conn:
+                exported = str(conn.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one())
+                for inbox in self._inboxes:
+                    inbox.send(exported)
+                # The exporting transaction stays open until every part is done with it.
+                found = _collect(self._workers, self._outbox, progress)
+        finally:
+            engine.dispose()
+        ordered = [found[index] for index in range(len(self._workers))]
+        report = _merged_report([result.report for result in ordered])
+        report.seconds = time.perf_counter() - started
+        return PartsResult(
+            report,
+            merge_checks(result.checks for result in ordered),
+            merge_snapshot_checks(result.snapshots for result in ordered),
+        )
+
+    def close(self) -> None:
+        """Stop the parts still running (after a failure or an interrupt) and reap them."""
+        for worker in self._workers:
+            if worker.is_alive():
+                worker.terminate()
+            worker.join()
+        for inbox in self._inboxes:
+            inbox.close()
+
+
+def _collect(
+    workers: Sequence[multiprocessing.process.BaseProcess],
+    outbox: multiprocessing.Queue[tuple[str, int, Any]],
+    progress: Progress | None,
+) -> dict[int, PartsResult]:
+    found: dict[int, PartsResult] = {}
+    seen = [0] * len(workers)
+    while len(found) < len(workers):
+        try:
+            kind, index, payload = outbox.get(timeout=_POLL_SECONDS)
+        except queue.Empty:
+            for index, worker in enumerate(workers):
+                if index not in found and worker.exitcode is not None:
+                    raise PartFailedError(
+                        f"replay part {index + 1} of {len(workers)} stopped (exit code "
+                        f"{worker.exitcode}) before it finished"
+                    ) from None
+            continue
+        if kind == "progress":
+            seen[index] = payload
+            if progress is not None:
+                progress(sum(seen))
+        elif kind == "done":
+            found[index] = payload
+        else:
+            raise PartFailedError(f"replay part {index + 1} of {len(workers)} failed: {payload}")
+    return found
+
+
+def _replay_part(
+    url: str,
+    part: Part,
+    verify: bool,
+    until: datetime | None,
+    inbox: Pipe,
+    outbox: multiprocessing.Queue[tuple[str, int, Any]],
+) -> None:
+    """One part, in its forked process: import the snapshot, replay, compare, report."""
+    try:
+        exported = inbox.recv()
+        if not isinstance(exported, str) or not _EXPORTED.fullmatch(exported):
+            raise ValueError(f"not an exported snapshot: {exported!r}")
+        engine = engine_from(url, pool_pre_ping=False)
+        with snapshot(engine) as conn:
+            conn.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{exported}'")
+            stored = snapshots_in(conn) if verify else []
+            shadow = create_shadow(conn, temporary_name(f"minruntime_replay_{part.index}"))
+            checker = SnapshotChecker(conn, shadow.tables, stored, part)
+            report = replay(
+                conn,
+                read_log(conn, until=until, part=part, positions=[s.log_seq for s in stored]),
+                into=shadow.tables,
+                progress=lambda done: outbox.put(("progress", part.index, done)),
+                boundary=checker.wants,
+                after_boundary=checker.after,
+            )
+            checks = compare(conn, shadow, part=part) if verify else []
+            result = PartsResult(report, checks, checker.finish())
+        engine.dispose()
+        outbox.put(("done", part.index, result))
+    except BaseException as error:
+        outbox.put(("failed", part.index, f"{type(error).__name__}: {error}".splitlines()[0]))
+    finally:
+        outbox.close()
+        outbox.join_thread()
+
+
+def _merged_report(reports: Sequence[ReplayReport]) -> ReplayReport:
+    merged = ReplayReport()
+    for report in reports:
+        merged.events += report.events
+        merged.decisions += report.decisions
+        merged.ignored += report.ignored
+        merged.rejected_count += report.rejected_count
+        merged.dead_lettered += report.dead_lettered
+        merged.batches += report.batches
+        merged.rejected.extend(report.rejected)
+        if report.last_seq is not None:
+            merged.last_seq = max(merged.last_seq or 0, report.last_seq)
+    merged.rejected = sorted(merged.rejected, key=_seq_of)[:SHOWN_REJECTIONS]
+    return merged
+
+
+def _seq_of(line: str) -> int:
+    found = re.search(r"at seq (\d+)", line)
+    return int(found.group(1)) if found else 0
