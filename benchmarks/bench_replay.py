@@ -7,6 +7,8 @@ then, on that database:
 
 (a) replay: the whole event log into a temporary shadow schema (``minruntime replay``);
 (b) verify: per-table checksums of the shadow against the live tables (``--verify``);
+    then ``replay --verify`` whole, in one process and in parts (``--jobs``: 2 and this
+    machine's default);
 (c) as-of: ``minruntime protection --at T`` for T in the middle of the log (a replay up to T
     plus the ``preempt_protection(T)`` query).
 
@@ -31,6 +33,7 @@ import sqlalchemy as sa
 from bench_ingest import generate
 from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import snapshot, state_at
+from minruntime.audit.parallel import default_parts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare
 from minruntime.events import DEFAULT_TOPICS, decode_event
@@ -46,6 +49,7 @@ from minruntime.store.scratch import (
 )
 from minruntime.store.shadows import create_shadow, temporary_name
 from pipeline import INPUT_ROLES
+from replay_after import replay_verify
 
 # Issue 10: a replay at >= 5x the live rate (here: apply_batch in the processor's batches,
 # without Kafka, which is faster than the processor itself).
@@ -152,6 +156,7 @@ def main() -> None:
         replay_module.RUN_PODGROUPS = args.run
     assert set(INPUT_ROLES) <= set(DEFAULT_TOPICS)
     with traced_database(args, "replay") as (engine, live):
+        url = engine.url.render_as_string(hide_password=False)
         runs = [timed_replay(engine) for _ in range(args.repeat)]
         events = runs[0][2]
         replay_s = statistics.median(r[0] for r in runs)
@@ -171,6 +176,20 @@ def main() -> None:
             f"processor's code is {live / decode_s:.1f}x live apply"
         )
         print(f"verify (checksums of 9 tables, median): {verify_s:.2f} s")
+        one = statistics.median(replay_verify(url, 1).seconds for _ in range(args.repeat))
+        print(
+            f"replay --verify in one process (median): {one:.2f} s = {events / one:,.0f} events/s"
+        )
+        for parts in sorted({2, default_parts(events)}):
+            runs = [replay_verify(url, parts) for _ in range(args.repeat)]
+            if not all(run.equal for run in runs):
+                raise SystemExit(f"replay --verify in {parts} parts differs")
+            wall = statistics.median(run.seconds for run in runs)
+            print(
+                f"replay --verify --jobs {parts} (median): {wall:.2f} s = "
+                f"{events / wall:,.0f} events/s; {one / wall:.2f}x one process, "
+                f"{live / wall:.2f}x live apply"
+            )
         with engine.connect() as conn:
             first, last = conn.execute(
                 sa.text("SELECT min(applied_at), max(applied_at) FROM minruntime_state.event_log")
