@@ -148,18 +148,19 @@ def _collect(
     outbox: multiprocessing.Queue[tuple[str, int, Any]],
     progress: Progress | None,
 ) -> dict[int, PartsResult]:
+    """Every part's result; PartFailedError as soon as one fails or dies.
+
+    A part that was killed (a non-zero exit code) is noticed at the next message or poll; one
+    that exited without a word only when the queue is empty (a part that is done exits right
+    after its result is in the queue, possibly before this process has read it).
+    """
     found: dict[int, PartsResult] = {}
     seen = [0] * len(workers)
     while len(found) < len(workers):
         try:
             kind, index, payload = outbox.get(timeout=_POLL_SECONDS)
         except queue.Empty:
-            for index, worker in enumerate(workers):
-                if index not in found and worker.exitcode is not None:
-                    raise PartFailedError(
-                        f"replay part {index + 1} of {len(workers)} stopped (exit code "
-                        f"{worker.exitcode}) before it finished"
-                    ) from None
+            _check_alive(workers, found, clean_exit_too=True)
             continue
         if kind == "progress":
             seen[index] = payload
@@ -169,7 +170,24 @@ def _collect(
             found[index] = payload
         else:
             raise PartFailedError(f"replay part {index + 1} of {len(workers)} failed: {payload}")
+        _check_alive(workers, found, clean_exit_too=False)
     return found
+
+
+def _check_alive(
+    workers: Sequence[multiprocessing.process.BaseProcess],
+    found: dict[int, PartsResult],
+    *,
+    clean_exit_too: bool,
+) -> None:
+    for index, worker in enumerate(workers):
+        code = worker.exitcode
+        if index in found or code is None or (code == 0 and not clean_exit_too):
+            continue
+        raise PartFailedError(
+            f"replay part {index + 1} of {len(workers)} stopped (exit code {code}) "
+            "before it finished"
+        )
 
 
 def _replay_part(
