@@ -235,14 +235,14 @@ def replay(
     pending: list[LogEntry] = []
     seen = 0
 
-    def apply_pending(*, write: bool) -> None:
+    def apply_pending(*, write: bool, keep: bool = False) -> None:
         if pending:
             inputs.add(pending)
             pending.clear()
             if progress is not None:
                 progress(seen)
         if write:
-            inputs.write()
+            inputs.write(keep=keep)
 
     with collected_rarely():  # a run holds many objects (minruntime.ingest.memory)
         for entry in entries:
@@ -262,7 +262,8 @@ def replay(
             else:
                 report.ignored += 1
             if boundary is not None and boundary(entry):
-                apply_pending(write=True)
+                # The caller only reads the state here: the run goes on from what it wrote.
+                apply_pending(write=True, keep=True)
                 if after_boundary is not None:
                     after_boundary(entry)
         apply_pending(write=True)
@@ -281,8 +282,9 @@ class _Inputs(Protocol):
     def add(self, entries: Sequence[LogEntry]) -> None:
         """Apply ``entries`` (perhaps only in memory)."""
 
-    def write(self) -> None:
-        """Write everything applied so far to the shadow."""
+    def write(self, *, keep: bool = False) -> None:
+        """Write everything applied so far to the shadow (``keep``: and go on from it, the
+        shadow's rows written by nothing else meanwhile)."""
 
 
 class _LoggedEvents:
@@ -335,10 +337,11 @@ class _LoggedEvents:
         if run.podgroup_count >= RUN_PODGROUPS:
             self.write()
 
-    def write(self) -> None:
+    def write(self, *, keep: bool = False) -> None:
         if self._run is not None:
-            self._run.flush()
-            self._run = None
+            self._run.flush(keep=keep)
+            if not keep:
+                self._run = None
 
 
 class _KafkaRecords:
@@ -363,7 +366,7 @@ class _KafkaRecords:
     def add(self, entries: Sequence[LogEntry]) -> None:
         _apply_records(self._conn, self._tables, entries, self._report, self._roles)
 
-    def write(self) -> None:
+    def write(self, *, keep: bool = False) -> None:
         return None  # every batch was written as it was applied
 
 

@@ -128,12 +128,14 @@ class PodGroupProjection:
             "nominated_at": at,
         }
 
-    def flush(self) -> None:
+    def flush(self, *, keep: bool = False) -> None:
         """Write the podgroups the run changed, their pods and subgroups when they changed,
         placeholders for the podgroups only named (nominations) and the nominations.
 
         A podgroup the run only named is not written back (its row, locked when loaded, is as
-        stored): no statement touches what did not change.
+        stored): no statement touches what did not change. ``keep``: the run goes on from
+        what it wrote (the written states become the stored ones), so the podgroups it holds
+        are not loaded again; only while nothing else writes their rows.
         """
         if not self._states:
             return
@@ -174,3 +176,16 @@ class PodGroupProjection:
             placeholders=placeholders,
         )
         write_nominations(self._conn, self._tables, list(self._nominations.values()))
+        if keep:
+            # What was written is what is stored now; the next flush looks only at the states
+            # touched after this one.
+            for state in (*changed, *placeholders):
+                if state.status == "pending":
+                    pending.add(state.uid)
+                else:
+                    pending.discard(state.uid)
+            self._stored.update(self._states)
+            self._asked |= self._states.keys()
+            self._touched_unasked = 0
+            self._states = {}
+            self._nominations.clear()

@@ -126,10 +126,19 @@ class Projections:
             self._queues = QueueProjection(self._conn, self._tables)
         return self._queues
 
-    def flush(self) -> None:
-        """Write everything the run changed (the queue tree, podgroups, configs, nodes)."""
+    def flush(self, *, keep: bool = False) -> None:
+        """Write everything the run changed (the queue tree, podgroups, configs, nodes).
+
+        ``keep``: the run goes on after it from what it wrote, without loading its podgroups
+        again (a replay at a boundary its caller looks at); only while nothing else writes
+        their rows. The queue tree is loaded again if a later event needs it.
+        """
         if self._queues is not None:
             self._queues.flush()
-        self.podgroups.flush()
+        self.podgroups.flush(keep=keep)
         upsert_configs(self._conn, self._tables, list(self._configs.values()))
         write_nodes(self._conn, self._tables, self._nodes)
+        if keep:
+            self._queues = None
+            self._configs = {}
+            self._nodes = {}
