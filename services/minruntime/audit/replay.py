@@ -5,9 +5,11 @@ to the same code the service runs, on a connection pointed at a shadow schema:
 
 - input events of the log go through the processor's decoder and its projections
   (``ingest.projection.Projections``: the queue tree, the podgroup fold, configs, nodes) in
-  long runs: each page of the log is loaded and applied in memory, and a run is written when
-  it holds ``RUN_PODGROUPS`` podgroups, before a decision and at a boundary the caller asked
-  for. What the processor does around them for Kafka is not repeated: every logged event was
+  long runs: each page of the log is loaded and applied in memory, each event decoded just
+  before it is applied; a run is written and ended when it holds ``RUN_PODGROUPS`` podgroups
+  and before a decision (the worker's code writes the rows it decides about), and written and
+  continued at a boundary the caller asked for (the caller only reads there). What the
+  processor does around them for Kafka is not repeated: every logged event was
   applied exactly once (the log is unique by ``(source, id)``, in the order of application),
   so there are no offsets to store, no duplicates to look for, and the shadow gets no copy
   of the log, which stays the live one;

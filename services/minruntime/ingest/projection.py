@@ -10,7 +10,8 @@ A Kafka batch is one run (``apply_batch``: load, apply, flush, inside its transa
 replay of the event log makes runs as long as it likes: it includes each page of the log as it
 reads it and flushes only when a run holds many podgroups, before a decision (which the
 requeue worker's code applies to the stored rows) and at a boundary its caller wants to look
-at, so each podgroup is loaded and written about once per run instead of once per batch.
+at (there the run goes on from what it wrote: ``flush(keep=True)``), so each podgroup is
+loaded about once per run and written once per run or boundary, instead of once per batch.
 """
 
 from __future__ import annotations
