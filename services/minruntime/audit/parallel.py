@@ -7,9 +7,10 @@ of the live state, and of every projection snapshot at its position, with it. Ev
 reads the same database snapshot: this process exports its REPEATABLE READ snapshot and each
 part imports it, so the N parts see exactly one log and one live state, as one process would.
 
-The parts are forked before any connection is opened (a forked child must never use its
-parent's sockets) and start from the imported modules, so a part costs a fork and a
-connection, not an interpreter start. Their reports, checks and snapshot checks come back
+The parts are forked first, before this process opens the connection whose snapshot they
+import or starts a thread (a progress bar's); each opens its own connection and never touches
+one it inherited (a forked child must not use its parent's sockets). They start from the
+imported modules, so a part costs a fork and a connection, not an interpreter start. Their reports, checks and snapshot checks come back
 through a queue with their progress, and are merged (``verify.merge_parts``,
 ``snapshots.merge_parts``): what ``replay --verify`` prints is the same with any number of
 parts, except the checksums of a table split in parts (an md5 of the parts' md5s).
@@ -76,10 +77,10 @@ def default_parts(entries: int) -> int:
 class ReplayInParts:
     """A replay of the live log in ``parts`` processes (``with``: stopped at the end).
 
-    Made before anything else starts a thread or opens a connection in this process (a
-    progress bar, an engine's pool): the parts are forked when it is made. ``run`` replays
-    and, with ``verify``, compares each part; ``url`` is the owner's database URL (each part
-    connects with it).
+    Made before this process starts a thread (a progress bar's): the parts are forked when
+    it is made, and a fork copies only the forking thread. ``run`` replays and, with
+    ``verify``, compares each part; ``url`` is the owner's database URL (each part connects
+    with it).
     """
 
     def __init__(

@@ -108,7 +108,7 @@ def replay_command(
         counting = engine()
         with counting.connect() as conn:
             total = count_log(conn, at)
-        counting.dispose()  # no connection may be open when the parts are forked
+        counting.dispose()  # the parts are forked next: nothing of this one to inherit
         parts = jobs or default_parts(total)
     if parts > 1:
         _replay_in_parts(parts, total, verify=verify, at=at, as_json=as_json)
