@@ -10,8 +10,9 @@ part imports it, so the N parts see exactly one log and one live state, as one p
 The parts are forked first, before this process opens the connection whose snapshot they
 import or starts a thread (a progress bar's); each opens its own connection and never touches
 one it inherited (a forked child must not use its parent's sockets). They start from the
-imported modules, so a part costs a fork and a connection, not an interpreter start. Their reports, checks and snapshot checks come back
-through a queue with their progress, and are merged (``verify.merge_parts``,
+imported modules, so a part costs a fork and a connection, not an interpreter start. Their
+reports, checks and snapshot checks come back through a queue with their progress, and are
+merged (``verify.merge_parts``,
 ``snapshots.merge_parts``): what ``replay --verify`` prints is the same with any number of
 parts, except the checksums of a table split in parts (an md5 of the parts' md5s).
 """
