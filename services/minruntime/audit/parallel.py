@@ -1,20 +1,22 @@
 """A replay of the event log in several processes, each one part of the podgroups.
 
-A podgroup's log entries and rows depend on no other podgroup's (``store.parts``), so N
-processes can each replay the entries of one part of the podgroups (the first also those of
-the queue tree, the configs and the nodes) into a shadow of its own, and compare that part
-of the live state, and of every projection snapshot at its position, with it. Every process
-reads the same database snapshot: this process exports its REPEATABLE READ snapshot and each
-part imports it, so the N parts see exactly one log and one live state, as one process would.
+A podgroup's log entries and rows depend on no other podgroup's (``store.parts``), save the
+promises a committed requeue makes to its beneficiaries, so N processes can each replay the
+entries of one part of the podgroups (the first also those of the queue tree, the configs and
+the nodes; a committed requeue in its victim's part and in its beneficiaries') into a shadow
+of its own, and compare that part of the live state, and of every projection snapshot at its
+position, with it. Every process reads the same database snapshot: this process exports its
+REPEATABLE READ snapshot and each part imports it, so the N parts see exactly one log and one
+live state, as one process would.
 
 The parts are forked first, before this process opens the connection whose snapshot they
 import or starts a thread (a progress bar's); each opens its own connection and never touches
 one it inherited (a forked child must not use its parent's sockets). They start from the
 imported modules, so a part costs a fork and a connection, not an interpreter start. Their
 reports, checks and snapshot checks come back through a queue with their progress, and are
-merged (``verify.merge_parts``,
-``snapshots.merge_parts``): what ``replay --verify`` prints is the same with any number of
-parts, except the checksums of a table split in parts (an md5 of the parts' md5s).
+merged (``verify.merge_parts``, ``snapshots.merge_parts``): what ``replay --verify`` prints
+is the same with any number of parts, except the checksums of a table split in parts (an md5
+of the parts' md5s).
 """
 
 from __future__ import annotations
