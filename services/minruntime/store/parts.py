@@ -1,13 +1,15 @@
 """Parts of the state split by podgroup: what one process of a parallel replay owns.
 
-A podgroup's rows, its log entries (podgroup events, nominations, the requeue worker's
-decisions about it: each names it as its subject) and its decisions' rows depend on nothing
-of another podgroup's, so ``replay --jobs N`` gives each of N processes the podgroups of one
-part: a podgroup is in part ``hashtext(uid) % N``, computed by PostgreSQL (its own hash of a
-text: cheap enough to filter every row of the log and of the tables by; md5 cost ten times
-more), the same for every part since they share one server. The tables of the whole
-cluster (the queue tree, node-pool configs, nodes) and the log entries about them belong to
-the first part.
+A podgroup's rows and its log entries (podgroup events, nominations, the requeue worker's
+decisions about it: each names it as its subject) depend on nothing of another podgroup's,
+but for one thing: a committed requeue promises its victim's capacity to other podgroups,
+and a promise row ends when its beneficiary leaves pending. So ``replay --jobs N`` gives each
+of N processes the podgroups of one part, the promises to them and the committed requeues
+that made those: a podgroup is in part ``hashtext(uid) mod N``, computed by PostgreSQL (its
+own hash of a text: cheap enough to filter every row of the log and of the tables by; md5
+cost twenty times more), the same for every part since they share one server. The tables of
+the whole cluster (the queue tree, node-pool configs, nodes) and the log entries about them
+belong to the first part.
 """
 
 from __future__ import annotations
