@@ -263,7 +263,7 @@ def test_a_part_that_fails_or_dies_is_named(
         os._exit(3)
 
     monkeypatch.setattr(parallel, "create_shadow", create_shadow_as_before)
-    monkeypatch.setattr(parallel, "replay", replay_and_die)
+    monkeypatch.setattr(parallel, "replay_checked", replay_and_die)
     with (
         pytest.raises(PartFailedError, match=r"stopped \(exit code 3\) before it finished"),
         ReplayInParts(url_of(lived), 2, verify=True) as split,

@@ -27,22 +27,14 @@ import queue
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.connection import Connection as Pipe
 from typing import Any, Final
 
 from minruntime.audit.asof import snapshot
-from minruntime.audit.replay import (
-    SHOWN_REJECTIONS,
-    Progress,
-    ReplayReport,
-    read_log,
-    replay,
-)
-from minruntime.audit.snapshots import SnapshotCheck, SnapshotChecker, snapshots_in
+from minruntime.audit.replay import SHOWN_REJECTIONS, Progress, ReplayReport, read_log
+from minruntime.audit.snapshots import CheckedReplay, replay_checked, snapshots_in
 from minruntime.audit.snapshots import merge_parts as merge_snapshot_checks
-from minruntime.audit.verify import TableCheck, compare
 from minruntime.audit.verify import merge_parts as merge_checks
 from minruntime.store import engine_from
 from minruntime.store.parts import Part
@@ -60,21 +52,12 @@ class PartFailedError(RuntimeError):
     """A part of a parallel replay failed or stopped; the message says which and why."""
 
 
-@dataclass
-class PartsResult:
-    """What a replay in parts found: one merged report, table checks, snapshot checks."""
-
-    report: ReplayReport
-    checks: list[TableCheck] = field(default_factory=list)
-    snapshots: list[SnapshotCheck] = field(default_factory=list)
-
-
 def default_parts(entries: int) -> int:
     """How many parts to replay a log of ``entries`` in: this machine's cores (at most
     ``MOST_PARTS``), one for a log under ``SPLIT_FROM_ENTRIES``."""
     if entries < SPLIT_FROM_ENTRIES:
         return 1
-    return max(1, min(MOST_PARTS, len(os.sched_getaffinity(0))))
+    return min(MOST_PARTS, len(os.sched_getaffinity(0)))
 
 
 class ReplayInParts:
@@ -115,7 +98,7 @@ class ReplayInParts:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def run(self, progress: Progress | None = None) -> PartsResult:
+    def run(self, progress: Progress | None = None) -> CheckedReplay:
         """Export this process's database snapshot to the parts, wait for them, merge."""
         started = time.perf_counter()
         engine = engine_from(self._url, pool_pre_ping=False)
@@ -131,7 +114,7 @@ class ReplayInParts:
         ordered = [found[index] for index in range(len(self._workers))]
         report = _merged_report([result.report for result in ordered])
         report.seconds = time.perf_counter() - started
-        return PartsResult(
+        return CheckedReplay(
             report,
             merge_checks(result.checks for result in ordered),
             merge_snapshot_checks(result.snapshots for result in ordered),
@@ -151,14 +134,14 @@ def _collect(
     workers: Sequence[multiprocessing.process.BaseProcess],
     outbox: multiprocessing.Queue[tuple[str, int, Any]],
     progress: Progress | None,
-) -> dict[int, PartsResult]:
+) -> dict[int, CheckedReplay]:
     """Every part's result; PartFailedError as soon as one fails or dies.
 
     A part that was killed (a non-zero exit code) is noticed at the next message or poll; one
     that exited without a word only when the queue is empty (a part that is done exits right
     after its result is in the queue, possibly before this process has read it).
     """
-    found: dict[int, PartsResult] = {}
+    found: dict[int, CheckedReplay] = {}
     seen = [0] * len(workers)
     while len(found) < len(workers):
         try:
@@ -180,7 +163,7 @@ def _collect(
 
 def _check_alive(
     workers: Sequence[multiprocessing.process.BaseProcess],
-    found: dict[int, PartsResult],
+    found: dict[int, CheckedReplay],
     *,
     clean_exit_too: bool,
 ) -> None:
@@ -212,17 +195,15 @@ def _replay_part(
             conn.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{exported}'")
             stored = snapshots_in(conn) if verify else []
             shadow = create_shadow(conn, temporary_name(f"minruntime_replay_{part.index}"))
-            checker = SnapshotChecker(conn, shadow.tables, stored, part)
-            report = replay(
+            result = replay_checked(
                 conn,
+                shadow,
                 read_log(conn, until=until, part=part, positions=[s.log_seq for s in stored]),
-                into=shadow.tables,
+                stored,
+                verify=verify,
+                part=part,
                 progress=lambda done: outbox.put(("progress", part.index, done)),
-                boundary=checker.wants,
-                after_boundary=checker.after,
             )
-            checks = compare(conn, shadow, part=part) if verify else []
-            result = PartsResult(report, checks, checker.finish())
         engine.dispose()
         outbox.put(("done", part.index, result))
     except BaseException as error:

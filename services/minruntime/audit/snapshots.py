@@ -12,12 +12,14 @@ the replay reaches a snapshot's position, the snapshot is restored beside the re
 compared table by table with the same checksums as the live state — the first one whole, each
 later one for what can have changed since the one before, so checking every snapshot of a long
 log costs about what the snapshots stored, not one whole state per snapshot.
+``replay_checked`` is ``replay --verify`` itself (the command's one process, or each part of
+a replay in parts): the replay with its snapshot checks, then the comparison with live.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,14 +27,20 @@ from typing import Final
 
 from sqlalchemy import Connection, Engine
 
-from minruntime.audit.replay import LogEntry
-from minruntime.audit.verify import SHOWN_ROWS, RowDifference, TableCheck, compare_schemas
+from minruntime.audit.replay import LogEntry, Progress, ReplayReport, replay
+from minruntime.audit.verify import (
+    SHOWN_ROWS,
+    RowDifference,
+    TableCheck,
+    compare,
+    compare_schemas,
+)
 from minruntime.audit.verify import merge_parts as merge_checks
 from minruntime.store import parts
 from minruntime.store import snapshots as stored
 from minruntime.store.parts import Part
 from minruntime.store.schema import LIVE, StateTables
-from minruntime.store.shadows import PROJECTIONS, empty, scratch_state
+from minruntime.store.shadows import PROJECTIONS, Shadow, empty, scratch_state
 from minruntime.store.snapshots import LogPosition, Snapshot
 
 
@@ -228,6 +236,44 @@ class SnapshotChecker:
             self.results.append(SnapshotCheck(snapshot, problem=problem))
         self._pending.clear()
         return sorted(self.results, key=lambda result: result.snapshot.log_seq)
+
+
+@dataclass
+class CheckedReplay:
+    """What ``replay --verify`` found: the replay's report, the comparison of its end with
+    the live state, the snapshots checked at their positions."""
+
+    report: ReplayReport
+    checks: list[TableCheck] = field(default_factory=list)
+    snapshots: list[SnapshotCheck] = field(default_factory=list)
+
+
+def replay_checked(
+    conn: Connection,
+    shadow: Shadow,
+    entries: Iterable[LogEntry],
+    snapshots: list[Snapshot],
+    *,
+    verify: bool,
+    part: Part | None = None,
+    progress: Progress | None = None,
+    input_topics: Mapping[str, str] | None = None,
+) -> CheckedReplay:
+    """Replay ``entries`` into ``shadow``, checking each of ``snapshots`` when the replay
+    reaches its position; with ``verify``, compare the end with the live state. ``part``: of
+    that part of the state only (a parallel replay's, ``store.parts``)."""
+    checker = SnapshotChecker(conn, shadow.tables, snapshots, part)
+    report = replay(
+        conn,
+        entries,
+        into=shadow.tables,
+        progress=progress,
+        input_topics=input_topics,
+        boundary=checker.wants,
+        after_boundary=checker.after,
+    )
+    checks = compare(conn, shadow, part=part) if verify else []
+    return CheckedReplay(report, checks, checker.finish())
 
 
 def merge_parts(per_part: Iterable[Sequence[SnapshotCheck]]) -> list[SnapshotCheck]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -14,9 +13,10 @@ from minruntime.errors import UserError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from datetime import datetime
 
     from minruntime.audit.replay import LogEntry, Progress, ReplayReport
-    from minruntime.audit.snapshots import SnapshotCheck
+    from minruntime.audit.snapshots import CheckedReplay, SnapshotCheck
     from minruntime.audit.verify import TableCheck
 
 _err = Console(stderr=True, highlight=False)
@@ -85,9 +85,8 @@ def replay_command(
     """Rebuild every projection from the event log into a separate schema; --verify it."""
     from minruntime.audit.asof import snapshot
     from minruntime.audit.parallel import default_parts
-    from minruntime.audit.replay import count_log, read_log, replay
-    from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
-    from minruntime.audit.verify import compare
+    from minruntime.audit.replay import count_log, read_log
+    from minruntime.audit.snapshots import replay_checked, snapshots_in
     from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 
     if drop is not None:
@@ -103,46 +102,39 @@ def replay_command(
             "--jobs splits a replay of the event log into temporary shadows; "
             "it cannot take --into or --from-kafka"
         )
-    parts = 1
-    if into is None and not from_kafka:
-        counting = engine()
-        with counting.connect() as conn:
+    db = engine()
+    total = 0
+    if not from_kafka:
+        with db.connect() as conn:
             total = count_log(conn, at)
-        counting.dispose()  # the parts are forked next: nothing of this one to inherit
-        parts = jobs or default_parts(total)
+    parts = 1 if into is not None or from_kafka else jobs or default_parts(total)
     if parts > 1:
+        db.dispose()  # the parts are forked next: nothing of this engine's to inherit
         _replay_in_parts(parts, total, verify=verify, at=at, as_json=as_json)
         return
-    with snapshot(engine()) as conn:
+    with snapshot(db) as conn:
         shadow = create_shadow(conn, into or temporary_name("minruntime_replay"))
         source: Iterable[LogEntry]
         if from_kafka:
             entries = _kafka_entries(at)
             source, total = entries, len(entries)
         else:
-            source, total = read_log(conn, until=at), count_log(conn, at)
-        # --verify checks every stored projection snapshot when the replay reaches its seq.
-        checker = SnapshotChecker(
-            conn, shadow.tables, snapshots_in(conn) if verify and not from_kafka else []
-        )
+            source = read_log(conn, until=at)
         with _ProgressBar(total, quiet=as_json) as progress:
-            report = replay(
+            # --verify checks every stored projection snapshot when the replay reaches its seq.
+            result = replay_checked(
                 conn,
+                shadow,
                 source,
-                into=shadow.tables,
+                snapshots_in(conn) if verify and not from_kafka else [],
+                verify=verify,
                 progress=progress,
                 input_topics=_input_topics() if from_kafka else None,
-                boundary=checker.wants,
-                after_boundary=checker.after,
             )
-        checks = compare(conn, shadow) if verify else []
-        snapshot_checks = checker.finish()
         if into is not None:
             conn.commit()
     _finish(
-        report,
-        checks,
-        snapshot_checks,
+        result,
         verify=verify,
         schema=shadow.name if into is not None else None,
         source="kafka" if from_kafka else "event_log",
@@ -167,9 +159,7 @@ def _replay_in_parts(
     except PartFailedError as error:
         raise UserError(str(error)) from None
     _finish(
-        result.report,
-        result.checks,
-        result.snapshots,
+        result,
         verify=verify,
         schema=None,
         source="event_log",
@@ -179,9 +169,7 @@ def _replay_in_parts(
 
 
 def _finish(
-    report: ReplayReport,
-    checks: list[TableCheck],
-    snapshot_checks: list[SnapshotCheck],
+    result: CheckedReplay,
     *,
     verify: bool,
     schema: str | None,
@@ -192,6 +180,7 @@ def _finish(
     """Print what the replay did and found; exit 1 (ReplayDiffersError) on a difference."""
     from minruntime.audit.replay import describe
 
+    report, checks, snapshot_checks = result.report, result.checks, result.snapshots
     summary = describe(report)
     summary["schema"] = schema
     summary["source"] = source

@@ -137,7 +137,6 @@ _COUNT: Final = (
     " AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until)"
 )
 
-
 # (seq, topic, partition, offset, type, subject, event_time, applied_at, payload text)
 LoggedRow = tuple[int, str, int | None, int | None, str, str | None, datetime | None, datetime, str]
 
@@ -242,10 +241,11 @@ def read_page(
     params: dict[str, Any] = {"after": after, "until": until, "limit": limit}
     if about is not None:
         params.update(subject=about.subject, other=list(about.other), shared=list(about.shared))
-    statement = tables.sql(_READS[full, about is not None])
-    if of_part is not None:
-        if about is not None:
-            raise ValueError("a read is about one subject or of one part, not both")
+    if of_part is None:
+        statement = tables.sql(_READS[full, about is not None])
+    elif about is not None:
+        raise ValueError("a read is about one subject or of one part, not both")
+    else:
         only = f"AND ({of_part.condition} OR {of_part.borrowing} OR seq = ANY(%(positions)s))"
         statement = tables.sql(_READ.format(only=only, **(_FULL if full else _LEAN)))
         params.update(of_part.params)
