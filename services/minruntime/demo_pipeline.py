@@ -39,6 +39,7 @@ from minruntime.produce import Outgoing, send
 from minruntime.settings import Settings, project_root
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
+from minruntime.stream.topic_guard import REFUSAL
 from minruntime.stream.topics import TopicRole, topic_names
 
 QUERIES: tuple[tuple[str, str], ...] = (
@@ -258,8 +259,16 @@ class _Child:
         return lines[-count:]
 
     def check(self) -> None:
-        """Fail with its last stderr line if it has exited."""
+        """Fail with its last stderr line if it has exited, or with its refusal of a topic.
+
+        A processor that refuses a topic (stored offsets of another life of it) waits for an
+        operator's `minruntime offsets rebaseline`: the demo says so at once instead of
+        waiting for events that will not be applied."""
         if self.process.poll() is None:
+            refusal = next((line for line in self.tail(50) if REFUSAL in line), None)
+            if refusal is not None:
+                message = refusal.partition("[ERROR] ")[2] or refusal
+                raise UserError(f"`minruntime {self.command}`: {message.strip()}")
             return
         lines = self.tail(1)
         why = f": {lines[-1]}" if lines else ""

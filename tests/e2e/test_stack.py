@@ -165,6 +165,34 @@ def test_lifecycle_from_nothing(private_stack: dict[str, str]) -> None:
     assert "was not running" in twice.stdout
 
 
+def test_a_new_stack_directory_is_a_new_stack(private_stack: dict[str, str]) -> None:
+    """A stack directory deleted and made anew (a fresh clone at the same path) starts empty.
+
+    Run as root, PostgreSQL's data lives outside the stack directory at a path derived from
+    its path; kept there, the database would outlive Kafka's data (which lives inside) and
+    hold offsets of topics that no longer exist."""
+    database_url = private_stack["MINRUNTIME_DATABASE_URL"]
+
+    def cluster_identity() -> int:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    assert run_cli("stack", "up", env=private_stack).returncode == 0
+    first = cluster_identity()
+    assert run_cli("stack", "down", env=private_stack).returncode == 0
+    assert run_cli("stack", "up", env=private_stack).returncode == 0
+    assert cluster_identity() == first, "a stack directory kept is the same stack"
+    assert run_cli("stack", "down", env=private_stack).returncode == 0
+
+    shutil.rmtree(private_stack["MINRUNTIME_STACK_DIR"])
+    again = run_cli("stack", "up", env=private_stack)
+    assert again.returncode == 0, again.stderr
+    assert cluster_identity() != first
+    assert run_cli("stack", "down", env=private_stack).returncode == 0
+
+
 def test_existing_stack_restarts_on_new_ports(private_stack: dict[str, str]) -> None:
     assert run_cli("stack", "up", env=private_stack).returncode == 0
     assert run_cli("stack", "down", env=private_stack).returncode == 0

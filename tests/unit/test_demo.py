@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import tempfile
+import time
 
 from rich.console import Console
 
 from minruntime.demo import RECLAIM_CASES, design_tree, run_demo
+from minruntime.demo_pipeline import _Child
+from minruntime.errors import UserError
+from minruntime.stream.topic_guard import REFUSAL
 
 
 def _demo_text() -> str:
@@ -50,3 +57,55 @@ def test_every_case_names_known_or_deliberately_unknown_queues() -> None:
     for reclaimer, victim, _ in RECLAIM_CASES:
         assert reclaimer in tree
         assert victim in tree or victim == "nowhere"
+
+
+def _child(script: str) -> _Child:
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _Child.stop()
+    process = subprocess.Popen([sys.executable, "-c", script], stderr=stderr)
+    return _Child("processor", process, stderr)
+
+
+def _first_error(child: _Child, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            child.check()
+        except UserError as error:
+            return str(error)
+        time.sleep(0.05)
+    raise AssertionError(f"no error from the child within {timeout}s")
+
+
+def test_a_refused_topic_ends_the_demos_wait_at_once() -> None:
+    """A processor refusing a topic waits for an operator: the demo says so in one line."""
+    line = (
+        "[2026-11-25 16:34:39,515] [23496] [ERROR] topic 'kai.nodes' is not the one its stored "
+        f"offsets were read from (...); {REFUSAL}: `minruntime offsets rebaseline kai.nodes "
+        "--from-start` (or --from-end)"
+    )
+    script = f"import sys, time; print({line!r}, file=sys.stderr, flush=True); time.sleep(60)"
+    child = _child(script)
+    try:
+        message = _first_error(child)
+        assert message.startswith("`minruntime processor`: topic 'kai.nodes' is not the one")
+        assert message.endswith(
+            "`minruntime offsets rebaseline kai.nodes --from-start` (or --from-end)"
+        )
+        assert "\n" not in message
+    finally:
+        child.stop()
+
+
+def test_a_running_child_with_other_errors_is_waited_for() -> None:
+    child = _child(
+        "import sys, time; print('[ERROR] cannot reach Kafka', file=sys.stderr, flush=True); "
+        "time.sleep(60)"
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not child.tail(1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.tail(1) == ["[ERROR] cannot reach Kafka"]
+        child.check()  # still running, nothing an operator must do: the wait goes on
+    finally:
+        child.stop()

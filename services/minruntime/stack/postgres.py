@@ -171,6 +171,24 @@ class PostgresNode:
             if self.log_file.exists():
                 os.chown(self.log_file, account.pw_uid, account.pw_gid)
 
+    def _forget_an_earlier_stack(self) -> None:
+        """As root, drop data left under this stack directory's path by a deleted one.
+
+        Run as root, the data lives outside the stack directory (the server's own account
+        must own it), at a path derived from the stack directory's path and linked from it.
+        A stack directory made anew at the same path (a fresh clone where an earlier one
+        was) has no link yet: what is found there belonged to a stack directory that was
+        deleted, and that directory's Kafka data went with it. Adopted, the database would
+        keep offsets of topics that no longer exist (the processor rightly refuses such a
+        topic until it is re-baselined). A server still running on it is adopted instead:
+        its stack directory was deleted under it, but its data is in use.
+        """
+        if not self.as_root or self.link.is_symlink() or not self.home.exists():
+            return
+        if self.is_running():
+            return
+        shutil.rmtree(self.home)
+
     def init(self) -> None:
         """initdb once, with settings suited to a small development machine."""
         if (self.data_dir / "PG_VERSION").is_file():
@@ -286,6 +304,7 @@ class PostgresNode:
 
         Either way the access rules are (re)written first; a running server reloads them.
         """
+        self._forget_an_earlier_stack()
         self.preflight()
         self.init()
         self._prepare_dirs()

@@ -48,6 +48,10 @@ from minruntime.kafka_access import KafkaAccess
 from minruntime.stream.topic_identity import describe_topics, fetch_topic_ids
 
 log = logging.getLogger(__name__)
+
+# What the processor logs (at ERROR) of a topic it will not consume until an operator acts:
+# the demo watches its log for it rather than waiting out its timeout.
+REFUSAL = "refusing to consume it until re-baselined"
 _Answer = TypeVar("_Answer")
 
 ApplyWithLives = Callable[[Mapping[str, TopicLife]], Awaitable[BatchOutcome]]
@@ -195,8 +199,8 @@ class TopicGuard:
     def _refuse(self, topic: str, role: str, reason: str) -> None:
         if self._refused.get(topic) != reason:
             log.error(
-                "%s; refusing to consume it until re-baselined: "
-                "`minruntime offsets rebaseline %s --from-start` (or --from-end)",
+                "%s; " + REFUSAL + ": `minruntime offsets rebaseline %s --from-start` "
+                "(or --from-end)",
                 reason,
                 topic,
             )
