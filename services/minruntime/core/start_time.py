@@ -10,13 +10,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from minruntime.core.timestamps import require_aware
 
 
-@dataclass(frozen=True, slots=True)
-class RunState:
-    """Which pods hold resources now, and when the current run started."""
+class RunState(NamedTuple):
+    """Which pods hold resources now, and when the current run started.
+
+    A named tuple: immutable, and cheap to make (the podgroup fold makes one or two per
+    allocation or release event).
+    """
 
     allocated: frozenset[str] = frozenset()
     # The protection clock: set while running, cleared when the run ends.

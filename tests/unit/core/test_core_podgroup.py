@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -119,7 +118,7 @@ def test_releasing_some_pods_keeps_the_run_and_clears_their_nodes() -> None:
 
 def test_releasing_every_pod_ends_the_run_and_the_wait_for_release() -> None:
     state = folded(submission(), allocation("p0", "p1", at=T0 + s(10)))
-    state = replace(state, awaiting_release=True)  # the requeue worker committed a requeue
+    state = state._replace(awaiting_release=True)  # the requeue worker committed a requeue
     assert state.stored_awaiting_release
     ended = fold(state, Release(None, T0 + s(50)))
     assert ended.status == "finished"
@@ -213,7 +212,7 @@ def test_parsed_annotations_are_none_when_absent_or_invalid() -> None:
 
 def test_deleted_is_sticky_and_hides_the_run() -> None:
     state = folded(submission(), allocation("p0", at=T0 + s(1)))
-    state = replace(state, awaiting_release=True)
+    state = state._replace(awaiting_release=True)
     deleted = fold(state, Deletion())
     assert deleted.status == "deleted"
     assert deleted.running_pods == 1
