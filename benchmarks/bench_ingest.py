@@ -15,14 +15,17 @@ earlier batch. The trace is produced to a private topic set with a plain aiokafk
 (c) processor: ``minruntime processor`` (subprocess, private env) from an empty migrated
     database until every event is applied;
 (e) replay: ``replay --verify`` of the database the processor filled (``replay_after.py``):
-    the whole event log replayed into a shadow and compared with the live tables.
+    the whole event log replayed into a shadow and compared with the live tables;
+(f) with ``--parts-alone N``: (e) in N parts, each part run alone, one after another: the
+    slowest is the critical path of ``--jobs N`` on a machine with a core for each part and
+    for its PostgreSQL backend (this machine has 2).
 
 It prints events/s of each and the ratios processor/sink (issue 10's target: >= 0.5),
 processor/bare and replay --verify/processor (issue 10's target: >= 5x).
 
     .venv/bin/python benchmarks/bench_ingest.py [--trace issue|default] [--podgroups 50000]
         [--queues 5000] [--nodes 2000] [--keep] [--profile] [--no-sink] [--no-processor]
-        [--private-broker PLAINTEXT|SASL_SSL]
+        [--private-broker PLAINTEXT|SASL_SSL] [--parts-alone N ...]
 
 ``--trace issue`` is issue 10's trace: 1,000 queues, 500 nodes, 20,000 podgroups (~61k
 events); explicit --queues/--nodes/--podgroups override the preset.
@@ -62,7 +65,7 @@ from minruntime.settings import Settings
 from minruntime.store.scratch import scratch_owner_url
 from pipeline import INPUT_ROLES, BenchPipeline, overrides, private_broker, produce, rfc3339
 from proc_cpu import postgres_cpu, postgres_pid, process_cpu
-from replay_after import replay_verify
+from replay_after import parts_alone, replay_verify
 
 SEED = 20261121
 T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
@@ -522,6 +525,14 @@ def main() -> None:
         "--no-replay", action="store_true", help="skip (e), replay --verify of (c)'s database"
     )
     parser.add_argument(
+        "--parts-alone",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="(f) replay --verify in N parts, each part run alone, one after another",
+    )
+    parser.add_argument(
         "--replay-jobs",
         type=int,
         help="(e) in this many processes besides one (default: as `replay --verify` would)",
@@ -654,6 +665,16 @@ def run(args: argparse.Namespace) -> None:
                 print(
                     f"ratio replay --verify ({parts} process{'es' if parts > 1 else ''})"
                     f"/processor = {speedup:.2f} ({verdict} the target {REPLAY_TARGET:.0f}x)"
+                )
+            for parts in args.parts_alone:
+                alone = parts_alone(owner, parts)
+                print(
+                    f"(f) replay --verify --jobs {parts}, each part alone (one after another):"
+                    f" {', '.join(f'{s:.2f}' for s in alone)} s; the slowest part"
+                    f" {max(alone):.2f} s = {total / max(alone):,.0f} events/s ="
+                    f" {total / max(alone) / rate:.2f}x the processor: the critical path"
+                    f" with a core for each part and its PostgreSQL backend, not measured"
+                    " on such a machine"
                 )
     finally:
         pipe.drop(keep=args.keep)

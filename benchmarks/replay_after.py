@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from minruntime.audit.asof import snapshot
 from minruntime.audit.parallel import ReplayInParts
 from minruntime.audit.replay import LogEntry, read_log, replay
-from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
+from minruntime.audit.snapshots import SnapshotChecker, replay_checked, snapshots_in
 from minruntime.audit.verify import compare
 from minruntime.store import engine_from
+from minruntime.store.parts import Part
 from minruntime.store.shadows import create_shadow, temporary_name
 
 
@@ -90,3 +91,34 @@ def replay_verify(owner_url: str, parts: int = 1) -> Verified:
         and all(result.equal for result in results)
     )
     return Verified(report.applied, replayed, verified, equal, len(results), checking)
+
+
+def parts_alone(owner_url: str, parts: int) -> list[float]:
+    """Seconds of each part of a ``replay --verify --jobs PARTS``, run one after another,
+    each alone on the machine (its own snapshot of the unchanging database, shadow, replay
+    of its share, comparison of its share): the slowest is the command's critical path on a
+    machine with a core for each part and for each part's PostgreSQL backend. What this
+    2-core machine cannot run at once, measured part by part; not a run on more cores."""
+    engine = engine_from(owner_url)
+    seconds = []
+    try:
+        for index in range(parts):
+            part = Part(index, parts)
+            started = time.perf_counter()
+            with snapshot(engine) as conn:
+                stored = snapshots_in(conn)
+                shadow = create_shadow(conn, temporary_name(f"bench_part_{index}"))
+                result = replay_checked(
+                    conn,
+                    shadow,
+                    read_log(conn, part=part, positions=[s.log_seq for s in stored]),
+                    stored,
+                    verify=True,
+                    part=part,
+                )
+            seconds.append(time.perf_counter() - started)
+            if not all(check.equal for check in result.checks) or result.report.rejected:
+                raise SystemExit(f"part {index} of {parts} differs")
+    finally:
+        engine.dispose()
+    return seconds
