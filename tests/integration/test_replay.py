@@ -186,19 +186,26 @@ def test_a_subject_column_that_disagrees_with_its_event_does_not_change_the_repl
     # A replay loads a page's podgroups by the log's subject column before decoding each
     # entry; the event decides what is applied. Subjects altered by hand (or lost) change
     # nothing: the podgroup an event names is loaded when it is applied.
-    with engine.begin() as conn:
-        altered = conn.execute(
-            sa.text(
-                "UPDATE minruntime_state.event_log SET subject = CASE WHEN seq % 2 = 0"
-                " THEN 'somebody-else' ELSE NULL END WHERE type LIKE 'podgroup.%'"
-            )
-        ).rowcount
-    assert altered > 5
+    alter_podgroup_entries(
+        engine, "subject = CASE WHEN seq % 2 = 0 THEN 'somebody-else' ELSE NULL END"
+    )
     with snapshot(engine) as conn:
         shadow = create_shadow(conn, "altered_subjects")
         report = replay(conn, read_log(conn), into=shadow.tables)
         assert report.rejected == []
         assert [check.table for check in compare(conn, shadow) if not check.equal] == []
+
+
+def alter_podgroup_entries(engine: sa.Engine, assignments: str) -> int:
+    """``UPDATE ... SET assignments`` on every podgroup entry of the log, by hand; how many."""
+    with engine.begin() as conn:
+        altered = conn.execute(
+            sa.text(
+                f"UPDATE minruntime_state.event_log SET {assignments} WHERE type LIKE 'podgroup.%'"
+            )
+        ).rowcount
+    assert altered > 5
+    return int(altered)
 
 
 def url_of(engine: sa.Engine) -> str:
@@ -237,6 +244,22 @@ def test_a_replay_in_parts_lists_rows_altered_by_hand(engine: sa.Engine, lived: 
     assert [d.key for d in checks["podgroup_state"].differences] == ["elastic", "hi", "lonely"]
     assert checks["podgroup_state"].differing_keys == 3
     assert [d.key for d in checks["node_state"].differences] == ["node-2"]
+
+
+def test_a_replay_in_parts_lists_the_rejections_one_process_lists(
+    engine: sa.Engine, lived: sa.Engine
+) -> None:
+    """Entries made invalid by hand, across the parts: the same lines, in log order."""
+    spoiled = alter_podgroup_entries(engine, "payload = jsonb_set(payload, '{data,uid}', '42')")
+    with snapshot(engine) as conn:
+        shadow = create_shadow(conn, "spoiled")
+        whole = replay(conn, read_log(conn), into=shadow.tables)
+    assert whole.rejected_count == spoiled
+    assert whole.rejected_at == sorted(whole.rejected_at)
+    with ReplayInParts(url_of(engine), 3, verify=True) as split:
+        merged = split.run().report
+    assert merged.rejected_count == spoiled
+    assert (merged.rejected, merged.rejected_at) == (whole.rejected, whole.rejected_at)
 
 
 def test_a_part_that_fails_or_dies_is_named(

@@ -8,7 +8,7 @@ import pytest
 
 from minruntime.audit import parallel
 from minruntime.audit.parallel import default_parts
-from minruntime.audit.replay import ReplayReport
+from minruntime.audit.replay import SHOWN_REJECTIONS, ReplayReport
 from minruntime.audit.verify import SHOWN_ROWS, RowDifference, TableCheck, merge_parts
 
 
@@ -57,9 +57,26 @@ def test_a_differing_part_makes_the_table_differ_with_its_rows_first_in_key_orde
 def test_the_reports_add_up_and_list_the_first_rejections_by_seq() -> None:
     one = ReplayReport(events=5, decisions=1, ignored=2, rejected_count=1, batches=2, last_seq=90)
     one.rejected = ["event at seq 40 (podgroup.allocated) is invalid: x"]
+    one.rejected_at = [40]
     two = ReplayReport(events=7, decisions=0, rejected_count=2, batches=3, last_seq=99)
-    two.rejected = ["event at seq 12 (queue.upserted) is invalid: y", "event at seq 77 (a): z"]
+    # The order is the lines' seqs, whatever their text says (a batch's line names its last).
+    two.rejected = ["event at seq 12 (queue.upserted) is invalid: y", "3 of the 9 records up to"]
+    two.rejected_at = [12, 77]
     merged = parallel._merged_report([one, two])
     assert (merged.events, merged.decisions, merged.ignored, merged.batches) == (12, 1, 2, 5)
     assert (merged.rejected_count, merged.last_seq) == (3, 99)
-    assert [line.split()[3] for line in merged.rejected] == ["12", "40", "77"]
+    assert merged.rejected == [two.rejected[0], one.rejected[0], two.rejected[1]]
+    assert merged.rejected_at == [12, 40, 77]
+
+
+def test_only_the_first_rejections_of_all_parts_are_listed() -> None:
+    parts = []
+    for index in range(3):
+        report = ReplayReport(rejected_count=SHOWN_REJECTIONS)
+        report.rejected_at = [index + 3 * n for n in range(SHOWN_REJECTIONS)]
+        report.rejected = [f"line {seq}" for seq in report.rejected_at]
+        parts.append(report)
+    merged = parallel._merged_report(parts)
+    assert merged.rejected_count == 3 * SHOWN_REJECTIONS
+    assert merged.rejected_at == list(range(SHOWN_REJECTIONS))
+    assert merged.rejected == [f"line {seq}" for seq in range(SHOWN_REJECTIONS)]

@@ -215,6 +215,7 @@ def _replay_part(
 
 def _merged_report(reports: Sequence[ReplayReport]) -> ReplayReport:
     merged = ReplayReport()
+    rejections: list[tuple[int, str]] = []
     for report in reports:
         merged.events += report.events
         merged.decisions += report.decisions
@@ -222,13 +223,10 @@ def _merged_report(reports: Sequence[ReplayReport]) -> ReplayReport:
         merged.rejected_count += report.rejected_count
         merged.dead_lettered += report.dead_lettered
         merged.batches += report.batches
-        merged.rejected.extend(report.rejected)
+        rejections.extend(zip(report.rejected_at, report.rejected, strict=True))
         if report.last_seq is not None:
             merged.last_seq = max(merged.last_seq or 0, report.last_seq)
-    merged.rejected = sorted(merged.rejected, key=_seq_of)[:SHOWN_REJECTIONS]
+    first = sorted(rejections, key=lambda rejection: rejection[0])[:SHOWN_REJECTIONS]
+    merged.rejected_at = [seq for seq, _ in first]
+    merged.rejected = [line for _, line in first]
     return merged
-
-
-def _seq_of(line: str) -> int:
-    found = re.search(r"at seq (\d+)", line)
-    return int(found.group(1)) if found else 0

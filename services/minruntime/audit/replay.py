@@ -125,6 +125,9 @@ class ReplayReport:
     # Logged events of other types (nothing to project) and inputs the replay had to reject.
     ignored: int = 0
     rejected: list[str] = field(default_factory=list)
+    # The log position (seq) of each line of ``rejected``: a replay in parts lists the
+    # first ones of all its parts in log order.
+    rejected_at: list[int] = field(default_factory=list)
     # How many were rejected in all (``rejected`` lists the first SHOWN_REJECTIONS).
     rejected_count: int = 0
     # Kafka records that are not valid events (dead-lettered in the shadow, as live).
@@ -322,7 +325,9 @@ class _LoggedEvents:
                 event = decode_event(entry.value)
             except EventRejected as error:
                 _reject(
-                    self._report, f"event at seq {entry.seq} ({entry.type}) is invalid: {error}"
+                    self._report,
+                    entry.seq,
+                    f"event at seq {entry.seq} ({entry.type}) is invalid: {error}",
                 )
                 continue
             try:
@@ -330,6 +335,7 @@ class _LoggedEvents:
             except MinRuntimeError as error:
                 _reject(
                     self._report,
+                    entry.seq,
                     f"event at seq {entry.seq} ({entry.type}) was not applied on replay: "
                     f"{error.kind}: {error}",
                 )
@@ -372,10 +378,11 @@ class _KafkaRecords:
         return None  # every batch was written as it was applied
 
 
-def _reject(report: ReplayReport, line: str) -> None:
+def _reject(report: ReplayReport, seq: int, line: str) -> None:
     report.rejected_count += 1
     if len(report.rejected) < SHOWN_REJECTIONS:
         report.rejected.append(line)
+        report.rejected_at.append(seq)
 
 
 def _apply_records(
@@ -413,6 +420,7 @@ def _apply_records(
     if outcome.records != outcome.applied + outcome.dead_lettered:
         _reject(
             report,
+            entries[-1].seq,
             f"{outcome.records - outcome.applied} of the {len(records)} records up to "
             f"seq {entries[-1].seq} were not applied on replay "
             f"(dead-lettered {outcome.dead_lettered}: {dict(outcome.dead_letter_kinds)}; "
@@ -431,7 +439,9 @@ def _apply_decision(
     try:
         event: Event = decode_event(entry.value)
     except EventRejected as error:
-        _reject(report, f"decision at seq {entry.seq} ({entry.topic}) is invalid: {error}")
+        _reject(
+            report, entry.seq, f"decision at seq {entry.seq} ({entry.topic}) is invalid: {error}"
+        )
         return
     # A decision seen twice (a relay re-published it after a crash) is applied once.
     if apply_decisions(conn, [event], tables=tables):
