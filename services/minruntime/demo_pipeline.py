@@ -233,6 +233,8 @@ class _Child:
     command: str
     process: subprocess.Popen[bytes]
     stderr: IO[bytes]
+    # How far ``check`` has looked for a refusal in its log (whole lines only).
+    scanned: int = 0
 
     @classmethod
     def start(cls, command: str, env: Mapping[str, str] | None = None) -> _Child:
@@ -258,6 +260,15 @@ class _Child:
         self.stderr.seek(0, os.SEEK_END)
         return lines[-count:]
 
+    def _new_lines(self) -> list[str]:
+        """The whole lines its log gained since the last call."""
+        self.stderr.seek(self.scanned)
+        written = self.stderr.read()
+        self.stderr.seek(0, os.SEEK_END)
+        complete = written[: written.rfind(b"\n") + 1]
+        self.scanned += len(complete)
+        return complete.decode(errors="replace").splitlines()
+
     def check(self) -> None:
         """Fail with its last stderr line if it has exited, or with its refusal of a topic.
 
@@ -265,7 +276,7 @@ class _Child:
         operator's `minruntime offsets rebaseline`: the demo says so at once instead of
         waiting for events that will not be applied."""
         if self.process.poll() is None:
-            refusal = next((line for line in self.tail(50) if REFUSAL in line), None)
+            refusal = next((line for line in self._new_lines() if REFUSAL in line), None)
             if refusal is not None:
                 message = refusal.partition("[ERROR] ")[2] or refusal
                 raise UserError(f"`minruntime {self.command}`: {message.strip()}")

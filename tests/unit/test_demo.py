@@ -109,3 +109,23 @@ def test_a_running_child_with_other_errors_is_waited_for() -> None:
         child.check()  # still running, nothing an operator must do: the wait goes on
     finally:
         child.stop()
+
+
+def test_a_refusal_is_found_however_much_the_child_logs_after_it() -> None:
+    refusal = f"[ERROR] topic 'kai.queues' is gone; {REFUSAL}: rebaseline it"
+    script = (
+        f"import sys, time; print({refusal!r}, file=sys.stderr, flush=True); "
+        "[print(f'[INFO] line {i}', file=sys.stderr, flush=True) for i in range(200)]; "
+        "time.sleep(60)"
+    )
+    child = _child(script)
+    try:
+        deadline = time.monotonic() + 30
+        while child.tail(1) != ["[INFO] line 199"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (
+            _first_error(child)
+            == f"`minruntime processor`: topic 'kai.queues' is gone; {REFUSAL}: rebaseline it"
+        )
+    finally:
+        child.stop()
