@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 
 from minruntime.audit.asof import snapshot
-from minruntime.audit.parallel import ReplayInParts
+from minruntime.audit.parallel import ReplayInParts, replay_part
 from minruntime.audit.replay import LogEntry, read_log, replay
-from minruntime.audit.snapshots import SnapshotChecker, replay_checked, snapshots_in
+from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
 from minruntime.audit.verify import compare
 from minruntime.store import engine_from
 from minruntime.store.parts import Part
@@ -106,16 +106,7 @@ def parts_alone(owner_url: str, parts: int) -> list[float]:
             part = Part(index, parts)
             started = time.perf_counter()
             with snapshot(engine) as conn:
-                stored = snapshots_in(conn)
-                shadow = create_shadow(conn, temporary_name(f"bench_part_{index}"))
-                result = replay_checked(
-                    conn,
-                    shadow,
-                    read_log(conn, part=part, positions=[s.log_seq for s in stored]),
-                    stored,
-                    verify=True,
-                    part=part,
-                )
+                result = replay_part(conn, part, verify=True)
             seconds.append(time.perf_counter() - started)
             if not all(check.equal for check in result.checks) or result.report.rejected:
                 raise SystemExit(f"part {index} of {parts} differs")

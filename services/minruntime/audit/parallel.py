@@ -31,6 +31,8 @@ from datetime import datetime
 from multiprocessing.connection import Connection as Pipe
 from typing import Any, Final
 
+from sqlalchemy import Connection
+
 from minruntime.audit.asof import snapshot
 from minruntime.audit.replay import SHOWN_REJECTIONS, Progress, ReplayReport, read_log
 from minruntime.audit.snapshots import CheckedReplay, replay_checked, snapshots_in
@@ -193,15 +195,11 @@ def _replay_part(
         engine = engine_from(url, pool_pre_ping=False)
         with snapshot(engine) as conn:
             conn.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{exported}'")
-            stored = snapshots_in(conn) if verify else []
-            shadow = create_shadow(conn, temporary_name(f"minruntime_replay_{part.index}"))
-            result = replay_checked(
+            result = replay_part(
                 conn,
-                shadow,
-                read_log(conn, until=until, part=part, positions=[s.log_seq for s in stored]),
-                stored,
+                part,
                 verify=verify,
-                part=part,
+                until=until,
                 progress=lambda done: outbox.put(("progress", part.index, done)),
             )
         engine.dispose()
@@ -211,6 +209,29 @@ def _replay_part(
     finally:
         outbox.close()
         outbox.join_thread()
+
+
+def replay_part(
+    conn: Connection,
+    part: Part,
+    *,
+    verify: bool,
+    until: datetime | None = None,
+    progress: Progress | None = None,
+) -> CheckedReplay:
+    """Replay one part of the log into a temporary shadow in ``conn``'s snapshot, checking
+    that part of every stored projection snapshot and, with ``verify``, of the live state."""
+    stored = snapshots_in(conn) if verify else []
+    shadow = create_shadow(conn, temporary_name(f"minruntime_replay_{part.index}"))
+    return replay_checked(
+        conn,
+        shadow,
+        read_log(conn, until=until, part=part, positions=[s.log_seq for s in stored]),
+        stored,
+        verify=verify,
+        part=part,
+        progress=progress,
+    )
 
 
 def _merged_report(reports: Sequence[ReplayReport]) -> ReplayReport:
