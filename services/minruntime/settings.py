@@ -145,6 +145,11 @@ class Settings(BaseSettings):
     kube_watch_seconds: int = Field(default=30, gt=0)  # server-side timeout of one watch call
     evictor_group: str = "minruntime-evictor"
     kube_backoff_max_seconds: float = Field(default=10.0, gt=0)
+    # Only pods of this scheduler are watched (a field selector; "" = every pod).
+    kube_scheduler_name: str = "kai-scheduler"
+    kube_list_page_size: int = Field(default=500, gt=0, le=10_000)  # objects per list page
+    # The bridge's ledger of what it sent: a compacted topic ("" = "<podgroups topic>.bridge").
+    kube_ledger_topic: str = ""
 
     # Prometheus endpoints (0 = off).
     metrics_host: str = "127.0.0.1"
@@ -216,6 +221,12 @@ class Settings(BaseSettings):
     def kube_etcd_port_resolved(self) -> int:
         """The local etcd's client port (`kube_etcd_port`, else Kafka's port + 4)."""
         return self.kube_etcd_port or self.kafka_port + 4
+
+    @property
+    def kube_ledger_topic_resolved(self) -> str:
+        """The bridge's ledger topic (`kube_ledger_topic`, else the podgroups topic's name +
+        `.bridge`: a pipeline with its own topics has its own ledger)."""
+        return self.kube_ledger_topic or f"{self.topic_podgroups}.bridge"
 
     @property
     def kube_dir(self) -> Path:

@@ -283,7 +283,8 @@ spec: {{}}
         lambda: (r := podgroup_row(loop, uid)) and r[0] == "finished", 60, "the run to be ended"
     )
     [released] = logged(loop, "podgroup.released", uid)
-    assert released["data"] == {"uid": uid, "reason": "deleted"}  # all pods, names unknown
+    # The ledger knew the pod: it is released by name, at the new bridge's clock.
+    assert released["data"] == {"uid": uid, "pods": ["quiet-0"], "reason": "deleted"}
 
 
 def test_one_bridge_replica_is_active_and_a_standby_takes_over(loop: Loop) -> None:

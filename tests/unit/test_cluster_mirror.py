@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -389,23 +390,36 @@ def test_quantities() -> None:
         mapping.quantity("-1")
 
 
-def test_after_the_first_listing_podgroups_holding_no_pod_release_all() -> None:
-    # Pods deleted while no bridge watched are in no list: their podgroup's run is ended.
+def listing(view: ClusterMirror, objects: dict[Kind, list[dict[str, Any]]]) -> list[Emission]:
+    """A term's first listing of every kind, as the bridge makes it."""
+    kinds = list(objects)
+    view.start_listing(kinds)
+    emissions: list[Emission] = []
+    for kind in kinds:
+        emissions += view.listed(kind, objects[kind])
+    return emissions + list(view.finish_listing(kinds))
+
+
+def test_without_a_ledger_podgroups_that_ran_and_hold_no_pod_release_all() -> None:
+    # Pods deleted while no bridge watched are in no list: without a ledger their names are
+    # unknown, and their podgroup's run is ended as a whole.
     view = mirror()
     ran = {mapping.LAST_START_ANNOTATION: "2026-11-24T10:00:00Z"}
-    view.relisted(
-        Kind.POD_GROUP,
-        [
-            podgroup(annotations=ran),
-            podgroup("busy", "pg-2", annotations=ran),
-            podgroup("never-ran", "pg-3"),
-        ],
+    emissions = listing(
+        view,
+        {
+            Kind.POD_GROUP: [
+                podgroup(annotations=ran),
+                podgroup("busy", "pg-2", annotations=ran),
+                podgroup("never-ran", "pg-3"),
+            ],
+            Kind.POD: [pod("busy-0", "p-9", group="busy", node="n1", phase="Running")],
+        },
     )
-    view.relisted(Kind.POD, [pod("busy-0", "p-9", group="busy", node="n1", phase="Running")])
-    [released] = view.listed_everything()
+    [released] = [e for e in emissions if e.event.type == "podgroup.released"]
     assert data(released) == {"uid": "pg-1", "reason": "deleted"}
     assert released.event.time == NOW
-    assert mirror().listed_everything() == []
+    assert types(emissions) == ["podgroup.released", "podgroup.submitted", "podgroup.allocated"]
 
 
 def test_a_pod_going_away_is_a_release_not_a_new_submission() -> None:
@@ -417,3 +431,178 @@ def test_a_pod_going_away_is_a_release_not_a_new_submission() -> None:
     assert types(view.observe(Kind.POD, DELETED, gone)) == ["podgroup.released"]
     annotated = podgroup(rv="11", annotations={"kai.scheduler/expected-runtime": "1h"})
     assert types(view.observe(Kind.POD_GROUP, MODIFIED, annotated)) == ["podgroup.annotated"]
+
+
+# -- a first listing, the ledger, restarts ------------------------------------------------------
+
+CLASS = {"metadata": meta("train", "pc-1"), "value": 50}
+
+
+def cluster(pods: int = 4, annotations: dict[str, str] | None = None) -> dict[Kind, list[Any]]:
+    """Two gangs of ``pods`` pods each, bound and running, a queue, a node, a class."""
+    return {
+        Kind.PRIORITY_CLASS: [CLASS],
+        Kind.QUEUE: [queue("research", "q-1")],
+        Kind.NODE: [
+            {"metadata": meta("n1", "node-1"), "status": {"capacity": {"nvidia.com/gpu": "8"}}}
+        ],
+        Kind.POD_GROUP: [
+            podgroup("train", "pg-1", annotations=annotations),
+            podgroup("eval", "pg-2", annotations=annotations),
+        ],
+        Kind.POD: [
+            pod(f"{group}-{i}", f"p-{group}-{i}", group=group, node="n1", phase="Running")
+            for group in ("train", "eval")
+            for i in range(pods)
+        ],
+    }
+
+
+def test_a_first_listing_submits_each_gang_once_with_all_its_pods() -> None:
+    emissions = listing(mirror(), cluster())
+    submitted = [e for e in emissions if e.event.type == "podgroup.submitted"]
+    assert len(submitted) == 2
+    assert sorted(len(data(e)["pods"]) for e in submitted) == [4, 4]
+    assert types(emissions).count("podgroup.allocated") == 8
+    assert types(emissions)[:2] == ["queue.upserted", "node.upserted"]
+
+
+def test_a_term_that_starts_from_the_ledger_sends_nothing_for_an_unchanged_cluster() -> None:
+    first = mirror()
+    listing(first, cluster())
+    ledger = first.memory()
+    assert first.take_changes() == ledger  # every record changed once, none forgotten
+    assert listing(ClusterMirror(MirrorOptions(), clock, ledger), cluster()) == []
+
+
+def test_changes_made_while_no_bridge_watched_are_sent_once() -> None:
+    first = mirror()
+    listing(first, cluster())
+    ledger = first.memory()
+    later = cluster()
+    # KAI wrote the run's start; a user set an expected runtime; a pod of `eval` went away;
+    # a pod joined `train`; the node went away; the queue's spec changed; a new config.
+    started = {
+        mapping.LAST_START_ANNOTATION: "2026-11-24T10:00:00Z",
+        "kai.scheduler/expected-runtime": "1h",
+    }
+    later[Kind.POD_GROUP][0] = podgroup("train", "pg-1", rv="11", annotations=started)
+    later[Kind.POD] = [p for p in later[Kind.POD] if p["metadata"]["name"] != "eval-3"]
+    later[Kind.POD].append(pod("train-4", "p-train-4", group="train"))
+    later[Kind.NODE] = []
+    later[Kind.QUEUE] = [queue("research", "q-1", generation=2, preemptMinRuntime="4h")]
+    emissions = listing(ClusterMirror(MirrorOptions(), clock, ledger), later)
+    by_type = {e.event.type: e for e in emissions}
+    assert sorted(types(emissions)) == [
+        "node.deleted",
+        "podgroup.annotated",
+        "podgroup.released",
+        "podgroup.submitted",
+        "queue.upserted",
+    ]
+    assert data(by_type["podgroup.annotated"])["annotations"] == started
+    assert data(by_type["podgroup.released"]) == {
+        "uid": "pg-2",
+        "pods": ["eval-3"],
+        "reason": "deleted",
+    }
+    resubmitted = data(by_type["podgroup.submitted"])
+    assert len(resubmitted["pods"]) == 5
+    assert not resubmitted.get("annotations")  # they travel as podgroup.annotated
+    # the annotation goes before the new shape (the processor merges either way)
+    assert types(emissions).index("podgroup.annotated") < types(emissions).index(
+        "podgroup.submitted"
+    )
+
+
+def test_a_ledger_record_follows_each_object_and_is_a_tombstone_once_it_is_gone() -> None:
+    view = mirror()
+    view.observe(Kind.POD_GROUP, ADDED, podgroup())
+    view.observe(Kind.POD, ADDED, pod("train-0", "p-0", node="n1"))
+    changes = view.take_changes()
+    assert changes["pod/p-0"] == {
+        "podgroup": "pg-1",
+        "name": "train-0",
+        "submitted": True,
+        "allocated": True,
+        "released": False,
+    }
+    assert set(changes) == {"podgroup/pg-1", "pod/p-0"}
+    assert view.take_changes() == {}
+    view.observe(Kind.POD, DELETED, pod("train-0", "p-0", node="n1"))
+    view.observe(Kind.POD_GROUP, DELETED, podgroup())
+    assert view.take_changes() == {"pod/p-0": None, "podgroup/pg-1": None}
+
+
+def test_without_a_ledger_a_restart_never_gives_one_id_two_payloads() -> None:
+    # The ledger lost (or a first start after an upgrade): the whole state is sent again.
+    # Unchanged objects repeat their ids with the same payload (true duplicates); KAI's
+    # last-start-timestamp, written after the first submission, makes a new submission id
+    # rather than a conflicting duplicate.
+    before = listing(mirror(), cluster())
+    after = listing(
+        mirror(), cluster(annotations={mapping.LAST_START_ANNOTATION: "2026-11-24T11:00:00Z"})
+    )
+    payloads: dict[str, bytes] = {}
+    for emission in before + after:
+        value = encode_event(emission.event)
+        assert payloads.setdefault(emission.event.id, value) == value
+    repeated = {e.event.id for e in before} & {e.event.id for e in after}
+    assert {e.event.type for e in before if e.event.id in repeated} == {
+        "queue.upserted",
+        "node.upserted",
+    }
+
+
+def test_a_change_costs_its_gang_not_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Linearity without a clock: count the pods the mapping reads for one pod's change, with
+    # ten and with a thousand gangs in the cluster.
+    def touched(gangs: int) -> int:
+        view = mirror()
+        listing(
+            view,
+            {
+                Kind.POD_GROUP: [podgroup(f"g{i}", f"pg-{i}") for i in range(gangs)],
+                Kind.POD: [
+                    pod(f"g{i}-{j}", f"p-{i}-{j}", group=f"g{i}")
+                    for i in range(gangs)
+                    for j in range(4)
+                ],
+            },
+        )
+        reads = 0
+        real = mapping.pod_node
+
+        def counting(obj: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return real(obj)
+
+        monkeypatch.setattr(mapping, "pod_node", counting)
+        view.observe(Kind.POD, MODIFIED, pod("g3-1", "p-3-1", group="g3", node="n1"))
+        monkeypatch.setattr(mapping, "pod_node", real)
+        return reads
+
+    assert touched(10) == touched(1000) <= 4
+
+
+def test_kept_objects_hold_only_what_the_mapping_reads() -> None:
+    big = pod("train-0", "p-0", node="n1", phase="Running")
+    big["metadata"]["annotations"]["noise"] = "x" * 10_000
+    big["metadata"]["managedFields"] = [{"time": "2026-11-24T10:00:05Z", "fieldsV1": {"f": 1}}]
+    big["spec"]["containers"][0]["env"] = [{"name": f"E{i}", "value": "v" * 50} for i in range(40)]
+    kept = mapping.kept_pod(big)
+    assert len(json.dumps(kept)) < 700
+    assert kept["metadata"]["annotations"] == {"pod-group-name": "train"}
+    assert mapping.changed_at(kept) == mapping.changed_at(big)
+    assert mapping.pod_gpu(kept) == mapping.pod_gpu(big)
+    assert mapping.pod_node(kept) == "n1"
+
+
+def test_annotations_over_the_contracts_bounds_are_not_sent_and_the_rest_is() -> None:
+    huge = {"kai.scheduler/expected-runtime": "1h", "example.com/blob": "x" * 70_000}
+    view = mirror()
+    view.observe(Kind.POD_GROUP, ADDED, podgroup(annotations=huge))
+    [submitted, *_] = view.observe(Kind.POD, ADDED, pod("train-0", "p-0"))
+    assert data(submitted)["annotations"] == {"kai.scheduler/expected-runtime": "1h"}
+    assert mapping.dropped_annotations(podgroup(annotations=huge)) == ["example.com/blob"]

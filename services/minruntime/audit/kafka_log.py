@@ -40,7 +40,10 @@ async def _read(
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
-        **access.client_kwargs(), enable_auto_commit=False, auto_offset_reset="earliest"
+        **access.client_kwargs(),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",  # what the processor applies (docs/audit.md)
     )
     await start_client(consumer, access)
     keyed: list[tuple[float, int, LogEntry]] = []

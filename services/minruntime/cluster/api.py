@@ -10,15 +10,16 @@ import functools
 import json
 import logging
 import os
-import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from minruntime.cluster.mirror import Kind
+from minruntime.cluster.mirror import Kind, MirrorOptions, kept
 from minruntime.errors import UserError
+from minruntime.retry import Backoff, Outage
 from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -80,109 +81,257 @@ def raise_for_status(response: Any) -> None:
 
 @dataclass(frozen=True)
 class Source:
-    """One watched kind and the list call that lists and watches it."""
+    """One watched kind, the list call that lists and watches it, and what to keep of each
+    object (``mirror.kept``: only the fields the mapping reads)."""
 
     kind: Kind
     call: Callable[..., Any]
+    keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict
 
 
 def sources(client: Any, settings: Settings) -> list[Source]:
-    """What the bridge watches, in the order of the first listing (classes before podgroups)."""
+    """What the bridge watches, in the order of the first listing (classes before podgroups).
+
+    Pods are narrowed to KAI's scheduler (``MINRUNTIME_KUBE_SCHEDULER_NAME``, a field
+    selector the API server applies): no other pod can hold a podgroup's GPUs.
+    """
     from kubernetes import client as k8s
 
     core = k8s.CoreV1Api(client)
     custom = k8s.CustomObjectsApi(client)
     scheduling = k8s.SchedulingV1Api(client)
     namespace, _, name = settings.kube_scheduler_config.partition("/")
-    return [
-        Source(Kind.PRIORITY_CLASS, scheduling.list_priority_class),
-        Source(
+    options = MirrorOptions(
+        node_pool_label=settings.kube_node_pool_label,
+        config_node_pool=settings.kube_scheduler_node_pool,
+    )
+    pods = (
+        functools.partial(
+            core.list_pod_for_all_namespaces,
+            field_selector=f"spec.schedulerName={settings.kube_scheduler_name}",
+        )
+        if settings.kube_scheduler_name
+        else core.list_pod_for_all_namespaces
+    )
+    calls: list[tuple[Kind, Callable[..., Any]]] = [
+        (Kind.PRIORITY_CLASS, scheduling.list_priority_class),
+        (
             Kind.CONFIG_MAP,
             functools.partial(
                 core.list_namespaced_config_map, namespace, field_selector=f"metadata.name={name}"
             ),
         ),
-        Source(
+        (
             Kind.QUEUE,
             functools.partial(
                 custom.list_cluster_custom_object, KAI_GROUP, QUEUE_VERSION, "queues"
             ),
         ),
-        Source(Kind.NODE, core.list_node),
-        Source(
+        (Kind.NODE, core.list_node),
+        (
             Kind.POD_GROUP,
             functools.partial(
                 custom.list_cluster_custom_object, KAI_GROUP, PODGROUP_VERSION, "podgroups"
             ),
         ),
-        Source(Kind.POD, core.list_pod_for_all_namespaces),
+        (Kind.POD, pods),
+    ]
+    return [
+        Source(kind, call, functools.partial(kept, kind, options=options)) for kind, call in calls
     ]
 
 
 @dataclass(frozen=True)
 class Notification:
-    """What a watcher hands the bridge: a relist (objects = every item) or one watch event."""
+    """What a watcher hands the bridge: one watch event, or a part of a listing.
+
+    A listing is LIST_START, LIST_PAGE* (the kept objects of one page), LIST_END; a
+    LIST_RESTART in between means the listing started over (an expired continue token).
+    """
 
     kind: Kind
-    action: str  # ADDED | MODIFIED | DELETED | RELIST
+    action: str  # ADDED | MODIFIED | DELETED | LIST_START | LIST_PAGE | LIST_RESTART | LIST_END
+    objects: tuple[Mapping[str, Any], ...] = ()
+
+
+LIST_START: Final = "LIST_START"
+LIST_PAGE: Final = "LIST_PAGE"
+LIST_RESTART: Final = "LIST_RESTART"
+LIST_END: Final = "LIST_END"
+WATCH_ACTIONS: Final = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
+class ListingExpiredError(Exception):
+    """A continue token expired (410 Gone) mid-listing: the listing starts over."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing: the kept objects, the list's resourceVersion, and whether it is
+    the last page."""
+
     objects: tuple[Mapping[str, Any], ...]
+    resource_version: str
+    last: bool
 
 
-RELIST: Final = "RELIST"
+def list_pages(source: Source, page_size: int) -> Iterator[Page]:
+    """A kind's objects, page by page (``limit``/``continue``), as client-go's pager lists.
+
+    Each page is parsed and reduced to what is kept before the next is asked for, so memory
+    holds one page of whole objects at a time. The list is a consistent read (no
+    ``resourceVersion``): a ``resourceVersion=0`` read from the watch cache would ignore the
+    limit and answer the whole cluster in one body. A continue token that has expired (410
+    Gone: the listing took longer than etcd keeps the snapshot) raises ListingExpiredError.
+    """
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False}
+        if token:
+            kwargs["_continue"] = token
+        try:
+            body = read_json(source.call(**kwargs))
+        except Exception as error:
+            if token and is_gone(error):
+                raise ListingExpiredError(f"{source.kind}: continue token expired") from error
+            raise
+        meta = body.get("metadata") or {}
+        items = body.get("items") or []
+        del body
+        objects = tuple(source.keep(item) for item in items if isinstance(item, Mapping))
+        del items
+        token = meta.get("continue") or None
+        yield Page(objects, str(meta.get("resourceVersion") or ""), token is None)
+        if token is None:
+            return
 
 
-def list_all(source: Source) -> tuple[list[Mapping[str, Any]], str]:
-    """Every object of the kind and the list's resourceVersion (to watch from)."""
-    body = read_json(source.call(_preload_content=False))
-    return list(body.get("items") or []), str(body["metadata"]["resourceVersion"])
+def list_all(source: Source, page_size: int = 500) -> tuple[list[Mapping[str, Any]], str]:
+    """Every (kept) object of the kind and the list's resourceVersion, paged underneath."""
+    while True:
+        objects: list[Mapping[str, Any]] = []
+        try:
+            for page in list_pages(source, page_size):
+                objects.extend(page.objects)
+                if page.last:
+                    return objects, page.resource_version
+        except ListingExpiredError:
+            continue
+
+
+class Inbox:
+    """The notifications waiting for the bridge, bounded by the objects they hold.
+
+    A put waits while the inbox holds ``limit`` objects or more (a listing's page counts its
+    objects, a watch event one): watchers wait for a bridge that cannot send (Kafka away),
+    and memory stays bounded whatever the page size.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: deque[Notification] = deque()
+        self._held = 0
+        self._lock = threading.Condition()
+
+    def put(self, note: Notification, stop: threading.Event) -> bool:
+        """Add ``note`` once there is room; False when ``stop`` was set while waiting."""
+        weight = max(len(note.objects), 1)
+        with self._lock:
+            while self._held and self._held + weight > self._limit:
+                if stop.is_set():
+                    return False
+                self._lock.wait(0.2)
+            self._items.append(note)
+            self._held += weight
+            self._lock.notify_all()
+        return True
+
+    def take(self, wait: float, most: int) -> list[Notification]:
+        """Up to ``most`` objects' worth of notifications (at least one when any arrives
+        within ``wait`` seconds)."""
+        with self._lock:
+            if not self._items:
+                self._lock.wait(wait)
+            taken: list[Notification] = []
+            weight = 0
+            while self._items and (not taken or weight + len(self._items[0].objects) <= most):
+                note = self._items.popleft()
+                weight += max(len(note.objects), 1)
+                taken.append(note)
+            self._held -= weight
+            self._lock.notify_all()
+            return taken
 
 
 class Watcher:
-    """Lists once, then watches from the last resourceVersion; relists on 410 Gone.
+    """Lists, then watches from the list's resourceVersion; relists on 410 Gone.
 
-    Runs in its own thread (the client is blocking) and puts Notifications on `out`. Errors
-    (API server away, a refused call) back off exponentially up to `backoff_max` seconds.
+    Runs in its own thread (the client is blocking) and puts Notifications in the inbox.
+    Errors (API server away, a refused call, a line that is not JSON) are reported as one
+    status line per outage and retried with capped backoff.
     """
 
     def __init__(
         self,
         source: Source,
-        out: queue.Queue[Notification],
+        out: Inbox,
         stop: threading.Event,
         watch_seconds: int,
         backoff_max: float,
+        page_size: int = 500,
     ) -> None:
         self.source = source
         self.out = out
         self.stop = stop
         self.watch_seconds = watch_seconds
         self.backoff_max = backoff_max
+        self.page_size = page_size
         self.resource_version: str | None = None
 
+    def pages(self) -> Iterator[Notification]:
+        """One whole listing as notifications (LIST_START, pages, LIST_END); sets the
+        resourceVersion to watch from. Starts over (LIST_RESTART) when a token expires; any
+        other error propagates (a listing begun again begins with LIST_START again)."""
+        started = False
+        while True:
+            try:
+                for page in list_pages(self.source, self.page_size):
+                    if not started:  # once the API server answered: a failed call hands nothing
+                        yield Notification(self.source.kind, LIST_START)
+                        started = True
+                    yield Notification(self.source.kind, LIST_PAGE, page.objects)
+                    if page.last:
+                        self.resource_version = page.resource_version
+                break
+            except ListingExpiredError as error:
+                log.warning("%s; listing again from the start", error)
+                yield Notification(self.source.kind, LIST_RESTART)
+        yield Notification(self.source.kind, LIST_END)
+
     def relist(self) -> None:
-        """List everything and hand it over as one RELIST notification."""
-        items, self.resource_version = list_all(self.source)
-        self.out.put(Notification(self.source.kind, RELIST, tuple(items)))
+        """List everything into the inbox (after a 410 Gone of the watch)."""
+        for note in self.pages():
+            if not self.out.put(note, self.stop):
+                return
 
     def run(self) -> None:
         """Watch until `stop` is set."""
-        backoff = 0.5
+        backoff = Backoff(cap=self.backoff_max)
+        outage = Outage(f"watch of {self.source.kind}", log)
         while not self.stop.is_set():
             try:
                 if self.resource_version is None:
                     self.relist()
                 self._watch_once()
-                backoff = 0.5
+                outage.back()
+                backoff.reset()
             except Exception as error:
                 if is_gone(error):
                     log.info("%s: resourceVersion too old (410 Gone): relisting", self.source.kind)
                     self.resource_version = None
                     continue
-                log.warning(
-                    "%s: watch failed (%s); retrying in %.1fs", self.source.kind, error, backoff
-                )
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, self.backoff_max)
+                outage.failed(error)
+                self.stop.wait(backoff.next())
 
     def _watch_once(self) -> None:
         # The client's own Watch helper cannot report a 410 without deserializing every object
@@ -202,13 +351,20 @@ class Watcher:
             for line in iter_resp_lines(response):
                 if not line:
                     continue
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
+                event = _watch_event(self.source.kind, line)
+                obj = event.get("object")
+                kind = event.get("type")
+                if not isinstance(obj, Mapping):
+                    raise WatchGarbageError(f"{self.source.kind}: a watch event without an object")
+                if kind == "ERROR":
                     raise ApiException(status=obj.get("code"), reason=obj.get("message"))
                 version = (obj.get("metadata") or {}).get("resourceVersion")
-                if event.get("type") != "BOOKMARK":
-                    self.out.put(Notification(self.source.kind, event["type"], (obj,)))
+                if kind in WATCH_ACTIONS:
+                    note = Notification(self.source.kind, str(kind), (self.source.keep(obj),))
+                    if not self.out.put(note, self.stop):
+                        return
+                elif kind != "BOOKMARK":
+                    raise WatchGarbageError(f"{self.source.kind}: a watch event of type {kind!r}")
                 if version:
                     self.resource_version = str(version)
                 if self.stop.is_set():
@@ -216,3 +372,18 @@ class Watcher:
         finally:
             response.close()
             response.release_conn()
+
+
+class WatchGarbageError(ValueError):
+    """The watch stream sent something that is not a watch event (cut mid-line, garbage)."""
+
+
+def _watch_event(kind: Kind, line: str | bytes) -> Mapping[str, Any]:
+    try:
+        event = json.loads(line)
+    except ValueError as error:
+        shown = line[:80] if isinstance(line, str) else line[:80].decode("utf-8", "replace")
+        raise WatchGarbageError(f"{kind}: a watch line that is not JSON ({shown!r}...)") from error
+    if not isinstance(event, Mapping):
+        raise WatchGarbageError(f"{kind}: a watch line that is not a JSON object")
+    return event

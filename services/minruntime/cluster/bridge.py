@@ -1,44 +1,87 @@
 """`minruntime kube bridge`: the cluster's objects as contract events on the input topics.
 
-One replica is active (the Lease); the others wait. The active one lists every watched kind
-(priority classes first, pods last), then watches each from the list's resourceVersion in a
-thread of its own, feeds the notifications to a fresh ClusterMirror and sends the events it
-answers, in order, with an idempotent producer. Every id is deterministic, so a new term
-(after a restart, a takeover or a lost lease) may send the current state again: the processor
-applies each id once. Kafka away: the batch is retried with backoff and the watches wait
-(their queue is bounded). API server away: each watch backs off; the lease lapses and the
-replica stops sending until it holds the lease again.
+One replica is active (the Lease); the others wait. A term (the time one replica holds the
+Lease) goes:
+
+1. Start a transactional producer whose ``transactional.id`` every replica shares: Kafka
+   fences the previous holder's producer (its open transaction is aborted, its later ones
+   refused), so a replica that lost the Lease cannot land a late batch even if it tried.
+2. Read the ledger (``cluster.ledger``): what earlier terms sent, per object.
+3. List every watched kind in pages (priority classes first, pods last), folding each page
+   into a ClusterMirror that starts from the ledger, then send what differs: nothing for an
+   unchanged cluster, one submission per new gang, a release for each pod that went away
+   while no bridge watched.
+4. Watch each kind from its list's resourceVersion, on a thread per kind, and send what each
+   change causes.
+
+Every batch of events goes in one Kafka transaction with the ledger records it changed. The
+listing, the mapping and the HTTP calls run on worker threads; the Lease is renewed on a
+thread of its own (``LeaseKeeper``) and nothing is sent once the replica cannot prove it
+holds the Lease: the term ends and what it had not sent is discarded (the next term, here or
+on another replica, finds it from the ledger and the cluster). Kafka away: the batch is
+retried with backoff while the Lease holds; the watchers wait behind a bounded inbox.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-import queue
 import signal
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
-from minruntime.cluster.api import RELIST, Notification, Watcher, api_client, sources
-from minruntime.cluster.lease import Lease, default_identity
-from minruntime.cluster.mirror import ClusterMirror, Emission, MirrorOptions
+from minruntime.cluster.api import (
+    LIST_END,
+    LIST_PAGE,
+    LIST_RESTART,
+    LIST_START,
+    Inbox,
+    Notification,
+    Watcher,
+    api_client,
+    sources,
+)
+from minruntime.cluster.lease import Lease, LeaseKeeper, default_identity
+from minruntime.cluster.ledger import (
+    META_KEY,
+    encode_record,
+    ensure_ledger,
+    meta_record,
+    read_ledger,
+    topic_ids,
+)
+from minruntime.cluster.mirror import ClusterMirror, Emission, MirrorOptions, Record
 from minruntime.events import encode_event
 from minruntime.kafka_access import kafka_access
+from minruntime.retry import Backoff, Outage
 from minruntime.settings import Settings
 from minruntime.stream.topics import TopicRole, ensure_topics, topic_names, topic_specs
 
 log = logging.getLogger(__name__)
 
-# Notifications waiting for the sender; a full queue makes the watches wait (Kafka away).
-_QUEUE_SIZE = 10_000
-_BATCH = 500
+# Objects the watchers may hold in the inbox before they wait for the bridge.
+_INBOX_OBJECTS: Final = 5_000
+# Events (and their ledger records) per Kafka transaction.
+_CHUNK: Final = 1_000
+# A record over this is refused by a broker with the default max.message.bytes (1 MiB).
+MAX_RECORD_BYTES: Final = 1_000_000
+# Who sent a record (replica identity), for audits of "one active replica".
+PRODUCER_HEADER: Final = "minruntime-bridge"
+_ROLES: Final = ("queues", "podgroups", "nodes")
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class TermEndedError(Exception):
+    """The replica can no longer prove it holds the Lease (or is stopping)."""
 
 
 class Bridge:
@@ -64,25 +107,33 @@ class Bridge:
         )
         names = topic_names(settings)
         self.topics: Mapping[str, str] = {role.value: names[role] for role in TopicRole}
+        self.ledger_topic = settings.kube_ledger_topic_resolved
+        self.sent_total = 0
+        self.input_topic_ids: dict[str, str] = {}
 
     async def run(self) -> None:
         """Stand by, lead while holding the lease, until stopped."""
-        leading = said_standby = False
-        try:
-            while not self.stop.is_set():
-                leading = await self._acquire()
-                if not leading:
-                    if not said_standby:
-                        log.warning("bridge %s: standing by", self.lease.identity)
-                        said_standby = True
-                    await asyncio.to_thread(self.stop.wait, self.settings.kube_lease_seconds / 3)
-                    continue
-                said_standby = False
-                log.warning("bridge %s: active (lease %s)", self.lease.identity, self.lease.name)
-                await self._lead()
-        finally:
-            if leading:
-                await asyncio.to_thread(self.lease.release)
+        said_standby = False
+        while not self.stop.is_set():
+            started = time.monotonic()
+            if not await self._acquire():
+                if not said_standby:
+                    log.warning("bridge %s: standing by", self.lease.identity)
+                    said_standby = True
+                await asyncio.to_thread(self.stop.wait, self.settings.kube_lease_seconds / 3)
+                continue
+            said_standby = False
+            log.warning("bridge %s: active (lease %s)", self.lease.identity, self.lease.name)
+            keeper = LeaseKeeper(self.lease, started, self.clock).start()
+            try:
+                await self._lead(keeper)
+            finally:
+                held = keeper.holds()
+                keeper.end()
+                if self.stop.is_set() and held:
+                    await asyncio.to_thread(self.lease.release)
+            if not self.stop.is_set():
+                log.warning("bridge %s: term ended", self.lease.identity)
 
     async def _acquire(self) -> bool:
         try:
@@ -91,147 +142,249 @@ class Bridge:
             log.warning("cannot reach the lease %s: %s", self.lease.name, error)
             return False
 
-    async def _lead(self) -> None:
-        term = threading.Event()
-        notes: queue.Queue[Notification] = queue.Queue(_QUEUE_SIZE)
-        mirror = ClusterMirror(self.options, self.clock)
-        producer = await self._producer()
+    # -- one term --------------------------------------------------------------------------
+
+    async def _lead(self, keeper: LeaseKeeper) -> None:
+        term = threading.Event()  # set: the watchers stop
+        producer = await self._producer(keeper)
         if producer is None:
             return
-        keeper = asyncio.create_task(self._keep_lease(term))
         try:
+            memory = await self._read_ledger(keeper)
+            mirror = ClusterMirror(self.options, self.clock, memory)
+            log.warning(
+                "bridge %s: %d ledger records; listing the cluster",
+                self.lease.identity,
+                len(memory),
+            )
+            inbox = Inbox(_INBOX_OBJECTS)
             watchers = [
                 Watcher(
                     source,
-                    notes,
+                    inbox,
                     term,
                     self.settings.kube_watch_seconds,
                     self.settings.kube_backoff_max_seconds,
+                    self.settings.kube_list_page_size,
                 )
                 for source in sources(self.client, self.settings)
             ]
-            for watcher in watchers:  # the first listing in order: classes before podgroups
-                await self._first_list(watcher, term)
-            first = [emission for note in _drain_all(notes) for emission in _observe(mirror, note)]
-            await self._send(producer, first + mirror.listed_everything(), term)
-            log.warning("bridge %s: listed everything; watching", self.lease.identity)
+            listing = self._list_everything(mirror, watchers, keeper)
+            first = True
+            while True:
+                chunk, changes = await asyncio.to_thread(_next_chunk, listing, mirror)
+                if not chunk and not changes and not first:
+                    break
+                await self._commit(producer, chunk, changes, keeper, meta=first)
+                first = False
+            log.warning(
+                "bridge %s: listed everything; watching (%d events sent)",
+                self.lease.identity,
+                self.sent_total,
+            )
             for watcher in watchers:
                 threading.Thread(
                     target=watcher.run, daemon=True, name=str(watcher.source.kind)
                 ).start()
-            while not term.is_set() and not self.stop.is_set():
-                batch = await asyncio.to_thread(_drain, notes, 0.5)
-                emissions = [emission for note in batch for emission in _observe(mirror, note)]
-                if emissions:
-                    await self._send(producer, emissions, term)
+            while keeper.holds() and not self.stop.is_set():
+                notes = await asyncio.to_thread(inbox.take, 0.5, _CHUNK)
+                if not notes:
+                    continue
+                emissions, changes = await asyncio.to_thread(_fold, mirror, notes)
+                if emissions or changes:
+                    await self._commit(producer, emissions, changes, keeper)
+        except TermEndedError:
+            pass
         finally:
             term.set()
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
-            await producer.stop()
+            with contextlib.suppress(Exception):
+                await producer.stop()
 
-    async def _first_list(self, watcher: Watcher, term: threading.Event) -> None:
-        backoff = 0.5
-        while not term.is_set():
-            try:
-                await asyncio.to_thread(watcher.relist)
-                return
-            except Exception as error:
-                log.warning("cannot list %s: %s", watcher.source.kind, error)
-                await asyncio.to_thread(term.wait, backoff)
-                backoff = min(backoff * 2, self.settings.kube_backoff_max_seconds)
+    def _list_everything(
+        self, mirror: ClusterMirror, watchers: list[Watcher], keeper: LeaseKeeper
+    ) -> Iterator[Emission]:
+        """The first listing of a term (runs on worker threads, a chunk at a time)."""
+        # Every kind is listed before any podgroup is synced (each listing's LIST_START and
+        # LIST_END bracket its pages; the last LIST_END syncs): one submission per gang.
+        mirror.start_listing([watcher.source.kind for watcher in watchers])
+        for watcher in watchers:
+            backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
+            outage = Outage(f"listing of {watcher.source.kind}", log)
+            while True:
+                self._check(keeper)
+                try:
+                    for note in watcher.pages():
+                        self._check(keeper)
+                        yield from _apply(mirror, note)
+                    outage.back()
+                    break
+                except TermEndedError:
+                    raise
+                except Exception as error:
+                    outage.failed(error)
+                    mirror.restart_listing(watcher.source.kind)
+                    if keeper.ended.wait(backoff.next()):
+                        raise TermEndedError from error
 
-    async def _keep_lease(self, term: threading.Event) -> None:
-        """Renew every third of the duration; a lease not renewed in time ends the term."""
-        every = self.settings.kube_lease_seconds / 3
-        last = self.clock()
-        while not term.is_set():
-            await asyncio.sleep(every)
-            try:
-                if not await asyncio.to_thread(self.lease.try_acquire, self.clock()):
-                    log.warning("lost the lease to another replica")
-                    term.set()
-                    return
-                last = self.clock()
-            except Exception as error:
-                log.warning("cannot renew the lease: %s", error)
-                if (self.clock() - last).total_seconds() >= self.settings.kube_lease_seconds:
-                    term.set()
-                    return
+    def _check(self, keeper: LeaseKeeper) -> None:
+        if self.stop.is_set() or not keeper.holds():
+            raise TermEndedError
 
-    async def _producer(self) -> Any:
+    # -- Kafka -----------------------------------------------------------------------------
+
+    async def _producer(self, keeper: LeaseKeeper) -> Any:
+        """A started transactional producer (fencing the previous holder's), or None when
+        the term ended first."""
         from aiokafka import AIOKafkaProducer
 
-        backoff = 0.5
-        while not self.stop.is_set():
+        backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
+        outage = Outage(f"Kafka at {self.settings.kafka_bootstrap}", log)
+        while keeper.holds() and not self.stop.is_set():
             access = kafka_access(self.settings)
             producer = AIOKafkaProducer(
-                **access.client_kwargs(), enable_idempotence=True, linger_ms=5
+                **access.client_kwargs(),
+                enable_idempotence=True,
+                transactional_id=self._transactional_id(),
+                transaction_timeout_ms=round(max(2 * self.settings.kube_lease_seconds, 10) * 1000),
+                linger_ms=5,
+                max_request_size=MAX_RECORD_BYTES + 64 * 1024,
             )
             try:
                 await ensure_topics(access, topic_specs(self.settings))
+                await ensure_ledger(access, self.ledger_topic)
                 await producer.start()
+                outage.back()
                 return producer
             except Exception as error:
-                log.warning("cannot reach Kafka at %s: %s", self.settings.kafka_bootstrap, error)
-                await producer.stop()
-                await asyncio.to_thread(self.stop.wait, backoff)
-                backoff = min(backoff * 2, self.settings.kube_backoff_max_seconds)
+                outage.failed(error)
+                with contextlib.suppress(Exception):
+                    await producer.stop()
+                await asyncio.to_thread(keeper.ended.wait, backoff.next())
         return None
 
-    async def _send(self, producer: Any, emissions: list[Emission], term: threading.Event) -> None:
-        """Send all, in order; on a failure send them all again (ids make repeats harmless)."""
-        backoff = 0.5
+    def _transactional_id(self) -> str:
+        """Shared by every replica of one bridge deployment (its Lease): the fencing key."""
+        return f"minruntime-kube-bridge/{self.settings.kube_namespace}/{self.lease.name}"
+
+    async def _read_ledger(self, keeper: LeaseKeeper) -> dict[str, Record]:
+        access = kafka_access(self.settings)
+        backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
+        outage = Outage(f"the ledger {self.ledger_topic}", log)
         while True:
+            self._check(keeper)
             try:
-                futures = [
-                    await producer.send(
-                        self.topics[emission.role],
-                        encode_event(emission.event),
-                        key=emission.event.subject.encode(),
-                        headers=[("id", emission.event.id.encode())],
-                    )
-                    for emission in emissions
-                ]
-                await asyncio.gather(*futures)
-                return
+                ids = await topic_ids(access, [self.topics[role] for role in _ROLES])
+                self.input_topic_ids = ids
+                records = await read_ledger(access, self.ledger_topic, ids)
+                outage.back()
+                return records
             except Exception as error:
-                if self.stop.is_set() or term.is_set():
-                    return  # the next term sends the current state again
-                log.warning("cannot send %d events (%s); retrying", len(emissions), error)
-                await asyncio.to_thread(term.wait, backoff)
-                backoff = min(backoff * 2, self.settings.kube_backoff_max_seconds)
+                outage.failed(error)
+                await asyncio.to_thread(keeper.ended.wait, backoff.next())
+
+    async def _commit(
+        self,
+        producer: Any,
+        emissions: list[Emission],
+        changes: Mapping[str, Record | None],
+        keeper: LeaseKeeper,
+        *,
+        meta: bool = False,
+    ) -> None:
+        """Send the events and their ledger records in one transaction; retried while the
+        Lease holds; TermEndedError when it no longer does (nothing more is sent)."""
+        from aiokafka.errors import ProducerFenced
+
+        records = self._records(emissions, changes, meta)
+        backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
+        outage = Outage(f"sending to Kafka at {self.settings.kafka_bootstrap}", log)
+        while True:
+            self._check(keeper)
+            try:
+                await producer.begin_transaction()
+                try:
+                    futures = [
+                        await producer.send(topic, value, key=key, headers=headers)
+                        for topic, key, value, headers in records
+                    ]
+                    await asyncio.gather(*futures)
+                    self._check(keeper)
+                    await producer.commit_transaction()
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await producer.abort_transaction()
+                    raise
+                outage.back()
+                self.sent_total += len(emissions)
+                if emissions and log.isEnabledFor(logging.DEBUG):
+                    kinds = Counter(emission.event.type for emission in emissions)
+                    log.debug("sent %s", ", ".join(f"{n} {t}" for t, n in sorted(kinds.items())))
+                return
+            except ProducerFenced as error:
+                log.warning("another replica's producer took over (%s): term ended", error)
+                raise TermEndedError from error
+            except TermEndedError:
+                raise
+            except Exception as error:
+                outage.failed(error)
+                await asyncio.to_thread(keeper.ended.wait, backoff.next())
+
+    def _records(
+        self, emissions: list[Emission], changes: Mapping[str, Record | None], meta: bool
+    ) -> list[tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]]:
+        who = [(PRODUCER_HEADER, self.lease.identity.encode())]
+        records: list[tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]] = []
+        for emission in emissions:
+            value = encode_event(emission.event)
+            if len(value) > MAX_RECORD_BYTES:
+                log.warning(
+                    "not sent: %s %s is %d bytes, over the %d-byte record limit",
+                    emission.event.type,
+                    emission.event.subject,
+                    len(value),
+                    MAX_RECORD_BYTES,
+                )
+                continue
+            headers = [("id", emission.event.id.encode()), *who]
+            records.append(
+                (self.topics[emission.role], emission.event.subject.encode(), value, headers)
+            )
+        if meta:
+            records.append(
+                (self.ledger_topic, META_KEY.encode(), meta_record(self.input_topic_ids), who)
+            )
+        for key, record in changes.items():
+            records.append((self.ledger_topic, key.encode(), encode_record(record), who))
+        return records
 
 
-def _drain(notes: queue.Queue[Notification], wait: float) -> list[Notification]:
-    try:
-        batch = [notes.get(timeout=wait)]
-    except queue.Empty:
-        return []
-    while len(batch) < _BATCH:
-        try:
-            batch.append(notes.get_nowait())
-        except queue.Empty:
-            break
-    return batch
+def _next_chunk(
+    listing: Iterator[Emission], mirror: ClusterMirror
+) -> tuple[list[Emission], dict[str, Record | None]]:
+    """The next chunk of a listing's events and the ledger records they changed."""
+    chunk = list(itertools.islice(listing, _CHUNK))
+    return chunk, mirror.take_changes()
 
 
-def _drain_all(notes: queue.Queue[Notification]) -> list[Notification]:
-    batch: list[Notification] = []
-    while True:
-        try:
-            batch.append(notes.get_nowait())
-        except queue.Empty:
-            return batch
+def _fold(
+    mirror: ClusterMirror, notes: list[Notification]
+) -> tuple[list[Emission], dict[str, Record | None]]:
+    emissions = [emission for note in notes for emission in _apply(mirror, note)]
+    return emissions, mirror.take_changes()
 
 
-def _observe(mirror: ClusterMirror, note: Notification) -> list[Emission]:
-    if note.action == RELIST:
-        return mirror.relisted(note.kind, note.objects)
-    return [
-        emission for obj in note.objects for emission in mirror.observe(note.kind, note.action, obj)
-    ]
+def _apply(mirror: ClusterMirror, note: Notification) -> Iterator[Emission]:
+    if note.action == LIST_START:
+        mirror.start_listing([note.kind])
+    elif note.action == LIST_PAGE:
+        yield from mirror.listed(note.kind, note.objects)
+    elif note.action == LIST_RESTART:
+        mirror.restart_listing(note.kind)
+    elif note.action == LIST_END:
+        yield from mirror.finish_listing([note.kind])
+    else:
+        for obj in note.objects:
+            yield from mirror.observe(note.kind, note.action, obj)
 
 
 def run_bridge(settings: Settings) -> None:

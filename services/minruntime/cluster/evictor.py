@@ -12,6 +12,7 @@ redelivered decision, or an evictor restarted mid-way, evicts nothing twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -25,12 +26,17 @@ from minruntime.cluster.api import KAI_GROUP, PODGROUP_VERSION, api_client, read
 from minruntime.core import format_rfc3339
 from minruntime.events import EventRejected, RequeueCommittedData, decode_event
 from minruntime.kafka_access import kafka_access
+from minruntime.retry import retry, retry_async
 from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
 
 HTTP_NOT_FOUND = 404
 HTTP_TOO_MANY_REQUESTS = 429
+
+
+class EvictionRefusedError(Exception):
+    """The Eviction API's 429: a PodDisruptionBudget allows no disruption now (it passes)."""
 
 
 @dataclass(frozen=True)
@@ -114,25 +120,28 @@ class Evictor:
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-        backoff = 0.5
-        while True:
+
+        def attempt() -> bool:
             try:
                 self.core.create_namespaced_pod_eviction(name, namespace, body)
-                log.info("evicted pod %s/%s", namespace, name)
-                return True
             except ApiException as error:
                 if error.status == HTTP_NOT_FOUND:
                     return False
-                if error.status != HTTP_TOO_MANY_REQUESTS or self.stop.is_set():
-                    raise
-                log.warning(
-                    "pod %s/%s: eviction refused by a disruption budget; retrying in %.1fs",
-                    namespace,
-                    name,
-                    backoff,
-                )
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, self.backoff_max)
+                if error.status == HTTP_TOO_MANY_REQUESTS:
+                    raise EvictionRefusedError("refused by a disruption budget (429)") from error
+                raise
+            log.info("evicted pod %s/%s", namespace, name)
+            return True
+
+        # Until the budget allows it or the evictor stops (InterruptedError: done again later).
+        return retry(
+            attempt,
+            what=f"eviction of pod {namespace}/{name}",
+            stop=self.stop,
+            transient=lambda error: isinstance(error, EvictionRefusedError),
+            logger=log,
+            cap=self.backoff_max,
+        )
 
 
 def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:
@@ -144,7 +153,6 @@ async def consume(settings: Settings, evictor: Evictor, stop: threading.Event) -
     """Read decisions and carry out each committed one; commit each offset after it is done."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    backoff = 0.5
     consumer = AIOKafkaConsumer(
         settings.topic_requeue_decisions,
         **kafka_access(settings).client_kwargs(),
@@ -152,15 +160,15 @@ async def consume(settings: Settings, evictor: Evictor, stop: threading.Event) -
         enable_auto_commit=False,
         auto_offset_reset="earliest",
     )
-    while not stop.is_set():
-        try:
-            await consumer.start()
-            break
-        except Exception as error:
-            log.warning("cannot reach Kafka at %s: %s", settings.kafka_bootstrap, error)
-            await asyncio.to_thread(stop.wait, backoff)
-            backoff = min(backoff * 2, settings.kube_backoff_max_seconds)
     try:
+        with contextlib.suppress(InterruptedError):  # stopped before Kafka was reached
+            await retry_async(
+                consumer.start,
+                what=f"Kafka at {settings.kafka_bootstrap}",
+                stop=stop,
+                logger=log,
+                cap=settings.kube_backoff_max_seconds,
+            )
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=500)
             for partition, records in batches.items():
@@ -181,22 +189,24 @@ async def _handle(evictor: Evictor, value: bytes | None, stop: threading.Event, 
         return
     if not isinstance(event.data, RequeueCommittedData):
         return
-    backoff = 0.5
-    while not stop.is_set():
-        try:
-            outcome = await asyncio.to_thread(evictor.carry_out, event.id, event.data)
-            log.warning(
-                "decision %s for %s: %s",
-                event.id,
-                event.data.uid,
-                outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}",
-            )
-            return
-        except Exception as error:
-            log.warning("decision %s: %s; retrying in %.1fs", event.id, error, backoff)
-            await asyncio.to_thread(stop.wait, backoff)
-            backoff = min(backoff * 2, cap)
-    raise asyncio.CancelledError  # stopped before it was done: the offset stays uncommitted
+    decision = event.data
+    try:
+        outcome = await retry_async(
+            lambda: asyncio.to_thread(evictor.carry_out, event.id, decision),
+            what=f"decision {event.id}",
+            stop=stop,
+            transient=lambda error: not isinstance(error, InterruptedError),
+            logger=log,
+            cap=cap,
+        )
+    except InterruptedError:
+        raise asyncio.CancelledError from None  # stopped before done: the offset stays uncommitted
+    log.warning(
+        "decision %s for %s: %s",
+        event.id,
+        decision.uid,
+        outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}",
+    )
 
 
 def run_evictor(settings: Settings) -> None:

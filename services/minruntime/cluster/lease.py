@@ -13,11 +13,15 @@ import logging
 import math
 import os
 import socket
+import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from minruntime.cluster.api import read_json
 from minruntime.cluster.mapping import parse_time
+from minruntime.retry import Outage
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,9 @@ class Lease:
         self.name = name
         self.identity = identity
         self.seconds = seconds
+        # A renewal that takes longer than a third of the lease is as good as failed: the
+        # holder must know within the lease whether it still holds it.
+        self._timeout = max(seconds / 3, 0.5)
 
     def try_acquire(self, now: datetime) -> bool:
         """Take or renew the lease; False when another replica holds it or won a race."""
@@ -55,7 +62,12 @@ class Lease:
 
         try:
             lease = read_json(
-                self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
+                self._api.read_namespaced_lease(
+                    self.name,
+                    self.namespace,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
             )
         except ApiException as error:
             if error.status != HTTP_NOT_FOUND:
@@ -78,7 +90,9 @@ class Lease:
             leaseDurationSeconds=math.ceil(self.seconds),
         )
         try:
-            self._api.replace_namespaced_lease(self.name, self.namespace, lease)
+            self._api.replace_namespaced_lease(
+                self.name, self.namespace, lease, _request_timeout=self._timeout
+            )
         except ApiException as error:
             if error.status == HTTP_CONFLICT:
                 return False
@@ -91,13 +105,20 @@ class Lease:
 
         try:
             lease = read_json(
-                self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
+                self._api.read_namespaced_lease(
+                    self.name,
+                    self.namespace,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
             )
             if lease.get("spec", {}).get("holderIdentity") != self.identity:
                 return
             lease["spec"]["holderIdentity"] = None
             lease["spec"]["renewTime"] = None
-            self._api.replace_namespaced_lease(self.name, self.namespace, lease)
+            self._api.replace_namespaced_lease(
+                self.name, self.namespace, lease, _request_timeout=self._timeout
+            )
         except ApiException as error:
             log.warning("could not release the lease: %s", error)
 
@@ -117,9 +138,72 @@ class Lease:
             },
         }
         try:
-            self._api.create_namespaced_lease(self.namespace, body)
+            self._api.create_namespaced_lease(self.namespace, body, _request_timeout=self._timeout)
         except ApiException as error:
             if error.status == HTTP_CONFLICT:
                 return False
             raise
         return True
+
+
+class LeaseKeeper:
+    """Renews a held Lease on a thread of its own and says, at any moment, whether the
+    holder may still act.
+
+    client-go's leader election, in Python: the renewal never waits behind the bridge's work
+    (listing, mapping and sending run elsewhere), and the answer to ``holds()`` is a deadline,
+    not the renewal thread's word: a renewal that succeeded at ``t`` (taken when the request
+    was sent) proves the Lease until ``t + duration`` in every replica's eyes; the holder acts
+    only until ``t + duration - interval`` (``interval`` = a third of the duration, how often
+    it renews), so a renewal that hangs or fails stops it one interval before anyone else may
+    take the Lease over. A renewal that finds another holder ends the term at once.
+    """
+
+    def __init__(
+        self,
+        lease: Lease,
+        acquired_at: float,
+        clock: Callable[[], datetime],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.lease = lease
+        self.interval = lease.seconds / 3
+        self._clock = clock
+        self._monotonic = monotonic
+        self._until = acquired_at + lease.seconds - self.interval
+        self.ended = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="lease")
+
+    def start(self) -> LeaseKeeper:
+        """Start renewing."""
+        self._thread.start()
+        return self
+
+    def holds(self) -> bool:
+        """True while the holder can prove it still holds the Lease (see the class doc)."""
+        return not self.ended.is_set() and self._monotonic() < self._until
+
+    def end(self) -> None:
+        """Stop renewing (the term is over)."""
+        self.ended.set()
+
+    def _run(self) -> None:
+        outage = Outage(f"renewal of the lease {self.lease.name}", log)
+        while not self.ended.wait(self.interval):
+            sent = self._monotonic()
+            try:
+                held = self.lease.try_acquire(self._clock())
+            except Exception as error:
+                outage.failed(error)
+                if not self.holds():
+                    log.warning(
+                        "cannot prove the lease %s is still ours: stopping", self.lease.name
+                    )
+                    self.ended.set()
+                continue
+            if not held:
+                log.warning("lost the lease %s to another replica", self.lease.name)
+                self.ended.set()
+                return
+            outage.back()
+            self._until = sent + self.lease.seconds - self.interval

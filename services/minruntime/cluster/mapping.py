@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from minruntime.core import DEFAULT_NODE_POOL, DEFAULT_SUBGROUP, parse_rfc3339
+from minruntime.core import DEFAULT_NODE_POOL, DEFAULT_SUBGROUP, format_rfc3339, parse_rfc3339
 from minruntime.errors import UserError
 from minruntime.events import ConfigUpdatedData, QueueUpsertedData
+from minruntime.events.types import MAX_ANNOTATION_KEY, MAX_ANNOTATION_VALUE, MAX_ANNOTATIONS
 from minruntime.kube import Manifest, config_update, queue_upserts
 
 SOURCE: Final = "minruntime/kube-bridge"
@@ -40,6 +41,7 @@ DEFAULT_PRIORITY: Final = 0
 NON_PREEMPTIBLE_PRIORITY: Final = 100
 # kubectl's bookkeeping copy of the whole object: never a scheduling annotation.
 _IGNORED_ANNOTATION_PREFIXES: Final = ("kubectl.kubernetes.io/",)
+_KAI_PREFIX: Final = "kai.scheduler/"
 _ID_NAMESPACE: Final = uuid.UUID("5d0c0b8e-7a44-4f0e-9b55-6b7562652d31")
 
 
@@ -47,9 +49,20 @@ class ObjectError(ValueError):
     """A cluster object cannot be mapped to an event (the bridge logs it and goes on)."""
 
 
-def event_id(uid: str, transition: str, version: str = "") -> str:
-    """The deterministic CloudEvent id of one transition of one object."""
-    return str(uuid.uuid5(_ID_NAMESPACE, f"{uid}/{transition}/{version}"))
+def event_id(uid: str, transition: str, version: str = "", content: str = "") -> str:
+    """The deterministic CloudEvent id of one transition of one object.
+
+    ``content`` is a digest of the event's data and time (``content_digest``): the same id
+    always carries the same payload, so a re-sent event is a true duplicate and never a
+    ``conflicting_duplicate``; a transition sent again with other content (a time that the
+    cluster only knew later) is another id, applied as the no-op it is.
+    """
+    return str(uuid.uuid5(_ID_NAMESPACE, f"{uid}/{transition}/{version}/{content}"))
+
+
+def content_digest(event_type: str, data: Any, time: datetime) -> str:
+    """A digest of what an event says: its type, data and time (for ``event_id``)."""
+    return digest([event_type, data, time.isoformat()])
 
 
 def digest(value: Any) -> str:
@@ -86,13 +99,36 @@ def namespace_of(obj: Mapping[str, Any]) -> str:
 
 
 def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
-    """metadata.annotations without kubectl's bookkeeping."""
-    raw = metadata(obj).get("annotations") or {}
-    return {
-        str(key): str(value)
-        for key, value in raw.items()
-        if not str(key).startswith(_IGNORED_ANNOTATION_PREFIXES)
-    }
+    """The annotations the bridge sends: metadata.annotations without kubectl's bookkeeping,
+    within the contract's bounds (``dropped_annotations`` names the rest)."""
+    return _forwarded(obj)[0]
+
+
+def dropped_annotations(obj: Mapping[str, Any]) -> list[str]:
+    """Annotation keys over the contract's bounds (a key over 317 characters, a value over
+    64 KiB, more than 256 keys: KAI's own scheduling annotations are kept first), not sent."""
+    return _forwarded(obj)[1]
+
+
+def _forwarded(obj: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    raw = metadata(obj).get("annotations")
+    if not isinstance(raw, Mapping):
+        return {}, []
+    fitting: dict[str, str] = {}
+    dropped: list[str] = []
+    for key, value in raw.items():
+        key, value = str(key), str(value)
+        if key.startswith(_IGNORED_ANNOTATION_PREFIXES):
+            continue
+        if len(key) > MAX_ANNOTATION_KEY or len(value) > MAX_ANNOTATION_VALUE:
+            dropped.append(key)
+        else:
+            fitting[key] = value
+    if len(fitting) > MAX_ANNOTATIONS:
+        ordered = sorted(fitting, key=lambda key: (not key.startswith(_KAI_PREFIX), key))
+        dropped += ordered[MAX_ANNOTATIONS:]
+        fitting = {key: fitting[key] for key in ordered[:MAX_ANNOTATIONS]}
+    return fitting, dropped
 
 
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
@@ -370,3 +406,134 @@ def _first_labels(pods: list[Mapping[str, Any]]) -> Mapping[str, str]:
 def _subgroup_of(pod: Mapping[str, Any], known: set[str], fallback: str) -> str:
     named = labels_of(pod).get(SUBGROUP_LABEL)
     return named if isinstance(named, str) and named in known else fallback
+
+
+# -- what the bridge keeps of an object ------------------------------------------------------
+#
+# The bridge keeps, per object, only the fields the functions above read, in the same shape
+# (so every function works on a kept object as on the API server's): a pod of 2-3 KB of JSON
+# becomes a few hundred bytes. managedFields shrink to the one newest time (changed_at).
+
+_POD_ANNOTATIONS: Final = (POD_GROUP_ANNOTATION, GPU_FRACTION_ANNOTATION)
+_POD_CONDITIONS: Final = ("PodScheduled", "DisruptionTarget")
+
+
+def _kept_metadata(
+    obj: Mapping[str, Any],
+    labels: Iterable[str] | None,
+    annotations: Iterable[str] | None,
+) -> dict[str, Any]:
+    """metadata's identity, times and versions; only the named labels and annotations
+    (None: all of them)."""
+    meta = metadata(obj)
+    kept: dict[str, Any] = {
+        key: meta[key]
+        for key in (
+            "uid",
+            "name",
+            "namespace",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+        )
+        if meta.get(key) is not None
+    }
+    changed = changed_at(obj)
+    if changed is not None:
+        kept["managedFields"] = [{"time": format_rfc3339(changed)}]
+    raw_labels = labels_of(obj)
+    kept["labels"] = (
+        dict(raw_labels)
+        if labels is None
+        else {key: raw_labels[key] for key in labels if key in raw_labels}
+    )
+    raw = meta.get("annotations")
+    raw_annotations: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    if annotations is None:
+        kept["annotations"] = annotations_of(obj)
+    else:
+        kept["annotations"] = {
+            key: raw_annotations[key] for key in annotations if key in raw_annotations
+        }
+    return kept
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def kept_pod(pod: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:
+    """What the bridge keeps of a pod (see above)."""
+    spec = _mapping(pod.get("spec"))
+    status = _mapping(pod.get("status"))
+    containers = []
+    for container in spec.get("containers") or ():
+        if not isinstance(container, Mapping):
+            continue
+        resources = container.get("resources") or {}
+        kept_resources = {
+            kind: {GPU_RESOURCE: (resources.get(kind) or {})[GPU_RESOURCE]}
+            for kind in ("limits", "requests")
+            if isinstance(resources.get(kind), Mapping) and GPU_RESOURCE in resources[kind]
+        }
+        containers.append({"resources": kept_resources})
+    kept_spec: dict[str, Any] = {"containers": containers}
+    if spec.get("nodeName"):
+        kept_spec["nodeName"] = spec["nodeName"]
+    kept_status: dict[str, Any] = {
+        key: status[key] for key in ("phase", "reason", "startTime") if status.get(key)
+    }
+    conditions = [
+        {key: condition.get(key) for key in ("type", "status", "lastTransitionTime")}
+        for condition in status.get("conditions") or ()
+        if isinstance(condition, Mapping) and condition.get("type") in _POD_CONDITIONS
+    ]
+    if conditions:
+        kept_status["conditions"] = conditions
+    finishes = [
+        ((container.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        for container in status.get("containerStatuses") or ()
+        if isinstance(container, Mapping)
+    ]
+    known = [moment for moment in finishes if isinstance(moment, str)]
+    if known:
+        kept_status["containerStatuses"] = [
+            {"state": {"terminated": {"finishedAt": moment}}} for moment in known
+        ]
+    return {
+        "metadata": _kept_metadata(
+            pod, (SUBGROUP_LABEL, QUEUE_LABEL, node_pool_label), _POD_ANNOTATIONS
+        ),
+        "spec": kept_spec,
+        "status": kept_status,
+    }
+
+
+def kept_podgroup(
+    podgroup: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL
+) -> dict[str, Any]:
+    """What the bridge keeps of a PodGroup: its spec and annotations, not its status."""
+    return {
+        "metadata": _kept_metadata(podgroup, (QUEUE_LABEL, node_pool_label), None),
+        "spec": dict(podgroup_spec(podgroup)),
+    }
+
+
+def kept_node(node: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:
+    """What the bridge keeps of a Node: its GPU capacity and node-pool label (not its images,
+    addresses or conditions)."""
+    status = node.get("status") or {}
+    capacity = (status.get("capacity") or {}) if isinstance(status, Mapping) else {}
+    gpu = capacity.get(GPU_RESOURCE) if isinstance(capacity, Mapping) else None
+    return {
+        "metadata": _kept_metadata(node, (node_pool_label,), ()),
+        "status": {"capacity": {} if gpu is None else {GPU_RESOURCE: gpu}},
+    }
+
+
+def kept_object(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Queues, the ConfigMap and priority classes: all but status and managedFields."""
+    kept = {key: value for key, value in obj.items() if key not in ("metadata", "status")}
+    kept["metadata"] = _kept_metadata(obj, None, None)
+    return kept

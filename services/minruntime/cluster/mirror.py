@@ -1,18 +1,30 @@
 """The bridge's view of the cluster: watch notifications in, contract events out.
 
 Pure (no I/O; the clock is passed in and read only when the cluster gives no time). Fed by
-the watch loops with every ADDED / MODIFIED / DELETED object and with whole relists; answers
-the events to send, in the order to send them. It keeps only what it needs to tell a change
-from a repeat: the content last sent per object, and which pods it reported allocated and
-released. After a restart it starts empty, so it sends the current state again under the same
-deterministic ids (docs/kubernetes.md, "Event ids").
+the watchers with every ADDED / MODIFIED / DELETED object and with listings (page by page,
+between ``start_listing`` and ``finish_listing``); answers the events to send, in order.
+
+It holds two things:
+
+- **the objects**, as much of each as the mapping reads (``kept``), indexed so that a change
+  costs the size of its gang, never the cluster's: pods by their PodGroup's namespace/name,
+  PodGroups by name and by priority class;
+- **its memory of what was sent** (``memory``): per object one small JSON-able record (a
+  digest of the content last sent, which pods were submitted, allocated, released). The bridge
+  writes the records that changed with the events that changed them, in one Kafka
+  transaction, to its compacted ledger topic (``cluster.ledger``), and a new term starts from
+  them: an unchanged cluster sends nothing again, a change made while no bridge watched is
+  sent once, and an object that went away meanwhile is found missing from the listing.
+
+Every event id is deterministic and names its content (``mapping.event_id``): a re-send of
+the same state is a true duplicate, never a ``conflicting_duplicate``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
@@ -27,6 +39,16 @@ log = logging.getLogger(__name__)
 ADDED: Final = "ADDED"
 MODIFIED: Final = "MODIFIED"
 DELETED: Final = "DELETED"
+
+# The memory's record kinds (the ledger's keys are "<kind>/<uid>").
+QUEUE_MEMORY: Final = "queue"
+NODE_MEMORY: Final = "node"
+CONFIG_MEMORY: Final = "config"
+PODGROUP_MEMORY: Final = "podgroup"
+POD_MEMORY: Final = "pod"
+MEMORY_KINDS: Final = (QUEUE_MEMORY, NODE_MEMORY, CONFIG_MEMORY, PODGROUP_MEMORY, POD_MEMORY)
+
+Record = dict[str, Any]
 
 
 class Kind(StrEnum):
@@ -56,27 +78,58 @@ class MirrorOptions:
     config_node_pool: str = "default"
 
 
-@dataclass
-class _PodGroupSent:
-    submitted: str | None = None
-    """Digest of the last submission without its pods and annotations."""
-    pods: frozenset[str] = frozenset()
-    annotations: dict[str, str] = field(default_factory=dict)
+class Kept(dict[str, Any]):
+    """An object reduced to what the bridge keeps (``kept``): not reduced again."""
+
+
+def kept(kind: Kind, obj: Mapping[str, Any], options: MirrorOptions) -> Mapping[str, Any]:
+    """What the bridge keeps of an object of ``kind`` (the fields the mapping reads)."""
+    if isinstance(obj, Kept):
+        return obj
+    if kind == Kind.POD:
+        return Kept(mapping.kept_pod(obj, options.node_pool_label))
+    if kind == Kind.POD_GROUP:
+        return Kept(mapping.kept_podgroup(obj, options.node_pool_label))
+    if kind == Kind.NODE:
+        return Kept(mapping.kept_node(obj, options.node_pool_label))
+    return Kept(mapping.kept_object(obj))
+
+
+def split_key(key: str) -> tuple[str, str] | None:
+    """A ledger key "<kind>/<uid>" as (kind, uid); None when it is not one."""
+    kind, slash, uid = key.partition("/")
+    return (kind, uid) if slash and kind in MEMORY_KINDS and uid else None
+
+
+_GroupKey = tuple[str, str]  # (namespace, PodGroup name)
 
 
 class ClusterMirror:
     """Turns watch notifications into contract events (see the module docstring)."""
 
-    def __init__(self, options: MirrorOptions, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        options: MirrorOptions,
+        clock: Callable[[], datetime],
+        memory: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self._options = options
         self._clock = clock
         self._objects: dict[Kind, dict[str, Mapping[str, Any]]] = {kind: {} for kind in Kind}
-        self._sent: dict[str, str] = {}
-        self._podgroups_by_name: dict[tuple[str, str], str] = {}
-        self._podgroup_sent: dict[str, _PodGroupSent] = {}
-        self._allocated: set[str] = set()
-        self._released: set[str] = set()
+        self._pods_by_group: dict[_GroupKey, dict[str, str]] = {}  # pod uid -> pod name
+        self._podgroups_by_name: dict[_GroupKey, str] = {}
+        self._podgroups_by_class: dict[str, set[str]] = {}
         self._priorities: dict[str, int] = {}
+        self._memory: dict[str, dict[str, Record]] = {kind: {} for kind in MEMORY_KINDS}
+        for key, record in (memory or {}).items():
+            parts = split_key(key)
+            if parts is not None:
+                self._memory[parts[0]][parts[1]] = dict(record)
+        self._changed: set[str] = set()
+        self._annotation_digests: dict[str, tuple[str, dict[str, str]]] = {}
+        # A listing in progress: the uids seen per kind, the podgroups to sync at its end.
+        self._present: dict[Kind, set[str]] = {}
+        self._deferred: set[str] | None = None
 
     # -- input -----------------------------------------------------------------------------
 
@@ -88,10 +141,14 @@ class ClusterMirror:
             log.warning("ignored %s: %s", kind.value, exc)
             return []
         objects = self._objects[kind]
+        before = objects.get(uid)
         if action == DELETED:
             objects.pop(uid, None)
         else:
+            obj = kept(kind, obj, self._options)
             objects[uid] = obj
+        if kind == Kind.POD:
+            self._index_pod(uid, before, None if action == DELETED else obj)
         handler = _HANDLERS[kind]
         try:
             return handler(self, action, obj, uid)
@@ -99,200 +156,357 @@ class ClusterMirror:
             log.warning("cannot map %s %s: %s", kind.value, mapping.name_of(obj), exc)
             return []
 
-    def relisted(self, kind: Kind, objs: Iterable[Mapping[str, Any]]) -> list[Emission]:
-        """A full list of `kind` (after a start or a 410 Gone): the gone ones count as deleted.
+    def start_listing(self, kinds: Iterable[Kind]) -> None:
+        """A listing of ``kinds`` begins (a term's first, or a relist after 410 Gone).
 
-        Their deletion was not seen, so its time is the bridge's clock at the relist.
+        Until ``finish_listing``, podgroups are synced once at the end rather than on every
+        object: a first listing submits each gang once, with all its pods.
         """
-        listed = list(objs)
-        present = {mapping.metadata(obj).get("uid") for obj in listed}
+        for kind in kinds:
+            self._present[kind] = set()
+        if self._deferred is None:
+            self._deferred = set()
+
+    def restart_listing(self, kind: Kind) -> None:
+        """The listing of ``kind`` starts over (an expired continue token): forget what it saw."""
+        self._present[kind] = set()
+
+    def listed(self, kind: Kind, objs: Iterable[Mapping[str, Any]]) -> list[Emission]:
+        """One page of a listing of ``kind``."""
+        present = self._present.setdefault(kind, set())
         emissions: list[Emission] = []
-        for uid, known in list(self._objects[kind].items()):
-            if uid not in present:
-                emissions += self.observe(kind, DELETED, self._deleted_now(known))
-        for obj in listed:
+        for obj in objs:
+            uid = mapping.metadata(obj).get("uid")
+            if isinstance(uid, str):
+                present.add(uid)
             emissions += self.observe(kind, MODIFIED, obj)
         return emissions
 
-    def listed_everything(self) -> list[Emission]:
-        """After a term's first listing: end the runs of podgroups that hold no pod any more.
+    def finish_listing(self, kinds: Iterable[Kind]) -> Iterator[Emission]:
+        """End the listing of ``kinds``: what was known and not listed went away unseen.
 
-        Pods deleted while no bridge was watching are not in any list, and a new term does not
-        know their names; releasing all pods of a podgroup that has started a run (KAI's
-        `kai.scheduler/last-start-timestamp`) and holds no bound, unfinished pod ends such a
-        run (the processor ignores it when nothing runs). The id carries the PodGroup's
-        resourceVersion, so a restart with nothing changed sends the same id.
+        Their deletion was not seen, so its time is the bridge's clock now. When no listing
+        is left in progress, every podgroup the listing touched is synced (lazily: the caller
+        sends the events in chunks while they are made).
         """
-        emissions: list[Emission] = []
-        for uid, podgroup in self._objects[Kind.POD_GROUP].items():
-            if mapping.LAST_START_ANNOTATION not in mapping.annotations_of(podgroup):
-                continue  # never ran: nothing to end (and no placeholder for the service)
-            holding = [
-                pod
-                for pod in self._pods_of(podgroup)
-                if mapping.pod_node(pod) is not None and mapping.finished(pod) is None
-            ]
-            if not holding:
-                data = {"uid": uid, "reason": "deleted"}
-                version = f"released-all/{mapping.version_of(podgroup)}"
-                emissions.append(
-                    self._emit(
-                        "podgroups", EventType.PODGROUP_RELEASED, data, podgroup, uid, version,
-                        time=self._clock(),
-                    )
-                )  # fmt: skip
-        return emissions
+        for kind in kinds:
+            present = self._present.pop(kind, set())
+            yield from self._gone(kind, present)
+        if self._present or self._deferred is None:
+            return
+        deferred, self._deferred = self._deferred, None
+        for uid in sorted(deferred):
+            fresh = uid not in self._memory[PODGROUP_MEMORY]
+            yield from self._sync_podgroup(uid)
+            if fresh:
+                yield from self._unseen_end_of_run(uid)
+
+    def relisted(self, kind: Kind, objs: Iterable[Mapping[str, Any]]) -> list[Emission]:
+        """A whole listing of ``kind`` in one call (``start``, ``listed``, ``finish``)."""
+        self.start_listing([kind])
+        emissions = self.listed(kind, objs)
+        return emissions + list(self.finish_listing([kind]))
+
+    # -- memory ----------------------------------------------------------------------------
+
+    def memory(self) -> dict[str, Record]:
+        """Every record of what was sent, by ledger key."""
+        return {
+            f"{kind}/{uid}": dict(record)
+            for kind, records in self._memory.items()
+            for uid, record in records.items()
+        }
+
+    def take_changes(self) -> dict[str, Record | None]:
+        """The records changed since the last call (None: forgotten), by ledger key."""
+        changes: dict[str, Record | None] = {}
+        for key in sorted(self._changed):
+            kind, _, uid = key.partition("/")
+            record = self._memory[kind].get(uid)
+            changes[key] = None if record is None else dict(record)
+        self._changed.clear()
+        return changes
+
+    def _remember(self, kind: str, uid: str, record: Record) -> None:
+        self._memory[kind][uid] = record
+        self._changed.add(f"{kind}/{uid}")
+
+    def _forget(self, kind: str, uid: str) -> Record | None:
+        record = self._memory[kind].pop(uid, None)
+        if record is not None:
+            self._changed.add(f"{kind}/{uid}")
+        return record
+
+    # -- deletions nobody saw --------------------------------------------------------------
+
+    def _gone(self, kind: Kind, present: set[str]) -> Iterator[Emission]:
+        memory_kind = _MEMORY_OF.get(kind)
+        known = set(self._objects[kind])
+        if memory_kind is not None:
+            known |= set(self._memory[memory_kind])
+        for uid in sorted(known - present):
+            obj = self._objects[kind].get(uid) or self._remembered_object(kind, uid)
+            yield from self.observe(kind, DELETED, self._deleted_now(obj))
+
+    def _remembered_object(self, kind: Kind, uid: str) -> Mapping[str, Any]:
+        """A stand-in for an object known only from memory (its uid and name)."""
+        record = self._memory[_MEMORY_OF[kind]].get(uid) or {}
+        return {"metadata": {"uid": uid, "name": str(record.get("name") or "")}}
 
     def _deleted_now(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         meta = dict(mapping.metadata(obj))
         meta.setdefault("deletionTimestamp", format_rfc3339(self._clock()))
         return {**obj, "metadata": meta}
 
+    def _unseen_end_of_run(self, uid: str) -> list[Emission]:
+        """A podgroup this term knew nothing of (no memory: a first start, a lost ledger)
+        that has started a run (KAI's `kai.scheduler/last-start-timestamp`) and holds no
+        bound, unfinished pod: its pods were deleted while no bridge watched, and a new term
+        does not know their names. Releasing all pods ends such a run (the processor ignores
+        it when nothing runs). With memory, each such pod is released by name instead.
+        """
+        podgroup = self._objects[Kind.POD_GROUP].get(uid)
+        if podgroup is None or uid in self._memory[PODGROUP_MEMORY]:
+            return []
+        if mapping.LAST_START_ANNOTATION not in mapping.annotations_of(podgroup):
+            return []  # never ran: nothing to end (and no placeholder for the service)
+        if any(
+            mapping.pod_node(pod) is not None and mapping.finished(pod) is None
+            for pod in self._pods_of(podgroup)
+        ):
+            return []
+        data = {"uid": uid, "reason": "deleted"}
+        version = f"released-all/{mapping.version_of(podgroup)}"
+        return [
+            self._emit(
+                "podgroups", EventType.PODGROUP_RELEASED, data, podgroup, uid, version,
+                time=self._clock(),
+            )
+        ]  # fmt: skip
+
     # -- queues, config, nodes, priority classes -------------------------------------------
 
     def _queue(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         if action == DELETED:
-            self._sent.pop(f"queue/{uid}", None)
-            data = {"name": mapping.name_of(obj)}
+            record = self._forget(QUEUE_MEMORY, uid)
+            if record is None:
+                return []
+            data = {"name": mapping.name_of(obj) or str(record.get("name"))}
             return [self._emit("queues", EventType.QUEUE_DELETED, data, obj, uid, "deleted")]
         upsert = mapping.queue_data(obj).model_dump(mode="json", by_alias=True)
-        if not self._changed(f"queue/{uid}", upsert):
+        if not self._changed_content(QUEUE_MEMORY, uid, upsert, mapping.name_of(obj)):
             return []
         version = f"upserted/{mapping.generation_of(obj)}"
         return [self._emit("queues", EventType.QUEUE_UPSERTED, upsert, obj, uid, version)]
 
     def _config_map(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         if action == DELETED:
-            return []  # KAI keeps its last config; so does the service (docs/kubernetes.md)
+            # KAI keeps its last config; so does the service (docs/kubernetes.md). The memory
+            # stays too: the same ConfigMap made again with the same content sends nothing.
+            return []
         data = mapping.config_data(obj, self._options.config_node_pool)
         update = data.model_dump(mode="json", by_alias=True)
-        if not self._changed(f"config/{uid}", update):
+        if not self._changed_content(CONFIG_MEMORY, uid, update, mapping.name_of(obj)):
             return []
         version = f"config/{mapping.version_of(obj)}"
         return [self._emit("queues", EventType.CONFIG_UPDATED, update, obj, uid, version)]
 
     def _node(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         if action == DELETED:
-            self._sent.pop(f"node/{uid}", None)
-            data = {"name": mapping.name_of(obj)}
+            record = self._forget(NODE_MEMORY, uid)
+            if record is None:
+                return []
+            data = {"name": mapping.name_of(obj) or str(record.get("name"))}
             return [self._emit("nodes", EventType.NODE_DELETED, data, obj, uid, "deleted")]
         data = mapping.node_data(obj, self._options.node_pool_label)
-        if not self._changed(f"node/{uid}", data):
+        if not self._changed_content(NODE_MEMORY, uid, data, mapping.name_of(obj)):
             return []
         version = f"upserted/{mapping.version_of(obj)}"
         return [self._emit("nodes", EventType.NODE_UPSERTED, data, obj, uid, version)]
 
     def _priority_class(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         name = mapping.name_of(obj)
-        if action == DELETED:
+        value = None if action == DELETED else int(obj.get("value") or 0)
+        if self._priorities.get(name) == value:
+            return []
+        if value is None:
             self._priorities.pop(name, None)
         else:
-            self._priorities[name] = int(obj.get("value") or 0)
+            self._priorities[name] = value
         emissions: list[Emission] = []
-        for podgroup_uid, podgroup in list(self._objects[Kind.POD_GROUP].items()):
-            if mapping.priority_class_name(podgroup) == name:
-                emissions += self._sync_podgroup(podgroup_uid)
+        for podgroup_uid in sorted(self._podgroups_by_class.get(name, ())):
+            emissions += self._sync_podgroup(podgroup_uid, "")
         return emissions
 
     # -- podgroups and pods ----------------------------------------------------------------
 
     def _podgroup(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         key = (mapping.namespace_of(obj), mapping.name_of(obj))
+        for members in self._podgroups_by_class.values():
+            members.discard(uid)
+        self._annotation_digests.pop(uid, None)
         if action == DELETED:
             if self._podgroups_by_name.get(key) == uid:
                 del self._podgroups_by_name[key]
-            if self._podgroup_sent.pop(uid, None) is None:
+            if self._deferred is not None:
+                self._deferred.discard(uid)
+            if self._forget(PODGROUP_MEMORY, uid) is None:
                 return []
             data = {"uid": uid}
             return [self._emit("podgroups", EventType.PODGROUP_DELETED, data, obj, uid, "deleted")]
         self._podgroups_by_name[key] = uid
+        priority_class = mapping.priority_class_name(obj)
+        if priority_class is not None:
+            self._podgroups_by_class.setdefault(priority_class, set()).add(uid)
+        dropped = mapping.dropped_annotations(obj)
+        if dropped:
+            log.warning(
+                "PodGroup %s/%s: %d annotation(s) over the contract's bounds not sent: %s",
+                key[0], key[1], len(dropped), ", ".join(sorted(dropped))[:300],
+            )  # fmt: skip
         return self._sync_podgroup(uid)
 
     def _pod(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
-        podgroup_uid = self._podgroup_of(obj)
         if action != DELETED:
-            return [] if podgroup_uid is None else self._sync_podgroup(podgroup_uid)
-        emissions: list[Emission] = []
-        if podgroup_uid is not None and uid in self._allocated and uid not in self._released:
-            emissions.append(self._release(podgroup_uid, obj, mapping.removed(obj)))
-        self._allocated.discard(uid)
-        self._released.discard(uid)
-        return emissions
+            podgroup_uid = self._podgroup_of(obj)
+            return [] if podgroup_uid is None else self._sync_podgroup(podgroup_uid, uid)
+        record = self._forget(POD_MEMORY, uid)
+        if record is None or not record.get("allocated") or record.get("released"):
+            return []
+        name = mapping.name_of(obj) or str(record.get("name"))
+        return [self._release(str(record["podgroup"]), uid, name, obj, mapping.removed(obj))]
+
+    def _index_pod(
+        self, uid: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
+    ) -> None:
+        old = _group_key(before)
+        new = _group_key(after)
+        if old is not None and old != new:
+            members = self._pods_by_group.get(old)
+            if members is not None:
+                members.pop(uid, None)
+                if not members:
+                    del self._pods_by_group[old]
+        if new is not None and after is not None:
+            self._pods_by_group.setdefault(new, {})[uid] = mapping.name_of(after)
 
     def _podgroup_of(self, pod: Mapping[str, Any]) -> str | None:
-        name = mapping.pod_group_name(pod)
-        if name is None:
-            return None
-        return self._podgroups_by_name.get((mapping.namespace_of(pod), name))
+        key = _group_key(pod)
+        return None if key is None else self._podgroups_by_name.get(key)
 
     def _pods_of(self, podgroup: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-        namespace, name = mapping.namespace_of(podgroup), mapping.name_of(podgroup)
-        return [
-            pod
-            for pod in self._objects[Kind.POD].values()
-            if mapping.namespace_of(pod) == namespace and mapping.pod_group_name(pod) == name
-        ]
+        members = self._pods_by_group.get(
+            (mapping.namespace_of(podgroup), mapping.name_of(podgroup)), {}
+        )
+        pods = self._objects[Kind.POD]
+        return [pods[uid] for uid in members]
 
-    def _sync_podgroup(self, uid: str) -> list[Emission]:
+    def _sync_podgroup(self, uid: str, pod_uid: str | None = None) -> list[Emission]:
+        """Send what changed of a podgroup: its annotations, its shape, and the transitions of
+        one pod (``pod_uid``: the pod a watch event was about) or of all its pods."""
+        if self._deferred is not None:
+            self._deferred.add(uid)
+            return []
         podgroup = self._objects[Kind.POD_GROUP].get(uid)
         if podgroup is None:
             return []
-        pods = self._pods_of(podgroup)
-        sent = self._podgroup_sent.get(uid)
-        emissions: list[Emission] = []
-        if pods:
-            emissions += self._submit(uid, podgroup, pods, sent)
-            sent = self._podgroup_sent[uid]
-        if sent is None:
-            return emissions  # no pod yet: a podgroup.submitted needs at least one
-        emissions += self._annotate(uid, podgroup, sent)
-        for pod in sorted(pods, key=mapping.name_of):
-            emissions += self._pod_transitions(uid, podgroup, pod)
-        return emissions
+        try:
+            members = self._pods_by_group.get(
+                (mapping.namespace_of(podgroup), mapping.name_of(podgroup)), {}
+            )
+            candidates = list(members) if pod_uid is None else [pod_uid]
+            emissions: list[Emission] = []
+            if uid in self._memory[PODGROUP_MEMORY]:
+                emissions += self._annotate(uid, podgroup)  # before a new shape is submitted
+            if members:
+                emissions += self._submit(uid, podgroup, members, candidates)
+            if uid not in self._memory[PODGROUP_MEMORY]:
+                return emissions  # no pod yet: a podgroup.submitted needs at least one
+            pods = self._objects[Kind.POD]
+            for candidate in sorted(candidates, key=lambda member: members.get(member, "")):
+                pod = pods.get(candidate)
+                if pod is not None and candidate in members:
+                    emissions += self._pod_transitions(uid, podgroup, pod)
+            return emissions
+        except ValueError as exc:  # ObjectError, or an event the contract refuses
+            log.warning(
+                "cannot map PodGroup %s/%s: %s",
+                mapping.namespace_of(podgroup), mapping.name_of(podgroup), exc,
+            )  # fmt: skip
+            return []
 
     def _submit(
         self,
         uid: str,
         podgroup: Mapping[str, Any],
-        pods: list[Mapping[str, Any]],
-        sent: _PodGroupSent | None,
+        members: Mapping[str, str],
+        candidates: Iterable[str],
     ) -> list[Emission]:
+        """A podgroup.submitted when the shape changed or a pod is new (a pod that goes away
+        is a release, not a new shape). Costs the gang's size only when one is sent."""
         priority_class = mapping.priority_class_name(podgroup)
         priority = self._priorities.get(priority_class or "", mapping.DEFAULT_PRIORITY)
-        data = mapping.submission_data(podgroup, pods, priority, self._options.node_pool_label)
-        # Annotations travel with the first submission; later changes are podgroup.annotated.
-        # A pod that goes away is a release, not a new shape: only new pods resubmit.
-        rest = mapping.digest({k: v for k, v in data.items() if k not in ("annotations", "pods")})
-        names = frozenset(pod["name"] for pod in data["pods"])
-        if sent is not None and sent.submitted == rest and names <= sent.pods:
+        label = self._options.node_pool_label
+        pods = self._objects[Kind.POD]
+        first = pods[min(members, key=lambda member: members[member])]
+        head = mapping.submission_data(podgroup, [first], priority, label)  # the pods aside
+        shape = mapping.digest({k: v for k, v in head.items() if k not in ("annotations", "pods")})
+        pod_memory = self._memory[POD_MEMORY]
+        remembered = self._memory[PODGROUP_MEMORY].get(uid)
+        new_pod = any(
+            not pod_memory.get(candidate, {}).get("submitted") for candidate in candidates
+        )
+        if remembered is not None and remembered.get("shape") == shape and not new_pod:
             return []
-        if sent is None:
-            sent = self._podgroup_sent[uid] = _PodGroupSent(annotations=dict(data["annotations"]))
+        gang = [pods[member] for member in members]
+        data = mapping.submission_data(podgroup, gang, priority, label)
+        if remembered is None:
+            # Annotations travel with the first submission; later changes are
+            # podgroup.annotated (sent before this), so a later submission carries none.
+            digests = self._digests_of(uid, podgroup)
         else:
-            data["annotations"] = dict(sent.annotations)
-        sent.submitted, sent.pods = rest, names
-        shape = mapping.digest({k: v for k, v in data.items() if k != "annotations"})
-        created = [mapping.created_at(obj) for obj in (podgroup, *pods)]
+            del data["annotations"]
+            digests = dict(remembered.get("annotations") or {})
+        self._remember(PODGROUP_MEMORY, uid, {"shape": shape, "annotations": digests})
+        for member, name in members.items():
+            record = pod_memory.get(member) or _pod_record(uid, name)
+            if not record.get("submitted"):
+                self._remember(POD_MEMORY, member, {**record, "submitted": True})
+        created = [mapping.created_at(obj) for obj in (podgroup, *gang)]
         known = [moment for moment in created if moment is not None]
         time = max(known) if known else None
         return [
             self._emit(
-                "podgroups", EventType.PODGROUP_SUBMITTED, data, podgroup, uid,
-                f"submitted/{shape}", time=time,
+                "podgroups", EventType.PODGROUP_SUBMITTED, data, podgroup, uid, "submitted",
+                time=time,
             )
         ]  # fmt: skip
 
-    def _annotate(
-        self, uid: str, podgroup: Mapping[str, Any], sent: _PodGroupSent
-    ) -> list[Emission]:
-        now = mapping.annotations_of(podgroup)
-        if now == sent.annotations:
-            return []
-        change: dict[str, str | None] = {
-            key: value for key, value in now.items() if sent.annotations.get(key) != value
+    def _digests_of(self, uid: str, podgroup: Mapping[str, Any]) -> dict[str, str]:
+        """A digest per annotation value (cached per resourceVersion: every pod change of a
+        gang syncs its PodGroup)."""
+        version = mapping.version_of(podgroup)
+        cached = self._annotation_digests.get(uid)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        digests = {
+            key: mapping.digest(value) for key, value in mapping.annotations_of(podgroup).items()
         }
-        change.update({key: None for key in sent.annotations if key not in now})
-        sent.annotations = now
+        self._annotation_digests[uid] = (version, digests)
+        return digests
+
+    def _annotate(self, uid: str, podgroup: Mapping[str, Any]) -> list[Emission]:
+        remembered = self._memory[PODGROUP_MEMORY][uid]
+        sent: Mapping[str, str] = remembered.get("annotations") or {}
+        digests = self._digests_of(uid, podgroup)
+        if digests == sent:
+            return []
+        now = mapping.annotations_of(podgroup)
+        change: dict[str, str | None] = {
+            key: now[key] for key, value in digests.items() if sent.get(key) != value
+        }
+        change.update({key: None for key in sent if key not in digests})
+        self._remember(PODGROUP_MEMORY, uid, {**remembered, "annotations": dict(digests)})
         data = {"uid": uid, "annotations": change}
         version = f"annotated/{mapping.version_of(podgroup)}"
         return [self._emit("podgroups", EventType.PODGROUP_ANNOTATED, data, podgroup, uid, version)]
@@ -301,11 +515,14 @@ class ClusterMirror:
         self, podgroup_uid: str, podgroup: Mapping[str, Any], pod: Mapping[str, Any]
     ) -> list[Emission]:
         pod_uid = mapping.uid_of(pod)
+        name = mapping.name_of(pod)
+        record = self._memory[POD_MEMORY].get(pod_uid) or _pod_record(podgroup_uid, name)
         node = mapping.pod_node(pod)
         emissions: list[Emission] = []
-        if node is not None and pod_uid not in self._allocated:
-            self._allocated.add(pod_uid)
-            data = {"uid": podgroup_uid, "pods": [{"name": mapping.name_of(pod), "node": node}]}
+        if node is not None and not record.get("allocated"):
+            record = {**record, "allocated": True}
+            self._remember(POD_MEMORY, pod_uid, record)
+            data = {"uid": podgroup_uid, "pods": [{"name": name, "node": node}]}
             emissions.append(
                 self._emit(
                     "podgroups", EventType.PODGROUP_ALLOCATED, data, pod, pod_uid, "allocated",
@@ -313,16 +530,22 @@ class ClusterMirror:
                 )
             )  # fmt: skip
         ended = mapping.finished(pod)
-        if ended is not None and pod_uid in self._allocated and pod_uid not in self._released:
-            emissions.append(self._release(podgroup_uid, pod, ended))
+        if ended is not None and record.get("allocated") and not record.get("released"):
+            emissions.append(self._release(podgroup_uid, pod_uid, name, pod, ended))
         return emissions
 
     def _release(
-        self, podgroup_uid: str, pod: Mapping[str, Any], release: mapping.Release
+        self,
+        podgroup_uid: str,
+        pod_uid: str,
+        name: str,
+        pod: Mapping[str, Any],
+        release: mapping.Release,
     ) -> Emission:
-        pod_uid = mapping.uid_of(pod)
-        self._released.add(pod_uid)
-        data = {"uid": podgroup_uid, "pods": [mapping.name_of(pod)], "reason": release.reason}
+        record = self._memory[POD_MEMORY].get(pod_uid)
+        if record is not None:
+            self._remember(POD_MEMORY, pod_uid, {**record, "released": True})
+        data = {"uid": podgroup_uid, "pods": [name], "reason": release.reason}
         return self._emit(
             "podgroups", EventType.PODGROUP_RELEASED, data, pod, pod_uid, "released",
             time=release.time,
@@ -330,11 +553,12 @@ class ClusterMirror:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _changed(self, key: str, content: Any) -> bool:
+    def _changed_content(self, kind: str, uid: str, content: Any, name: str) -> bool:
         shape = mapping.digest(content)
-        if self._sent.get(key) == shape:
+        record = self._memory[kind].get(uid)
+        if record is not None and record.get("digest") == shape:
             return False
-        self._sent[key] = shape
+        self._remember(kind, uid, {"digest": shape, "name": name})
         return True
 
     def _emit(
@@ -350,15 +574,41 @@ class ClusterMirror:
     ) -> Emission:
         if time is None:
             time = mapping.deleted_at(obj) if transition == "deleted" else mapping.changed_at(obj)
+        moment = time or self._clock()
+        content = mapping.content_digest(str(event_type), data, moment)
         event = new_event(
             str(event_type),
             data,
-            time=time or self._clock(),
+            time=moment,
             source=mapping.SOURCE,
-            id=mapping.event_id(uid, transition),
+            id=mapping.event_id(uid, transition, "", content),
         )
         return Emission(role, event)
 
+
+def _pod_record(podgroup_uid: str, name: str) -> Record:
+    return {
+        "podgroup": podgroup_uid,
+        "name": name,
+        "submitted": False,
+        "allocated": False,
+        "released": False,
+    }
+
+
+def _group_key(pod: Mapping[str, Any] | None) -> _GroupKey | None:
+    if pod is None:
+        return None
+    name = mapping.pod_group_name(pod)
+    return None if name is None else (mapping.namespace_of(pod), name)
+
+
+_MEMORY_OF: Final[Mapping[Kind, str]] = {
+    Kind.QUEUE: QUEUE_MEMORY,
+    Kind.NODE: NODE_MEMORY,
+    Kind.POD_GROUP: PODGROUP_MEMORY,
+    Kind.POD: POD_MEMORY,
+}
 
 _Handler = Callable[[ClusterMirror, str, Mapping[str, Any], str], list[Emission]]
 _HANDLERS: Final[Mapping[Kind, _Handler]] = {

@@ -18,22 +18,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from minruntime.retry import one_line as one_line  # its home is stdlib-only, for cluster/
+
 log = logging.getLogger(__name__)
 
 Check = Callable[[], "str | None"]
-
-
-def one_line(error: BaseException | str, limit: int = 300) -> str:
-    """An error (or any text) as one short line, for a status or a readiness reason."""
-    if not isinstance(error, str):
-        # SQLAlchemy wraps the driver's error and adds a link: the driver's says it all.
-        error = getattr(error, "orig", None) or error
-    if isinstance(error, str):
-        text = error
-    else:
-        name, said = error.__class__.__name__, str(error)
-        text = said if said.startswith(name) else f"{name}: {said}"
-    return " ".join(str(text).split())[:limit]
 
 
 class Readiness:

@@ -21,14 +21,14 @@ import psycopg
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from minruntime.health.checks import Condition, one_line
+from minruntime.retry import MAX_BACKOFF_SECONDS
+from minruntime.retry import Backoff as Backoff  # its home is stdlib-only, shared with cluster/
 from minruntime.store.failures import is_permanent
 
 log = logging.getLogger("minruntime.outage")
 
 T = TypeVar("T")
 
-FIRST_BACKOFF_SECONDS: Final = 0.5
-MAX_BACKOFF_SECONDS: Final = 10.0
 STATUS_EVERY_SECONDS: Final = 5.0
 
 
@@ -44,25 +44,6 @@ def storage_transient(error: BaseException) -> bool:
     if isinstance(error, OperationalError | psycopg.OperationalError):
         return True
     return isinstance(error, DBAPIError) and error.connection_invalidated
-
-
-class Backoff:
-    """Exponential delays, doubling from `first` up to `cap`; `reset()` after a success."""
-
-    def __init__(
-        self, first: float = FIRST_BACKOFF_SECONDS, cap: float = MAX_BACKOFF_SECONDS
-    ) -> None:
-        self._first, self._cap = first, cap
-        self._next = first
-
-    def next(self) -> float:
-        """The delay before the next attempt."""
-        delay, self._next = self._next, min(self._next * 2, self._cap)
-        return delay
-
-    def reset(self) -> None:
-        """Start again from the first delay."""
-        self._next = self._first
 
 
 class StatusLine:

@@ -250,6 +250,9 @@ class BatchedConsumer:
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 max_poll_records=options.batch_max_events,
+                # The bridge writes in transactions: an aborted one (a fenced replica) is
+                # never applied, an open one is read once committed.
+                isolation_level="read_committed",
             )
             client.subscribe(list(self._lanes), listener=_Rebalance(self))
             try:
