@@ -14,6 +14,7 @@ from rich.table import Table
 
 from minruntime.commands import audit as audit_commands
 from minruntime.commands import explain as explain_commands
+from minruntime.commands import kube_diff as kube_diff_commands
 from minruntime.commands import offsets as offsets_commands
 from minruntime.commands import outbox as outbox_commands
 from minruntime.commands import replay as replay_commands
@@ -52,7 +53,8 @@ config_app = typer.Typer(
 app.add_typer(config_app, name="config")
 
 kube_app = typer.Typer(
-    help="Kubernetes: the cluster bridge (objects -> events) and the evictor (docs/kubernetes.md).",
+    help="Kubernetes: the cluster bridge (objects -> events), the evictor, and kube diff "
+    "(docs/kubernetes.md).",
     no_args_is_help=True,
 )
 app.add_typer(kube_app, name="kube")
@@ -344,6 +346,7 @@ app.command("explain")(explain_commands.explain_command)
 app.command("audit")(audit_commands.audit_command)
 app.add_typer(outbox_commands.outbox_app, name="outbox")
 app.add_typer(offsets_commands.offsets_app, name="offsets")
+kube_app.command("diff")(kube_diff_commands.kube_diff_command)
 # -- end of operator commands --
 
 

@@ -44,6 +44,7 @@ class Outgoing:
     topic: str
     key: bytes
     value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def read_documents(path: str) -> Iterator[tuple[str, Any]]:
@@ -151,7 +152,10 @@ async def send(settings: Settings, outgoing: Sequence[Outgoing]) -> Counter[str]
     except (KafkaError, OSError) as exc:
         raise UserError(f"cannot use Kafka at {settings.kafka_bootstrap}: {exc}") from exc
     try:
-        futures = [await producer.send(o.topic, o.value, key=o.key) for o in outgoing]
+        futures = [
+            await producer.send(o.topic, o.value, key=o.key, headers=list(o.headers) or None)
+            for o in outgoing
+        ]
         await asyncio.gather(*futures)
     finally:
         await producer.stop()

@@ -275,7 +275,9 @@ class Pipeline(Subprocess):
         await start_client(admin, self.kafka)
         try:
             existing = set(await admin.list_topics())
-            doomed = [t for t in self.topics.values() if t in existing]
+            # The kube bridge's ledger (`<podgroups topic>.bridge`) goes with the topics.
+            mine = [*self.topics.values(), f"{self.topics['podgroups']}.bridge"]
+            doomed = [t for t in mine if t in existing]
             if doomed:
                 await admin.delete_topics(doomed)
         finally:

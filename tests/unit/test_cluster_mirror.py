@@ -405,21 +405,21 @@ def test_without_a_ledger_podgroups_that_ran_and_hold_no_pod_release_all() -> No
     # unknown, and their podgroup's run is ended as a whole.
     view = mirror()
     ran = {mapping.LAST_START_ANNOTATION: "2026-11-24T10:00:00Z"}
-    emissions = listing(
-        view,
-        {
-            Kind.POD_GROUP: [
-                podgroup(annotations=ran),
-                podgroup("busy", "pg-2", annotations=ran),
-                podgroup("never-ran", "pg-3"),
-            ],
-            Kind.POD: [pod("busy-0", "p-9", group="busy", node="n1", phase="Running")],
-        },
-    )
+    cluster = {
+        Kind.POD_GROUP: [
+            podgroup(annotations=ran),
+            podgroup("busy", "pg-2", annotations=ran),
+            podgroup("never-ran", "pg-3"),
+        ],
+        Kind.POD: [pod("busy-0", "p-9", group="busy", node="n1", phase="Running")],
+    }
+    emissions = listing(view, cluster)
     [released] = [e for e in emissions if e.event.type == "podgroup.released"]
     assert data(released) == {"uid": "pg-1", "reason": "deleted"}
     assert released.event.time == NOW
     assert types(emissions) == ["podgroup.released", "podgroup.submitted", "podgroup.allocated"]
+    # The ledger keeps that it was sent: the next term does not end that run again.
+    assert listing(ClusterMirror(MirrorOptions(), clock, view.memory()), cluster) == []
 
 
 def test_a_pod_going_away_is_a_release_not_a_new_submission() -> None:

@@ -316,9 +316,9 @@ class Bridge:
                     raise
                 outage.back()
                 self.sent_total += len(emissions)
-                if emissions and log.isEnabledFor(logging.DEBUG):
+                if emissions and log.isEnabledFor(logging.INFO):
                     kinds = Counter(emission.event.type for emission in emissions)
-                    log.debug("sent %s", ", ".join(f"{n} {t}" for t, n in sorted(kinds.items())))
+                    log.info("sent %s", ", ".join(f"{n} {t}" for t, n in sorted(kinds.items())))
                 return
             except ProducerFenced as error:
                 log.warning("another replica's producer took over (%s): term ended", error)

@@ -89,6 +89,13 @@ def kept(kind: Kind, obj: Mapping[str, Any], options: MirrorOptions) -> Mapping[
     if kind == Kind.POD:
         return Kept(mapping.kept_pod(obj, options.node_pool_label))
     if kind == Kind.POD_GROUP:
+        dropped = mapping.dropped_annotations(obj)
+        if dropped:
+            log.warning(
+                "PodGroup %s/%s: %d annotation(s) over the contract's bounds not sent: %s",
+                mapping.namespace_of(obj), mapping.name_of(obj), len(dropped),
+                ", ".join(sorted(dropped))[:300],
+            )  # fmt: skip
         return Kept(mapping.kept_podgroup(obj, options.node_pool_label))
     if kind == Kind.NODE:
         return Kept(mapping.kept_node(obj, options.node_pool_label))
@@ -263,7 +270,8 @@ class ClusterMirror:
         that has started a run (KAI's `kai.scheduler/last-start-timestamp`) and holds no
         bound, unfinished pod: its pods were deleted while no bridge watched, and a new term
         does not know their names. Releasing all pods ends such a run (the processor ignores
-        it when nothing runs). With memory, each such pod is released by name instead.
+        it when nothing runs). With memory, each such pod is released by name instead. The
+        memory keeps that it was sent (a record without a shape), so it is sent once.
         """
         podgroup = self._objects[Kind.POD_GROUP].get(uid)
         if podgroup is None or uid in self._memory[PODGROUP_MEMORY]:
@@ -277,6 +285,7 @@ class ClusterMirror:
             return []
         data = {"uid": uid, "reason": "deleted"}
         version = f"released-all/{mapping.version_of(podgroup)}"
+        self._remember(PODGROUP_MEMORY, uid, {"ended": mapping.version_of(podgroup)})
         return [
             self._emit(
                 "podgroups", EventType.PODGROUP_RELEASED, data, podgroup, uid, version,
@@ -358,12 +367,6 @@ class ClusterMirror:
         priority_class = mapping.priority_class_name(obj)
         if priority_class is not None:
             self._podgroups_by_class.setdefault(priority_class, set()).add(uid)
-        dropped = mapping.dropped_annotations(obj)
-        if dropped:
-            log.warning(
-                "PodGroup %s/%s: %d annotation(s) over the contract's bounds not sent: %s",
-                key[0], key[1], len(dropped), ", ".join(sorted(dropped))[:300],
-            )  # fmt: skip
         return self._sync_podgroup(uid)
 
     def _pod(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
@@ -416,11 +419,11 @@ class ClusterMirror:
             )
             candidates = list(members) if pod_uid is None else [pod_uid]
             emissions: list[Emission] = []
-            if uid in self._memory[PODGROUP_MEMORY]:
+            if self._submitted(uid) is not None:
                 emissions += self._annotate(uid, podgroup)  # before a new shape is submitted
             if members:
                 emissions += self._submit(uid, podgroup, members, candidates)
-            if uid not in self._memory[PODGROUP_MEMORY]:
+            if self._submitted(uid) is None:
                 return emissions  # no pod yet: a podgroup.submitted needs at least one
             pods = self._objects[Kind.POD]
             for candidate in sorted(candidates, key=lambda member: members.get(member, "")):
@@ -452,7 +455,7 @@ class ClusterMirror:
         head = mapping.submission_data(podgroup, [first], priority, label)  # the pods aside
         shape = mapping.digest({k: v for k, v in head.items() if k not in ("annotations", "pods")})
         pod_memory = self._memory[POD_MEMORY]
-        remembered = self._memory[PODGROUP_MEMORY].get(uid)
+        remembered = self._submitted(uid)
         new_pod = any(
             not pod_memory.get(candidate, {}).get("submitted") for candidate in candidates
         )
@@ -494,6 +497,11 @@ class ClusterMirror:
         }
         self._annotation_digests[uid] = (version, digests)
         return digests
+
+    def _submitted(self, uid: str) -> Record | None:
+        """The memory of a podgroup that was submitted (a record with its shape), else None."""
+        record = self._memory[PODGROUP_MEMORY].get(uid)
+        return record if record is not None and "shape" in record else None
 
     def _annotate(self, uid: str, podgroup: Mapping[str, Any]) -> list[Emission]:
         remembered = self._memory[PODGROUP_MEMORY][uid]

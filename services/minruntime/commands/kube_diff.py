@@ -1,0 +1,339 @@
+"""`minruntime kube diff [--repair]`: what the cluster shows against what the service holds.
+
+Lists the cluster with the bridge's own calls (``cluster.api.sources``, paged), then reads the
+service's read surface (``minruntime.podgroups``, as ``MINRUNTIME_DATABASE_URL``'s role; the
+reader role works too), compares (``cluster.drift``), prints one table and exits 1 when
+anything differs. ``--repair`` sends the events that make the two agree
+(``cluster.repair``) to the input topics, as the bridge encodes them. ``--metrics-file``
+writes the counts for node_exporter's textfile collector. docs/kubernetes.md,
+"Reconciliation".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+import typer
+
+from minruntime.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from minruntime.cluster.drift import ClusterPodGroup, Drift, ServicePodGroup
+    from minruntime.cluster.mirror import Emission, Kind
+    from minruntime.settings import Settings
+
+Repair = Annotated[
+    bool,
+    typer.Option("--repair", help="Send the events that make the service agree with the cluster."),
+]
+Namespace = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace",
+        "-n",
+        metavar="NAMESPACE",
+        help="Only the podgroups of this namespace (default: every namespace).",
+        show_default=False,
+    ),
+]
+MetricsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--metrics-file",
+        metavar="PATH",
+        help="Also write the counts as Prometheus text (node_exporter's textfile collector).",
+        show_default=False,
+    ),
+]
+
+# One API call may take this long (connect, read) before the command gives up with one line.
+_REQUEST_TIMEOUT: Final = (10, 120)
+_PIPE_WIDTH: Final = 200
+_ABSENT: Final = "-"
+
+
+def kube_diff_command(
+    repair: Repair = False, namespace: Namespace = None, metrics_file: MetricsFile = None
+) -> None:
+    """Compare the cluster's podgroups with the service's; exit 1 when any differ."""
+    from minruntime.cluster.api import api_client
+    from minruntime.cluster.drift import cluster_podgroups, compare
+    from minruntime.cluster.mirror import Kind
+    from minruntime.settings import Settings
+
+    _notes_to_stderr()
+    settings = Settings()
+    now = datetime.now(UTC)
+    kinds = [Kind.POD_GROUP, Kind.POD] + ([Kind.PRIORITY_CLASS] if repair else [])
+    listing = list_cluster(api_client(settings), settings, kinds)
+    cluster = cluster_podgroups(listing[Kind.POD_GROUP], listing[Kind.POD], namespace)
+    rows = read_service(settings, namespace, list(cluster), with_pods=repair)
+    drift = compare(cluster, rows, namespace)
+    console = _console()
+    console.print(render_drift(drift))
+    if metrics_file is not None:
+        write_metrics(drift, metrics_file, now)
+    if repair and drift.differences:
+        _repair(settings, drift, cluster, rows, listing[Kind.PRIORITY_CLASS], now)
+    if drift.differences:
+        raise typer.Exit(1)
+
+
+def _notes_to_stderr() -> None:
+    """The mapping's warnings (an annotation over the bounds, a PodGroup it cannot map) as
+    one line each on stderr; the client's retries are its own business: the command says
+    what failed, once."""
+    logging.getLogger("urllib3").setLevel(logging.CRITICAL)
+    cluster_log = logging.getLogger("minruntime.cluster")
+    if not cluster_log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("minruntime: note: %(message)s"))
+        cluster_log.addHandler(handler)
+
+
+# -- the two sides ----------------------------------------------------------------------------
+
+
+def list_cluster(
+    client: Any, settings: Settings, kinds: Sequence[Kind]
+) -> dict[Kind, list[Mapping[str, Any]]]:
+    """Every (kept) object of each kind, paged as the bridge lists; one line when it fails."""
+    from minruntime.cluster.api import list_all, sources
+
+    by_kind = {source.kind: source for source in sources(client, settings)}
+    listing: dict[Kind, list[Mapping[str, Any]]] = {}
+    for kind in kinds:
+        source = by_kind[kind]
+        timed = dataclasses.replace(
+            source, call=functools.partial(source.call, _request_timeout=_REQUEST_TIMEOUT)
+        )
+        try:
+            listing[kind], _ = list_all(timed, settings.kube_list_page_size)
+        except Exception as error:
+            raise UserError(f"cannot list {kind}s: {_api_error(error)}") from error
+    return listing
+
+
+def _api_error(error: BaseException) -> str:
+    status = getattr(error, "status", None)
+    if isinstance(status, int):
+        return f"the API server answered {status} {getattr(error, 'reason', '') or ''}".strip()
+    reason = getattr(error, "reason", None)  # urllib3's MaxRetryError: the last failure
+    return " ".join(str(reason or error).split())
+
+
+def read_service(
+    settings: Settings, namespace: str | None, uids: Sequence[str], *, with_pods: bool
+) -> list[ServicePodGroup]:
+    """The rows of ``minruntime.podgroups`` (of ``namespace`` and ``uids``, or all); with
+    ``with_pods``, the names of the pods each holds, when the role may read them."""
+    import sqlalchemy as sa
+
+    from minruntime.cluster.drift import ServicePodGroup
+    from minruntime.store import engine_from
+
+    query = (
+        "SELECT uid, status, name, namespace, queue, start_time, running_pods, annotations,"
+        " updated_at FROM minruntime.podgroups"
+    )
+    params: dict[str, Any] = {}
+    if namespace is not None:
+        query += " WHERE namespace = :namespace OR uid = ANY(:uids)"
+        params = {"namespace": namespace, "uids": list(uids)}
+    engine = engine_from(settings, pool_pre_ping=False, connect_args={"connect_timeout": 10})
+    try:
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            rows = conn.execute(sa.text(query), params).mappings().all()
+            held = _held_pods(conn) if with_pods else None
+    finally:
+        engine.dispose()
+    return [
+        ServicePodGroup(
+            uid=row["uid"],
+            status=row["status"],
+            name=row["name"],
+            namespace=row["namespace"],
+            queue=row["queue"],
+            start_time=row["start_time"],
+            running_pods=row["running_pods"] or 0,
+            annotations={str(k): str(v) for k, v in (row["annotations"] or {}).items()},
+            running=None if held is None else tuple(sorted(held.get(row["uid"], ()))),
+            updated_at=row["updated_at"],
+        )
+        for row in rows
+    ]
+
+
+def _held_pods(conn: Any) -> dict[str, list[str]] | None:
+    """Pod names holding resources, by podgroup; None when this role may not read them."""
+    import sqlalchemy as sa
+    from sqlalchemy.exc import ProgrammingError
+
+    from minruntime.store.failures import sqlstate
+    from minruntime.store.tables import pod_state
+
+    statement = sa.select(pod_state.c.uid, pod_state.c.name).where(pod_state.c.allocated)
+    try:
+        with conn.begin_nested():
+            found = conn.execute(statement).all()
+    except ProgrammingError as error:
+        if sqlstate(error) != "42501":  # insufficient_privilege: the reader role
+            raise
+        return None
+    held: dict[str, list[str]] = {}
+    for uid, name in found:
+        held.setdefault(uid, []).append(name)
+    return held
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def render_drift(drift: Drift) -> RenderableType:
+    """One heading line, then one row per differing field of a podgroup."""
+    from rich import box
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+
+    count = len(drift.uids)
+    compared = f"{drift.checked} podgroup{'' if drift.checked == 1 else 's'} compared"
+    if not count:
+        return Group(f"[bold]no differences[/]: {compared}")
+    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("podgroup", "uid", "field", "cluster", "service"):
+        grid.add_column(header, overflow="fold")
+    for difference in drift.differences:
+        grid.add_row(
+            escape(f"{difference.namespace}/{difference.name}"),
+            escape(difference.uid),
+            escape(difference.field),
+            escape(difference.cluster or _ABSENT),
+            escape(difference.service or _ABSENT),
+        )
+    heading = f"[bold]{count} podgroup{'' if count == 1 else 's'} differ[/] ({compared})"
+    return Group(heading, grid)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, _PIPE_WIDTH)
+    return console
+
+
+def write_metrics(drift: Drift, path: Path, now: datetime) -> None:
+    """The counts in Prometheus' text format, replaced atomically (a textfile collector)."""
+    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
+    registry = CollectorRegistry()
+    differing = Gauge(
+        "minruntime_kube_drift_podgroups",
+        "Podgroups whose field differs between the cluster and the service (kube diff).",
+        ["field"],
+        registry=registry,
+    )
+    for field, count in drift.podgroups_by_field().items():
+        differing.labels(field=field).set(count)
+    Gauge(
+        "minruntime_kube_drift_checked_podgroups",
+        "Podgroups compared by the last kube diff.",
+        registry=registry,
+    ).set(drift.checked)
+    Gauge(
+        "minruntime_kube_drift_checked_timestamp_seconds",
+        "When the last kube diff compared (Unix time): alert when it is old.",
+        registry=registry,
+    ).set(now.timestamp())
+    try:
+        write_to_textfile(str(path), registry)
+    except OSError as error:
+        raise UserError(f"cannot write --metrics-file {path}: {error.strerror or error}") from None
+
+
+# -- repair -----------------------------------------------------------------------------------
+
+
+def _repair(
+    settings: Settings,
+    drift: Drift,
+    cluster: Mapping[str, ClusterPodGroup],
+    rows: Sequence[ServicePodGroup],
+    priority_classes: Sequence[Mapping[str, Any]],
+    now: datetime,
+) -> None:
+    from minruntime.cluster.mirror import Kind, MirrorOptions
+    from minruntime.cluster.repair import mirrored, repair
+
+    differing = [cluster[uid] for uid in drift.uids if uid in cluster]
+    listing = {
+        Kind.PRIORITY_CLASS: priority_classes,
+        Kind.POD_GROUP: [side.podgroup for side in differing],
+        Kind.POD: [pod for side in differing for pod in side.pods],
+    }
+    options = MirrorOptions(
+        node_pool_label=settings.kube_node_pool_label,
+        config_node_pool=settings.kube_scheduler_node_pool,
+    )
+    plan = repair(drift, cluster, rows, mirrored(listing, options, lambda: now), now)
+    for note in plan.notes:
+        print(f"minruntime: note: not repaired: {note}", file=sys.stderr)
+    if not plan.emissions:
+        print("nothing to send")
+        return
+    topic = send_emissions(settings, plan.emissions)
+    print(f"sent {len(plan.emissions)} event(s) to {topic}:")
+    for emission in plan.emissions:
+        print(f"  {describe(emission)}")
+
+
+def send_emissions(settings: Settings, emissions: Sequence[Emission]) -> str:
+    """Send with an idempotent producer, as the bridge encodes (key: subject, header: id)."""
+    import asyncio
+
+    from minruntime.events import encode_event
+    from minruntime.produce import Outgoing, send
+    from minruntime.stream.topics import TopicRole, topic_names
+
+    names = topic_names(settings)
+    outgoing = [
+        Outgoing(
+            names[TopicRole(emission.role)],
+            emission.event.subject.encode(),
+            encode_event(emission.event),
+            (("id", emission.event.id.encode()),),
+        )
+        for emission in emissions
+    ]
+    asyncio.run(send(settings, outgoing))
+    return ", ".join(sorted({record.topic for record in outgoing}))
+
+
+def describe(emission: Emission) -> str:
+    """One line: the type, the podgroup and what the data says beside its uid."""
+    data = emission.event.data.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data.pop("uid", None)
+    detail = ", ".join(f"{key} {_short(value)}" for key, value in data.items())
+    return f"{emission.event.type} {emission.event.subject}" + (f": {detail}" if detail else "")
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, list) and all(isinstance(item, dict) for item in value):
+        return "[" + ", ".join(str(item.get("name")) for item in value) + "]"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {item}" for key, item in value.items()) + "}"
+    return str(value)
