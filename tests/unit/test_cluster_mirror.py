@@ -606,3 +606,18 @@ def test_annotations_over_the_contracts_bounds_are_not_sent_and_the_rest_is() ->
     [submitted, *_] = view.observe(Kind.POD, ADDED, pod("train-0", "p-0"))
     assert data(submitted)["annotations"] == {"kai.scheduler/expected-runtime": "1h"}
     assert mapping.dropped_annotations(podgroup(annotations=huge)) == ["example.com/blob"]
+
+
+def test_a_gang_of_ten_thousand_pods_with_long_names_is_mapped_and_not_sent_whole() -> None:
+    from minruntime.cluster.bridge import MAX_RECORD_BYTES, sendable
+
+    view = mirror()
+    stem = "w" * 240
+    pods = [pod(f"{stem}-{i:05d}", f"p-{i}", node="n1", phase="Running") for i in range(10_000)]
+    emissions = listing(view, {Kind.POD_GROUP: [podgroup()], Kind.POD: pods})
+    assert types(emissions).count("podgroup.allocated") == 10_000
+    [submitted] = [e for e in emissions if e.event.type == "podgroup.submitted"]
+    assert len(data(submitted)["pods"]) == 10_000
+    sent = sendable(emissions)
+    assert len(sent) == 10_000  # the allocations; the 2.6 MB submission is logged, not sent
+    assert all(len(value) <= MAX_RECORD_BYTES for _, value in sent)

@@ -161,6 +161,16 @@ class Drift:
         return tuple(dict.fromkeys(difference.uid for difference in self.differences))
 
 
+def confirmed(first: Drift, second: Drift) -> Drift:
+    """The differences ``second`` (a later listing against the same rows) finds again.
+
+    A change made while the service was read (a PodGroup created, a pod bound and applied
+    at once) shows in one comparison only: it is in flight, not drift, and not repaired.
+    """
+    seen = set(first.differences)
+    return Drift(tuple(d for d in second.differences if d in seen), second.checked)
+
+
 def holds_resources(pod: Mapping[str, Any]) -> bool:
     """Bound and not finished: the pod holds its GPUs (until it is gone, if deleted)."""
     return mapping.pod_node(pod) is not None and mapping.finished(pod) is None

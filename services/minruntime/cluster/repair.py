@@ -93,10 +93,12 @@ def repair(
     rows = {row.uid: row for row in service}
     emissions: list[Emission] = []
     notes: list[str] = []
-    for uid in drift.uids:
-        fields = {d.field for d in drift.differences if d.uid == uid}
+    fields: dict[str, set[str]] = {}
+    for difference in drift.differences:
+        fields.setdefault(difference.uid, set()).add(difference.field)
+    for uid, differing in fields.items():
         plan = _Plan(uid, cluster.get(uid), rows.get(uid), events.get(uid, ()), now)
-        plan.make(fields)
+        plan.make(differing)
         emissions += plan.emissions
         notes += plan.notes
     return Repair(tuple(emissions), tuple(notes))
@@ -133,7 +135,7 @@ class _Plan:
             return
         submitted = [e for e in self.events if e.type == EventType.PODGROUP_SUBMITTED]
         if (row is None or QUEUE in fields) and not submitted:
-            self.notes.append(f"{name} ({self.uid}): the bridge cannot map it (see its log)")
+            self.notes.append(f"{name} ({self.uid}): the bridge cannot map it (a note says why)")
             return
         if row is None or QUEUE in fields:
             self._resend(submitted[-1])
@@ -176,12 +178,12 @@ class _Plan:
         if row.running is None:
             if side.running:
                 self.notes.append(
-                    f"{name} ({self.uid}): which pods to release is not known (the database "
-                    "role cannot read pod names: use MINRUNTIME_DATABASE_URL's role)"
+                    f"{name} ({self.uid}): which pods to release is not known (this database "
+                    "role cannot read pod names; the runtime role can)"
                 )
             else:
-                data = {"uid": self.uid, "reason": "deleted"}
-                self._emit(EventType.PODGROUP_RELEASED, data, self.now)
+                everything = {"uid": self.uid, "reason": "deleted"}
+                self._emit(EventType.PODGROUP_RELEASED, everything, self.now)
             return
         running = {mapping.name_of(pod) for pod in side.running}
         pods = {mapping.name_of(pod): pod for pod in side.pods}
@@ -191,7 +193,7 @@ class _Plan:
             pod = pods.get(pod_name)
             ended = None if pod is None else mapping.finished(pod)
             reason, time = ("deleted", None) if ended is None else (ended.reason, ended.time)
-            data = {"uid": self.uid, "pods": [pod_name], "reason": reason}
+            data: dict[str, Any] = {"uid": self.uid, "pods": [pod_name], "reason": reason}
             self._emit(EventType.PODGROUP_RELEASED, data, time or self.now)
 
     def _resend(self, event: Event) -> None:

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -27,7 +27,7 @@ from minruntime.errors import UserError
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from minruntime.cluster.drift import ClusterPodGroup, Drift, ServicePodGroup
+    from minruntime.cluster.drift import Drift, ServicePodGroup
     from minruntime.cluster.mirror import Emission, Kind
     from minruntime.settings import Settings
 
@@ -59,6 +59,8 @@ MetricsFile = Annotated[
 _REQUEST_TIMEOUT: Final = (10, 120)
 _PIPE_WIDTH: Final = 200
 _ABSENT: Final = "-"
+# What is kept of an object of another namespace: nothing (no uid, so never compared).
+_ELSEWHERE: Final[Mapping[str, Any]] = {}
 
 
 def kube_diff_command(
@@ -73,8 +75,9 @@ def kube_diff_command(
     _notes_to_stderr()
     settings = Settings()
     now = datetime.now(UTC)
-    kinds = [Kind.POD_GROUP, Kind.POD] + ([Kind.PRIORITY_CLASS] if repair else [])
-    listing = list_cluster(api_client(settings), settings, kinds)
+    kinds = [Kind.POD_GROUP, Kind.POD]
+    client = api_client(settings)
+    listing = list_cluster(client, settings, kinds, namespace)
     cluster = cluster_podgroups(listing[Kind.POD_GROUP], listing[Kind.POD], namespace)
     rows = read_service(settings, namespace, list(cluster), with_pods=repair)
     drift = compare(cluster, rows, namespace)
@@ -83,7 +86,7 @@ def kube_diff_command(
     if metrics_file is not None:
         write_metrics(drift, metrics_file, now)
     if repair and drift.differences:
-        _repair(settings, drift, cluster, rows, listing[Kind.PRIORITY_CLASS], now)
+        _repair(settings, client, drift, rows, namespace, now)
     if drift.differences:
         raise typer.Exit(1)
 
@@ -104,9 +107,15 @@ def _notes_to_stderr() -> None:
 
 
 def list_cluster(
-    client: Any, settings: Settings, kinds: Sequence[Kind]
+    client: Any, settings: Settings, kinds: Sequence[Kind], namespace: str | None = None
 ) -> dict[Kind, list[Mapping[str, Any]]]:
-    """Every (kept) object of each kind, paged as the bridge lists; one line when it fails."""
+    """Every (kept) object of each kind, paged as the bridge lists; one line when it fails.
+
+    With ``namespace``, namespaced objects of other namespaces are listed but not kept.
+    """
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
     from minruntime.cluster.api import list_all, sources
 
     by_kind = {source.kind: source for source in sources(client, settings)}
@@ -114,13 +123,31 @@ def list_cluster(
     for kind in kinds:
         source = by_kind[kind]
         timed = dataclasses.replace(
-            source, call=functools.partial(source.call, _request_timeout=_REQUEST_TIMEOUT)
+            source,
+            call=functools.partial(source.call, _request_timeout=_REQUEST_TIMEOUT),
+            keep=_kept_in(namespace, source.keep),
         )
         try:
             listing[kind], _ = list_all(timed, settings.kube_list_page_size)
-        except Exception as error:
-            raise UserError(f"cannot list {kind}s: {_api_error(error)}") from error
+        except (ApiException, HTTPError, OSError, ValueError) as error:
+            raise UserError(
+                f"cannot list {kind} objects from the Kubernetes API server: {_api_error(error)}"
+            ) from error
     return listing
+
+
+def _kept_in(
+    namespace: str | None, keep: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
+    if namespace is None:
+        return keep
+
+    def kept(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        metadata = obj.get("metadata") or {}
+        elsewhere = metadata.get("namespace") not in (None, namespace)
+        return _ELSEWHERE if elsewhere else keep(obj)
+
+    return kept
 
 
 def _api_error(error: BaseException) -> str:
@@ -154,7 +181,8 @@ def read_service(
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
             rows = conn.execute(sa.text(query), params).mappings().all()
-            held = _held_pods(conn) if with_pods else None
+            only = [row["uid"] for row in rows] if namespace is not None else None
+            held = _held_pods(conn, only) if with_pods else None
     finally:
         engine.dispose()
     return [
@@ -174,8 +202,9 @@ def read_service(
     ]
 
 
-def _held_pods(conn: Any) -> dict[str, list[str]] | None:
-    """Pod names holding resources, by podgroup; None when this role may not read them."""
+def _held_pods(conn: Any, uids: Sequence[str] | None) -> dict[str, list[str]] | None:
+    """Pod names holding resources, by podgroup (of ``uids``, or all); None when this role
+    may not read them."""
     import sqlalchemy as sa
     from sqlalchemy.exc import ProgrammingError
 
@@ -183,6 +212,8 @@ def _held_pods(conn: Any) -> dict[str, list[str]] | None:
     from minruntime.store.tables import pod_state
 
     statement = sa.select(pod_state.c.uid, pod_state.c.name).where(pod_state.c.allocated)
+    if uids is not None:
+        statement = statement.where(pod_state.c.uid.in_(uids))
     try:
         with conn.begin_nested():
             found = conn.execute(statement).all()
@@ -268,18 +299,31 @@ def write_metrics(drift: Drift, path: Path, now: datetime) -> None:
 
 def _repair(
     settings: Settings,
+    client: Any,
     drift: Drift,
-    cluster: Mapping[str, ClusterPodGroup],
     rows: Sequence[ServicePodGroup],
-    priority_classes: Sequence[Mapping[str, Any]],
+    namespace: str | None,
     now: datetime,
 ) -> None:
+    """Send what makes the service agree, for the differences a second listing confirms."""
+    from minruntime.cluster.drift import cluster_podgroups, compare, confirmed
     from minruntime.cluster.mirror import Kind, MirrorOptions
     from minruntime.cluster.repair import mirrored, repair
 
-    differing = [cluster[uid] for uid in drift.uids if uid in cluster]
-    listing = {
-        Kind.PRIORITY_CLASS: priority_classes,
+    kinds = [Kind.PRIORITY_CLASS, Kind.POD_GROUP, Kind.POD]
+    listing = list_cluster(client, settings, kinds, namespace)
+    cluster = cluster_podgroups(listing[Kind.POD_GROUP], listing[Kind.POD], namespace)
+    sure = confirmed(drift, compare(cluster, rows, namespace))
+    moved = len(drift.differences) - len(sure.differences)
+    if moved:
+        print(
+            f"minruntime: note: {moved} difference(s) changed while comparing (in flight): "
+            "not repaired; run again",
+            file=sys.stderr,
+        )
+    differing = [cluster[uid] for uid in sure.uids if uid in cluster]
+    fed = {
+        Kind.PRIORITY_CLASS: listing[Kind.PRIORITY_CLASS],
         Kind.POD_GROUP: [side.podgroup for side in differing],
         Kind.POD: [pod for side in differing for pod in side.pods],
     }
@@ -287,7 +331,7 @@ def _repair(
         node_pool_label=settings.kube_node_pool_label,
         config_node_pool=settings.kube_scheduler_node_pool,
     )
-    plan = repair(drift, cluster, rows, mirrored(listing, options, lambda: now), now)
+    plan = repair(sure, cluster, rows, mirrored(fed, options, lambda: now), now)
     for note in plan.notes:
         print(f"minruntime: note: not repaired: {note}", file=sys.stderr)
     if not plan.emissions:
