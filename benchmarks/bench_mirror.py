@@ -232,6 +232,9 @@ def main() -> None:
     parser.add_argument("--pods", type=int, nargs="+", default=[1000, 5000, 20000])
     args = parser.parse_args()
     rows = []
+    measure(min(args.pods))  # warm-up (imports, caches, the allocator), not reported
+    gc.unfreeze()
+    gc.collect()
     for count in args.pods:
         rows.append(measure(count))
         gc.unfreeze()  # the listing froze its mirror, gone now: collect it before the next size

@@ -352,20 +352,25 @@ class Bridge:
 
 @contextlib.contextmanager
 def long_lived_listing() -> Iterator[None]:
-    """A listing builds the bridge's long-lived state: collect garbage rarely meanwhile, and
-    exempt that state from every later collection once it is built (``gc.freeze``).
+    """A listing builds the bridge's long-lived state: no cyclic garbage collection meanwhile,
+    then one collection, and that state exempt from every later one (``gc.freeze``).
 
-    CPython's full collections walk every tracked object; with the default thresholds, a
-    listing of 20,000 pods spent a third of its CPU in them and its CPU per pod grew by half
-    from 1,000 to 20,000 pods (docs/benchmarks.md, "The bridge at scale"). The state is a
-    tree of dicts without cycles: freezing it leaks nothing.
+    CPython's collections walk the tracked objects of their generations; the state a listing
+    builds is tens of thousands of dicts, so with the default thresholds a listing of 20,000
+    pods spent a third of its CPU collecting, and its CPU per pod grew by half from 1,000 to
+    20,000 pods (by 38 % to 50,000 with raised thresholds); without collections it is flat
+    (docs/benchmarks.md, "The bridge at scale"). The state is a tree of dicts and strings
+    without cycles, and the listing makes little cyclic garbage (a logged error's traceback):
+    reference counting frees the rest as it goes.
     """
-    thresholds = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 100)
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        gc.set_threshold(*thresholds)
+        if enabled:
+            gc.enable()
+        gc.collect()
         gc.freeze()
 
 
