@@ -621,3 +621,36 @@ def test_a_gang_of_ten_thousand_pods_with_long_names_is_mapped_and_not_sent_whol
     sent = sendable(emissions)
     assert len(sent) == 10_000  # the allocations; the 2.6 MB submission is logged, not sent
     assert all(len(value) <= MAX_RECORD_BYTES for _, value in sent)
+
+
+def config_map(minimum: str) -> dict[str, Any]:
+    text = (
+        "tiers:\n- plugins:\n  - name: minruntime\n    arguments:\n"
+        f"      defaultPreemptMinRuntime: {minimum}\n"
+    )
+    return {"metadata": meta("kai", "cm-1"), "data": {"config.yaml": text}}
+
+
+def test_labels_priority_values_and_the_config_changed_unseen_are_sent_once() -> None:
+    first = mirror()
+    listing(first, {**cluster(), Kind.CONFIG_MAP: [config_map("10m")]})
+    ledger = first.memory()
+    later = {**cluster(), Kind.CONFIG_MAP: [config_map("20m")]}
+    # The class's value rose (the gangs' priority), `eval` moved to another node pool (label).
+    later[Kind.PRIORITY_CLASS] = [{"metadata": meta("train", "pc-1", rv="2"), "value": 80}]
+    moved = podgroup("eval", "pg-2", rv="12")
+    moved["metadata"]["labels"] = {"kai.scheduler/node-pool": "h100"}
+    later[Kind.POD_GROUP] = [later[Kind.POD_GROUP][0], moved]
+    second = ClusterMirror(MirrorOptions(), clock, ledger)
+    emissions = listing(second, later)
+    assert sorted(types(emissions)) == [
+        "config.updated",
+        "podgroup.submitted",
+        "podgroup.submitted",
+    ]
+    submitted = {e.event.subject: data(e) for e in emissions if e.event.type != "config.updated"}
+    assert {uid: d["priority"] for uid, d in submitted.items()} == {"pg-1": 80, "pg-2": 80}
+    assert submitted["pg-2"]["nodePool"] == "h100"
+    assert submitted["pg-1"]["nodePool"] == "a100"
+    # Sent once: a third term, from the second one's ledger, sends nothing.
+    assert listing(ClusterMirror(MirrorOptions(), clock, second.memory()), later) == []
