@@ -10,31 +10,39 @@ subprocess, as the e2e tests run it) and a fresh namespace of the local API serv
    N/4 PodGroups of 4 pods, by a pool of ``--threads`` client threads (the kubernetes client,
    raw JSON: ``_preload_content=False``). Per gang, as KAI and the kubelet would
    (``minruntime.cluster.standin``): create the PodGroup and its 4 pods (scheduler
-   ``kai-scheduler``, annotation ``pod-group-name``, one ``nvidia.com/gpu``, some labels,
-   annotations and env vars: ~2.4 KB of JSON per pod as stored), write the PodGroup's
+   ``kai-scheduler``, annotation ``pod-group-name``, one ``nvidia.com/gpu``, a few labels and
+   env vars: 2,493 bytes of JSON per pod as read back, bound and Running), write the PodGroup's
    ``kai.scheduler/last-start-timestamp``, bind each pod (``binding`` subresource) and set it
    Running (``status`` subresource). Reports the creation rate.
 2. **cold start**: ``minruntime kube bridge`` is spawned; times from the spawn to its log
    saying "watching" and to all N pods being in SQL (``minruntime.podgroups`` of the
    namespace: N/4 rows ``running``, ``running_pods`` summing to N), the bridge's CPU seconds
-   (``/proc/<pid>/stat``) at both moments, its peak RSS (``VmHWM``), and the records it wrote
-   (end offsets of the input topics; the time the last one was written, to ±0.5 s).
+   (``/proc/<pid>/stat``) at both moments and at its log's "active" (lease taken: the CPU from
+   there to "watching" is the listing's, without the interpreter's start), its peak RSS
+   (``VmHWM``), the records it wrote to the input topics (committed records, read back as the
+   processor reads them: a transaction's commit marker is no record; the time the end offsets
+   last moved, to ±0.5 s) and to its ledger topic (``<podgroups topic>.bridge``), if any.
 3. **churn** (``--churn-seconds``, default 60): merge-patches of two annotations
    (``bench/churn: <counter>``, ``kai.scheduler/expected-runtime``) on 10 % of the gangs per
    minute, evenly spread (round robin over the gangs); latency = from the patch's response to
    the new counter being visible in ``minruntime.podgroups.annotations`` (polled every
    20 ms); p50/p99/max. ``--max-rate`` then steps the rate (``--rate-steps``, default 1, 2, 5,
-   10, 20, 50 changes/s, ``--step-seconds`` 20 each) and reports the highest rate with every
-   change seen and p99 <= 1 s.
+   10, 20, 50, 100, 200 changes/s, ``--step-seconds`` 20 each) and reports the highest rate
+   with every change seen and p99 <= 1 s (up to the first step that misses it).
 4. **restart**: once the pipeline is quiet, ``kill -9`` of the bridge and a new one with the
    same environment and identity (as a container restarted in its pod: it takes its own lease
    back at once): time to "watching", to the end of its re-sending (input topics' end offsets
-   still for 3 s and the processor caught up), its CPU, the records re-sent (end offsets of
-   the input topics before the kill and after), how many of those were new to the event log
-   (the rest: duplicates the processor skipped) and dead letters written (rows of
-   ``minruntime.dead_letters`` and records of the dead-letter topic).
+   and the processor's stored offsets still for 3 s, every partition read), its CPU, the
+   records re-sent (committed records between the input topics' end offsets before the kill
+   and after), how many of those were new to the event log (the rest: duplicates the
+   processor skipped), ledger records, and dead letters written (rows of
+   ``minruntime.dead_letters`` by kind, and records of the dead-letter topic).
 
-Then a table per N, and ratios to the smallest N (CPU per pod: linear when ~1.0). Everything
+Then a table per N, and per pod listed (N + the pods the cluster held already) the ratios to
+the smallest N (1.0 = linear) and the marginal CPU per extra pod. ``--bridge-src DIR`` runs
+the bridge from another checkout's ``services/`` (e.g. ``git archive <commit> services | tar
+-x -C DIR``), the processor staying this checkout's: before/after figures on one machine.
+Everything
 is cleaned up: the bridge and the processor stopped, the namespace's pods (grace 0) and
 podgroups, the nodes, queue, priority class and lease deleted, the pipeline dropped
 (``--keep``: the last N's objects and pipeline are kept). The bridge lists the whole cluster:
@@ -42,6 +50,7 @@ objects of other namespaces are listed and sent too (counted at the start).
 
     .venv/bin/python benchmarks/bench_bridge.py [--pods 1000 5000] [--churn-seconds 60]
         [--max-rate] [--skip-churn] [--skip-restart] [--keep] [--json FILE]
+        [--bridge-src DIR] [--threads 24]
 
 Needs the local stack with the API server (``minruntime stack up --kube``).
 """
@@ -216,19 +225,15 @@ class Cluster:
     # -- bodies ---------------------------------------------------------------------------------
     def pod_body(self, gang: str, name: str, rank: int) -> dict[str, Any]:
         """A training pod of a gang, about 2.4 KB of JSON once stored, bound and Running."""
-        env = {"RANK": str(rank), "WORLD_SIZE": str(GANG), "MASTER_ADDR": f"{gang}-0"}
+        env = {"RANK": str(rank), "WORLD_SIZE": str(GANG)}
         return {
             "metadata": {
                 "name": name,
                 "labels": {"app": gang, "kai.scheduler/queue": self.queue, RUN_LABEL: self.suffix},
-                "annotations": {
-                    POD_GROUP_ANNOTATION: gang,
-                    "training.example.com/owner": "ml-platform@example.com",
-                },
+                "annotations": {POD_GROUP_ANNOTATION: gang},
             },
             "spec": {
                 "schedulerName": "kai-scheduler",
-                "restartPolicy": "Never",
                 "containers": [
                     {
                         "name": "trainer",
@@ -322,7 +327,7 @@ class Cluster:
                 self.gangs.append(gang)
                 if done % max(1, gangs // 10) == 0:
                     elapsed = time.monotonic() - nodes_done
-                    print(f"    {done * GANG:,} pods in {elapsed:.1f} s", flush=True)
+                    print(f"    created {done * GANG:,} pods ({elapsed:.1f} s)", flush=True)
         ended = time.monotonic()
         sample = self.api.call(
             self.api.core.read_namespaced_pod, self.gangs[0].pods[0], self.namespace
@@ -351,22 +356,45 @@ class Cluster:
 
     # -- cleanup --------------------------------------------------------------------------------
     def delete(self, lease: str) -> None:
-        """Every object of the run; each step on its own (one failing does not stop the rest)."""
+        """Every object of the run; each step on its own (one failing does not stop the rest).
+
+        A delete-collection of 20,000 pods outlasts the API server's request timeout (504,
+        what it managed is deleted): it is repeated until none is left.
+        """
         from kubernetes.client.exceptions import ApiException
 
         api, ns = self.api, self.namespace
-        steps: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = [
-            ("pods", api.core.delete_collection_namespaced_pod, (ns,),
-             {"grace_period_seconds": 0}),
+        mine = {"label_selector": f"{RUN_LABEL}={self.suffix}"}
+        podgroups = (KAI_GROUP, "v2alpha2", ns, "podgroups")
+        collections: list[tuple[str, Callable[..., Any], Callable[..., Any], tuple[Any, ...]]] = [
+            ("pods", api.core.delete_collection_namespaced_pod, api.core.list_namespaced_pod,
+             (ns,)),
             ("podgroups", api.custom.delete_collection_namespaced_custom_object,
-             (KAI_GROUP, "v2alpha2", ns, "podgroups"), {}),
-            ("nodes", api.core.delete_collection_node, (),
-             {"label_selector": f"{RUN_LABEL}={self.suffix}"}),
+             api.custom.list_namespaced_custom_object, podgroups),
+        ]  # fmt: skip
+        for what, delete, listing, args in collections:
+            for _ in range(20):
+                try:
+                    delete(*args, grace_period_seconds=0, _preload_content=False,
+                           _request_timeout=300)  # fmt: skip
+                except ApiException as error:
+                    if error.status not in RETRY_STATUSES:
+                        print(f"  cleanup: deleting the {what} failed: {error.status}")
+                        break
+                if not api.count(listing, *args):
+                    break
+            else:
+                print(f"  cleanup: {api.count(listing, *args)} {what} left in {ns}")
+        steps: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = [
+            ("nodes", api.core.delete_collection_node, (), mine),
             ("queue", api.custom.delete_cluster_custom_object,
              (KAI_GROUP, "v2", "queues", self.queue), {}),
             ("priority class", api.scheduling.delete_priority_class, (self.priority_class,), {}),
             ("lease", api.coordination.delete_namespaced_lease, (lease, ns), {}),
             ("namespace", api.core.delete_namespace, (ns,), {}),
+            # No namespace controller here: empty, it would stay Terminating. Finalize it.
+            ("namespace's finalizers", api.core.replace_namespace_finalize,
+             (ns, {"metadata": {"name": ns}, "spec": {"finalizers": []}}), {}),
         ]  # fmt: skip
         for what, method, args, kwargs in steps:
             try:
@@ -386,9 +414,9 @@ class Offsets:
     has one, appears once the bridge runs.
     """
 
-    def __init__(self, pipeline: BenchPipeline) -> None:
+    def __init__(self, pipeline: BenchPipeline, extra: dict[str, str]) -> None:
         self.loop = asyncio.new_event_loop()
-        self.topics = pipeline.topics
+        self.topics = {**pipeline.topics, **extra}
         self.partitions: dict[str, list[Any]] = {}
         self.consumer = self.loop.run_until_complete(self._start(pipeline))
 
@@ -398,7 +426,11 @@ class Offsets:
 
         from minruntime.kafka_access import start_client
 
-        consumer = AIOKafkaConsumer(**pipeline.kafka.client_kwargs(), enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            **pipeline.kafka.client_kwargs(),
+            enable_auto_commit=False,
+            isolation_level="read_committed",  # as the processor reads
+        )
         await start_client(consumer, pipeline.kafka)
         return consumer
 
@@ -410,18 +442,68 @@ class Offsets:
             numbers = cluster.partitions_for_topic(topic) or set()
             self.partitions[role] = [TopicPartition(topic, p) for p in sorted(numbers)]
 
-    def ends(self, roles: Iterable[str]) -> dict[str, int]:
-        """Records per topic role: the sum of its partitions' end offsets."""
+    def partition_ends(self, roles: Iterable[str]) -> dict[tuple[str, int], int]:
+        """End offset of each partition of the roles' topics, by (topic, partition)."""
         roles = list(roles)
         if any(not self.partitions.get(role) for role in roles):
             self.loop.run_until_complete(self._refresh())
         partitions = [partition for role in roles for partition in self.partitions.get(role, [])]
         ends = self.loop.run_until_complete(self.consumer.end_offsets(partitions))
+        return {(tp.topic, tp.partition): int(offset) for tp, offset in ends.items()}
+
+    def ends(self, roles: Iterable[str]) -> dict[str, int]:
+        """Records per topic role: the sum of its partitions' end offsets."""
+        roles = list(roles)
         by_topic = {topic: role for role, topic in self.topics.items()}
         totals = dict.fromkeys(roles, 0)
-        for partition, offset in ends.items():
-            totals[by_topic[partition.topic]] += offset
+        for (topic, _), offset in self.partition_ends(roles).items():
+            totals[by_topic[topic]] += offset
         return totals
+
+    def records(
+        self, since: dict[tuple[str, int], int], until: dict[tuple[str, int], int]
+    ) -> dict[str, int]:
+        """Committed records between two sets of offsets, per role (what the processor reads:
+        a transaction's commit marker takes an offset but is no record)."""
+        counts = self.loop.run_until_complete(self._records(since, until))
+        by_topic = {topic: role for role, topic in self.topics.items()}
+        totals = dict.fromkeys(sorted({by_topic[topic] for topic, _ in until}), 0)
+        for topic, n in counts.items():
+            totals[by_topic[topic]] += n
+        return totals
+
+    async def _records(
+        self, since: dict[tuple[str, int], int], until: dict[tuple[str, int], int]
+    ) -> dict[str, int]:
+        from aiokafka import TopicPartition
+
+        wanted = {
+            TopicPartition(topic, part): end
+            for (topic, part), end in until.items()
+            if end > since.get((topic, part), 0)
+        }
+        counts: dict[str, int] = {}
+        if not wanted:
+            return counts
+        self.consumer.assign(list(wanted))
+        for tp in wanted:
+            self.consumer.seek(tp, since.get((tp.topic, tp.partition), 0))
+        deadline = time.monotonic() + 120
+        remaining = set(wanted)
+        while remaining:
+            batch = await self.consumer.getmany(*remaining, timeout_ms=300)
+            for tp, records in batch.items():
+                inside = sum(1 for record in records if record.offset < wanted[tp])
+                counts[tp.topic] = counts.get(tp.topic, 0) + inside
+            for tp in list(remaining):
+                position = await self.consumer.position(tp)
+                # At the end, or one short of it (a commit marker) with nothing more to read.
+                if position >= wanted[tp] or (position == wanted[tp] - 1 and tp not in batch):
+                    remaining.discard(tp)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"could not read {sorted(map(str, remaining))} to the end")
+        self.consumer.unsubscribe()
+        return counts
 
     def close(self) -> None:
         self.loop.run_until_complete(self.consumer.stop())
@@ -457,14 +539,14 @@ class Sql:
         row = self.conn.execute(f"SELECT count(*) FROM minruntime.{view}").fetchone()
         return int(row[0]) if row else 0
 
-    def stored_offsets(self) -> dict[str, int]:
-        """The processor's stored offsets, summed per topic."""
+    def stored_offsets(self) -> dict[tuple[str, int], int]:
+        """The processor's stored offsets, by (topic, partition)."""
         rows = self.owner.execute(
-            "SELECT topic, sum(next_offset) FROM minruntime_state.consumer_offsets"
-            " WHERE consumer_group = %s GROUP BY topic",
+            "SELECT topic, partition, next_offset FROM minruntime_state.consumer_offsets"
+            " WHERE consumer_group = %s",
             (self.pipeline.group,),
         ).fetchall()
-        return {str(topic): int(total) for topic, total in rows}
+        return {(str(topic), int(part)): int(offset) for topic, part, offset in rows}
 
     def close(self) -> None:
         self.conn.close()
@@ -592,6 +674,10 @@ class Run:
         print(f"  the cluster holds already: {others} (listed by the bridge too)")
         try:
             self.pipeline.create()
+            print(
+                f"  pipeline: {self.pipeline.database_url.split('?')[0].rsplit('/', 1)[-1]}, "
+                f"topics *.{self.pipeline.suffix}, work dir {self.pipeline.workdir}"
+            )
             self.setup()
             self.cold_start()
             if not self.args.skip_churn:
@@ -613,13 +699,13 @@ class Run:
             f"{setup['API calls/s']:.0f} API calls/s), pod {setup['pod JSON bytes']:,} bytes"
         )
         self.pipeline.start()
-        # The bridge's own compacted ledger, when it keeps one (deleted with the topics).
-        self.pipeline.topics["ledger"] = f"{self.pipeline.topics['podgroups']}.bridge"
         deadline = time.monotonic() + 120
         while probe(self.metrics_port, "/readyz")[0] != 200 and time.monotonic() < deadline:
             self.pipeline.check_alive()
             time.sleep(0.2)
-        self.offsets = Offsets(self.pipeline)
+        # The bridge's own compacted ledger, when it keeps one (the harness deletes it).
+        ledger = f"{self.pipeline.topics['podgroups']}.bridge"
+        self.offsets = Offsets(self.pipeline, {"ledger": ledger})
         self.sql = Sql(self.pipeline, self.cluster.namespace)
 
     def cold_start(self) -> None:
@@ -652,10 +738,14 @@ class Run:
         bridge.scan()
         watching, watching_cpu = bridge.seen.get("watching", (math.nan, math.nan))
         active = bridge.seen.get("active", (math.nan, math.nan))
-        ends = self.input_ends()
+        assert self.offsets is not None
+        end_offsets = self.offsets.partition_ends(INPUT_ROLES)
+        written = next((t for t, n in samples if n >= sum(end_offsets.values())), in_sql)
+        ends = self.offsets.records({}, end_offsets)
         total = sum(ends.values())
-        written = next((t for t, n in samples if n >= total), in_sql)
+        listed = self.pods + int(self.figures["cluster before"]["pods"])
         self.figures["cold"] = {
+            "pods listed": listed,
             "active s": active[0],
             "active CPU s": active[1],
             "watching s": watching,
@@ -664,6 +754,8 @@ class Run:
             "all in SQL s": in_sql,
             "all in SQL CPU s": cpu,
             "CPU ms per pod": cpu / self.pods * 1000,
+            "listing CPU s": watching_cpu - active[1],
+            "listing CPU us per pod": (watching_cpu - active[1]) / listed * 1e6,
             "peak RSS MB": bridge.peak_rss_mb(),
             "records written": ends,
             "records": total,
@@ -696,6 +788,9 @@ class Run:
             steps.append(figures)
             print(f"  max rate: {rate:g}/s: " + summary_line(figures))
             if figures["unseen"] or figures["p99 s"] > LATENCY_BOUND:
+                break
+            if figures["achieved rate"] < 0.95 * rate:
+                print(f"  max rate: the benchmark could not send {rate:g}/s: stopped")
                 break
             sustained = rate
         self.figures["max rate"] = {"sustained changes/s": sustained, "steps": steps}
@@ -782,36 +877,45 @@ class Run:
         }
 
     def settle(self, quiet: float, timeout: float) -> float:
-        """Wait until the input topics are still for `quiet` s and the processor caught up.
+        """Wait until the input topics and the processor's offsets are still for `quiet` s
+        and the processor has read every partition to its end.
 
-        Returns the monotonic time of the last change of the end offsets seen.
+        "To its end" allows one offset per partition: a transactional producer's commit
+        marker takes an offset that no record has, so the processor's next offset stops
+        one short of the end. Returns the monotonic time the end offsets last changed.
         """
+        assert self.offsets is not None
         assert self.sql is not None
         assert self.bridge is not None
-        topics = self.pipeline.topics
-        last = self.input_ends()
-        changed = time.monotonic()
+        last = self.offsets.partition_ends(INPUT_ROLES)
+        last_stored = self.sql.stored_offsets()
+        changed = stored_changed = time.monotonic()
         deadline = changed + timeout
         while True:
             time.sleep(0.25)
             self.bridge.check_alive()
-            ends = self.input_ends()
+            self.pipeline.check_alive()
+            ends = self.offsets.partition_ends(INPUT_ROLES)
+            stored = self.sql.stored_offsets()
             now = time.monotonic()
             if ends != last:
                 last, changed = ends, now
-                continue
-            stored = self.sql.stored_offsets()
-            caught_up = all(stored.get(topics[role], 0) >= n for role, n in ends.items())
-            if caught_up and now - changed >= quiet:
+            if stored != last_stored:
+                last_stored, stored_changed = stored, now
+            behind = {tp: end - stored.get(tp, 0) for tp, end in ends.items()}
+            read = all(gap <= 1 for gap in behind.values())
+            if read and now - max(changed, stored_changed) >= quiet:
                 return changed
             if now > deadline:
-                raise RuntimeError(f"not settled after {timeout:.0f}s: {ends} vs {stored}")
+                lagging = {tp: gap for tp, gap in behind.items() if gap > 1}
+                raise RuntimeError(f"not settled after {timeout:.0f}s: behind by {lagging}")
 
     def restart(self) -> None:
         assert self.sql is not None
         assert self.bridge is not None
         self.settle(quiet=2.0, timeout=self.args.timeout)
-        records = self.input_ends()
+        assert self.offsets is not None
+        records = self.offsets.partition_ends(INPUT_ROLES)
         dead_letter_records = self.offsets_of("dead_letter")
         ledger_records = self.offsets_of("ledger")
         dead_letters = self.sql.count("dead_letters")
@@ -823,13 +927,13 @@ class Run:
         bridge = self.bridge = self.spawn_bridge()
         watching, watching_cpu = bridge.wait_for("watching", self.args.timeout)
         last_change = self.settle(quiet=3.0, timeout=self.args.timeout)
-        ends = self.input_ends()
-        resent = {role: ends[role] - records[role] for role in ends}
+        resent = self.offsets.records(records, self.offsets.partition_ends(INPUT_ROLES))
         new_rows = self.sql.count("event_log") - event_log
         _, running, pods = self.sql.progress()
         self.figures["restart"] = {
             "watching s": watching,
             "watching CPU s": watching_cpu,
+            "listing CPU s": watching_cpu - bridge.seen.get("active", (math.nan, math.nan))[1],
             "re-sent until s": max(watching, last_change - bridge.spawned),
             "CPU s (settled)": bridge.cpu(),
             "peak RSS MB": bridge.peak_rss_mb(),
@@ -864,13 +968,20 @@ class Run:
             if closer is not None:
                 with suppress(Exception):
                     closer.close()
-        self.pipeline.drop(keep=keep)
         if keep:
             print(f"  kept namespace {self.cluster.namespace} and its cluster objects")
         else:
             started = time.monotonic()
-            self.cluster.delete(self.env["MINRUNTIME_KUBE_LEASE_NAME"])
-            print(f"  cleanup: cluster objects deleted in {time.monotonic() - started:.1f} s")
+            try:
+                self.cluster.delete(self.env["MINRUNTIME_KUBE_LEASE_NAME"])
+                print(f"  cleanup: cluster objects deleted in {time.monotonic() - started:.1f} s")
+            except Exception as error:
+                print(f"  cleanup: deleting {self.cluster.namespace}'s objects failed: {error}")
+        try:
+            self.pipeline.drop(keep=keep)  # stops the processor first
+        except Exception as error:
+            print(f"  cleanup: dropping the pipeline failed: {error}")
+            self.pipeline.stop()
         self.api.close()
 
 
@@ -919,6 +1030,9 @@ ROWS: Sequence[tuple[str, str, int]] = (
     ("cold: all pods in SQL, s", "cold: all in SQL s", 1),
     ("cold: all in SQL, bridge CPU s", "cold: all in SQL CPU s", 2),
     ("cold: bridge CPU ms per pod", "cold: CPU ms per pod", 2),
+    ("cold: pods listed (N + the cluster's others)", "cold: pods listed", 0),
+    ("cold: bridge CPU from lease to watching, s", "cold: listing CPU s", 2),
+    ("cold: the same, us per pod listed", "cold: listing CPU us per pod", 0),
     ("cold: bridge peak RSS MB", "cold: peak RSS MB", 0),
     ("cold: records written", "cold: records", 0),
     ("cold: ledger records written", "cold: ledger records", 0),
@@ -933,6 +1047,7 @@ ROWS: Sequence[tuple[str, str, int]] = (
     ("max rate: sustained changes/s (p99 <= 1 s)", "max rate: sustained changes/s", 0),
     ("restart: watching, s", "restart: watching s", 1),
     ("restart: watching, bridge CPU s", "restart: watching CPU s", 2),
+    ("restart: bridge CPU from lease to watching, s", "restart: listing CPU s", 2),
     ("restart: re-sending done, s (±0.25)", "restart: re-sent until s", 1),
     ("restart: bridge CPU s when settled", "restart: CPU s (settled)", 2),
     ("restart: records re-sent", "restart: re-sent", 0),
@@ -959,28 +1074,44 @@ def report(results: dict[int, dict[str, Any]]) -> None:
         print(f"| {label} | " + " | ".join(fmt(v, digits) for v in values) + " |")
     if len(sizes) < 2:
         return
-    smallest = results[sizes[0]]
-    print(f"\nRatios to N = {sizes[0]:,} (per pod: 1.0 = linear)")
-    print("\n| per pod | " + " | ".join(f"N = {n:,}" for n in sizes) + " |")
+
+    def listed(n: int) -> int:
+        value = dig(results[n], "cold: pods listed")
+        return int(value) if isinstance(value, int) else n
+
+    print(f"\nPer pod listed (N + the cluster's other pods), as a ratio to N = {sizes[0]:,}:")
+    print("1.0 = linear; the first rows include the interpreter's start (~1-2 s of CPU).")
+    print("\n| per pod listed | " + " | ".join(f"N = {n:,}" for n in sizes) + " |")
     print("|---|" + "---:|" * len(sizes))
     ratios = (
         ("bridge CPU to all in SQL", "cold: all in SQL CPU s"),
         ("bridge CPU to watching", "cold: watching CPU s"),
+        ("bridge CPU from lease to watching", "cold: listing CPU s"),
         ("time to all in SQL", "cold: all in SQL s"),
         ("time to watching", "cold: watching s"),
-        ("restart: bridge CPU to watching", "restart: watching CPU s"),
+        ("restart: bridge CPU from lease to watching", "restart: listing CPU s"),
         ("restart: records re-sent", "restart: re-sent"),
     )
     for label, path in ratios:
-        base = dig(smallest, path)
-        if not isinstance(base, int | float) or not base:
+        base = dig(results[sizes[0]], path)
+        if not isinstance(base, int | float) or not base or math.isnan(base):
             continue
         cells = []
         for n in sizes:
             value = dig(results[n], path)
             ok = isinstance(value, int | float) and not math.isnan(value)
-            cells.append(fmt((value / n) / (base / sizes[0]), 2) if ok else "—")
+            cells.append(fmt((value / listed(n)) / (base / listed(sizes[0])), 2) if ok else "—")
         print(f"| {label} | " + " | ".join(cells) + " |")
+    cells = ["—"]
+    for n in sizes[1:]:
+        now, then = (
+            dig(results[n], "cold: watching CPU s"),
+            dig(results[sizes[0]], "cold: watching CPU s"),
+        )
+        ok = isinstance(now, float) and isinstance(then, float) and listed(n) > listed(sizes[0])
+        marginal = (now - then) / (listed(n) - listed(sizes[0])) * 1e6 if ok else None
+        cells.append(fmt(marginal, 0))
+    print("| marginal bridge CPU to watching per extra pod, us | " + " | ".join(cells) + " |")
 
 
 def machine() -> str:
@@ -1040,7 +1171,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--rate-steps",
         type=lambda text: [float(x) for x in text.split(",")],
-        default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0],
+        default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0],
         help="changes/s, comma-separated",
     )
     parser.add_argument("--step-seconds", type=float, default=20.0)
