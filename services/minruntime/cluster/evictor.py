@@ -13,16 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from minruntime.cluster import mapping
-from minruntime.cluster.api import KAI_GROUP, PODGROUP_VERSION, api_client, read_json
+from minruntime.cluster.api import (
+    KAI_GROUP,
+    PODGROUP_VERSION,
+    ListingExpiredError,
+    Source,
+    api_client,
+    list_pages,
+)
+from minruntime.cluster.mirror import Kind
 from minruntime.core import format_rfc3339
 from minruntime.events import EventRejected, RequeueCommittedData, decode_event
 from minruntime.kafka_access import kafka_access
@@ -32,6 +41,7 @@ from minruntime.settings import Settings
 log = logging.getLogger(__name__)
 
 HTTP_NOT_FOUND = 404
+LIST_PAGE_SIZE = 500
 HTTP_TOO_MANY_REQUESTS = 429
 
 
@@ -93,20 +103,22 @@ class Evictor:
         return Outcome(decision_id, evicted)
 
     def _podgroup(self, uid: str) -> Mapping[str, Any] | None:
-        # A custom resource cannot be selected by uid: list them and pick it.
-        body = read_json(
-            self.custom.list_cluster_custom_object(
-                KAI_GROUP, PODGROUP_VERSION, "podgroups", _preload_content=False
-            )
+        # A custom resource cannot be selected by uid: list them, page by page, and pick it.
+        listing = functools.partial(
+            self.custom.list_cluster_custom_object, KAI_GROUP, PODGROUP_VERSION, "podgroups"
         )
-        return next(
-            (item for item in body.get("items") or () if mapping.metadata(item).get("uid") == uid),
-            None,
-        )
+        for podgroup in _paged(Source(Kind.POD_GROUP, listing)):
+            if mapping.metadata(podgroup).get("uid") == uid:
+                return podgroup
+        return None
 
     def _pods(self, namespace: str, podgroup: str) -> list[Mapping[str, Any]]:
-        body = read_json(self.core.list_namespaced_pod(namespace, _preload_content=False))
-        return [pod for pod in body.get("items") or () if mapping.pod_group_name(pod) == podgroup]
+        listing = functools.partial(self.core.list_namespaced_pod, namespace)
+        return [
+            pod
+            for pod in _paged(Source(Kind.POD, listing))
+            if mapping.pod_group_name(pod) == podgroup
+        ]
 
     def _evict(self, pod: Mapping[str, Any]) -> bool:
         """Evict one pod; False when it is already going or gone. Retries a PDB's 429."""
@@ -142,6 +154,20 @@ class Evictor:
             logger=log,
             cap=self.backoff_max,
         )
+
+
+def _paged(source: Source) -> Iterator[Mapping[str, Any]]:
+    """Every object of a listing, a page at a time (an expired token starts it over)."""
+    while True:
+        seen: list[Mapping[str, Any]] = []
+        try:
+            for page in list_pages(source, LIST_PAGE_SIZE):
+                seen.extend(page.objects)
+                if page.last:
+                    yield from seen
+                    return
+        except ListingExpiredError:
+            continue
 
 
 def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:
