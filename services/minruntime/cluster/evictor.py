@@ -17,7 +17,7 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,10 +26,9 @@ from minruntime.cluster import mapping
 from minruntime.cluster.api import (
     KAI_GROUP,
     PODGROUP_VERSION,
-    ListingExpiredError,
     Source,
     api_client,
-    list_pages,
+    list_all,
 )
 from minruntime.cluster.mirror import Kind
 from minruntime.core import format_rfc3339
@@ -156,18 +155,9 @@ class Evictor:
         )
 
 
-def _paged(source: Source) -> Iterator[Mapping[str, Any]]:
-    """Every object of a listing, a page at a time (an expired token starts it over)."""
-    while True:
-        seen: list[Mapping[str, Any]] = []
-        try:
-            for page in list_pages(source, LIST_PAGE_SIZE):
-                seen.extend(page.objects)
-                if page.last:
-                    yield from seen
-                    return
-        except ListingExpiredError:
-            continue
+def _paged(source: Source) -> list[Mapping[str, Any]]:
+    """Every object of a listing, listed page by page (an expired token starts it over)."""
+    return list_all(source, LIST_PAGE_SIZE)[0]
 
 
 def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:
