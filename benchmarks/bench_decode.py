@@ -15,6 +15,12 @@ subject check, the data model's ``after`` validators), the byte scans of the bou
 NaN/Infinity, escaped NUL: ``decode_event`` minus ``validate_json``), and the ``\\u`` pre-check
 ``ingest.batch`` runs after decoding.
 
+Each type is also timed in binary content mode (the CloudEvents Kafka binding: attributes in
+``ce_`` headers, the data as the value, as ``minruntime produce --mode binary`` and the SDK's
+``to_binary`` write it): ``decode_event(data, topic, headers=headers)``, which builds the
+equivalent structured event and decodes that; the column says how much more it costs than
+the structured record (skipped on a checkout without binary mode).
+
 ``--retain N`` then decodes the whole trace again in batches of N whose events are kept until
 the batch ends, as ``apply_batch`` keeps them (2,000 in the processor, 20,000 in a replay),
 once with CPython's default garbage-collector thresholds and once with the processor's
@@ -38,6 +44,7 @@ from typing import Any
 from pydantic_core import from_json
 
 from bench_ingest import SHAPES, TRACES, generate
+from minruntime import events
 from minruntime.bootstrap import tune_gc
 from minruntime.events import DEFAULT_TOPICS, Event, codec, decode_event
 from minruntime.events.envelope import CloudEvent
@@ -56,6 +63,23 @@ def values_by_type(trace: str) -> dict[str, list[tuple[bytes, str]]]:
     for role, _, value in generated.events:
         by_type.setdefault(json.loads(value)["type"], []).append((value, DEFAULT_TOPICS[role]))
     return by_type
+
+
+def binary_records(records: list[tuple[bytes, str]]) -> list[tuple[bytes, str, Any]] | None:
+    """The same events as binary-mode records: (data, topic, headers), or None (no binding)."""
+    binary_headers = getattr(events, "binary_headers", None)
+    if binary_headers is None:
+        return None
+    out = []
+    for value, topic in records:
+        headers, data = binary_headers(json.loads(value))
+        out.append((json.dumps(data, separators=(",", ":")).encode(), topic, tuple(headers)))
+    return out
+
+
+def decode_binary(record: tuple[bytes, str, Any]) -> object:
+    value, topic, headers = record
+    return decode_event(value, topic, headers=headers)
 
 
 def best(function: Callable[[Any], object], items: Sequence[Any], repeat: int) -> float:
@@ -132,12 +156,22 @@ def main() -> None:
         f"{total:,} events ({args.trace} trace); Python {platform.python_version()}, "
         f"load {os.getloadavg()[0]:.2f}; best of {args.repeat}"
     )
-    seconds = 0.0
+    seconds = binary_seconds = 0.0
     for event_type, records in sorted(by_type.items(), key=lambda item: -len(item[1])):
         per_event = best(lambda record: decode_event(*record), records, args.repeat)
         seconds += per_event * len(records)
         size = sum(len(value) for value, _ in records) / len(records)
-        print(f"{event_type:20s} {len(records):7,} events {size:5.0f} B  {per_event * 1e6:6.2f} µs")
+        line = f"{event_type:20s} {len(records):7,} events {size:5.0f} B  {per_event * 1e6:6.2f} µs"
+        as_binary = binary_records(records)
+        if as_binary is not None:
+            per_binary = best(decode_binary, as_binary, args.repeat)
+            binary_seconds += per_binary * len(records)
+            header_bytes = sum(len(value) for *_, headers in as_binary for _, value in headers)
+            line += (
+                f"   binary {per_binary * 1e6:6.2f} µs ({(per_binary / per_event - 1) * 100:+4.0f}"
+                f" %, {header_bytes / len(records):3.0f} B of headers)"
+            )
+        print(line)
         if args.parts:
             for part, cost in parts(records, args.repeat).items():
                 print(f"    {part:28s} {cost * 1e6:6.2f} µs")
@@ -145,6 +179,12 @@ def main() -> None:
         f"all {total:,} events: {seconds:.3f} s = {seconds / total * 1e6:.2f} µs/event "
         f"({total / seconds:,.0f} events/s); load {os.getloadavg()[0]:.2f}"
     )
+    if binary_seconds:
+        print(
+            f"binary mode: {binary_seconds:.3f} s = {binary_seconds / total * 1e6:.2f} µs/event "
+            f"({total / binary_seconds:,.0f} events/s, {(binary_seconds / seconds - 1) * 100:+.0f} "
+            "% against structured)"
+        )
     if args.retain:
         records = [record for records in by_type.values() for record in records]
         default = retained(records, args.retain, args.repeat)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -177,14 +178,29 @@ def _log_to_stderr(loglevel: str) -> None:
     )
 
 
+class ContentMode(StrEnum):
+    """The content modes of the CloudEvents Kafka binding (docs/events.md, "Content modes")."""
+
+    STRUCTURED = "structured"
+    BINARY = "binary"
+
+
 @app.command("produce")
 def produce_command(
     files: Annotated[list[str], typer.Argument(help="JSON, JSONL or YAML files; - for stdin.")],
+    mode: Annotated[
+        ContentMode,
+        typer.Option(
+            "--mode",
+            help="CloudEvents Kafka content mode: structured (the event is the value) or "
+            "binary (attributes in ce_ headers, the data is the value).",
+        ),
+    ] = ContentMode.STRUCTURED,
 ) -> None:
     """Validate events against the contract and send them to their topics (all or nothing)."""
     from minruntime.produce import produce
 
-    counts = produce(files, Settings())
+    counts = produce(files, Settings(), mode.value)
     summary = ", ".join(f"{topic}: {count}" for topic, count in sorted(counts.items()))
     console.print(f"sent {sum(counts.values())} events ({summary})")
 

@@ -5,6 +5,11 @@ documents, each an event or a list); `-` reads standard input. Hand-written even
 `specversion`, `id` (a uuid4 is generated), `source` (`minruntime-cli`), `time` (now) and
 `subject` (derived from `data`). Every event is validated against the contract before any is
 sent: one invalid event sends nothing.
+
+Records are keyed by the subject, in either content mode of the CloudEvents Kafka binding:
+structured (the default: the whole event is the value) or binary (`--mode binary`: the
+attributes in `ce_` headers, `datacontenttype` if given as `content-type`, the data as the
+value).
 """
 
 from __future__ import annotations
@@ -24,13 +29,15 @@ import yaml
 
 from minruntime.core import format_rfc3339
 from minruntime.errors import UserError
-from minruntime.events import EventRejected, decode_event, new_event
+from minruntime.events import EventRejected, binary_headers, decode_event, new_event
 from minruntime.events.topics import INPUT_ROLES, ROLE_TYPES, topic_types
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.stream.topics import topic_names
 
 CLI_SOURCE = "minruntime-cli"
+# The content modes of the CloudEvents Kafka binding `produce` writes.
+CONTENT_MODES = ("structured", "binary")
 
 
 class InvalidEventFileError(UserError):
@@ -94,8 +101,15 @@ def _yaml(name: str, text: str) -> list[tuple[str, Any]]:
     return [(f"{name} document {i}", doc) for i, doc in enumerate(documents, 1)]
 
 
-def prepare(where: str, document: Any, settings: Settings, now: datetime) -> Outgoing:
-    """Fill the envelope's optional attributes, validate, and pick the topic."""
+def prepare(
+    where: str, document: Any, settings: Settings, now: datetime, mode: str = "structured"
+) -> Outgoing:
+    """Fill the envelope's optional attributes, validate, and pick the topic.
+
+    ``mode``: the record's content mode, ``structured`` or ``binary`` (validated as sent).
+    """
+    if mode not in CONTENT_MODES:
+        raise ValueError(f"unknown content mode {mode!r} (use {' or '.join(CONTENT_MODES)})")
     if not isinstance(document, dict):
         raise InvalidEventFileError(f"{where}: an event must be an object")
     event_type = document.get("type")
@@ -117,18 +131,28 @@ def prepare(where: str, document: Any, settings: Settings, now: datetime) -> Out
             filled["subject"] = new_event(
                 str(event_type), data if isinstance(data, dict) else {}, time=now
             ).subject
-        value = json.dumps(filled, separators=(",", ":"), default=str).encode()
-        event = decode_event(value, names[role], topic_types=topic_types(names))
+        headers: list[tuple[str, bytes]] = []
+        if mode == "binary":
+            filled = json.loads(json.dumps(filled, default=str))  # plain JSON values
+            headers, data = binary_headers(filled)
+            value = json.dumps(data, separators=(",", ":")).encode()
+        else:
+            value = json.dumps(filled, separators=(",", ":"), default=str).encode()
+        event = decode_event(
+            value, names[role], topic_types=topic_types(names), headers=headers or None
+        )
     except EventRejected as exc:
         raise InvalidEventFileError(f"{where}: {exc.kind}: {exc.message}") from exc
-    return Outgoing(names[role], event.subject.encode(), value)
+    return Outgoing(names[role], event.subject.encode(), value, tuple(headers))
 
 
-def prepare_files(paths: Sequence[str], settings: Settings) -> list[Outgoing]:
+def prepare_files(
+    paths: Sequence[str], settings: Settings, mode: str = "structured"
+) -> list[Outgoing]:
     """Every event of every file, validated; the first invalid one raises."""
     now = datetime.now(UTC)
     outgoing = [
-        prepare(where, document, settings, now)
+        prepare(where, document, settings, now, mode)
         for path in paths
         for where, document in read_documents(path)
     ]
@@ -162,6 +186,6 @@ async def send(settings: Settings, outgoing: Sequence[Outgoing]) -> Counter[str]
     return Counter(o.topic for o in outgoing)
 
 
-def produce(paths: Sequence[str], settings: Settings) -> Counter[str]:
-    """Validate all events, then send them; return how many went to each topic."""
-    return asyncio.run(send(settings, prepare_files(paths, settings)))
+def produce(paths: Sequence[str], settings: Settings, mode: str = "structured") -> Counter[str]:
+    """Validate all events, then send them (in content ``mode``); how many went to each topic."""
+    return asyncio.run(send(settings, prepare_files(paths, settings, mode)))

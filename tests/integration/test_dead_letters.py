@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
 import sqlalchemy as sa
+from cloudevents.core.bindings import kafka
+from cloudevents.core.formats.json import JSONFormat
 
 from minruntime.events import decode_dead_letter
+from minruntime.ingest import InboundRecord
 from tests.integration.helpers import (
     Feed,
     cloud_event,
@@ -102,3 +106,96 @@ def test_an_inconsistent_podgroup_is_dead_lettered(engine: sa.Engine) -> None:
     outcome = feed.send(bad, submitted("v", "a"))
     assert outcome.dead_lettered == 1
     assert [r.uid for r in rows(engine, "SELECT uid FROM minruntime.podgroups")] == ["v"]
+
+
+# --- binary content mode (the CloudEvents Kafka binding) ----------------------------------------
+
+
+def _binary(feed: Feed, document: dict[str, object], key: bytes | None = None) -> InboundRecord:
+    """``document`` as the CloudEvents SDK's binary-mode Kafka message, at the next offset."""
+    message = kafka.to_binary_event(JSONFormat().read(None, json.dumps(document).encode()))
+    return _record(feed, "kai.queues", key, message.value, list(message.headers.items()))
+
+
+def _record(
+    feed: Feed,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes | None]],
+) -> InboundRecord:
+    offset = feed.offsets[topic]
+    feed.offsets[topic] += 1
+    return InboundRecord(topic, 0, offset, key, value, None, headers)
+
+
+def _upserted(name: str, **attributes: object) -> dict[str, object]:
+    return {
+        "specversion": "1.0",
+        "id": f"bin-{name}",
+        "source": "sdk",
+        "type": "queue.upserted",
+        "time": "2026-11-21T10:00:00Z",
+        "subject": name,
+        "data": {"name": name, "preemptMinRuntime": "5m"},
+        **attributes,
+    }
+
+
+def test_a_binary_record_is_applied_and_logged_as_its_structured_event(engine: sa.Engine) -> None:
+    feed = Feed(engine)
+    document = _upserted("bin-a", datacontenttype="application/json", traceparent="00-ab")
+    outcome = feed.apply([_binary(feed, document, b"bin-a")])
+    assert (outcome.applied, outcome.dead_lettered) == (1, 0)
+    (row,) = rows(engine, "SELECT name, preempt_min_runtime FROM minruntime.queues")
+    assert (row.name, row.preempt_min_runtime.total_seconds()) == ("bin-a", 300)
+    (payload,) = [r.payload for r in rows(engine, "SELECT payload FROM minruntime.event_log")]
+    assert payload == document  # the structured event, every attribute a string
+    # The same event again in structured mode, same attributes: a duplicate, not a conflict.
+    again = feed.send(raw("kai.queues", json.dumps(document).encode()))
+    assert (again.duplicate_ids, again.dead_lettered) == (1, 0)
+    # ... with other content (no datacontenttype): a conflicting duplicate.
+    changed = {k: v for k, v in document.items() if k != "datacontenttype"}
+    conflict = feed.send(raw("kai.queues", json.dumps(changed).encode()))
+    assert conflict.dead_letter_kinds == {"conflicting_duplicate": 1}
+
+
+def test_malformed_binary_headers_are_dead_lettered_with_the_headers(engine: sa.Engine) -> None:
+    feed = Feed(engine)
+    headers: list[tuple[str, bytes | None]] = [
+        ("ce_specversion", b"1.0"),
+        ("ce_id", b"bin-b"),
+        ("ce_source", b"sdk"),
+        ("ce_type", b"queue.upserted"),
+        ("ce_time", b"2026-11-21T10:00:00Z"),
+        ("ce_subject", b"bin-b"),
+        ("ce_partitionkey", b"pk-b"),
+        ("traceparent", b"\xff\x00"),
+        ("ce_id", b"bin-b-again"),
+    ]
+    value = b'{"name":"bin-b"}'
+    outcome = feed.apply(
+        [
+            _record(feed, "kai.queues", None, value, headers),
+            *feed.records(queue("after")),
+        ]
+    )
+    assert (outcome.applied, outcome.dead_letter_kinds) == (1, {"bad_binary_headers": 1})
+    (letter,) = rows(engine, "SELECT * FROM minruntime.dead_letters")
+    assert letter.message == "binary-mode CloudEvent: header 'ce_id' appears more than once"
+    assert [h["name"] for h in letter.headers] == [name for name, _ in headers]
+    assert letter.headers[7] == {
+        "name": "traceparent",
+        "value": base64.b64encode(b"\xff\x00").decode(),
+        "valueEncoding": "base64",
+    }
+    (message,) = rows(engine, "SELECT * FROM minruntime_state.outbox")
+    record = decode_dead_letter(bytes(message.payload))
+    assert record.original_headers() == headers
+    assert (record.key, record.original_value()) == (None, value)
+    assert bytes(message.key) == b"pk-b"  # no record key: the partitionkey extension
+
+
+def test_a_record_without_headers_keeps_null_headers(engine: sa.Engine) -> None:
+    Feed(engine).send(raw("kai.queues", b"{nope"))
+    assert scalar(engine, "SELECT headers FROM minruntime.dead_letters") is None

@@ -60,6 +60,9 @@ def test_a_utf8_record_is_kept_as_text() -> None:
         "valueSize": len(value),
         "valueSha256": hashlib.sha256(value).hexdigest(),
         "valueTruncated": False,
+        "headers": [],
+        "headerCount": 0,
+        "headersTruncated": False,
     }
     read = decode_dead_letter(record)
     assert read.original_value() == value

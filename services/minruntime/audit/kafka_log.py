@@ -7,6 +7,10 @@ which is before the relay published them). The order of ``event_log`` is the aut
 one; a Kafka replay can order two nearly simultaneous events of different topics otherwise.
 Records that are not valid events are dead-lettered in the shadow, as the processor would.
 It needs topics whose retention keeps everything (``retention.ms=-1``).
+
+Both content modes are read: a record keeps its headers, so ``apply_batch`` decodes a
+binary-mode record exactly as the processor did (and logs its structured event); its type,
+subject and time, for the merge, come from the equivalent structured event.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, Final
 
 from minruntime.audit.replay import DECISION_TYPES, LogEntry
 from minruntime.core import parse_rfc3339
+from minruntime.events import EventRejected, Header, structured_value
 from minruntime.kafka_access import KafkaAccess, start_client
 
 _FETCH_TIMEOUT_MS: Final = 1_000
@@ -96,7 +101,8 @@ async def _partitions(access: KafkaAccess, topics: list[str]) -> list[Any]:
 
 def _entry(record: Any, index: int) -> tuple[LogEntry, float | None]:
     value: bytes = record.value or b""
-    event_type, subject, decided = _peek(value)
+    headers = tuple(record.headers or ())
+    event_type, subject, decided = _peek(_structured(record.value, headers) or value)
     at = record.timestamp / 1000 if record.timestamp is not None else None
     if event_type in DECISION_TYPES and decided is not None:
         at = decided
@@ -109,8 +115,20 @@ def _entry(record: Any, index: int) -> tuple[LogEntry, float | None]:
         type=event_type or "",
         subject=subject,
         value=value,
+        headers=headers,
     )
     return entry, at
+
+
+def _structured(value: bytes | None, headers: tuple[Header, ...]) -> bytes | None:
+    """The record's structured event (None when a binary record cannot make one: it is
+    dead-lettered when applied, as the processor did)."""
+    if not headers:
+        return value
+    try:
+        return structured_value(value, headers)
+    except EventRejected:
+        return None
 
 
 def _peek(value: bytes) -> tuple[str | None, str | None, float | None]:

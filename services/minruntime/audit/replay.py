@@ -42,6 +42,7 @@ from minruntime.events import (
     Event,
     EventRejected,
     EventType,
+    Header,
     decode_event,
 )
 from minruntime.ingest import (
@@ -110,6 +111,8 @@ class LogEntry(NamedTuple):
     foreign: bool = False
     # Another part's decision, applied (not counted) for the promises it makes to this part.
     borrowed: bool = False
+    # The Kafka record's headers (read from Kafka only): a binary-mode CloudEvent's attributes.
+    headers: Sequence[Header] = ()
 
     @property
     def is_decision(self) -> bool:
@@ -399,6 +402,7 @@ def _apply_records(
             offset=entry.offset if entry.offset is not None else entry.seq,
             key=entry.subject.encode() if entry.subject is not None else None,
             value=entry.value,
+            headers=entry.headers,
         )
         for entry in entries
     ]

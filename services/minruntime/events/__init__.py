@@ -5,7 +5,20 @@ Imports only the standard library, pydantic and ``minruntime.core``. The JSON Sc
 """
 
 from minruntime.events.base import EventData, WireModel
-from minruntime.events.codec import decode_event, encode_event, new_event
+from minruntime.events.binding import (
+    BINARY_HEADER_MAX_BYTES,
+    BINARY_MAX_HEADERS,
+    PARTITIONKEY,
+    STRUCTURED_CONTENT_TYPE,
+    Header,
+    Headers,
+    binary_attributes,
+    binary_headers,
+    header_text,
+    is_binary,
+    record_key,
+)
+from minruntime.events.codec import decode_event, encode_event, new_event, structured_value
 from minruntime.events.dead_letter import (
     DeadLetterRecord,
     dead_letter_key,
@@ -63,6 +76,7 @@ from minruntime.events.outputs import (
     UncommittedDecisionData,
 )
 from minruntime.events.rejection import (
+    BAD_BINARY_HEADERS,
     BAD_DURATION,
     NEGATIVE_DURATION,
     NOT_CLOUDEVENT,
@@ -93,7 +107,10 @@ from minruntime.events.topics import (
 from minruntime.events.types import Count, Duration, Gpus, Name, PositiveDuration, Timestamp
 
 __all__ = [
+    "BAD_BINARY_HEADERS",
     "BAD_DURATION",
+    "BINARY_HEADER_MAX_BYTES",
+    "BINARY_MAX_HEADERS",
     "DATA_MODELS",
     "DEAD_LETTER_TOPIC",
     "DEFAULT_TOPICS",
@@ -107,6 +124,7 @@ __all__ = [
     "NOT_CLOUDEVENT",
     "NOT_JSON",
     "OUTPUT_TOPICS",
+    "PARTITIONKEY",
     "PODGROUPS_TOPIC",
     "PROTECTION_TOPIC",
     "QUEUES_TOPIC",
@@ -114,6 +132,7 @@ __all__ = [
     "REQUEUE_DECISIONS_TOPIC",
     "ROLE_TYPES",
     "SCHEMA_VIOLATION",
+    "STRUCTURED_CONTENT_TYPE",
     "TOPIC_TYPES",
     "UNKNOWN_TYPE",
     "WRONG_TOPIC",
@@ -130,6 +149,8 @@ __all__ = [
     "EventRejected",
     "EventType",
     "Gpus",
+    "Header",
+    "Headers",
     "Name",
     "NodeDeletedData",
     "NodeDeletedEvent",
@@ -167,13 +188,19 @@ __all__ = [
     "Timestamp",
     "UncommittedDecisionData",
     "WireModel",
+    "binary_attributes",
+    "binary_headers",
     "data_model",
     "dead_letter_key",
     "dead_letter_record",
     "decode_dead_letter",
     "decode_event",
     "encode_event",
+    "header_text",
+    "is_binary",
     "new_event",
+    "record_key",
+    "structured_value",
     "topic_types",
     "types_for_topic_role",
 ]

@@ -4,6 +4,12 @@
 pydantic-core: a union of the per-type envelope classes discriminated by ``type`` parses the
 JSON and validates envelope and data at once. Only a record that fails is looked at again,
 slowly, to say precisely what is wrong (the rejection ``kind`` and a one-line message).
+
+Both content modes of the CloudEvents Kafka binding (``minruntime.events.binding``): a
+binary-mode record (attributes in ``ce_`` headers, the value is ``data``) is turned into the
+equivalent structured event first (``structured_value``) and then decoded exactly as a
+structured record, with the same bounds and rejection kinds. A record without headers never
+looks at them: the hot path is one truth test of ``headers``.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from typing import Annotated, Any, Final, Union
 from uuid import uuid4
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
-from pydantic_core import from_json
+from pydantic_core import from_json, to_json
 
 from minruntime.events.base import EventData
+from minruntime.events.binding import Headers, binary_attributes
 from minruntime.events.envelope import DATA_MODELS, EVENT_CLASSES, Event, RawCloudEvent
 from minruntime.events.rejection import (
+    NOT_CLOUDEVENT,
     NOT_FINITE,
     NOT_JSON,
     SCHEMA_VIOLATION,
@@ -35,7 +43,7 @@ from minruntime.events.rejection import (
 from minruntime.events.topics import TOPIC_TYPES
 
 # EventRejected is re-exported: callers may import it from here or from minruntime.events.
-__all__ = ["EventRejected", "decode_event", "encode_event", "new_event"]
+__all__ = ["EventRejected", "decode_event", "encode_event", "new_event", "structured_value"]
 
 # A JSON escape of NUL (an odd number of backslashes before u0000): PostgreSQL text and jsonb
 # cannot hold NUL, so such an event could never be stored; refuse it here, not in the store.
@@ -65,16 +73,21 @@ def decode_event(
     topic: str | None = None,
     *,
     topic_types: Mapping[str, frozenset[str]] = TOPIC_TYPES,
+    headers: Headers | None = None,
 ) -> Event:
     """Decode one Kafka record value into a typed event, or raise EventRejected.
 
     With ``topic``, the event's type must be one that topic carries (``topic_types`` maps
     topic names to types; pass ``topic_types(...)`` when the names are configured). A topic
     missing from the mapping is a configuration error: LookupError, not a rejection.
+    ``headers``: the record's headers; with ``ce_`` headers (and no structured
+    ``content-type``) the record is in binary content mode (``structured_value``).
     """
     allowed = None if topic is None else topic_types.get(topic)
     if allowed is None and topic is not None:
         raise _unknown_topic(topic, topic_types)
+    if headers and (attributes := binary_attributes(headers)) is not None:
+        value = _binary_to_structured(value, attributes)
     try:
         if value is None:
             raise ValueError("tombstone")
@@ -108,6 +121,73 @@ def decode_event(
             "a string contains NUL (\\u0000), which PostgreSQL text and jsonb cannot store",
         )
     return event
+
+
+def structured_value(value: bytes | None, headers: Headers | None) -> bytes | None:
+    """The record as a structured-mode value: the value itself, or a binary record's event.
+
+    A binary-mode record's attributes (its ``ce_`` headers, ``content-type`` as
+    ``datacontenttype``) and ``data`` (its value, which must be one JSON object) as one
+    compact JSON object, ``data`` last. Raises EventRejected when they cannot make one:
+    ``bad_binary_headers``, ``not_json``, ``too_deep`` or ``not_cloudevent`` (the value is not
+    a JSON object). The event itself is not validated: ``decode_event`` does that.
+    """
+    if headers and (attributes := binary_attributes(headers)) is not None:
+        return _binary_to_structured(value, attributes)
+    return value
+
+
+def _binary_to_structured(value: bytes | None, attributes: dict[str, str]) -> bytes:
+    try:
+        if value is None:
+            raise ValueError("tombstone")
+        # Exactly one JSON value: trailing text would add members to the event below.
+        data = from_json(value)
+    except ValueError as error:
+        raise _diagnose_data(value, error) from None
+    if not isinstance(data, dict):
+        _check_data_depth(value)  # the bound first, as for a structured event
+        raise EventRejected(
+            NOT_CLOUDEVENT,
+            f"not a CloudEvent: data: must be a JSON object, got {_json_kind(data)} "
+            "(binary mode: the record value is the data)",
+        )
+    return b"".join((to_json(attributes)[:-1], b',"data":', value, b"}"))
+
+
+def _diagnose_data(value: bytes | None, error: ValueError) -> EventRejected:
+    """Why a binary record's value is not one JSON value (the data)."""
+    if value is None:
+        return EventRejected(
+            NOT_JSON,
+            "record has no value (a tombstone); expected the event's data, a JSON object "
+            "(binary mode)",
+        )
+    try:
+        text = bytes(value).decode("utf-8")
+    except UnicodeDecodeError as not_utf8:
+        return EventRejected(NOT_JSON, f"value is not UTF-8 text: {not_utf8}")
+    try:
+        _check_data_depth(value)
+    except EventRejected as rejected:
+        return rejected
+    try:
+        json.loads(text)
+    except ValueError as not_json:
+        return EventRejected(NOT_JSON, f"value is not valid JSON: {not_json}")
+    # Python's parser took what pydantic-core refused: a lone surrogate escape, say.
+    return EventRejected(NOT_JSON, f"value is not valid JSON: {error}")
+
+
+def _check_data_depth(value: bytes) -> None:
+    # As deep as the structured event would be: the data is one level below the event.
+    depth = json_depth(value) + 1
+    if depth > MAX_JSON_DEPTH:
+        raise EventRejected(
+            TOO_DEEP,
+            f"JSON nested {depth} levels deep (the event object counts as one); at most "
+            f"{MAX_JSON_DEPTH} are accepted",
+        )
 
 
 def encode_event(event: Event) -> bytes:

@@ -10,6 +10,12 @@ its preview size is published as a preview of its first bytes with ``keyTruncate
 ``valueTruncated`` set; the size and SHA-256 of the original are always given, and the
 original itself stays in the database (``dead_letter_log``, unique by topic, partition and
 offset, which the record names). The whole record is at most ``DEAD_LETTER_MAX_BYTES``.
+
+Headers (a binary-mode CloudEvent's attributes, tracing, ...) are kept in record order, each
+as ``name``, ``value`` (UTF-8 text or base64, as ``valueEncoding`` says), so the record can be
+sent again as it came: at most ``HEADERS_KEPT`` of them, a value previewed beyond
+``HEADER_PREVIEW_BYTES`` and a name cut beyond ``HEADER_NAME_MAX_CHARS`` (``truncated`` says
+so, ``valueSize`` and ``valueSha256`` describe the original value; the database keeps all).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final, Literal
 
@@ -39,6 +46,34 @@ ATTRIBUTE_MAX_CHARS: Final = 256
 DEAD_LETTER_MAX_BYTES: Final = 256 * 1024
 # The Kafka key of a dead letter: the original key, or its digest when that is longer.
 DEAD_LETTER_KEY_MAX_BYTES: Final = 1024
+# The record's headers: how many are kept, how much of each (a binary-mode attribute header
+# is at most 1 KiB, so a valid one is always whole).
+HEADERS_KEPT: Final = 64
+HEADER_PREVIEW_BYTES: Final = 1024
+HEADER_NAME_MAX_CHARS: Final = 128
+
+
+class DeadLetterHeader(WireModel):
+    """One header of the original record."""
+
+    model_config = ConfigDict(**{**WIRE_CONFIG, "extra": "ignore"})
+
+    name: str
+    """The header name (cut to HEADER_NAME_MAX_CHARS characters: then ``truncated``)."""
+    value: str | None = None
+    """The header value (null when the header had none), encoded as valueEncoding says."""
+    value_encoding: Encoding = "utf-8"
+    """utf-8: value is the text itself; base64: the value was not UTF-8."""
+    value_size: Count | None = None
+    """Size in bytes of the original value (null when it had none)."""
+    value_sha256: str | None = None
+    """SHA-256 (hex) of the original value bytes (null when it had none)."""
+    truncated: bool = False
+    """True: ``value`` is only a preview of the value's first bytes, or the name was cut."""
+
+    def original_value(self) -> bytes | None:
+        """The original value bytes (of the preview, when truncated)."""
+        return _decode(self.value, self.value_encoding)
 
 
 class DeadLetterRecord(WireModel):
@@ -83,6 +118,12 @@ class DeadLetterRecord(WireModel):
     value_truncated: bool = False
     """True: ``value`` is only a preview of the value's first bytes (the original is in the
     database, dead_letter_log by topic, partition and offset)."""
+    headers: tuple[DeadLetterHeader, ...] = ()
+    """The original record's headers, in order (empty when it had none)."""
+    header_count: Count = 0
+    """How many headers the original record had (more than ``headers`` holds when cut)."""
+    headers_truncated: bool = False
+    """True: only the first HEADERS_KEPT headers are listed, or one of them is truncated."""
 
     def original_key(self) -> bytes | None:
         """The original key bytes."""
@@ -91,6 +132,10 @@ class DeadLetterRecord(WireModel):
     def original_value(self) -> bytes | None:
         """The original value bytes."""
         return _decode(self.value, self.value_encoding)
+
+    def original_headers(self) -> list[tuple[str, bytes | None]]:
+        """The original headers as (name, value) pairs, as a Kafka client sends them."""
+        return [(header.name, header.original_value()) for header in self.headers]
 
 
 def _encode(raw: bytes | None, *, force_base64: bool = False) -> tuple[str | None, Encoding]:
@@ -166,6 +211,7 @@ def dead_letter_record(
     time: datetime,
     event_id: str | None = None,
     event_type: str | None = None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
 ) -> bytes:
     """The dead-letter JSON (compact UTF-8) for one record that could not be applied.
 
@@ -187,12 +233,30 @@ def dead_letter_record(
         "event_type": _cut(event_type or None, ATTRIBUTE_MAX_CHARS),
         **_digest("key", raw_key, key_cut),
         **_digest("value", raw_value, value_cut),
+        "header_count": len(headers),
     }
-    encoded = _encoded(fields, key_head, value_head, force_base64=False)
+    kept = [_header(name, raw) for name, raw in headers[:HEADERS_KEPT]]
+    fields["headers_truncated"] = len(headers) > HEADERS_KEPT or any(cut for *_, cut in kept)
+    encoded = _encoded(fields, key_head, value_head, kept, force_base64=False)
     if len(encoded) > DEAD_LETTER_MAX_BYTES:
         # Text of control characters is escaped six-fold in JSON; base64 is 4/3 at most.
-        encoded = _encoded(fields, key_head, value_head, force_base64=True)
+        encoded = _encoded(fields, key_head, value_head, kept, force_base64=True)
     return encoded
+
+
+_KeptHeader = tuple[str, bytes | None, dict[str, object], bool]
+
+
+def _header(name: str, raw: bytes | None) -> _KeptHeader:
+    """(name, value preview, digest fields, truncated) of one header."""
+    shown = _cut(name, HEADER_NAME_MAX_CHARS) or ""
+    raw = _bytes(raw)
+    head, cut = (None, False) if raw is None else _preview(raw, HEADER_PREVIEW_BYTES)
+    digest: dict[str, object] = {
+        "value_size": None if raw is None else len(raw),
+        "value_sha256": None if raw is None else hashlib.sha256(raw).hexdigest(),
+    }
+    return shown, head, digest, cut or shown != name
 
 
 def _digest(name: str, raw: bytes | None, cut: bool) -> dict[str, object]:
@@ -204,10 +268,21 @@ def _digest(name: str, raw: bytes | None, cut: bool) -> dict[str, object]:
 
 
 def _encoded(
-    fields: dict[str, object], key: bytes | None, value: bytes | None, *, force_base64: bool
+    fields: dict[str, object],
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[_KeptHeader],
+    *,
+    force_base64: bool,
 ) -> bytes:
     key_text, key_encoding = _encode(key, force_base64=force_base64)
     value_text, value_encoding = _encode(value, force_base64=force_base64)
+    kept = []
+    for name, head, digest, cut in headers:
+        text, encoding = _encode(head, force_base64=force_base64)
+        kept.append(
+            {"name": name, "value": text, "value_encoding": encoding, **digest, "truncated": cut}
+        )
     record = DeadLetterRecord.model_validate(
         {
             **fields,
@@ -215,6 +290,7 @@ def _encoded(
             "key_encoding": key_encoding,
             "value": value_text,
             "value_encoding": value_encoding,
+            "headers": kept,
         }
     )
     return record.__pydantic_serializer__.to_json(record, by_alias=True)

@@ -25,6 +25,9 @@ TOO_DEEP: Final = "too_deep"
 NOT_FINITE: Final = "not_finite"
 TOO_LONG: Final = "too_long"
 OUT_OF_RANGE: Final = "out_of_range"
+# A binary-mode record (CloudEvents Kafka binding: attributes in ``ce_`` headers) whose headers
+# cannot be read as attributes: not UTF-8, duplicated, over the bounds, ``ce_id`` missing.
+BAD_BINARY_HEADERS: Final = "bad_binary_headers"
 REJECTION_KINDS: Final = (
     NOT_JSON,
     NOT_CLOUDEVENT,
@@ -38,6 +41,7 @@ REJECTION_KINDS: Final = (
     NOT_FINITE,
     TOO_LONG,
     OUT_OF_RANGE,
+    BAD_BINARY_HEADERS,
 )
 
 # pydantic error types raised by our validators that carry their own rejection kind.

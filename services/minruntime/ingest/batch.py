@@ -8,6 +8,7 @@ log. Bad input never raises: it is dead-lettered (table + outbox) and the batch 
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import uuid
@@ -27,9 +28,12 @@ from minruntime.events import (
     Event,
     EventRejected,
     EventType,
+    Header,
     dead_letter_key,
     dead_letter_record,
     decode_event,
+    record_key,
+    structured_value,
 )
 from minruntime.ingest.projection import Projections
 from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
@@ -49,6 +53,13 @@ _UNSTORABLE_CHARS: Final = re.compile("[\x00\ud800-\udfff]")
 
 NOMINATIONS_CHANNEL: Final = "minruntime_nominations"
 _NOTIFY_NOMINATED = sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}")
+
+
+# A record that decoded: (record, event, payload). ``payload`` is the event's structured form,
+# the event log's payload: the record value itself for a structured-mode record, the
+# equivalent structured event for a binary-mode one (``events.structured_value``). A plain
+# tuple: one is made for every record applied.
+Decoded = tuple[InboundRecord, Event, bytes]
 
 
 class _Batch:
@@ -98,18 +109,21 @@ class _Batch:
         store_offsets(self.conn, self.tables, self.group, changed)
         return fresh
 
-    def decode(self, records: list[InboundRecord]) -> list[tuple[InboundRecord, Event]]:
+    def decode(self, records: list[InboundRecord]) -> list[Decoded]:
         """Decode every record; rejected ones become dead letters."""
         decoded = []
         for record in records:
+            value = record.value
             try:
-                event = decode_event(record.value, record.topic, topic_types=self.topic_types)
+                if record.headers:  # a binary-mode record becomes its structured event
+                    value = structured_value(value, record.headers)
+                event = decode_event(value, record.topic, topic_types=self.topic_types)
             except EventRejected as rejected:
                 self.dead_letter(record, rejected.kind, rejected.message)
                 continue
+            assert value is not None  # decoded events always have a value
             # One-byte search first: most events hold no escape at all.
-            value = record.value
-            if value is not None and b"\\" in value and b"\\u" in value and _unstorable(value):
+            if b"\\" in value and b"\\u" in value and _unstorable(value):
                 self.dead_letter(
                     record,
                     UNSTORABLE_TEXT,
@@ -118,7 +132,7 @@ class _Batch:
                     event,
                 )
                 continue
-            decoded.append((record, event))
+            decoded.append((record, event, value))
         return decoded
 
     def dead_letter(
@@ -131,27 +145,25 @@ class _Batch:
         self.outcome.dead_lettered += 1
         self.outcome.dead_letter_kinds[kind] += 1
 
-    def unseen(self, decoded: list[tuple[InboundRecord, Event]]) -> set[tuple[str, str]]:
+    def unseen(self, decoded: list[Decoded]) -> set[tuple[str, str]]:
         """The (source, id) pairs of this batch already in the event log."""
-        keys = {(event.source, event.id) for _, event in decoded}
+        keys = {(event.source, event.id) for _, event, _ in decoded}
         return event_log.logged_ids(self.conn, self.tables, keys)
 
-    def conflicts(
-        self, decoded: list[tuple[InboundRecord, Event]], seen: set[tuple[str, str]]
-    ) -> dict[int, str]:
+    def conflicts(self, decoded: list[Decoded], seen: set[tuple[str, str]]) -> dict[int, str]:
         """Index in ``decoded`` -> where its (source, id) was applied with other content."""
         again = [
-            (index, event.source, event.id, _text(record))
-            for index, (record, event) in enumerate(decoded)
+            (index, event.source, event.id, payload.decode("utf-8"))
+            for index, (_, event, payload) in enumerate(decoded)
             if (event.source, event.id) in seen
         ]
         return event_log.conflicting(self.conn, self.tables, again)
 
-    def log(self, record: InboundRecord, event: Event) -> None:
-        """Remember an applied event for the event log."""
+    def log(self, item: Decoded) -> None:
+        """Remember an applied event for the event log (its structured form: the payload)."""
+        record, event, payload = item
         self.outcome.applied += 1
         self.outcome.applied_types[event.type] += 1
-        assert record.value is not None  # decoded events always have a value
         self.logged.append(
             {
                 "topic": record.topic,
@@ -162,7 +174,7 @@ class _Batch:
                 "type": event.type,
                 "subject": event.subject,
                 "event_time": event.time,
-                "payload": _text(record),
+                "payload": payload.decode("utf-8"),
             }
         )
 
@@ -185,6 +197,7 @@ class _Batch:
                     "value": record.value,
                     "key_text": _text_or_none(record.key),
                     "value_text": _text_or_none(record.value),
+                    "headers": _headers_json(record.headers),
                     "kind": letter.kind,
                     "message": letter.message,
                     "at": now,
@@ -197,7 +210,7 @@ class _Batch:
                 OutboxMessage(
                     id=outbox_id,
                     topic=self.dead_letter_topic,
-                    key=dead_letter_key(record.key),
+                    key=dead_letter_key(record_key(record.key, record.value, record.headers)),
                     payload=dead_letter_record(
                         key=record.key,
                         value=record.value,
@@ -209,6 +222,7 @@ class _Batch:
                         time=now,
                         event_id=event_id,
                         event_type=event_type,
+                        headers=record.headers,
                     ),
                     headers={"id": str(outbox_id), "errorKind": letter.kind},
                 )
@@ -250,14 +264,15 @@ def apply_batch(
     decoded = batch.decode(batch.fresh_records(records))
     seen = batch.unseen(decoded)
     conflicts = batch.conflicts(decoded, seen)
-    applied_here: dict[tuple[str, str], InboundRecord] = {}
+    applied_here: dict[tuple[str, str], Decoded] = {}
     projections = Projections(conn, tables)
-    projections.include(event for _, event in decoded)
-    for index, (record, event) in enumerate(decoded):
+    projections.include(event for _, event, _ in decoded)
+    for index, item in enumerate(decoded):
+        record, event, _ = item
         key = (event.source, event.id)
         if key in seen:
             first = applied_here.get(key)
-            where = conflicts.get(index) if first is None else _differs(first, record)
+            where = conflicts.get(index) if first is None else _differs(first, item)
             if where is None:
                 batch.outcome.duplicate_ids += 1
             else:
@@ -269,8 +284,8 @@ def apply_batch(
             batch.dead_letter(record, error.kind, str(error), event)
             continue
         seen.add(key)
-        applied_here[key] = record
-        batch.log(record, event)
+        applied_here[key] = item
+        batch.log(item)
     projections.flush()
     batch.write_logs()
     if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)] and tables.is_live:
@@ -315,27 +330,24 @@ def _event_or_none(
 ) -> Event | None:
     # Only for the dead letter's eventId/eventType: a record that cannot be decoded has none.
     try:
-        return decode_event(record.value, record.topic, topic_types=topic_types)
+        return decode_event(
+            record.value, record.topic, topic_types=topic_types, headers=record.headers
+        )
     except Exception:  # best effort: the dead letter is written either way
         return None
 
 
-def _text(record: InboundRecord) -> str:
-    assert record.value is not None  # decoded events always have a value
-    return record.value.decode("utf-8")
-
-
-def _differs(first: InboundRecord, again: InboundRecord) -> str | None:
+def _differs(first: Decoded, again: Decoded) -> str | None:
     """Where ``first`` was consumed if ``again`` carries other content, else None."""
-    if first.value == again.value:
+    if first[2] == again[2]:
         return None
-    assert first.value is not None
-    assert again.value is not None
-    # Parsed, as jsonb compares: other whitespace or key order is the same event. Both were
-    # decoded already, so they are JSON within the depth bound.
-    if json.loads(first.value) == json.loads(again.value):
+    # Parsed, as jsonb compares: other whitespace or key order is the same event (in either
+    # content mode: the payloads are structured). Both were decoded already, so they are JSON
+    # within the depth bound.
+    if json.loads(first[2]) == json.loads(again[2]):
         return None
-    return f"{first.topic}/{first.partition}@{first.offset}"
+    where = first[0]
+    return f"{where.topic}/{where.partition}@{where.offset}"
 
 
 def _conflict(event: Event, where: str) -> str:
@@ -344,6 +356,29 @@ def _conflict(event: Event, where: str) -> str:
         f"content (at {where}); an event keeps its id only when it is sent again unchanged: "
         "give a changed event a new id"
     )
+
+
+def _headers_json(headers: Sequence[Header]) -> str | None:
+    """The record's headers for ``dead_letter_log.headers`` (jsonb; NULL without headers):
+    ``[{"name", "value", "valueEncoding"}]`` in order, the value UTF-8 text or base64."""
+    if not headers:
+        return None
+    return json.dumps(
+        [
+            {"name": name, "value": text, "valueEncoding": encoding}
+            for name, raw in headers
+            for text, encoding in (_encoded_text(raw),)
+        ]
+    )
+
+
+def _encoded_text(raw: bytes | None) -> tuple[str | None, str]:
+    if raw is None:
+        return None, "utf-8"
+    text = _text_or_none(raw)
+    if text is not None:
+        return text, "utf-8"
+    return base64.b64encode(raw).decode("ascii"), "base64"
 
 
 def _text_or_none(raw: bytes | None) -> str | None:

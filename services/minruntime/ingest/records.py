@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from minruntime.events import Header
+
 
 class InboundRecord(NamedTuple):
-    """One Kafka record as consumed: where it was, and its raw key and value.
+    """One Kafka record as consumed: where it was, its raw key, value and headers.
 
     A named tuple: immutable, and made for every record consumed at a fifth of a frozen
-    dataclass's cost.
+    dataclass's cost. ``headers`` are the record's (name, value) pairs as the Kafka client
+    gives them (empty for most records): ``ce_`` headers make it a binary-mode CloudEvent.
     """
 
     topic: str
@@ -20,6 +24,7 @@ class InboundRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     timestamp_ms: int | None = None
+    headers: Sequence[Header] = ()
 
 
 @dataclass

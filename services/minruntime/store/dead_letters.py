@@ -13,8 +13,8 @@ from minruntime.store.schema import StateTables
 
 _DEAD_LETTER: Final = (
     'INSERT INTO minruntime_state.dead_letter_log (topic, partition, "offset", key, value,'
-    " key_text, value_text, kind, message, at) VALUES (:topic, :partition, :offset, :key,"
-    " :value, :key_text, :value_text, :kind, :message, :at)"
+    " key_text, value_text, kind, message, at, headers) VALUES (:topic, :partition, :offset,"
+    " :key, :value, :key_text, :value_text, :kind, :message, :at, CAST(:headers AS jsonb))"
     ' ON CONFLICT (topic, partition, "offset") DO NOTHING'
 )
 _FIRST_FROM: Final = (
@@ -26,9 +26,10 @@ _FIRST_FROM: Final = (
 def record_dead_letters(
     conn: Connection, tables: StateTables, letters: Sequence[Mapping[str, Any]]
 ) -> None:
-    """Write dead letters (rows keyed by the columns of ``dead_letter_log``)."""
+    """Write dead letters (rows keyed by the columns of ``dead_letter_log``; ``headers``, JSON
+    text, may be left out: a record without headers)."""
     if letters:
-        conn.execute(tables.text(_DEAD_LETTER), list(letters))
+        conn.execute(tables.text(_DEAD_LETTER), [{"headers": None, **row} for row in letters])
 
 
 def first_dead_letter(

@@ -220,6 +220,9 @@ dead_letter_log = sa.Table(
     sa.Column("kind", sa.Text, nullable=False),
     sa.Column("message", sa.Text, nullable=False),
     sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    # The record's headers in order (NULL without any): [{"name", "value", "valueEncoding"}],
+    # a value as UTF-8 text or base64 (migration 0012; a binary-mode CloudEvent's attributes).
+    sa.Column("headers", JSONB),
     sa.UniqueConstraint("topic", "partition", "offset"),
     sa.Index("ix_dead_letter_log_kind", "kind"),
 )

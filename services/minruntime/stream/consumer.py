@@ -312,6 +312,7 @@ class BatchedConsumer:
                             message.key,
                             message.value,
                             message.timestamp,
+                            message.headers,
                         )
                         for message in messages
                     ]
