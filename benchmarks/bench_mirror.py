@@ -21,6 +21,7 @@ import json
 import statistics
 import time
 import tracemalloc
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -142,19 +143,16 @@ def cpu() -> float:
 
 
 def list_into(mirror: ClusterMirror, bodies_of: list[tuple[Kind, list[bytes]]]) -> int:
-    """A first listing as the bridge makes it; returns the bytes of events it sends."""
-    sent = 0
-    mirror.start_listing([kind for kind, _ in bodies_of])
-    for kind, bodies in bodies_of:
-        mirror.start_listing([kind])
+    """A first listing as the bridge makes it (each page parsed and kept as it is reached);
+    returns the bytes of events it sends."""
+
+    def kept_objects(kind: Kind, bodies: list[bytes]) -> Iterator[Mapping[str, Any]]:
         for body in bodies:
-            items = json.loads(body)["items"]
-            objects = [kept(kind, item, OPTIONS) for item in items]
-            del items
-            for emission in mirror.listed(kind, objects):
-                sent += len(encode_event(emission.event))
-        for emission in mirror.finish_listing([kind]):
-            sent += len(encode_event(emission.event))
+            for item in json.loads(body)["items"]:
+                yield kept(kind, item, OPTIONS)
+
+    listing = {kind: kept_objects(kind, bodies) for kind, bodies in bodies_of}
+    sent = sum(len(encode_event(emission.event)) for emission in mirror.list_all(listing))
     mirror.take_changes()
     return sent
 

@@ -392,12 +392,7 @@ def test_quantities() -> None:
 
 def listing(view: ClusterMirror, objects: dict[Kind, list[dict[str, Any]]]) -> list[Emission]:
     """A term's first listing of every kind, as the bridge makes it."""
-    kinds = list(objects)
-    view.start_listing(kinds)
-    emissions: list[Emission] = []
-    for kind in kinds:
-        emissions += view.listed(kind, objects[kind])
-    return emissions + list(view.finish_listing(kinds))
+    return list(view.list_all(objects))
 
 
 def test_without_a_ledger_podgroups_that_ran_and_hold_no_pod_release_all() -> None:

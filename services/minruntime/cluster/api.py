@@ -89,6 +89,14 @@ class Source:
     keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict
 
 
+def mirror_options(settings: Settings) -> MirrorOptions:
+    """What the mapping needs from the settings."""
+    return MirrorOptions(
+        node_pool_label=settings.kube_node_pool_label,
+        config_node_pool=settings.kube_scheduler_node_pool,
+    )
+
+
 def sources(client: Any, settings: Settings) -> list[Source]:
     """What the bridge watches, in the order of the first listing (classes before podgroups).
 
@@ -101,10 +109,7 @@ def sources(client: Any, settings: Settings) -> list[Source]:
     custom = k8s.CustomObjectsApi(client)
     scheduling = k8s.SchedulingV1Api(client)
     namespace, _, name = settings.kube_scheduler_config.partition("/")
-    options = MirrorOptions(
-        node_pool_label=settings.kube_node_pool_label,
-        config_node_pool=settings.kube_scheduler_node_pool,
-    )
+    options = mirror_options(settings)
     pods = (
         functools.partial(
             core.list_pod_for_all_namespaces,

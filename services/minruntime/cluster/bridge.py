@@ -46,6 +46,7 @@ from minruntime.cluster.api import (
     Notification,
     Watcher,
     api_client,
+    mirror_options,
     sources,
 )
 from minruntime.cluster.lease import Lease, LeaseKeeper, default_identity
@@ -57,7 +58,7 @@ from minruntime.cluster.ledger import (
     read_ledger,
     topic_ids,
 )
-from minruntime.cluster.mirror import ClusterMirror, Emission, MirrorOptions, Record
+from minruntime.cluster.mirror import ClusterMirror, Emission, Record
 from minruntime.events import encode_event
 from minruntime.kafka_access import kafka_access
 from minruntime.retry import Backoff, Outage
@@ -102,10 +103,7 @@ class Bridge:
             settings.kube_identity or default_identity(),
             settings.kube_lease_seconds,
         )
-        self.options = MirrorOptions(
-            node_pool_label=settings.kube_node_pool_label,
-            config_node_pool=settings.kube_scheduler_node_pool,
-        )
+        self.options = mirror_options(settings)
         names = topic_names(settings)
         self.topics: Mapping[str, str] = {role.value: names[role] for role in TopicRole}
         self.ledger_topic = settings.kube_ledger_topic_resolved

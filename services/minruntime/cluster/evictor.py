@@ -106,7 +106,7 @@ class Evictor:
         listing = functools.partial(
             self.custom.list_cluster_custom_object, KAI_GROUP, PODGROUP_VERSION, "podgroups"
         )
-        for podgroup in _paged(Source(Kind.POD_GROUP, listing)):
+        for podgroup in list_all(Source(Kind.POD_GROUP, listing), LIST_PAGE_SIZE)[0]:
             if mapping.metadata(podgroup).get("uid") == uid:
                 return podgroup
         return None
@@ -115,7 +115,7 @@ class Evictor:
         listing = functools.partial(self.core.list_namespaced_pod, namespace)
         return [
             pod
-            for pod in _paged(Source(Kind.POD, listing))
+            for pod in list_all(Source(Kind.POD, listing), LIST_PAGE_SIZE)[0]
             if mapping.pod_group_name(pod) == podgroup
         ]
 
@@ -153,11 +153,6 @@ class Evictor:
             logger=log,
             cap=self.backoff_max,
         )
-
-
-def _paged(source: Source) -> list[Mapping[str, Any]]:
-    """Every object of a listing, listed page by page (an expired token starts it over)."""
-    return list_all(source, LIST_PAGE_SIZE)[0]
 
 
 def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:

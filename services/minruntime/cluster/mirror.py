@@ -208,11 +208,18 @@ class ClusterMirror:
             if fresh:
                 yield from self._unseen_end_of_run(uid)
 
+    def list_all(self, listing: Mapping[Kind, Iterable[Mapping[str, Any]]]) -> Iterator[Emission]:
+        """Whole listings of several kinds, in the mapping's order, as a term's first listing
+        is fed (every kind opened first, so each podgroup is synced once, at the end)."""
+        kinds = list(listing)
+        self.start_listing(kinds)
+        for kind in kinds:
+            yield from self.listed(kind, listing[kind])
+            yield from self.finish_listing([kind])
+
     def relisted(self, kind: Kind, objs: Iterable[Mapping[str, Any]]) -> list[Emission]:
-        """A whole listing of ``kind`` in one call (``start``, ``listed``, ``finish``)."""
-        self.start_listing([kind])
-        emissions = self.listed(kind, objs)
-        return emissions + list(self.finish_listing([kind]))
+        """A whole listing of ``kind`` in one call (after a 410 Gone)."""
+        return list(self.list_all({kind: objs}))
 
     # -- memory ----------------------------------------------------------------------------
 

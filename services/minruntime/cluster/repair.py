@@ -67,16 +67,8 @@ def mirrored(
     Fed as the bridge feeds a term's first listing: every kind's listing opened first, so
     each podgroup is synced once, with all its pods, when the last one ends.
     """
-    mirror = ClusterMirror(options, clock)
-    kinds = list(listing)
-    mirror.start_listing(kinds)
-    emissions: list[Emission] = []
-    for kind in kinds:
-        mirror.start_listing([kind])
-        emissions += mirror.listed(kind, listing[kind])
-        emissions += mirror.finish_listing([kind])
     found: dict[str, list[Event]] = {}
-    for emission in emissions:
+    for emission in ClusterMirror(options, clock).list_all(listing):
         if emission.role == _ROLE:
             found.setdefault(emission.event.subject, []).append(emission.event)
     return found

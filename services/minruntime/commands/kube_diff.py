@@ -306,8 +306,9 @@ def _repair(
     now: datetime,
 ) -> None:
     """Send what makes the service agree, for the differences a second listing confirms."""
+    from minruntime.cluster.api import mirror_options
     from minruntime.cluster.drift import cluster_podgroups, compare, confirmed
-    from minruntime.cluster.mirror import Kind, MirrorOptions
+    from minruntime.cluster.mirror import Kind
     from minruntime.cluster.repair import mirrored, repair
 
     kinds = [Kind.PRIORITY_CLASS, Kind.POD_GROUP, Kind.POD]
@@ -327,11 +328,7 @@ def _repair(
         Kind.POD_GROUP: [side.podgroup for side in differing],
         Kind.POD: [pod for side in differing for pod in side.pods],
     }
-    options = MirrorOptions(
-        node_pool_label=settings.kube_node_pool_label,
-        config_node_pool=settings.kube_scheduler_node_pool,
-    )
-    plan = repair(sure, cluster, rows, mirrored(fed, options, lambda: now), now)
+    plan = repair(sure, cluster, rows, mirrored(fed, mirror_options(settings), lambda: now), now)
     for note in plan.notes:
         print(f"minruntime: note: not repaired: {note}", file=sys.stderr)
     if not plan.emissions:
