@@ -113,9 +113,13 @@ def generate(
     *,
     allocation_steps: int = 2,
     annotate_every: int = 10,
+    evicted_share: float = 0.0,
 ) -> Trace:
-    """The deterministic cluster trace (``annotate_every`` 0: no annotations)."""
+    """The deterministic cluster trace (``annotate_every`` 0: no annotations; ``evicted_share``:
+    that share of the releases is an eviction — evicted, preempted or requeued — instead of a
+    completion, drawn apart so the trace is otherwise the same)."""
     rng = random.Random(seed)
+    evictions = random.Random(seed + 1)
     trace = Trace()
     tree = build_tree(rng, queues)
     for name, data in queue_upserts(rng, tree):
@@ -188,8 +192,11 @@ def generate(
                 )
             )
         released = second + rng.uniform(60, 600)
+        reason = "completed"
+        if evicted_share and evictions.random() < evicted_share:
+            reason = evictions.choice(("evicted", "preempted", "requeued"))
         timeline.append(
-            (released, len(timeline), "podgroup.released", uid, {"uid": uid, "reason": "completed"})
+            (released, len(timeline), "podgroup.released", uid, {"uid": uid, "reason": reason})
         )
     timeline.sort()
     for t, _, type_, uid, data in timeline:

@@ -16,9 +16,14 @@ fi
 # --kube: the Kubernetes tests need the real API server; its first build (kube-apiserver + etcd
 # with Go, a few minutes, cached in ~/.cache/minruntime) happens here rather than inside a test.
 minruntime stack up --kube
+# helm for the chart's tests (tests/e2e/test_helm_chart.py): built once with Go the same way.
+minruntime stack tool helm >/dev/null
+# promtool for the alerting rules' tests (tests/unit/test_monitoring_rules.py), the same way.
+minruntime stack tool promtool >/dev/null
 
 echo "==> ruff format --check";  ruff format --check .
 echo "==> ruff check";           ruff check .
 echo "==> mypy --strict";        mypy
 echo "==> import-linter";        lint-imports
 echo "==> pytest";               pytest "$@"
+echo "==> compose (podman)";     bash scripts/compose-check.sh

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus, stack_up
+from minruntime.stack import StackStatus, stack_down, stack_up
+from minruntime.stack.postgres import PostgresNode
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +52,28 @@ def kube_stack(settings: Settings) -> StackStatus:
     assert status.healthy, status
     assert status.kubeconfig is not None
     return status
+
+
+def private_stack_env(stack_dir: Path, kafka_port: int, pg_port: int) -> dict[str, str]:
+    """MINRUNTIME_* for a stack with its own directory and ports, as a fresh clone's defaults
+    (no password in the URL: libpq reads the generated ones from the stack's passfile)."""
+    return {
+        "MINRUNTIME_STACK_DIR": str(stack_dir),
+        "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
+        "MINRUNTIME_DATABASE_URL": (
+            f"postgresql://minruntime@127.0.0.1:{pg_port}/minruntime?passfile={stack_dir}/pgpass"
+        ),
+        "MINRUNTIME_KAFKA_HEAP": "384m",
+    }
+
+
+def remove_stack(settings: Settings) -> None:
+    """Stop a private stack and delete its PostgreSQL data (run as root, the servers' data
+    lives outside the stack directory)."""
+    stack_down(settings)
+    node = PostgresNode(settings)
+    if node.as_root:
+        shutil.rmtree(node.home.parent, ignore_errors=True)
 
 
 def run_cli(

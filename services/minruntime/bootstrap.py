@@ -20,7 +20,6 @@ from sqlalchemy import Engine
 from minruntime import health
 from minruntime.core.topic_life import StoredOffset
 from minruntime.errors import UserError
-from minruntime.health import HealthServer
 from minruntime.health.outage import (
     StatusLine,
     keep_running,
@@ -30,6 +29,7 @@ from minruntime.health.outage import (
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.memory import GC_THRESHOLDS
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, kafka_access
+from minruntime.pgurl import PgAddress
 from minruntime.requeue import (
     ExpiryEmitter,
     ExpiryOptions,
@@ -39,6 +39,7 @@ from minruntime.requeue import (
 )
 from minruntime.settings import Settings
 from minruntime.store import engine_from
+from minruntime.store.engine import reached_server
 from minruntime.store.migrate import is_at_head
 from minruntime.store.offsets import stored_offsets
 from minruntime.store.privileges import public_can_take_advisory_locks
@@ -59,28 +60,6 @@ HEALTH_PROBE_SECONDS = 2.0
 
 class NotMigratedError(UserError):
     """The database schema is missing or older than this code."""
-
-
-class MetricsPortError(UserError):
-    """The Prometheus endpoint could not listen."""
-
-
-def serve_metrics(
-    host: str, port: int, variable: str, registry: CollectorRegistry = REGISTRY
-) -> HealthServer | None:
-    """Serve /metrics, /healthz and /readyz on http://host:port (port 0: not at all)."""
-    if not port:
-        return None
-    try:
-        server = HealthServer(
-            host, port, registry=registry, readiness=health.READINESS, liveness=health.LIVENESS
-        )
-    except OSError as error:
-        raise MetricsPortError(
-            f"cannot serve metrics on {host}:{port} ({error.strerror or error}); "
-            f"set MINRUNTIME_{variable} to a free port, or 0 to turn metrics off"
-        ) from None
-    return server.start()
 
 
 def wait_for_kafka(settings: Settings, condition: health.Condition) -> None:
@@ -108,19 +87,24 @@ def kafka_transient(error: BaseException) -> bool:
 def connected_engine(settings: Settings, condition: health.Condition) -> Engine:
     """An engine on a migrated database, waiting (one status line) while PostgreSQL is away."""
     engine = engine_from(settings, connect_args={"connect_timeout": 10})
-    parts = settings.database_parts
-    wait_until_available(
-        f"PostgreSQL at {parts.host}:{parts.port}",
+    server = wait_until_available(
+        f"PostgreSQL at {PgAddress.parse(settings.database_url).shown()}",
         lambda: require_migrated(engine),
         condition=condition,
     )
+    log.info("PostgreSQL: connected to %s", server)
     return engine
 
 
-def require_migrated(engine: Engine) -> None:
-    """Fail with one line when the schema is not at the newest migration."""
-    if not is_at_head(engine):
-        raise NotMigratedError("the database schema is not up to date: run `minruntime migrate`")
+def require_migrated(engine: Engine) -> str:
+    """Fail with one line when the schema is not at the newest migration; else say which
+    server answered (of several hosts, the one libpq chose: `host:port/database`)."""
+    with engine.connect() as conn:
+        if not is_at_head(conn):
+            raise NotMigratedError(
+                "the database schema is not up to date: run `minruntime migrate`"
+            )
+        return reached_server(conn)
 
 
 def warn_if_anyone_can_take_the_leader_lock(engine: Engine) -> None:
@@ -267,7 +251,12 @@ def run_processor(settings: Settings, loglevel: str = "warning") -> None:
 
     /healthz and /readyz answer from the start: alive (not yet ready) while it waits.
     """
-    serve_metrics(settings.metrics_host, settings.processor_metrics_port, "PROCESSOR_METRICS_PORT")
+    health.serve_metrics(
+        settings.metrics_host,
+        settings.processor_metrics_port,
+        "PROCESSOR_METRICS_PORT",
+        "processor",
+    )
     kafka, database = health.Condition("starting"), health.Condition("starting")
     health.add_check("kafka", kafka)
     health.add_check("database", database)
@@ -307,7 +296,9 @@ def run_requeue_worker(settings: Settings) -> None:
     rides out their outages afterwards.
     """
     metrics = RequeueMetrics(REGISTRY, settings.known_nominators)
-    serve_metrics(settings.metrics_host, settings.worker_metrics_port, "WORKER_METRICS_PORT")
+    health.serve_metrics(
+        settings.metrics_host, settings.worker_metrics_port, "WORKER_METRICS_PORT", "requeue-worker"
+    )
     kafka, database = health.Condition("starting"), health.Condition("starting")
     health.add_check("database", database)
     health.add_check("kafka", kafka)

@@ -14,21 +14,24 @@ from rich.console import Console
 from rich.table import Table
 
 from minruntime.commands import audit as audit_commands
+from minruntime.commands import doctor as doctor_commands
 from minruntime.commands import explain as explain_commands
 from minruntime.commands import kube_diff as kube_diff_commands
 from minruntime.commands import offsets as offsets_commands
 from minruntime.commands import outbox as outbox_commands
 from minruntime.commands import replay as replay_commands
 from minruntime.commands import snapshot as snapshot_commands
+from minruntime.commands import stack as stack_commands
+from minruntime.commands import violations as violations_commands
 from minruntime.commands import whatif as whatif_commands
 from minruntime.commands.common import database_error
+from minruntime.commands.stack import print_connection as _print_connection
 from minruntime.errors import UserError
 from minruntime.settings import Settings
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from minruntime.stack import StackStatus
 
 app = typer.Typer(
     name="minruntime",
@@ -77,11 +80,29 @@ def stack_up_command(
             "(built once with Go; docs/kubernetes.md).",
         ),
     ] = False,
+    brokers: Annotated[
+        int | None,
+        typer.Option(
+            "--brokers",
+            help="1: one broker; 3: a KRaft cluster of three (3 replicas, 2 in sync). "
+            "Default: as the stack was last started.",
+            show_default=False,
+        ),
+    ] = None,
+    pg_standby: Annotated[
+        bool | None,
+        typer.Option(
+            "--pg-standby/--no-pg-standby",
+            help="A synchronous streaming standby of PostgreSQL on the next port. "
+            "Default: as the stack was last started.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start PostgreSQL and Kafka (idempotent); returns when both really work."""
     from minruntime.stack import stack_up
 
-    status = stack_up(Settings(), say=_say, kube=kube)
+    status = stack_up(Settings(), say=_say, kube=kube, brokers=brokers, pg_standby=pg_standby)
     _print_connection(status)
 
 
@@ -119,6 +140,21 @@ def stack_status_command() -> None:
     _print_connection(status)
     if not status.healthy:
         raise typer.Exit(3)
+
+
+@stack_app.command("tool")
+def stack_tool_command(
+    name: Annotated[str, typer.Argument(help="helm or promtool.")],
+) -> None:
+    """Print the path of a checking tool (helm, promtool), building it once with Go into the
+    cache (`~/.cache/minruntime/tools`) when it is missing."""
+    from minruntime.stack.gotools import TOOLS, ensure_tool
+
+    tool = TOOLS.get(name)
+    if tool is None:
+        raise UserError(f"unknown tool {name!r}; one of: {', '.join(sorted(TOOLS))}")
+    path = ensure_tool(Settings(), tool, say=lambda line: print(line, file=sys.stderr))
+    print(path)
 
 
 @app.command("migrate")
@@ -291,16 +327,6 @@ def _send_events(
     return outgoing[0].topic
 
 
-def _print_connection(status: StackStatus) -> None:
-    # Plain lines, so scripts can `eval` or grep them; no secrets (the URLs name the passfile).
-    print(f"KAFKA_BOOTSTRAP={status.kafka_bootstrap}")
-    print(f"DATABASE_URL={status.database_url}")
-    print(f"OWNER_DATABASE_URL={status.owner_database_url}")
-    print(f"READER_DATABASE_URL={status.reader_database_url}")
-    if status.kubeconfig is not None:
-        print(f"KUBECONFIG={status.kubeconfig}")
-
-
 @app.command("demo")
 def demo_command(
     width: Annotated[int, typer.Option(help="Terminal width for the tables.")] = 120,
@@ -360,9 +386,14 @@ app.command("whatif")(whatif_commands.whatif_command)
 app.command("protection")(explain_commands.protection_command)
 app.command("explain")(explain_commands.explain_command)
 app.command("audit")(audit_commands.audit_command)
+app.command("violations")(violations_commands.violations_command)
+app.command("doctor")(doctor_commands.doctor_command)
 app.add_typer(outbox_commands.outbox_app, name="outbox")
 app.add_typer(offsets_commands.offsets_app, name="offsets")
 kube_app.command("diff")(kube_diff_commands.kube_diff_command)
+stack_app.command("kill-broker")(stack_commands.kill_broker_command)
+stack_app.command("start-broker")(stack_commands.start_broker_command)
+stack_app.command("failover")(stack_commands.failover_command)
 # -- end of operator commands --
 
 

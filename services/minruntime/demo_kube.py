@@ -51,6 +51,7 @@ def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -
         "MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1",
         "MINRUNTIME_PROCESSOR_METRICS_PORT": "0",
         "MINRUNTIME_WORKER_METRICS_PORT": "0",
+        "MINRUNTIME_KUBE_BRIDGE_METRICS_PORT": "0",
         "MINRUNTIME_KUBE_NAMESPACE": cluster.namespace,
         "MINRUNTIME_KUBE_LEASE_NAME": f"demo-bridge-{run}",
         "MINRUNTIME_KUBE_LEASE_SECONDS": "3",

@@ -14,6 +14,11 @@ class UserError(Exception):
     exit_code = 2
 
 
+class ConfigError(UserError):
+    """A setting the service cannot use (an address libpq refuses, a replication factor the
+    cluster cannot give)."""
+
+
 class StackError(UserError):
     """The local Kafka/PostgreSQL stack cannot be started, stopped or reached."""
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 from typing import Literal
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from minruntime.events.topics import DEFAULT_TOPICS
+from minruntime.pgurl import PgAddress
+from minruntime.topology import read_topology
 
 KAFKA_VERSION = "4.3.1"
 # The roles of docs/storage.md#roles-and-privileges: the runtime role is the user of
@@ -35,6 +36,19 @@ def project_root() -> Path:
     if (candidate / "pyproject.toml").is_file():
         return candidate
     return Path.cwd()
+
+
+# Topic roles that take replication settings: the wire contract's, and the bridge's ledger.
+REPLICATED_ROLES = (*DEFAULT_TOPICS, "ledger")
+
+
+class TopicReplication(BaseModel):
+    """One topic role's replication (unset fields: the service-wide setting)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    replication_factor: int | None = Field(default=None, ge=1, le=32767)
+    min_insync_replicas: int | None = Field(default=None, ge=1, le=32767)
 
 
 class Settings(BaseSettings):
@@ -86,6 +100,14 @@ class Settings(BaseSettings):
     topic_requeue_decisions: str = DEFAULT_TOPICS["requeue_decisions"]
     topic_dead_letter: str = DEFAULT_TOPICS["dead_letter"]
     topic_protection: str = DEFAULT_TOPICS["protection"]
+    # Replication of the topics the service creates (docs/deployment.md#kafka-with-several-
+    # brokers). Unset: the cluster's `default.replication.factor` and `min.insync.replicas`
+    # (the local stack's one broker: 1). Per topic role (queues, podgroups, nodes, nominations,
+    # requeue_decisions, dead_letter, protection, ledger), as JSON:
+    # MINRUNTIME_TOPIC_REPLICATION='{"dead_letter": {"replication_factor": 3}}'.
+    topic_replication_factor: int | None = Field(default=None, ge=1, le=32767)
+    topic_min_insync_replicas: int | None = Field(default=None, ge=1, le=32767)
+    topic_replication: dict[str, TopicReplication] = Field(default_factory=dict)
     # Partitions when the processor creates a per-uid topic (kai.queues always has 1).
     podgroup_partitions: int = 6
     node_partitions: int = 3
@@ -155,11 +177,34 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     processor_metrics_port: int = Field(default=9400, ge=0, le=65535)
     worker_metrics_port: int = Field(default=9401, ge=0, le=65535)
+    kube_bridge_metrics_port: int = Field(default=9402, ge=0, le=65535)
+
+    @model_validator(mode="after")
+    def _replication_names_known_roles(self) -> Settings:
+        unknown = sorted(set(self.topic_replication) - set(REPLICATED_ROLES))
+        if unknown:
+            raise ValueError(
+                f"MINRUNTIME_TOPIC_REPLICATION names unknown topic roles {unknown}; "
+                f"known: {', '.join(REPLICATED_ROLES)}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _default_url_reads_the_stack_passfile(self) -> Settings:
         if "database_url" not in self.model_fields_set:
             self.database_url = with_passfile(self.database_url, self.passfile)
+        return self
+
+    # -- The local stack's topology (added for `stack up --brokers 3 --pg-standby`; the rules
+    # are minruntime.topology's): an address naming the stack's first broker, or its first
+    # PostgreSQL server, alone stands for the whole cluster / both servers. No topology file
+    # (a plain `stack up`): nothing changes.
+    @model_validator(mode="after")
+    def _addresses_follow_the_stack_topology(self) -> Settings:
+        topology = read_topology(self.stack_dir)
+        if not topology.default:
+            self.kafka_bootstrap = topology.bootstrap_for(self.kafka_bootstrap)
+            self.database_url = topology.database_url_for(self.database_url)
         return self
 
     @property
@@ -250,35 +295,22 @@ class Settings(BaseSettings):
 
 
 def _sqlalchemy(url: str) -> str:
-    scheme, _, rest = url.partition("://")
-    if scheme in ("postgresql", "postgres"):
-        return f"postgresql+psycopg://{rest}"
-    return url
+    """SQLAlchemy's URL (psycopg 3) for any address libpq accepts (minruntime.pgurl)."""
+    return PgAddress.parse(url).sqlalchemy()
 
 
 def with_passfile(url: str, passfile: Path) -> str:
     """``url`` naming ``passfile`` (libpq's ``passfile`` parameter) unless it has a password."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    if parts.password or "passfile" in query:
+    address = PgAddress.parse(url)
+    if address.password is not None or "passfile" in address.params:
         return url
-    query["passfile"] = str(passfile)
-    return urlunsplit(parts._replace(query=urlencode(query, safe="/", quote_via=quote)))
+    return address.with_params(passfile=str(passfile)).uri()
 
 
 def with_role(url: str, role: str, passfile: Path | None = None) -> str:
-    """``url`` for another role of the same server and database: no password, the passfile."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{role}@{host}" + (f":{parts.port}" if parts.port else "")
-    query = {k: v for k, v in parse_qsl(parts.query) if k != "passfile"}
-    if passfile is not None:
-        query["passfile"] = str(passfile)
-    return urlunsplit(
-        parts._replace(netloc=netloc, query=urlencode(query, safe="/", quote_via=quote))
-    )
+    """``url`` for another role of the same servers and database: no password, the passfile."""
+    address = PgAddress.parse(url).as_role(role)
+    return address.with_params(passfile=str(passfile) if passfile is not None else None).uri()
 
 
 def owner_url_for(runtime_url: str, passfile: Path) -> str:
@@ -288,14 +320,15 @@ def owner_url_for(runtime_url: str, passfile: Path) -> str:
 
 def without_password(url: str, passfile: Path) -> str:
     """``url`` as it may be printed: the password replaced by the passfile that holds it."""
-    parts = urlsplit(url)
-    if not parts.password:
+    address = PgAddress.parse(url)
+    if address.password is None:
         return url
-    return with_role(url, parts.username or "", passfile)
+    return with_role(url, address.user or "", passfile)
 
 
 class DatabaseParts:
-    """Host, port, user, password and database name of a PostgreSQL URL."""
+    """Host, port, user, password and database name of a PostgreSQL URL (its first server:
+    the local stack has one)."""
 
     def __init__(self, host: str, port: int, user: str, password: str, dbname: str) -> None:
         self.host = host
@@ -306,12 +339,12 @@ class DatabaseParts:
 
     @classmethod
     def from_url(cls, url: str) -> DatabaseParts:
-        """Split a `postgresql://user:password@host:port/db` URL."""
-        parts = urlsplit(url)
+        """The parts of any address libpq accepts (minruntime.pgurl)."""
+        address = PgAddress.parse(url)
         return cls(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or 5432,
-            user=parts.username or "minruntime",
-            password=parts.password or "",
-            dbname=(parts.path or "/minruntime").lstrip("/") or "minruntime",
+            host=address.host,
+            port=address.port,
+            user=address.user or "minruntime",
+            password=address.password or "",
+            dbname=address.dbname or "minruntime",
         )

@@ -151,6 +151,7 @@ class Pipeline(Subprocess):
             # No fixed metrics ports: several pipelines may run at once (tests ask for one).
             "MINRUNTIME_PROCESSOR_METRICS_PORT": "0",
             "MINRUNTIME_WORKER_METRICS_PORT": "0",
+            "MINRUNTIME_KUBE_BRIDGE_METRICS_PORT": "0",
             **{TOPIC_ENV[role]: topic for role, topic in self.topics.items()},
             **{f"MINRUNTIME_{k.upper()}": v for k, v in (overrides or {}).items()},
         }

@@ -19,9 +19,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus, stack_down, stack_status
-from minruntime.stack.postgres import PostgresNode
-from tests.conftest import free_port_pair, run_cli
+from minruntime.stack import StackStatus, stack_status
+from tests.conftest import free_port_pair, private_stack_env, remove_stack, run_cli
 
 pytestmark = pytest.mark.stack
 
@@ -99,27 +98,12 @@ def test_stack_up_again_is_idempotent(stack: StackStatus, settings: Settings) ->
 @pytest.fixture
 def private_stack(tmp_path: Path) -> Iterator[dict[str, str]]:
     """Environment for a second stack with its own directory and ports; torn down after."""
-    kafka_port = free_port_pair()
-    pg_port = free_port_pair()
-    stack_dir = tmp_path / "stack"
-    env = {
-        "MINRUNTIME_STACK_DIR": str(stack_dir),
-        "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
-        # As a fresh clone's default: no password, generated ones read from the passfile.
-        "MINRUNTIME_DATABASE_URL": (
-            f"postgresql://minruntime@127.0.0.1:{pg_port}/minruntime?passfile={stack_dir}/pgpass"
-        ),
-        "MINRUNTIME_KAFKA_HEAP": "384m",
-    }
+    env = private_stack_env(tmp_path / "stack", free_port_pair(), free_port_pair())
     yield env
     previous = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        settings = Settings()
-        stack_down(settings)
-        node = PostgresNode(settings)
-        if node.as_root:
-            shutil.rmtree(node.home.parent, ignore_errors=True)
+        remove_stack(Settings())
     finally:
         for key, value in previous.items():
             if value is None:

@@ -26,6 +26,7 @@ STATE_TABLES = (
     "nominations",
     "requeue_decision_log",
     "requeue_promises",
+    "run_log",
     "event_log",
     "dead_letter_log",
     "consumer_offsets",
@@ -160,11 +161,18 @@ def allocated(
 
 
 def released(
-    uid: str, pods: Sequence[str] | None = None, *, time: datetime = T0, **kw: Any
+    uid: str,
+    pods: Sequence[str] | None = None,
+    *,
+    time: datetime = T0,
+    reason: str | None = None,
+    **kw: Any,
 ) -> Message:
     data: dict[str, Any] = {"uid": uid}
     if pods is not None:
         data["pods"] = list(pods)
+    if reason is not None:
+        data["reason"] = reason
     return Message(
         "kai.podgroups", uid.encode(), cloud_event("podgroup.released", uid, data, time=time, **kw)
     )

@@ -31,7 +31,7 @@ from minruntime.cli import main
 from minruntime.commands.explain import describe_row
 from minruntime.ingest import apply_batch
 from minruntime.store.checksums import checksum
-from minruntime.store.shadows import PROJECTIONS
+from minruntime.store.shadows import SNAPSHOTTED
 from minruntime.store.snapshots import LogPosition, Snapshot
 from tests.integration.helpers import (
     Feed,
@@ -76,7 +76,7 @@ def answers(
         shadow,
     ):
         if whole:
-            for table in PROJECTIONS:
+            for table in SNAPSHOTTED:
                 out[f"table {table}"] = checksum(conn, shadow.tables, table)
         for reclaimer in RECLAIMERS:
             table_rows = protection_table(conn, shadow, at, reclaimer).rows

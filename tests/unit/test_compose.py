@@ -97,3 +97,82 @@ def test_the_postgres_bootstrap_gives_no_role_createrole() -> None:
     assert "NOCREATEROLE" in init
     assert "OWNER TO minruntime_owner" in init
     assert "FROM PUBLIC" in init
+
+
+def _host_port_variable(mapping: object) -> tuple[str, str]:
+    """(variable, default) of a published mapping's host port(s): `${NAME:-DEFAULT}`."""
+    host = str(mapping).removeprefix(BIND_DEFAULT).rpartition(":")[0]
+    variable = re.fullmatch(r"\$\{(MINRUNTIME_\w+_HOST_PORTS?):-([\d-]+)\}", host)
+    assert variable, mapping
+    return variable[1], variable[2]
+
+
+def _listeners(value: str) -> dict[str, str]:
+    return dict(listener.split("://", 1) for listener in value.split(","))
+
+
+def test_every_host_port_moves_with_a_variable_and_the_podman_check_moves_them_all() -> None:
+    # scripts/compose-check.sh runs the file beside the local stack: every published port
+    # must move, and the script must move each one.
+    services = compose_file()["services"]
+    variables = {
+        _host_port_variable(mapping)[0]
+        for spec in services.values()
+        for mapping in spec.get("ports", [])
+    }
+    script = (ROOT / "scripts" / "compose-check.sh").read_text()
+    assert set(re.findall(r"\b(MINRUNTIME_\w+_HOST_PORTS?)=", script)) == variables
+    # Its own defaults clash with no default of the file nor the local stack's Kafka ports
+    # (broker, controller, kube-apiserver, etcd: the Kafka port + 0..5).
+    taken: set[int] = set()
+    for spec in services.values():
+        for mapping in spec.get("ports", []):
+            first, _, last = _host_port_variable(mapping)[1].partition("-")
+            taken |= set(range(int(first), int(last or first) + 1))
+    taken |= set(range(9092, 9098))
+    ours = {int(p) for p in re.findall(r"MINRUNTIME_COMPOSE_CHECK_\w+_PORT:-(\d+)", script)}
+    assert len(ours) == 4
+    assert not ours & taken
+
+
+def test_kafka_advertises_to_the_host_the_port_published_there() -> None:
+    kafka = compose_file()["services"]["kafka"]
+    (mapping,) = kafka["ports"]
+    variable, default = _host_port_variable(mapping)
+    container_port = str(mapping).rpartition(":")[2]
+    environment = kafka["environment"]
+    assert _listeners(environment["KAFKA_ADVERTISED_LISTENERS"])["HOST"] == (
+        f"localhost:${{{variable}:-{default}}}"
+    )
+    assert _listeners(environment["KAFKA_LISTENERS"])["HOST"] == f":{container_port}"
+
+
+def test_the_health_checks_ask_what_the_services_use() -> None:
+    services = compose_file()["services"]
+    kafka = services["kafka"]
+    # The DOCKER listener (the services' own): the HOST one advertises the host's port.
+    docker_port = _listeners(kafka["environment"]["KAFKA_LISTENERS"])["DOCKER"].lstrip(":")
+    assert f"--bootstrap-server localhost:{docker_port} " in " ".join(kafka["healthcheck"]["test"])
+    # TCP: the image's first start runs its init scripts on a unix-socket-only server, which
+    # a socket check would take for ready (the `migrate` it releases would then be refused).
+    check = " ".join(services["postgres"]["healthcheck"]["test"])
+    assert re.search(r"\bpg_isready -h (127\.0\.0\.1|localhost) ", check), check
+
+
+def test_the_data_live_in_the_named_volumes() -> None:
+    services = compose_file()["services"]
+    volumes = set(compose_file()["volumes"])
+
+    def mounted(service: str) -> set[str]:
+        paths = set()
+        for volume in services[service]["volumes"]:
+            source, target = str(volume).split(":")[:2]
+            if source in volumes:
+                paths.add(target)
+        return paths
+
+    # apache/kafka's own default is /tmp/kraft-combined-logs, outside any volume.
+    assert services["kafka"]["environment"]["KAFKA_LOG_DIRS"] in mounted("kafka")
+    # postgres:15 keeps PGDATA in /var/lib/postgresql/data unless told otherwise.
+    assert "PGDATA" not in services["postgres"]["environment"]
+    assert "/var/lib/postgresql/data" in mounted("postgres")

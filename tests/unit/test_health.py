@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -13,9 +14,19 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from minruntime.health import Condition, HealthServer, Liveness, Readiness, one_line
+from minruntime.health import (
+    Condition,
+    HealthServer,
+    Liveness,
+    MetricsPortError,
+    Readiness,
+    ReadinessMetrics,
+    one_line,
+    serve_metrics,
+)
 from minruntime.health.outage import Backoff, RepeatFilter, StatusLine, wait_until_available
 from minruntime.settings import Settings
+from tests.conftest import free_ports
 
 
 def test_ready_only_when_every_check_passes() -> None:
@@ -122,6 +133,55 @@ def test_one_port_serves_metrics_healthz_and_readyz(
             "ready": False,
             "failing": {"database": "PostgreSQL unreachable"},
         }
+
+
+def test_readiness_is_exported_as_metrics_read_at_each_scrape() -> None:
+    registry = CollectorRegistry()
+    readiness = Readiness()
+    ReadinessMetrics(readiness, "processor").register(registry)
+    ready = {"component": "processor"}
+    assert registry.get_sample_value("minruntime_ready", ready) == 1.0
+
+    database: list[str | None] = ["PostgreSQL unreachable"]
+    readiness.add_check("database", lambda: database[0])
+    readiness.add_check("kafka", lambda: None)
+    assert registry.get_sample_value("minruntime_ready", ready) == 0.0
+    checks = {
+        sample.labels["check"]: sample.value
+        for family in registry.collect()
+        if family.name == "minruntime_readiness_check"
+        for sample in family.samples
+    }
+    assert checks == {"database": 0.0, "kafka": 1.0}
+
+    database[0] = None  # the outage ended: the next scrape says so
+    assert registry.get_sample_value("minruntime_ready", ready) == 1.0
+    assert (
+        registry.get_sample_value("minruntime_readiness_check", {**ready, "check": "database"})
+        == 1.0
+    )
+
+
+def test_serve_metrics_exports_the_process_readiness_and_names_a_taken_port(
+    listening_socket: socket.socket,
+) -> None:
+    assert serve_metrics("127.0.0.1", 0, "WORKER_METRICS_PORT", "requeue-worker") is None
+    taken = listening_socket.getsockname()[1]
+    with pytest.raises(MetricsPortError, match="set MINRUNTIME_WORKER_METRICS_PORT to a free"):
+        serve_metrics("127.0.0.1", taken, "WORKER_METRICS_PORT", "requeue-worker")
+
+    registry = CollectorRegistry()
+    running = serve_metrics(
+        "127.0.0.1", free_ports(), "WORKER_METRICS_PORT", "requeue-worker", registry
+    )
+    assert running is not None
+    try:
+        status, _, body = _get(running.port, "/metrics")
+    finally:
+        running.close()
+    assert status == 200
+    assert "# TYPE minruntime_ready gauge" in body
+    assert 'minruntime_ready{component="requeue-worker"}' in body
 
 
 def test_backoff_doubles_up_to_its_cap_and_resets() -> None:

@@ -9,12 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 import yaml
 
-from minruntime.cli import app
 from minruntime.kube import QUEUE_DURATION_FIELDS, QUEUE_SPEC_FIELDS
-from minruntime.settings import Settings
+from tests.manifests import SETTINGS, assert_a_real_minruntime_command, setting_names, workloads
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
@@ -34,11 +32,7 @@ def _deployed() -> list[dict[str, Any]]:
 
 
 def _workloads() -> dict[str, dict[str, Any]]:
-    return {
-        o["metadata"]["name"]: o["spec"]["template"]["spec"]
-        for o in _deployed()
-        if o["kind"] in ("Deployment", "Job")
-    }
+    return workloads(_deployed())
 
 
 def _crd_spec(name: str) -> dict[str, Any]:
@@ -62,36 +56,13 @@ def test_every_container_runs_a_real_minruntime_command(workload: str) -> None:
     (container,) = _workloads()[workload]["containers"]
     assert container["image"] == IMAGE
     assert "command" not in container, "the image's entrypoint is `minruntime`"
-    command: Any = typer.main.get_command(app)
-    context = command.make_context("minruntime", [], resilient_parsing=True)
-    words = list(container["args"])
-    # Walk the command groups (`kube` -> `bridge`), then parse the leaf's own options for real.
-    while hasattr(command, "get_command") and words:
-        name = words.pop(0)
-        sub = command.get_command(context, name)
-        assert sub is not None, f"{workload}: `minruntime {' '.join(container['args'])}`"
-        context = sub.make_context(name, [], resilient_parsing=True, parent=context)
-        command = sub
-    assert not hasattr(command, "get_command"), f"{workload}: names a group, not a command"
-    command.make_context(context.info_name, words, parent=context.parent)
+    assert_a_real_minruntime_command(container["args"], workload)
 
 
 def test_every_setting_the_manifests_give_is_a_real_setting() -> None:
-    fields = {f"MINRUNTIME_{name.upper()}" for name in Settings.model_fields}
-    keys = {
-        key
-        for o in _deployed()
-        if o["kind"] in ("ConfigMap", "Secret")
-        for key in {**o.get("data", {}), **o.get("stringData", {})}
-    }
-    keys |= {
-        env["name"]
-        for spec in _workloads().values()
-        for container in spec["containers"]
-        for env in container.get("env", [])
-    }
-    assert keys
-    assert keys <= fields, keys - fields
+    names = setting_names(_deployed())
+    assert names
+    assert names <= SETTINGS, names - SETTINGS
 
 
 def test_only_the_bridge_and_the_evictor_hold_an_api_token() -> None:

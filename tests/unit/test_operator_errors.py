@@ -35,3 +35,20 @@ def test_an_unreachable_database_is_one_line(args: tuple[str, ...]) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("minruntime: error: cannot read the database: connection failed")
+
+
+def test_a_write_refused_by_a_standby_says_the_command_needs_the_primary() -> None:
+    from sqlalchemy.exc import InternalError
+
+    from minruntime.commands.common import database_error
+
+    class ReadOnlyError(Exception):
+        sqlstate = "25006"
+
+    raw = ReadOnlyError("cannot execute SELECT FOR UPDATE")  # psycopg's own, on the driver cursor
+    wrapped = InternalError("CREATE SCHEMA ...", {}, ReadOnlyError("cannot execute CREATE SCHEMA"))
+    for error in (wrapped, raw):
+        message = database_error(error)
+        assert message is not None
+        assert "needs the primary" in message
+        assert "\n" not in message

@@ -185,7 +185,8 @@ class Explainer:
         )
 
     def _elasticity(self, uid: str, protected: bool) -> Elasticity:
-        stored = load_podgroups(self._conn, state_tables(self._shadow.state_schema), [uid])
+        tables = state_tables(self._shadow.state_schema)
+        stored = load_podgroups(self._conn, tables, [uid], lock=False)
         state = stored.states.get(uid)
         running = frozenset(state.allocated) if state is not None else frozenset()
         if state is None or state.spec is None or not state.spec.subgroups:

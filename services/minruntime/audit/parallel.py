@@ -39,6 +39,7 @@ from minruntime.audit.snapshots import CheckedReplay, replay_checked, snapshots_
 from minruntime.audit.snapshots import merge_parts as merge_snapshot_checks
 from minruntime.audit.verify import merge_parts as merge_checks
 from minruntime.store import engine_from
+from minruntime.store.failures import needs_the_primary
 from minruntime.store.parts import Part
 from minruntime.store.shadows import create_shadow, temporary_name
 
@@ -205,7 +206,8 @@ def _replay_part(
         engine.dispose()
         outbox.put(("done", part.index, result))
     except BaseException as error:
-        outbox.put(("failed", part.index, f"{type(error).__name__}: {error}".splitlines()[0]))
+        reason = needs_the_primary(error) or f"{type(error).__name__}: {error}".splitlines()[0]
+        outbox.put(("failed", part.index, reason))
     finally:
         outbox.close()
         outbox.join_thread()

@@ -72,6 +72,9 @@ _QUEUE_TYPE_NAMES: Final = frozenset(
 SCOPED_TYPES: Final = tuple(sorted(_PODGROUP_TYPE_NAMES | DECISION_TYPES))
 # The decisions that promise capacity to other podgroups (requeue_promises rows).
 PROMISING_TYPE: Final = EventType.REQUEUE_COMMITTED.value
+# The entries every part of a parallel replay applies: the queue tree's and the node pools'
+# configurations (the windows of the runs a part's podgroups end are resolved in them).
+SHARED_TYPES: Final = tuple(sorted(ROLE_TYPES["queues"]))
 _ROLE_OF_TYPE: Final = {
     event_type: role
     for role, types in ROLE_TYPES.items()
@@ -109,7 +112,8 @@ class LogEntry(NamedTuple):
     # Another part's entry, read only because a snapshot's position is there (``of_part``):
     # a boundary, not applied.
     foreign: bool = False
-    # Another part's decision, applied (not counted) for the promises it makes to this part.
+    # Applied but not counted: another part's decision, for the promises it makes to this
+    # part; a queue or configuration entry that the first part counts (every part applies it).
     borrowed: bool = False
     # The Kafka record's headers (read from Kafka only): a binary-mode CloudEvent's attributes.
     headers: Sequence[Header] = ()
@@ -179,10 +183,13 @@ def read_log(
     of_part = None
     foreign: Collection[int] = ()
     borrowed: Collection[int] = ()
+    # Entries every part applies and only the first counts.
+    shared_here: Collection[str] = ()
     if part is not None:
-        of_part = OfPart(part, SCOPED_TYPES, tuple(positions), PROMISING_TYPE)
+        of_part = OfPart(part, SCOPED_TYPES, tuple(positions), PROMISING_TYPE, SHARED_TYPES)
         marked = event_log.marks(conn, LIVE, of_part)
         foreign, borrowed = marked.foreign, marked.borrowed
+        shared_here = () if part.first else SHARED_TYPES
     while True:
         rows = event_log.read_page(
             conn,
@@ -206,7 +213,7 @@ def read_log(
                 event_time=event_time,
                 applied_at=applied_at,
                 foreign=seq in foreign,
-                borrowed=seq in borrowed,
+                borrowed=seq in borrowed or type_ in shared_here,
             )
         if len(rows) < PAGE_SIZE:
             return
@@ -306,6 +313,8 @@ class _LoggedEvents:
         self._conn = conn
         self._tables = tables
         self._report = report
+        # What borrowed entries would count (nothing reads it).
+        self._uncounted = ReplayReport()
         self._run: Projections | None = None
 
     def add(self, entries: Sequence[LogEntry]) -> None:
@@ -324,11 +333,13 @@ class _LoggedEvents:
             queue_tree=any(entry.type in _QUEUE_TYPE_NAMES for entry in entries),
         )
         for entry in entries:
+            # A borrowed entry is the first part's to count (and to report when rejected).
+            report = self._uncounted if entry.borrowed else self._report
             try:
                 event = decode_event(entry.value)
             except EventRejected as error:
                 _reject(
-                    self._report,
+                    report,
                     entry.seq,
                     f"event at seq {entry.seq} ({entry.type}) is invalid: {error}",
                 )
@@ -337,13 +348,13 @@ class _LoggedEvents:
                 run.apply(event)
             except MinRuntimeError as error:
                 _reject(
-                    self._report,
+                    report,
                     entry.seq,
                     f"event at seq {entry.seq} ({entry.type}) was not applied on replay: "
                     f"{error.kind}: {error}",
                 )
                 continue
-            self._report.events += 1
+            report.events += 1
         self._report.batches += 1
         if run.podgroup_count >= RUN_PODGROUPS:
             self.write()

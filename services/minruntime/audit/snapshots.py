@@ -40,7 +40,7 @@ from minruntime.store import parts
 from minruntime.store import snapshots as stored
 from minruntime.store.parts import Part
 from minruntime.store.schema import LIVE, StateTables
-from minruntime.store.shadows import PROJECTIONS, Shadow, empty, scratch_state
+from minruntime.store.shadows import SNAPSHOTTED, Shadow, empty, scratch_state
 from minruntime.store.snapshots import LogPosition, Snapshot
 
 
@@ -105,13 +105,13 @@ def take(
         if reason is None:
             conn.rollback()
             return Taken(None, at, previous, "not due")
-        snapshot = stored.write(conn, LIVE, PROJECTIONS, at, previous)
+        snapshot = stored.write(conn, LIVE, SNAPSHOTTED, at, previous)
         conn.commit()
         return Taken(snapshot, at, previous, reason)
 
 
 # The tables a snapshot holds whole (the rest are the podgroups', as documents).
-WHOLE_TABLES: Final = [table for table in PROJECTIONS if table not in stored.PODGROUP_TABLES]
+WHOLE_TABLES: Final = [table for table in SNAPSHOTTED if table not in stored.PODGROUP_TABLES]
 ACTIVE_LIST: Final = "podgroups pending or running (the snapshot's list)"
 
 
@@ -136,7 +136,7 @@ def check(
     """
     if previous is None:
         stored.restore(conn, snapshot, scratch)
-        checks = compare_schemas(conn, scratch, replay, part=part)
+        checks = compare_schemas(conn, scratch, replay, SNAPSHOTTED, part=part)
     else:
         changed = stored.changed_since(conn, previous, snapshot)
         if part is not None:
@@ -219,9 +219,9 @@ class SnapshotChecker:
         snapshot = self._pending.pop(entry.seq)
         if self._tables is None:
             self._scratch = ExitStack()
-            self._tables = self._scratch.enter_context(scratch_state(self._conn, PROJECTIONS))
+            self._tables = self._scratch.enter_context(scratch_state(self._conn, SNAPSHOTTED))
         else:
-            empty(self._conn, self._tables, PROJECTIONS)
+            empty(self._conn, self._tables, SNAPSHOTTED)
         checks = check(self._conn, snapshot, self._replay, self._tables, self._previous, self._part)
         self.results.append(SnapshotCheck(snapshot, checks))
         self._previous = snapshot

@@ -149,8 +149,20 @@ class _OpenRun:
     start: datetime
     windows: list[WindowSpan] = field(default_factory=list)
 
-    def closed(self, end: datetime | None, ended_by: str | None) -> Run:
-        return Run(self.number, self.start, end, ended_by, tuple(self.windows))
+    def closed(
+        self, end: datetime | None, ended_by: str | None, judged: tuple[Any, ...] | None = None
+    ) -> Run:
+        protection, eviction, cut_short = judged or (None, False, None)
+        return Run(
+            self.number,
+            self.start,
+            end,
+            ended_by,
+            tuple(self.windows),
+            protection,
+            bool(eviction),
+            cut_short,
+        )
 
     def follow(self, since: datetime, window: Window | None) -> None:
         """Record the window in force from ``since`` when it differs from the last one."""
@@ -197,6 +209,11 @@ class _Teller:
             f" FROM {read}.podgroups p"
             f" LEFT JOIN {read}.preempt_protection(:at) w ON w.uid = p.uid"
             " WHERE p.uid = :uid"
+        )
+        # The run an event ended, as the runs view has it (judged against every preemptor).
+        self.run_query = sa.text(
+            f"SELECT protection, eviction, cut_short FROM {read}.runs"
+            " WHERE uid = :uid AND end_source = :source AND end_event_id = :id"
         )
 
     # -- the replay's hooks -----------------------------------------------------------------
@@ -256,6 +273,13 @@ class _Teller:
             replayed=replayed,
         )
 
+    def _judged(self, event: Event | None) -> tuple[Any, ...] | None:
+        if event is None:
+            return None
+        params = {"uid": self.uid, "source": event.source, "id": event.id}
+        row = self.conn.execute(self.run_query, params).first()
+        return None if row is None else tuple(row)
+
     def _read(self, at: datetime) -> _State | None:
         row = self.conn.execute(self.state_query, {"uid": self.uid, "at": at}).first()
         if row is None:
@@ -291,7 +315,7 @@ class _Teller:
         if current is not None and (
             not running or (after is not None and after.start_time != current.start)
         ):
-            self.runs.append(current.closed(time, _ended_by(before, event)))
+            self.runs.append(current.closed(time, _ended_by(before, event), self._judged(event)))
             self.open_run = None
         if running and after is not None and after.start_time is not None:
             if self.open_run is None:

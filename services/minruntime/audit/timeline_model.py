@@ -100,11 +100,22 @@ class Run:
     # released (reason) | requeued | deleted; None while it runs.
     ended_by: str | None
     windows: tuple[WindowSpan, ...]
+    # How protected it was when it ended, against every possible preemptor (its row of the
+    # runs view: definite | possible | none; None while it runs), whether an eviction ended
+    # it, and what was left of the longest window still protecting it.
+    protection: str | None = None
+    eviction: bool = False
+    cut_short: timedelta | None = None
 
     @property
     def protected_until(self) -> datetime | None:
         """The end of the window in force last."""
         return self.windows[-1].protected_until if self.windows else None
+
+    @property
+    def ended_inside_protection(self) -> bool:
+        """It ended while some rule still protected it (a violation when evicted)."""
+        return self.protection not in (None, "none")
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,9 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from minruntime import health
 from minruntime.cluster.api import (
     LIST_END,
     LIST_PAGE,
@@ -53,17 +56,18 @@ from minruntime.cluster.lease import Lease, LeaseKeeper, default_identity
 from minruntime.cluster.ledger import (
     META_KEY,
     encode_record,
-    ensure_ledger,
+    ledger_spec,
     meta_record,
     read_ledger,
     topic_ids,
 )
+from minruntime.cluster.metrics import BridgeMetrics
 from minruntime.cluster.mirror import ClusterMirror, Emission, Record
 from minruntime.events import encode_event
 from minruntime.kafka_access import kafka_access
 from minruntime.retry import Backoff, Outage
 from minruntime.settings import Settings
-from minruntime.stream.topics import TopicRole, ensure_topics, topic_names, topic_specs
+from minruntime.stream.topics import ensure_topics, topic_names, topic_specs
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +94,17 @@ class Bridge:
     """One bridge replica (see the module docstring)."""
 
     def __init__(
-        self, settings: Settings, client: Any, clock: Callable[[], datetime] = _utcnow
+        self,
+        settings: Settings,
+        client: Any,
+        clock: Callable[[], datetime] = _utcnow,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
         self.clock = clock
+        self.keeper: LeaseKeeper | None = None  # the term in progress
+        BridgeMetrics(registry or CollectorRegistry()).active.set_function(self._holds)
         self.stop = threading.Event()
         self.lease = Lease(
             client,
@@ -105,7 +115,7 @@ class Bridge:
         )
         self.options = mirror_options(settings)
         names = topic_names(settings)
-        self.topics: Mapping[str, str] = {role.value: names[role] for role in TopicRole}
+        self.topics: Mapping[str, str] = {role.value: name for role, name in names.items()}
         self.ledger_topic = settings.kube_ledger_topic_resolved
         self.sent_total = 0
         self.input_topic_ids: dict[str, str] = {}
@@ -123,16 +133,22 @@ class Bridge:
                 continue
             said_standby = False
             log.warning("bridge %s: active (lease %s)", self.lease.identity, self.lease.name)
-            keeper = LeaseKeeper(self.lease, started, self.clock).start()
+            keeper = self.keeper = LeaseKeeper(self.lease, started, self.clock).start()
             try:
                 await self._lead(keeper)
             finally:
+                self.keeper = None
                 held = keeper.holds()
                 keeper.end()
                 if self.stop.is_set() and held:
                     await asyncio.to_thread(self.lease.release)
             if not self.stop.is_set():
                 log.warning("bridge %s: term ended", self.lease.identity)
+
+    def _holds(self) -> float:
+        """1 while a term runs and its keeper can prove the Lease is held (the metric)."""
+        keeper = self.keeper
+        return 1.0 if keeper is not None and keeper.holds() else 0.0
 
     async def _acquire(self) -> bool:
         try:
@@ -250,8 +266,9 @@ class Bridge:
                 max_request_size=MAX_RECORD_BYTES + 64 * 1024,
             )
             try:
-                await ensure_topics(access, topic_specs(self.settings))
-                await ensure_ledger(access, self.ledger_topic)
+                await ensure_topics(
+                    access, [*topic_specs(self.settings), ledger_spec(self.settings)]
+                )
                 await producer.start()
                 outage.back()
                 return producer
@@ -427,10 +444,17 @@ def _apply(mirror: ClusterMirror, note: Notification) -> Iterator[Emission]:
 
 def run_bridge(settings: Settings) -> None:
     """`minruntime kube bridge`: run one replica until SIGINT/SIGTERM."""
-    bridge = Bridge(settings, api_client(settings))
+    bridge = Bridge(settings, api_client(settings), registry=REGISTRY)
+    health.serve_metrics(
+        settings.metrics_host,
+        settings.kube_bridge_metrics_port,
+        "KUBE_BRIDGE_METRICS_PORT",
+        "kube-bridge",
+    )
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
+        health.LIVENESS.watch(loop)
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, bridge.stop.set)
         await bridge.run()

@@ -25,19 +25,21 @@ from typing import Any, Final
 
 from minruntime.cluster.mirror import Record, split_key
 from minruntime.kafka_access import KafkaAccess, start_client
+from minruntime.settings import Settings
 from minruntime.stream.topic_identity import describe_topics
+from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, replication_for
 
 log = logging.getLogger(__name__)
 
 META_KEY: Final = "meta"
 # How many records one read asks for; the ledger holds one per pod, PodGroup, Queue, Node.
 _READ_BATCH: Final = 10_000
-_TOPIC_CONFIGS: Final = {
-    "cleanup.policy": "compact",
+_TOPIC_CONFIGS: Final = (
+    ("cleanup.policy", "compact"),
     # Compact a segment once it is an hour old: a restart reads little more than the live set.
-    "segment.ms": str(3600 * 1000),
-    "min.cleanable.dirty.ratio": "0.2",
-}
+    ("segment.ms", str(3600 * 1000)),
+    ("min.cleanable.dirty.ratio", "0.2"),
+)
 
 
 def encode_record(record: Record | None) -> bytes | None:
@@ -52,22 +54,17 @@ def meta_record(topic_ids: Mapping[str, str]) -> bytes:
     return json.dumps({"topics": dict(sorted(topic_ids.items()))}).encode()
 
 
-async def ensure_ledger(access: KafkaAccess, topic: str) -> None:
-    """Make the ledger topic if it is missing (compacted, one partition)."""
-    import contextlib
-
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
-
-    admin = AIOKafkaAdminClient(**access.client_kwargs())
-    await start_client(admin, access)
-    try:
-        if topic in set(await admin.list_topics()):
-            return
-        with contextlib.suppress(TopicAlreadyExistsError):
-            await admin.create_topics([NewTopic(topic, 1, 1, topic_configs=_TOPIC_CONFIGS)])
-    finally:
-        await admin.close()
+def ledger_spec(settings: Settings) -> TopicSpec:
+    """The ledger topic as the bridge creates it: compacted, one partition, kept forever, its
+    replication as for the service's other topics."""
+    return TopicSpec(
+        TopicRole.LEDGER,
+        settings.kube_ledger_topic_resolved,
+        1,
+        FOREVER,
+        replication_for(settings, TopicRole.LEDGER.value),
+        extra_configs=_TOPIC_CONFIGS,
+    )
 
 
 async def topic_ids(access: KafkaAccess, topics: Sequence[str]) -> dict[str, str]:

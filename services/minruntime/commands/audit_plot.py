@@ -5,7 +5,10 @@ as bars, each with its protection window shaded over it and the window's end mar
 window replaced during the run by a queue or configuration change is drawn fainter, its end
 dashed); the nominations; the requeue decisions — committed, rolled back and skipped with
 their own markers — with the cooldown a commit wrote hatched up to its requeue-not-before.
-Changes of the window during a run are dotted vertical lines labelled with what changed.
+Changes of the window during a run are dotted vertical lines labelled with what changed; a
+run that ended while a window still protected it (against some possible preemptor, as the runs
+view judged it) gets a dash-dotted line at its end, labelled a violation when an eviction
+ended it.
 
 Drawn with matplotlib's object API (no pyplot, no display): PNG through Agg, SVG with its
 text kept as text, so the picture can be searched and tested.
@@ -36,6 +39,8 @@ _WINDOW: Final = "#f2a03d"
 _WINDOW_END: Final = "#c0392b"
 _NOMINATION: Final = "#8e44ad"
 _CHANGE: Final = "#7f7f7f"
+# A run that ended while a window still protected it (a violation when an eviction ended it).
+_INSIDE: Final = "#d62728"
 # outcome -> (marker, colour, label)
 _OUTCOMES: Final = {
     "committed": ("o", "#2ca02c", "committed"),
@@ -147,6 +152,16 @@ def _draw_run(axes: Axes, run: Run, right: datetime) -> None:
     ending = run.ended_by or "still running"
     axes.text(_x(run.start), RUNS + 0.45, _text(f"run {run.number}"), ha="left", va="bottom")
     axes.text(_x(end), RUNS + 0.45, _text(ending), ha="right", va="bottom", color=_RUN)
+    if run.end is not None and run.ended_inside_protection:
+        _draw_inside(axes, run, run.end)
+
+
+def _draw_inside(axes: Axes, run: Run, end: datetime) -> None:
+    """The line where a run ended inside its window, and what it was (a violation or not)."""
+    axes.axvline(_x(end), color=_INSIDE, linestyle="-.", linewidth=1.8)
+    cut = f", cut {format_duration(run.cut_short)} short" if run.cut_short else ""
+    what = f"violation ({run.protection})" if run.eviction else "ended inside its window"
+    axes.text(_x(end), RUNS + 0.75, _text(f"{what}{cut}"), ha="right", va="bottom", color=_INSIDE)
 
 
 def _draw_nomination(labels: _Labels, row: Row) -> None:
@@ -263,6 +278,7 @@ def _legend(figure: Figure) -> None:
             for marker, color, label in _OUTCOMES.values()
         ),
         Line2D([], [], color=_CHANGE, linestyle=":", label="window changed"),
+        Line2D([], [], color=_INSIDE, linestyle="-.", label="ended inside its window"),
     ]
     figure.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
 

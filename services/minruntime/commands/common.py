@@ -68,6 +68,11 @@ def database_error(error: BaseException) -> str | None:
             f"the database holds a value this version cannot read: {first_line(error)} "
             "(stored by an older version; see docs/events.md, Bounds)"
         )
+    from minruntime.store.failures import needs_the_primary
+
+    read_only = needs_the_primary(error)
+    if read_only is not None:
+        return read_only
     if isinstance(error, OperationalError):
         return f"cannot read the database: {first_line(error)}"
     if isinstance(error, ProgrammingError) and getattr(error.orig, "sqlstate", None) in (

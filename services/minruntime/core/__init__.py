@@ -96,6 +96,7 @@ from minruntime.core.requeue_model import (
     exclusion_reason,
 )
 from minruntime.core.resolution import Resolution, ResolutionKind, ResolutionTrace, Resolver
+from minruntime.core.runs import EVICTIONS, EndedRun, Preemptibility, ended_run
 from minruntime.core.start_time import (
     NOT_STARTED,
     AllocationEvent,
@@ -107,11 +108,22 @@ from minruntime.core.start_time import (
     start_time_of,
 )
 from minruntime.core.timestamps import format_rfc3339, parse_rfc3339
+from minruntime.core.violation import (
+    Judgement,
+    Reclaimers,
+    RuleSet,
+    RuleVerdict,
+    RuleWindow,
+    RunRules,
+    Verdict,
+    judge,
+)
 
 __all__ = [
     "DEFAULT_NODE_POOL",
     "DEFAULT_REQUEUE_DELAY",
     "DEFAULT_SUBGROUP",
+    "EVICTIONS",
     "EXPECTED_RUNTIME_ANNOTATION",
     "EXPECTED_RUNTIME_PLUGIN",
     "GPU_UNITS_PER_GPU",
@@ -128,6 +140,7 @@ __all__ = [
     "CyclePlan",
     "Deletion",
     "DuplicateQueueError",
+    "EndedRun",
     "Exclusion",
     "ExclusionReason",
     "FreeCapacityLedger",
@@ -138,6 +151,7 @@ __all__ = [
     "InvalidQueueError",
     "InvalidSnapshotError",
     "InvalidTimestampError",
+    "Judgement",
     "MemberPod",
     "MinRuntimeConfig",
     "MinRuntimeError",
@@ -154,6 +168,7 @@ __all__ = [
     "PodGroupSpec",
     "PodGroupState",
     "PodPlacement",
+    "Preemptibility",
     "ProtectedRun",
     "ProtectionRule",
     "ProtectionWindow",
@@ -162,6 +177,7 @@ __all__ = [
     "QueueCycleError",
     "QueueTree",
     "ReclaimResolveMethod",
+    "Reclaimers",
     "Release",
     "RequeueDecision",
     "RequeueOutcome",
@@ -170,16 +186,22 @@ __all__ = [
     "ResolutionKind",
     "ResolutionTrace",
     "Resolver",
+    "RuleSet",
+    "RuleVerdict",
+    "RuleWindow",
+    "RunRules",
     "RunState",
     "RunningPodGroup",
     "ScenarioVerdict",
     "SkipReason",
     "SubGroup",
     "Submission",
+    "Verdict",
     "VictimEviction",
     "apply_allocated",
     "apply_released",
     "collect_candidates",
+    "ended_run",
     "evictable_pods",
     "exclusion_reason",
     "expected_runtime_nominations",
@@ -192,6 +214,7 @@ __all__ = [
     "in_cooldown",
     "is_elastic",
     "is_protected",
+    "judge",
     "nominate",
     "parse_duration",
     "parse_rfc3339",

@@ -208,6 +208,8 @@ class Release(NamedTuple):
 
     pods: tuple[str, ...] | None
     at: datetime
+    # Why (free text: completed, failed, evicted, requeued, ...); what a run's end is called.
+    reason: str | None = None
 
 
 class Annotation(NamedTuple):

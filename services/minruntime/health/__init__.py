@@ -20,7 +20,8 @@ from minruntime.health.checks import (
     one_line,
     remove_check,
 )
-from minruntime.health.server import HealthServer
+from minruntime.health.metrics import ReadinessMetrics
+from minruntime.health.server import HealthServer, MetricsPortError, serve_metrics
 
 __all__ = [
     "LIVENESS",
@@ -29,8 +30,11 @@ __all__ = [
     "Condition",
     "HealthServer",
     "Liveness",
+    "MetricsPortError",
     "Readiness",
+    "ReadinessMetrics",
     "add_check",
     "one_line",
     "remove_check",
+    "serve_metrics",
 ]

@@ -42,6 +42,11 @@ class Readiness:
         with self._lock:
             self._checks.pop(name, None)
 
+    def names(self) -> list[str]:
+        """The names of the checks, sorted."""
+        with self._lock:
+            return sorted(self._checks)
+
     def failures(self) -> dict[str, str]:
         """Name -> reason of every failing check (empty: ready)."""
         with self._lock:

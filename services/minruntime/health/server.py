@@ -19,10 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from minruntime.health.checks import Check, Readiness
+from minruntime.errors import UserError
+from minruntime.health.checks import LIVENESS, READINESS, Check, Readiness
+from minruntime.health.metrics import ReadinessMetrics
 
 TEXT = "text/plain; charset=utf-8"
 
@@ -65,6 +67,28 @@ class HealthServer:
         """Stop answering and free the port."""
         self._server.shutdown()
         self._server.server_close()
+
+
+class MetricsPortError(UserError):
+    """The Prometheus endpoint could not listen."""
+
+
+def serve_metrics(
+    host: str, port: int, variable: str, component: str, registry: CollectorRegistry = REGISTRY
+) -> HealthServer | None:
+    """Serve /metrics, /healthz and /readyz of this process on http://host:port (port 0: not
+    at all); the metrics include its readiness (``minruntime_ready{component}``)."""
+    if not port:
+        return None
+    try:
+        server = HealthServer(host, port, registry=registry, readiness=READINESS, liveness=LIVENESS)
+    except OSError as error:
+        raise MetricsPortError(
+            f"cannot serve metrics on {host}:{port} ({error.strerror or error}); "
+            f"set MINRUNTIME_{variable} to a free port, or 0 to turn metrics off"
+        ) from None
+    ReadinessMetrics(READINESS, component).register(registry)
+    return server.start()
 
 
 class _Handler(BaseHTTPRequestHandler):

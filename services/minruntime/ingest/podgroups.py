@@ -44,7 +44,7 @@ def podgroup_change(data: EventData, at: datetime) -> PodGroupChange:
     if isinstance(data, PodGroupAllocatedData):
         return Allocation(tuple((pod.name, pod.node) for pod in data.pods), at)
     if isinstance(data, PodGroupReleasedData):
-        return Release(data.pods, at)
+        return Release(data.pods, at, data.reason)
     if isinstance(data, PodGroupSubmittedData):
         return Submission(
             name=data.name,
@@ -114,9 +114,12 @@ class PodGroupProjection:
                 self._touched_unasked += 1
         return state
 
-    def apply(self, uid: str, change: PodGroupChange) -> None:
-        """Fold ``change`` into the podgroup (the core's errors propagate; nothing changes)."""
-        self._states[uid] = fold(self.state(uid), change)
+    def apply(self, uid: str, change: PodGroupChange) -> PodGroupState:
+        """Fold ``change`` into the podgroup (the core's errors propagate; nothing changes);
+        the state before it."""
+        before = self.state(uid)
+        self._states[uid] = fold(before, change)
+        return before
 
     def nominate(self, uid: str, nominated_by: str, reason: str | None, at: datetime) -> None:
         """Record a requeue nomination (the latest one per nominator counts)."""

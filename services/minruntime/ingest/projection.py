@@ -21,7 +21,14 @@ from typing import Any, Final
 
 from sqlalchemy import Connection
 
-from minruntime.core import MinRuntimeError
+from minruntime.core import (
+    MinRuntimeConfig,
+    MinRuntimeError,
+    NodePoolConfigs,
+    QueueTree,
+    RunRules,
+    ended_run,
+)
 from minruntime.events import (
     ConfigUpdatedData,
     Event,
@@ -38,7 +45,9 @@ from minruntime.events import (
 )
 from minruntime.ingest.podgroups import PodGroupProjection, podgroup_change
 from minruntime.ingest.queues import QueueProjection
-from minruntime.store.node_pools import upsert_configs, write_nodes
+from minruntime.ingest.runs import RunLog
+from minruntime.store.node_pools import read_node_pool_configs, upsert_configs, write_nodes
+from minruntime.store.queues import load_tree, lock_tree
 from minruntime.store.schema import StateTables
 
 PODGROUP_TYPES: Final = (
@@ -50,6 +59,7 @@ PODGROUP_TYPES: Final = (
     RequeueNominatedData,
 )
 QUEUE_TYPES: Final = (QueueUpsertedData, QueueDeletedData)
+_RUN_RULES: Final = "minruntime.run_rules"
 
 
 class Projections:
@@ -62,6 +72,12 @@ class Projections:
         self.podgroups = PodGroupProjection(conn, tables, ())
         self._configs: dict[str, dict[str, Any]] = {}
         self._nodes: dict[str, dict[str, Any] | None] = {}
+        self.runs = RunLog(conn, tables)
+        # The rules in force for the runs that end (the tree and configs as of now); None:
+        # to be read (again) before the next run's end. The configs this run of events set.
+        self._rules: RunRules | None = None
+        self._pool_configs: dict[str, MinRuntimeConfig] = {}
+        self._changes_tree = False
 
     @property
     def podgroup_count(self) -> int:
@@ -76,7 +92,7 @@ class Projections:
             if isinstance(data, PODGROUP_TYPES):
                 uids.append(data.uid)
             elif self._queues is None and isinstance(data, QUEUE_TYPES):
-                self._queues = QueueProjection(self._conn, self._tables)
+                self._queues = self._queue_projection()
         self.podgroups.include(uids)
 
     def include_named(self, uids: Iterable[str], *, queue_tree: bool) -> None:
@@ -84,7 +100,7 @@ class Projections:
         subjects) and, with ``queue_tree``, the queue tree (a replay decodes each entry just
         before applying it, so that no page of decoded events is kept alive)."""
         if queue_tree and self._queues is None:
-            self._queues = QueueProjection(self._conn, self._tables)
+            self._queues = self._queue_projection()
         self.podgroups.include(uids)
 
     def apply(self, event: Event) -> None:
@@ -101,13 +117,22 @@ class Projections:
             if isinstance(data, RequeueNominatedData):
                 self.podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
             else:
-                self.podgroups.apply(data.uid, podgroup_change(data, event.time))
+                change = podgroup_change(data, event.time)
+                before = self.podgroups.apply(data.uid, change)
+                ended = ended_run(before, self.podgroups.state(data.uid), change, event.time)
+                if ended is not None:
+                    self.runs.record(ended, event.source, event.id, self._run_rules())
         elif isinstance(data, QueueUpsertedData):
             self._queue_tree().upsert(data.to_queue())
+            self._rules = None
         elif isinstance(data, QueueDeletedData):
             self._queue_tree().delete(data.name)
+            self._rules = None
         elif isinstance(data, ConfigUpdatedData):
             config = data.to_config()
+            self._change_tree()
+            self._pool_configs[data.node_pool] = config
+            self._rules = None
             self._configs[data.node_pool] = {
                 "node_pool": data.node_pool,
                 "preempt": config.default_preempt_min_runtime,
@@ -124,8 +149,41 @@ class Projections:
 
     def _queue_tree(self) -> QueueProjection:
         if self._queues is None:  # nothing of the run touched the tree yet: it is as stored
-            self._queues = QueueProjection(self._conn, self._tables)
+            self._queues = self._queue_projection()
         return self._queues
+
+    def _queue_projection(self) -> QueueProjection:
+        self._change_tree()
+        return QueueProjection(self._conn, self._tables)
+
+    def _change_tree(self) -> None:
+        """Before the tree or a configuration changes: the tree lock, exclusively."""
+        if not self._changes_tree:
+            lock_tree(self._conn, self._tables, change=True)
+            self._changes_tree = True
+
+    def _run_rules(self) -> RunRules:
+        """The rules in force now for a run that ends: the tree and the node pools' configs
+        as this run of events has them (read under the tree lock, shared)."""
+        if self._rules is None:
+            lock_tree(self._conn, self._tables, change=False)
+            tree: QueueTree = (
+                self._queues.tree
+                if self._queues is not None
+                else load_tree(self._conn, self._tables)
+            )
+            stored, _ = read_node_pool_configs(self._conn, self._tables)
+            configs = NodePoolConfigs({**stored.by_pool, **self._pool_configs})
+            # Kept on the connection while the tree and the configs stay the same: the
+            # windows of each queue are resolved once, not once per batch.
+            key = (_RUN_RULES, self._tables.schema)
+            kept = self._conn.info.get(key)
+            if kept is not None and kept[0] is tree and kept[1] == configs:
+                self._rules = kept[2]
+            else:
+                self._rules = RunRules(tree, configs)
+                self._conn.info[key] = (tree, configs, self._rules)
+        return self._rules
 
     def flush(self, *, keep: bool = False) -> None:
         """Write everything the run changed (the queue tree, podgroups, configs, nodes).
@@ -139,7 +197,10 @@ class Projections:
         self.podgroups.flush(keep=keep)
         upsert_configs(self._conn, self._tables, list(self._configs.values()))
         write_nodes(self._conn, self._tables, self._nodes)
+        self.runs.flush()
         if keep:
             self._queues = None
             self._configs = {}
             self._nodes = {}
+            self._pool_configs = {}
+            self._rules = None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from minruntime.events import Header
+from minruntime.ingest.runs import LostRun
 
 
 class InboundRecord(NamedTuple):
@@ -41,6 +42,8 @@ class BatchOutcome:
     dead_letter_kinds: Counter[str] = field(default_factory=Counter)
     # (topic, partition) -> the next offset stored for the consumer group.
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Runs an eviction ended (for the metrics of work lost).
+    lost_runs: list[LostRun] = field(default_factory=list)
 
     def add(self, other: BatchOutcome) -> None:
         """Count ``other``'s records in this outcome too (a batch applied in parts)."""
@@ -52,6 +55,7 @@ class BatchOutcome:
         self.dead_letter_kinds.update(other.dead_letter_kinds)
         # Parts are applied in order, so a later part's next offset is the larger one.
         self.next_offsets.update(other.next_offsets)
+        self.lost_runs.extend(other.lost_runs)
 
     @property
     def records(self) -> int:

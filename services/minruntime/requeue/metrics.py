@@ -26,6 +26,8 @@ from minruntime.ingest import outcome_of
 from minruntime.requeue.cycle import CycleReport
 
 OTHER_NOMINATOR: Final = "other"
+# The reason label of a commit (a committed decision has no reason).
+NO_REASON: Final = "none"
 
 
 class RequeueMetrics:
@@ -73,6 +75,13 @@ class RequeueMetrics:
             "minruntime_requeue_cycle_seconds",
             "Wall time of one requeue cycle (read, plan, write, commit).",
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0),
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "minruntime_requeue_decisions",
+            "Requeue decisions per cycle, by outcome and reason (a commit's reason: none); each"
+            " candidate once, whatever its nominators.",
+            ["outcome", "reason"],
             registry=registry,
         )
         self.decisions_recorded = Counter(
@@ -129,6 +138,8 @@ class RequeueMetrics:
         for reason, count in report.nominations.skip_counts().items():
             self.nomination_skipped.labels(EXPECTED_RUNTIME_PLUGIN, reason.value).inc(count)
         for decision in report.plan.decisions:
+            cause = decision.reason.value if decision.reason else NO_REASON
+            self.decisions.labels(decision.outcome.value, cause).inc()
             for nominator in decision.nominated_by:
                 label = self.label(nominator)
                 if decision.outcome is RequeueOutcome.COMMITTED:

@@ -7,6 +7,9 @@
   password at all). TLS is offered with a self-signed certificate (``sslmode=require``;
   ``verify-full`` with the certificate copied to ``<stack dir>/postgres-server.crt``).
 
+- Replication (``stack up --pg-standby`` only): the role ``minruntime_replication`` may open
+  replication connections over TCP with its SCRAM password, and nothing else: no database.
+
 Everything here is rewritten by every ``stack up``, which is how a stack made by older code
 (``local all all trust``, socket mode 777, superuser password ``postgres``) is upgraded.
 """
@@ -22,14 +25,27 @@ from minruntime.stack.process import run
 IDENT_MAP = "minruntime"
 SECURITY_CONF = "minruntime-security.conf"
 INCLUDE_LINE = f"include_if_exists = '{SECURITY_CONF}'"
+# A server of a stack with a standby: its part, primary or standby (minruntime.stack.pg_standby).
+REPLICATION_CONF = "minruntime-replication.conf"
+REPLICATION_INCLUDE_LINE = f"include_if_exists = '{REPLICATION_CONF}'"
+REPLICATION_ROLE = "minruntime_replication"
 
 
-def hba_text(superuser: str) -> str:
-    """pg_hba.conf: peer (mapped) for the superuser on the socket, SCRAM for the rest on TCP."""
+def hba_text(superuser: str, replication_role: str | None = None) -> str:
+    """pg_hba.conf: peer (mapped) for the superuser on the socket, SCRAM for the rest on TCP;
+    with a `replication_role`, its replication connections (SCRAM, TCP) and no database."""
+    replication = (
+        f"host    replication  {replication_role}  all  scram-sha-256\n"
+        f"local   all  {replication_role}  reject\n"
+        f"host    all  {replication_role}  all  reject\n"
+        if replication_role
+        else ""
+    )
     return (
         "# Written by `minruntime stack up` (minruntime/stack/access.py); rewritten on each up.\n"
         "# TYPE  DATABASE  USER  ADDRESS  METHOD\n"
         f"local   all  {superuser}  peer map={IDENT_MAP}\n"
+        f"{replication}"
         "local   all  all  scram-sha-256\n"
         f"host    all  {superuser}  all  reject\n"
         "host    all  all  all  scram-sha-256\n"

@@ -74,13 +74,18 @@ def _mode(path: Path) -> int | None:
         return None
 
 
+def passfile_text(passwords: Mapping[str, str]) -> str:
+    """A libpq passfile giving each role its password on every server and database."""
+    lines = [f"*:*:*:{_escape(role)}:{_escape(pw)}\n" for role, pw in passwords.items()]
+    return _HEADER + "".join(lines)
+
+
 def _write(path: Path, passwords: Mapping[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"*:*:*:{_escape(role)}:{_escape(pw)}\n" for role, pw in passwords.items()]
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     # Created 0600 from the start: the passwords are never readable by others, not even briefly.
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
-        out.write(_HEADER + "".join(lines))
+        out.write(passfile_text(passwords))
     os.chmod(temporary, 0o600)
     os.replace(temporary, path)

@@ -1,16 +1,16 @@
-"""A single-node Apache Kafka (KRaft: broker + controller) run from Maven Central jars.
+"""An Apache Kafka node (KRaft: broker + controller in one process) run from Maven Central jars.
 
 The jars are fetched once with `mvn dependency:copy-dependencies` into a per-user cache
-(`~/.cache/minruntime/kafka-<version>/libs`) and shared by every checkout; the broker's data
-and logs live in the checkout's own `.stack/kafka/`.
+(`~/.cache/minruntime/kafka-<version>/libs`) and shared by every checkout. The stack's single
+broker keeps its data and logs in the checkout's own `.stack/kafka/`; the nodes of a cluster
+(`stack up --brokers 3`, minruntime.stack.kafka_cluster) are the same `KafkaNode`, each with
+its own directory, ports and place in the controller quorum.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import logging
 import shutil
 import tempfile
 import uuid
@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minruntime.errors import MissingToolError, StackError
-from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
+from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
+from minruntime.stack.kafka_probe import checked_round_trip, describe
 from minruntime.stack.kafka_security import (
     broker_secrets,
     ensure_keystores,
     listener_lines,
     scram_format_arguments,
-    write_private,
 )
 from minruntime.stack.process import (
     pid_alive,
@@ -38,10 +38,10 @@ from minruntime.stack.process import (
     stop_daemon,
     tail,
     wait_until,
+    write_private,
 )
 
 LOG4J_VERSION = "2.24.3"
-HEALTHCHECK_TOPIC = "minruntime.stack-healthcheck"
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -90,6 +90,69 @@ _LOG4J2 = """Configuration:
 
 
 @dataclass(frozen=True)
+class NodeSpec:
+    """One KRaft node of the stack: its id, directory and two ports."""
+
+    node_id: int
+    home: Path
+    port: int
+    controller_port: int
+    directory_id: str = ""
+    """Its metadata directory's id, named in the quorum's `--initial-controllers` (a cluster)."""
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """The controller quorum a node belongs to: itself alone, or every node of a cluster."""
+
+    nodes: tuple[NodeSpec, ...]
+    cluster_id: str = ""
+    """The cluster's id, the same on every node; empty: a new one when the node is formatted."""
+
+    def bootstrap_servers(self, host: str) -> str:
+        """`controller.quorum.bootstrap.servers`: every controller."""
+        return ",".join(f"{host}:{node.controller_port}" for node in self.nodes)
+
+    def format_arguments(self, host: str) -> list[str]:
+        """StorageTool's quorum arguments: `--standalone` alone, else the initial controllers
+        (the same list on every node: id@host:port:directory-id)."""
+        if len(self.nodes) == 1:
+            return ["--standalone"]
+        voters = (f"{n.node_id}@{host}:{n.controller_port}:{n.directory_id}" for n in self.nodes)
+        return ["--initial-controllers", ",".join(voters)]
+
+
+def replication_lines(nodes: int) -> list[str]:
+    """server.properties lines for the replication of the internal and the new topics.
+
+    One node: everything has one replica, as a single broker must. A cluster: three replicas,
+    two in sync before a write with acks=all is acknowledged, and no out-of-sync replica ever
+    elected leader (it would lose acknowledged writes).
+    """
+    if nodes == 1:
+        return [
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=10",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+        ]
+    factor = min(nodes, 3)
+    in_sync = max(factor - 1, 1)
+    return [
+        f"default.replication.factor={factor}",
+        f"min.insync.replicas={in_sync}",
+        f"offsets.topic.replication.factor={factor}",
+        "offsets.topic.num.partitions=10",
+        f"transaction.state.log.replication.factor={factor}",
+        f"transaction.state.log.min.isr={in_sync}",
+        f"share.coordinator.state.topic.replication.factor={factor}",
+        f"share.coordinator.state.topic.min.isr={in_sync}",
+        "unclean.leader.election.enable=false",
+    ]
+
+
+@dataclass(frozen=True)
 class KafkaHealth:
     """What a health check of the broker found."""
 
@@ -100,11 +163,21 @@ class KafkaHealth:
 
 
 class KafkaNode:
-    """The local broker: fetch, configure, format, start, check, stop."""
+    """A local broker: fetch, configure, format, start, check, stop.
 
-    def __init__(self, settings: Settings) -> None:
+    Without `spec`, the stack's single broker: node 1 in `.stack/kafka/` on the settings'
+    broker port (the controller one above), a quorum of itself.
+    """
+
+    def __init__(
+        self, settings: Settings, spec: NodeSpec | None = None, quorum: Quorum | None = None
+    ) -> None:
         self.settings = settings
-        self.home = settings.stack_dir / "kafka"
+        self.spec = spec or NodeSpec(
+            1, settings.stack_dir / "kafka", settings.kafka_port, settings.kafka_controller_port
+        )
+        self.quorum = quorum or Quorum((self.spec,))
+        self.home = self.spec.home
         self.data_dir = self.home / "data"
         self.config_file = self.home / "server.properties"
         self.log4j_file = self.home / "log4j2.yaml"
@@ -152,8 +225,7 @@ class KafkaNode:
     def write_config(self) -> None:
         """Write server.properties (mode 0600: it holds secrets) and the log4j2 configuration."""
         host = self.settings.kafka_host
-        port = self.settings.kafka_port
-        controller = self.settings.kafka_controller_port
+        port, controller = self.spec.port, self.spec.controller_port
         protocol = self.settings.kafka_security_protocol
         self.home.mkdir(parents=True, exist_ok=True)
         stored = broker_secrets(self.settings.stack_dir, formatted=self.formatted)
@@ -163,22 +235,21 @@ class KafkaNode:
                 f"it has no SCRAM user: run `minruntime stack down`, delete {self.data_dir}, "
                 "then `minruntime stack up` (its topics are lost)"
             )
-        keystores = ensure_keystores(self.home, stored) if "SSL" in protocol else None
+        # One CA and one certificate (for 127.0.0.1) in `.stack/kafka/tls`, whichever node:
+        # the nodes of a cluster trust each other, and clients trust them all, through it.
+        tls_home = self.settings.stack_dir / "kafka"
+        keystores = ensure_keystores(tls_home, stored) if "SSL" in protocol else None
         write_private(
             self.config_file,
             "\n".join(
                 [
                     "process.roles=broker,controller",
-                    "node.id=1",
+                    f"node.id={self.spec.node_id}",
                     *listener_lines(protocol, host, port, controller, stored, keystores),
                     "controller.listener.names=CONTROLLER",
-                    f"controller.quorum.bootstrap.servers={host}:{controller}",
+                    f"controller.quorum.bootstrap.servers={self.quorum.bootstrap_servers(host)}",
                     f"log.dirs={self.data_dir}",
-                    "offsets.topic.replication.factor=1",
-                    "offsets.topic.num.partitions=10",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
-                    "share.coordinator.state.topic.replication.factor=1",
+                    *replication_lines(len(self.quorum.nodes)),
                     "group.initial.rebalance.delay.ms=0",
                     # Topics are created explicitly, with documented partitions and
                     # retention; a typo'd topic name must fail, not appear silently.
@@ -222,12 +293,12 @@ class KafkaNode:
         if self.formatted:
             return
         stored = broker_secrets(self.settings.stack_dir, formatted=False)
-        cluster_id = new_cluster_id()
+        cluster_id = self.quorum.cluster_id or new_cluster_id()
         run(
             self._classpath_command(
                 "kafka.tools.StorageTool",
                 "format",
-                "--standalone",
+                *self.quorum.format_arguments(self.settings.kafka_host),
                 "--ignore-formatted",
                 "-t",
                 cluster_id,
@@ -237,7 +308,7 @@ class KafkaNode:
                 # so the stack can be switched to SASL later without reformatting.
                 *scram_format_arguments(stored),
             ),
-            what="formatting Kafka storage",
+            what=f"formatting Kafka storage ({self.home.name})",
             timeout=120,
         )
 
@@ -254,13 +325,23 @@ class KafkaNode:
         if not (self.libs / ".complete").is_file() and shutil.which("mvn") is None:
             self.ensure_jars()  # raises the one-line "Maven is not installed" error
         host = self.settings.kafka_host
-        require_free_port(host, self.settings.kafka_port, "Kafka", "MINRUNTIME_KAFKA_BOOTSTRAP")
+        require_free_port(host, self.spec.port, self.name, "MINRUNTIME_KAFKA_BOOTSTRAP")
         require_free_port(
             host,
-            self.settings.kafka_controller_port,
-            "the Kafka controller (broker port + 1)",
+            self.spec.controller_port,
+            f"the {self.name} controller (broker port + 1)",
             "MINRUNTIME_KAFKA_BOOTSTRAP",
         )
+
+    @property
+    def name(self) -> str:
+        """How messages name it: "Kafka", or "Kafka broker N" in a cluster."""
+        return "Kafka" if len(self.quorum.nodes) == 1 else f"Kafka broker {self.spec.node_id}"
+
+    @property
+    def address(self) -> str:
+        """host:port of its client listener."""
+        return f"{self.settings.kafka_host}:{self.spec.port}"
 
     def start(self) -> bool:
         """Start the broker unless it already runs; True when it was started now."""
@@ -287,27 +368,20 @@ class KafkaNode:
         spawn_daemon(command, self.log_file, self.pid_file, self.home)
         return True
 
-    def wait_ready(self, timeout: float) -> None:
-        """Return once a real produce/consume round trip through the broker succeeds."""
-        host, port = self.settings.kafka_host, self.settings.kafka_port
+    def wait_listening(self, timeout: float) -> None:
+        """Return once the broker's port accepts connections; fail if the process exits."""
+        host, port = self.settings.kafka_host, self.spec.port
         if not wait_until(lambda: port_in_use(host, port) or not self.is_running(), timeout):
             raise StackError(
-                f"Kafka did not open port {port} in {timeout:.0f}s: {self._log_tail()}"
+                f"{self.name} did not open port {port} in {timeout:.0f}s: {self._log_tail()}"
             )
         if not self.is_running():
-            raise StackError(f"Kafka exited during start-up: {self._log_tail()}")
-        # The group coordinator is created on first use; aiokafka logs that wait as errors.
-        aiokafka_log = logging.getLogger("aiokafka")
-        level = aiokafka_log.level
-        aiokafka_log.setLevel(logging.CRITICAL)
-        try:
-            asyncio.run(asyncio.wait_for(round_trip(kafka_access(self.settings)), timeout))
-        except (TimeoutError, OSError, RuntimeError) as exc:
-            raise StackError(
-                f"Kafka is up but a produce/consume round trip failed: {exc!r}"
-            ) from exc
-        finally:
-            aiokafka_log.setLevel(level)
+            raise StackError(f"{self.name} exited during start-up: {self._log_tail()}")
+
+    def wait_ready(self, timeout: float) -> None:
+        """Return once a real produce/consume round trip through the broker succeeds."""
+        self.wait_listening(timeout)
+        checked_round_trip(kafka_access(self.settings), timeout)
 
     def _log_tail(self) -> str:
         return tail(self.log_file, 3)
@@ -344,68 +418,6 @@ def min_heap(heap: str) -> str:
         return heap
     value = int(digits) * (1024 if unit.lower() == "g" else 1)
     return f"{max(value // 4, 64)}m"
-
-
-async def round_trip(access: KafkaAccess) -> None:
-    """Produce a unique record and read it back through a consumer group."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
-
-    admin = AIOKafkaAdminClient(**access.client_kwargs())
-    await start_client(admin, access)
-    try:
-        if HEALTHCHECK_TOPIC not in await admin.list_topics():
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(
-                    [NewTopic(HEALTHCHECK_TOPIC, 1, 1, topic_configs={"retention.ms": "3600000"})]
-                )
-    finally:
-        await admin.close()
-
-    marker = uuid.uuid4().hex.encode()
-    producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
-    await start_client(producer, access)
-    try:
-        sent = await producer.send_and_wait(HEALTHCHECK_TOPIC, marker, key=b"stack")
-    finally:
-        await producer.stop()
-
-    partition = TopicPartition(HEALTHCHECK_TOPIC, sent.partition)
-    consumer = AIOKafkaConsumer(
-        **access.client_kwargs(),
-        group_id="minruntime-stack-healthcheck",
-        enable_auto_commit=False,
-    )
-    await start_client(consumer, access)
-    try:
-        consumer.assign([partition])
-        consumer.seek(partition, sent.offset)
-        record = await consumer.getone()
-        if record.value != marker:
-            raise RuntimeError("round trip returned a different record")
-        # Committing creates __consumer_offsets, so later consumer groups start at once.
-        while True:
-            try:
-                await consumer.commit({partition: sent.offset + 1})
-                break
-            except KafkaError:
-                await asyncio.sleep(0.2)
-    finally:
-        await consumer.stop()
-
-
-async def describe(access: KafkaAccess) -> int:
-    """Number of brokers the cluster reports (a cheap liveness probe)."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(**access.client_kwargs(), request_timeout_ms=5000)
-    await start_client(admin, access)
-    try:
-        cluster = await admin.describe_cluster()
-    finally:
-        await admin.close()
-    return len(cluster.get("brokers", []))
 
 
 def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from minruntime.errors import MissingToolError, StackError
 from minruntime.kafka_access import stack_ca_file, stack_credentials_file
-from minruntime.stack.process import run
+from minruntime.stack.process import run, write_private
 
 CLIENT_USER = "minruntime"
 BROKER_USER = "broker"
@@ -40,15 +40,6 @@ class BrokerSecrets:
     store_password: str
     # False when the storage was formatted before these secrets existed (no SCRAM user).
     scram: bool
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read (created 0600, never briefly wider)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        os.fchmod(handle.fileno(), 0o600)
-        handle.write(text)
 
 
 def broker_secrets(stack_dir: Path, formatted: bool) -> BrokerSecrets:

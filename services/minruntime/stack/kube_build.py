@@ -84,7 +84,7 @@ class KubeBinaries:
             return
         go = self.go()
         self.home.mkdir(parents=True, exist_ok=True)
-        with _exclusive(self.home / ".lock"):
+        with exclusive(self.home / ".lock"):
             if self.built:  # another process built them while we waited for the lock
                 return
             say(
@@ -193,7 +193,7 @@ def scratch_go_mod(upstream: str, kube: str, etcd: str) -> str:
 
 
 @contextmanager
-def _exclusive(lock_file: Path) -> Iterator[None]:
+def exclusive(lock_file: Path) -> Iterator[None]:
     with lock_file.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

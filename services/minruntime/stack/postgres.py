@@ -14,21 +14,24 @@ import pwd
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minruntime.errors import MissingToolError, StackError
+from minruntime.pgurl import PgAddress
 from minruntime.settings import Settings
 from minruntime.stack.access import (
     INCLUDE_LINE,
+    REPLICATION_INCLUDE_LINE,
+    REPLICATION_ROLE,
     SECURITY_CONF,
     hba_text,
     ident_text,
     make_certificate,
     security_conf,
 )
-from minruntime.stack.process import require_free_port, run, tail
+from minruntime.stack.process import require_free_port, run, tail, write_private
 
 if TYPE_CHECKING:
     import psycopg
@@ -92,22 +95,42 @@ def install_postgresql() -> None:
 
 
 class PostgresNode:
-    """The local database server: init, start, create the database, check, stop."""
+    """A local database server: init, start, create the database, check, stop.
 
-    def __init__(self, settings: Settings) -> None:
+    Without arguments, the stack's server: `.stack/postgres` on the port of
+    MINRUNTIME_DATABASE_URL. With `--pg-standby` the stack has a second one, `postgres-2` on
+    the next port (minruntime.stack.pg_standby); `replication` then lets its replication
+    connections in.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        name: str = "postgres",
+        port: int | None = None,
+        *,
+        replication: bool = False,
+    ) -> None:
         self.settings = settings
         self.db = settings.database_parts
+        self.name = name
+        self.port = port or self.db.port
+        self.replication = replication
         self.as_root = os.geteuid() == 0
-        self.link = settings.stack_dir / "postgres"
-        if self.as_root:
-            digest = hashlib.sha1(str(settings.stack_dir.resolve()).encode()).hexdigest()[:12]
-            self.home = Path("/var/tmp/minruntime") / digest / "postgres"
-        else:
-            self.home = self.link
+        self.link = settings.stack_dir / name
+        self.home = self._home(name)
+        # One certificate for the stack's servers (all on one host): the first server's.
+        self.tls_dir = self._home("postgres") / "tls"
         self.data_dir = self.home / "data"
         self.socket_dir = self.home / "run"
         self.log_file = self.home / "postgres.log"
         self._bindir: Path | None = None
+
+    def _home(self, name: str) -> Path:
+        if not self.as_root:
+            return self.settings.stack_dir / name
+        digest = hashlib.sha1(str(self.settings.stack_dir.resolve()).encode()).hexdigest()[:12]
+        return Path("/var/tmp/minruntime") / digest / name
 
     # -- binaries -----------------------------------------------------------------------
     def bindir(self, install: bool = False) -> Path:
@@ -154,7 +177,8 @@ class PostgresNode:
                 what="creating the postgres system user",
             )
 
-    def _prepare_dirs(self) -> None:
+    def prepare_dirs(self) -> None:
+        """Its home and socket directory, owned by the server's account."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         if self.as_root:
@@ -171,7 +195,7 @@ class PostgresNode:
             if self.log_file.exists():
                 os.chown(self.log_file, account.pw_uid, account.pw_gid)
 
-    def _forget_an_earlier_stack(self) -> None:
+    def forget_an_earlier_stack(self) -> None:
         """As root, drop data left under this stack directory's path by a deleted one.
 
         Run as root, the data lives outside the stack directory (the server's own account
@@ -195,7 +219,7 @@ class PostgresNode:
             return
         bindir = self.bindir(install=True)
         self._ensure_owner_account()
-        self._prepare_dirs()
+        self.prepare_dirs()
         run(
             self._as_owner(
                 str(bindir / "initdb"),
@@ -230,13 +254,19 @@ class PostgresNode:
     def configure(self) -> None:
         """Write who may connect and how (minruntime.stack.access); upgrades older stacks."""
         conf = self.data_dir / "postgresql.conf"
-        if INCLUDE_LINE not in conf.read_text():
-            with conf.open("a") as out:
-                out.write(f"\n# minruntime: socket, passwords and TLS\n{INCLUDE_LINE}\n")
-        tls = make_certificate(self.home / "tls", self.db.host)
+        includes = {INCLUDE_LINE: "socket, passwords and TLS"}
+        if self.replication:
+            includes[REPLICATION_INCLUDE_LINE] = "primary or standby (stack up --pg-standby)"
+        text = conf.read_text()
+        for line, why in includes.items():
+            if line not in text:
+                with conf.open("a") as out:
+                    out.write(f"\n# minruntime: {why}\n{line}\n")
+        tls = make_certificate(self.tls_dir, self.db.host)
         os_users = [pwd.getpwuid(os.geteuid()).pw_name, SUPERUSER]
+        replication_role = REPLICATION_ROLE if self.replication else None
         files = {
-            self.data_dir / "pg_hba.conf": hba_text(SUPERUSER),
+            self.data_dir / "pg_hba.conf": hba_text(SUPERUSER, replication_role),
             self.data_dir / "pg_ident.conf": ident_text(os_users, SUPERUSER),
             self.data_dir / SECURITY_CONF: security_conf(*(tls or (None, None))),
         }
@@ -246,7 +276,7 @@ class PostgresNode:
         self.socket_dir.chmod(0o700)
         if self.as_root:
             account = pwd.getpwnam(SUPERUSER)
-            for path in [*files, *(tls or ()), self.home / "tls", self.socket_dir]:
+            for path in [*files, *(tls or ()), self.tls_dir, self.socket_dir]:
                 if path.exists():
                     os.chown(path, account.pw_uid, account.pw_gid)
         self.server_certificate.unlink(missing_ok=True)
@@ -261,6 +291,17 @@ class PostgresNode:
         return self.settings.stack_dir / "postgres-server.crt"
 
     # -- lifecycle ------------------------------------------------------------------------
+    def run_tool(self, tool: str, *args: str, what: str, timeout: float = 300) -> str:
+        """Run one of PostgreSQL's programs (pg_basebackup, ...) as the server's account."""
+        return run(self._as_owner(str(self.bindir() / tool), *args), what=what, timeout=timeout)
+
+    def write_owned(self, path: Path, text: str) -> None:
+        """Write a file only the server's account can read (mode 0600, owned by it)."""
+        write_private(path, text)
+        if self.as_root:
+            account = pwd.getpwnam(SUPERUSER)
+            os.chown(path, account.pw_uid, account.pw_gid)
+
     def _pg_ctl(self, action: str, *options: str, timeout: float = 120) -> str:
         return run(
             self._as_owner(
@@ -297,24 +338,29 @@ class PostgresNode:
         if self.is_running():
             return
         self.bindir(install=True)
-        require_free_port(self.db.host, self.db.port, "PostgreSQL", "MINRUNTIME_DATABASE_URL")
+        require_free_port(self.db.host, self.port, self.title, "MINRUNTIME_DATABASE_URL")
+
+    @property
+    def title(self) -> str:
+        """How messages name it: "PostgreSQL", or with its port when the stack has two."""
+        return f"PostgreSQL on port {self.port}" if self.replication else "PostgreSQL"
 
     def start(self, timeout: float) -> bool:
         """Start the server unless it already runs; True when it was started now.
 
         Either way the access rules are (re)written first; a running server reloads them.
         """
-        self._forget_an_earlier_stack()
+        self.forget_an_earlier_stack()
         self.preflight()
         self.init()
-        self._prepare_dirs()
+        self.prepare_dirs()
         self.configure()
         if self.is_running():
             self._pg_ctl("reload")
             return False
         try:
             options = (
-                f"-c listen_addresses={self.db.host} -c port={self.db.port} "
+                f"-c listen_addresses={self.db.host} -c port={self.port} "
                 f"-c unix_socket_directories={self.socket_dir}"
             )
             self._pg_ctl(
@@ -338,24 +384,43 @@ class PostgresNode:
 
         return psycopg.connect(
             host=str(self.socket_dir),
-            port=self.db.port,
+            port=self.port,
             user=SUPERUSER,
             dbname=dbname,
             autocommit=True,
         )
 
-    def create_database(self) -> None:
-        """Create (or upgrade) the roles, their passwords and the database (idempotent)."""
+    def create_database(self) -> dict[str, str]:
+        """Create (or upgrade) the roles, their passwords and the database (idempotent);
+        each role's password."""
         from minruntime.stack.roles import bootstrap_roles
 
-        bootstrap_roles(self, self.settings)
+        return bootstrap_roles(self, self.settings, replication=self.replication)
 
-    def stop(self) -> bool:
+    def stop(self, mode: str = "fast") -> bool:
         """Stop the server (fast shutdown); True when one was running."""
         if not self.is_running():
             return False
-        self._pg_ctl("stop", "-m", "fast", "-w")
+        self._pg_ctl("stop", "-m", mode, "-w")
         return True
+
+    def reload(self) -> None:
+        """Make the running server re-read its configuration files."""
+        self._pg_ctl("reload")
+
+    def promote(self, timeout: float) -> None:
+        """Promote a standby to a primary; return once it accepts writes."""
+        self._pg_ctl("promote", "-w", "-t", str(int(timeout)), timeout=timeout + 10)
+
+    @property
+    def url(self) -> str:
+        """The service's runtime URL for this server alone (the stack's URL itself when the
+        stack has one server)."""
+        if not self.replication:
+            return self.settings.database_url
+        address = PgAddress.parse(self.settings.database_url)
+        alone = replace(address, hosts=(self.db.host,), ports=(str(self.port),))
+        return alone.with_params(target_session_attrs=None).uri()
 
     def health(self) -> PostgresHealth:
         """Is the server running, and does the service's own login answer `SELECT 1`?"""
@@ -364,7 +429,7 @@ class PostgresNode:
         import psycopg
 
         try:
-            with psycopg.connect(self.settings.database_url, connect_timeout=5) as conn:
+            with psycopg.connect(self.url, connect_timeout=5) as conn:
                 row = conn.execute("SHOW server_version").fetchone()
         except psycopg.Error as exc:
             return PostgresHealth(True, False, self.pid(), f"not answering: {exc}".strip())

@@ -55,19 +55,32 @@ def pid_alive(pid: int | None) -> bool:
     return status != "Z"
 
 
+def send_signal(pid: int, sig: signal.Signals) -> bool:
+    """Send `sig` to the process group `pid` leads (a daemon's own session); False when
+    there is no such process."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        os.kill(pid, sig)
+    return True
+
+
+def exited(pid: int) -> bool:
+    """True once the process is gone (reaped, when it is a child of this one)."""
+    _reap(pid)
+    return not pid_alive(pid)
+
+
 def terminate(pid: int, timeout: float) -> None:
     """SIGTERM the process group, wait up to `timeout`, then SIGKILL it."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
+        if not send_signal(pid, sig):
             return
-        except PermissionError:
-            os.kill(pid, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            _reap(pid)
-            if not pid_alive(pid):
+            if exited(pid):
                 return
             time.sleep(0.1)
 
@@ -114,6 +127,15 @@ def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.25
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (created 0600, never briefly wider)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(text)
 
 
 def tail(path: Path, lines: int = 5) -> str:

@@ -5,7 +5,9 @@ them has CREATEROLE). The three roles of docs/storage.md#roles-and-privileges:
 
 - ``minruntime_owner`` owns the database and its schemas and runs the migrations;
 - the runtime role (the user of ``MINRUNTIME_DATABASE_URL``, ``minruntime`` by default);
-- ``minruntime_reader``.
+- ``minruntime_reader``;
+- with a standby (``stack up --pg-standby``) ``minruntime_replication``: REPLICATION and LOGIN,
+  for the standby's replication connection, and no database (minruntime.stack.access).
 
 Passwords: the one ``MINRUNTIME_DATABASE_URL`` carries, if any (an explicit choice is kept,
 as before); otherwise generated once and kept in ``<stack dir>/pgpass`` (mode 0600), which is
@@ -24,6 +26,7 @@ from psycopg import Connection, sql
 
 from minruntime.errors import StackError
 from minruntime.settings import OWNER_ROLE, READER_ROLE, Settings
+from minruntime.stack.access import REPLICATION_ROLE
 from minruntime.stack.credentials import ensure_passwords
 from minruntime.stack.postgres import SUPERUSER, PostgresNode
 from minruntime.store.privileges import (
@@ -35,10 +38,14 @@ from minruntime.store.tables import READ_SCHEMA, STATE_SCHEMA
 
 ROLE_COMMENT = "managed by `minruntime stack up`"
 _ROLE_OPTIONS = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+_REPLICATION_OPTIONS = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE REPLICATION NOBYPASSRLS"
 
 
-def bootstrap_roles(node: PostgresNode, settings: Settings) -> None:
-    """Create or upgrade roles, passwords and the database; lock advisory locks down."""
+def bootstrap_roles(
+    node: PostgresNode, settings: Settings, *, replication: bool = False
+) -> dict[str, str]:
+    """Create or upgrade roles, passwords and the database; lock advisory locks down.
+    Returns each role's password."""
     db = settings.database_parts
     runtime = db.user
     if runtime in (SUPERUSER, OWNER_ROLE, READER_ROLE):
@@ -47,10 +54,12 @@ def bootstrap_roles(node: PostgresNode, settings: Settings) -> None:
             "be a role of its own (e.g. minruntime)"
         )
     given = {runtime: db.password} if db.password else {}
-    passwords = ensure_passwords(settings.passfile, [OWNER_ROLE, runtime, READER_ROLE], given)
+    roles = [OWNER_ROLE, runtime, READER_ROLE, *([REPLICATION_ROLE] if replication else [])]
+    passwords = ensure_passwords(settings.passfile, roles, given)
     with node.admin_connection() as conn:
         for role, password in passwords.items():
-            _ensure_role(conn, role, password)
+            options = _REPLICATION_OPTIONS if role == REPLICATION_ROLE else _ROLE_OPTIONS
+            _ensure_role(conn, role, password, options)
         # The superuser logs in over the owner-only socket only (older stacks: 'postgres').
         conn.execute(sql.SQL("ALTER ROLE {} PASSWORD NULL").format(sql.Identifier(SUPERUSER)))
         owned = _databases_owned_by(conn, runtime)
@@ -68,16 +77,17 @@ def bootstrap_roles(node: PostgresNode, settings: Settings) -> None:
     for dbname in ["template1", *service_databases]:
         with node.admin_connection(dbname) as conn:
             _restrict_advisory_locks(conn, [runtime, OWNER_ROLE])
+    return passwords
 
 
 def _exists(conn: Connection[Any], query: LiteralString, *args: object) -> bool:
     return conn.execute(query, args).fetchone() is not None
 
 
-def _ensure_role(conn: Connection[Any], role: str, password: str) -> None:
+def _ensure_role(conn: Connection[Any], role: str, password: str, options: LiteralString) -> None:
     verb = "ALTER" if _exists(conn, "SELECT 1 FROM pg_roles WHERE rolname = %s", role) else "CREATE"
     conn.execute(
-        sql.SQL("{} ROLE {} " + _ROLE_OPTIONS + " PASSWORD {}").format(
+        sql.SQL("{} ROLE {} " + options + " PASSWORD {}").format(
             sql.SQL(verb), sql.Identifier(role), sql.Literal(password)
         )
     )

@@ -163,13 +163,17 @@ class OfPart:
     # Entries of this type (committed requeues) are also the part's when a podgroup they
     # promise capacity to (``data.placements[].podgroup``) is: the promise rows are its.
     promising: str = ""
+    # Entries of these types are every part's: the queue tree's and the configurations' (the
+    # windows of the runs a part's podgroups end are resolved in them).
+    shared: tuple[str, ...] = ()
 
     @property
     def condition(self) -> str:
         """SQL: an entry is the part's (not only at a position)."""
         return (
             f"(CASE WHEN type = ANY(%(scoped)s) AND subject IS NOT NULL"
-            f" THEN {self.part.of_column('subject')} ELSE {self.part.first} END)"
+            f" THEN {self.part.of_column('subject')}"
+            f" WHEN type = ANY(%(shared)s) THEN TRUE ELSE {self.part.first} END)"
         )
 
     @property
@@ -188,6 +192,7 @@ class OfPart:
             "scoped": list(self.scoped),
             "positions": list(self.positions),
             "promising": self.promising,
+            "shared": list(self.shared),
         }
 
 

@@ -67,3 +67,23 @@ def describe(error: BaseException) -> str:
     if len(text) > _MAX_DESCRIPTION:
         text = text[: _MAX_DESCRIPTION - 3] + "..."
     return text
+
+
+READ_ONLY_SQLSTATE: Final = "25006"  # read_only_sql_transaction
+
+
+def needs_the_primary(error: BaseException) -> str | None:
+    """One line when ``error`` is a write refused by a read-only server (a hot standby, or
+    `default_transaction_read_only`), wrapped by SQLAlchemy or not; None otherwise.
+
+    The read surface and the live answers write nothing; the commands that fill a temporary
+    shadow schema first (`--at`, `audit`, `whatif`, `replay`) need the primary.
+    """
+    orig = error.orig if isinstance(error, DBAPIError) else error
+    if getattr(orig, "sqlstate", None) != READ_ONLY_SQLSTATE:
+        return None
+    return (
+        "this command needs the primary: it builds a temporary shadow schema, and the server "
+        "is read-only (a standby); point MINRUNTIME_OWNER_DATABASE_URL at the primary, or use "
+        "target_session_attrs=read-write"
+    )

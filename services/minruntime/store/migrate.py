@@ -62,8 +62,10 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("postgresql://unused")).get_current_head()
 
 
-def is_at_head(engine: sa.Engine) -> bool:
-    """True when the database behind ``engine`` is migrated to the newest revision."""
-    with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"version_table_schema": STATE_SCHEMA})
-        return context.get_current_revision() == head_revision()
+def is_at_head(bind: sa.Engine | sa.Connection) -> bool:
+    """True when the database behind ``bind`` is migrated to the newest revision."""
+    if isinstance(bind, sa.Engine):
+        with bind.connect() as conn:
+            return is_at_head(conn)
+    context = MigrationContext.configure(bind, opts={"version_table_schema": STATE_SCHEMA})
+    return context.get_current_revision() == head_revision()

@@ -31,6 +31,7 @@ BY_PODGROUP: Final = {
     # A promise is its beneficiary's: it ends when the beneficiary leaves pending, and the
     # committed requeue that made it is replayed in the beneficiary's part too.
     "requeue_promises": "beneficiary",
+    "run_log": "uid",
 }
 
 

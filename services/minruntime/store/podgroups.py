@@ -118,8 +118,14 @@ class StoredPodGroups:
     pending: frozenset[str]
 
 
-def load_podgroups(conn: Connection, tables: StateTables, uids: Iterable[str]) -> StoredPodGroups:
-    """The stored state of each of ``uids`` that is known, with its pods and subgroups."""
+def load_podgroups(
+    conn: Connection, tables: StateTables, uids: Iterable[str], *, lock: bool = True
+) -> StoredPodGroups:
+    """The stored state of each of ``uids`` that is known, with its pods and subgroups.
+
+    ``lock``: a writer's read, the live rows locked until commit (a batch, the worker). A
+    reader (`explain`) passes False: it takes no lock, so it holds no writer back and runs on a
+    read-only standby too."""
     wanted = sorted(set(uids))
     if not wanted:
         return StoredPodGroups({}, frozenset())
@@ -128,7 +134,7 @@ def load_podgroups(conn: Connection, tables: StateTables, uids: Iterable[str]) -
     assert driver is not None
     with driver.cursor() as cursor:
         # A shadow is one transaction's own: nothing to wait for there.
-        load = _LOAD_STATES + _LOCKING if tables.is_live else _LOAD_STATES
+        load = _LOAD_STATES + _LOCKING if lock and tables.is_live else _LOAD_STATES
         cursor.execute(tables.sql(load), {"uids": json_list(wanted)})
         rows = cursor.fetchall()
         if not rows:

@@ -62,6 +62,24 @@ _SET_VERSION: Final = (
 )
 
 
+# Orders the live tree's changes with the runs that end (docs/storage.md, "Runs"): a batch that
+# changes the tree or a node pool's configuration takes it exclusively, a batch that ends a run
+# takes it shared before it reads them, both until commit. So a run's windows come from
+# exactly the changes logged before its end, as a replay of the log (in its order) finds them.
+TREE_LOCK_KEY: Final = int.from_bytes(b"minrttre", "big", signed=True)
+_LOCK_TREE: Final = {
+    True: f"SELECT pg_advisory_xact_lock({TREE_LOCK_KEY})",
+    False: f"SELECT pg_advisory_xact_lock_shared({TREE_LOCK_KEY})",
+}
+
+
+def lock_tree(conn: Connection, tables: StateTables, *, change: bool) -> None:
+    """Live tables only: take the tree lock until commit, exclusively to ``change`` the tree or
+    a configuration, shared to read them for the runs a batch ends (a shadow: nothing)."""
+    if tables.is_live:
+        conn.exec_driver_sql(_LOCK_TREE[change])
+
+
 def _cache_key(tables: StateTables) -> tuple[str, str]:
     # Per state schema: a shadow schema's tree never answers for the live one.
     return (_CACHE_KEY, tables.schema)

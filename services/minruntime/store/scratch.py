@@ -10,11 +10,12 @@ returns (the runtime role).
 from __future__ import annotations
 
 import secrets
-from urllib.parse import urlsplit, urlunsplit
+from dataclasses import replace
 
 import psycopg
 from psycopg import sql
 
+from minruntime.pgurl import PgAddress
 from minruntime.settings import OWNER_ROLE, Settings
 from minruntime.stack.postgres import PostgresNode
 
@@ -22,13 +23,21 @@ SCRATCH_PREFIX = "minruntime_test"
 
 
 def admin_connection(settings: Settings) -> psycopg.Connection[tuple[object, ...]]:
-    """An autocommit connection allowed to create databases."""
-    node = PostgresNode(settings)
-    if node.socket_dir.exists():
+    """An autocommit connection allowed to create databases: the superuser over the socket of
+    the stack's primary (with `--pg-standby`, after a failover, that is the second server)."""
+    from minruntime.stack.pg_standby import STANDBY_NAME
+
+    port = settings.database_parts.port
+    for node in (PostgresNode(settings), PostgresNode(settings, STANDBY_NAME, port + 1)):
+        if not node.socket_dir.exists():
+            continue
         try:
-            return node.admin_connection()
+            conn = node.admin_connection()
         except psycopg.OperationalError:
-            pass
+            continue
+        if conn.execute("SELECT pg_is_in_recovery()").fetchone() == (False,):
+            return conn
+        conn.close()
     # Elsewhere (e.g. docker compose): the service role itself, if it may create databases.
     return psycopg.connect(settings.database_url, autocommit=True)
 
@@ -51,16 +60,20 @@ def create_scratch_database(settings: Settings, prefix: str = SCRATCH_PREFIX) ->
 
 def scratch_owner_url(settings: Settings, url: str) -> str:
     """The owner role's URL of the scratch database at ``url`` (what migrates it)."""
-    return _on_database(settings.owner_url, urlsplit(url).path.lstrip("/"))
+    return _on_database(settings.owner_url, _database_of(url))
 
 
 def _on_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+    return replace(PgAddress.parse(url), dbname=name).uri()
+
+
+def _database_of(url: str) -> str:
+    return PgAddress.parse(url).dbname or ""
 
 
 def drop_scratch_database(settings: Settings, url: str) -> None:
     """Drop a database made by create_scratch_database, closing its sessions."""
-    name = urlsplit(url).path.lstrip("/")
+    name = _database_of(url)
     if not name.startswith(SCRATCH_PREFIX):
         raise ValueError(f"refusing to drop {name!r}: not a scratch database")
     with admin_connection(settings) as conn:

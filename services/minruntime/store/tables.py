@@ -184,6 +184,47 @@ requeue_promises = sa.Table(
     sa.Index("ix_requeue_promises_beneficiary", "beneficiary"),
 )
 
+# Every run that ended (SEMANTICS.md §10): written by the podgroup projection at the event that
+# ended it, with the rule windows in force then (migration 0013; docs/storage.md, "Runs").
+# Append-only history: keyed by the podgroup and the (source, id) of the ending event.
+run_log = sa.Table(
+    "run_log",
+    metadata,
+    sa.Column("uid", sa.Text, primary_key=True),
+    sa.Column("end_source", sa.Text, primary_key=True),
+    sa.Column("end_event_id", sa.Text, primary_key=True),
+    # NULL for a placeholder (never submitted).
+    sa.Column("queue", sa.Text),
+    sa.Column("node_pool", sa.Text, nullable=False),
+    sa.Column("preemptibility", sa.Text, nullable=False),
+    sa.Column("run_start", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("run_end", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("ended_by", sa.Text, nullable=False),
+    sa.Column("eviction", sa.Boolean, nullable=False),
+    # NULL when a pod's GPU is not known.
+    sa.Column("gpus", sa.Numeric),
+    sa.Column("gpu_seconds", sa.Numeric),
+    sa.Column("preempt_min_runtime", INTERVAL, nullable=False),
+    sa.Column("preempt_resolved_from", sa.Text),
+    sa.Column("shortest_reclaim_min_runtime", INTERVAL, nullable=False),
+    sa.Column("longest_reclaim_min_runtime", INTERVAL, nullable=False),
+    # Every rule window at the end, as JSON text: [{rule, reclaimers, lca, walk_start,
+    # min_runtime (s), resolved_from}] (minruntime.core.violation; a window's end: run_start +
+    # min_runtime). Text, not jsonb: a batch writes one per run, and parsing it into jsonb cost
+    # the server as much as the rest of the row; the view shows it as jsonb.
+    sa.Column("windows", sa.Text, nullable=False),
+    sa.Column("protection", sa.Text, nullable=False),
+    # What was left of the longest window still protecting it (NULL: none was).
+    sa.Column("cut_short", INTERVAL),
+    sa.CheckConstraint("protection IN ('definite', 'possible', 'none')", name="protection"),
+    # What `minruntime violations` reads: the runs an eviction ended inside a window.
+    sa.Index(
+        "ix_run_log_violations",
+        "run_end",
+        postgresql_where=sa.text("eviction AND protection <> 'none'"),
+    ),
+)
+
 event_log = sa.Table(
     "event_log",
     metadata,

@@ -1,16 +1,28 @@
-"""The processor's Prometheus metrics: events applied, dead-lettered, duplicates, consumer lag.
+"""The processor's Prometheus metrics: events applied, dead-lettered, duplicates, consumer lag,
+and the work evictions took away.
 
 Labels are finite: the topic role (not the configurable topic name), the event type and the
-dead-letter kind (both closed sets of the wire contract), and the partition number.
+dead-letter kind (both closed sets of the wire contract), the partition number, how a run was
+evicted (``core.EVICTIONS``) and its protection verdict (three values), and queue names bounded
+twice: only queues of the tree (a run of a queue the tree did not know is ``unknown``), and of
+those only the first ``MAX_QUEUE_LABELS`` this process saw (later ones are ``other``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from minruntime.ingest import BatchOutcome
+from minruntime.ingest.runs import LostRun
+
+# Queue label values one process exports at most (beyond: "other"); a tree of thousands of
+# queues would otherwise make as many series.
+MAX_QUEUE_LABELS: Final = 100
+UNKNOWN_QUEUE: Final = "unknown"
+OTHER_QUEUES: Final = "other"
 
 
 class ProcessorMetrics:
@@ -49,6 +61,26 @@ class ProcessorMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
             registry=registry,
         )
+        self.run_seconds_lost = Histogram(
+            "minruntime_run_seconds_lost",
+            "How long the runs that evictions and requeues ended had run (work lost).",
+            ["ended_by"],
+            buckets=(60, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, 259200),
+            registry=registry,
+        )
+        self.gpu_seconds_lost = Counter(
+            "minruntime_gpu_seconds_lost",
+            "GPU-seconds of the runs that evictions and requeues ended, by queue.",
+            ["queue"],
+            registry=registry,
+        )
+        self.violations = Counter(
+            "minruntime_protection_violations",
+            "Runs an eviction ended while a protection window still protected them.",
+            ["verdict"],
+            registry=registry,
+        )
+        self._queue_labels: set[str] = set()
 
     def observe(
         self, role: str, outcome: BatchOutcome, seconds: float, lags: Mapping[int, int]
@@ -62,9 +94,31 @@ class ProcessorMetrics:
         if repeats:
             self.duplicates.labels(role).inc(repeats)
         self.batch_seconds.labels(role).observe(seconds)
+        for run in outcome.lost_runs:
+            self.lost(run)
         for partition, lag in lags.items():
             self.lag.labels(role, str(partition)).set(lag)
             self._lag_series.add((role, str(partition)))
+
+    def lost(self, run: LostRun) -> None:
+        """Count a run an eviction ended."""
+        self.run_seconds_lost.labels(run.ended_by).observe(run.seconds)
+        if run.gpu_seconds is not None:
+            self.gpu_seconds_lost.labels(self.queue_label(run)).inc(max(run.gpu_seconds, 0.0))
+        if run.protection != "none":
+            self.violations.labels(run.protection).inc()
+
+    def queue_label(self, run: LostRun) -> str:
+        """The run's queue as a label value: bounded by the tree and by ``MAX_QUEUE_LABELS``."""
+        queue = run.queue
+        if queue is None or not run.queue_known:
+            return UNKNOWN_QUEUE
+        if queue in self._queue_labels:
+            return queue
+        if len(self._queue_labels) < MAX_QUEUE_LABELS:
+            self._queue_labels.add(queue)
+            return queue
+        return OTHER_QUEUES
 
     def owned(self, partitions: Iterable[tuple[str, int]]) -> None:
         """After a rebalance: drop the lag of every partition not in ``partitions`` (role, number).

@@ -26,8 +26,8 @@ from typing import Any, Final
 
 from sqlalchemy import Engine
 
-from minruntime.health.outage import Backoff
 from minruntime.kafka_access import KafkaAccess
+from minruntime.retry import Backoff, Outage
 from minruntime.store import outbox
 from minruntime.store.outbox import OutboxRow
 from minruntime.store.schema import LIVE
@@ -119,6 +119,7 @@ class OutboxRelay:
         )
         await producer.start()
         backoff = Backoff(self._poll, MAX_BACKOFF_SECONDS)
+        outage = Outage("outbox publishing", log)
         try:
             while True:
                 failure: BaseException | None = None
@@ -129,18 +130,16 @@ class OutboxRelay:
                     failure, report = exc, None
                 await self._refresh_stats()
                 if report is None or report.retry:
-                    delay = backoff.next()
+                    # One line when publishing stops, a reminder a minute, one when it resumes.
                     if report is None:
-                        log.warning("outbox publish failed, retrying in %.1fs: %r", delay, failure)
+                        outage.failed(failure or "unknown error")
                     else:
-                        log.warning(
-                            "outbox: %d row(s) not published, retrying in %.1fs: %r",
-                            len(report.retry),
-                            delay,
-                            report.retry_error,
+                        outage.failed(
+                            f"{len(report.retry)} row(s) not published: {report.retry_error!r}"
                         )
-                    await asyncio.sleep(delay)
+                    await asyncio.sleep(backoff.next())
                     continue
+                outage.back()
                 backoff.reset()
                 if len(report.published) + len(report.set_aside) < self._batch:
                     self._wake.clear()

@@ -1,0 +1,128 @@
+"""Every run that ends is kept, with the windows in force at its end: ``minruntime.runs``.
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-11-27
+
+A run lasts from a podgroup's start (SEMANTICS.md §5) to the event that ended it (§10).
+The podgroup projection appends one ``run_log`` row per run at that event: the podgroup, its
+queue and node pool, start, end, ``ended_by``, GPUs and GPU-seconds, the rule windows every
+possible preemptor had to respect then (preempt, the reclaim classes, the unknown queue), the
+verdict (definite / possible / none) and by how much the longest window still protecting it
+was cut short. ``minruntime.runs`` shows them to the reader; ``minruntime violations`` reads
+the ones an eviction ended inside a window (a partial index).
+
+The runs of the log applied before this migration are filled in by replaying the log once
+into a temporary shadow (as ``minruntime replay`` does) and copying its rows: ``replay
+--verify`` then finds the live table equal. An empty log costs nothing. Downgrade drops the
+view and the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects.postgresql import INTERVAL
+
+revision: str = "0013"
+down_revision: str | None = "0012"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+SCHEMA = "minruntime_state"
+READER = "minruntime_reader"
+
+# The columns this revision creates (what the backfill copies, whatever later code adds).
+COLUMNS = (
+    "uid",
+    "end_source",
+    "end_event_id",
+    "queue",
+    "node_pool",
+    "preemptibility",
+    "run_start",
+    "run_end",
+    "ended_by",
+    "eviction",
+    "gpus",
+    "gpu_seconds",
+    "preempt_min_runtime",
+    "preempt_resolved_from",
+    "shortest_reclaim_min_runtime",
+    "longest_reclaim_min_runtime",
+    "windows",
+    "protection",
+    "cut_short",
+)
+
+VIEW_SQL = f"""
+CREATE VIEW minruntime.runs AS
+SELECT uid, queue, node_pool, preemptibility, run_start, run_end, ended_by, eviction,
+       run_end - run_start AS ran, gpus, gpu_seconds,
+       preempt_min_runtime, preempt_resolved_from,
+       run_start + preempt_min_runtime AS preempt_protected_until,
+       shortest_reclaim_min_runtime, longest_reclaim_min_runtime,
+       CAST(windows AS jsonb) AS windows,
+       protection <> 'none' AS ended_inside_protection, protection,
+       CASE WHEN eviction AND protection <> 'none' THEN protection END AS violation,
+       cut_short, end_source, end_event_id, windows AS windows_text
+FROM {SCHEMA}.run_log;
+
+GRANT SELECT ON minruntime.runs TO {READER};
+"""
+
+
+def upgrade() -> None:
+    op.create_table(
+        "run_log",
+        sa.Column("uid", sa.Text, nullable=False),
+        sa.Column("end_source", sa.Text, nullable=False),
+        sa.Column("end_event_id", sa.Text, nullable=False),
+        sa.Column("queue", sa.Text),
+        sa.Column("node_pool", sa.Text, nullable=False),
+        sa.Column("preemptibility", sa.Text, nullable=False),
+        sa.Column("run_start", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("run_end", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("ended_by", sa.Text, nullable=False),
+        sa.Column("eviction", sa.Boolean, nullable=False),
+        sa.Column("gpus", sa.Numeric),
+        sa.Column("gpu_seconds", sa.Numeric),
+        sa.Column("preempt_min_runtime", INTERVAL, nullable=False),
+        sa.Column("preempt_resolved_from", sa.Text),
+        sa.Column("shortest_reclaim_min_runtime", INTERVAL, nullable=False),
+        sa.Column("longest_reclaim_min_runtime", INTERVAL, nullable=False),
+        sa.Column("windows", sa.Text, nullable=False),
+        sa.Column("protection", sa.Text, nullable=False),
+        sa.Column("cut_short", INTERVAL),
+        sa.PrimaryKeyConstraint("uid", "end_source", "end_event_id", name="pk_run_log"),
+        sa.CheckConstraint(
+            "protection IN ('definite', 'possible', 'none')", name="ck_run_log_protection"
+        ),
+        schema=SCHEMA,
+    )
+    op.create_index(
+        "ix_run_log_violations",
+        "run_log",
+        ["run_end"],
+        schema=SCHEMA,
+        postgresql_where=sa.text("eviction AND protection <> 'none'"),
+    )
+    op.execute(VIEW_SQL)
+    _backfill()
+
+
+def _backfill() -> None:
+    bind = op.get_bind()
+    if bind.execute(sa.text(f"SELECT NOT EXISTS (SELECT FROM {SCHEMA}.event_log)")).scalar():
+        return
+    # Lazily: only a database with a log needs the replay machinery.
+    from minruntime.audit.runs import backfill_runs
+
+    backfill_runs(bind, COLUMNS)
+
+
+def downgrade() -> None:
+    op.execute("DROP VIEW minruntime.runs")
+    op.drop_table("run_log", schema=SCHEMA)

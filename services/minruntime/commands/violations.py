@@ -1,0 +1,193 @@
+"""`minruntime violations`: every run an eviction ended while a window still protected it.
+
+The data comes from ``minruntime.audit.violations`` (what ``--json`` prints); this module
+parses the options, reads in one read-only transaction (a replica will do) and renders a plain
+table: one line per violation, the rules that protected it on continuation lines.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, Final, TextIO
+
+import typer
+
+from minruntime.commands.common import Json, engine, parse_at
+
+if TYPE_CHECKING:
+    from minruntime.audit.violations import Violation, ViolationReport
+    from minruntime.core import RuleWindow
+
+Since = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        metavar="T",
+        help="Only runs that ended at or after T: RFC3339, 'now' or 'now-DURATION' (now-24h).",
+        show_default=False,
+    ),
+]
+QueueName = Annotated[
+    str | None,
+    typer.Option("--queue", metavar="QUEUE", help="Only runs of this queue.", show_default=False),
+]
+Schema = Annotated[
+    str,
+    typer.Option(
+        "--schema",
+        metavar="S",
+        help="Read this read surface: a replayed state kept with `replay --into S`.",
+    ),
+]
+
+_COLUMNS: Final = (
+    "ended",
+    "uid",
+    "queue",
+    "ended by",
+    "verdict",
+    "ran",
+    "cut short",
+    "protected by",
+)
+
+
+def violations_command(
+    since: Since = None,
+    queue: QueueName = None,
+    schema: Schema = "minruntime",
+    as_json: Json = False,
+) -> None:
+    """Runs an eviction ended inside their protection window: definite or possible, and why."""
+    from minruntime.audit.asof import snapshot
+    from minruntime.audit.violations import find_violations
+
+    instant = parse_at(since, option="--since")
+    with snapshot(engine()) as conn:
+        conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+        report = find_violations(conn, since=instant, queue=queue, schema=schema)
+    if as_json:
+        write_json(report, sys.stdout)
+        return
+    sys.stdout.write(render(report) + "\n")
+
+
+def write_json(report: ViolationReport, out: TextIO) -> None:
+    """One JSON document: the counts, then ``rows``, one violation per line (a report of tens
+    of thousands of violations is written as it is made)."""
+    from pydantic_core import to_json
+
+    from minruntime.audit.violations import ViolationJson
+
+    as_json = ViolationJson()
+    head = json.dumps(summary(report))
+    if not report.violations:
+        out.write(head[:-1] + ', "rows": []}\n')
+        return
+    out.write(head[:-1] + ', "rows": [\n')
+    last = len(report.violations) - 1
+    for index, violation in enumerate(report.violations):
+        # Serialised in Rust (pydantic-core): a report can hold tens of thousands.
+        out.write(to_json(as_json.of(violation)).decode())
+        out.write(",\n" if index < last else "\n]}\n")
+
+
+def summary(report: ViolationReport) -> dict[str, Any]:
+    """The counts of a report (the head of ``--json``)."""
+    from minruntime.core import Verdict
+
+    return {
+        "since": None if report.since is None else _time(report.since),
+        "queue": report.queue,
+        "evicted_runs": report.evicted_runs,
+        "violations": len(report.violations),
+        "definite": report.count(Verdict.DEFINITE),
+        "possible": report.count(Verdict.POSSIBLE),
+    }
+
+
+def render(report: ViolationReport) -> str:
+    """The report for people: a summary line, then one line per violation."""
+    counts = summary(report)
+    scope = "".join(
+        (
+            f" since {_time(report.since)}" if report.since else "",
+            f" in queue {report.queue}" if report.queue else "",
+        )
+    )
+    head = (
+        f"{_count(counts['violations'], 'protection violation')} among "
+        f"{_count(counts['evicted_runs'], 'run')} ended by an eviction{scope}: "
+        f"{counts['definite']} definite, {counts['possible']} possible"
+    )
+    if not report.violations:
+        return head
+    rows = [_cells(violation) for violation in report.violations]
+    widths = [
+        max(len(_COLUMNS[i]), *(len(row[0][i]) for row in rows)) for i in range(len(_COLUMNS) - 1)
+    ]
+    lines = [head, _line([c.upper() for c in _COLUMNS], widths)]
+    indent = sum(width + 2 for width in widths)
+    for cells, more in rows:
+        lines.append(_line(cells, widths))
+        lines.extend(" " * indent + rule for rule in more)
+    return "\n".join(lines)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _cells(violation: Violation) -> tuple[list[str], list[str]]:
+    rules = [
+        f"{_rule(rule.window)}, cut {_duration(rule.cut_short)} short"
+        for rule in violation.protecting
+    ] or ["(the stored windows cannot be read by this version)"]
+    cells = [
+        _time(violation.run_end),
+        violation.uid,
+        violation.queue or "(unknown)",
+        violation.ended_by,
+        violation.verdict.value,
+        _duration(violation.ran),
+        _duration(violation.cut_short),
+        rules[0],
+    ]
+    return cells, rules[1:]
+
+
+@cache
+def _rule(window: RuleWindow) -> str:
+    from minruntime.audit.violations import describe_rule
+
+    return describe_rule(window)
+
+
+def _line(cells: list[str], widths: list[int]) -> str:
+    padded = [cell.ljust(width) for cell, width in zip(cells, widths, strict=False)]
+    return "  ".join([*padded, cells[-1]]).rstrip()
+
+
+def _duration(value: timedelta | None) -> str:
+    """For people: to the second (at least 1s when not zero); ``--json`` has it exactly."""
+    if value is None:
+        return ""
+    seconds = round(value.total_seconds())
+    return _seconds(seconds if seconds or not value else 1)
+
+
+@cache
+def _seconds(seconds: int) -> str:
+    # Cached: the runs of a report share most of their durations, in seconds.
+    from minruntime.core import format_duration
+
+    return format_duration(timedelta(seconds=seconds))
+
+
+def _time(moment: Any) -> str:
+    from minruntime.core import format_rfc3339
+
+    return format_rfc3339(moment)

@@ -1,0 +1,135 @@
+"""The run an event ended, as plain facts (SEMANTICS.md §5, §10 "Runs and violations").
+
+A run lasts from the allocation that took a podgroup from zero pods to some (§5) to the event
+that took it out of ``running``: the release of its last pod, or its deletion. Its
+``ended_by`` is the release reason, with three refinements for what the reason alone cannot
+say:
+
+- a release without a reason is ``released``, or ``requeued`` when a committed requeue of the
+  run was waiting for it (``awaiting_release``: the cluster carried the requeue out);
+- a deletion (``podgroup.deleted``, or a release with reason ``deleted``) is ``deleted``, or
+  ``deleted-by-eviction`` when a committed requeue was waiting for it;
+- any other reason is kept as it came (``completed``, ``failed``, ``evicted``, ...).
+
+A run ended by an eviction — ``evicted``, ``preempted``, ``requeued``,
+``deleted-by-eviction`` — may be a protection violation (``core.violation``); completions,
+failures and deletions that no eviction caused never are.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from typing import Final, NamedTuple
+
+from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release
+
+RELEASED: Final = "released"
+REQUEUED: Final = "requeued"
+DELETED: Final = "deleted"
+DELETED_BY_EVICTION: Final = "deleted-by-eviction"
+# Reasons that say the cluster took the resources away (the bridge's and the worker's words).
+EVICTION_REASONS: Final = frozenset({"evicted", "preempted", REQUEUED})
+# Every ended_by that is an eviction: a closed set (metric labels use it).
+EVICTIONS: Final = EVICTION_REASONS | {DELETED_BY_EVICTION}
+
+# Fixed scales, so a run's numbers are the same text whether its pods' GPUs were folded from
+# the wire (floats) or loaded back from the store (numerics).
+_GPU_SCALE: Final = Decimal("0.000001")
+_GPU_SECONDS_SCALE: Final = Decimal("0.001")
+
+
+class Preemptibility(StrEnum):
+    """What a podgroup allows to be evicted (a third value, semi-preemptible, may follow)."""
+
+    PREEMPTIBLE = "preemptible"
+    NON_PREEMPTIBLE = "non-preemptible"
+
+
+class EndedRun(NamedTuple):
+    """One run of a podgroup, from its start to the event that ended it."""
+
+    uid: str
+    # None for a placeholder (never submitted): its windows are the node pool's defaults.
+    queue: str | None
+    node_pool: str
+    preemptibility: str
+    start: datetime
+    end: datetime
+    ended_by: str
+    # The GPUs its pods held when it ended; None when a pod's GPU is not known.
+    gpus: Decimal | None
+
+    @property
+    def eviction(self) -> bool:
+        """True when the cluster took the run away (it may be a protection violation)."""
+        return self.ended_by in EVICTIONS
+
+    @property
+    def duration(self) -> timedelta:
+        """How long it ran (zero when its end is stamped before its start)."""
+        return max(self.end - self.start, timedelta(0))
+
+    @property
+    def gpu_seconds(self) -> Decimal | None:
+        """GPUs held at the end times the seconds it ran (None when the GPUs are not known)."""
+        if self.gpus is None:
+            return None
+        seconds = Decimal(self.duration // timedelta(microseconds=1)) / 1_000_000
+        return _scaled(self.gpus * seconds, _GPU_SECONDS_SCALE)
+
+
+def ended_run(
+    before: PodGroupState, after: PodGroupState, change: PodGroupChange, at: datetime
+) -> EndedRun | None:
+    """The run ``change`` (an event at ``at``) ended, going from ``before`` to ``after``."""
+    if before.status != "running" or after.status == "running" or before.start_time is None:
+        return None
+    spec = before.spec
+    return EndedRun(
+        uid=before.uid,
+        queue=None if spec is None else spec.queue,
+        node_pool=before.node_pool,
+        preemptibility=(
+            Preemptibility.PREEMPTIBLE if before.preemptible else Preemptibility.NON_PREEMPTIBLE
+        ),
+        start=before.start_time,
+        end=at,
+        ended_by=ended_by(change, awaiting_release=before.awaiting_release),
+        gpus=held_gpus(before),
+    )
+
+
+def ended_by(change: PodGroupChange, *, awaiting_release: bool) -> str:
+    """Why a run ended: the release reason, refined as the module says."""
+    reason = change.reason if isinstance(change, Release) else None
+    if isinstance(change, Deletion) or reason == DELETED:
+        return DELETED_BY_EVICTION if awaiting_release else DELETED
+    if not reason:
+        return REQUEUED if awaiting_release else RELEASED
+    return reason
+
+
+def held_gpus(state: PodGroupState) -> Decimal | None:
+    """The GPUs of the pods holding resources (None when one of them has no known GPU)."""
+    total = Decimal(0)
+    for name in state.allocated:
+        pod = state.pods.get(name)
+        if pod is None or pod.gpu is None:
+            return None
+        gpu = pod.gpu
+        total += gpu if isinstance(gpu, Decimal) else Decimal(str(gpu))
+    return _scaled(total, _GPU_SCALE)
+
+
+def _scaled(value: Decimal, scale: Decimal) -> Decimal | None:
+    """``value`` at ``scale``; None for what no count of GPUs can be (a value stored by an
+    older version: infinite, not a number, or beyond the decimal precision)."""
+    if not value.is_finite():
+        return None
+    try:
+        # Beyond the context's precision: InvalidOperation (trapped by the default context).
+        return value.quantize(scale)
+    except InvalidOperation:
+        return None

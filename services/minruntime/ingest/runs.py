@@ -1,0 +1,147 @@
+"""The runs a run of events ended: ``run_log`` rows, judged with the windows in force then.
+
+The podgroup fold says which event ended a run (``core.ended_run``); the rules in force at
+that event — the queue tree and the node pools' configurations as the projection has them
+right then, which in a replay is the log's order and live is made the same by the tree lock
+(``store.queues.lock_tree``) — say how protected it still was (``core.RunRules``). Each run
+becomes one row; the ones an eviction ended are also handed to the processor's metrics
+(``LostRun``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from sqlalchemy import Connection
+
+from minruntime.core import (
+    EndedRun,
+    ProtectionRule,
+    Reclaimers,
+    RuleSet,
+    RuleWindow,
+    RunRules,
+    Verdict,
+)
+from minruntime.store.runs import append_runs
+from minruntime.store.schema import StateTables
+
+
+class LostRun(NamedTuple):
+    """A run an eviction ended: what the processor's metrics count."""
+
+    queue: str | None
+    # The queue was in the tree when the run ended (bounded metric labels).
+    queue_known: bool
+    ended_by: str
+    seconds: float
+    gpu_seconds: float | None
+    # definite | possible | none
+    protection: str
+
+
+class RunLog:
+    """The runs ended in one run of events: rows to append, and the evicted ones for metrics."""
+
+    def __init__(self, conn: Connection, tables: StateTables) -> None:
+        self._conn = conn
+        self._tables = tables
+        self._rows: list[dict[str, Any]] = []
+        # Each rule set's windows as stored (JSON text): made once, not once per run.
+        self._stored: dict[RuleSet, str] = {}
+        self.lost: list[LostRun] = []
+
+    def record(self, run: EndedRun, source: str, event_id: str, rules: RunRules) -> None:
+        """Judge ``run`` (ended by the event ``(source, event_id)``) under ``rules``."""
+        rule_set = rules.rules(run.queue, run.node_pool)
+        verdict, cut_short = rule_set.verdict(run.start, run.end)
+        stored = self._stored.get(rule_set)
+        if stored is None:
+            stored = self._stored[rule_set] = json.dumps(
+                [window_json(window) for window in rule_set.windows], separators=(",", ":")
+            )
+        gpu_seconds = run.gpu_seconds
+        self._rows.append(
+            run_row(run, gpu_seconds, rule_set, stored, verdict, cut_short, source, event_id)
+        )
+        if run.eviction:
+            self.lost.append(
+                LostRun(
+                    run.queue,
+                    run.queue is not None and run.queue in rules.tree,
+                    run.ended_by,
+                    run.duration.total_seconds(),
+                    None if gpu_seconds is None else float(gpu_seconds),
+                    verdict.value,
+                )
+            )
+
+    def flush(self) -> None:
+        """Append the rows recorded since the last flush."""
+        append_runs(self._conn, self._tables, self._rows)
+        self._rows = []
+
+
+def run_row(
+    run: EndedRun,
+    gpu_seconds: Decimal | None,
+    rules: RuleSet,
+    windows: str,
+    verdict: Verdict,
+    cut_short: timedelta | None,
+    source: str,
+    event_id: str,
+) -> dict[str, Any]:
+    """The ``run_log`` row of ``run`` (``windows``: the rule set's windows as stored)."""
+    return {
+        "uid": run.uid,
+        "end_source": source,
+        "end_event_id": event_id,
+        "queue": run.queue,
+        "node_pool": run.node_pool,
+        "preemptibility": run.preemptibility,
+        "run_start": run.start,
+        "run_end": run.end,
+        "ended_by": run.ended_by,
+        "eviction": run.eviction,
+        "gpus": run.gpus,
+        "gpu_seconds": gpu_seconds,
+        "preempt_min_runtime": rules.preempt.min_runtime,
+        "preempt_resolved_from": rules.preempt.resolved_from,
+        "shortest_reclaim_min_runtime": rules.shortest_reclaim,
+        "longest_reclaim_min_runtime": rules.longest_reclaim,
+        "windows": windows,
+        "protection": verdict.value,
+        "cut_short": cut_short,
+    }
+
+
+def window_json(window: RuleWindow) -> dict[str, Any]:
+    """A rule window as stored in ``run_log.windows`` (``min_runtime`` in seconds)."""
+    return {
+        "rule": window.rule.value,
+        "reclaimers": window.reclaimers.value,
+        "lca": window.lca,
+        "walk_start": window.walk_start,
+        "min_runtime": window.min_runtime.total_seconds(),
+        "resolved_from": window.resolved_from,
+    }
+
+
+def windows_of(stored: Sequence[Mapping[str, Any]]) -> tuple[RuleWindow, ...]:
+    """The rule windows of a stored ``run_log.windows`` (what ``core.judge`` takes)."""
+    return tuple(
+        RuleWindow(
+            ProtectionRule(item["rule"]),
+            Reclaimers(item["reclaimers"]),
+            timedelta(microseconds=round(Decimal(str(item["min_runtime"])) * 1_000_000)),
+            item.get("resolved_from"),
+            item.get("lca"),
+            item.get("walk_start"),
+        )
+        for item in stored
+    )

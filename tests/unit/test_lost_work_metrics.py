@@ -1,0 +1,61 @@
+"""The processor's metrics of work evictions took away: seconds, GPU-seconds by queue, verdicts."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from minruntime.ingest import BatchOutcome
+from minruntime.ingest.runs import LostRun
+from minruntime.stream.metrics import MAX_QUEUE_LABELS, ProcessorMetrics
+
+
+def lost(queue: str | None, *, known: bool = True, gpu_seconds: float | None = 100.0) -> LostRun:
+    return LostRun(queue, known, "evicted", 600.0, gpu_seconds, "definite")
+
+
+def test_lost_runs_are_counted_by_how_they_ended_their_queue_and_their_verdict() -> None:
+    registry = CollectorRegistry()
+    metrics = ProcessorMetrics(registry)
+    outcome = BatchOutcome(
+        lost_runs=[
+            lost("team-a"),
+            lost("team-a", gpu_seconds=50.0),
+            LostRun("team-b", True, "requeued", 7200.0, 3600.0, "none"),
+            lost(None, known=False),
+            lost("gone", known=False, gpu_seconds=None),
+        ]
+    )
+    metrics.observe("podgroups", outcome, 0.1, {})
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("minruntime_run_seconds_lost_count", ended_by="evicted") == 4
+    assert value("minruntime_run_seconds_lost_bucket", ended_by="requeued", le="3600.0") == 0
+    assert value("minruntime_run_seconds_lost_bucket", ended_by="requeued", le="7200.0") == 1
+    assert value("minruntime_gpu_seconds_lost_total", queue="team-a") == 150
+    assert value("minruntime_gpu_seconds_lost_total", queue="team-b") == 3600
+    # Not a queue of the tree (a placeholder, a deleted queue): one label value for all.
+    assert value("minruntime_gpu_seconds_lost_total", queue="unknown") == 100
+    assert value("minruntime_protection_violations_total", verdict="definite") == 4
+    assert value("minruntime_protection_violations_total", verdict="none") is None
+
+
+def test_queue_labels_are_capped_and_the_rest_is_other() -> None:
+    registry = CollectorRegistry()
+    metrics = ProcessorMetrics(registry)
+    queues = [f"q{i}" for i in range(MAX_QUEUE_LABELS + 5)]
+    metrics.observe("podgroups", BatchOutcome(lost_runs=[lost(q) for q in queues]), 0.1, {})
+    labels = {
+        sample.labels["queue"]
+        for family in registry.collect()
+        if family.name == "minruntime_gpu_seconds_lost"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+    assert len(labels) == MAX_QUEUE_LABELS + 1
+    assert "other" in labels
+    # A queue already labelled keeps its label.
+    metrics.observe("podgroups", BatchOutcome(lost_runs=[lost("q0")]), 0.1, {})
+    assert registry.get_sample_value("minruntime_gpu_seconds_lost_total", {"queue": "q0"}) == 200
+    assert registry.get_sample_value("minruntime_gpu_seconds_lost_total", {"queue": "other"}) == 500
