@@ -356,9 +356,11 @@ def demo_command(
         return
     run_demo(demo_console)
     if not rules_only:
+        from minruntime.demo_layers import run_layers_demo
         from minruntime.demo_pipeline import run_pipeline_demo
 
         run_pipeline_demo(demo_console, Settings(), output_dir=output_dir)
+        run_layers_demo(demo_console, Settings())
 
 
 @kube_app.command("bridge")

@@ -23,7 +23,7 @@ from rich.table import Table
 from minruntime.cluster.api import api_client
 from minruntime.cluster.mapping import REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.cluster.standin import Cluster
-from minruntime.demo_pipeline import _Child
+from minruntime.demo_process import DemoChild
 from minruntime.errors import UserError
 from minruntime.settings import Settings
 from minruntime.store import engine_from
@@ -57,8 +57,8 @@ def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -
         "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
         "MINRUNTIME_EVICTOR_GROUP": f"demo-evictor-{run}",
     }
-    children = [_Child.start(command, env) for command in ("processor", "requeue-worker")]
-    children += [_Child.start(command, env) for command in ("kube bridge", "kube evictor")]
+    children = [DemoChild.start(command, env) for command in ("processor", "requeue-worker")]
+    children += [DemoChild.start(command, env) for command in ("kube bridge", "kube evictor")]
     try:
         console.print(
             "Started `minruntime processor`, `requeue-worker`, `kube bridge`, `kube evictor` "
@@ -77,7 +77,7 @@ def _story(
     engine: sa.Engine,
     cluster: Cluster,
     run: str,
-    children: list[_Child],
+    children: list[DemoChild],
     timeout: float,
 ) -> None:
     queue, pool, node = f"demo-{run}", f"demo-{run}", f"demo-gpu-{run}"
@@ -108,7 +108,7 @@ def _story(
         f"kai.scheduler/last-start-timestamp={start:%H:%M:%SZ}; the kubelet's: set it Running."
     )
     _wait(lambda: _status(engine, long) == "running", children, timeout, "long to run")
-    _show(console, engine, "The bridge's events, applied (minruntime.podgroups)", long, urgent)
+    show_query(console, engine, "The bridge's events, applied (minruntime.podgroups)", long, urgent)
     console.print("\nlong runs past its expected 5s while urgent waits: the worker requeues it…")
     decision = _wait(
         lambda: _query(
@@ -136,7 +136,7 @@ def _story(
     cluster.finish_eviction("long-0")
     _wait(lambda: _status(engine, long) == "finished", children, timeout, "the release")
     annotations = cluster.get_podgroup("long")["metadata"].get("annotations") or {}
-    _show(console, engine, "After the release", long, urgent)
+    show_query(console, engine, "After the release", long, urgent)
     console.print(
         f"PodGroup long carries {REQUEUE_NOT_BEFORE_ANNOTATION}="
         f"{annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION)} (the cooldown); urgent may now be "
@@ -158,7 +158,7 @@ def _query(engine: sa.Engine, statement: str, **params: Any) -> list[Any]:
         return list(conn.execute(sa.text(statement), params))
 
 
-def _wait(check: Callable[[], T | None], children: list[_Child], timeout: float, what: str) -> T:
+def _wait(check: Callable[[], T | None], children: list[DemoChild], timeout: float, what: str) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for child in children:
@@ -175,7 +175,7 @@ def _wait(check: Callable[[], T | None], children: list[_Child], timeout: float,
     raise UserError(f"the demo timed out after {timeout:.0f}s waiting for {what}")
 
 
-def _show(console: Console, engine: sa.Engine, title: str, *uids: str) -> None:
+def show_query(console: Console, engine: sa.Engine, title: str, *uids: str) -> None:
     columns = ("name", "status", "start_time", "priority", "awaiting_release", "requeue_not_before")
     table = Table(*columns, title=title)
     for row in _query(

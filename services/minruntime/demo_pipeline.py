@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 import urllib.request
 import uuid
@@ -23,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import sqlalchemy as sa
 from rich.console import Console
@@ -32,6 +27,7 @@ from rich.syntax import Syntax
 from rich.table import Column, Table
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_duration
+from minruntime.demo_process import DemoChild, free_port, run_cli_as_user
 from minruntime.errors import UserError
 from minruntime.events import encode_event, new_event
 from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
@@ -39,7 +35,6 @@ from minruntime.produce import Outgoing, send
 from minruntime.settings import Settings, project_root
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.stream.topic_guard import REFUSAL
 from minruntime.stream.topics import TopicRole, topic_names
 
 QUERIES: tuple[tuple[str, str], ...] = (
@@ -226,85 +221,6 @@ def _bad_event(now: datetime) -> bytes:
     )
 
 
-@dataclass
-class _Child:
-    """A `minruntime` subprocess of the demo; its stderr is kept to explain an early exit."""
-
-    command: str
-    process: subprocess.Popen[bytes]
-    stderr: IO[bytes]
-    # How far ``check`` has looked for a refusal in its log (whole lines only).
-    scanned: int = 0
-
-    @classmethod
-    def start(cls, command: str, env: Mapping[str, str] | None = None) -> _Child:
-        """Run `python -m minruntime.cli COMMAND` with the demo's environment plus ``env``."""
-        stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "minruntime.cli", *command.split()],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env={**os.environ, **(env or {})},
-        )
-        return cls(command, process, stderr)
-
-    @property
-    def pid(self) -> int:
-        """The subprocess's id."""
-        return self.process.pid
-
-    def tail(self, count: int) -> list[str]:
-        """Its last ``count`` stderr lines (its log) so far."""
-        self.stderr.seek(0)
-        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
-        self.stderr.seek(0, os.SEEK_END)
-        return lines[-count:]
-
-    def _new_lines(self) -> list[str]:
-        """The whole lines its log gained since the last call."""
-        self.stderr.seek(self.scanned)
-        written = self.stderr.read()
-        self.stderr.seek(0, os.SEEK_END)
-        complete = written[: written.rfind(b"\n") + 1]
-        self.scanned += len(complete)
-        return complete.decode(errors="replace").splitlines()
-
-    def check(self) -> None:
-        """Fail with its last stderr line if it has exited, or with its refusal of a topic.
-
-        A processor that refuses a topic (stored offsets of another life of it) waits for an
-        operator's `minruntime offsets rebaseline`: the demo says so at once instead of
-        waiting for events that will not be applied."""
-        if self.process.poll() is None:
-            refusal = next((line for line in self._new_lines() if REFUSAL in line), None)
-            if refusal is not None:
-                message = refusal.partition("[ERROR] ")[2] or refusal
-                raise UserError(f"`minruntime {self.command}`: {message.strip()}")
-            return
-        lines = self.tail(1)
-        why = f": {lines[-1]}" if lines else ""
-        raise UserError(
-            f"`minruntime {self.command}` exited with status {self.process.returncode}{why}"
-        )
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout``; the demo leaves nothing running."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
-        self.stderr.close()
-
-    def __enter__(self) -> _Child:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
 @dataclass(frozen=True)
 class _WorkerView:
     """What the demo collected from the requeue worker before stopping it."""
@@ -357,7 +273,7 @@ def run_pipeline_demo(
     ]
     outgoing.append(Outgoing(names[TopicRole.QUEUES], b"leaf9", _bad_event(now)))
 
-    with _Child.start("processor", PROCESSOR_ENV) as processor:
+    with DemoChild.start("processor", PROCESSOR_ENV) as processor:
         console.print(f"Started `minruntime processor` (pid {processor.pid}).")
         applied_before += _apply_seed_manifests(console)
         asyncio.run(send(settings, outgoing))
@@ -370,11 +286,11 @@ def run_pipeline_demo(
         view = _run_worker(console, settings, engine, run, timeout)
     with engine.connect() as conn:
         for title, query in QUERIES:
-            _show(console, conn, title, query)
+            show_query(console, conn, title, query)
         console.rule("[bold]Part 3 — the requeue worker: three over-running jobs, three decisions")
         _describe_requeue_story(console)
         for title, query in _requeue_queries(run):
-            _show(console, conn, title, query)
+            show_query(console, conn, title, query)
     engine.dispose()
     _show_events(console, settings.topic_requeue_decisions, view.events)
     _show_metrics(console, settings.metrics_host, view)
@@ -412,7 +328,7 @@ def _audit_part(console: Console, run: str, output_dir: Path) -> None:
     for title, args in steps:
         console.print(f"\n[bold]{title}[/]")
         console.print(f"[bold]$ minruntime {' '.join(args)}[/]")
-        output = _run_cli(*args, width=console.width)
+        output = run_cli_as_user(*args, width=console.width)
         console.print(output.rstrip(), markup=False, highlight=False, soft_wrap=True)
     console.print(f"\nThe timeline picture is in {picture}.")
 
@@ -423,9 +339,9 @@ def _run_worker(
     """Start the worker on the applied story; collect its decisions, events and metrics."""
     topic = settings.topic_requeue_decisions
     offsets = asyncio.run(_end_offsets(kafka_access(settings), topic))
-    port = _free_port(settings.metrics_host)
+    port = free_port(settings.metrics_host)
     env = {**WORKER_ENV, "MINRUNTIME_WORKER_METRICS_PORT": str(port)}
-    with _Child.start("requeue-worker", env) as worker:
+    with DemoChild.start("requeue-worker", env) as worker:
         console.print(
             f"Started `minruntime requeue-worker` (pid {worker.pid}; a cycle at once, then "
             f"every {WORKER_ENV['MINRUNTIME_REQUEUE_INTERVAL_SECONDS']}s; metrics on port "
@@ -455,38 +371,12 @@ def _apply_seed_manifests(console: Console) -> int:
     for command in commands:
         shown = " ".join(("minruntime", *command[:3], f"schemas/examples/{Path(command[3]).name}"))
         console.print(f"[bold]$ {shown}[/]")
-        result = _run_cli(*command)
+        result = run_cli_as_user(*command)
         console.print(result.strip(), markup=False, highlight=False)
     return len(commands)
 
 
-def _run_cli(*args: str, check: bool = True, width: int | None = None) -> str:
-    """Run `minruntime ARGS` as a user would; its stdout (UserError with its error line)."""
-    env = {**os.environ, **({"COLUMNS": str(width)} if width else {})}
-    result = subprocess.run(
-        [sys.executable, "-m", "minruntime.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    if check and result.returncode != 0:
-        lines = result.stderr.strip().splitlines()
-        raise UserError(
-            f"`minruntime {' '.join(args)}` exited with status {result.returncode}"
-            + (f": {lines[-1]}" if lines else "")
-        )
-    return result.stdout
-
-
-def _free_port(host: str) -> int:
-    """A port nobody listens on now (the worker's metrics; the default may be taken)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_applied(engine: sa.Engine, count: int, processor: _Child, timeout: float) -> None:
+def _wait_applied(engine: sa.Engine, count: int, processor: DemoChild, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         processor.check()
@@ -503,7 +393,7 @@ def _wait_applied(engine: sa.Engine, count: int, processor: _Child, timeout: flo
     raise UserError(f"the processor did not apply the demo's events within {timeout:.0f}s")
 
 
-def _wait_decisions(engine: sa.Engine, prefix: str, worker: _Child, timeout: float) -> None:
+def _wait_decisions(engine: sa.Engine, prefix: str, worker: DemoChild, timeout: float) -> None:
     """Until the worker has recorded a decision about every over-running job."""
     deadline = time.monotonic() + timeout
     query = sa.text(
@@ -567,7 +457,7 @@ _COOLDOWN_SKIPS: Final = re.compile(
 )
 
 
-def _scrape_after_cooldown(url: str, worker: _Child, timeout: float) -> str:
+def _scrape_after_cooldown(url: str, worker: DemoChild, timeout: float) -> str:
     """The worker's metrics page once a cycle has skipped the committed job for its cooldown.
 
     A replica that stood by (another one holds the leader lock) runs none: after ``timeout``
@@ -606,7 +496,7 @@ def _describe_requeue_story(console: Console) -> None:
     )
 
 
-def _show(console: Console, conn: sa.Connection, title: str, query: str) -> None:
+def show_query(console: Console, conn: sa.Connection, title: str, query: str) -> None:
     console.print(f"\n[bold]{title}[/]")
     console.print(Syntax(query, "sql", theme="ansi_dark", background_color="default"))
     result = conn.execute(sa.text(query))

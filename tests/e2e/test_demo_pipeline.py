@@ -56,10 +56,11 @@ def test_demo_runs_the_pipeline_and_shows_sql_answers(
         _assert_worker_metrics(out)
         _assert_seed_manifests(out, pipeline)
         _assert_audit_part(out, pictures)
+        _assert_layers_part(out, pipeline)
 
-        # The demo's own processor and worker are not left running.
+        # The demo's own processors and workers (parts 2-3, then 5) are not left running.
         pids = re.findall(r"Started `minruntime (processor|requeue-worker)` \(pid (\d+)", out)
-        assert [command for command, _ in pids] == ["processor", "requeue-worker"], out
+        assert [command for command, _ in pids] == ["processor", "requeue-worker"] * 2, out
         assert not [pid for _, pid in pids if _alive_demo_child(int(pid))]
     finally:
         pipeline.drop()
@@ -94,6 +95,32 @@ def _assert_audit_part(out: str, pictures: Path) -> None:
     assert "verify: the live state is exactly what the event log implies" in part
 
 
+def _assert_layers_part(out: str, pipeline: Pipeline) -> None:
+    """Part 5: a beneficiary's preemption delay, a semi-preemptible gang, a cap, a violation."""
+    part = out[out.index("Part 5") :]
+    layers = r"layers-[0-9a-f]{4}"
+    decided = pipeline.query(
+        "SELECT uid, outcome, reason, delay_ends_at IS NOT NULL"
+        " FROM minruntime.requeue_decisions WHERE uid LIKE 'layers-%' ORDER BY seq"
+    )
+    assert sorted((re.sub(layers, "layers", u), o, r, d) for u, o, r, d in decided) == [
+        ("layers-hog", "rolled_back", "preemption_delay", True),
+        ("layers-repeat", "committed", None, False),
+        ("layers-repeat", "skipped", "requeue_limit", False),
+    ], decided
+    assert _row(part, f"{layers}-hog", "rolled_back", "preemption_delay", r"\{\}", TIME), part
+    assert _row(part, f"{layers}-repeat", "skipped", "requeue_limit", r"\{\}", "NULL"), part
+    # Semi-preemptible: a gang of 4 with a core of 2, unprotected, may lose its 2 extra pods.
+    assert _row(part, f"{layers}-core", "semi-preemptible", "4", "false", "2"), part
+    # The dry run says why the nominator skips it, and writes nothing.
+    plan = part[part.index("$ minruntime requeue plan") :]
+    assert "semi_preemptible" in plan, plan
+    # The violation: precious, protected 4h by its queue, evicted after 30 minutes.
+    violations = part[part.index("$ minruntime violations") :]
+    assert re.search(rf"{layers}-precious", violations), violations
+    assert "definite" in violations, violations
+
+
 def _assert_requeue_decisions(out: str, pipeline: Pipeline) -> None:
     """Committed (contention), rolled back (no contender), rolled back (protected)."""
     assert "FROM minruntime.requeue_decisions" in out
@@ -113,7 +140,8 @@ def _assert_requeue_decisions(out: str, pipeline: Pipeline) -> None:
     assert _row(out, f"{UID}-protected", "rolled_back", "protected", runs, r"\{\}", "NULL"), out
     # One row per job, in this order, and nothing else (a repeated rollback is not logged).
     decided = pipeline.query(
-        "SELECT uid, outcome, reason FROM minruntime.requeue_decisions ORDER BY seq"
+        "SELECT uid, outcome, reason FROM minruntime.requeue_decisions"
+        " WHERE uid LIKE 'demo-%' ORDER BY seq"
     )
     assert [(re.sub(UID, "demo", u), o, r) for u, o, r in decided] == [
         ("demo-contended", "committed", None),

@@ -11,7 +11,7 @@ import time
 from rich.console import Console
 
 from minruntime.demo import RECLAIM_CASES, design_tree, run_demo
-from minruntime.demo_pipeline import _Child
+from minruntime.demo_process import DemoChild
 from minruntime.errors import UserError
 from minruntime.stream.topic_guard import REFUSAL
 
@@ -59,13 +59,13 @@ def test_every_case_names_known_or_deliberately_unknown_queues() -> None:
         assert victim in tree or victim == "nowhere"
 
 
-def _child(script: str) -> _Child:
-    stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _Child.stop()
+def _child(script: str) -> DemoChild:
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by DemoChild.stop()
     process = subprocess.Popen([sys.executable, "-c", script], stderr=stderr)
-    return _Child("processor", process, stderr)
+    return DemoChild("processor", process, stderr)
 
 
-def _first_error(child: _Child, timeout: float = 30.0) -> str:
+def _first_error(child: DemoChild, timeout: float = 30.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

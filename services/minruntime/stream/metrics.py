@@ -15,6 +15,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from minruntime.core import Verdict
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.runs import LostRun
 
@@ -23,6 +24,9 @@ from minruntime.ingest.runs import LostRun
 MAX_QUEUE_LABELS: Final = 100
 UNKNOWN_QUEUE: Final = "unknown"
 OTHER_QUEUES: Final = "other"
+VIOLATION_VERDICTS: Final = tuple(
+    verdict.value for verdict in Verdict if verdict is not Verdict.NONE
+)
 
 
 class ProcessorMetrics:
@@ -80,6 +84,10 @@ class ProcessorMetrics:
             ["verdict"],
             registry=registry,
         )
+        # Both verdicts exported from the start: increase() misses a series' first sample, and
+        # the first violation is the one an alert must not miss.
+        for verdict in VIOLATION_VERDICTS:
+            self.violations.labels(verdict)
         self._queue_labels: set[str] = set()
 
     def observe(

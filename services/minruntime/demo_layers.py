@@ -1,0 +1,324 @@
+"""Part 5 of `minruntime demo`: the anti-thrash layers beyond the seeds (SEMANTICS.md §10).
+
+Four small stories, each on a node pool of its own so they do not compete, through the real
+processor and requeue worker:
+
+- **delay**: a higher-priority gang that would fit once an over-running one is gone, but set
+  `preemptionDelay: 30m` a minute ago: the requeue is rolled back as `preemption_delay`, and the
+  decision says when the window ends;
+- **semi**: a semi-preemptible over-running gang: the nominator skips it (`semi_preemptible`),
+  and only the pods above its core are evictable, as `requeue plan` and the protection view say;
+- **cap**: a node pool that allows one requeue per hour: the first commit goes through; once
+  the job runs again and another nominator names it, it is skipped as `requeue_limit`;
+- **violation**: a job whose queue protects it for 4h, evicted after 30 minutes by a scheduler
+  that ignored the rule (the demo sends the events such a scheduler would cause):
+  `minruntime violations` finds it, definite, and by how much it was cut short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import sqlalchemy as sa
+from rich.console import Console
+
+from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_rfc3339
+from minruntime.demo_pipeline import show_query
+from minruntime.demo_process import DemoChild, free_port, run_cli_as_user
+from minruntime.errors import UserError
+from minruntime.events import encode_event, new_event
+from minruntime.produce import Outgoing, send
+from minruntime.settings import Settings
+from minruntime.store import engine_from
+from minruntime.stream.topics import TopicRole, topic_names
+
+NAMESPACE: Final = "demo-layers"
+STARTED_AGO: Final = timedelta(hours=2)
+PREEMPTION_DELAY: Final = "30m"
+# The capped pool: one committed requeue per hour, a cooldown short enough to see the cap.
+CAPPED_CONFIG: Final = {
+    "nodePool": "ly-capped",
+    "maxRequeues": 1,
+    "maxRequeuesWindow": "1h",
+    "defaultRequeueDelay": "1s",
+}
+# The violated job's queue protects it against every preemptor for 4h.
+GUARDED_QUEUE: Final = {"name": "guarded", "preemptMinRuntime": "4h", "reclaimMinRuntime": "4h"}
+BATCH_QUEUE: Final = {"name": "batch"}
+VICTIM_PRIORITY, CONTENDER_PRIORITY = 50, 100
+WORKER_ENV: Final = {"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"}
+PROCESSOR_ENV: Final = {"MINRUNTIME_PROCESSOR_METRICS_PORT": "0"}
+
+
+class _Story:
+    """The events of one run of part 5 (uids ``layers-<run>-<job>``)."""
+
+    def __init__(self, run: str, now: datetime) -> None:
+        self.run = run
+        self.now = now
+        self.started = now - STARTED_AGO
+
+    def uid(self, job: str) -> str:
+        return f"layers-{self.run}-{job}"
+
+    def gang(self, job: str, pool: str, pods: int, priority: int, **extra: Any) -> dict[str, Any]:
+        """`podgroup.submitted` data of a gang of one-GPU pods that needs ``pods`` at once."""
+        return {
+            "uid": self.uid(job),
+            "name": job,
+            "namespace": NAMESPACE,
+            "queue": extra.pop("queue", "batch"),
+            "nodePool": pool,
+            "priority": priority,
+            "subGroups": [{"name": "default", "minAvailable": extra.pop("min_available", pods)}],
+            "pods": [{"name": f"{job}-{i}", "gpu": 1} for i in range(pods)],
+            **extra,
+        }
+
+    def running(self, data: dict[str, Any], node: str, at: datetime) -> list[tuple[TopicRole, Any]]:
+        pods = [{"name": pod["name"], "node": node} for pod in data["pods"]]
+        return [
+            (TopicRole.PODGROUPS, new_event("podgroup.submitted", data, time=at)),
+            (
+                TopicRole.PODGROUPS,
+                new_event("podgroup.allocated", {"uid": data["uid"], "pods": pods}, time=at),
+            ),
+        ]
+
+    def node(self, pool: str, gpus: int = 4) -> tuple[TopicRole, Any]:
+        data = {"name": f"{pool}-node", "nodePool": pool, "gpu": gpus}
+        return TopicRole.NODES, new_event("node.upserted", data, time=self.started)
+
+    def first_round(self) -> list[tuple[TopicRole, Any]]:
+        """Everything before the worker starts."""
+        over = {EXPECTED_RUNTIME_ANNOTATION: "1h"}
+        waiting_since = self.now - timedelta(minutes=1)
+        events: list[tuple[TopicRole, Any]] = [
+            (TopicRole.QUEUES, new_event("queue.upserted", BATCH_QUEUE, time=self.started)),
+            (TopicRole.QUEUES, new_event("queue.upserted", GUARDED_QUEUE, time=self.started)),
+            (TopicRole.QUEUES, new_event("config.updated", CAPPED_CONFIG, time=self.started)),
+        ]
+        for pool in ("ly-delay", "ly-semi", "ly-capped", "ly-guard"):
+            events.append(self.node(pool))
+        # delay: hog over-runs; eager would fit once it is gone, but waits out its delay.
+        events += self.running(
+            self.gang("hog", "ly-delay", 4, VICTIM_PRIORITY, annotations=over),
+            "ly-delay-node",
+            self.started,
+        )
+        eager = self.gang("eager", "ly-delay", 2, CONTENDER_PRIORITY)
+        eager["preemptionDelay"] = PREEMPTION_DELAY
+        events.append(
+            (TopicRole.PODGROUPS, new_event("podgroup.submitted", eager, time=waiting_since))
+        )
+        # semi: a semi-preemptible gang of 4 with a core of 2, over its expected runtime.
+        events += self.running(
+            self.gang(
+                "core",
+                "ly-semi",
+                4,
+                VICTIM_PRIORITY,
+                min_available=2,
+                preemptibility="semi-preemptible",
+                annotations=over,
+            ),
+            "ly-semi-node",
+            self.started,
+        )
+        waiting = self.gang("wants-core", "ly-semi", 4, CONTENDER_PRIORITY)
+        events.append(
+            (TopicRole.PODGROUPS, new_event("podgroup.submitted", waiting, time=waiting_since))
+        )
+        # cap: repeat over-runs and first waits: the one requeue the hour allows.
+        events += self.running(
+            self.gang("repeat", "ly-capped", 4, VICTIM_PRIORITY, annotations=over),
+            "ly-capped-node",
+            self.started,
+        )
+        first = self.gang("first", "ly-capped", 2, CONTENDER_PRIORITY)
+        events.append(
+            (TopicRole.PODGROUPS, new_event("podgroup.submitted", first, time=waiting_since))
+        )
+        # violation: precious runs since 30 minutes in a queue that protects it for 4h.
+        events += self.running(
+            self.gang("precious", "ly-guard", 1, VICTIM_PRIORITY, queue="guarded"),
+            "ly-guard-node",
+            self.now - timedelta(minutes=30),
+        )
+        return events
+
+    def second_round(self, at: datetime) -> list[tuple[TopicRole, Any]]:
+        """What the cluster does next: the requeue carried out, repeat back, named again."""
+        repeat, first = self.uid("repeat"), self.uid("first")
+        node = "ly-capped-node"
+        released = {"uid": repeat, "reason": "requeued"}
+        placed = {"uid": first, "pods": [{"name": f"first-{i}", "node": node} for i in range(2)]}
+        back = {"uid": repeat, "pods": [{"name": f"repeat-{i}", "node": node} for i in range(4)]}
+        second = self.gang("second", "ly-capped", 2, CONTENDER_PRIORITY)
+        return [
+            (TopicRole.PODGROUPS, new_event("podgroup.released", released, time=at)),
+            (TopicRole.PODGROUPS, new_event("podgroup.allocated", placed, time=at)),
+            (
+                TopicRole.PODGROUPS,
+                new_event("podgroup.released", {"uid": first, "reason": "completed"}, time=at),
+            ),
+            (TopicRole.PODGROUPS, new_event("podgroup.allocated", back, time=at)),
+            (TopicRole.PODGROUPS, new_event("podgroup.submitted", second, time=at)),
+            # A scheduler that ignores the minimum runtime evicts precious.
+            (
+                TopicRole.PODGROUPS,
+                new_event(
+                    "podgroup.released",
+                    {"uid": self.uid("precious"), "reason": "evicted"},
+                    time=at,
+                ),
+            ),
+        ]
+
+    def nomination(self, at: datetime) -> list[tuple[TopicRole, Any]]:
+        """Another nominator (KAI's proportion plugin, say) names repeat again."""
+        data = {"uid": self.uid("repeat"), "nominatedBy": "proportion", "reason": "fair share"}
+        return [(TopicRole.NOMINATIONS, new_event("requeue.nominated", data, time=at))]
+
+
+def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0) -> None:
+    """Part 5: the processor and the worker on the four stories; the operator's commands."""
+    console.rule("[bold]Part 5 — the anti-thrash layers: delay, semi-preemptible, cap, violations")
+    now = datetime.now(UTC)
+    story = _Story(uuid.uuid4().hex[:4], now)
+    names = topic_names(settings)
+
+    def produce(events: list[tuple[TopicRole, Any]]) -> None:
+        outgoing = [
+            Outgoing(names[role], event.subject.encode(), encode_event(event))
+            for role, event in events
+        ]
+        asyncio.run(send(settings, outgoing))
+
+    engine = engine_from(settings)
+    pattern = f"layers-{story.run}-%"
+    port = free_port(settings.metrics_host)
+    worker_env = {**WORKER_ENV, "MINRUNTIME_WORKER_METRICS_PORT": str(port)}
+    try:
+        with DemoChild.start("processor", PROCESSOR_ENV) as processor:
+            console.print(f"Started `minruntime processor` (pid {processor.pid}).")
+            produce(story.first_round())
+            _wait(
+                engine,
+                # Each topic is consumed on its own: wait for the tree, the pools' config and
+                # the nodes too, or the first cycle could judge without them.
+                "SELECT (SELECT count(*) FROM minruntime.podgroups WHERE uid LIKE :pattern) = 7"
+                " AND EXISTS (SELECT FROM minruntime.node_pool_configs"
+                "             WHERE node_pool = 'ly-capped' AND max_requeues = 1)"
+                " AND (SELECT count(*) FROM minruntime.nodes WHERE name LIKE 'ly-%') = 4"
+                " AND (SELECT count(*) FROM minruntime.queues"
+                "      WHERE name IN ('batch', 'guarded')) = 2",
+                pattern,
+                (processor,),
+                timeout,
+                "the processor to apply part 5's first events",
+            )
+            with DemoChild.start("requeue-worker", worker_env) as worker:
+                console.print(f"Started `minruntime requeue-worker` (pid {worker.pid}).")
+                _wait(
+                    engine,
+                    "SELECT count(DISTINCT uid) >= 2 FROM minruntime.requeue_decisions"
+                    " WHERE uid LIKE :pattern",
+                    pattern,
+                    (processor, worker),
+                    timeout,
+                    "the worker to decide about hog and repeat",
+                )
+                produce(story.second_round(datetime.now(UTC)))
+                _wait(
+                    engine,
+                    "SELECT count(*) = 1 FROM minruntime.podgroups WHERE uid LIKE :pattern"
+                    " AND name = 'repeat' AND status = 'running'"
+                    " AND start_time > now() - '1h'::interval",
+                    pattern,
+                    (processor, worker),
+                    timeout,
+                    "repeat to run again",
+                )
+                # Named by another nominator once it runs again (a nomination of a podgroup
+                # that is not running is skipped, not kept).
+                produce(story.nomination(datetime.now(UTC)))
+                _wait(
+                    engine,
+                    "SELECT count(*) >= 1 FROM minruntime.requeue_decisions"
+                    " WHERE uid LIKE :pattern AND reason = 'requeue_limit'",
+                    pattern,
+                    (processor, worker),
+                    timeout,
+                    "the worker to skip repeat at its requeue cap",
+                )
+                _wait(
+                    engine,
+                    "SELECT count(*) >= 1 FROM minruntime.runs WHERE uid LIKE :pattern"
+                    " AND ended_by = 'evicted'",
+                    pattern,
+                    (processor, worker),
+                    timeout,
+                    "the processor to apply the eviction of precious",
+                )
+        console.print("The processor and the requeue worker are stopped.")
+        with engine.connect() as conn:
+            show_query(
+                console,
+                conn,
+                "What did the worker decide? (delay_ends_at: when a preemption delay ends)",
+                "SELECT uid, outcome, reason, beneficiaries, delay_ends_at\n"
+                f"FROM minruntime.requeue_decisions\nWHERE uid LIKE '{pattern}'\nORDER BY seq;",
+            )
+            show_query(
+                console,
+                conn,
+                "The semi-preemptible gang: only the pods above its core may go",
+                "SELECT uid, preemptibility, running_pods, is_protected, evictable_pods\n"
+                "FROM minruntime.podgroups JOIN minruntime.preempt_protection USING (uid)\n"
+                f"WHERE uid = '{story.uid('core')}';",
+            )
+    finally:
+        engine.dispose()
+    since = format_rfc3339(now - timedelta(minutes=1))
+    steps = (
+        ("Why may eager not be a beneficiary yet?", ("explain", story.uid("eager"))),
+        (
+            "What would the worker do now in the semi-preemptible gang's pool? (a dry run)",
+            ("requeue", "plan", "--node-pool", "ly-semi"),
+        ),
+        ("Why is repeat not requeued a second time?", ("explain", story.uid("repeat"))),
+        (
+            "Which runs were evicted while their minimum runtime still protected them?",
+            ("violations", "--since", since, "--queue", "guarded"),
+        ),
+    )
+    for title, args in steps:
+        console.print(f"\n[bold]{title}[/]")
+        console.print(f"[bold]$ minruntime {' '.join(args)}[/]")
+        output = run_cli_as_user(*args, width=console.width)
+        console.print(output.rstrip(), markup=False, highlight=False, soft_wrap=True)
+
+
+def _wait(
+    engine: sa.Engine,
+    query: str,
+    pattern: str,
+    children: tuple[DemoChild, ...],
+    timeout: float,
+    what: str,
+) -> None:
+    """Until ``query`` (one boolean, ``:pattern`` bound) is true; a child's exit fails it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in children:
+            child.check()
+        with engine.connect() as conn:
+            if conn.execute(sa.text(query), {"pattern": pattern}).scalar_one():
+                return
+        time.sleep(0.2)
+    raise UserError(f"timed out after {timeout:.0f}s waiting for {what}")
