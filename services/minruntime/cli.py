@@ -20,6 +20,7 @@ from minruntime.commands import kube_diff as kube_diff_commands
 from minruntime.commands import offsets as offsets_commands
 from minruntime.commands import outbox as outbox_commands
 from minruntime.commands import replay as replay_commands
+from minruntime.commands import requeue_plan as requeue_plan_commands
 from minruntime.commands import snapshot as snapshot_commands
 from minruntime.commands import stack as stack_commands
 from minruntime.commands import violations as violations_commands
@@ -55,6 +56,12 @@ config_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(config_app, name="config")
+
+requeue_app = typer.Typer(
+    help="The requeue worker's decisions, without the worker: `requeue plan` is a dry run.",
+    no_args_is_help=True,
+)
+app.add_typer(requeue_app, name="requeue")
 
 kube_app = typer.Typer(
     help="Kubernetes: the cluster bridge (objects -> events), the evictor, and kube diff "
@@ -390,6 +397,7 @@ app.command("explain")(explain_commands.explain_command)
 app.command("audit")(audit_commands.audit_command)
 app.command("violations")(violations_commands.violations_command)
 app.command("doctor")(doctor_commands.doctor_command)
+requeue_app.command("plan")(requeue_plan_commands.plan_command)
 app.add_typer(outbox_commands.outbox_app, name="outbox")
 app.add_typer(offsets_commands.offsets_app, name="offsets")
 kube_app.command("diff")(kube_diff_commands.kube_diff_command)

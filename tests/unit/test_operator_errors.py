@@ -25,6 +25,8 @@ def _closed_port() -> int:
         ("explain", "pg-1"),
         ("audit", "pg-1"),
         ("whatif", "--queue", "q", "--preempt-min-runtime", "1h"),
+        ("requeue", "plan"),
+        ("requeue", "plan", "--at", "now-5m", "--node-pool", "default"),
         ("migrate",),
     ],
 )

@@ -6,7 +6,9 @@ leadership, no Kafka, no metrics), so tests and the benchmark call it directly:
 1. read the inputs (``snapshot.load_cycle_inputs``) in the caller's REPEATABLE READ
    transaction;
 2. nominate with the built-in expected-runtime nominator, merge the external nominations
-   (``collect_candidates``), and plan (``plan_requeue_cycle``) — the pure core;
+   (``collect_candidates``), and plan (``plan_requeue_cycle``) — the pure core. Steps 1–2 are
+   ``plan_cycle``: plain reads, no write, no lock; the dry run (``minruntime requeue plan``,
+   ``preview.py``) runs exactly it, in a READ ONLY transaction;
 3. lock the rows of the committed victims and their beneficiaries (``FOR UPDATE``): under
    REPEATABLE READ this fails with a serialization error if the processor changed one of
    them since the snapshot was taken, and the caller retries the cycle on fresh state;
@@ -23,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from time import perf_counter
 from typing import Final
 
@@ -49,9 +52,14 @@ from minruntime.events import (
     new_event,
 )
 from minruntime.ingest import record_decisions
-from minruntime.requeue.snapshot import LastDecision, last_decisions, load_cycle_inputs
+from minruntime.requeue.snapshot import (
+    CycleInputs,
+    LastDecision,
+    last_decisions,
+    load_cycle_inputs,
+)
 from minruntime.store.requeue import lock_podgroups
-from minruntime.store.schema import LIVE
+from minruntime.store.schema import LIVE, StateTables
 
 WORKER_SOURCE: Final = "minruntime/requeue-worker"
 """The CloudEvents ``source`` of every decision event."""
@@ -92,19 +100,41 @@ class CycleReport:
         return tuple(e.name for e in self.excluded if e.what == "podgroup")
 
 
-def run_cycle(
-    conn: Connection,
-    *,
-    now: datetime,
-    topic: str,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-) -> CycleReport:
-    """Run one cycle at ``now`` in the caller's transaction; the caller commits."""
+@dataclass(frozen=True)
+class PlannedCycle:
+    """A cycle's reading and planning: what it read, nominated and decided, nothing written."""
+
+    now: datetime
+    inputs: CycleInputs
+    nominations: NominationReport
+    # uid -> its nominators, the planner's input.
+    candidates: Mapping[str, frozenset[str]]
+    plan: CyclePlan
+    # Seconds spent reading ("load") and planning ("plan").
+    timings: Mapping[str, float]
+
+    @property
+    def excluded(self) -> tuple[Exclusion, ...]:
+        """What the cycle left out: unusable stored values, then undecidable candidates."""
+        return (*self.inputs.excluded, *self.plan.excluded)
+
+    def run_start(self, uid: str) -> datetime | None:
+        """The start of ``uid``'s run in progress (None: not running, or no start time)."""
+        return self.run_starts.get(uid)
+
+    @cached_property
+    def run_starts(self) -> Mapping[str, datetime | None]:
+        """uid -> start time of every running podgroup the cycle read."""
+        return {podgroup.uid: podgroup.start_time for podgroup in self.inputs.snapshot.running}
+
+
+def plan_cycle(conn: Connection, *, now: datetime, tables: StateTables = LIVE) -> PlannedCycle:
+    """Read one cycle's inputs from ``tables`` and plan it at ``now``; reads only, no lock."""
     started = perf_counter()
     # Reading and planning build ~10^5 small acyclic objects that all die with the cycle;
     # the cyclic garbage collector would only re-scan them (a tenth of the cycle at scale).
     with _gc_paused():
-        inputs = load_cycle_inputs(conn, now)
+        inputs = load_cycle_inputs(conn, now, tables)
         loaded = perf_counter()
         snapshot = inputs.snapshot
         nominations = expected_runtime_nominations(snapshot.running, now)
@@ -113,19 +143,51 @@ def run_cycle(
             snapshot, candidates, tree=inputs.tree, configs=inputs.configs, now=now
         )
         planned = perf_counter()
-    runs = {podgroup.uid: podgroup.start_time for podgroup in snapshot.running}
-    newest = last_decisions(conn, list(candidates))
+    return PlannedCycle(
+        now,
+        inputs,
+        nominations,
+        candidates,
+        plan,
+        {"load": loaded - started, "plan": planned - loaded},
+    )
+
+
+def repeated_decisions(
+    conn: Connection, planned: PlannedCycle, tables: StateTables = LIVE
+) -> frozenset[str]:
+    """The uids whose decision repeats the newest one recorded for the same run (not recorded
+    again)."""
+    newest = last_decisions(conn, list(planned.candidates), tables)
+    return frozenset(
+        decision.uid
+        for decision in planned.plan.decisions
+        if _repeats(newest.get(decision.uid), decision, planned.run_start(decision.uid))
+    )
+
+
+def run_cycle(
+    conn: Connection,
+    *,
+    now: datetime,
+    topic: str,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> CycleReport:
+    """Run one cycle at ``now`` in the caller's transaction; the caller commits."""
+    planned = plan_cycle(conn, now=now)
+    writing = perf_counter()
+    plan = planned.plan
+    repeated = repeated_decisions(conn, planned)
     decided_at = clock()
     # The decision time is the commit time: the cooldown starts when the eviction does.
     shift = max(decided_at - now, timedelta(0))
     events: list[Event] = []
     repeats = 0
     for decision in plan.decisions:
-        run_start = runs.get(decision.uid)
-        if _repeats(newest.get(decision.uid), decision, run_start):
+        if decision.uid in repeated:
             repeats += 1
             continue
-        events.append(decision_event(decision, run_start, shift))
+        events.append(decision_event(decision, planned.run_start(decision.uid), shift))
     locked = sorted(
         {uid for decision in plan.committed() for uid in (decision.uid, *decision.beneficiaries)}
     )
@@ -137,17 +199,13 @@ def run_cycle(
     return CycleReport(
         now=now,
         decided_at=now + shift,
-        nominations=nominations,
-        candidates=candidates,
+        nominations=planned.nominations,
+        candidates=planned.candidates,
         plan=plan,
         recorded=tuple(events),
         repeats=repeats,
-        excluded=(*inputs.excluded, *plan.excluded),
-        timings={
-            "load": loaded - started,
-            "plan": planned - loaded,
-            "write": written - planned,
-        },
+        excluded=planned.excluded,
+        timings={**planned.timings, "write": written - writing},
     )
 
 

@@ -320,11 +320,13 @@ def pool_unusable(pool: str, bad_pools: set[str], configs: NodePoolConfigs) -> b
     return pool not in configs.by_pool and DEFAULT_NODE_POOL in bad_pools
 
 
-def last_decisions(conn: Connection, uids: list[str]) -> dict[str, LastDecision]:
+def last_decisions(
+    conn: Connection, uids: list[str], tables: StateTables = LIVE
+) -> dict[str, LastDecision]:
     """The newest recorded decision of each of ``uids`` that has one."""
     return {
         uid: LastDecision(outcome, reason, tuple(nominated_by), run_start)
-        for uid, outcome, reason, nominated_by, run_start in last_decision_rows(conn, LIVE, uids)
+        for uid, outcome, reason, nominated_by, run_start in last_decision_rows(conn, tables, uids)
     }
 
 
