@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from tests.e2e.kubeapi import admin_client
 from tests.e2e.kubeloop import KubeProcess
 
 pytestmark = pytest.mark.stack
+
+LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
 
 
 @dataclass
@@ -326,5 +328,71 @@ def test_a_pod_without_kais_scheduler_is_not_watched(terms: Terms) -> None:
         kai_uid = terms.cluster.get_podgroup("kai")["metadata"]["uid"]
         wait_for(lambda: terms.row(kai_uid), 60, "the KAI gang applied")
         assert terms.row(uid) is None  # the default scheduler's pod is not KAI's to protect
+    finally:
+        bridge.stop()
+
+
+def test_the_preemption_delay_and_last_eviction_are_mapped_from_the_api_server(
+    terms: Terms,
+) -> None:
+    """spec.preemptionDelay, a pod's kai.scheduler/preemption-delay annotation and KAI's
+    kai.scheduler/last-eviction-timestamp reach the projection as SEMANTICS.md §10 says."""
+    cluster = terms.cluster
+    bridge = terms.bridge("delay")
+    try:
+        wait_for(lambda: "watching" in bridge.log_tail(), 60, "the bridge watching")
+        spec_uid = gang(terms, "delayed-spec", 2, started=False, preemptionDelay="10m")
+        pod_uid = cluster.podgroup("delayed-pod", f"tq-{terms.suffix}", f"tp-{terms.suffix}")
+        for i, delay in enumerate(("nonsense", "7m")):
+            cluster.core.create_namespaced_pod(
+                cluster.namespace,
+                {
+                    "metadata": {
+                        "name": f"delayed-pod-{i}",
+                        "annotations": {
+                            POD_GROUP_ANNOTATION: "delayed-pod",
+                            "kai.scheduler/preemption-delay": delay,
+                        },
+                    },
+                    "spec": {
+                        "schedulerName": "kai-scheduler",
+                        "containers": [{"name": "main", "image": "busybox"}],
+                    },
+                },
+            )
+
+        def window(uid: str) -> tuple[Any, ...] | None:
+            rows = terms.pipeline.query(
+                "SELECT submitted_preemption_delay, submitted_preemption_delay_pod,"
+                " eviction_annotated_at, preemption_delay_ends_at, submitted_at"
+                " FROM minruntime_state.podgroup_state WHERE uid = %s AND submitted",
+                (uid,),
+            )
+            return tuple(rows[0]) if rows else None
+
+        spec_row = wait_for(lambda: window(spec_uid), 60, "the spec's delay applied")
+        assert spec_row[:3] == (timedelta(minutes=10), None, None)
+        assert spec_row[3] == spec_row[4] + timedelta(minutes=10)
+        pod_row = wait_for(
+            lambda: (r := window(pod_uid)) and r[1] == "delayed-pod-1" and r, 60, "pod delay"
+        )
+        assert pod_row[0] == timedelta(minutes=7)
+        assert pod_row[3] == pod_row[4] + timedelta(minutes=7)
+        # Submitted again as each pod appeared: the last submission lists both.
+        submitted = terms.logged("podgroup.submitted", pod_uid)[-1]
+        assert [pod.get("annotations") for pod in submitted["data"]["pods"]] == [
+            {"kai.scheduler/preemption-delay": "nonsense"},
+            {"kai.scheduler/preemption-delay": "7m"},
+        ]
+
+        # KAI evicted it and wrote when: the window starts again there.
+        evicted = datetime.now(UTC).replace(microsecond=0)
+        cluster.annotate_podgroup("delayed-spec", {LAST_EVICTION: rfc3339(evicted)})
+        spec_row = wait_for(
+            lambda: (r := window(spec_uid)) and r[2] is not None and r, 60, "the eviction"
+        )
+        assert spec_row[2] == evicted
+        assert spec_row[3] == evicted + timedelta(minutes=10)
+        assert terms.dead_letters() == 0
     finally:
         bridge.stop()

@@ -649,3 +649,30 @@ def test_labels_priority_values_and_the_config_changed_unseen_are_sent_once() ->
     assert submitted["pg-1"]["nodePool"] == "a100"
     # Sent once: a third term, from the second one's ledger, sends nothing.
     assert listing(ClusterMirror(MirrorOptions(), clock, second.memory()), later) == []
+
+
+def test_the_preemption_delay_of_the_spec_and_the_pods_is_mapped_bad_values_as_empty() -> None:
+    from minruntime.cluster.mapping import kept_pod, submission_data
+
+    delay = "kai.scheduler/preemption-delay"
+    members = [
+        pod("train-0", "p-0", annotations={delay: "5m", "unrelated": "x"}),
+        pod("train-1", "p-1"),
+        kept_pod(pod("train-2", "p-2", annotations={delay: "x" * 70_000})),
+    ]
+    data = submission_data(podgroup(preemptionDelay="10m"), members, 50)
+    assert data["preemptionDelay"] == "10m"
+    assert [entry.get("annotations") for entry in data["pods"]] == [
+        {delay: "5m"},  # only what the service reads, and a kept pod keeps it
+        None,
+        {delay: ""},  # over the contract's bound: sent as an invalid value, never a dead letter
+    ]
+    assert "preemptionDelay" not in submission_data(podgroup(), members[1:2], 50)
+    assert submission_data(podgroup(preemptionDelay=600), members, 50)["preemptionDelay"] == ""
+    # The podgroup's own annotations (the delay, KAI's last eviction) travel as they are.
+    annotated = podgroup(
+        annotations={"kai.scheduler/last-eviction-timestamp": "2026-01-01T00:00:00Z"}
+    )
+    assert submission_data(annotated, members, 50)["annotations"] == {
+        "kai.scheduler/last-eviction-timestamp": "2026-01-01T00:00:00Z"
+    }

@@ -37,3 +37,24 @@ def test_a_partition_given_up_in_a_rebalance_no_longer_reports_its_last_lag() ->
     metrics.owned([("nodes", 2)])
     metrics.owned([("nodes", 2)])  # the same assignment again: nothing left to drop
     assert _lags(registry) == {("nodes", "2"): 5}
+
+
+def test_ignored_values_are_counted_by_field_and_every_field_is_exported_from_the_start() -> None:
+    from collections import Counter
+
+    from minruntime.core import IgnoredValue
+
+    registry = CollectorRegistry()
+    metrics = ProcessorMetrics(registry)
+
+    def ignored(field: str) -> float | None:
+        return registry.get_sample_value("minruntime_ignored_values_total", {"field": field})
+
+    assert {field.value: ignored(field.value) for field in IgnoredValue} == {
+        "preemption_delay": 0,
+        "last_eviction_timestamp": 0,
+    }
+    outcome = BatchOutcome(ignored_values=Counter({"preemption_delay": 2}))
+    outcome.add(BatchOutcome(ignored_values=Counter({"last_eviction_timestamp": 1})))
+    metrics.observe("podgroups", outcome, 0.1, {})
+    assert (ignored("preemption_delay"), ignored("last_eviction_timestamp")) == (2, 1)

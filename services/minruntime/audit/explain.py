@@ -20,8 +20,10 @@ from minruntime.audit.explanation import (
     Elasticity,
     Explanation,
     PodGroupFacts,
+    PreemptionDelayFacts,
     Verdict,
     allowance,
+    delay_facts,
     disagreements_of,
     not_running_note,
     notes_for,
@@ -232,7 +234,17 @@ class Explainer:
             verdict=Verdict(False, facts.start_time, None, timedelta(0)),
             notes=(not_running_note(facts),),
             disagreements=disagreements,
+            preemption_delay=self._preemption_delay(facts),
         )
+
+    def _preemption_delay(self, facts: PodGroupFacts) -> PreemptionDelayFacts | None:
+        """The delay window of a podgroup that waits for resources, from its stored state."""
+        if facts.status == "deleted":
+            return None
+        tables = state_tables(self._shadow.state_schema)
+        state = load_podgroups(self._conn, tables, [facts.uid], lock=False).states.get(facts.uid)
+        window = None if state is None else state.delay_window()
+        return None if window is None else delay_facts(window, self.at)
 
 
 # -- loading the tree and the configuration ----------------------------------------------

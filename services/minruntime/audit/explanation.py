@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from minruntime.audit.protection import ProtectionRow
 from minruntime.core import (
+    DelayWindow,
     MinRuntimeConfig,
     PodGroupPods,
     QueueTree,
@@ -116,6 +117,44 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptionDelayFacts:
+    """A podgroup's preemption delay (SEMANTICS.md §10): while ``inside``, it may not be a
+    requeue beneficiary (it may still be allocated as usual)."""
+
+    delay: timedelta
+    # spec.preemptionDelay, the annotation, or a pod's annotation (which pod).
+    source: str
+    window_start: datetime
+    # What started the window: "submission", "eviction (the service's own release)" or
+    # "eviction (annotation kai.scheduler/last-eviction-timestamp)".
+    started_by: str
+    ends_at: datetime
+    inside: bool
+    remaining: timedelta
+
+
+def delay_facts(window: DelayWindow, at: datetime) -> PreemptionDelayFacts:
+    """The facts of a preemption-delay window at ``at``."""
+    since = window.last_eviction
+    if since is None:
+        started_by = "submission"
+    elif since.source == "service":
+        started_by = "eviction (the service's own release)"
+    else:
+        started_by = "eviction (annotation kai.scheduler/last-eviction-timestamp)"
+    inside = window.inside(at)
+    return PreemptionDelayFacts(
+        delay=window.delay.delay,
+        source=window.delay.describe(),
+        window_start=window.start,
+        started_by=started_by,
+        ends_at=window.ends_at,
+        inside=inside,
+        remaining=window.ends_at - at if inside else timedelta(0),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Explanation:
     """Everything ``minruntime explain`` shows, as data (``--json`` prints ``describe`` of it)."""
 
@@ -128,6 +167,8 @@ class Explanation:
     notes: tuple[str, ...] = ()
     # Where the rule engine and the SQL read surface differ: always empty unless a bug.
     disagreements: tuple[str, ...] = ()
+    # A podgroup that is not running: its preemption delay, if it has one.
+    preemption_delay: PreemptionDelayFacts | None = None
 
 
 def describe(explanation: Explanation) -> dict[str, Any]:

@@ -1,30 +1,50 @@
-"""Fill ``run_log`` from the event log: the runs that ended before the table existed.
+"""Fill new projection columns from the event log: what a replay of the log finds.
 
-Migration 0013 creates ``run_log``; the projection fills it from then on. The runs of the log
-already applied are what a replay of the log finds, so the backfill is one: the whole log is
-replayed into a temporary shadow with the service's own code, and the shadow's rows are
-copied. ``replay --verify`` then finds the live table equal to a replay, as for every
-projection.
+Migration 0013 creates ``run_log``, migration 0015 the preemption-delay columns of
+``podgroup_state``; the projection fills them from then on. For the log already applied the
+answer is what a replay of the log finds, so each backfill is one: the whole log is replayed
+into a temporary shadow with the service's own code, and the shadow's values are copied.
+``replay --verify`` then finds the live tables equal to a replay, as for every projection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import Connection
 
 from minruntime.audit.replay import read_log, replay
 from minruntime.store.runs import copy_runs
-from minruntime.store.schema import LIVE
+from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 
 
 def backfill_runs(conn: Connection, columns: Sequence[str]) -> int:
     """Add to the live ``run_log`` (the ``columns`` given) every run a replay of the whole log
     ends, in ``conn``'s transaction; the number of rows added."""
-    shadow = create_shadow(conn, temporary_name("minruntime_runs"))
+    return _from_replay(conn, lambda replayed: copy_runs(conn, replayed, LIVE, columns))
+
+
+def backfill_podgroup_columns(conn: Connection, columns: Sequence[str]) -> int:
+    """Set the ``columns`` of every live podgroup to what a replay of the whole log gives, in
+    ``conn``'s transaction; the number of rows updated."""
+    names = ", ".join(f'"{column}"' for column in columns)
+    values = ", ".join(f'r."{column}"' for column in columns)
+
+    def copy(replayed: StateTables) -> int:
+        live, source = LIVE.podgroup_state.fullname, replayed.podgroup_state.fullname
+        updated = conn.exec_driver_sql(
+            f"UPDATE {live} p SET ({names}) = ROW({values}) FROM {source} r WHERE p.uid = r.uid"
+        ).rowcount
+        return int(updated)
+
+    return _from_replay(conn, copy)
+
+
+def _from_replay(conn: Connection, copy: Callable[[StateTables], int]) -> int:
+    shadow = create_shadow(conn, temporary_name("minruntime_backfill"))
     try:
         replay(conn, read_log(conn), into=shadow.tables)
-        return copy_runs(conn, shadow.tables, LIVE, columns)
+        return copy(shadow.tables)
     finally:
         drop_shadow(conn, shadow.name)

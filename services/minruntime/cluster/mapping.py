@@ -18,10 +18,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from minruntime.core import DEFAULT_NODE_POOL, DEFAULT_SUBGROUP, format_rfc3339, parse_rfc3339
+from minruntime.core import (
+    DEFAULT_NODE_POOL,
+    DEFAULT_SUBGROUP,
+    PREEMPTION_DELAY_ANNOTATION,
+    format_rfc3339,
+    parse_rfc3339,
+)
 from minruntime.errors import UserError
 from minruntime.events import ConfigUpdatedData, QueueUpsertedData
-from minruntime.events.types import MAX_ANNOTATION_KEY, MAX_ANNOTATION_VALUE, MAX_ANNOTATIONS
+from minruntime.events.types import (
+    MAX_ANNOTATION_KEY,
+    MAX_ANNOTATION_VALUE,
+    MAX_ANNOTATIONS,
+    MAX_TEXT,
+)
 from minruntime.kube import Manifest, config_update, queue_upserts
 
 SOURCE: Final = "minruntime/kube-bridge"
@@ -378,7 +389,7 @@ def submission_data(
         {"name": DEFAULT_SUBGROUP, "minAvailable": int(spec.get("minMember") or 1)}
     ]
     known = {str(group["name"]) for group in sub_groups}
-    return {
+    data: dict[str, Any] = {
         "uid": uid_of(podgroup),
         "name": name_of(podgroup),
         "namespace": namespace_of(podgroup),
@@ -387,16 +398,33 @@ def submission_data(
         "priority": priority,
         "preemptible": preemptible(podgroup, priority),
         "subGroups": sub_groups,
-        "pods": [
-            {
-                "name": name_of(pod),
-                "subGroup": _subgroup_of(pod, known, str(sub_groups[0]["name"])),
-                "gpu": pod_gpu(pod),
-            }
-            for pod in members
-        ],
+        "pods": [_pod_entry(pod, known, str(sub_groups[0]["name"])) for pod in members],
         "annotations": annotations_of(podgroup),
     }
+    if "preemptionDelay" in spec and spec["preemptionDelay"] is not None:
+        data["preemptionDelay"] = ignorable(spec["preemptionDelay"], MAX_TEXT)
+    return data
+
+
+def ignorable(value: Any, limit: int) -> str:
+    """A setting the processor validates and ignores, counted, when invalid (KAI's rule):
+    sent as it is when it is a string within the contract's bound, else as "" (invalid too),
+    so a bad value never turns the whole podgroup into a dead letter."""
+    return value if isinstance(value, str) and len(value) <= limit else ""
+
+
+def _pod_entry(pod: Mapping[str, Any], known: set[str], fallback: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": name_of(pod),
+        "subGroup": _subgroup_of(pod, known, fallback),
+        "gpu": pod_gpu(pod),
+    }
+    # Only the pod annotations the service reads: the preemption delay.
+    raw = metadata(pod).get("annotations")
+    if isinstance(raw, Mapping) and PREEMPTION_DELAY_ANNOTATION in raw:
+        value = ignorable(raw[PREEMPTION_DELAY_ANNOTATION], MAX_ANNOTATION_VALUE)
+        entry["annotations"] = {PREEMPTION_DELAY_ANNOTATION: value}
+    return entry
 
 
 def _first_labels(pods: list[Mapping[str, Any]]) -> Mapping[str, str]:
@@ -414,7 +442,11 @@ def _subgroup_of(pod: Mapping[str, Any], known: set[str], fallback: str) -> str:
 # (so every function works on a kept object as on the API server's): a pod of 2-3 KB of JSON
 # becomes a few hundred bytes. managedFields shrink to the one newest time (changed_at).
 
-_POD_ANNOTATIONS: Final = (POD_GROUP_ANNOTATION, GPU_FRACTION_ANNOTATION)
+_POD_ANNOTATIONS: Final = (
+    POD_GROUP_ANNOTATION,
+    GPU_FRACTION_ANNOTATION,
+    PREEMPTION_DELAY_ANNOTATION,
+)
 _POD_CONDITIONS: Final = ("PodScheduled", "DisruptionTarget")
 
 

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from sqlalchemy import Connection
 
-    from minruntime.audit.explanation import Elasticity, Explanation, RulePath, Verdict
+    from minruntime.audit.explanation import (
+        Elasticity,
+        Explanation,
+        PreemptionDelayFacts,
+        RulePath,
+        Verdict,
+    )
     from minruntime.audit.protection import ProtectionRow, ProtectionTable
     from minruntime.store.shadows import Shadow
 
@@ -253,11 +259,30 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
     if explanation.elastic is not None:
         grid.add_row("elastic", _elastic(explanation.elastic, explanation.verdict.protected))
     grid.add_row("verdict", verdict_text(explanation.verdict, explanation.at, explanation.rule))
+    delay = explanation.preemption_delay
+    if delay is not None:
+        grid.add_row("preemption delay", _delay_text(delay))
     for note in explanation.notes:
         grid.add_row("note", escape(note))
     for disagreement in explanation.disagreements:
         grid.add_row("[red]BUG[/]", f"[red]{escape(disagreement)}[/]")
     return grid
+
+
+def _delay_text(delay: PreemptionDelayFacts) -> str:
+    """The preemption-delay window of a podgroup that is not running, in one line."""
+    from rich.markup import escape
+
+    window = (
+        f"{_span(delay.delay)} from {escape(delay.source)}; window {_time(delay.window_start)}"
+        f" ({escape(delay.started_by)}) → {_time(delay.ends_at)}"
+    )
+    if delay.inside:
+        return (
+            f"{window}: INSIDE, not a requeue beneficiary until {_time(delay.ends_at)}"
+            f" ({_span(delay.remaining)} left)"
+        )
+    return f"{window}: over, it may be a requeue beneficiary"
 
 
 def _status(explanation: Explanation) -> str:

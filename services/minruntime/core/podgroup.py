@@ -32,6 +32,20 @@ from minruntime.core.config import DEFAULT_NODE_POOL
 from minruntime.core.durations import parse_duration
 from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
+from minruntime.core.evictions import EVICTIONS, ended_by_reason
+from minruntime.core.preemption_delay import (
+    LAST_EVICTION_ANNOTATION,
+    PREEMPTION_DELAY_ANNOTATION,
+    DelayWindow,
+    IgnoredValue,
+    PreemptionDelay,
+    delay_window,
+    last_eviction,
+    last_eviction_annotation,
+    resolve_delay,
+    submitted_delay,
+    valid_delay,
+)
 from minruntime.core.start_time import RunState, apply_allocated, apply_released
 from minruntime.core.timestamps import parse_rfc3339
 
@@ -64,6 +78,9 @@ class PodGroupSpec(NamedTuple):
     preemptible: bool
     # In declaration order: the first is the fallback when none is named ``default``.
     subgroups: tuple[SubGroup, ...]
+    # The preemption delay the submission set apart from the podgroup annotation: its spec's
+    # valid value, else its pods' first valid annotation (core.preemption_delay).
+    submitted_delay: PreemptionDelay | None = None
 
 
 class PodGroupState(NamedTuple):
@@ -94,6 +111,11 @@ class PodGroupState(NamedTuple):
     # A committed requeue of the current run waits for the cluster to release it (set by
     # the requeue worker in the store, cleared here when the run ends).
     awaiting_release: bool = False
+    # The end of the last run an eviction ended (core.evictions): re-arms the preemption delay.
+    evicted_at: datetime | None = None
+    # KAI's last-eviction-timestamp annotation as validated when it arrived (None: absent or
+    # ignored).
+    eviction_annotated_at: datetime | None = None
 
     @property
     def run(self) -> RunState:
@@ -156,6 +178,17 @@ class PodGroupState(NamedTuple):
         """The requeue-not-before annotation, parsed (None when absent or invalid)."""
         return _parsed(self.annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION), parse_rfc3339)
 
+    @property
+    def preemption_delay(self) -> PreemptionDelay | None:
+        """The preemption delay in force (spec, else annotation, else pods); None: no delay."""
+        submitted = None if self.spec is None else self.spec.submitted_delay
+        return resolve_delay(submitted, self.annotations.get(PREEMPTION_DELAY_ANNOTATION))
+
+    def delay_window(self) -> DelayWindow | None:
+        """The preemption-delay window (from the submission or the last eviction), if any."""
+        evicted = last_eviction(self.evicted_at, self.eviction_annotated_at)
+        return delay_window(self.preemption_delay, self.submitted_at, evicted)
+
     def elasticity(self) -> tuple[bool, int]:
         """(is_elastic, running pods it may lose while protected), from §6."""
         if self.spec is None:
@@ -194,6 +227,10 @@ class Submission(NamedTuple):
     pods: tuple[tuple[str, str, float], ...]
     annotations: Mapping[str, str]
     at: datetime
+    # spec.preemptionDelay as sent (validated by the fold: an invalid value is ignored).
+    preemption_delay: str | None = None
+    # (pod name, its preemption-delay annotation) for the pods that carry one, in pod order.
+    pod_preemption_delays: tuple[tuple[str, str], ...] = ()
 
 
 class Allocation(NamedTuple):
@@ -216,6 +253,8 @@ class Annotation(NamedTuple):
     """``podgroup.annotated``: annotations to set, or (None) to remove."""
 
     changes: Mapping[str, str | None]
+    # The event's time: a last-eviction-timestamp after it is ignored (None: not checked).
+    at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +270,13 @@ def fallback_subgroup(subgroups: tuple[SubGroup, ...]) -> str:
 
 
 PodGroupChange = Submission | Allocation | Release | Annotation | Deletion
+
+
+class _Keep:
+    """``_with``'s "unchanged" for a field whose None is a value."""
+
+
+_KEEP: Final = _Keep()
 
 
 def fold(state: PodGroupState, change: PodGroupChange) -> PodGroupState:
@@ -259,6 +305,8 @@ def _with(
     submitted_at: datetime | None = None,
     deleted: bool | None = None,
     awaiting_release: bool | None = None,
+    evicted_at: datetime | None = None,
+    eviction_annotated_at: datetime | _Keep | None = _KEEP,
 ) -> PodGroupState:
     # The named tuple's _replace costs more (it maps the keywords over the fields in Python).
     return PodGroupState(
@@ -273,6 +321,10 @@ def _with(
         state.submitted_at if submitted_at is None else submitted_at,
         state.deleted if deleted is None else deleted,
         state.awaiting_release if awaiting_release is None else awaiting_release,
+        state.evicted_at if evicted_at is None else evicted_at,
+        state.eviction_annotated_at
+        if isinstance(eviction_annotated_at, _Keep)
+        else eviction_annotated_at,
     )
 
 
@@ -287,6 +339,7 @@ def _submit(state: PodGroupState, change: Submission) -> PodGroupState:
         change.priority,
         change.preemptible,
         subgroups,
+        submitted_delay(change.preemption_delay, change.pod_preemption_delays),
     )
     pods = {name: MemberPod(subgroup, gpu) for name, subgroup, gpu in change.pods}
     # Pods allocated before the submission named them stay, in the fallback subgroup:
@@ -296,12 +349,19 @@ def _submit(state: PodGroupState, change: Submission) -> PodGroupState:
         fallback = fallback_subgroup(subgroups)
         for name in sorted(unlisted):
             pods[name] = MemberPod(fallback)
+    submitted_at = change.at if state.submitted_at is None else state.submitted_at
+    eviction: datetime | _Keep | None = _KEEP
+    if LAST_EVICTION_ANNOTATION in change.annotations:
+        eviction = last_eviction_annotation(
+            change.annotations[LAST_EVICTION_ANNOTATION], change.at, submitted_at
+        )
     return _with(
         state,
         spec=spec,
         pods=pods,
         annotations={**state.annotations, **change.annotations},
-        submitted_at=change.at if state.submitted_at is None else state.submitted_at,
+        submitted_at=submitted_at,
+        eviction_annotated_at=eviction,
     )
 
 
@@ -335,7 +395,21 @@ def _release(state: PodGroupState, change: Release) -> PodGroupState:
         return state if awaiting == state.awaiting_release else _with(state, awaiting_release=False)
     held = run.allocated
     allocated = {name: node for name, node in state.allocated.items() if name in held}
-    return _with(state, allocated=allocated or _NO_NODES, run=run, awaiting_release=awaiting)
+    evicted_at = None
+    if state.allocated and not held:
+        # The run ended: by an eviction, its end re-arms the preemption delay.
+        ended_by = ended_by_reason(
+            change.reason, deleted=False, awaiting_release=state.awaiting_release
+        )
+        if ended_by in EVICTIONS:
+            evicted_at = change.at
+    return _with(
+        state,
+        allocated=allocated or _NO_NODES,
+        run=run,
+        awaiting_release=awaiting,
+        evicted_at=evicted_at,
+    )
 
 
 def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:
@@ -345,4 +419,32 @@ def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:
             annotations.pop(key, None)
         else:
             annotations[key] = value
-    return _with(state, annotations=annotations)
+    eviction: datetime | _Keep | None = _KEEP
+    if LAST_EVICTION_ANNOTATION in change.changes:
+        eviction = last_eviction_annotation(
+            change.changes[LAST_EVICTION_ANNOTATION], change.at, state.submitted_at
+        )
+    return _with(state, annotations=annotations, eviction_annotated_at=eviction)
+
+
+def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[IgnoredValue]:
+    """The values ``change`` carries that the fold of it into ``state`` ignores (invalid or
+    negative delays, an unusable last-eviction-timestamp): each counted once per event."""
+    if isinstance(change, Submission):
+        delays: list[str | None] = [change.preemption_delay]
+        delays += [text for _, text in change.pod_preemption_delays]
+        annotations: Mapping[str, str | None] = change.annotations
+        at: datetime | None = change.at
+        existed: datetime | None = change.at if state.submitted_at is None else state.submitted_at
+    elif isinstance(change, Annotation):
+        delays, annotations, at, existed = [], change.changes, change.at, state.submitted_at
+    else:
+        return frozenset()
+    delays.append(annotations.get(PREEMPTION_DELAY_ANNOTATION))
+    ignored = set()
+    if any(text is not None and valid_delay(text) is None for text in delays):
+        ignored.add(IgnoredValue.PREEMPTION_DELAY)
+    eviction = annotations.get(LAST_EVICTION_ANNOTATION)
+    if eviction is not None and last_eviction_annotation(eviction, at, existed) is None:
+        ignored.add(IgnoredValue.LAST_EVICTION_TIMESTAMP)
+    return frozenset(ignored)

@@ -60,6 +60,8 @@ class _Contender:
     pods: tuple[tuple[str, float], ...]
     total: int
     largest: int
+    # Not a beneficiary before this instant (its preemption delay); None: no delay.
+    delay_ends_at: datetime | None = None
 
 
 def _contender(podgroup: PendingPodGroup) -> _Contender:
@@ -75,6 +77,7 @@ def _contender(podgroup: PendingPodGroup) -> _Contender:
         tuple((pod.name, pod.gpu) for pod in ordered),
         sum(demands),
         demands[0] if demands else 0,
+        podgroup.delay_ends_at,
     )
 
 
@@ -238,10 +241,20 @@ class _Planner:
         for pod in victim.pods:
             if pod.running and pod.node is not None:
                 ledger.release(pod.node, gpu_units(pod.gpu))
-        placed, contenders, protected_fit = self._serve(victim, checkpoint)
+        placed, contenders, protected_fit, delayed = self._serve(victim, checkpoint)
         if placed:
             return self._commit(victim, nominated_by, placed, checkpoint)
         ledger.rollback(checkpoint)
+        if delayed is not None:
+            # Every possible beneficiary is inside its preemption-delay window.
+            return RequeueDecision(
+                uid=victim.uid,
+                outcome=RequeueOutcome.ROLLED_BACK,
+                reason=RequeueReason.PREEMPTION_DELAY,
+                nominated_by=nominated_by,
+                decided_at=self._now,
+                delay_ends_at=delayed,
+            )
         if not contenders:
             reason = RequeueReason.NO_HIGHER_PRIORITY_PENDING
         elif protected_fit:
@@ -252,11 +265,13 @@ class _Planner:
 
     def _serve(
         self, victim: RunningPodGroup, checkpoint: int
-    ) -> tuple[list[tuple[_Contender, tuple[str, ...]]], bool, bool]:
+    ) -> tuple[list[tuple[_Contender, tuple[str, ...]]], bool, bool, datetime | None]:
         """Place higher-priority contenders that need the capacity the victim freed.
 
-        Returns the placements, whether any contender was left to try, and whether one
-        would have been placed but for the victim's minimum runtime.
+        Returns the placements, whether any contender was left to try, whether one would
+        have been placed but for the victim's minimum runtime, and the earliest end of the
+        preemption-delay windows that kept a possible beneficiary from being placed (None:
+        none did).
         """
         pool = victim.node_pool
         ledger = self._ledger
@@ -267,6 +282,8 @@ class _Planner:
         fits_freed: dict[tuple[int, ...], bool] = {}
         placed: list[tuple[_Contender, tuple[str, ...]]] = []
         contenders = protected_fit = False
+        delayed: datetime | None = None
+        now = self._now
         # Cheap bounds first: no pod larger than the largest hole, no gang above the total.
         largest, total = ledger.max_free(pool), ledger.total_free(pool)
         for contender in higher:
@@ -295,6 +312,12 @@ class _Planner:
             if excluded.against(contender.queue):
                 protected_fit = True
                 continue
+            delay_ends_at = contender.delay_ends_at
+            if delay_ends_at is not None and now < delay_ends_at:
+                # A possible beneficiary, but inside its preemption-delay window.
+                if delayed is None or delay_ends_at < delayed:
+                    delayed = delay_ends_at
+                continue
             nodes = ledger.place(pool, demands)
             assert nodes is not None  # it fitted an instant ago on the same ledger
             placed.append((contender, nodes))
@@ -302,7 +325,7 @@ class _Planner:
                 break  # nothing freed is left over: nobody else can need this eviction
             fits_freed.clear()
             largest, total = ledger.max_free(pool), ledger.total_free(pool)
-        return placed, contenders, protected_fit
+        return placed, contenders, protected_fit, delayed
 
     def _commit(
         self,

@@ -148,12 +148,17 @@ class PendingPodGroup:
     subgroups: tuple[SubGroup, ...] = (SubGroup(),)
     # Breaks priority ties: older first (unknown after known), then uid.
     submitted_at: datetime | None = None
+    # The end of its preemption-delay window (core.preemption_delay; None: no delay): before
+    # it, it is not a requeue beneficiary.
+    delay_ends_at: datetime | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pods", tuple(self.pods))
         object.__setattr__(self, "subgroups", tuple(self.subgroups))
         if self.submitted_at is not None:
             require_aware(self.submitted_at, f"podgroup {self.uid} submission time")
+        if self.delay_ends_at is not None:
+            require_aware(self.delay_ends_at, f"podgroup {self.uid} preemption-delay end")
         _pod_set(self.uid, self.pods, self.subgroups)
 
     def required_pods(self) -> tuple[Pod, ...] | None:
@@ -224,6 +229,8 @@ class RequeueReason(StrEnum):
     NO_HIGHER_PRIORITY_PENDING = "no_higher_priority_pending"
     PROTECTED = "protected"
     NO_CONTENDER_FITS = "no_contender_fits"
+    # Every possible beneficiary is inside its preemption-delay window (SEMANTICS.md §10).
+    PREEMPTION_DELAY = "preemption_delay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +260,8 @@ class RequeueDecision:
     placements: tuple[PodPlacement, ...] = ()
     # Why the requeue-delay annotation was ignored, for the audit record.
     delay_problem: str | None = None
+    # Rolled back for preemption_delay: the earliest instant a beneficiary's window ends.
+    delay_ends_at: datetime | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reservations", MappingProxyType(dict(self.reservations)))

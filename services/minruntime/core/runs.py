@@ -23,16 +23,30 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Final, NamedTuple
 
+from minruntime.core.evictions import (
+    DELETED,
+    DELETED_BY_EVICTION,
+    EVICTION_REASONS,
+    EVICTIONS,
+    RELEASED,
+    REQUEUED,
+    ended_by_reason,
+)
 from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release
 
-RELEASED: Final = "released"
-REQUEUED: Final = "requeued"
-DELETED: Final = "deleted"
-DELETED_BY_EVICTION: Final = "deleted-by-eviction"
-# Reasons that say the cluster took the resources away (the bridge's and the worker's words).
-EVICTION_REASONS: Final = frozenset({"evicted", "preempted", REQUEUED})
-# Every ended_by that is an eviction: a closed set (metric labels use it).
-EVICTIONS: Final = EVICTION_REASONS | {DELETED_BY_EVICTION}
+__all__ = [
+    "DELETED",
+    "DELETED_BY_EVICTION",
+    "EVICTIONS",
+    "EVICTION_REASONS",
+    "RELEASED",
+    "REQUEUED",
+    "EndedRun",
+    "Preemptibility",
+    "ended_by",
+    "ended_run",
+    "held_gpus",
+]
 
 # Fixed scales, so a run's numbers are the same text whether its pods' GPUs were folded from
 # the wire (floats) or loaded back from the store (numerics).
@@ -104,11 +118,9 @@ def ended_run(
 def ended_by(change: PodGroupChange, *, awaiting_release: bool) -> str:
     """Why a run ended: the release reason, refined as the module says."""
     reason = change.reason if isinstance(change, Release) else None
-    if isinstance(change, Deletion) or reason == DELETED:
-        return DELETED_BY_EVICTION if awaiting_release else DELETED
-    if not reason:
-        return REQUEUED if awaiting_release else RELEASED
-    return reason
+    return ended_by_reason(
+        reason, deleted=isinstance(change, Deletion), awaiting_release=awaiting_release
+    )
 
 
 def held_gpus(state: PodGroupState) -> Decimal | None:

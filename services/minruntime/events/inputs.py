@@ -29,6 +29,7 @@ from minruntime.events.types import (
     Count,
     Duration,
     GpuAmount,
+    IgnorableText,
     Label,
     PositiveDuration,
     Priority,
@@ -151,6 +152,11 @@ class PodSpec(WireModel):
     """The subgroup the pod belongs to; it must be listed in subGroups."""
     gpu: GpuAmount
     """GPUs the pod requests; fractions allowed (e.g. 0.5)."""
+    annotations: Mapping[AnnotationKey, AnnotationValue] | None = Field(
+        default=None, max_length=MAX_ANNOTATIONS
+    )
+    """The pod's annotations the service reads: kai.scheduler/preemption-delay (not validated
+    here: an invalid value is ignored, counted); absent or null = none."""
 
 
 _DEFAULT_SUBGROUPS = (SubGroupSpec(name=DEFAULT_SUBGROUP),)
@@ -183,6 +189,10 @@ class PodGroupSubmittedData(EventData):
         default_factory=dict, max_length=MAX_ANNOTATIONS
     )
     """Podgroup annotations, e.g. kai.scheduler/expected-runtime (not validated here)."""
+    preemption_delay: IgnorableText | None = None
+    """The PodGroup's spec.preemptionDelay (a duration): while it lasts after the submission
+    or the last eviction, the podgroup may not be a requeue beneficiary. An invalid or
+    negative value is ignored (counted in minruntime_ignored_values_total), as KAI does."""
 
     @model_validator(mode="after")
     def _pods_match_subgroups(self) -> PodGroupSubmittedData:

@@ -72,7 +72,11 @@ class RequeueRolledBackData(UncommittedDecisionData):
     """A requeue was attempted and rolled back (no contender fits): nothing changed."""
 
     reason: Name
-    """Why it was rolled back: no_higher_priority_pending, protected or no_contender_fits."""
+    """Why it was rolled back: no_higher_priority_pending, protected, no_contender_fits or
+    preemption_delay."""
+    delay_ends_at: Timestamp | None = None
+    """preemption_delay only: the earliest instant a possible beneficiary's preemption-delay
+    window ends (the candidate may be requeued for it from then on)."""
 
 
 class RequeueSkippedData(UncommittedDecisionData):

@@ -165,6 +165,10 @@ Label = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_LABEL)]
 Text = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_TEXT)]
 """Non-empty free text for the audit (a reason) of at most 1024 characters."""
 
+IgnorableText = Annotated[str, Strict(), Field(max_length=MAX_TEXT)]
+"""A setting the service parses itself and ignores, counted, when invalid (KAI's rule for
+e.g. a preemption delay): any string of at most 1024 characters, "" included."""
+
 AnnotationKey = Annotated[str, Strict(), Field(max_length=MAX_ANNOTATION_KEY)]
 """A podgroup annotation key (at most 317 characters)."""
 

@@ -288,6 +288,7 @@ def apply_batch(
         batch.log(item)
     projections.flush()
     batch.outcome.lost_runs = projections.runs.lost
+    batch.outcome.ignored_values.update(projections.ignored)
     batch.write_logs()
     if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)] and tables.is_live:
         # Delivered at commit: a requeue worker waiting on this channel runs a cycle now.

@@ -176,6 +176,7 @@ def _log_row(event: Event) -> dict[str, Any]:
         "requeue_not_before": None,
         "delay_problem": None,
         "placements": [],
+        "delay_ends_at": None,
     }
     if isinstance(data, RequeueCommittedData):
         row["beneficiaries"] = list(data.beneficiaries)
@@ -184,6 +185,8 @@ def _log_row(event: Event) -> dict[str, Any]:
         row["placements"] = [placement.model_dump(mode="json") for placement in data.placements]
     else:
         row["reason"] = data.reason
+        if isinstance(data, RequeueRolledBackData):
+            row["delay_ends_at"] = data.delay_ends_at
     return row
 
 

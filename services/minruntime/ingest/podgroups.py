@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from minruntime.core import (
+    PREEMPTION_DELAY_ANNOTATION,
     Allocation,
     Annotation,
     Deletion,
@@ -57,9 +58,15 @@ def podgroup_change(data: EventData, at: datetime) -> PodGroupChange:
             pods=tuple((pod.name, pod.sub_group, pod.gpu) for pod in data.pods),
             annotations=data.annotations,
             at=at,
+            preemption_delay=data.preemption_delay,
+            pod_preemption_delays=tuple(
+                (pod.name, pod.annotations[PREEMPTION_DELAY_ANNOTATION])
+                for pod in data.pods
+                if pod.annotations and PREEMPTION_DELAY_ANNOTATION in pod.annotations
+            ),
         )
     if isinstance(data, PodGroupAnnotatedData):
-        return Annotation(data.annotations)
+        return Annotation(data.annotations, at)
     if isinstance(data, PodGroupDeletedData):
         return _DELETION
     raise TypeError(f"{type(data).__name__} is not a podgroup event")

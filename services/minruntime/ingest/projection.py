@@ -16,18 +16,21 @@ loaded about once per run and written once per run or boundary, instead of once 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Final
 
 from sqlalchemy import Connection
 
 from minruntime.core import (
+    IgnoredValue,
     MinRuntimeConfig,
     MinRuntimeError,
     NodePoolConfigs,
     QueueTree,
     RunRules,
     ended_run,
+    ignored_values,
 )
 from minruntime.events import (
     ConfigUpdatedData,
@@ -78,6 +81,8 @@ class Projections:
         self._rules: RunRules | None = None
         self._pool_configs: dict[str, MinRuntimeConfig] = {}
         self._changes_tree = False
+        # Applied events that carried a value the fold ignored, by field (a warning metric).
+        self.ignored: Counter[IgnoredValue] = Counter()
 
     @property
     def podgroup_count(self) -> int:
@@ -119,6 +124,7 @@ class Projections:
             else:
                 change = podgroup_change(data, event.time)
                 before = self.podgroups.apply(data.uid, change)
+                self.ignored.update(ignored_values(before, change))
                 ended = ended_run(before, self.podgroups.state(data.uid), change, event.time)
                 if ended is not None:
                     self.runs.record(ended, event.source, event.id, self._run_rules())

@@ -44,6 +44,8 @@ class BatchOutcome:
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     # Runs an eviction ended (for the metrics of work lost).
     lost_runs: list[LostRun] = field(default_factory=list)
+    # Applied events that carried a value the service ignores (core.IgnoredValue), by field.
+    ignored_values: Counter[str] = field(default_factory=Counter)
 
     def add(self, other: BatchOutcome) -> None:
         """Count ``other``'s records in this outcome too (a batch applied in parts)."""
@@ -56,6 +58,7 @@ class BatchOutcome:
         # Parts are applied in order, so a later part's next offset is the larger one.
         self.next_offsets.update(other.next_offsets)
         self.lost_runs.extend(other.lost_runs)
+        self.ignored_values.update(other.ignored_values)
 
     @property
     def records(self) -> int:

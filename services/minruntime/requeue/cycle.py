@@ -263,11 +263,16 @@ def decision_event(
         )
     assert decision.reason is not None
     event_type, model = _UNCOMMITTED[decision.outcome]
+    # Only a rollback for preemption_delay says until when (a rolled-back event's field).
+    until = (
+        {} if decision.delay_ends_at is None else {"delay_ends_at": decision.delay_ends_at + shift}
+    )
     data = model(
         uid=decision.uid,
         nominated_by=decision.nominated_by,
         reason=decision.reason.value,
         decided_at=decided_at,
         run_start=run_start,
+        **until,
     )
     return new_event(event_type, data, time=decided_at, source=WORKER_SOURCE)

@@ -6,7 +6,8 @@ live one, or the shadow a ``StateTables`` names.
 
 What counts (docs/requeue-worker.md):
 - running: submitted podgroups with status ``running``; their allocated pods use capacity;
-- pending: submitted podgroups with status ``pending`` (contenders);
+- pending: submitted podgroups with status ``pending`` (contenders), with the end of their
+  preemption-delay window as the projection stored it (``preemption_delay_ends_at``);
 - a podgroup known only from allocations (never submitted) has no queue, priority or GPU
   request: it is neither a candidate nor a contender, and its pods count as 0 GPUs;
 - promises in force (``expires_at > now``) of beneficiaries still pending;
@@ -92,6 +93,8 @@ class _Row(NamedTuple):
     awaiting_release: bool
     submitted_at: datetime | None
     bad_submitted: bool
+    delay_ends_at: datetime | None
+    bad_delay_ends: bool
 
 
 class _Reader:
@@ -264,6 +267,8 @@ def _podgroup(
         problem = (ExclusionReason.INVALID_CONFIG, f"node pool {row.pool} has an unusable config")
     elif row.bad_start or row.bad_submitted:
         problem = (ExclusionReason.INVALID_TIME, "a start or submission time outside years 1-9999")
+    elif row.bad_delay_ends and row.status == "pending":
+        problem = (ExclusionReason.INVALID_TIME, "a preemption-delay end outside years 1-9999")
     elif not isinstance(row.annotations, dict | None):
         problem = (ExclusionReason.INVALID_ANNOTATIONS, "annotations are not a map")
     elif uid in reader.pod_errors:
@@ -291,6 +296,7 @@ def _podgroup(
             priority=row.priority,
             node_pool=row.pool,
             submitted_at=row.submitted_at,
+            delay_ends_at=row.delay_ends_at,
             **shape,
         )
     except MinRuntimeError as error:

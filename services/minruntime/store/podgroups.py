@@ -13,13 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Final
 
 from sqlalchemy import Connection
 
-from minruntime.core import MemberPod, PodGroupSpec, PodGroupState, SubGroup
+from minruntime.core import (
+    DelaySource,
+    MemberPod,
+    PodGroupSpec,
+    PodGroupState,
+    PreemptionDelay,
+    SubGroup,
+)
 from minruntime.store.bulk import delete_many, insert_many, json_list, update_many
 from minruntime.store.schema import StateTables
 
@@ -34,7 +42,9 @@ _LOAD_STATES: Final = (
     " NULLIF(annotations, '{}'::jsonb),"
     " submitted_at, awaiting_release,"
     # PodGroupSpec's fields, in its order (its subgroups aside).
-    " name, namespace, queue, node_pool, priority, preemptible"
+    " name, namespace, queue, node_pool, priority, preemptible,"
+    " submitted_preemption_delay, submitted_preemption_delay_pod,"
+    " evicted_at, eviction_annotated_at"
     " FROM minruntime_state.podgroup_state WHERE uid IN " + _UIDS
 )
 # The live rows are locked until the batch commits, in uid order (as the requeue worker locks
@@ -72,6 +82,11 @@ _STATE_COLUMNS: Final = {
     "submitted": "boolean",
     "submitted_at": "timestamptz",
     "awaiting_release": "boolean",
+    "submitted_preemption_delay": "interval",
+    "submitted_preemption_delay_pod": "text",
+    "evicted_at": "timestamptz",
+    "eviction_annotated_at": "timestamptz",
+    "preemption_delay_ends_at": "timestamptz",
 }
 _PLACEHOLDER_CONFLICT: Final = "ON CONFLICT (uid) DO NOTHING"
 _STATE_CONFLICT: Final = (
@@ -158,7 +173,7 @@ def load_podgroups(
         uid, status, submitted, start_time, last_start_time, ended_at = row[:6]
         spec = None
         if submitted:
-            name, namespace, queue, node_pool, priority, preemptible = row[9:]
+            name, namespace, queue, node_pool, priority, preemptible = row[9:15]
             spec = PodGroupSpec(
                 name,
                 namespace,
@@ -167,6 +182,7 @@ def load_podgroups(
                 priority,
                 preemptible,
                 tuple(subgroups.get(uid, ())),
+                _submitted_delay(row[15], row[16]),
             )
         states[uid] = PodGroupState(
             uid,
@@ -180,6 +196,8 @@ def load_podgroups(
             row[7],
             status == "deleted",
             row[8],
+            row[17],
+            row[18],
         )
         if status == "pending":
             pending.append(uid)
@@ -312,9 +330,19 @@ def write_nominations(
     )
 
 
+def _submitted_delay(delay: timedelta | None, pod: str | None) -> PreemptionDelay | None:
+    if delay is None:
+        return None
+    if pod is None:
+        return PreemptionDelay(delay, DelaySource.SPEC)
+    return PreemptionDelay(delay, DelaySource.POD, pod)
+
+
 def _state_row(state: PodGroupState) -> dict[str, Any]:
     elastic, protected_evictable = state.elasticity()
     spec = state.spec
+    submitted_delay = None if spec is None else spec.submitted_delay
+    window = state.delay_window()
     return {
         "uid": state.uid,
         "name": None if spec is None else spec.name,
@@ -339,4 +367,9 @@ def _state_row(state: PodGroupState) -> dict[str, Any]:
         "submitted": state.submitted,
         "submitted_at": state.submitted_at,
         "awaiting_release": state.stored_awaiting_release,
+        "submitted_preemption_delay": None if submitted_delay is None else submitted_delay.delay,
+        "submitted_preemption_delay_pod": None if submitted_delay is None else submitted_delay.pod,
+        "evicted_at": state.evicted_at,
+        "eviction_annotated_at": state.eviction_annotated_at,
+        "preemption_delay_ends_at": None if window is None else window.ends_at,
     }

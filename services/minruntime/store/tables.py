@@ -99,6 +99,15 @@ podgroup_state = sa.Table(
     # A requeue was committed for the current run and the cluster has not released it yet:
     # it is not attempted again, and its GPUs count as freed. Cleared when the run ends.
     sa.Column("awaiting_release", sa.Boolean, nullable=False, server_default=sa.false()),
+    # The preemption delay (migration 0015, docs/rule-engine.md "Preemption delay"): what the
+    # submission set (its spec's valid value, else its pods' first: then the pod's name), the
+    # end of the last run an eviction ended, KAI's last-eviction-timestamp as validated when it
+    # came, and, derived, the end of the window (NULL: no delay) the requeue worker reads.
+    sa.Column("submitted_preemption_delay", INTERVAL),
+    sa.Column("submitted_preemption_delay_pod", sa.Text),
+    sa.Column("evicted_at", sa.DateTime(timezone=True)),
+    sa.Column("eviction_annotated_at", sa.DateTime(timezone=True)),
+    sa.Column("preemption_delay_ends_at", sa.DateTime(timezone=True)),
     sa.CheckConstraint("status IN ('pending', 'running', 'finished', 'deleted')", name="status"),
     sa.Index(
         "ix_podgroup_state_running_queue",
@@ -165,6 +174,8 @@ requeue_decision_log = sa.Table(
     sa.Column("run_start", sa.DateTime(timezone=True)),
     sa.Column("delay_problem", sa.Text),
     sa.Column("placements", JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
+    # Rolled back for preemption_delay: the earliest instant a beneficiary's window ends.
+    sa.Column("delay_ends_at", sa.DateTime(timezone=True)),
     sa.CheckConstraint("outcome IN ('committed', 'rolled_back', 'skipped')", name="outcome"),
     sa.UniqueConstraint("decision_id"),
     sa.Index("ix_requeue_decision_log_uid", "uid", "decided_at"),

@@ -15,7 +15,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from minruntime.core import Verdict
+from minruntime.core import IgnoredValue, Verdict
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.runs import LostRun
 
@@ -88,6 +88,18 @@ class ProcessorMetrics:
         # the first violation is the one an alert must not miss.
         for verdict in VIOLATION_VERDICTS:
             self.violations.labels(verdict)
+        self.ignored_values = Counter(
+            "minruntime_ignored_values",
+            "Applied events that carried a value the service ignored, as KAI does, with this"
+            " warning (an invalid or negative preemption delay, an unusable"
+            " last-eviction-timestamp), by field.",
+            ["field"],
+            registry=registry,
+        )
+        # Every field exported from the start (zero until one is ignored); a new field is a
+        # new member of core.IgnoredValue.
+        for ignored in IgnoredValue:
+            self.ignored_values.labels(ignored.value)
         self._queue_labels: set[str] = set()
 
     def observe(
@@ -104,6 +116,8 @@ class ProcessorMetrics:
         self.batch_seconds.labels(role).observe(seconds)
         for run in outcome.lost_runs:
             self.lost(run)
+        for ignored, count in outcome.ignored_values.items():
+            self.ignored_values.labels(str(ignored)).inc(count)
         for partition, lag in lags.items():
             self.lag.labels(role, str(partition)).set(lag)
             self._lag_series.add((role, str(partition)))
