@@ -649,3 +649,24 @@ def test_labels_priority_values_and_the_config_changed_unseen_are_sent_once() ->
     assert submitted["pg-1"]["nodePool"] == "a100"
     # Sent once: a third term, from the second one's ledger, sends nothing.
     assert listing(ClusterMirror(MirrorOptions(), clock, second.memory()), later) == []
+
+
+@pytest.mark.parametrize(
+    ("said", "priority", "expected"),
+    [
+        ("semi-preemptible", 50, {"preemptibility": "semi-preemptible"}),
+        ("semi-preemptible", 150, {"preemptibility": "semi-preemptible"}),
+        ("preemptible", 150, {"preemptible": True}),
+        ("non-preemptible", 50, {"preemptible": False}),
+        # A value KAI does not know is ignored, as KAI ignores it: the priority decides.
+        ("sometimes", 50, {"preemptible": True}),
+        ("sometimes", 150, {"preemptible": False}),
+        (7, 50, {"preemptible": True}),
+    ],
+)
+def test_preemptibility_is_mapped_to_the_wire(
+    said: object, priority: int, expected: dict[str, object]
+) -> None:
+    group = podgroup(preemptibility=said)
+    data = mapping.submission_data(group, [pod("w", "p-w")], priority)
+    assert {k: v for k, v in data.items() if k.startswith("preempt")} == expected

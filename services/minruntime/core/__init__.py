@@ -63,6 +63,7 @@ from minruntime.core.podgroup import (
     fallback_subgroup,
     fold,
 )
+from minruntime.core.preemptibility import Preemptibility, above_core, core_pods
 from minruntime.core.protection import is_protected, protected_until, remaining_protection
 from minruntime.core.protection_windows import (
     ProtectedRun,
@@ -96,7 +97,7 @@ from minruntime.core.requeue_model import (
     exclusion_reason,
 )
 from minruntime.core.resolution import Resolution, ResolutionKind, ResolutionTrace, Resolver
-from minruntime.core.runs import EVICTIONS, EndedRun, Preemptibility, ended_run
+from minruntime.core.runs import EVICTIONS, EndedRun, ended_run
 from minruntime.core.start_time import (
     NOT_STARTED,
     AllocationEvent,
@@ -117,6 +118,7 @@ from minruntime.core.violation import (
     RunRules,
     Verdict,
     judge,
+    run_verdict,
 )
 
 __all__ = [
@@ -198,9 +200,11 @@ __all__ = [
     "Submission",
     "Verdict",
     "VictimEviction",
+    "above_core",
     "apply_allocated",
     "apply_released",
     "collect_candidates",
+    "core_pods",
     "ended_run",
     "evictable_pods",
     "exclusion_reason",
@@ -225,6 +229,7 @@ __all__ = [
     "remaining_protection",
     "requeue_delay",
     "requeue_not_before",
+    "run_verdict",
     "start_time_of",
     "units_to_gpu",
     "validate_scenario",

@@ -32,6 +32,7 @@ from minruntime.core.config import DEFAULT_NODE_POOL
 from minruntime.core.durations import parse_duration
 from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
+from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.start_time import RunState, apply_allocated, apply_released
 from minruntime.core.timestamps import parse_rfc3339
 
@@ -61,7 +62,7 @@ class PodGroupSpec(NamedTuple):
     queue: str
     node_pool: str
     priority: int
-    preemptible: bool
+    preemptibility: Preemptibility
     # In declaration order: the first is the fallback when none is named ``default``.
     subgroups: tuple[SubGroup, ...]
 
@@ -113,9 +114,14 @@ class PodGroupState(NamedTuple):
         return DEFAULT_NODE_POOL if self.spec is None else self.spec.node_pool
 
     @property
+    def preemptibility(self) -> Preemptibility:
+        """The submission's preemptibility (preemptible for a placeholder)."""
+        return Preemptibility.PREEMPTIBLE if self.spec is None else self.spec.preemptibility
+
+    @property
     def preemptible(self) -> bool:
-        """The submission's preemptible flag (True for a placeholder)."""
-        return True if self.spec is None else self.spec.preemptible
+        """Some of its pods may be evicted: not non-preemptible (True for a placeholder)."""
+        return self.spec is None or self.spec.preemptibility is not Preemptibility.NON_PREEMPTIBLE
 
     @property
     def subgroups(self) -> tuple[SubGroup, ...]:
@@ -188,7 +194,7 @@ class Submission(NamedTuple):
     queue: str
     node_pool: str | None
     priority: int
-    preemptible: bool
+    preemptibility: Preemptibility
     subgroups: tuple[SubGroup, ...]
     # (pod name, subgroup, gpu)
     pods: tuple[tuple[str, str, float], ...]
@@ -285,7 +291,7 @@ def _submit(state: PodGroupState, change: Submission) -> PodGroupState:
         change.queue,
         change.node_pool or DEFAULT_NODE_POOL,
         change.priority,
-        change.preemptible,
+        change.preemptibility,
         subgroups,
     )
     pods = {name: MemberPod(subgroup, gpu) for name, subgroup, gpu in change.pods}

@@ -36,6 +36,7 @@ from minruntime.core import (
     NodePoolConfigs,
     PendingPodGroup,
     Pod,
+    Preemptibility,
     QueueTree,
     RunningPodGroup,
     SubGroup,
@@ -84,7 +85,7 @@ class _Row(NamedTuple):
     queue: str
     pool: str
     priority: int
-    preemptible: bool
+    preemptibility: str
     status: str
     start_time: datetime | None
     bad_start: bool
@@ -281,7 +282,7 @@ def _podgroup(
                 priority=row.priority,
                 start_time=row.start_time,
                 node_pool=row.pool,
-                preemptible=row.preemptible,
+                preemptibility=Preemptibility(row.preemptibility),
                 annotations=_string_map(row.annotations),
                 **shape,
             )

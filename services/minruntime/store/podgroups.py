@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from sqlalchemy import Connection
 
-from minruntime.core import MemberPod, PodGroupSpec, PodGroupState, SubGroup
+from minruntime.core import MemberPod, PodGroupSpec, PodGroupState, Preemptibility, SubGroup
 from minruntime.store.bulk import delete_many, insert_many, json_list, update_many
 from minruntime.store.schema import StateTables
 
@@ -34,7 +34,7 @@ _LOAD_STATES: Final = (
     " NULLIF(annotations, '{}'::jsonb),"
     " submitted_at, awaiting_release,"
     # PodGroupSpec's fields, in its order (its subgroups aside).
-    " name, namespace, queue, node_pool, priority, preemptible"
+    " name, namespace, queue, node_pool, priority, preemptibility"
     " FROM minruntime_state.podgroup_state WHERE uid IN " + _UIDS
 )
 # The live rows are locked until the batch commits, in uid order (as the requeue worker locks
@@ -72,6 +72,7 @@ _STATE_COLUMNS: Final = {
     "submitted": "boolean",
     "submitted_at": "timestamptz",
     "awaiting_release": "boolean",
+    "preemptibility": "text",
 }
 _PLACEHOLDER_CONFLICT: Final = "ON CONFLICT (uid) DO NOTHING"
 _STATE_CONFLICT: Final = (
@@ -158,14 +159,14 @@ def load_podgroups(
         uid, status, submitted, start_time, last_start_time, ended_at = row[:6]
         spec = None
         if submitted:
-            name, namespace, queue, node_pool, priority, preemptible = row[9:]
+            name, namespace, queue, node_pool, priority, preemptibility = row[9:]
             spec = PodGroupSpec(
                 name,
                 namespace,
                 queue,
                 node_pool,
                 priority,
-                preemptible,
+                Preemptibility(preemptibility),
                 tuple(subgroups.get(uid, ())),
             )
         states[uid] = PodGroupState(
@@ -339,4 +340,5 @@ def _state_row(state: PodGroupState) -> dict[str, Any]:
         "submitted": state.submitted,
         "submitted_at": state.submitted_at,
         "awaiting_release": state.stored_awaiting_release,
+        "preemptibility": state.preemptibility.value,
     }
