@@ -27,7 +27,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import INTERVAL
 
 revision: str = "0015"
-down_revision: str | None = "0013"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

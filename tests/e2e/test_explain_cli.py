@@ -171,8 +171,9 @@ def test_protection_and_explain_live_and_as_of(pipeline: Pipeline) -> None:
     assert elastic["rule"]["rule"] == "preempt"
     assert elastic["verdict"]["protected"] is True
     assert elastic["elastic"]["subgroups"] == [
-        {"name": "default", "min_available": 2, "pods": 4, "running": 4, "evictable": 2}
+        {"name": "default", "min_available": 2, "pods": 4, "running": 4, "evictable": 2, "core": 0}
     ]
+    assert elastic["podgroup"]["preemptibility"] == "preemptible"
 
     code, text, _ = _cli(pipeline, "explain", "jdone")
     assert code == 0

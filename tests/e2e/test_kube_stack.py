@@ -153,6 +153,61 @@ def test_podgroup_preemptibility_outside_the_enum_is_rejected(kube_stack: StackS
         assert "spec.preemptibility" in str(refused.value.body)
 
 
+def test_a_semi_preemptible_podgroup_is_stored_and_mapped_to_its_preemptibility(
+    kube_stack: StackStatus,
+) -> None:
+    """KAI's third value passes the CRD, and the bridge's mapping of the stored object is a
+    podgroup.submitted the processor reads as semi-preemptible."""
+    from minruntime.cluster import mapping
+    from minruntime.core import Preemptibility
+    from minruntime.events import PodGroupSubmittedData
+
+    assert kube_stack.kubeconfig is not None
+    name = f"pg-{uuid.uuid4().hex[:6]}"
+    with api_client(kube_stack.kubeconfig) as api:
+        objects = client.CustomObjectsApi(api)
+        objects.create_namespaced_custom_object(
+            GROUP,
+            "v2alpha2",
+            "default",
+            "podgroups",
+            {
+                "apiVersion": f"{GROUP}/v2alpha2",
+                "kind": "PodGroup",
+                "metadata": {"name": name},
+                "spec": {
+                    "queue": "q",
+                    "minMember": 2,
+                    "preemptibility": "semi-preemptible",
+                    "subGroups": [{"name": "workers", "minMember": 2}],
+                },
+            },
+        )
+        stored = objects.get_namespaced_custom_object(
+            GROUP, "v2alpha2", "default", "podgroups", name
+        )
+        objects.delete_namespaced_custom_object(GROUP, "v2alpha2", "default", "podgroups", name)
+    pods = [
+        {
+            "metadata": {
+                "name": f"{name}-{i}",
+                "namespace": "default",
+                "uid": f"{name}-pod-{i}",
+                "annotations": {mapping.POD_GROUP_ANNOTATION: name},
+                "labels": {"kai.scheduler/subgroup-name": "workers"},
+            },
+            "spec": {"containers": [{"resources": {"limits": {mapping.GPU_RESOURCE: "1"}}}]},
+        }
+        for i in range(3)
+    ]
+    data = mapping.submission_data(stored, pods, priority=50)
+    assert data["preemptibility"] == "semi-preemptible"
+    assert "preemptible" not in data
+    submitted = PodGroupSubmittedData.model_validate(data)
+    assert submitted.resolved_preemptibility() is Preemptibility.SEMI_PREEMPTIBLE
+    assert [sub.min_available for sub in submitted.sub_groups] == [2]
+
+
 @pytest.fixture
 def private_kube_stack(tmp_path: Path) -> Iterator[dict[str, str]]:
     """Environment for a second stack (own directory and ports, shared binary cache)."""

@@ -118,6 +118,7 @@ def submitted(
     sub_groups: Sequence[Mapping[str, Any]] | None = None,
     annotations: Mapping[str, str] | None = None,
     preemptible: bool = True,
+    preemptibility: str | None = None,
     **kw: Any,
 ) -> Message:
     pod_list = (
@@ -132,6 +133,10 @@ def submitted(
         "preemptible": preemptible,
         "pods": list(pod_list),
     }
+    if preemptibility is not None:
+        # The newer field alone (both given must agree).
+        del data["preemptible"]
+        data["preemptibility"] = preemptibility
     if node_pool is not None:
         data["nodePool"] = node_pool
     if sub_groups is not None:

@@ -21,6 +21,7 @@ from minruntime.core import (
     Allocation,
     MinRuntimeConfig,
     PodGroupState,
+    Preemptibility,
     Queue,
     QueueTree,
     Release,
@@ -331,7 +332,7 @@ def _submission(
     pods: tuple[tuple[str, str, float], ...],
     *,
     subgroups: tuple[SubGroup, ...] = (SubGroup("w", 1),),
-    preemptible: bool = True,
+    preemptibility: Preemptibility = Preemptibility.PREEMPTIBLE,
     annotations: dict[str, str] | None = None,
     at: datetime = T0,
 ) -> Submission:
@@ -342,7 +343,7 @@ def _submission(
         queue="q",
         node_pool=None,
         priority=3,
-        preemptible=preemptible,
+        preemptibility=preemptibility,
         subgroups=subgroups,
         pods=pods,
         annotations=annotations or {},
@@ -369,7 +370,7 @@ def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Stor
         _submission(
             (("p0", "w", 0.5), ("p1", "w", 1.0), ("l", "lead", 1.0)),
             subgroups=(SubGroup("w", 1), SubGroup("lead", 1)),
-            preemptible=False,
+            preemptibility=Preemptibility.SEMI_PREEMPTIBLE,
             annotations={EXPECTED_RUNTIME_ANNOTATION: "1h"},
         ),
     )
@@ -401,6 +402,8 @@ def test_podgroups_are_written_and_loaded_back_as_the_fold_left_them(store: Stor
         True,
         False,
     )
+    # Semi-preemptible: stored as such, and its flag says some of its pods may go (0014).
+    assert (row.preemptibility, row.preemptible) == ("semi-preemptible", True)
     # The pods of a state not named as changed stay as they were.
     released = fold(running, Release(None, T0 + timedelta(seconds=9)))
     stored = podgroups.load_podgroups(conn, tables, ["a"]).states

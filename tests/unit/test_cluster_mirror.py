@@ -676,3 +676,24 @@ def test_the_preemption_delay_of_the_spec_and_the_pods_is_mapped_bad_values_as_e
     assert submission_data(annotated, members, 50)["annotations"] == {
         "kai.scheduler/last-eviction-timestamp": "2026-01-01T00:00:00Z"
     }
+
+
+@pytest.mark.parametrize(
+    ("said", "priority", "expected"),
+    [
+        ("semi-preemptible", 50, {"preemptibility": "semi-preemptible"}),
+        ("semi-preemptible", 150, {"preemptibility": "semi-preemptible"}),
+        ("preemptible", 150, {"preemptible": True}),
+        ("non-preemptible", 50, {"preemptible": False}),
+        # A value KAI does not know is ignored, as KAI ignores it: the priority decides.
+        ("sometimes", 50, {"preemptible": True}),
+        ("sometimes", 150, {"preemptible": False}),
+        (7, 50, {"preemptible": True}),
+    ],
+)
+def test_preemptibility_is_mapped_to_the_wire(
+    said: object, priority: int, expected: dict[str, object]
+) -> None:
+    group = podgroup(preemptibility=said)
+    data = mapping.submission_data(group, [pod("w", "p-w")], priority)
+    assert {k: v for k, v in data.items() if k.startswith("preempt")} == expected

@@ -559,3 +559,49 @@ def test_encode_is_compact_camel_case_utf8_with_z_times() -> None:
 def test_every_type_has_an_event_type_member() -> None:
     assert sorted(EVENT_CLASSES) == sorted(str(t) for t in EventType)
     assert isinstance(new_event(EventType.NODE_DELETED, {"name": "n"}, time=T0).type, str)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({}, "preemptible"),
+        ({"preemptible": False}, "non-preemptible"),
+        ({"preemptibility": "semi-preemptible"}, "semi-preemptible"),
+        ({"preemptibility": "non-preemptible"}, "non-preemptible"),
+        # Both given and agreeing is fine.
+        ({"preemptible": False, "preemptibility": "non-preemptible"}, "non-preemptible"),
+        ({"preemptible": True, "preemptibility": "preemptible"}, "preemptible"),
+    ],
+)
+def test_preemptibility_and_the_older_flag(data: dict[str, Any], expected: str) -> None:
+    event = decode_event(wire(submitted(**data)))
+    assert isinstance(event.data, PodGroupSubmittedData)
+    assert event.data.resolved_preemptibility() == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"preemptible": True, "preemptibility": "semi-preemptible"},
+            "data: preemptible true contradicts preemptibility 'semi-preemptible'; give one of "
+            "them (preemptible true/false means preemptible/non-preemptible)",
+        ),
+        (
+            {"preemptible": False, "preemptibility": "preemptible"},
+            "data: preemptible false contradicts preemptibility 'preemptible'",
+        ),
+        (
+            {"preemptibility": "sometimes"},
+            "data.preemptibility: Input should be 'preemptible', 'non-preemptible' or "
+            "'semi-preemptible'",
+        ),
+        ({"preemptibility": True}, "data.preemptibility: Input should be 'preemptible'"),
+    ],
+)
+def test_unknown_or_contradicting_preemptibility_is_refused(
+    data: dict[str, Any], message: str
+) -> None:
+    error = rejected(wire(submitted(**data)))
+    assert error.kind == "schema_violation"
+    assert error.message.startswith(message)

@@ -336,6 +336,7 @@ def test_describe_is_json_with_seconds(capsys: pytest.CaptureFixture[str]) -> No
         "pods": 2,
         "running": 2,
         "evictable": 1,
+        "core": 0,
     }
     assert parsed["disagreements"] == []
 

@@ -91,3 +91,15 @@ def test_the_json_is_one_document_with_every_rule() -> None:
     write_json(report(), empty)
     assert json.loads(empty.getvalue())["rows"] == []
     assert Verdict(first["verdict"]) is Verdict.POSSIBLE
+
+
+def test_a_semi_preemptible_core_is_named_as_what_protected_it() -> None:
+    # An hour after every window: definite only because the core went (SEMANTICS.md §10).
+    late = violation("semi", timedelta(hours=1))._replace(
+        preemptibility="semi-preemptible", verdict=Verdict.DEFINITE
+    )
+    lines = render(report(late)).splitlines()
+    assert lines[0].endswith("1 definite, 0 possible")
+    assert lines[2].split()[4] == "definite"
+    assert lines[2].endswith("semi-preemptible core: never evictable, by any preemptor")
+    assert len(lines) == 3

@@ -129,7 +129,7 @@ class Explainer:
         row = self._conn.execute(
             sa.text(
                 "SELECT uid, name, namespace, queue, node_pool, status, preemptible, start_time,"
-                " last_start_time, ended_at, running_pods, is_elastic"
+                " last_start_time, ended_at, running_pods, is_elastic, preemptibility"
                 f" FROM {self._shadow.read_schema}.podgroups WHERE uid = :uid"
             ),
             {"uid": uid},
@@ -201,7 +201,7 @@ class Explainer:
             running=running,
             subgroups=tuple(sorted(state.spec.subgroups, key=lambda subgroup: subgroup.name)),
         )
-        return allowance(podgroup, protected)
+        return allowance(podgroup, protected, state.preemptibility)
 
     def _path_checks(self, trace: ResolutionTrace) -> list[tuple[str, tuple[str, ...] | None]]:
         return [

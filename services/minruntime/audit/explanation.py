@@ -16,6 +16,7 @@ from minruntime.core import (
     DelayWindow,
     MinRuntimeConfig,
     PodGroupPods,
+    Preemptibility,
     QueueTree,
     ResolutionKind,
     ResolutionTrace,
@@ -48,6 +49,8 @@ class PodGroupFacts:
     last_start_time: datetime | None
     ended_at: datetime | None
     running_pods: int
+    # preemptible | non-preemptible | semi-preemptible (a semi-preemptible core never goes).
+    preemptibility: str = Preemptibility.PREEMPTIBLE.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,8 @@ class SubgroupAllowance:
     pods: int
     running: int
     evictable: int
+    # Semi-preemptible: its running pods of the core, never evictable (0 otherwise).
+    core: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,7 @@ class Elasticity:
     is_elastic: bool
     subgroups: tuple[SubgroupAllowance, ...]
     evictable_pods: int
+    semi_preemptible: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,13 +240,22 @@ def _own_value(tree: QueueTree, name: str, preempt: bool) -> timedelta | None:
     return queue.preempt_min_runtime if preempt else queue.reclaim_min_runtime
 
 
-def allowance(podgroup: PodGroupPods, protected: bool) -> Elasticity:
-    """How many pods may be evicted now, per subgroup and in total (SEMANTICS.md §6)."""
+def allowance(
+    podgroup: PodGroupPods,
+    protected: bool,
+    preemptibility: Preemptibility = Preemptibility.PREEMPTIBLE,
+) -> Elasticity:
+    """How many pods may be evicted now, per subgroup and in total (SEMANTICS.md §6, §10)."""
     elastic = is_elastic(podgroup)
+    semi = preemptibility is Preemptibility.SEMI_PREEMPTIBLE
     subgroups = []
     for subgroup in podgroup.subgroups:
         running = podgroup.running_count(subgroup.name)
-        if not protected:
+        core = min(running, subgroup.min_available) if semi else 0
+        if semi:
+            # The core never goes, protected or not; the pods above it follow §6.
+            evictable = running - core
+        elif not protected:
             evictable = running
         elif elastic:
             evictable = max(0, running - subgroup.min_available)
@@ -253,10 +268,13 @@ def allowance(podgroup: PodGroupPods, protected: bool) -> Elasticity:
                 podgroup.pod_count(subgroup.name),
                 running,
                 evictable,
+                core,
             )
         )
     # The total is the core's own figure; the per-subgroup split adds up to it.
-    return Elasticity(elastic, tuple(subgroups), evictable_pods(podgroup, protected))
+    return Elasticity(
+        elastic, tuple(subgroups), evictable_pods(podgroup, protected, preemptibility), semi
+    )
 
 
 def notes_for(facts: PodGroupFacts, trace: ResolutionTrace) -> tuple[str, ...]:

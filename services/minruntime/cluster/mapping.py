@@ -22,6 +22,7 @@ from minruntime.core import (
     DEFAULT_NODE_POOL,
     DEFAULT_SUBGROUP,
     PREEMPTION_DELAY_ANNOTATION,
+    Preemptibility,
     format_rfc3339,
     parse_rfc3339,
 )
@@ -355,14 +356,24 @@ def priority_class_name(podgroup: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def preemptible(podgroup: Mapping[str, Any], priority: int) -> bool:
-    """spec.preemptibility when given; else KAI's rule: preemptible below priority 100."""
+def preemptibility(podgroup: Mapping[str, Any], priority: int) -> Preemptibility:
+    """spec.preemptibility when it is one of KAI's values; else (absent, or a value KAI does
+    not know: ignored, as KAI would) KAI's rule: preemptible below priority 100."""
     said = podgroup_spec(podgroup).get("preemptibility")
-    if said == "preemptible":
-        return True
-    if said == "non-preemptible":
-        return False
-    return priority < NON_PREEMPTIBLE_PRIORITY
+    if isinstance(said, str) and said in _PREEMPTIBILITIES:
+        return Preemptibility(said)
+    return Preemptibility.of_flag(priority < NON_PREEMPTIBLE_PRIORITY)
+
+
+_PREEMPTIBILITIES: Final = frozenset(value.value for value in Preemptibility)
+
+
+def _preemptibility_fields(value: Preemptibility) -> dict[str, Any]:
+    # The older wire field for the values it can say, so a processor of an earlier version
+    # (a rolling upgrade) still reads them; preemptibility only for semi-preemptible.
+    if value is Preemptibility.SEMI_PREEMPTIBLE:
+        return {"preemptibility": value.value}
+    return {"preemptible": value.preemptible}
 
 
 def submission_data(
@@ -396,7 +407,7 @@ def submission_data(
         "queue": queue,
         "nodePool": labels.get(node_pool_label) or DEFAULT_NODE_POOL,
         "priority": priority,
-        "preemptible": preemptible(podgroup, priority),
+        **_preemptibility_fields(preemptibility(podgroup, priority)),
         "subGroups": sub_groups,
         "pods": [_pod_entry(pod, known, str(sub_groups[0]["name"])) for pod in members],
         "annotations": annotations_of(podgroup),

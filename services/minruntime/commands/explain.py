@@ -365,9 +365,17 @@ def _elastic(elastic: Elasticity, protected: bool) -> str:
         + f": may lose {_pods(elastic.evictable_pods)} now"
         + ("" if protected else " (not protected: any running pod)")
     ]
+    if elastic.semi_preemptible:
+        lines[0] = (
+            ("yes" if elastic.is_elastic else "no")
+            + f": may lose {_pods(elastic.evictable_pods)} now, protected or not: "
+            "semi-preemptible, each subgroup's minAvailable running pods (the core) are never "
+            "evictable"
+        )
     lines += [
         f"subgroup {sub.name}: minAvailable {sub.min_available}, {_pods(sub.pods)}, "
         f"{sub.running} running → {sub.evictable} may be evicted"
+        + (f" ({sub.core} in the core)" if elastic.semi_preemptible else "")
         for sub in elastic.subgroups
     ]
     return "\n".join(lines)

@@ -145,7 +145,11 @@ def _cells(violation: Violation) -> tuple[list[str], list[str]]:
     rules = [
         f"{_rule(rule.window)}, cut {_duration(rule.cut_short)} short"
         for rule in violation.protecting
-    ] or ["(the stored windows cannot be read by this version)"]
+    ]
+    if violation.preemptibility == "semi-preemptible":
+        # SEMANTICS.md §10: its core is protected by no window, against every preemptor.
+        rules.insert(0, "semi-preemptible core: never evictable, by any preemptor")
+    rules = rules or ["(the stored windows cannot be read by this version)"]
     cells = [
         _time(violation.run_end),
         violation.uid,

@@ -64,6 +64,7 @@ from minruntime.core.podgroup import (
     fold,
     ignored_values,
 )
+from minruntime.core.preemptibility import Preemptibility, above_core, core_pods
 from minruntime.core.preemption_delay import (
     LAST_EVICTION_ANNOTATION,
     PREEMPTION_DELAY_ANNOTATION,
@@ -113,7 +114,7 @@ from minruntime.core.requeue_model import (
     exclusion_reason,
 )
 from minruntime.core.resolution import Resolution, ResolutionKind, ResolutionTrace, Resolver
-from minruntime.core.runs import EVICTIONS, EndedRun, Preemptibility, ended_run
+from minruntime.core.runs import EVICTIONS, EndedRun, ended_run
 from minruntime.core.start_time import (
     NOT_STARTED,
     AllocationEvent,
@@ -134,6 +135,7 @@ from minruntime.core.violation import (
     RunRules,
     Verdict,
     judge,
+    run_verdict,
 )
 
 __all__ = [
@@ -222,9 +224,11 @@ __all__ = [
     "Submission",
     "Verdict",
     "VictimEviction",
+    "above_core",
     "apply_allocated",
     "apply_released",
     "collect_candidates",
+    "core_pods",
     "delay_window",
     "ended_run",
     "evictable_pods",
@@ -255,6 +259,7 @@ __all__ = [
     "requeue_delay",
     "requeue_not_before",
     "resolve_delay",
+    "run_verdict",
     "start_time_of",
     "submitted_delay",
     "units_to_gpu",

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Final
 
 from minruntime.core.errors import InvalidPodGroupError
+from minruntime.core.preemptibility import Preemptibility, above_core
 
 DEFAULT_SUBGROUP: Final = "default"
 
@@ -111,8 +112,20 @@ def passes_victim_filter(podgroup: PodGroupPods, protected: bool) -> bool:
     return not protected or is_elastic(podgroup)
 
 
-def evictable_pods(podgroup: PodGroupPods, protected: bool) -> int:
-    """Return how many running pods the podgroup may lose now without breaking §6."""
+def evictable_pods(
+    podgroup: PodGroupPods,
+    protected: bool,
+    preemptibility: Preemptibility = Preemptibility.PREEMPTIBLE,
+) -> int:
+    """Return how many running pods the podgroup may lose now without breaking §6 (§10: a
+    semi-preemptible one never its core, protected or not)."""
+    if preemptibility is Preemptibility.SEMI_PREEMPTIBLE:
+        # Protected or not: a protected non-elastic gang has nothing above its core either.
+        running: dict[str, int] = {}
+        for pod in podgroup.running:
+            name = podgroup.pods[pod]
+            running[name] = running.get(name, 0) + 1
+        return above_core(podgroup.subgroups, running)
     if not protected:
         return len(podgroup.running)
     if not is_elastic(podgroup):

@@ -1,6 +1,7 @@
 """Expected-runtime nomination: which running podgroups are over their expected runtime.
 
-SEMANTICS.md §7. The checks run in a fixed order and the first failure is the skip reason.
+SEMANTICS.md §7. The checks run in a fixed order and the first failure is the skip reason;
+a semi-preemptible podgroup is skipped right after the preemptible check (§10).
 Minimum-runtime protection is deliberately not checked here: the requeue worker enforces it.
 """
 
@@ -18,6 +19,7 @@ from minruntime.core.annotations import (
 )
 from minruntime.core.durations import parse_duration
 from minruntime.core.errors import MinRuntimeError
+from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.timestamps import parse_rfc3339, require_aware
 
 
@@ -26,6 +28,8 @@ class SkipReason(StrEnum):
 
     NOT_RUNNING = "not_running"
     NOT_PREEMPTIBLE = "not_preemptible"
+    # §10: a requeue evicts the whole gang, a semi-preemptible core never is.
+    SEMI_PREEMPTIBLE = "semi_preemptible"
     INVALID_DURATION = "invalid_duration"
     MISSING_START = "missing_start"
     CLOCK_SKEW = "clock_skew"
@@ -38,7 +42,7 @@ class NominationCandidate:
     """The parts of a podgroup the nominator looks at."""
 
     running_pods: int
-    preemptible: bool
+    preemptibility: Preemptibility
     annotations: Mapping[str, str] = field(default_factory=dict)
     start_time: datetime | None = None
 
@@ -65,8 +69,10 @@ def nominate(candidate: NominationCandidate, now: datetime) -> NominationVerdict
     require_aware(now, "now")
     if candidate.running_pods <= 0:
         return _skip(SkipReason.NOT_RUNNING)
-    if not candidate.preemptible:
+    if candidate.preemptibility is Preemptibility.NON_PREEMPTIBLE:
         return _skip(SkipReason.NOT_PREEMPTIBLE)
+    if candidate.preemptibility is Preemptibility.SEMI_PREEMPTIBLE:
+        return _skip(SkipReason.SEMI_PREEMPTIBLE)
     expected = _expected_runtime(candidate.annotations.get(EXPECTED_RUNTIME_ANNOTATION))
     if expected is None:
         return _skip(SkipReason.INVALID_DURATION)

@@ -33,6 +33,7 @@ from minruntime.core.durations import parse_duration
 from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.evictions import EVICTIONS, ended_by_reason
+from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.preemption_delay import (
     LAST_EVICTION_ANNOTATION,
     PREEMPTION_DELAY_ANNOTATION,
@@ -75,7 +76,7 @@ class PodGroupSpec(NamedTuple):
     queue: str
     node_pool: str
     priority: int
-    preemptible: bool
+    preemptibility: Preemptibility
     # In declaration order: the first is the fallback when none is named ``default``.
     subgroups: tuple[SubGroup, ...]
     # The preemption delay the submission set apart from the podgroup annotation: its spec's
@@ -135,9 +136,14 @@ class PodGroupState(NamedTuple):
         return DEFAULT_NODE_POOL if self.spec is None else self.spec.node_pool
 
     @property
+    def preemptibility(self) -> Preemptibility:
+        """The submission's preemptibility (preemptible for a placeholder)."""
+        return Preemptibility.PREEMPTIBLE if self.spec is None else self.spec.preemptibility
+
+    @property
     def preemptible(self) -> bool:
-        """The submission's preemptible flag (True for a placeholder)."""
-        return True if self.spec is None else self.spec.preemptible
+        """Some of its pods may be evicted: not non-preemptible (True for a placeholder)."""
+        return self.spec is None or self.spec.preemptibility is not Preemptibility.NON_PREEMPTIBLE
 
     @property
     def subgroups(self) -> tuple[SubGroup, ...]:
@@ -221,7 +227,7 @@ class Submission(NamedTuple):
     queue: str
     node_pool: str | None
     priority: int
-    preemptible: bool
+    preemptibility: Preemptibility
     subgroups: tuple[SubGroup, ...]
     # (pod name, subgroup, gpu)
     pods: tuple[tuple[str, str, float], ...]
@@ -337,7 +343,7 @@ def _submit(state: PodGroupState, change: Submission) -> PodGroupState:
         change.queue,
         change.node_pool or DEFAULT_NODE_POOL,
         change.priority,
-        change.preemptible,
+        change.preemptibility,
         subgroups,
         submitted_delay(change.preemption_delay, change.pod_preemption_delays),
     )

@@ -22,6 +22,7 @@ from minruntime.core.elastic import VictimEviction, passes_victim_filter, valida
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.nomination import nominate
 from minruntime.core.placement import FreeCapacityLedger, gpu_units, units_to_gpu
+from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.protection import is_protected
 from minruntime.core.queue_tree import QueueTree
 from minruntime.core.requeue_model import (
@@ -224,8 +225,10 @@ class _Planner:
             return self._uncommitted(uid, nominated_by, RequeueReason.NOT_RUNNING)
         if uid in self._snapshot.awaiting_release:
             return self._uncommitted(uid, nominated_by, RequeueReason.ALREADY_COMMITTED)
-        if not podgroup.preemptible:
+        if podgroup.preemptibility is Preemptibility.NON_PREEMPTIBLE:
             return self._uncommitted(uid, nominated_by, RequeueReason.NOT_PREEMPTIBLE)
+        if podgroup.preemptibility is Preemptibility.SEMI_PREEMPTIBLE:
+            return self._uncommitted(uid, nominated_by, RequeueReason.SEMI_PREEMPTIBLE)
         return self._attempt(podgroup, nominated_by)
 
     def _resolver(self, pool: str) -> Resolver:

@@ -20,6 +20,7 @@ from minruntime.core.config import DEFAULT_NODE_POOL
 from minruntime.core.elastic import DEFAULT_SUBGROUP, PodGroupPods, SubGroup
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.nomination import NominationCandidate
+from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.timestamps import require_aware
 
 # The largest GPU amount of one node, pod or promise the planner accepts. Far above any real
@@ -107,7 +108,7 @@ class RunningPodGroup:
     start_time: datetime | None
     pods: tuple[Pod, ...]
     node_pool: str = DEFAULT_NODE_POOL
-    preemptible: bool = True
+    preemptibility: Preemptibility = Preemptibility.PREEMPTIBLE
     annotations: Mapping[str, str] = field(default_factory=dict)
     subgroups: tuple[SubGroup, ...] = (SubGroup(),)
     # Derived: the elastic view of the pods (§6), built once.
@@ -130,7 +131,7 @@ class RunningPodGroup:
         """The view of this podgroup that the expected-runtime nominator judges."""
         return NominationCandidate(
             running_pods=self.running_pods,
-            preemptible=self.preemptible,
+            preemptibility=self.preemptibility,
             annotations=self.annotations,
             start_time=self.start_time,
         )
@@ -226,6 +227,8 @@ class RequeueReason(StrEnum):
     ALREADY_COMMITTED = "already_committed"
     # Not in §8's list: an external nominator may name a podgroup that KAI never evicts.
     NOT_PREEMPTIBLE = "not_preemptible"
+    # §10: a requeue evicts the whole gang, and a semi-preemptible core is never evictable.
+    SEMI_PREEMPTIBLE = "semi_preemptible"
     NO_HIGHER_PRIORITY_PENDING = "no_higher_priority_pending"
     PROTECTED = "protected"
     NO_CONTENDER_FITS = "no_contender_fits"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from enum import StrEnum
 from typing import Final, NamedTuple
 
 from minruntime.core.evictions import (
@@ -33,6 +32,7 @@ from minruntime.core.evictions import (
     ended_by_reason,
 )
 from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release
+from minruntime.core.preemptibility import Preemptibility, core_pods
 
 __all__ = [
     "DELETED",
@@ -54,13 +54,6 @@ _GPU_SCALE: Final = Decimal("0.000001")
 _GPU_SECONDS_SCALE: Final = Decimal("0.001")
 
 
-class Preemptibility(StrEnum):
-    """What a podgroup allows to be evicted (a third value, semi-preemptible, may follow)."""
-
-    PREEMPTIBLE = "preemptible"
-    NON_PREEMPTIBLE = "non-preemptible"
-
-
 class EndedRun(NamedTuple):
     """One run of a podgroup, from its start to the event that ended it."""
 
@@ -74,6 +67,8 @@ class EndedRun(NamedTuple):
     ended_by: str
     # The GPUs its pods held when it ended; None when a pod's GPU is not known.
     gpus: Decimal | None
+    # Semi-preemptible: the pods of its core it still held (§10); 0 for the other values.
+    core: int = 0
 
     @property
     def eviction(self) -> bool:
@@ -105,13 +100,12 @@ def ended_run(
         uid=before.uid,
         queue=None if spec is None else spec.queue,
         node_pool=before.node_pool,
-        preemptibility=(
-            Preemptibility.PREEMPTIBLE if before.preemptible else Preemptibility.NON_PREEMPTIBLE
-        ),
+        preemptibility=before.preemptibility,
         start=before.start_time,
         end=at,
         ended_by=ended_by(change, awaiting_release=before.awaiting_release),
         gpus=held_gpus(before),
+        core=held_core(before),
     )
 
 
@@ -121,6 +115,18 @@ def ended_by(change: PodGroupChange, *, awaiting_release: bool) -> str:
     return ended_by_reason(
         reason, deleted=isinstance(change, Deletion), awaiting_release=awaiting_release
     )
+
+
+def held_core(state: PodGroupState) -> int:
+    """The running pods of a semi-preemptible podgroup's core (0 for the other values)."""
+    if state.preemptibility is not Preemptibility.SEMI_PREEMPTIBLE:
+        return 0
+    running: dict[str, int] = {}
+    for name in state.allocated:
+        pod = state.pods.get(name)
+        subgroup = state.fallback_subgroup if pod is None else pod.subgroup
+        running[subgroup] = running.get(subgroup, 0) + 1
+    return core_pods(state.subgroups, running)
 
 
 def held_gpus(state: PodGroupState) -> Decimal | None:

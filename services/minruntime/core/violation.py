@@ -20,6 +20,11 @@ the class), never by rules of its own. The verdict at T (strict, §5: protected 
 ``T < start + min runtime``): **definite** when every window still protected the run,
 **possible** when some did, **none** when none did. A run ended by an eviction with a verdict
 other than none is a protection violation.
+
+A run that still held the core of a semi-preemptible podgroup when it ended (§10) is
+**definite** whatever its windows: the core is never evictable, by any preemptor, at any
+instant (``run_verdict``). Its windows are kept and judged as for any run (``cut_short``
+is theirs: none when no window still protected it).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from minruntime.core.protection import FOREVER, protected_until
 from minruntime.core.protection_windows import ProtectionRule
 from minruntime.core.queue_tree import QueueTree
 from minruntime.core.resolution import Resolution, Resolver
+from minruntime.core.runs import EndedRun
 from minruntime.core.timestamps import require_aware
 
 _ZERO = timedelta(0)
@@ -129,6 +135,13 @@ def judge(start: datetime, end: datetime, windows: Iterable[RuleWindow]) -> Judg
     else:
         verdict = Verdict.NONE
     return Judgement(verdict, tuple(rules))
+
+
+def run_verdict(rules: RuleSet, run: EndedRun) -> tuple[Verdict, timedelta | None]:
+    """The verdict on ``run`` under ``rules`` and the length cut short: ``rules.verdict``,
+    but definite for a run that still held a semi-preemptible core."""
+    verdict, cut_short = rules.verdict(run.start, run.end)
+    return (Verdict.DEFINITE if run.core else verdict), cut_short
 
 
 @dataclass(frozen=True, slots=True, eq=False)

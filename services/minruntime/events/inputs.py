@@ -15,6 +15,7 @@ from minruntime.core import (
     DEFAULT_REQUEUE_DELAY,
     DEFAULT_SUBGROUP,
     MinRuntimeConfig,
+    Preemptibility,
     Queue,
     SubGroup,
 )
@@ -178,7 +179,8 @@ class PodGroupSubmittedData(EventData):
     priority: Priority
     """Scheduling priority; higher is more important."""
     preemptible: bool = Field(default=True, strict=True)
-    """Whether the podgroup may be preempted or requeued at all."""
+    """Whether the podgroup may be preempted or requeued at all (true = preemptibility
+    "preemptible", false = "non-preemptible"); preemptibility says more."""
     sub_groups: tuple[SubGroupSpec, ...] = Field(
         default=_DEFAULT_SUBGROUPS, min_length=1, max_length=MAX_SUBGROUPS
     )
@@ -193,6 +195,31 @@ class PodGroupSubmittedData(EventData):
     """The PodGroup's spec.preemptionDelay (a duration): while it lasts after the submission
     or the last eviction, the podgroup may not be a requeue beneficiary. An invalid or
     negative value is ignored (counted in minruntime_ignored_values_total), as KAI does."""
+    preemptibility: Literal["preemptible", "non-preemptible", "semi-preemptible"] | None = None
+    """KAI's spec.preemptibility: preemptible, non-preemptible or semi-preemptible (each
+    subgroup's minAvailable pods are never evicted). Absent: what preemptible says; both
+    given, they must agree."""
+
+    @model_validator(mode="after")
+    def _preemptible_agrees(self) -> PodGroupSubmittedData:
+        said = self.preemptibility
+        if (
+            said is not None
+            and "preemptible" in self.model_fields_set
+            and Preemptibility(said) is not Preemptibility.of_flag(self.preemptible)
+        ):
+            raise PydanticCustomError(
+                "conflicting_preemptibility",
+                "preemptible {flag} contradicts preemptibility '{said}'; give one of them "
+                "(preemptible true/false means preemptible/non-preemptible)",
+                {"flag": "true" if self.preemptible else "false", "said": str(said)},
+            )
+        return self
+
+    def resolved_preemptibility(self) -> Preemptibility:
+        """preemptibility when given, else what preemptible means."""
+        said = self.preemptibility
+        return Preemptibility.of_flag(self.preemptible) if said is None else Preemptibility(said)
 
     @model_validator(mode="after")
     def _pods_match_subgroups(self) -> PodGroupSubmittedData:

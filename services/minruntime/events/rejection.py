@@ -76,6 +76,7 @@ _OWN_ERRORS: Final = frozenset(
         "subject_mismatch",
         "duplicate_names",
         "undeclared_subgroup",
+        "conflicting_preemptibility",
         OUT_OF_RANGE,
     }
 )

@@ -53,7 +53,7 @@ def podgroup_change(data: EventData, at: datetime) -> PodGroupChange:
             queue=data.queue,
             node_pool=data.node_pool,
             priority=data.priority,
-            preemptible=data.preemptible,
+            preemptibility=data.resolved_preemptibility(),
             subgroups=data.to_subgroups(),
             pods=tuple((pod.name, pod.sub_group, pod.gpu) for pod in data.pods),
             annotations=data.annotations,

@@ -26,6 +26,7 @@ from minruntime.core import (
     RuleWindow,
     RunRules,
     Verdict,
+    run_verdict,
 )
 from minruntime.store.runs import append_runs
 from minruntime.store.schema import StateTables
@@ -58,7 +59,7 @@ class RunLog:
     def record(self, run: EndedRun, source: str, event_id: str, rules: RunRules) -> None:
         """Judge ``run`` (ended by the event ``(source, event_id)``) under ``rules``."""
         rule_set = rules.rules(run.queue, run.node_pool)
-        verdict, cut_short = rule_set.verdict(run.start, run.end)
+        verdict, cut_short = run_verdict(rule_set, run)
         stored = self._stored.get(rule_set)
         if stored is None:
             stored = self._stored[rule_set] = json.dumps(
@@ -117,6 +118,7 @@ def run_row(
         "windows": windows,
         "protection": verdict.value,
         "cut_short": cut_short,
+        "core_pods": run.core,
     }
 
 

@@ -37,6 +37,7 @@ from minruntime.core import (
     NodePoolConfigs,
     PendingPodGroup,
     Pod,
+    Preemptibility,
     QueueTree,
     RunningPodGroup,
     SubGroup,
@@ -85,7 +86,7 @@ class _Row(NamedTuple):
     queue: str
     pool: str
     priority: int
-    preemptible: bool
+    preemptibility: str
     status: str
     start_time: datetime | None
     bad_start: bool
@@ -286,7 +287,7 @@ def _podgroup(
                 priority=row.priority,
                 start_time=row.start_time,
                 node_pool=row.pool,
-                preemptible=row.preemptible,
+                preemptibility=Preemptibility(row.preemptibility),
                 annotations=_string_map(row.annotations),
                 **shape,
             )

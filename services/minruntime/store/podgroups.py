@@ -25,6 +25,7 @@ from minruntime.core import (
     MemberPod,
     PodGroupSpec,
     PodGroupState,
+    Preemptibility,
     PreemptionDelay,
     SubGroup,
 )
@@ -42,7 +43,7 @@ _LOAD_STATES: Final = (
     " NULLIF(annotations, '{}'::jsonb),"
     " submitted_at, awaiting_release,"
     # PodGroupSpec's fields, in its order (its subgroups aside).
-    " name, namespace, queue, node_pool, priority, preemptible,"
+    " name, namespace, queue, node_pool, priority, preemptibility,"
     " submitted_preemption_delay, submitted_preemption_delay_pod,"
     " evicted_at, eviction_annotated_at"
     " FROM minruntime_state.podgroup_state WHERE uid IN " + _UIDS
@@ -82,6 +83,7 @@ _STATE_COLUMNS: Final = {
     "submitted": "boolean",
     "submitted_at": "timestamptz",
     "awaiting_release": "boolean",
+    "preemptibility": "text",
     "submitted_preemption_delay": "interval",
     "submitted_preemption_delay_pod": "text",
     "evicted_at": "timestamptz",
@@ -173,14 +175,14 @@ def load_podgroups(
         uid, status, submitted, start_time, last_start_time, ended_at = row[:6]
         spec = None
         if submitted:
-            name, namespace, queue, node_pool, priority, preemptible = row[9:15]
+            name, namespace, queue, node_pool, priority, preemptibility = row[9:15]
             spec = PodGroupSpec(
                 name,
                 namespace,
                 queue,
                 node_pool,
                 priority,
-                preemptible,
+                Preemptibility(preemptibility),
                 tuple(subgroups.get(uid, ())),
                 _submitted_delay(row[15], row[16]),
             )
@@ -372,4 +374,5 @@ def _state_row(state: PodGroupState) -> dict[str, Any]:
         "evicted_at": state.evicted_at,
         "eviction_annotated_at": state.eviction_annotated_at,
         "preemption_delay_ends_at": None if window is None else window.ends_at,
+        "preemptibility": state.preemptibility.value,
     }

@@ -35,7 +35,7 @@ def _guarded_time(column: str) -> str:
 
 
 _PODGROUPS: Final = (
-    "SELECT uid, queue, node_pool, priority, preemptible, status,"
+    "SELECT uid, queue, node_pool, priority, preemptibility, status,"
     f" {_guarded_time('start_time')}, annotations, awaiting_release,"
     f" {_guarded_time('submitted_at')}, {_guarded_time('preemption_delay_ends_at')}"
     " FROM minruntime_state.podgroup_state"

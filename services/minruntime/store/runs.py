@@ -31,6 +31,7 @@ RUN_COLUMNS: Final = {
     "windows": "text",
     "protection": "text",
     "cut_short": "interval",
+    "core_pods": "integer",
 }
 
 

@@ -99,6 +99,9 @@ podgroup_state = sa.Table(
     # A requeue was committed for the current run and the cluster has not released it yet:
     # it is not attempted again, and its GPUs count as freed. Cleared when the run ends.
     sa.Column("awaiting_release", sa.Boolean, nullable=False, server_default=sa.false()),
+    # preemptible | non-preemptible | semi-preemptible (migration 0014); ``preemptible`` above
+    # is written from it: not non-preemptible.
+    sa.Column("preemptibility", sa.Text, nullable=False, server_default="preemptible"),
     # The preemption delay (migration 0015, docs/rule-engine.md "Preemption delay"): what the
     # submission set (its spec's valid value, else its pods' first: then the pod's name), the
     # end of the last run an eviction ended, KAI's last-eviction-timestamp as validated when it
@@ -109,6 +112,10 @@ podgroup_state = sa.Table(
     sa.Column("eviction_annotated_at", sa.DateTime(timezone=True)),
     sa.Column("preemption_delay_ends_at", sa.DateTime(timezone=True)),
     sa.CheckConstraint("status IN ('pending', 'running', 'finished', 'deleted')", name="status"),
+    sa.CheckConstraint(
+        "preemptibility IN ('preemptible', 'non-preemptible', 'semi-preemptible')",
+        name="preemptibility",
+    ),
     sa.Index(
         "ix_podgroup_state_running_queue",
         "queue",
@@ -227,6 +234,8 @@ run_log = sa.Table(
     sa.Column("protection", sa.Text, nullable=False),
     # What was left of the longest window still protecting it (NULL: none was).
     sa.Column("cut_short", INTERVAL),
+    # The semi-preemptible core it still held at its end (0: none; migration 0014).
+    sa.Column("core_pods", sa.Integer, nullable=False, server_default="0"),
     sa.CheckConstraint("protection IN ('definite', 'possible', 'none')", name="protection"),
     # What `minruntime violations` reads: the runs an eviction ended inside a window.
     sa.Index(

@@ -17,6 +17,7 @@ from minruntime.core import (
     NodePoolConfigs,
     PendingPodGroup,
     Pod,
+    Preemptibility,
     Queue,
     QueueTree,
     RunningPodGroup,
@@ -169,6 +170,7 @@ def running_pg(
     subgroups: Sequence[SubGroup] = (SubGroup(),),
     pod_subgroups: Sequence[str] | None = None,
     preemptible: bool = True,
+    preemptibility: Preemptibility | None = None,
 ) -> RunningPodGroup:
     """A running podgroup with one running pod per (node, gpu); over its 1h runtime by default."""
     names = pod_subgroups or [subgroups[0].name] * len(gpus)
@@ -178,7 +180,7 @@ def running_pg(
         priority=priority,
         start_time=start,
         node_pool=pool,
-        preemptible=preemptible,
+        preemptibility=preemptibility or Preemptibility.of_flag(preemptible),
         annotations={EXPECTED_RUNTIME_ANNOTATION: EXPECTED} if annotations is None else annotations,
         subgroups=tuple(subgroups),
         pods=tuple(

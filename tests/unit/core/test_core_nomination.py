@@ -11,6 +11,7 @@ from minruntime.core import (
     REQUEUE_NOT_BEFORE_ANNOTATION,
     NominationCandidate,
     NominationVerdict,
+    Preemptibility,
     SkipReason,
     nominate,
 )
@@ -22,6 +23,7 @@ def candidate(
     *,
     running_pods: int = 2,
     preemptible: bool = True,
+    semi: bool = False,
     expected: str | None = "30m",
     start: timedelta | None = timedelta(hours=1),
     not_before: str | None = None,
@@ -33,7 +35,12 @@ def candidate(
         annotations[REQUEUE_NOT_BEFORE_ANNOTATION] = not_before
     return NominationCandidate(
         running_pods=running_pods,
-        preemptible=preemptible,
+        # One value: non-preemptible first, as the checks run.
+        preemptibility=(
+            Preemptibility.SEMI_PREEMPTIBLE
+            if semi and preemptible
+            else Preemptibility.of_flag(preemptible)
+        ),
         annotations=annotations,
         start_time=None if start is None else NOW - start,
     )
@@ -45,6 +52,7 @@ def test_constants() -> None:
     assert [reason.value for reason in SkipReason] == [
         "not_running",
         "not_preemptible",
+        "semi_preemptible",
         "invalid_duration",
         "missing_start",
         "clock_skew",
@@ -71,6 +79,7 @@ def test_not_yet_over_is_not_nominated_without_a_reason() -> None:
     [
         ({"running_pods": 0}, SkipReason.NOT_RUNNING),
         ({"preemptible": False}, SkipReason.NOT_PREEMPTIBLE),
+        ({"semi": True}, SkipReason.SEMI_PREEMPTIBLE),
         ({"expected": None}, SkipReason.INVALID_DURATION),
         ({"expected": "soon"}, SkipReason.INVALID_DURATION),
         ({"expected": "0s"}, SkipReason.INVALID_DURATION),
@@ -97,14 +106,16 @@ def test_the_first_failing_check_is_reported() -> None:
     everything_wrong: dict[str, object] = {
         "running_pods": 0,
         "preemptible": False,
+        "semi": True,
         "expected": "bad",
         "start": None,
         "not_before": "bad",
     }
-    order = ["running_pods", "preemptible", "expected", "start", "not_before"]
+    order = ["running_pods", "preemptible", "semi", "expected", "start", "not_before"]
     expected_reasons = [
         SkipReason.NOT_RUNNING,
         SkipReason.NOT_PREEMPTIBLE,
+        SkipReason.SEMI_PREEMPTIBLE,
         SkipReason.INVALID_DURATION,
         SkipReason.MISSING_START,
         SkipReason.INVALID_NOT_BEFORE,

@@ -18,6 +18,7 @@ from minruntime.core import (
     MemberPod,
     PodGroupChange,
     PodGroupState,
+    Preemptibility,
     Release,
     SubGroup,
     Submission,
@@ -39,7 +40,7 @@ def submission(
         "queue": "q",
         "node_pool": None,
         "priority": 5,
-        "preemptible": True,
+        "preemptibility": Preemptibility.PREEMPTIBLE,
     }
     fields.update(spec)
     return Submission(

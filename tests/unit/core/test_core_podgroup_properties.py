@@ -25,6 +25,7 @@ from minruntime.core import (
     PodGroupChange,
     PodGroupPods,
     PodGroupState,
+    Preemptibility,
     Release,
     SubGroup,
     Submission,
@@ -59,7 +60,7 @@ def submissions(draw: st.DrawFn) -> Submission:
         queue=draw(st.sampled_from(["q1", "q2"])),
         node_pool=draw(st.sampled_from([None, "default", "b"])),
         priority=draw(st.integers(0, 3)),
-        preemptible=draw(st.booleans()),
+        preemptibility=draw(st.sampled_from(Preemptibility)),
         subgroups=subgroups,
         pods=pods,
         annotations=draw(st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES))),
@@ -133,7 +134,7 @@ class Model:
                 change.queue,
                 change.node_pool or "default",
                 change.priority,
-                change.preemptible,
+                change.preemptibility,
             )
             self.subgroups = {sub.name: sub.min_available for sub in change.subgroups}
             nodes = {pod: spec[2] for pod, spec in self.pods.items()}
@@ -206,7 +207,7 @@ def assert_agrees(state: PodGroupState, model: Model) -> None:
     else:
         spec = state.spec
         fields = (spec.name, spec.namespace, spec.queue, spec.node_pool, spec.priority)
-        assert (*fields, spec.preemptible) == model.spec
+        assert (*fields, spec.preemptibility) == model.spec
         assert {sub.name: sub.min_available for sub in spec.subgroups} == model.subgroups
         assert [sub.name for sub in spec.subgroups] == list(model.subgroups)
     pods = {name: [p.subgroup, p.gpu, state.allocated.get(name)] for name, p in state.pods.items()}

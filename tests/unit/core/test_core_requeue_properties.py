@@ -21,6 +21,7 @@ from minruntime.core import (
     NodePoolConfigs,
     PendingPodGroup,
     Pod,
+    Preemptibility,
     QueueTree,
     RequeueOutcome,
     RequeueReason,
@@ -99,7 +100,12 @@ def cases(draw: st.DrawFn) -> Case:
                 start_time=T0 - timedelta(minutes=draw(st.sampled_from([240, 90, 60, 10]))),
                 node_pool=pool,
                 annotations=_annotations(draw),
-                preemptible=draw(st.integers(0, 9)) > 0,
+                preemptibility=draw(
+                    st.sampled_from(
+                        [Preemptibility.PREEMPTIBLE] * 8
+                        + [Preemptibility.NON_PREEMPTIBLE, Preemptibility.SEMI_PREEMPTIBLE]
+                    )
+                ),
                 subgroups=(SubGroup(min_available=draw(st.integers(0, len(pods)))),),
                 pods=tuple(pods),
             )
@@ -244,7 +250,7 @@ def test_no_committed_victim_is_protected_against_its_beneficiary_or_pinned(case
     pending = {pg.uid: pg for pg in case.snapshot.pending}
     for decision in result.committed():
         victim = running[decision.uid]
-        assert victim.preemptible
+        assert victim.preemptibility is Preemptibility.PREEMPTIBLE
         resolver = Resolver(case.tree, case.configs.for_pool(victim.node_pool))
         for uid in decision.beneficiaries:
             minimum = resolver.resolve_for(victim.queue, pending[uid].queue).min_runtime
