@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from minruntime.audit.protection import ProtectionRow
+from minruntime.audit.requeue_cap import RequeueCapFacts
 from minruntime.core import (
     MinRuntimeConfig,
     PodGroupPods,
@@ -128,6 +129,8 @@ class Explanation:
     notes: tuple[str, ...] = ()
     # Where the rule engine and the SQL read surface differ: always empty unless a bug.
     disagreements: tuple[str, ...] = ()
+    # The requeue cap in force (SEMANTICS.md §10); None for a podgroup never submitted.
+    requeue_cap: RequeueCapFacts | None = None
 
 
 def describe(explanation: Explanation) -> dict[str, Any]:

@@ -77,6 +77,8 @@ _OWN_ERRORS: Final = frozenset(
         "duplicate_names",
         "undeclared_subgroup",
         OUT_OF_RANGE,
+        # The core's InvalidConfigError (e.g. maxRequeues) says what it got itself.
+        INVALID_CONFIG,
     }
 )
 _MAX_MESSAGE: Final = 500
