@@ -333,7 +333,7 @@ def config_update(
     manifest, prefix, config = configs[0]
     path, plugin = _minruntime_plugin(manifest, prefix, config)
     arguments = _plugin_config(manifest, f"{path}.arguments", plugin.get("arguments"))
-    return ConfigUpdatedData.model_validate({"nodePool": node_pool, **arguments.to_arguments()})
+    return ConfigUpdatedData.from_config(node_pool, arguments)
 
 
 def _scheduler_config(manifest: Manifest) -> tuple[str, Mapping[Any, Any]]:

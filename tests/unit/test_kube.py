@@ -339,13 +339,17 @@ def test_every_argument_is_a_kai_string() -> None:
         "tiers:\n- plugins:\n  - name: minruntime\n    arguments:\n"
         "      defaultPreemptMinRuntime: 1h\n      defaultReclaimMinRuntime: 2d\n"
         "      reclaimResolveMethod: lca\n      defaultRequeueDelay: 90s\n"
+        '      maxRequeues: "3"\n      maxRequeuesWindow: 1d\n'
     )
+    # On the wire the cap is a JSON integer (the argument is KAI's string).
     assert update.model_dump(mode="json") == {
         "nodePool": "default",
         "defaultPreemptMinRuntime": "1h",
         "defaultReclaimMinRuntime": "48h",
         "reclaimResolveMethod": "lca",
         "defaultRequeueDelay": "1m30s",
+        "maxRequeues": 3,
+        "maxRequeuesWindow": "24h",
     }
 
 
@@ -386,7 +390,24 @@ ARGS = "config.yaml document 1: tiers[0].plugins[1].arguments"
             plugin_config('      preemptMinRuntime: "10m"\n'),
             f"{ARGS}: unknown minruntime argument(s) preemptMinRuntime; known:"
             " defaultPreemptMinRuntime, defaultReclaimMinRuntime, defaultRequeueDelay,"
-            " reclaimResolveMethod",
+            " maxRequeues, maxRequeuesWindow, reclaimResolveMethod",
+        ),
+        (
+            plugin_config('      maxRequeues: "0"\n'),
+            f"{ARGS}.maxRequeues: must be from 1 to 1000, got 0",
+        ),
+        (
+            plugin_config('      maxRequeues: "5000"\n'),
+            f"{ARGS}.maxRequeues: must be from 1 to 1000, got 5000",
+        ),
+        (
+            plugin_config("      maxRequeues: 3\n"),
+            f"{ARGS}.maxRequeues: must be a string (KAI plugin arguments are strings;"
+            " quote it), got 3",
+        ),
+        (
+            plugin_config('      maxRequeuesWindow: "0s"\n'),
+            f"{ARGS}.maxRequeuesWindow: must be positive and at most 8784h, got 0s",
         ),
         (
             plugin_config("      - defaultPreemptMinRuntime\n"),
@@ -541,6 +562,26 @@ def test_config_apply_dry_run_prints_one_event(capsys: pytest.CaptureFixture[str
         "reclaimResolveMethod": "lca",
         "defaultRequeueDelay": "5m",
     }
+
+
+def test_config_apply_sends_the_requeue_cap_and_refuses_a_bad_one_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "capped.yaml"
+    good.write_text(plugin_config('      maxRequeues: "3"\n      maxRequeuesWindow: "2h"\n'))
+    assert main(["config", "apply", "-f", str(good), "--dry-run"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    data = json.loads(line)["data"]
+    assert (data["maxRequeues"], data["maxRequeuesWindow"]) == (3, "2h")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(plugin_config('      maxRequeues: "0"\n'))
+    assert main(["config", "apply", "-f", str(bad), "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"minruntime: error: {bad} document 1: tiers[0].plugins[1].arguments.maxRequeues:"
+        " must be from 1 to 1000, got 0"
+    ]
 
 
 def test_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ in ``Explanation.disagreements`` rather than hidden.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -31,8 +32,10 @@ from minruntime.audit.explanation import (
     trace_for,
 )
 from minruntime.audit.protection import ProtectionRow, instant, protection_rows
+from minruntime.audit.requeue_cap import RequeueCapFacts, requeue_cap_facts
 from minruntime.core import (
     DEFAULT_NODE_POOL,
+    MAX_REQUEUES,
     MinRuntimeConfig,
     NodePoolConfigs,
     PodGroupPods,
@@ -81,8 +84,13 @@ class Explainer:
         """Why ``uid`` is or is not protected against a preemptor in ``preemptor_queue``.
 
         ``preemptor_queue`` None or the victim's own queue: the preempt rule; another queue:
-        the reclaim rule with the node pool's reclaimResolveMethod.
+        the reclaim rule with the node pool's reclaimResolveMethod. With the requeue cap in
+        force for it (SEMANTICS.md §10).
         """
+        explanation = self._protection(uid, preemptor_queue)
+        return replace(explanation, requeue_cap=self._requeue_cap(explanation.podgroup))
+
+    def _protection(self, uid: str, preemptor_queue: str | None) -> Explanation:
         facts, stored_elastic = self._podgroup(uid)
         if facts.status != RUNNING:
             return self._not_running(facts, preemptor_queue)
@@ -121,6 +129,32 @@ class Explainer:
             notes=notes_for(facts, trace),
             disagreements=disagreements,
         )
+
+    def _requeue_cap(self, facts: PodGroupFacts) -> RequeueCapFacts | None:
+        """The cap in force and the committed requeues it counts (None: never submitted)."""
+        if facts.queue is None:
+            return None
+        schema = self._shadow.read_schema
+        annotations = self._conn.execute(
+            sa.text(f"SELECT annotations FROM {schema}.podgroups WHERE uid = :uid"),
+            {"uid": facts.uid},
+        ).scalar_one()
+        # The newest MAX_REQUEUES are enough: no cap counts more.
+        committed = self._conn.execute(
+            sa.text(
+                f"SELECT decided_at FROM {schema}.requeue_decisions WHERE uid = :uid"
+                " AND outcome = 'committed' AND decided_at <= :at"
+                " ORDER BY decided_at DESC LIMIT :most"
+            ),
+            {"uid": facts.uid, "at": self.at, "most": MAX_REQUEUES},
+        ).scalars()
+        config, config_pool = self._config_for(facts.node_pool)
+        strings = (
+            {str(k): str(v) for k, v in annotations.items()}
+            if isinstance(annotations, dict)
+            else {}
+        )
+        return requeue_cap_facts(config, config_pool, strings, list(committed), self.at)
 
     # -- reading the shadow ----------------------------------------------------------------
 
@@ -273,8 +307,8 @@ def _load_configs(conn: Connection, shadow: Shadow) -> NodePoolConfigs:
     rows = conn.execute(
         sa.text(
             "SELECT node_pool, default_preempt_min_runtime, default_reclaim_min_runtime,"
-            f" reclaim_resolve_method, default_requeue_delay FROM {shadow.read_schema}"
-            ".node_pool_configs"
+            " reclaim_resolve_method, default_requeue_delay, max_requeues, max_requeues_window"
+            f" FROM {shadow.read_schema}.node_pool_configs"
         )
     ).all()
     return NodePoolConfigs(
@@ -284,6 +318,8 @@ def _load_configs(conn: Connection, shadow: Shadow) -> NodePoolConfigs:
                 default_reclaim_min_runtime=row.default_reclaim_min_runtime,
                 reclaim_resolve_method=row.reclaim_resolve_method,
                 default_requeue_delay=row.default_requeue_delay,
+                max_requeues=row.max_requeues,
+                max_requeues_window=row.max_requeues_window,
             )
             for row in rows
         }

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from minruntime.audit.protection import ProtectionRow
+from minruntime.audit.requeue_cap import RequeueCapFacts
 from minruntime.core import (
     DelayWindow,
     MinRuntimeConfig,
@@ -175,6 +176,8 @@ class Explanation:
     disagreements: tuple[str, ...] = ()
     # A podgroup that is not running: its preemption delay, if it has one.
     preemption_delay: PreemptionDelayFacts | None = None
+    # The requeue cap in force (SEMANTICS.md §10); None for a podgroup never submitted.
+    requeue_cap: RequeueCapFacts | None = None
 
 
 def describe(explanation: Explanation) -> dict[str, Any]:

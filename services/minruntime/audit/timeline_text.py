@@ -38,6 +38,8 @@ _CONFIG_FIELDS: Final = (
     ("defaultReclaimMinRuntime", "default_reclaim_min_runtime"),
     ("reclaimResolveMethod", "reclaim_resolve_method"),
     ("defaultRequeueDelay", "default_requeue_delay"),
+    ("maxRequeues", "max_requeues"),
+    ("maxRequeuesWindow", "max_requeues_window"),
 )
 
 

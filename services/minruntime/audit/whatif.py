@@ -339,7 +339,7 @@ def _config_event(conn: Connection, shadow: Shadow, edit: ConfigEdit, at: dateti
         )
     except ValueError as error:
         raise WhatIfError(f"{origin}: {error}") from error
-    data = ConfigUpdatedData.model_validate({"nodePool": edit.node_pool, **config.to_arguments()})
+    data = ConfigUpdatedData.from_config(edit.node_pool, config)
     return ChangeEvent(origin, _event(EventType.CONFIG_UPDATED, data, at))
 
 
@@ -359,7 +359,7 @@ def _config_in_force(conn: Connection, shadow: Shadow, node_pool: str) -> MinRun
     row = conn.execute(
         sa.text(
             "SELECT default_preempt_min_runtime, default_reclaim_min_runtime,"
-            " reclaim_resolve_method, default_requeue_delay"
+            " reclaim_resolve_method, default_requeue_delay, max_requeues, max_requeues_window"
             f" FROM {shadow.read_schema}.node_pool_configs WHERE node_pool = ANY(:pools)"
             " ORDER BY node_pool = :pool DESC LIMIT 1"
         ),

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         Verdict,
     )
     from minruntime.audit.protection import ProtectionRow, ProtectionTable
+    from minruntime.audit.requeue_cap import RequeueCapFacts
     from minruntime.store.shadows import Shadow
 
 ReclaimerQueue = Annotated[
@@ -262,6 +263,10 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
     delay = explanation.preemption_delay
     if delay is not None:
         grid.add_row("preemption delay", _delay_text(delay))
+    if explanation.requeue_cap is not None:
+        grid.add_row("requeue cap", requeue_cap_text(explanation.requeue_cap, facts.node_pool))
+        if explanation.requeue_cap.annotation_problem is not None:
+            grid.add_row("note", escape(explanation.requeue_cap.annotation_problem))
     for note in explanation.notes:
         grid.add_row("note", escape(note))
     for disagreement in explanation.disagreements:
@@ -398,6 +403,28 @@ def verdict_text(verdict: Verdict, at: datetime, rule: RulePath | None) -> str:
         f"[bold red]NOT PROTECTED[/] since {_time(verdict.protected_until)} "
         f"({_span(at - verdict.protected_until)} ago)"
     )
+
+
+def requeue_cap_text(cap: RequeueCapFacts, node_pool: str) -> str:
+    """The cap in force, where from, the requeues it counts and when it frees (SEMANTICS §10)."""
+    from rich.markup import escape
+
+    from minruntime.audit.requeue_cap import cap_origin
+
+    if cap.limit is None:
+        return "unlimited (no maxRequeues for the node pool, no valid annotation)"
+    window = f"within {_span(cap.window)}" if cap.window is not None else "ever (no window)"
+    count = len(cap.requeues)
+    text = (
+        f"{cap.limit} {window}, from {escape(cap_origin(cap, node_pool))}; "
+        f"{count} committed requeue{'' if count == 1 else 's'} counted"
+    )
+    if cap.oldest_leaves_at is not None:
+        text += f", the oldest leaves the window at {_time(cap.oldest_leaves_at)}"
+    if not cap.reached:
+        return text
+    until = f" until {_time(cap.frees_at)}" if cap.frees_at is not None else " for good"
+    return f"{text}: [bold red]REACHED[/], skipped as requeue_limit{until}"
 
 
 def _span(span: timedelta) -> str:

@@ -19,6 +19,11 @@ DEFAULT_NODE_POOL: Final = "default"
 # start, short enough that an over-running job is reconsidered within the hour.
 DEFAULT_REQUEUE_DELAY: Final = timedelta(minutes=5)
 
+# Bounds of the requeue cap (SEMANTICS.md §10): far above any useful cap or window, and low
+# enough that the worker reads at most this many requeue times per podgroup.
+MAX_REQUEUES: Final = 1000
+MAX_REQUEUES_WINDOW: Final = timedelta(days=366)
+
 
 class ReclaimResolveMethod(StrEnum):
     """How the reclaim minimum runtime is resolved between two queues."""
@@ -32,14 +37,57 @@ ARG_DEFAULT_PREEMPT_MIN_RUNTIME: Final = "defaultPreemptMinRuntime"
 ARG_DEFAULT_RECLAIM_MIN_RUNTIME: Final = "defaultReclaimMinRuntime"
 ARG_RECLAIM_RESOLVE_METHOD: Final = "reclaimResolveMethod"
 ARG_DEFAULT_REQUEUE_DELAY: Final = "defaultRequeueDelay"
+ARG_MAX_REQUEUES: Final = "maxRequeues"
+ARG_MAX_REQUEUES_WINDOW: Final = "maxRequeuesWindow"
 KNOWN_ARGUMENTS: Final = frozenset(
     {
         ARG_DEFAULT_PREEMPT_MIN_RUNTIME,
         ARG_DEFAULT_RECLAIM_MIN_RUNTIME,
         ARG_RECLAIM_RESOLVE_METHOD,
         ARG_DEFAULT_REQUEUE_DELAY,
+        ARG_MAX_REQUEUES,
+        ARG_MAX_REQUEUES_WINDOW,
     }
 )
+
+
+def check_max_requeues(value: object, label: str = ARG_MAX_REQUEUES) -> int:
+    """Return ``value`` if it is a whole number in [1, MAX_REQUEUES]; else InvalidConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidConfigError(f"{label} must be a whole number, got {_shown(value)}")
+    if not 1 <= value <= MAX_REQUEUES:
+        raise InvalidConfigError(f"{label} must be from 1 to {MAX_REQUEUES}, got {value}")
+    return value
+
+
+def check_requeues_window(value: object, label: str = ARG_MAX_REQUEUES_WINDOW) -> timedelta:
+    """Return ``value`` if it is in (0, MAX_REQUEUES_WINDOW]; InvalidConfigError if not."""
+    if not isinstance(value, timedelta):
+        raise InvalidConfigError(f"{label} must be a duration, got {_shown(value)}")
+    if not timedelta(0) < value <= MAX_REQUEUES_WINDOW:
+        shown = f"-{format_duration(-value)}" if value < timedelta(0) else format_duration(value)
+        raise InvalidConfigError(
+            f"{label} must be positive and at most {format_duration(MAX_REQUEUES_WINDOW)}, "
+            f"got {shown}"
+        )
+    return value
+
+
+def parse_max_requeues(text: str, label: str = ARG_MAX_REQUEUES) -> int:
+    """Parse a cap written as decimal digits (a plugin argument or an annotation)."""
+    stripped = text.strip()
+    # Only plain digits, and not so many that converting them costs anything: int() would
+    # also take "+3", "3_0" or non-ASCII digits.
+    if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= 9):
+        raise InvalidConfigError(
+            f"{label} must be a whole number from 1 to {MAX_REQUEUES}, got {_shown(text)}"
+        )
+    return check_max_requeues(int(stripped), label)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 64 else f"{text[:61]}..."
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,6 +98,10 @@ class MinRuntimeConfig:
     default_reclaim_min_runtime: timedelta = timedelta(0)
     reclaim_resolve_method: str = ReclaimResolveMethod.LCA
     default_requeue_delay: timedelta = DEFAULT_REQUEUE_DELAY
+    # The requeue cap (SEMANTICS.md §10): None = unlimited; a cap without a window counts
+    # every committed requeue of the podgroup (its whole life).
+    max_requeues: int | None = None
+    max_requeues_window: timedelta | None = None
 
     def __post_init__(self) -> None:
         for label, value in (
@@ -72,6 +124,10 @@ class MinRuntimeConfig:
                 f"{ARG_RECLAIM_RESOLVE_METHOD} must be one of {', '.join(methods)}, "
                 f"got {self.reclaim_resolve_method!r}"
             )
+        if self.max_requeues is not None:
+            check_max_requeues(self.max_requeues)
+        if self.max_requeues_window is not None:
+            check_requeues_window(self.max_requeues_window)
         # Normalise to the enum member so comparisons and repr are uniform.
         object.__setattr__(
             self, "reclaim_resolve_method", ReclaimResolveMethod(self.reclaim_resolve_method)
@@ -93,6 +149,8 @@ class MinRuntimeConfig:
             return default if text is None else _duration_argument(argument, text)
 
         method = arguments.get(ARG_RECLAIM_RESOLVE_METHOD)
+        cap = arguments.get(ARG_MAX_REQUEUES)
+        window = arguments.get(ARG_MAX_REQUEUES_WINDOW)
         return cls(
             default_preempt_min_runtime=duration(
                 ARG_DEFAULT_PREEMPT_MIN_RUNTIME, defaults.default_preempt_min_runtime
@@ -104,16 +162,28 @@ class MinRuntimeConfig:
             default_requeue_delay=duration(
                 ARG_DEFAULT_REQUEUE_DELAY, defaults.default_requeue_delay
             ),
+            max_requeues=None if cap is None else parse_max_requeues(cap),
+            max_requeues_window=None
+            if window is None
+            else _duration_argument(ARG_MAX_REQUEUES_WINDOW, window),
         )
 
     def to_arguments(self) -> dict[str, str]:
-        """Return the config as KAI plugin arguments (the inverse of from_arguments)."""
-        return {
+        """Return the config as KAI plugin arguments (the inverse of from_arguments).
+
+        The requeue cap's arguments are left out when unset (absent = unlimited).
+        """
+        arguments = {
             ARG_DEFAULT_PREEMPT_MIN_RUNTIME: format_duration(self.default_preempt_min_runtime),
             ARG_DEFAULT_RECLAIM_MIN_RUNTIME: format_duration(self.default_reclaim_min_runtime),
             ARG_RECLAIM_RESOLVE_METHOD: str(self.reclaim_resolve_method),
             ARG_DEFAULT_REQUEUE_DELAY: format_duration(self.default_requeue_delay),
         }
+        if self.max_requeues is not None:
+            arguments[ARG_MAX_REQUEUES] = str(self.max_requeues)
+        if self.max_requeues_window is not None:
+            arguments[ARG_MAX_REQUEUES_WINDOW] = format_duration(self.max_requeues_window)
+        return arguments
 
 
 def _duration_argument(argument: str, text: str) -> timedelta:

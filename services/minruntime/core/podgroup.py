@@ -27,8 +27,12 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Final, NamedTuple, TypeVar
 
-from minruntime.core.annotations import EXPECTED_RUNTIME_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
-from minruntime.core.config import DEFAULT_NODE_POOL
+from minruntime.core.annotations import (
+    EXPECTED_RUNTIME_ANNOTATION,
+    MAX_REQUEUES_ANNOTATION,
+    REQUEUE_NOT_BEFORE_ANNOTATION,
+)
+from minruntime.core.config import DEFAULT_NODE_POOL, parse_max_requeues
 from minruntime.core.durations import parse_duration
 from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
@@ -435,7 +439,8 @@ def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:
 
 def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[IgnoredValue]:
     """The values ``change`` carries that the fold of it into ``state`` ignores (invalid or
-    negative delays, an unusable last-eviction-timestamp): each counted once per event."""
+    negative delays, an unusable last-eviction-timestamp, a max-requeues annotation that is not
+    a count in range): each counted once per event."""
     if isinstance(change, Submission):
         delays: list[str | None] = [change.preemption_delay]
         delays += [text for _, text in change.pod_preemption_delays]
@@ -453,4 +458,10 @@ def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[Ig
     eviction = annotations.get(LAST_EVICTION_ANNOTATION)
     if eviction is not None and last_eviction_annotation(eviction, at, existed) is None:
         ignored.add(IgnoredValue.LAST_EVICTION_TIMESTAMP)
+    cap = annotations.get(MAX_REQUEUES_ANNOTATION)
+    if cap is not None:
+        try:
+            parse_max_requeues(cap, MAX_REQUEUES_ANNOTATION)
+        except MinRuntimeError:
+            ignored.add(IgnoredValue.MAX_REQUEUES)
     return frozenset(ignored)

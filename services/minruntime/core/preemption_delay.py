@@ -40,6 +40,9 @@ class IgnoredValue(StrEnum):
 
     PREEMPTION_DELAY = "preemption_delay"
     LAST_EVICTION_TIMESTAMP = "last_eviction_timestamp"
+    # minruntime.kai.scheduler/max-requeues that is not a count in [1, MAX_REQUEUES] (the node
+    # pool's cap applies; core.requeue_cap).
+    MAX_REQUEUES = "max_requeues"
 
 
 class DelaySource(StrEnum):

@@ -25,6 +25,7 @@ from minruntime.core.placement import FreeCapacityLedger, gpu_units, units_to_gp
 from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.protection import is_protected
 from minruntime.core.queue_tree import QueueTree
+from minruntime.core.requeue_cap import capped_podgroups
 from minruntime.core.requeue_model import (
     ClusterSnapshot,
     CyclePlan,
@@ -145,6 +146,8 @@ class _Planner:
         # Per pool: gang shape -> fits without any eviction, valid until the next commit.
         self._fits_now: dict[str, dict[tuple[int, ...], bool]] = {}
         self._new_promises: dict[str, int] = {}
+        # §10: the running podgroups that reached their requeue cap, decided once per cycle.
+        self._capped = capped_podgroups(self._running, snapshot.requeue_history, configs, now)
 
     def _free_nodes(self) -> list[tuple[str, str, int]]:
         snapshot = self._snapshot
@@ -229,6 +232,8 @@ class _Planner:
             return self._uncommitted(uid, nominated_by, RequeueReason.NOT_PREEMPTIBLE)
         if podgroup.preemptibility is Preemptibility.SEMI_PREEMPTIBLE:
             return self._uncommitted(uid, nominated_by, RequeueReason.SEMI_PREEMPTIBLE)
+        if uid in self._capped:
+            return self._uncommitted(uid, nominated_by, RequeueReason.REQUEUE_LIMIT)
         return self._attempt(podgroup, nominated_by)
 
     def _resolver(self, pool: str) -> Resolver:

@@ -188,10 +188,18 @@ class ClusterSnapshot:
     # Beneficiaries of earlier commits still pending: they already hold a promise and are
     # not contenders again (one podgroup must not cause two evictions).
     promised_to: frozenset[str] = frozenset()
+    # Podgroup uid -> the times of its committed requeues the requeue cap may count (§10):
+    # at least those inside the window in force; older ones are ignored.
+    requeue_history: Mapping[str, tuple[datetime, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("nodes", "running", "pending"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        history = {uid: tuple(times) for uid, times in self.requeue_history.items()}
+        for uid, times in history.items():
+            for moment in times:
+                require_aware(moment, f"podgroup {uid} requeue time")
+        object.__setattr__(self, "requeue_history", MappingProxyType(history))
         object.__setattr__(self, "promised", MappingProxyType(dict(self.promised)))
         object.__setattr__(self, "awaiting_release", frozenset(self.awaiting_release))
         object.__setattr__(self, "promised_to", frozenset(self.promised_to))
@@ -234,6 +242,8 @@ class RequeueReason(StrEnum):
     NO_CONTENDER_FITS = "no_contender_fits"
     # Every possible beneficiary is inside its preemption-delay window (SEMANTICS.md §10).
     PREEMPTION_DELAY = "preemption_delay"
+    # §10: the podgroup reached its requeue cap (maxRequeues within maxRequeuesWindow).
+    REQUEUE_LIMIT = "requeue_limit"
 
 
 @dataclass(frozen=True, slots=True)

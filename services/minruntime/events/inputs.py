@@ -5,9 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from minruntime.core import (
@@ -32,12 +38,16 @@ from minruntime.events.types import (
     GpuAmount,
     IgnorableText,
     Label,
+    MaxRequeues,
     PositiveDuration,
     Priority,
+    RequeuesWindow,
     Text,
 )
 
 _DEFAULT_MIN_AVAILABLE = SubGroup().min_available
+# The requeue cap's fields, by Python and wire name: omitted from a dump when unset.
+_CAP_KEYS: Final = ("max_requeues", "max_requeues_window", "maxRequeues", "maxRequeuesWindow")
 
 
 def _duplicate_names(what: str, names: Iterable[str]) -> PydanticCustomError:
@@ -107,6 +117,10 @@ class ConfigUpdatedData(EventData):
     """How the reclaim minimum runtime is resolved (SEMANTICS.md §4)."""
     default_requeue_delay: PositiveDuration = DEFAULT_REQUEUE_DELAY
     """Cooldown after a committed requeue when the podgroup has no requeue-delay annotation."""
+    max_requeues: MaxRequeues | None = None
+    """The requeue cap: most committed requeues of a podgroup in the window; absent = none."""
+    max_requeues_window: RequeuesWindow | None = None
+    """The requeue cap's rolling window; absent = the podgroup's whole life."""
 
     @model_validator(mode="before")
     @classmethod
@@ -115,6 +129,15 @@ class ConfigUpdatedData(EventData):
         if isinstance(value, Mapping):
             return {key: item for key, item in value.items() if item is not None}
         return value
+
+    @model_serializer(mode="wrap")
+    def _unset_cap_is_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An unset requeue cap is written as no field at all, as events before it had none.
+        data: dict[str, Any] = handler(self)
+        for key in _CAP_KEYS:
+            if key in data and data[key] is None:
+                del data[key]
+        return data
 
     @property
     def subject(self) -> str:
@@ -128,6 +151,20 @@ class ConfigUpdatedData(EventData):
             default_reclaim_min_runtime=self.default_reclaim_min_runtime,
             reclaim_resolve_method=self.reclaim_resolve_method,
             default_requeue_delay=self.default_requeue_delay,
+            max_requeues=self.max_requeues,
+            max_requeues_window=self.max_requeues_window,
+        )
+
+    @classmethod
+    def from_config(cls, node_pool: str, config: MinRuntimeConfig) -> ConfigUpdatedData:
+        """The config.updated data that sets ``node_pool``'s configuration to ``config``."""
+        return cls.model_validate(
+            {
+                "nodePool": node_pool,
+                **config.to_arguments(),
+                # Plugin arguments are strings; on the wire the cap is a JSON integer.
+                "maxRequeues": config.max_requeues,
+            }
         )
 
 

@@ -78,6 +78,8 @@ _OWN_ERRORS: Final = frozenset(
         "undeclared_subgroup",
         "conflicting_preemptibility",
         OUT_OF_RANGE,
+        # The core's InvalidConfigError (e.g. maxRequeues) says what it got itself.
+        INVALID_CONFIG,
     }
 )
 _MAX_MESSAGE: Final = 500

@@ -15,7 +15,11 @@ from pydantic import Field, PlainSerializer, PlainValidator, Strict, WithJsonSch
 from pydantic_core import PydanticCustomError
 
 from minruntime.core import (
+    MAX_REQUEUES,
+    MAX_REQUEUES_WINDOW,
     MinRuntimeError,
+    check_max_requeues,
+    check_requeues_window,
     format_duration,
     format_rfc3339,
     parse_duration,
@@ -105,22 +109,66 @@ Duration = Annotated[
 ]
 """A non-negative duration: SEMANTICS.md §1 string on the wire, ``timedelta`` in Python."""
 
+_POSITIVE_DURATION_SCHEMA: Final[dict[str, Any]] = {
+    "type": "string",
+    "pattern": DURATION_PATTERN,
+    "maxLength": 256,
+    "not": {"pattern": _ZERO_DURATION_PATTERN},
+    "description": DURATION_DESCRIPTION + " Must be greater than zero.",
+    "examples": ["30s", "5m"],
+}
+
 PositiveDuration = Annotated[
     timedelta,
     PlainValidator(_validate_positive_duration),
     PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(_POSITIVE_DURATION_SCHEMA),
+]
+"""A duration that must be greater than zero."""
+
+
+def _validate_max_requeues(value: Any) -> int:
+    try:
+        return check_max_requeues(value, "value")
+    except MinRuntimeError as error:
+        raise _rejected(error) from None
+
+
+def _validate_requeues_window(value: Any) -> timedelta:
+    try:
+        return check_requeues_window(_validate_duration(value), "value")
+    except MinRuntimeError as error:
+        raise _rejected(error) from None
+
+
+MaxRequeues = Annotated[
+    int,
+    PlainValidator(_validate_max_requeues),
     WithJsonSchema(
         {
-            "type": "string",
-            "pattern": DURATION_PATTERN,
-            "maxLength": 256,
-            "not": {"pattern": _ZERO_DURATION_PATTERN},
-            "description": DURATION_DESCRIPTION + " Must be greater than zero.",
-            "examples": ["30s", "5m"],
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_REQUEUES,
+            "description": f"A whole number from 1 to {MAX_REQUEUES} (a JSON integer).",
         }
     ),
 ]
-"""A duration that must be greater than zero."""
+"""A requeue cap: a JSON integer from 1 to MAX_REQUEUES (no 1.0, no "1", no booleans)."""
+
+RequeuesWindow = Annotated[
+    timedelta,
+    PlainValidator(_validate_requeues_window),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {
+            **_POSITIVE_DURATION_SCHEMA,
+            "description": DURATION_DESCRIPTION
+            + f" Greater than zero and at most {format_duration(MAX_REQUEUES_WINDOW)}.",
+            "examples": ["1h", "1d"],
+        }
+    ),
+]
+"""The requeue cap's rolling window: a positive duration of at most MAX_REQUEUES_WINDOW."""
 
 Timestamp = Annotated[
     datetime,

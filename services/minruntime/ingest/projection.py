@@ -145,6 +145,8 @@ class Projections:
                 "reclaim": config.default_reclaim_min_runtime,
                 "method": str(config.reclaim_resolve_method),
                 "delay": config.default_requeue_delay,
+                "max_requeues": config.max_requeues,
+                "max_requeues_window": config.max_requeues_window,
             }
         elif isinstance(data, NodeUpsertedData):
             self._nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}

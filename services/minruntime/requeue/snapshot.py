@@ -42,10 +42,11 @@ from minruntime.core import (
     RunningPodGroup,
     SubGroup,
     exclusion_reason,
+    requeue_cap,
 )
 from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.queues import load_tree
-from minruntime.store.requeue import last_decision_rows, read_cycle_rows
+from minruntime.store.requeue import last_decision_rows, read_cycle_rows, requeue_history_rows
 from minruntime.store.schema import LIVE, StateTables
 
 log = logging.getLogger(__name__)
@@ -241,6 +242,7 @@ def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIV
         promised={node: gpu for node, gpu in promised.items() if node in kept},
         awaiting_release=frozenset(awaiting),
         promised_to=frozenset(promised_to),
+        requeue_history=requeue_history(conn, tables, running, configs, now),
     )
     return CycleInputs(
         snapshot,
@@ -305,6 +307,29 @@ def _podgroup(
         # cycle (neither candidate nor contender) and reported.
         reader.exclude("podgroup", uid, exclusion_reason(error), str(error))
         return None
+
+
+def requeue_history(
+    conn: Connection,
+    tables: StateTables,
+    running: Iterable[RunningPodGroup],
+    configs: NodePoolConfigs,
+    now: datetime,
+) -> dict[str, tuple[datetime, ...]]:
+    """The committed requeues the cap counts of each running podgroup with a cap (§10).
+
+    An invalid max-requeues annotation is ignored here as in the planner (the pool's cap
+    applies); ``explain`` shows why.
+    """
+    asks = []
+    for podgroup in running:
+        cap = requeue_cap(configs.for_pool(podgroup.node_pool), podgroup.annotations)
+        if cap is not None:
+            asks.append((podgroup.uid, cap.limit, cap.window_start(now)))
+    history: dict[str, list[datetime]] = {}
+    for uid, decided_at in requeue_history_rows(conn, tables, asks):
+        history.setdefault(uid, []).append(decided_at)
+    return {uid: tuple(times) for uid, times in history.items()}
 
 
 def _number(value: Any) -> float:

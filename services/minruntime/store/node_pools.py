@@ -12,12 +12,16 @@ from minruntime.store.schema import StateTables
 
 _UPSERT_CONFIG: Final = (
     "INSERT INTO minruntime_state.node_pool_configs (node_pool, default_preempt_min_runtime,"
-    " default_reclaim_min_runtime, reclaim_resolve_method, default_requeue_delay)"
-    " VALUES (:node_pool, :preempt, :reclaim, :method, :delay) ON CONFLICT (node_pool)"
+    " default_reclaim_min_runtime, reclaim_resolve_method, default_requeue_delay,"
+    " max_requeues, max_requeues_window)"
+    " VALUES (:node_pool, :preempt, :reclaim, :method, :delay, :max_requeues,"
+    " :max_requeues_window) ON CONFLICT (node_pool)"
     " DO UPDATE SET default_preempt_min_runtime = excluded.default_preempt_min_runtime,"
     " default_reclaim_min_runtime = excluded.default_reclaim_min_runtime,"
     " reclaim_resolve_method = excluded.reclaim_resolve_method,"
-    " default_requeue_delay = excluded.default_requeue_delay, updated_at = now()"
+    " default_requeue_delay = excluded.default_requeue_delay,"
+    " max_requeues = excluded.max_requeues,"
+    " max_requeues_window = excluded.max_requeues_window, updated_at = now()"
 )
 _UPSERT_NODE: Final = (
     "INSERT INTO minruntime_state.node_state (name, node_pool, gpu) VALUES (:name, :pool, :gpu)"
@@ -33,12 +37,13 @@ _CONFIG_OK: Final = " AND ".join(
         "default_preempt_min_runtime",
         "default_reclaim_min_runtime",
         "default_requeue_delay",
+        "max_requeues_window",
     )
 )
 _CONFIGS: Final = (
     "SELECT node_pool, default_preempt_min_runtime, default_reclaim_min_runtime,"
-    " reclaim_resolve_method, default_requeue_delay FROM minruntime_state.node_pool_configs"
-    f" WHERE {_CONFIG_OK}"
+    " reclaim_resolve_method, default_requeue_delay, max_requeues, max_requeues_window"
+    f" FROM minruntime_state.node_pool_configs WHERE {_CONFIG_OK}"
 )
 _BAD_CONFIGS: Final = (
     f"SELECT node_pool FROM minruntime_state.node_pool_configs WHERE NOT ({_CONFIG_OK})"
@@ -48,7 +53,8 @@ _BAD_CONFIGS: Final = (
 def upsert_configs(
     conn: Connection, tables: StateTables, configs: Sequence[Mapping[str, Any]]
 ) -> None:
-    """Write node-pool configs (node_pool, preempt, reclaim, method, delay), last one wins."""
+    """Write node-pool configs (node_pool, preempt, reclaim, method, delay, max_requeues,
+    max_requeues_window), last one wins."""
     if configs:
         conn.execute(tables.text(_UPSERT_CONFIG), list(configs))
 
@@ -80,13 +86,15 @@ def read_configs(cursor: Any, tables: StateTables) -> tuple[NodePoolConfigs, set
     cursor.execute(tables.sql(_CONFIGS))
     configs: dict[str, MinRuntimeConfig] = {}
     bad_pools: set[str] = set()
-    for pool, preempt, reclaim, method, delay in cursor.fetchall():
+    for pool, preempt, reclaim, method, delay, cap, window in cursor.fetchall():
         try:
             configs[pool] = MinRuntimeConfig(
                 default_preempt_min_runtime=preempt,
                 default_reclaim_min_runtime=reclaim,
                 reclaim_resolve_method=method,
                 default_requeue_delay=delay,
+                max_requeues=cap,
+                max_requeues_window=window,
             )
         except MinRuntimeError:
             bad_pools.add(pool)

@@ -66,6 +66,16 @@ _LAST_DECISIONS: Final = (
     " FROM minruntime_state.requeue_decision_log WHERE uid = ANY(%(uids)s)"
     " ORDER BY uid, seq DESC"
 )
+# The requeue cap (SEMANTICS.md §10): per podgroup, its newest committed requeues after a
+# window start, at most as many as its cap (more cannot change the verdict). One query, an
+# index range scan per podgroup (ix_requeue_decision_log_committed).
+_REQUEUE_HISTORY: Final = (
+    "SELECT u.uid, d.decided_at FROM unnest(%(uids)s::text[], %(limits)s::int[],"
+    " %(since)s::timestamptz[]) AS u(uid, cap, since) CROSS JOIN LATERAL ("
+    " SELECT decided_at FROM minruntime_state.requeue_decision_log"
+    " WHERE uid = u.uid AND outcome = 'committed' AND decided_at > u.since"
+    f" AND decided_at {_SANE_TIME} ORDER BY decided_at DESC LIMIT u.cap) d"
+)
 _LOCK_PODGROUPS: Final = (
     "SELECT uid FROM minruntime_state.podgroup_state WHERE uid = ANY(:uids) ORDER BY uid FOR UPDATE"
 )
@@ -143,6 +153,25 @@ def last_decision_rows(
     assert driver is not None
     with driver.cursor() as cursor:
         cursor.execute(tables.sql(_LAST_DECISIONS), {"uids": list(uids)})
+        fetched: list[tuple[Any, ...]] = cursor.fetchall()
+        return fetched
+
+
+def requeue_history_rows(
+    conn: Connection, tables: StateTables, asks: Sequence[tuple[str, int, datetime]]
+) -> list[tuple[Any, ...]]:
+    """(uid, decided_at) of the newest committed requeues of each (uid, cap, after) asked:
+    at most ``cap`` of them, decided after ``after``."""
+    if not asks:
+        return []
+    uids, limits, since = zip(*asks, strict=True)
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor:
+        cursor.execute(
+            tables.sql(_REQUEUE_HISTORY),
+            {"uids": list(uids), "limits": list(limits), "since": list(since)},
+        )
         fetched: list[tuple[Any, ...]] = cursor.fetchall()
         return fetched
 

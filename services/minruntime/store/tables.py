@@ -66,6 +66,9 @@ node_pool_configs = sa.Table(
     sa.Column("reclaim_resolve_method", sa.Text, nullable=False),
     sa.Column("default_requeue_delay", INTERVAL, nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    # The requeue cap (migration 0016); NULL = unlimited / no window.
+    sa.Column("max_requeues", sa.Integer),
+    sa.Column("max_requeues_window", INTERVAL),
     sa.CheckConstraint("reclaim_resolve_method IN ('lca', 'queue')", name="method"),
 )
 
@@ -186,6 +189,13 @@ requeue_decision_log = sa.Table(
     sa.CheckConstraint("outcome IN ('committed', 'rolled_back', 'skipped')", name="outcome"),
     sa.UniqueConstraint("decision_id"),
     sa.Index("ix_requeue_decision_log_uid", "uid", "decided_at"),
+    # The requeue cap's count: a podgroup's newest commits (migration 0016).
+    sa.Index(
+        "ix_requeue_decision_log_committed",
+        "uid",
+        sa.text("decided_at DESC"),
+        postgresql_where=sa.text("outcome = 'committed'"),
+    ),
 )
 
 # Capacity freed by a committed requeue and promised to its beneficiary: not handed out again

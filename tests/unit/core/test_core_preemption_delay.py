@@ -39,6 +39,7 @@ from minruntime.core import (
     submitted_delay,
     valid_delay,
 )
+from minruntime.core.annotations import MAX_REQUEUES_ANNOTATION
 from minruntime.core.errors import MinRuntimeError
 
 TEN_MINUTES = s(600)
@@ -263,6 +264,23 @@ def test_ignored_values_are_reported_once_per_field_per_event() -> None:
     before = Annotation({LAST_EVICTION_ANNOTATION: format_rfc3339(T0 - s(60))}, T0 + s(60))
     assert ignored_values(submitted, before) == {IgnoredValue.LAST_EVICTION_TIMESTAMP}
     assert ignored_values(submitted, Release(None, T0, "evicted")) == frozenset()
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1001", "3.5", "three", ""])
+def test_a_max_requeues_annotation_out_of_range_is_an_ignored_value(text: str) -> None:
+    submitted = fold(PodGroupState("u"), _submission())
+    change = Annotation({MAX_REQUEUES_ANNOTATION: text}, T0 + s(60))
+    assert ignored_values(submitted, change) == {IgnoredValue.MAX_REQUEUES}
+    assert ignored_values(submitted, _submission(annotations={MAX_REQUEUES_ANNOTATION: text})) == {
+        IgnoredValue.MAX_REQUEUES
+    }
+
+
+def test_a_valid_or_removed_max_requeues_annotation_is_not_ignored() -> None:
+    submitted = fold(PodGroupState("u"), _submission())
+    for value in ("1", "1000", None):
+        change = Annotation({MAX_REQUEUES_ANNOTATION: value}, T0 + s(60))
+        assert ignored_values(submitted, change) == frozenset()
 
 
 # --- the planner --------------------------------------------------------------------------------
