@@ -10,7 +10,7 @@ of the candidates are protected. Then it times, on the same snapshot:
 - ``plan_requeue_cycle`` (the figure that matters: best of ``--runs``).
 
     .venv/bin/python benchmarks/bench_requeue_plan.py [--nodes 2000] [--pools 4]
-        [--candidates 1000] [--pending 5000] [--runs 5]
+        [--candidates 1000] [--pending 5000] [--runs 5] [--layers]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
@@ -34,6 +35,7 @@ from minruntime.core import (
     NodePoolConfigs,
     PendingPodGroup,
     Pod,
+    Preemptibility,
     Queue,
     QueueTree,
     RunningPodGroup,
@@ -143,6 +145,46 @@ def build_snapshot(
     return ClusterSnapshot(nodes=tuple(nodes), running=tuple(running), pending=tuple(pending))
 
 
+def with_layers(
+    snapshot: ClusterSnapshot, rng: random.Random
+) -> tuple[ClusterSnapshot, NodePoolConfigs]:
+    """The same cluster with the anti-thrash layers of SEMANTICS.md §10 switched on.
+
+    A fifth of the pending podgroups carry a preemption delay (half of the windows still open);
+    one running podgroup in twenty is semi-preemptible; a third of the running ones have one to
+    three committed requeues in the last two hours, under a cap of 2 per hour in every pool.
+    Drawn from their own generator, so the cluster itself is the one without ``--layers``.
+    """
+    pending = tuple(
+        replace(pg, delay_ends_at=NOW + timedelta(minutes=rng.randrange(-30, 30)))
+        if rng.random() < 0.2
+        else pg
+        for pg in snapshot.pending
+    )
+    running = tuple(
+        replace(pg, preemptibility=Preemptibility.SEMI_PREEMPTIBLE) if rng.random() < 0.05 else pg
+        for pg in snapshot.running
+    )
+    history = {
+        pg.uid: tuple(
+            NOW - timedelta(minutes=rng.randrange(1, 120)) for _ in range(rng.randint(1, 3))
+        )
+        for pg in snapshot.running
+        if rng.random() < 1 / 3
+    }
+    configs = NodePoolConfigs(
+        {
+            "default": MinRuntimeConfig(
+                default_preempt_min_runtime=timedelta(0),
+                max_requeues=2,
+                max_requeues_window=timedelta(hours=1),
+            )
+        }
+    )
+    layered = replace(snapshot, pending=pending, running=running, requeue_history=history)
+    return layered, configs
+
+
 def timed(action: Callable[[], T]) -> tuple[float, T]:
     started = time.perf_counter()
     result = action()
@@ -157,6 +199,11 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--odd-shapes", type=float, default=0.1)
+    parser.add_argument(
+        "--layers",
+        action="store_true",
+        help="switch on the preemption delay, the semi-preemptible core and the requeue cap",
+    )
     args = parser.parse_args()
 
     rng = random.Random(SEED)
@@ -168,6 +215,8 @@ def main() -> None:
     configs = NodePoolConfigs(
         {"default": MinRuntimeConfig(default_preempt_min_runtime=timedelta(0))}
     )
+    if args.layers:
+        snapshot, configs = with_layers(snapshot, random.Random(SEED + 1))
 
     nominate_seconds, report = timed(lambda: expected_runtime_nominations(snapshot.running, NOW))
     nominated = list(report.nominated)
@@ -198,6 +247,7 @@ def main() -> None:
     pods = sum(len(pg.pods) for pg in snapshot.running)
 
     print(f"python {platform.python_version()} on {platform.machine()}")
+    print(f"anti-thrash layers (delay, semi-preemptible, cap): {'on' if args.layers else 'off'}")
     print(
         f"cluster: {len(snapshot.nodes):,} nodes in {args.pools} pools, "
         f"{len(snapshot.running):,} running podgroups ({pods:,} pods), "

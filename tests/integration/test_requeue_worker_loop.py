@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
-from minruntime.requeue import RequeueMetrics, RequeueWorker, WorkerOptions
+from minruntime.requeue import LEADER_LOCK_KEY, RequeueMetrics, RequeueWorker, WorkerOptions
 from tests.integration.helpers import Feed, allocated, node, nominated, queue, rows, submitted
 
 TOPIC = "kai.requeue-decisions"
@@ -80,6 +80,26 @@ def test_exactly_one_replica_is_active_and_a_standby_takes_over(
     cycles = second.worker.cycles
     eventually(lambda: second.worker.cycles > cycles)
     assert not first.active
+
+
+def test_a_stopped_worker_leaves_the_leadership_free_at_once(engine: sa.Engine) -> None:
+    # The lock is the session's: a session that went back to the pool would keep it, and a
+    # replica whose pool handed it that very session would "take over" a lock it re-entered.
+    replica = Replica(engine, interval_seconds=0.2, standby_poll_seconds=0.1).start()
+    try:
+        eventually(lambda: replica.active)
+    finally:
+        replica.stop()
+    other = sa.create_engine(engine.url, poolclass=sa.NullPool)
+    try:
+        with other.connect() as conn:
+            taken = conn.execute(
+                sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": LEADER_LOCK_KEY}
+            ).scalar_one()
+            assert taken, "the stopped worker's session still holds the leader lock"
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": LEADER_LOCK_KEY})
+    finally:
+        other.dispose()
 
 
 def test_a_nomination_wakes_the_active_worker_before_its_interval(

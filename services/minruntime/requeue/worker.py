@@ -159,6 +159,10 @@ class RequeueWorker:
         finally:
             self.leading.clear()
             self._metrics.active.set(0)
+            # The leadership is this session's advisory lock (and its LISTEN): closed, not
+            # returned to the pool, so a stopped worker in a process that goes on (an embedding,
+            # a test) does not keep the lock from the next replica.
+            conn.invalidate()
 
     def cycle(self, conn: Connection) -> CycleReport | None:
         """Run one cycle (retrying conflicts); None if every retry conflicted."""
