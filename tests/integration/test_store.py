@@ -204,6 +204,8 @@ def test_node_pools_and_nodes_are_written_and_loaded(store: Store) -> None:
         "reclaim": timedelta(0),
         "method": "queue",
         "delay": timedelta(minutes=1),
+        "max_requeues": 3,
+        "max_requeues_window": timedelta(hours=1),
     }
     node_pools.upsert_configs(store.conn, store.tables, [config])
     node_pools.write_nodes(
@@ -216,6 +218,8 @@ def test_node_pools_and_nodes_are_written_and_loaded(store: Store) -> None:
         default_preempt_min_runtime=timedelta(minutes=5),
         reclaim_resolve_method="queue",
         default_requeue_delay=timedelta(minutes=1),
+        max_requeues=3,
+        max_requeues_window=timedelta(hours=1),
     )
     assert bad == set()
     node_pools.write_nodes(store.conn, store.tables, {"n1": None})
