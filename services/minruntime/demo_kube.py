@@ -134,7 +134,8 @@ def _story(
         "as the kubelet would once its containers stopped."
     )
     cluster.finish_eviction("long-0")
-    _wait(lambda: _status(engine, long) == "finished", children, timeout, "the release")
+    # Evicted: pending again, waiting to be scheduled (as KAI requeues it).
+    _wait(lambda: _status(engine, long) == "pending", children, timeout, "the release")
     annotations = cluster.get_podgroup("long")["metadata"].get("annotations") or {}
     show_query(console, engine, "After the release", long, urgent)
     console.print(

@@ -166,7 +166,13 @@ class PodGroupState(NamedTuple):
             return "deleted"
         if self.allocated:
             return "running"
-        return "finished" if self.last_start_time is not None else "pending"
+        if self.last_start_time is None:
+            return "pending"
+        # A run an eviction ended (evicted, preempted, requeued) leaves the gang waiting to be
+        # scheduled again, as in KAI: pending, a possible beneficiary again (with its
+        # preemption delay re-armed). Any other end leaves it finished.
+        evicted = self.evicted_at
+        return "pending" if evicted is not None and evicted == self.ended_at else "finished"
 
     @property
     def running_pods(self) -> int:

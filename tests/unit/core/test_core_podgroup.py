@@ -122,7 +122,8 @@ def test_releasing_every_pod_ends_the_run_and_the_wait_for_release() -> None:
     state = state._replace(awaiting_release=True)  # the requeue worker committed a requeue
     assert state.stored_awaiting_release
     ended = fold(state, Release(None, T0 + s(50)))
-    assert ended.status == "finished"
+    # No reason while a requeue waited: the requeue ended it, the gang waits to run again.
+    assert ended.status == "pending"
     assert (ended.run.start_time, ended.run.last_start_time) == (None, T0 + s(10))
     assert ended.run.ended_at == T0 + s(50)
     assert not ended.awaiting_release
@@ -132,6 +133,29 @@ def test_releasing_every_pod_ends_the_run_and_the_wait_for_release() -> None:
     again = fold(ended, allocation("p0", at=T0 + s(60)))
     assert (again.run.start_time, again.run.ended_at) == (T0 + s(60), None)
     assert not again.awaiting_release
+
+
+@pytest.mark.parametrize(
+    ("reason", "status"),
+    [
+        ("completed", "finished"),
+        ("failed", "finished"),
+        (None, "finished"),
+        ("evicted", "pending"),
+        ("preempted", "pending"),
+        ("requeued", "pending"),
+    ],
+)
+def test_a_run_an_eviction_ended_leaves_the_gang_pending_again(
+    reason: str | None, status: str
+) -> None:
+    ran = folded(submission(), allocation("p0", "p1", at=T0 + s(10)))
+    ended = fold(ran, Release(None, T0 + s(50), reason))
+    assert ended.status == status
+    # Running again, then completed: finished, whatever ended the run before.
+    again = fold(ended, allocation("p0", at=T0 + s(60)))
+    assert again.status == "running"
+    assert fold(again, Release(None, T0 + s(90), "completed")).status == "finished"
 
 
 def test_releasing_unknown_pods_changes_nothing() -> None:

@@ -119,6 +119,8 @@ class Model:
     submitted_at: datetime | None = None
     deleted: bool = False
     awaiting_release: bool = False
+    # The last run ended by an eviction.
+    evicted: bool = False
 
     def fallback(self) -> str:
         if not self.subgroups or "default" in self.subgroups:
@@ -168,6 +170,11 @@ class Model:
                 if not self.allocated:
                     self.start_time = None
                     self.ended_at = change.at
+                    # Evicted (or requeued): the gang waits to run again.
+                    reason = change.reason or ("requeued" if self.awaiting_release else "")
+                    self.evicted = reason in {"evicted", "preempted", "requeued"} or (
+                        reason == "deleted" and self.awaiting_release
+                    )
             if not self.allocated:
                 self.awaiting_release = False
         elif isinstance(change, Annotation):
@@ -184,7 +191,9 @@ class Model:
             return "deleted"
         if self.allocated:
             return "running"
-        return "finished" if self.last_start_time is not None else "pending"
+        if self.last_start_time is None or self.evicted:
+            return "pending"
+        return "finished"
 
     def elasticity(self) -> tuple[bool, int]:
         if not self.submitted:
