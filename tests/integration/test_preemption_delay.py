@@ -208,3 +208,26 @@ def test_explain_says_the_delay_where_it_came_from_and_until_when(
     assert delay.remaining == timedelta(minutes=10)
     assert over.preemption_delay is not None
     assert not over.preemption_delay.inside
+
+
+def test_an_evicted_gang_is_pending_again_and_its_re_armed_window_holds_it_back(
+    engine: sa.Engine, feed: Feed
+) -> None:
+    # w (10m delay) was submitted an hour ago, ran, and was evicted a minute ago.
+    feed.send(waiting("w", at=NOW - timedelta(hours=1), delay="10m"))
+    evicted = NOW - timedelta(minutes=1)
+    feed.send(
+        allocated("w", 4, time=NOW - timedelta(minutes=30)),
+        released("w", time=evicted, reason="evicted"),
+    )
+    assert scalar(engine, "SELECT status FROM minruntime.podgroups WHERE uid = 'w'") == "pending"
+
+    # A contender again, but not before its re-armed window ends (its submission's is long over).
+    (decision,) = cycle(engine, NOW).plan.decisions
+    assert (decision.uid, decision.reason, decision.delay_ends_at) == (
+        "v",
+        "preemption_delay",
+        evicted + timedelta(minutes=10),
+    )
+    (decision,) = cycle(engine, evicted + timedelta(minutes=10)).plan.decisions
+    assert (decision.outcome.value, decision.beneficiaries) == ("committed", ("w",))
