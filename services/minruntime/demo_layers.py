@@ -46,8 +46,14 @@ CAPPED_CONFIG: Final = {
     "maxRequeuesWindow": "1h",
     "defaultRequeueDelay": "1s",
 }
-# The violated job's queue protects it against every preemptor for 4h.
+# The violated job's queue protects it against every preemptor for 4h, and so does its node
+# pool's default (a reclaimer from a queue the tree does not know): a definite violation.
 GUARDED_QUEUE: Final = {"name": "guarded", "preemptMinRuntime": "4h", "reclaimMinRuntime": "4h"}
+GUARDED_CONFIG: Final = {
+    "nodePool": "ly-guard",
+    "defaultPreemptMinRuntime": "4h",
+    "defaultReclaimMinRuntime": "4h",
+}
 BATCH_QUEUE: Final = {"name": "batch"}
 VICTIM_PRIORITY, CONTENDER_PRIORITY = 50, 100
 WORKER_ENV: Final = {"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"}
@@ -101,6 +107,7 @@ class _Story:
             (TopicRole.QUEUES, new_event("queue.upserted", BATCH_QUEUE, time=self.started)),
             (TopicRole.QUEUES, new_event("queue.upserted", GUARDED_QUEUE, time=self.started)),
             (TopicRole.QUEUES, new_event("config.updated", CAPPED_CONFIG, time=self.started)),
+            (TopicRole.QUEUES, new_event("config.updated", GUARDED_CONFIG, time=self.started)),
         ]
         for pool in ("ly-delay", "ly-semi", "ly-capped", "ly-guard"):
             events.append(self.node(pool))
@@ -212,8 +219,9 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                 # Each topic is consumed on its own: wait for the tree, the pools' config and
                 # the nodes too, or the first cycle could judge without them.
                 "SELECT (SELECT count(*) FROM minruntime.podgroups WHERE uid LIKE :pattern) = 7"
-                " AND EXISTS (SELECT FROM minruntime.node_pool_configs"
-                "             WHERE node_pool = 'ly-capped' AND max_requeues = 1)"
+                " AND (SELECT count(*) FROM minruntime.node_pool_configs"
+                "      WHERE node_pool = 'ly-capped' AND max_requeues = 1"
+                "         OR node_pool = 'ly-guard') = 2"
                 " AND (SELECT count(*) FROM minruntime.nodes WHERE name LIKE 'ly-%') = 4"
                 " AND (SELECT count(*) FROM minruntime.queues"
                 "      WHERE name IN ('batch', 'guarded')) = 2",
@@ -244,8 +252,18 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                     timeout,
                     "repeat to run again",
                 )
-                # Named by another nominator once it runs again (a nomination of a podgroup
-                # that is not running is skipped, not kept).
+                _wait(
+                    engine,
+                    "SELECT requeue_not_before < now() FROM minruntime.podgroups"
+                    " WHERE uid LIKE :pattern AND name = 'repeat'",
+                    pattern,
+                    (processor, worker),
+                    timeout,
+                    "repeat's cooldown (1s) to end",
+                )
+                # Named by another nominator once it runs again and its cooldown is over (a
+                # nomination of a podgroup that is not running is skipped, not kept): only the
+                # cap holds it back now.
                 produce(story.nomination(datetime.now(UTC)))
                 _wait(
                     engine,

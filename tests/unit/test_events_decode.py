@@ -571,21 +571,33 @@ def test_every_type_has_an_event_type_member() -> None:
         # Both given and agreeing is fine.
         ({"preemptible": False, "preemptibility": "non-preemptible"}, "non-preemptible"),
         ({"preemptible": True, "preemptibility": "preemptible"}, "preemptible"),
+        # The flag says whether any pod may go: true for semi-preemptible (what the service's
+        # own encoder writes, the flag's default included).
+        ({"preemptible": True, "preemptibility": "semi-preemptible"}, "semi-preemptible"),
     ],
 )
 def test_preemptibility_and_the_older_flag(data: dict[str, Any], expected: str) -> None:
     event = decode_event(wire(submitted(**data)))
     assert isinstance(event.data, PodGroupSubmittedData)
     assert event.data.resolved_preemptibility() == expected
+    # What the service itself encodes (every field written) decodes to the same.
+    again = decode_event(encode_event(event))
+    assert isinstance(again.data, PodGroupSubmittedData)
+    assert again.data.resolved_preemptibility() == expected
 
 
 @pytest.mark.parametrize(
     ("data", "message"),
     [
         (
-            {"preemptible": True, "preemptibility": "semi-preemptible"},
-            "data: preemptible true contradicts preemptibility 'semi-preemptible'; give one of "
-            "them (preemptible true/false means preemptible/non-preemptible)",
+            {"preemptible": False, "preemptibility": "semi-preemptible"},
+            "data: preemptible false contradicts preemptibility 'semi-preemptible'; give one of "
+            "them (preemptible false means non-preemptible; true, preemptible or "
+            "semi-preemptible)",
+        ),
+        (
+            {"preemptible": True, "preemptibility": "non-preemptible"},
+            "data: preemptible true contradicts preemptibility 'non-preemptible'",
         ),
         (
             {"preemptible": False, "preemptibility": "preemptible"},

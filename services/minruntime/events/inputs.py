@@ -240,15 +240,24 @@ class PodGroupSubmittedData(EventData):
     @model_validator(mode="after")
     def _preemptible_agrees(self) -> PodGroupSubmittedData:
         said = self.preemptibility
+        if said is not None and "preemptible" not in self.model_fields_set:
+            # The flag follows the value given, so the event as encoded (every field written)
+            # says the same thing twice rather than contradict itself.
+            object.__setattr__(self, "preemptible", Preemptibility(said).preemptible)
+            return self
         if (
             said is not None
             and "preemptible" in self.model_fields_set
-            and Preemptibility(said) is not Preemptibility.of_flag(self.preemptible)
+            # The flag says whether any pod may be evicted (the read surface's meaning):
+            # true for semi-preemptible too, so an event that writes both (as the service's own
+            # encoder does, the flag's default included) agrees with itself.
+            and Preemptibility(said).preemptible is not self.preemptible
         ):
             raise PydanticCustomError(
                 "conflicting_preemptibility",
                 "preemptible {flag} contradicts preemptibility '{said}'; give one of them "
-                "(preemptible true/false means preemptible/non-preemptible)",
+                "(preemptible false means non-preemptible; true, preemptible or "
+                "semi-preemptible)",
                 {"flag": "true" if self.preemptible else "false", "said": str(said)},
             )
         return self
