@@ -64,7 +64,7 @@ def requeued(
         released = ce.released(victim, stamp(datetime.now(UTC)))
         released["data"]["reason"] = "evicted"
         scene.send(released)
-        scene.wait_status(victim, "finished")
+        scene.wait_status(victim, "pending")  # evicted: waits to be scheduled again
         yield Requeued(pipeline, victim, contender)
     finally:
         pipeline.drop()

@@ -238,7 +238,8 @@ spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
     cluster.finish_eviction("long-0")  # no kubelet: the pod goes away only when deleted
 
     row = wait_for(
-        lambda: (r := podgroup_row(loop, victim)) and r[0] == "finished" and r,
+        # Evicted: pending again, waiting to be scheduled (as KAI requeues it).
+        lambda: (r := podgroup_row(loop, victim)) and r[0] == "pending" and r,
         60,
         "the bridge to report the release",
     )
