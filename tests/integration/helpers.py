@@ -291,3 +291,16 @@ def reset_state(engine: sa.Engine) -> None:
                 + " RESTART IDENTITY"
             )
         )
+
+
+def assert_replay_equal(engine: sa.Engine, name: str) -> None:
+    """A replay of the whole log into shadow ``name`` rebuilds every projection exactly."""
+    from minruntime.audit.asof import snapshot
+    from minruntime.audit.replay import read_log, replay
+    from minruntime.audit.verify import compare
+    from minruntime.store.shadows import create_shadow
+
+    with snapshot(engine) as conn:
+        shadow = create_shadow(conn, name)
+        replay(conn, read_log(conn), into=shadow.tables)
+        assert [check.table for check in compare(conn, shadow) if not check.equal] == []

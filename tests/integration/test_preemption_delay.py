@@ -9,19 +9,17 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from minruntime.audit.asof import snapshot
 from minruntime.audit.explain import explain
-from minruntime.audit.replay import read_log, replay
-from minruntime.audit.verify import compare
 from minruntime.core import format_rfc3339
 from minruntime.events import decode_event
-from minruntime.store.shadows import LIVE, create_shadow
+from minruntime.store.shadows import LIVE
 from tests.integration.helpers import (
     T0,
     Feed,
     Message,
     allocated,
     annotated,
+    assert_replay_equal,
     cloud_event,
     node,
     queue,
@@ -132,10 +130,7 @@ def test_a_delayed_beneficiary_rolls_the_requeue_back_until_its_window_ends(
     ]
 
     # A replay of the log rebuilds every projection, the new columns included.
-    with snapshot(engine) as conn:
-        shadow = create_shadow(conn, "replayed_delay")
-        replay(conn, read_log(conn), into=shadow.tables)
-        assert [check.table for check in compare(conn, shadow) if not check.equal] == []
+    assert_replay_equal(engine, "replayed_delay")
 
 
 def test_the_delay_resolves_spec_then_annotation_then_pods_and_ignores_bad_values(

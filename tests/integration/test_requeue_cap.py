@@ -11,20 +11,18 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
-from minruntime.audit.asof import snapshot
 from minruntime.audit.explain import explain
-from minruntime.audit.replay import read_log, replay
-from minruntime.audit.verify import compare
 from minruntime.audit.whatif import Change, ConfigEdit, whatif
 from minruntime.core import MAX_REQUEUES_ANNOTATION, MinRuntimeConfig
 from minruntime.requeue import CycleReport, RequeueMetrics, run_cycle
 from minruntime.requeue.snapshot import load_cycle_inputs, load_node_pool_configs
-from minruntime.store.shadows import LIVE, create_shadow
+from minruntime.store.shadows import LIVE
 from tests.integration.helpers import (
     T0,
     Feed,
     Message,
     allocated,
+    assert_replay_equal,
     cloud_event,
     node,
     nominated,
@@ -185,10 +183,7 @@ def test_a_capped_podgroup_is_skipped_until_its_requeue_leaves_the_window(
     later = cycle(engine, NOW + WINDOW).plan.decisions[0]
     assert (later.outcome.value, later.beneficiaries) == ("committed", ("hi2",))
 
-    with snapshot(engine) as conn:
-        shadow = create_shadow(conn, "replayed")
-        replay(conn, read_log(conn), into=shadow.tables)
-        assert [check.table for check in compare(conn, shadow) if not check.equal] == []
+    assert_replay_equal(engine, "replayed")
 
 
 def test_explain_shows_the_cap_its_origin_the_requeues_and_when_it_frees(

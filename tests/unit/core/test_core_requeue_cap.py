@@ -248,24 +248,17 @@ def test_the_earlier_gates_come_first() -> None:
         RequeueReason.COOLDOWN
     )
     job, urgent, n1 = contention()
-    fixed = ClusterSnapshot(
-        nodes=(n1,),
-        running=(replace(job, preemptibility=Preemptibility.NON_PREEMPTIBLE),),
-        pending=(urgent,),
-        requeue_history={"job": history},
-    )
-    assert plan(fixed, nominated("job"), configs=capped(1)).decisions[0].reason is (
-        RequeueReason.NOT_PREEMPTIBLE
-    )
-    semi = ClusterSnapshot(
-        nodes=(n1,),
-        running=(replace(job, preemptibility=Preemptibility.SEMI_PREEMPTIBLE),),
-        pending=(urgent,),
-        requeue_history={"job": history},
-    )
-    assert plan(semi, nominated("job"), configs=capped(1)).decisions[0].reason is (
-        RequeueReason.SEMI_PREEMPTIBLE
-    )
+    for preemptibility, reason in (
+        (Preemptibility.NON_PREEMPTIBLE, RequeueReason.NOT_PREEMPTIBLE),
+        (Preemptibility.SEMI_PREEMPTIBLE, RequeueReason.SEMI_PREEMPTIBLE),
+    ):
+        gated = ClusterSnapshot(
+            nodes=(n1,),
+            running=(replace(job, preemptibility=preemptibility),),
+            pending=(urgent,),
+            requeue_history={"job": history},
+        )
+        assert plan(gated, nominated("job"), configs=capped(1)).decisions[0].reason is reason
     waiting = ClusterSnapshot(
         nodes=(n1,),
         running=(job,),
