@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus, stack_down
 from minruntime.stack.postgres import PostgresNode
-from tests.conftest import free_port_pair, run_cli
+from tests.conftest import free_ports, run_cli
 from tests.e2e.kubeapi import admin_client as api_client
 
 pytestmark = pytest.mark.stack
@@ -211,14 +211,17 @@ def test_a_semi_preemptible_podgroup_is_stored_and_mapped_to_its_preemptibility(
 @pytest.fixture
 def private_kube_stack(tmp_path: Path) -> Iterator[dict[str, str]]:
     """Environment for a second stack (own directory and ports, shared binary cache)."""
+    # One block of eight free ports, a pair each: pairs chosen one by one could overlap (etcd's
+    # peer port, its port + 1, was once PostgreSQL's).
+    kafka, postgres, apiserver, etcd = range(free_ports(8), 1 << 16, 2)[:4]
     env = {
         "MINRUNTIME_STACK_DIR": str(tmp_path / "stack"),
-        "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port_pair()}",
+        "MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka}",
         "MINRUNTIME_DATABASE_URL": (
-            f"postgresql://minruntime:minruntime@127.0.0.1:{free_port_pair()}/minruntime"
+            f"postgresql://minruntime:minruntime@127.0.0.1:{postgres}/minruntime"
         ),
-        "MINRUNTIME_KUBE_APISERVER_PORT": str(free_port_pair()),
-        "MINRUNTIME_KUBE_ETCD_PORT": str(free_port_pair()),
+        "MINRUNTIME_KUBE_APISERVER_PORT": str(apiserver),
+        "MINRUNTIME_KUBE_ETCD_PORT": str(etcd),
         "MINRUNTIME_KAFKA_HEAP": "384m",
     }
     yield env

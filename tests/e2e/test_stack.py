@@ -20,7 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus, stack_status
-from tests.conftest import free_port_pair, private_stack_env, remove_stack, run_cli
+from tests.conftest import free_port_pair, free_ports, private_stack_env, remove_stack, run_cli
 
 pytestmark = pytest.mark.stack
 
@@ -98,7 +98,9 @@ def test_stack_up_again_is_idempotent(stack: StackStatus, settings: Settings) ->
 @pytest.fixture
 def private_stack(tmp_path: Path) -> Iterator[dict[str, str]]:
     """Environment for a second stack with its own directory and ports; torn down after."""
-    env = private_stack_env(tmp_path / "stack", free_port_pair(), free_port_pair())
+    # One block of four free ports: two pairs chosen one by one could overlap.
+    kafka = free_ports(4)
+    env = private_stack_env(tmp_path / "stack", kafka, kafka + 2)
     yield env
     previous = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -67,7 +67,14 @@ async def _replication(access: KafkaAccess, names: list[str]) -> dict[str, tuple
     admin = AIOKafkaAdminClient(**access.client_kwargs())
     await admin.start()
     try:
-        described = await admin.describe_topics(names)
+        # A broker learns of a topic another one just created a moment later: until then it
+        # describes it without partitions (seen in CI). Ask again, within a bound.
+        deadline = time.monotonic() + 30
+        while True:
+            described = await admin.describe_topics(names)
+            if all(t["partitions"] for t in described) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
         (answer,) = await admin.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
         )
