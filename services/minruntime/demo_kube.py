@@ -9,10 +9,7 @@ Running and, after the eviction, deleting the pod (`minruntime.cluster.standin`)
 
 from __future__ import annotations
 
-import sys
-import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -23,8 +20,7 @@ from rich.table import Table
 from minruntime.cluster.api import api_client
 from minruntime.cluster.mapping import REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.cluster.standin import Cluster
-from minruntime.demo_process import DemoChild
-from minruntime.errors import UserError
+from minruntime.demo_process import DemoChild, wait_for
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
@@ -107,10 +103,10 @@ def _story(
         f"KAI's part (played by the demo): bind long-0 to {node}, annotate "
         f"kai.scheduler/last-start-timestamp={start:%H:%M:%SZ}; the kubelet's: set it Running."
     )
-    _wait(lambda: _status(engine, long) == "running", children, timeout, "long to run")
+    wait_for(lambda: _status(engine, long) == "running", children, timeout, "long to run")
     show_query(console, engine, "The bridge's events, applied (minruntime.podgroups)", long, urgent)
     console.print("\nlong runs past its expected 5s while urgent waits: the worker requeues it…")
-    decision = _wait(
+    decision = wait_for(
         lambda: _query(
             engine,
             "SELECT decision_id, requeue_not_before FROM minruntime.requeue_decisions"
@@ -121,7 +117,7 @@ def _story(
         timeout,
         "the requeue to be committed",
     )[0]
-    pod: dict[str, Any] = _wait(
+    pod: dict[str, Any] = wait_for(
         lambda: _deleting(cluster.get_pod("long-0")),
         children,
         timeout,
@@ -135,7 +131,7 @@ def _story(
     )
     cluster.finish_eviction("long-0")
     # Evicted: pending again, waiting to be scheduled (as KAI requeues it).
-    _wait(lambda: _status(engine, long) == "pending", children, timeout, "the release")
+    wait_for(lambda: _status(engine, long) == "pending", children, timeout, "the release")
     annotations = cluster.get_podgroup("long")["metadata"].get("annotations") or {}
     show_query(console, engine, "After the release", long, urgent)
     console.print(
@@ -157,23 +153,6 @@ def _status(engine: sa.Engine, uid: str) -> str | None:
 def _query(engine: sa.Engine, statement: str, **params: Any) -> list[Any]:
     with engine.connect() as conn:
         return list(conn.execute(sa.text(statement), params))
-
-
-def _wait(check: Callable[[], T | None], children: list[DemoChild], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for child in children:
-            child.check()
-        result = check()
-        if result:
-            return result
-        time.sleep(0.3)
-    # The one-line error says what did not happen; the processes' last log lines (on stderr,
-    # before it) say why, e.g. a processor still waiting for its consumer group.
-    for child in children:
-        for line in child.tail(8):
-            print(f"[{child.command}] {line}", file=sys.stderr)
-    raise UserError(f"the demo timed out after {timeout:.0f}s waiting for {what}")
 
 
 def show_query(console: Console, engine: sa.Engine, title: str, *uids: str) -> None:

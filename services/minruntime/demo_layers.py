@@ -18,7 +18,6 @@ processor and requeue worker:
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -28,8 +27,7 @@ from rich.console import Console
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_rfc3339
 from minruntime.demo_pipeline import show_query
-from minruntime.demo_process import DemoChild, free_port, run_cli_as_user
-from minruntime.errors import UserError
+from minruntime.demo_process import DemoChild, free_port, run_cli_as_user, wait_for
 from minruntime.events import encode_event, new_event
 from minruntime.produce import Outgoing, send
 from minruntime.settings import Settings
@@ -214,7 +212,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
         with DemoChild.start("processor", PROCESSOR_ENV) as processor:
             console.print(f"Started `minruntime processor` (pid {processor.pid}).")
             produce(story.first_round())
-            _wait(
+            _until(
                 engine,
                 # Each topic is consumed on its own: wait for the tree, the pools' config and
                 # the nodes too, or the first cycle could judge without them.
@@ -232,7 +230,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
             )
             with DemoChild.start("requeue-worker", worker_env) as worker:
                 console.print(f"Started `minruntime requeue-worker` (pid {worker.pid}).")
-                _wait(
+                _until(
                     engine,
                     "SELECT count(DISTINCT uid) >= 2 FROM minruntime.requeue_decisions"
                     " WHERE uid LIKE :pattern",
@@ -242,7 +240,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                     "the worker to decide about hog and repeat",
                 )
                 produce(story.second_round(datetime.now(UTC)))
-                _wait(
+                _until(
                     engine,
                     "SELECT count(*) = 1 FROM minruntime.podgroups WHERE uid LIKE :pattern"
                     " AND name = 'repeat' AND status = 'running'"
@@ -252,7 +250,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                     timeout,
                     "repeat to run again",
                 )
-                _wait(
+                _until(
                     engine,
                     "SELECT requeue_not_before < now() FROM minruntime.podgroups"
                     " WHERE uid LIKE :pattern AND name = 'repeat'",
@@ -265,7 +263,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                 # nomination of a podgroup that is not running is skipped, not kept): only the
                 # cap holds it back now.
                 produce(story.nomination(datetime.now(UTC)))
-                _wait(
+                _until(
                     engine,
                     "SELECT count(*) >= 1 FROM minruntime.requeue_decisions"
                     " WHERE uid LIKE :pattern AND reason = 'requeue_limit'",
@@ -274,7 +272,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                     timeout,
                     "the worker to skip repeat at its requeue cap",
                 )
-                _wait(
+                _until(
                     engine,
                     "SELECT count(*) >= 1 FROM minruntime.runs WHERE uid LIKE :pattern"
                     " AND ended_by = 'evicted'",
@@ -322,7 +320,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
         console.print(output.rstrip(), markup=False, highlight=False, soft_wrap=True)
 
 
-def _wait(
+def _until(
     engine: sa.Engine,
     query: str,
     pattern: str,
@@ -330,13 +328,10 @@ def _wait(
     timeout: float,
     what: str,
 ) -> None:
-    """Until ``query`` (one boolean, ``:pattern`` bound) is true; a child's exit fails it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for child in children:
-            child.check()
+    """Until ``query`` (one boolean, ``:pattern`` bound) is true (``demo_process.wait_for``)."""
+
+    def holds() -> bool:
         with engine.connect() as conn:
-            if conn.execute(sa.text(query), {"pattern": pattern}).scalar_one():
-                return
-        time.sleep(0.2)
-    raise UserError(f"timed out after {timeout:.0f}s waiting for {what}")
+            return bool(conn.execute(sa.text(query), {"pattern": pattern}).scalar_one())
+
+    wait_for(holds, children, timeout, what)

@@ -12,12 +12,15 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TypeVar
 
 from minruntime.errors import UserError
 from minruntime.stream.topic_guard import REFUSAL
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -123,3 +126,23 @@ def free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+def wait_for(
+    check: Callable[[], T | None], children: Sequence[DemoChild], timeout: float, what: str
+) -> T:
+    """Until ``check`` returns something true (returned); a child that exits fails it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in children:
+            child.check()
+        result = check()
+        if result:
+            return result
+        time.sleep(0.3)
+    # The one-line error says what did not happen; the processes' last log lines (on stderr,
+    # before it) say why, e.g. a processor still waiting for its consumer group.
+    for child in children:
+        for line in child.tail(8):
+            print(f"[{child.command}] {line}", file=sys.stderr)
+    raise UserError(f"the demo timed out after {timeout:.0f}s waiting for {what}")
