@@ -95,9 +95,9 @@ class PodGroupState(NamedTuple):
     # and each object a state holds is garbage-collector work once the state is replaced.
     # The mappings are never changed once made (typed read-only; the fold builds a new one
     # for each change): plain dicts, as a proxy per change costs collector time too.
-    # A named tuple, like the change values below: immutable as a frozen dataclass, and made
-    # in a fifth of the time (1.7 µs for a frozen dataclass of these eleven fields: one
-    # object.__setattr__ call per field), which every folded event pays.
+    # A named tuple, like the change values below: immutable as a frozen dataclass, and much
+    # cheaper to make (a frozen dataclass pays one object.__setattr__ per field), which every
+    # folded event pays (docs/benchmarks.md, "Figures behind the code's choices").
     uid: str
     spec: PodGroupSpec | None = None
     # Pods holding resources (releasing ones included) -> the node each holds them on.

@@ -64,7 +64,7 @@ _DEPTH_STEP: Final = [1 if byte in b"[{" else -1 if byte in b"]}" else 0 for byt
 _EVENT_UNION: Any = Annotated[Union[tuple(EVENT_CLASSES.values())], Field(discriminator="type")]  # noqa: UP007
 _ANY_EVENT: Final[TypeAdapter[Event]] = TypeAdapter(_EVENT_UNION)
 # Its pydantic-core validator, called directly: TypeAdapter.validate_json re-checks its
-# arguments in Python on every call, a few tenths of a µs per event.
+# arguments in Python on every call (docs/benchmarks.md, "Figures behind the code's choices").
 _VALIDATE_JSON: Final = _ANY_EVENT.validator.validate_json
 
 

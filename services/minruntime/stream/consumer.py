@@ -19,9 +19,10 @@ revoked partitions are dropped at once (the next owner reads them from the commi
 offset); a batch in flight for one of them is awaited (bounded: the offset row locks in the
 database make a late batch a no-op anyway).
 
-Why not faust's agents (docs/pipeline.md, docs/benchmarks.md): faust's per-record path (an
-Event, the stream's channel, a ``wait_first`` with four futures per record, per-message
-acks) cost ~60 µs of CPU per event, more than the rest of the pipeline but ``apply_batch``.
+Why not faust's agents (docs/pipeline.md; the figure in docs/benchmarks.md, "Figures behind
+the code's choices"): faust's per-record path (an Event, the stream's channel, a
+``wait_first`` with four futures per record, per-message acks) cost more CPU per event than
+the rest of the pipeline but ``apply_batch``.
 """
 
 from __future__ import annotations
