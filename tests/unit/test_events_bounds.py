@@ -23,7 +23,7 @@ from minruntime.events.types import (
     MAX_ANNOTATION_KEY,
     MAX_ANNOTATION_VALUE,
     MAX_ANNOTATIONS,
-    MAX_GPUS,
+    MAX_GPUS_PER_EVENT,
     MAX_LABEL,
     MAX_NAME,
     MAX_PODS,
@@ -182,7 +182,7 @@ def test_the_words_nan_and_infinity_in_strings_are_fine() -> None:
     assert decoded.subject == "NaN-Infinity"
 
 
-@pytest.mark.parametrize("gpu", [1e308, MAX_GPUS + 0.5, 1e20])
+@pytest.mark.parametrize("gpu", [1e308, MAX_GPUS_PER_EVENT + 0.5, 1e20])
 def test_gpu_amounts_above_the_bound_are_out_of_range(gpu: float) -> None:
     # Finding 2: node.upserted gpu 1e308 was accepted and killed the requeue worker.
     node = event("node.upserted", {"name": "n", "gpu": gpu})
@@ -191,8 +191,8 @@ def test_gpu_amounts_above_the_bound_are_out_of_range(gpu: float) -> None:
 
 
 def test_gpu_amounts_at_the_bound_are_accepted() -> None:
-    node = decode_event(wire(event("node.upserted", {"name": "n", "gpu": MAX_GPUS})))
-    assert node.data.gpu == MAX_GPUS  # type: ignore[attr-defined]
+    node = decode_event(wire(event("node.upserted", {"name": "n", "gpu": MAX_GPUS_PER_EVENT})))
+    assert node.data.gpu == MAX_GPUS_PER_EVENT  # type: ignore[attr-defined]
 
 
 def test_a_priority_beyond_int32_is_out_of_range() -> None:
@@ -228,7 +228,7 @@ def test_new_event_refuses_an_out_of_range_datetime() -> None:
 @settings(max_examples=300, deadline=None)
 def test_any_gpu_is_accepted_exactly_when_finite_and_in_range(gpu: float) -> None:
     value = json.dumps(event("node.upserted", {"name": "n", "gpu": gpu})).encode()
-    if math.isfinite(gpu) and 0 <= gpu <= MAX_GPUS:
+    if math.isfinite(gpu) and 0 <= gpu <= MAX_GPUS_PER_EVENT:
         assert decode_event(value).data.gpu == gpu  # type: ignore[attr-defined]
     else:
         assert kind_of(value) in {"not_finite", "out_of_range", "schema_violation"}

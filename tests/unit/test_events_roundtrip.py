@@ -19,14 +19,14 @@ from minruntime.events import (
     encode_event,
     new_event,
 )
-from minruntime.events.types import DURATION_PATTERN, MAX_GPUS
+from minruntime.events.types import DURATION_PATTERN, MAX_GPUS_PER_EVENT
 
 # No surrogates (not UTF-8) and no NUL (PostgreSQL cannot store it; the decoder refuses it).
 text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12)
 names = text.filter(bool)
 durations = st.timedeltas(min_value=timedelta(0), max_value=MAX_DURATION)
-# Inputs accept at most MAX_GPUS per node or pod (docs/events.md, Bounds).
-gpus = st.floats(min_value=0, max_value=MAX_GPUS, allow_nan=False, allow_infinity=False)
+# Inputs accept at most MAX_GPUS_PER_EVENT per node or pod (docs/events.md, Bounds).
+gpus = st.floats(min_value=0, max_value=MAX_GPUS_PER_EVENT, allow_nan=False, allow_infinity=False)
 offsets = st.integers(min_value=-23 * 60 - 59, max_value=23 * 60 + 59).map(
     lambda minutes: timezone(timedelta(minutes=minutes))
 )

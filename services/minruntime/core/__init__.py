@@ -44,6 +44,7 @@ from minruntime.core.errors import (
     NegativeDurationError,
     QueueCycleError,
 )
+from minruntime.core.gpus import GPU_UNITS_PER_GPU, MAX_GPUS_IN_PLAN, MAX_GPUS_PER_EVENT
 from minruntime.core.nomination import (
     NominationCandidate,
     NominationVerdict,
@@ -51,7 +52,6 @@ from minruntime.core.nomination import (
     nominate,
 )
 from minruntime.core.placement import (
-    GPU_UNITS_PER_GPU,
     FreeCapacityLedger,
     gpu_units,
     units_to_gpu,
@@ -110,7 +110,6 @@ from minruntime.core.requeue_cap import (
     requeue_cap,
 )
 from minruntime.core.requeue_model import (
-    MAX_GPU,
     ClusterSnapshot,
     CyclePlan,
     Exclusion,
@@ -162,7 +161,8 @@ __all__ = [
     "GPU_UNITS_PER_GPU",
     "LAST_EVICTION_ANNOTATION",
     "MAX_DURATION",
-    "MAX_GPU",
+    "MAX_GPUS_IN_PLAN",
+    "MAX_GPUS_PER_EVENT",
     "MAX_REQUEUES",
     "MAX_REQUEUES_ANNOTATION",
     "MAX_REQUEUES_WINDOW",

@@ -16,11 +16,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
-from typing import Final
 
 from minruntime.core.errors import MinRuntimeError
-
-GPU_UNITS_PER_GPU: Final = 1_000_000
+from minruntime.core.gpus import GPU_UNITS_PER_GPU
 
 
 def gpu_units(gpu: float) -> int:

@@ -19,13 +19,10 @@ from typing import ClassVar, Final
 from minruntime.core.config import DEFAULT_NODE_POOL
 from minruntime.core.elastic import DEFAULT_SUBGROUP, PodGroupPods, SubGroup
 from minruntime.core.errors import MinRuntimeError
+from minruntime.core.gpus import MAX_GPUS_IN_PLAN
 from minruntime.core.nomination import NominationCandidate
 from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.timestamps import require_aware
-
-# The largest GPU amount of one node, pod or promise the planner accepts. Far above any real
-# machine; below it, micro-GPU arithmetic is exact and cannot overflow (1e308 GPUs used to).
-MAX_GPU: Final = 1_000_000
 
 
 class InvalidSnapshotError(MinRuntimeError):
@@ -35,7 +32,7 @@ class InvalidSnapshotError(MinRuntimeError):
 
 
 class InvalidGpuError(InvalidSnapshotError):
-    """A GPU amount is not a finite number in [0, MAX_GPU]."""
+    """A GPU amount is not a finite number in [0, MAX_GPUS_IN_PLAN]."""
 
     kind: ClassVar[str] = "invalid_gpu"
 
@@ -45,10 +42,10 @@ def _check_gpu(value: float, what: str) -> None:
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not math.isfinite(value)
-        or not 0 <= value <= MAX_GPU
+        or not 0 <= value <= MAX_GPUS_IN_PLAN
     ):
         raise InvalidGpuError(
-            f"{what}: GPUs must be a finite number in [0, {MAX_GPU}], got {value!r}"
+            f"{what}: GPUs must be a finite number in [0, {MAX_GPUS_IN_PLAN}], got {value!r}"
         )
 
 
@@ -283,7 +280,7 @@ class RequeueDecision:
 class ExclusionReason(StrEnum):
     """Why a stored node or podgroup was left out of a cycle (a finite metric label)."""
 
-    # A GPU amount (node capacity, pod request, promise) that is not finite in [0, MAX_GPU].
+    # A GPU amount (node capacity, pod request, promise) not finite in [0, MAX_GPUS_IN_PLAN].
     INVALID_GPU = "invalid_gpu"
     # A start or submission time outside years 1-9999, or without a UTC offset.
     INVALID_TIME = "invalid_time"

@@ -26,6 +26,7 @@ from minruntime.core import (
     parse_rfc3339,
 )
 from minruntime.core.errors import InvalidTimestampError, NegativeDurationError
+from minruntime.core.gpus import MAX_GPUS_PER_EVENT
 from minruntime.core.timestamps import require_in_range
 
 # ECMA-262 pattern of SEMANTICS.md §1 (Go's duration syntax plus d and w, no sign but an
@@ -200,9 +201,6 @@ MAX_ANNOTATION_VALUE: Final = 65536
 MAX_ANNOTATIONS: Final = 256
 MAX_PODS: Final = 10000
 MAX_SUBGROUPS: Final = 1000
-# Micro-GPUs (core.placement.gpu_units) of 100,000 such values still add up below 2**53, where
-# floats stop counting whole units exactly; no real node or pod comes near it.
-MAX_GPUS: Final = 65536
 
 BoundedName = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_NAME)]
 """A non-empty name, uid, node, event id or source of at most 253 characters."""
@@ -239,5 +237,5 @@ Priority = Annotated[int, Strict(), Field(ge=-INT32_MAX - 1, le=INT32_MAX)]
 Gpus = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 """A non-negative, finite number of GPUs; fractions allowed."""
 
-GpuAmount = Annotated[float, Strict(), Field(ge=0, le=MAX_GPUS, allow_inf_nan=False)]
+GpuAmount = Annotated[float, Strict(), Field(ge=0, le=MAX_GPUS_PER_EVENT, allow_inf_nan=False)]
 """GPUs of a node or pod on input: a finite number from 0 to 65,536; fractions allowed."""

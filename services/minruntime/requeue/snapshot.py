@@ -28,7 +28,7 @@ from sqlalchemy import Connection
 
 from minruntime.core import (
     DEFAULT_NODE_POOL,
-    MAX_GPU,
+    MAX_GPUS_IN_PLAN,
     ClusterSnapshot,
     Exclusion,
     ExclusionReason,
@@ -184,7 +184,7 @@ class _Reader:
         for beneficiary, node, gpu in rows:
             amount = _number(gpu)
             total = promised.get(node, 0.0) + amount
-            if not (math.isfinite(total) and 0 <= total <= MAX_GPU):
+            if not (math.isfinite(total) and 0 <= total <= MAX_GPUS_IN_PLAN):
                 self.doubtful_nodes[node] = ExclusionReason.INVALID_GPU
                 continue
             promised[node] = total

@@ -1,6 +1,6 @@
 """The pure planner never raises on extreme inputs the snapshot accepts (issue 12, finding 2).
 
-Values at the edges of what the model allows — GPU amounts from 0 to MAX_GPU, times in the
+Values at the edges of what the model allows — GPU amounts from 0 to MAX_GPUS_IN_PLAN, times in the
 first and last days of years 1 and 9999, huge priorities, absurd annotations and delays —
 must give a decision or an exclusion for every candidate, never an exception. Values outside
 the model (1e308 GPUs, NaN, negatives) are refused when the snapshot is built, with a reason.
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     MAX_DURATION,
-    MAX_GPU,
+    MAX_GPUS_IN_PLAN,
     REQUEUE_DELAY_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
     ClusterSnapshot,
@@ -39,8 +39,8 @@ from minruntime.core import (
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 gpus = st.one_of(
-    st.sampled_from([0.0, 1e-300, 1e-7, 0.5, 1.0, 8.0, float(MAX_GPU)]),
-    st.floats(0, MAX_GPU, allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, 1e-300, 1e-7, 0.5, 1.0, 8.0, float(MAX_GPUS_IN_PLAN)]),
+    st.floats(0, MAX_GPUS_IN_PLAN, allow_nan=False, allow_infinity=False),
 )
 moments = st.one_of(
     st.sampled_from([EARLIEST, LATEST]),
@@ -131,7 +131,9 @@ def test_the_planner_never_raises_on_extreme_values(
     assert decided == set(candidates)
 
 
-@pytest.mark.parametrize("gpu", [1e308, math.inf, -math.inf, math.nan, -1.0, MAX_GPU * 1.5])
+@pytest.mark.parametrize(
+    "gpu", [1e308, math.inf, -math.inf, math.nan, -1.0, MAX_GPUS_IN_PLAN * 1.5]
+)
 def test_gpu_amounts_outside_the_range_are_refused_with_their_kind(gpu: float) -> None:
     with pytest.raises(InvalidGpuError) as caught:
         Node(name="n", gpu=gpu)
