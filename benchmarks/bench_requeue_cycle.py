@@ -55,13 +55,13 @@ from cluster import build_tree, cloud_event, queue_upserts
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
-    ClusterSnapshot,
+    ClusterState,
     RunningPodGroup,
     format_rfc3339,
 )
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.requeue import CycleReport, run_cycle
-from minruntime.requeue.snapshot import load_cycle_inputs
+from minruntime.requeue.cycle_inputs import load_cycle_inputs
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
@@ -87,7 +87,7 @@ def minutes(delta: timedelta) -> int:
 class Scenario:
     """Which running podgroups are candidates, and how; what the cycle should see."""
 
-    def __init__(self, rng: random.Random, snapshot: ClusterSnapshot, candidates: int) -> None:
+    def __init__(self, rng: random.Random, snapshot: ClusterState, candidates: int) -> None:
         counts = {
             "cooldown": candidates * 15 // 1000,
             "not_preemptible": candidates // 200,
@@ -138,7 +138,7 @@ def records(
     rng: random.Random,
     args: argparse.Namespace,
     tree: list[tuple[str, str | None, int]],
-    snapshot: ClusterSnapshot,
+    snapshot: ClusterState,
     scenario: Scenario,
 ) -> Iterator[list[InboundRecord]]:
     """Batches of input records: queues, configs, nodes, podgroups, annotations, nominations."""

@@ -28,7 +28,7 @@ from typing import TypeVar
 
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
-    ClusterSnapshot,
+    ClusterState,
     CyclePlan,
     MinRuntimeConfig,
     Node,
@@ -83,7 +83,7 @@ def build_snapshot(
     pending_count: int,
     teams: list[str],
     odd_shapes: float,
-) -> ClusterSnapshot:
+) -> ClusterState:
     nodes = [
         Node(name=f"node-{i:05d}", gpu=NODE_GPUS, node_pool=f"pool-{i % pools}")
         for i in range(node_count)
@@ -142,12 +142,10 @@ def build_snapshot(
                 pods=tuple(Pod(name=f"p{i}", gpu=gpu) for i, gpu in enumerate(shape)),
             )
         )
-    return ClusterSnapshot(nodes=tuple(nodes), running=tuple(running), pending=tuple(pending))
+    return ClusterState(nodes=tuple(nodes), running=tuple(running), pending=tuple(pending))
 
 
-def with_layers(
-    snapshot: ClusterSnapshot, rng: random.Random
-) -> tuple[ClusterSnapshot, NodePoolConfigs]:
+def with_layers(snapshot: ClusterState, rng: random.Random) -> tuple[ClusterState, NodePoolConfigs]:
     """The same cluster with the anti-thrash layers of SEMANTICS.md §10 switched on.
 
     A fifth of the pending podgroups carry a preemption delay (half of the windows still open);

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minruntime.audit.explain import Explainer, UnknownPodGroupError, explain
-from minruntime.audit.explanation import Explanation
+from minruntime.audit.explain_model import Explanation
 from minruntime.core import MinRuntimeConfig, QueueTree
 from minruntime.store.shadows import LIVE
 from tests.integration.helpers import (

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from minruntime.audit.asof import state_at
 from minruntime.audit.explain import Explainer, UnknownPodGroupError
-from minruntime.audit.explanation import describe
+from minruntime.audit.explain_model import describe
 from minruntime.audit.protection import protection_table
 from minruntime.cli import main
 from minruntime.commands.common import print_json

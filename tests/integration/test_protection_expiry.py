@@ -27,8 +27,8 @@ from minruntime.requeue import (
     RequeueWorker,
     WorkerOptions,
 )
+from minruntime.requeue.cycle_inputs import load_node_pool_configs
 from minruntime.requeue.expiry import load_runs_ending
-from minruntime.requeue.snapshot import load_node_pool_configs
 from minruntime.store.queues import load_tree
 from minruntime.store.schema import LIVE
 from tests.integration.helpers import (

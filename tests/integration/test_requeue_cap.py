@@ -15,7 +15,7 @@ from minruntime.audit.explain import explain
 from minruntime.audit.whatif import Change, ConfigEdit, whatif
 from minruntime.core import MAX_REQUEUES_ANNOTATION, MinRuntimeConfig
 from minruntime.requeue import CycleReport, RequeueMetrics, run_cycle
-from minruntime.requeue.snapshot import load_cycle_inputs, load_node_pool_configs
+from minruntime.requeue.cycle_inputs import load_cycle_inputs, load_node_pool_configs
 from minruntime.store.shadows import LIVE
 from tests.integration.helpers import (
     T0,

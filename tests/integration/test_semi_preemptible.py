@@ -2,7 +2,7 @@
 
 The core's ``evictable_pods``, the SQL read surface (``preempt_protection`` view and function,
 ``reclaim_protection()``, ``is_protected()``) and the requeue planner, fed by the worker's own
-snapshot loader, agree on random gangs: a semi-preemptible core is never evictable, protected
+cluster loader, agree on random gangs: a semi-preemptible core is never evictable, protected
 or not, and the planner never evicts a gang whole unless SQL says every running pod may go.
 Old rows keep meaning what their flag said.
 """
@@ -24,7 +24,7 @@ from minruntime.core import (
     evictable_pods,
     plan_requeue_cycle,
 )
-from minruntime.requeue.snapshot import load_cycle_inputs
+from minruntime.requeue.cycle_inputs import load_cycle_inputs
 from tests.integration.helpers import (
     T0,
     Feed,
@@ -121,7 +121,7 @@ def test_the_core_the_read_surface_and_the_planner_agree(
     at = T0 + timedelta(seconds=offset)
     with engine.connect() as conn:
         inputs = load_cycle_inputs(conn, at)
-    running = {pg.uid: pg for pg in inputs.snapshot.running}
+    running = {pg.uid: pg for pg in inputs.cluster.running}
     assert {uid: pg.preemptibility.value for uid, pg in running.items()} == {
         gang.uid: gang.preemptibility for gang in world
     }
@@ -174,7 +174,7 @@ def test_the_core_the_read_surface_and_the_planner_agree(
     # The planner, nominating every gang (no contender here: see the next test), skips
     # every semi-preemptible one at its gate and evicts nothing.
     plan = plan_requeue_cycle(
-        inputs.snapshot,
+        inputs.cluster,
         {uid: {EXPECTED_RUNTIME_PLUGIN} for uid in running},
         tree=inputs.tree,
         configs=inputs.configs,
@@ -201,7 +201,7 @@ def test_the_planner_commits_only_what_sql_says_may_go_whole(engine: sa.Engine) 
     with engine.connect() as conn:
         inputs = load_cycle_inputs(conn, at)
     plan = plan_requeue_cycle(
-        inputs.snapshot,
+        inputs.cluster,
         {"semi": {"proportion"}, "plain": {EXPECTED_RUNTIME_PLUGIN}},
         tree=inputs.tree,
         configs=inputs.configs,

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from minruntime.audit import asof
 from minruntime.audit.asof import state_at
 from minruntime.audit.explain import Explainer, UnknownPodGroupError
-from minruntime.audit.explanation import describe
+from minruntime.audit.explain_model import describe
 from minruntime.audit.protection import protection_table
 from minruntime.audit.replay import ReplayReport, replay
 from minruntime.audit.snapshots import ACTIVE_LIST, SnapshotPolicy, due, snapshots_in, take

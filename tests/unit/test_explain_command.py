@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from minruntime.audit.explanation import (
+from minruntime.audit.explain_model import (
     Elasticity,
     Explanation,
     PodGroupFacts,

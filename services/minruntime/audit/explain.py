@@ -17,7 +17,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from minruntime.audit.explanation import (
+from minruntime.audit.explain_model import (
     Elasticity,
     Explanation,
     PodGroupFacts,

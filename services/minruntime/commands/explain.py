@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from sqlalchemy import Connection
 
-    from minruntime.audit.explanation import (
+    from minruntime.audit.explain_model import (
         Elasticity,
         Explanation,
         PreemptionDelayFacts,
@@ -82,7 +82,7 @@ def explain_command(
 ) -> None:
     """Why a podgroup is or is not protected: the rule, the resolution path, the window."""
     from minruntime.audit.explain import explain
-    from minruntime.audit.explanation import describe
+    from minruntime.audit.explain_model import describe
 
     instant = parse_at(at)
     with _state(instant, (uid,)) as (conn, shadow):

@@ -31,7 +31,7 @@ PREEMPTION_DELAY_ANNOTATION: Final = "kai.scheduler/preemption-delay"
 # Written by KAI on the PodGroup when it evicts it (RFC3339).
 LAST_EVICTION_ANNOTATION: Final = "kai.scheduler/last-eviction-timestamp"
 # A window that would end past this instant ends here: it is far beyond any real delay, and
-# every store and reader can hold it (the requeue snapshot refuses later times).
+# every store and reader can hold it (the requeue cycle's inputs refuse later times).
 DELAY_FOREVER: Final = datetime(9999, 12, 30, tzinfo=UTC)
 
 

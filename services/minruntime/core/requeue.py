@@ -1,6 +1,6 @@
 """Requeue planning: which nominated podgroups to evict, for whom (SEMANTICS.md §8).
 
-One call per worker cycle, pure: ``plan_requeue_cycle(snapshot, candidates, tree=, configs=,
+One call per worker cycle, pure: ``plan_requeue_cycle(cluster, candidates, tree=, configs=,
 now=)`` returns every decision in order and the promised-capacity ledger after it. The worker
 then writes each decision, its cooldown and its event in one transaction. The rules (order,
 placement, when an eviction is justified) are written down in docs/rule-engine.md.
@@ -27,7 +27,7 @@ from minruntime.core.protection import is_protected
 from minruntime.core.queue_tree import QueueTree
 from minruntime.core.requeue_cap import capped_podgroups
 from minruntime.core.requeue_model import (
-    ClusterSnapshot,
+    ClusterState,
     CyclePlan,
     Exclusion,
     ExclusionReason,
@@ -106,7 +106,7 @@ def _cooldown_gate(annotations: Mapping[str, str], now: datetime) -> RequeueReas
 
 
 def plan_requeue_cycle(
-    snapshot: ClusterSnapshot,
+    cluster: ClusterState,
     candidates: Mapping[str, Collection[str]],
     *,
     tree: QueueTree,
@@ -115,25 +115,25 @@ def plan_requeue_cycle(
 ) -> CyclePlan:
     """Decide, in order, every candidate (uid -> nominators) of one requeue cycle at ``now``."""
     require_aware(now, "now")
-    return _Planner(snapshot, tree, configs, now).plan(candidates)
+    return _Planner(cluster, tree, configs, now).plan(candidates)
 
 
 class _Planner:
     """The state of one cycle: the ledger, the pending index and what was taken."""
 
     def __init__(
-        self, snapshot: ClusterSnapshot, tree: QueueTree, configs: NodePoolConfigs, now: datetime
+        self, cluster: ClusterState, tree: QueueTree, configs: NodePoolConfigs, now: datetime
     ) -> None:
-        self._snapshot = snapshot
+        self._cluster = cluster
         self._tree = tree
         self._configs = configs
         self._now = now
-        self._running = {pg.uid: pg for pg in snapshot.running}
+        self._running = {pg.uid: pg for pg in cluster.running}
         self._resolvers: dict[str, Resolver] = {}
         self._ledger = FreeCapacityLedger(self._free_nodes())
         by_pool: dict[str, list[PendingPodGroup]] = {}
-        for podgroup in snapshot.pending:
-            if podgroup.uid not in snapshot.promised_to:
+        for podgroup in cluster.pending:
+            if podgroup.uid not in cluster.promised_to:
                 by_pool.setdefault(podgroup.node_pool, []).append(podgroup)
         self._pending: dict[str, list[_Contender]] = {}
         # Negated priorities, ascending, to find "strictly higher priority" by bisection.
@@ -147,13 +147,13 @@ class _Planner:
         self._fits_now: dict[str, dict[tuple[int, ...], bool]] = {}
         self._new_promises: dict[str, int] = {}
         # §10: the running podgroups that reached their requeue cap, decided once per cycle.
-        self._capped = capped_podgroups(self._running, snapshot.requeue_history, configs, now)
+        self._capped = capped_podgroups(self._running, cluster.requeue_history, configs, now)
 
     def _free_nodes(self) -> list[tuple[str, str, int]]:
-        snapshot = self._snapshot
+        cluster = self._cluster
         used: dict[str, int] = {}
-        for podgroup in snapshot.running:
-            if podgroup.uid in snapshot.awaiting_release:
+        for podgroup in cluster.running:
+            if podgroup.uid in cluster.awaiting_release:
                 continue
             for pod in podgroup.pods:
                 if pod.running and pod.node is not None:
@@ -164,9 +164,9 @@ class _Planner:
                 node.node_pool,
                 gpu_units(node.gpu)
                 - used.get(node.name, 0)
-                - gpu_units(snapshot.promised.get(node.name, 0.0)),
+                - gpu_units(cluster.promised.get(node.name, 0.0)),
             )
-            for node in snapshot.nodes
+            for node in cluster.nodes
         ]
 
     def plan(self, candidates: Mapping[str, Collection[str]]) -> CyclePlan:
@@ -187,7 +187,7 @@ class _Planner:
                 # gets no decision, and whatever its trial changed is undone.
                 self._ledger.rollback(checkpoint)
                 excluded.append(_planner_error(uid, error))
-        promised = {node: gpu_units(gpus) for node, gpus in self._snapshot.promised.items()}
+        promised = {node: gpu_units(gpus) for node, gpus in self._cluster.promised.items()}
         for node, units in self._new_promises.items():
             promised[node] = promised.get(node, 0) + units
         return CyclePlan(
@@ -226,7 +226,7 @@ class _Planner:
                 return self._uncommitted(uid, nominated_by, gate)
         if podgroup is None or not podgroup.running_pods:
             return self._uncommitted(uid, nominated_by, RequeueReason.NOT_RUNNING)
-        if uid in self._snapshot.awaiting_release:
+        if uid in self._cluster.awaiting_release:
             return self._uncommitted(uid, nominated_by, RequeueReason.ALREADY_COMMITTED)
         if podgroup.preemptibility is Preemptibility.NON_PREEMPTIBLE:
             return self._uncommitted(uid, nominated_by, RequeueReason.NOT_PREEMPTIBLE)

@@ -1,5 +1,5 @@
-"""Requeue candidates (SEMANTICS.md §7, §8): the expected-runtime nominator run over a cluster
-snapshot, and the de-duplicated union of every nominator's nominations.
+"""Requeue candidates (SEMANTICS.md §7, §8): the expected-runtime nominator run over the
+cluster state, and the de-duplicated union of every nominator's nominations.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The requeue planner's values (SEMANTICS.md §8): the cluster snapshot it reads and the
+"""The requeue planner's values (SEMANTICS.md §8): the cluster state it reads and the
 decisions it returns.
 
-The requeue worker builds a snapshot from its store once per cycle. Everything here is
+The requeue worker builds the cluster state from its store once per cycle. Everything here is
 immutable and validated on construction, so the planner can trust it.
 """
 
@@ -25,13 +25,13 @@ from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.timestamps import require_aware
 
 
-class InvalidSnapshotError(MinRuntimeError):
-    """A cluster snapshot handed to the requeue planner is inconsistent."""
+class InvalidClusterStateError(MinRuntimeError):
+    """A cluster state handed to the requeue planner is inconsistent."""
 
     kind: ClassVar[str] = "invalid_snapshot"
 
 
-class InvalidGpuError(InvalidSnapshotError):
+class InvalidGpuError(InvalidClusterStateError):
     """A GPU amount is not a finite number in [0, MAX_GPUS_IN_PLAN]."""
 
     kind: ClassVar[str] = "invalid_gpu"
@@ -59,7 +59,7 @@ class Node:
 
     def __post_init__(self) -> None:
         if not self.name:
-            raise InvalidSnapshotError("a node needs a non-empty name")
+            raise InvalidClusterStateError("a node needs a non-empty name")
         _check_gpu(self.gpu, f"node {self.name}")
 
 
@@ -76,17 +76,19 @@ class Pod:
 
     def __post_init__(self) -> None:
         if not self.name:
-            raise InvalidSnapshotError("a pod needs a non-empty name")
+            raise InvalidClusterStateError("a pod needs a non-empty name")
         _check_gpu(self.gpu, f"pod {self.name}")
         if self.running and not self.node:
-            raise InvalidSnapshotError(f"pod {self.name} is running but has no node")
+            raise InvalidClusterStateError(f"pod {self.name} is running but has no node")
 
 
 def _pod_set(uid: str, pods: tuple[Pod, ...], subgroups: tuple[SubGroup, ...]) -> PodGroupPods:
     names = Counter(pod.name for pod in pods)
     duplicates = sorted(name for name, count in names.items() if count > 1)
     if duplicates:
-        raise InvalidSnapshotError(f"podgroup {uid}: duplicate pod name(s) {', '.join(duplicates)}")
+        raise InvalidClusterStateError(
+            f"podgroup {uid}: duplicate pod name(s) {', '.join(duplicates)}"
+        )
     return PodGroupPods(
         uid=uid,
         pods={pod.name: pod.subgroup for pod in pods},
@@ -171,7 +173,7 @@ class PendingPodGroup:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ClusterSnapshot:
+class ClusterState:
     """Everything the planner needs to know about the cluster at the start of a cycle."""
 
     nodes: tuple[Node, ...]
@@ -212,7 +214,7 @@ class ClusterSnapshot:
 def _unique(what: str, names: Iterable[str]) -> None:
     duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
     if duplicates:
-        raise InvalidSnapshotError(f"duplicate {what}(s) in snapshot: {', '.join(duplicates)}")
+        raise InvalidClusterStateError(f"duplicate {what}(s) in snapshot: {', '.join(duplicates)}")
 
 
 class RequeueOutcome(StrEnum):
@@ -286,7 +288,7 @@ class ExclusionReason(StrEnum):
     INVALID_TIME = "invalid_time"
     # Annotations that are not a map of strings.
     INVALID_ANNOTATIONS = "invalid_annotations"
-    # Anything else the snapshot's own checks refuse (duplicate pod names, a subgroup's
+    # Anything else the cluster state's own checks refuse (duplicate pod names, a subgroup's
     # minAvailable below zero, a running pod without a node, ...).
     INVALID_SNAPSHOT = "invalid_snapshot"
     # A nomination that names no nominator.
@@ -308,7 +310,7 @@ _REASON_OF_KIND: Final = {
 
 
 def exclusion_reason(error: MinRuntimeError) -> ExclusionReason:
-    """The exclusion reason for an error the snapshot's checks raised."""
+    """The exclusion reason for an error the cluster state's checks raised."""
     return _REASON_OF_KIND.get(error.kind, ExclusionReason.INVALID_SNAPSHOT)
 
 
@@ -328,7 +330,7 @@ class CyclePlan:
     """The decisions of one cycle, in processing order, and the promises after them."""
 
     decisions: tuple[RequeueDecision, ...]
-    # Node -> GPUs promised: the snapshot's promises plus this cycle's reservations.
+    # Node -> GPUs promised: the cluster state's promises plus this cycle's reservations.
     promised: Mapping[str, float]
     # Candidates the planner could not decide (no decision recorded for them).
     excluded: tuple[Exclusion, ...] = ()

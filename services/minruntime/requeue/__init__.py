@@ -15,6 +15,7 @@ from minruntime.requeue.cycle import (
     plan_cycle,
     run_cycle,
 )
+from minruntime.requeue.cycle_inputs import CycleInputs, load_cycle_inputs
 from minruntime.requeue.expiry import (
     ExpiryEmitter,
     ExpiryOptions,
@@ -24,7 +25,6 @@ from minruntime.requeue.expiry import (
 )
 from minruntime.requeue.metrics import RequeueMetrics
 from minruntime.requeue.preview import RequeuePreview, UnknownNodePoolError, preview
-from minruntime.requeue.snapshot import CycleInputs, load_cycle_inputs
 from minruntime.requeue.worker import LEADER_LOCK_KEY, RequeueWorker, WorkerOptions
 
 __all__ = [

@@ -3,7 +3,7 @@
 ``run_cycle`` is everything the active worker does per cycle, and nothing else (no
 leadership, no Kafka, no metrics), so tests and the benchmark call it directly:
 
-1. read the inputs (``snapshot.load_cycle_inputs``) in the caller's REPEATABLE READ
+1. read the inputs (``cycle_inputs.load_cycle_inputs``) in the caller's REPEATABLE READ
    transaction;
 2. nominate with the built-in expected-runtime nominator, merge the external nominations
    (``collect_candidates``), and plan (``plan_requeue_cycle``) — the pure core. Steps 1–2 are
@@ -11,7 +11,7 @@ leadership, no Kafka, no metrics), so tests and the benchmark call it directly:
    ``preview.py``) runs exactly it, in a READ ONLY transaction;
 3. lock the rows of the committed victims and their beneficiaries (``FOR UPDATE``): under
    REPEATABLE READ this fails with a serialization error if the processor changed one of
-   them since the snapshot was taken, and the caller retries the cycle on fresh state;
+   them since the inputs were read, and the caller retries the cycle on fresh state;
 4. record the decisions (``record_decisions``): projection, event log and outbox, in the
    same transaction. A rolled-back or skipped decision identical to the newest one recorded
    for the same podgroup and run is not recorded again (the audit log shows changes, not a
@@ -52,7 +52,7 @@ from minruntime.events import (
     new_event,
 )
 from minruntime.ingest import record_decisions
-from minruntime.requeue.snapshot import (
+from minruntime.requeue.cycle_inputs import (
     CycleInputs,
     LastDecision,
     last_decisions,
@@ -125,7 +125,7 @@ class PlannedCycle:
     @cached_property
     def run_starts(self) -> Mapping[str, datetime | None]:
         """uid -> start time of every running podgroup the cycle read."""
-        return {podgroup.uid: podgroup.start_time for podgroup in self.inputs.snapshot.running}
+        return {podgroup.uid: podgroup.start_time for podgroup in self.inputs.cluster.running}
 
 
 def plan_cycle(conn: Connection, *, now: datetime, tables: StateTables = LIVE) -> PlannedCycle:
@@ -136,11 +136,11 @@ def plan_cycle(conn: Connection, *, now: datetime, tables: StateTables = LIVE) -
     with _gc_paused():
         inputs = load_cycle_inputs(conn, now, tables)
         loaded = perf_counter()
-        snapshot = inputs.snapshot
-        nominations = expected_runtime_nominations(snapshot.running, now)
+        cluster = inputs.cluster
+        nominations = expected_runtime_nominations(cluster.running, now)
         candidates = collect_candidates(nominations.nominated, inputs.external)
         plan = plan_requeue_cycle(
-            snapshot, candidates, tree=inputs.tree, configs=inputs.configs, now=now
+            cluster, candidates, tree=inputs.tree, configs=inputs.configs, now=now
         )
         planned = perf_counter()
     return PlannedCycle(

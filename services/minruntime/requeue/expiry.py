@@ -54,8 +54,8 @@ from minruntime.events import (
 from minruntime.health import one_line
 from minruntime.health.outage import Backoff
 from minruntime.requeue.cycle import WORKER_SOURCE
+from minruntime.requeue.cycle_inputs import pool_unusable
 from minruntime.requeue.metrics import RequeueMetrics
-from minruntime.requeue.snapshot import pool_unusable
 from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.outbox import OutboxMessage, enqueue
 from minruntime.store.queues import load_tree

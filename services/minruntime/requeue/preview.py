@@ -84,7 +84,7 @@ def preview(
     decisions = tuple(d for d in planned.plan.decisions if keep(d.uid))
     node_in_pool = {
         node.name
-        for node in planned.inputs.snapshot.nodes
+        for node in planned.inputs.cluster.nodes
         if node_pool is None or node.node_pool == node_pool
     }
     return RequeuePreview(
@@ -103,14 +103,14 @@ def preview(
 
 def node_pools(planned: PlannedCycle) -> tuple[str, ...]:
     """Every node pool the cycle's state names, sorted; ``default`` always exists."""
-    snapshot = planned.inputs.snapshot
+    cluster = planned.inputs.cluster
     return tuple(
         sorted(
             {
                 DEFAULT_NODE_POOL,
-                *(node.node_pool for node in snapshot.nodes),
-                *(pg.node_pool for pg in snapshot.running),
-                *(pg.node_pool for pg in snapshot.pending),
+                *(node.node_pool for node in cluster.nodes),
+                *(pg.node_pool for pg in cluster.running),
+                *(pg.node_pool for pg in cluster.pending),
                 *planned.inputs.configs.by_pool,
                 *(e.name for e in planned.excluded if e.what == "node_pool"),
             }
@@ -121,9 +121,9 @@ def node_pools(planned: PlannedCycle) -> tuple[str, ...]:
 def _in_pool(planned: PlannedCycle, node_pool: str | None) -> Callable[[str], bool]:
     if node_pool is None:
         return _everything
-    snapshot = planned.inputs.snapshot
-    pools = {pg.uid: pg.node_pool for pg in snapshot.running}
-    pools.update((pg.uid, pg.node_pool) for pg in snapshot.pending)
+    cluster = planned.inputs.cluster
+    pools = {pg.uid: pg.node_pool for pg in cluster.running}
+    pools.update((pg.uid, pg.node_pool) for pg in cluster.pending)
     # A nominated uid the state does not hold as running or pending has no pool: left out.
     return lambda uid: pools.get(uid) == node_pool
 

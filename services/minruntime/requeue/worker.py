@@ -14,7 +14,7 @@ notification wakes the worker only when its sender's backend (the pid it carries
 the worker's own role — the processor's; others are counted and ignored.
 
 A serialization conflict with the processor (a victim or beneficiary row
-changed since the cycle's snapshot) retries the cycle at once on fresh state.
+changed since the cycle read its inputs) retries the cycle at once on fresh state.
 
 This module is synchronous and runs in a thread; the composition root runs the outbox relay
 next to it and passes ``on_recorded`` to wake the relay after a commit, and runs the
@@ -211,7 +211,7 @@ class RequeueWorker:
     def _failed(self, error: Exception) -> None:
         """A cycle that raised for what the database holds: logged, counted, tried again.
 
-        The snapshot excludes every unusable value it knows of; this is the last line, so
+        The cycle's inputs exclude every unusable value it knows of; this is the last line, so
         that nothing stored can stop the active replica (and then the standby, forever).
         The transaction was rolled back; the next cycle runs on schedule.
         """

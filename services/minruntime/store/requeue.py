@@ -103,11 +103,11 @@ _OWN_ROLE_SENDERS: Final = sa.text(
 
 @dataclass(frozen=True)
 class CycleRows:
-    """One cycle's rows as stored, before the core's checks (``requeue.snapshot`` builds)."""
+    """One cycle's rows as stored, before the core's checks (``requeue.cycle_inputs`` builds)."""
 
     # (name, node_pool, gpu)
     nodes: list[tuple[Any, ...]]
-    # The columns of ``requeue.snapshot._Row``.
+    # The columns of ``requeue.cycle_inputs._Row``.
     podgroups: list[tuple[Any, ...]]
     # (uid, name, subgroup, gpu, node, allocated)
     pods: list[tuple[Any, ...]]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     EXPECTED_RUNTIME_PLUGIN,
-    ClusterSnapshot,
+    ClusterState,
     CyclePlan,
     MinRuntimeConfig,
     Node,
@@ -230,7 +230,7 @@ def flat_tree(
 
 
 def plan(
-    snapshot: ClusterSnapshot,
+    snapshot: ClusterState,
     candidates: Mapping[str, Collection[str]],
     *,
     tree: QueueTree | None = None,

@@ -15,7 +15,7 @@ from minruntime.core import (
     PREEMPTION_DELAY_ANNOTATION,
     Allocation,
     Annotation,
-    ClusterSnapshot,
+    ClusterState,
     DelaySource,
     IgnoredValue,
     LastEviction,
@@ -286,9 +286,9 @@ def test_a_valid_or_removed_max_requeues_annotation_is_not_ignored() -> None:
 # --- the planner --------------------------------------------------------------------------------
 
 
-def _snapshot(*pending: object) -> ClusterSnapshot:
+def _snapshot(*pending: object) -> ClusterState:
     """n1 (4 GPUs) held by the over-running ``job``; the pending podgroups need it."""
-    return ClusterSnapshot(
+    return ClusterState(
         nodes=(node("n1", 4.0),),
         running=(running_pg("job"),),
         pending=tuple(pending),  # type: ignore[arg-type]

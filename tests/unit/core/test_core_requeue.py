@@ -22,8 +22,8 @@ from minruntime.core import (
     EXPECTED_RUNTIME_PLUGIN,
     REQUEUE_DELAY_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
-    ClusterSnapshot,
-    InvalidSnapshotError,
+    ClusterState,
+    InvalidClusterStateError,
     MinRuntimeConfig,
     MinRuntimeError,
     NodePoolConfigs,
@@ -45,9 +45,9 @@ SKIPPED = RequeueOutcome.SKIPPED
 FIVE_MINUTES = timedelta(minutes=5)
 
 
-def busy_node(*extra: RunningPodGroup, pending: tuple[object, ...] = ()) -> ClusterSnapshot:
+def busy_node(*extra: RunningPodGroup, pending: tuple[object, ...] = ()) -> ClusterState:
     """n1 (8 GPUs): the over-running ``job`` holds 4, ``filler`` (never nominated) the rest."""
-    return ClusterSnapshot(
+    return ClusterState(
         nodes=(node("n1"),),
         running=(
             running_pg("job"),
@@ -97,12 +97,12 @@ def test_scenario_2_delay_comes_from_the_annotation_else_the_pool_default() -> N
     annotated = running_pg(
         "job", annotations={EXPECTED_RUNTIME_ANNOTATION: EXPECTED, REQUEUE_DELAY_ANNOTATION: "15m"}
     )
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1", 4.0),), running=(annotated,), pending=(pending_pg("urgent"),)
     )
     assert plan(snapshot, nominated("job")).decisions[0].requeue_not_before == T0 + s(900)
     configs = NodePoolConfigs({"default": MinRuntimeConfig(default_requeue_delay=s(420))})
-    plain = ClusterSnapshot(
+    plain = ClusterState(
         nodes=(node("n1", 4.0),), running=(running_pg("job"),), pending=(pending_pg("urgent"),)
     )
     decision = plan(plain, nominated("job"), configs=configs).decisions[0]
@@ -119,9 +119,7 @@ def test_scenario_3_cooldown_stops_the_nominator_and_the_gate() -> None:
     }
     cooled = running_pg("job", annotations=annotations)
     later = T0 + s(60)
-    snapshot = ClusterSnapshot(
-        nodes=(node("n1"),), running=(cooled,), pending=(pending_pg("urgent"),)
-    )
+    snapshot = ClusterState(nodes=(node("n1"),), running=(cooled,), pending=(pending_pg("urgent"),))
     report = expected_runtime_nominations(snapshot.running, later)
     assert report.nominated == ()
     assert report.skipped == {"job": SkipReason.COOLDOWN}
@@ -209,7 +207,7 @@ def elastic_job(min_available: int) -> RunningPodGroup:
 )
 def test_elastic_candidates(min_available: int, protected: bool, outcome: RequeueOutcome) -> None:
     tree = flat_tree("team", preempt=s(3 * 3600) if protected else None)
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1"),),
         running=(elastic_job(min_available), running_pg("filler", annotations={})),
         pending=(pending_pg("urgent"),),
@@ -228,7 +226,7 @@ def test_unparsable_not_before_is_skipped() -> None:
         "job",
         annotations={EXPECTED_RUNTIME_ANNOTATION: EXPECTED, REQUEUE_NOT_BEFORE_ANNOTATION: "soon"},
     )
-    snapshot = ClusterSnapshot(nodes=(node("n1"),), running=(broken,))
+    snapshot = ClusterState(nodes=(node("n1"),), running=(broken,))
     (decision,) = plan(snapshot, nominated("job", by="proportion")).decisions
     assert (decision.outcome, decision.reason) == (SKIPPED, RequeueReason.INVALID_NOT_BEFORE)
 
@@ -241,7 +239,7 @@ def test_candidates_that_are_not_running_are_skipped() -> None:
         start_time=None,
         pods=(Pod(name="p", gpu=1.0),),
     )
-    snapshot = ClusterSnapshot(nodes=(node("n1"),), running=(idle,))
+    snapshot = ClusterState(nodes=(node("n1"),), running=(idle,))
     result = plan(snapshot, nominated("idle", "gone", by="proportion"))
     assert [(d.uid, d.reason) for d in result.decisions] == [
         ("idle", RequeueReason.NOT_RUNNING),
@@ -258,12 +256,12 @@ def test_a_cooldown_is_checked_before_running() -> None:
         annotations={REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(T0 + s(1))},
         pods=(Pod(name="p", gpu=1.0),),
     )
-    snapshot = ClusterSnapshot(nodes=(node("n1"),), running=(idle,))
+    snapshot = ClusterState(nodes=(node("n1"),), running=(idle,))
     assert plan(snapshot, nominated("idle")).decisions[0].reason is RequeueReason.COOLDOWN
 
 
 def test_an_already_committed_victim_is_not_attempted_again() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1"),),
         running=(running_pg("job"),),
         pending=(pending_pg("urgent"),),
@@ -275,9 +273,7 @@ def test_an_already_committed_victim_is_not_attempted_again() -> None:
 
 def test_a_non_preemptible_podgroup_is_never_evicted() -> None:
     pinned = running_pg("job", preemptible=False)
-    snapshot = ClusterSnapshot(
-        nodes=(node("n1", 4.0),), running=(pinned,), pending=(pending_pg("u"),)
-    )
+    snapshot = ClusterState(nodes=(node("n1", 4.0),), running=(pinned,), pending=(pending_pg("u"),))
     (decision,) = plan(snapshot, nominated("job", by="proportion")).decisions
     assert (decision.outcome, decision.reason) == (SKIPPED, RequeueReason.NOT_PREEMPTIBLE)
 
@@ -292,7 +288,7 @@ def test_equal_or_lower_priority_pending_does_not_count() -> None:
 
 
 def test_a_contender_that_fits_anyway_does_not_justify_an_eviction() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1"), node("n2")),
         running=(running_pg("job"), running_pg("filler", annotations={})),
         pending=(pending_pg("urgent"),),
@@ -302,7 +298,7 @@ def test_a_contender_that_fits_anyway_does_not_justify_an_eviction() -> None:
 
 
 def test_two_candidates_one_contender_commits_exactly_once() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1"),),
         running=(running_pg("a"), running_pg("b")),
         pending=(pending_pg("urgent"),),
@@ -315,7 +311,7 @@ def test_two_candidates_one_contender_commits_exactly_once() -> None:
 
 
 def test_candidates_go_lowest_priority_then_largest_overrun_then_uid() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1", 16.0),),
         running=(
             running_pg("c-high", priority=5),
@@ -344,7 +340,7 @@ def test_contenders_go_highest_priority_then_oldest_then_uid() -> None:
 
 
 def test_one_eviction_may_serve_several_beneficiaries() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1"),),
         running=(running_pg("job", gpus=(("n1", 8.0),)),),
         pending=(pending_pg("x", priority=20), pending_pg("y", priority=10), pending_pg("z")),
@@ -355,7 +351,7 @@ def test_one_eviction_may_serve_several_beneficiaries() -> None:
 
 
 def test_a_gang_split_across_nodes_does_not_fit() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1", 4.0), node("n2", 4.0)),
         running=(
             running_pg("job", gpus=(("n1", 1.0), ("n2", 1.0))),
@@ -366,7 +362,7 @@ def test_a_gang_split_across_nodes_does_not_fit() -> None:
     (decision,) = plan(snapshot, nominated("job")).decisions
     assert (decision.outcome, decision.reason) == (ROLLED_BACK, RequeueReason.NO_CONTENDER_FITS)
     # Two 1-GPU pods of one gang do fit, one on each node.
-    two = ClusterSnapshot(
+    two = ClusterState(
         nodes=snapshot.nodes,
         running=snapshot.running,
         pending=(pending_pg("pair", gpus=(1.0, 1.0)),),
@@ -376,7 +372,7 @@ def test_a_gang_split_across_nodes_does_not_fit() -> None:
 
 
 def test_fractional_gpus_share_one_node() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1", 1.0),),
         running=(running_pg("job", gpus=(("n1", 0.5),)),),
         pending=(pending_pg("halves", gpus=(0.5, 0.5)),),
@@ -388,7 +384,7 @@ def test_fractional_gpus_share_one_node() -> None:
 
 
 def test_tenths_add_up_exactly() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1", 1.0),),
         running=(running_pg("job", gpus=(("n1", 0.3),)),),
         pending=(pending_pg("tenths", gpus=(0.1,) * 10),),
@@ -419,7 +415,7 @@ def test_every_subgroup_needs_its_minimum() -> None:
 
 
 def test_other_node_pools_are_ignored() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1"), node("b1", pool="b")),
         running=(running_pg("job"), running_pg("filler", annotations={})),
         pending=(pending_pg("elsewhere", pool="b", gpus=(16.0,)),),
@@ -429,7 +425,7 @@ def test_other_node_pools_are_ignored() -> None:
 
 
 def test_capacity_in_another_pool_does_not_help() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1", 4.0), node("b1", pool="b")),
         running=(running_pg("job", gpus=(("n1", 2.0),)), running_pg("f", gpus=(("n1", 2.0),))),
         pending=(pending_pg("urgent", gpus=(2.0,)),),
@@ -441,8 +437,8 @@ def test_capacity_in_another_pool_does_not_help() -> None:
 
 
 def test_promised_capacity_of_earlier_cycles_is_not_handed_out_again() -> None:
-    def snapshot(need: float) -> ClusterSnapshot:
-        return ClusterSnapshot(
+    def snapshot(need: float) -> ClusterState:
+        return ClusterState(
             nodes=(node("n1"),),
             running=(running_pg("job"), running_pg("old", annotations={})),
             pending=(pending_pg("first", priority=50), pending_pg("second", gpus=(need,))),
@@ -469,7 +465,7 @@ def test_a_bad_requeue_delay_uses_the_default_and_says_why(annotation: str) -> N
         "job",
         annotations={EXPECTED_RUNTIME_ANNOTATION: EXPECTED, REQUEUE_DELAY_ANNOTATION: annotation},
     )
-    snapshot = ClusterSnapshot(nodes=(node("n1", 4.0),), running=(job,), pending=(pending_pg("u"),))
+    snapshot = ClusterState(nodes=(node("n1", 4.0),), running=(job,), pending=(pending_pg("u"),))
     (decision,) = plan(snapshot, nominated("job")).decisions
     assert decision.outcome is COMMITTED
     assert decision.requeue_not_before == T0 + FIVE_MINUTES
@@ -478,7 +474,7 @@ def test_a_bad_requeue_delay_uses_the_default_and_says_why(annotation: str) -> N
 
 
 def test_the_promised_ledger_keeps_unknown_nodes_and_drops_nothing() -> None:
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(node("n1", 4.0),),
         running=(running_pg("job"),),
         pending=(pending_pg("u"),),
@@ -493,9 +489,9 @@ def test_the_promised_ledger_keeps_unknown_nodes_and_drops_nothing() -> None:
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: ClusterSnapshot(nodes=(node("n1"), node("n1"))),
-        lambda: ClusterSnapshot(nodes=(), running=(running_pg("a"),), pending=(pending_pg("a"),)),
-        lambda: ClusterSnapshot(nodes=(), promised={"n1": -1.0}),
+        lambda: ClusterState(nodes=(node("n1"), node("n1"))),
+        lambda: ClusterState(nodes=(), running=(running_pg("a"),), pending=(pending_pg("a"),)),
+        lambda: ClusterState(nodes=(), promised={"n1": -1.0}),
         lambda: node("n1", float("nan")),
         lambda: Pod(name="p", gpu=-1.0),
         lambda: Pod(name="p", gpu=1.0, running=True),
@@ -509,8 +505,8 @@ def test_inconsistent_snapshots_are_rejected(build: object) -> None:
 
 def test_snapshot_errors_are_value_errors_with_a_kind() -> None:
     with pytest.raises(ValueError, match="duplicate node name"):
-        ClusterSnapshot(nodes=(node("n1"), node("n1")))
-    assert InvalidSnapshotError.kind == "invalid_snapshot"
+        ClusterState(nodes=(node("n1"), node("n1")))
+    assert InvalidClusterStateError.kind == "invalid_snapshot"
 
 
 def test_now_must_be_aware() -> None:

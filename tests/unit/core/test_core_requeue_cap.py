@@ -17,7 +17,7 @@ from minruntime.core import (
     MAX_REQUEUES_WINDOW,
     REQUEUE_NOT_BEFORE_ANNOTATION,
     CapSource,
-    ClusterSnapshot,
+    ClusterState,
     InvalidConfigError,
     InvalidTimestampError,
     MinRuntimeConfig,
@@ -48,9 +48,9 @@ def contention(*, annotations: dict[str, str] | None = None, pool: str = "defaul
     )
 
 
-def snapshot_with(history: tuple, **kwargs: object) -> ClusterSnapshot:
+def snapshot_with(history: tuple, **kwargs: object) -> ClusterState:
     job, urgent, n1 = contention(**kwargs)  # type: ignore[arg-type]
-    return ClusterSnapshot(
+    return ClusterState(
         nodes=(n1,), running=(job,), pending=(urgent,), requeue_history={"job": history}
     )
 
@@ -185,7 +185,7 @@ def test_a_window_reaching_before_year_one_counts_everything() -> None:
 
 def test_the_snapshot_refuses_naive_requeue_times() -> None:
     with pytest.raises(InvalidTimestampError):
-        ClusterSnapshot(nodes=(), requeue_history={"job": (T0.replace(tzinfo=None),)})
+        ClusterState(nodes=(), requeue_history={"job": (T0.replace(tzinfo=None),)})
 
 
 # --- the planner's gate -----------------------------------------------------------------------
@@ -229,7 +229,7 @@ def test_the_annotation_caps_alone_and_a_bad_one_is_ignored() -> None:
 def test_the_pool_of_the_podgroup_decides() -> None:
     history = (T0 - s(60),)
     job, urgent, n1 = contention(pool="b")
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(n1,), running=(job,), pending=(urgent,), requeue_history={"job": history}
     )
     # Only pool "a" is capped; "b" falls back to "default", which has no entry: unlimited.
@@ -252,14 +252,14 @@ def test_the_earlier_gates_come_first() -> None:
         (Preemptibility.NON_PREEMPTIBLE, RequeueReason.NOT_PREEMPTIBLE),
         (Preemptibility.SEMI_PREEMPTIBLE, RequeueReason.SEMI_PREEMPTIBLE),
     ):
-        gated = ClusterSnapshot(
+        gated = ClusterState(
             nodes=(n1,),
             running=(replace(job, preemptibility=preemptibility),),
             pending=(urgent,),
             requeue_history={"job": history},
         )
         assert plan(gated, nominated("job"), configs=capped(1)).decisions[0].reason is reason
-    waiting = ClusterSnapshot(
+    waiting = ClusterState(
         nodes=(n1,),
         running=(job,),
         pending=(urgent,),
@@ -273,7 +273,7 @@ def test_the_earlier_gates_come_first() -> None:
 
 def test_the_gate_holds_whether_or_not_anyone_waits() -> None:
     job, _, n1 = contention()
-    alone = ClusterSnapshot(nodes=(n1,), running=(job,), requeue_history={"job": (T0,)})
+    alone = ClusterState(nodes=(n1,), running=(job,), requeue_history={"job": (T0,)})
     assert plan(alone, nominated("job"), configs=capped(1)).decisions[0].reason is (
         RequeueReason.REQUEUE_LIMIT
     )

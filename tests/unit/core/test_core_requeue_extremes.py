@@ -21,7 +21,7 @@ from minruntime.core import (
     MAX_GPUS_IN_PLAN,
     REQUEUE_DELAY_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
-    ClusterSnapshot,
+    ClusterState,
     InvalidGpuError,
     MinRuntimeConfig,
     Node,
@@ -77,7 +77,7 @@ def pods(draw: st.DrawFn, uid: str, running: bool) -> tuple[Pod, ...]:
 
 
 @st.composite
-def snapshots(draw: st.DrawFn) -> tuple[ClusterSnapshot, dict[str, frozenset[str]], datetime]:
+def snapshots(draw: st.DrawFn) -> tuple[ClusterState, dict[str, frozenset[str]], datetime]:
     nodes = tuple(Node(name=name, gpu=draw(gpus)) for name in NODES)
     running = tuple(
         RunningPodGroup(
@@ -102,7 +102,7 @@ def snapshots(draw: st.DrawFn) -> tuple[ClusterSnapshot, dict[str, frozenset[str
         for i in range(draw(st.integers(0, 3)))
     )
     promised = {name: draw(gpus) for name in NODES if draw(st.booleans())}
-    snapshot = ClusterSnapshot(nodes=nodes, running=running, pending=pending, promised=promised)
+    snapshot = ClusterState(nodes=nodes, running=running, pending=pending, promised=promised)
     candidates = {pg.uid: frozenset({"proportion"}) for pg in running if draw(st.booleans())}
     candidates["unknown"] = frozenset({"x"})
     return snapshot, candidates, draw(moments)
@@ -111,7 +111,7 @@ def snapshots(draw: st.DrawFn) -> tuple[ClusterSnapshot, dict[str, frozenset[str
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=snapshots(), preempt=durations, reclaim=durations, delay=durations)
 def test_the_planner_never_raises_on_extreme_values(
-    case: tuple[ClusterSnapshot, dict[str, frozenset[str]], datetime],
+    case: tuple[ClusterState, dict[str, frozenset[str]], datetime],
     preempt: timedelta,
     reclaim: timedelta,
     delay: timedelta,
@@ -165,7 +165,7 @@ def test_a_candidate_whose_cooldown_ends_after_year_9999_is_excluded_not_raised(
         start_time=EARLIEST,
         pods=(Pod(name="w0", gpu=1.0, node="n1", running=True),),
     )
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=(Node(name="n0", gpu=8.0), Node(name="n1", gpu=1.0)),
         running=(victim, other),
         pending=(contender,),

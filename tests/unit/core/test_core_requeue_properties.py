@@ -15,7 +15,7 @@ from minruntime.core import (
     EXPECTED_RUNTIME_PLUGIN,
     REQUEUE_DELAY_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
-    ClusterSnapshot,
+    ClusterState,
     CyclePlan,
     Node,
     NodePoolConfigs,
@@ -42,7 +42,7 @@ EPSILON = 1e-9
 
 @dataclass(frozen=True)
 class Case:
-    snapshot: ClusterSnapshot
+    snapshot: ClusterState
     candidates: dict[str, frozenset[str]]
     tree: QueueTree
     configs: NodePoolConfigs
@@ -158,7 +158,7 @@ def cases(draw: st.DrawFn) -> Case:
     candidates = {
         uid: draw(nominators) for uid in draw(st.lists(st.sampled_from(uids), min_size=1))
     }
-    snapshot = ClusterSnapshot(
+    snapshot = ClusterState(
         nodes=tuple(nodes),
         running=tuple(running),
         pending=tuple(pending),

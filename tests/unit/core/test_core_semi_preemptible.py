@@ -14,7 +14,7 @@ from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
     Allocation,
-    ClusterSnapshot,
+    ClusterState,
     EndedRun,
     NodePoolConfigs,
     PodGroupPods,
@@ -171,8 +171,8 @@ def test_other_values_hold_no_core() -> None:
 # --- the planner ---------------------------------------------------------------------------
 
 
-def contended(preemptibility: Preemptibility, **kwargs: object) -> ClusterSnapshot:
-    return ClusterSnapshot(
+def contended(preemptibility: Preemptibility, **kwargs: object) -> ClusterState:
+    return ClusterState(
         nodes=(node("n1", 4.0),),
         running=(running_pg("job", preemptibility=preemptibility, **kwargs),),  # type: ignore[arg-type]
         pending=(pending_pg("urgent"),),

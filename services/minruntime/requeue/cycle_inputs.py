@@ -29,7 +29,7 @@ from sqlalchemy import Connection
 from minruntime.core import (
     DEFAULT_NODE_POOL,
     MAX_GPUS_IN_PLAN,
-    ClusterSnapshot,
+    ClusterState,
     Exclusion,
     ExclusionReason,
     MinRuntimeError,
@@ -66,7 +66,7 @@ class LastDecision:
 class CycleInputs:
     """What one requeue cycle reads."""
 
-    snapshot: ClusterSnapshot
+    cluster: ClusterState
     tree: QueueTree
     configs: NodePoolConfigs
     # (uid, nominator) of the nominations other components published.
@@ -100,7 +100,7 @@ class _Row(NamedTuple):
 
 
 class _Reader:
-    """Builds the snapshot row by row; whatever the core refuses is excluded with its reason."""
+    """Builds the cluster state row by row; what the core refuses is excluded with its reason."""
 
     def __init__(self) -> None:
         self.excluded: list[Exclusion] = []
@@ -193,7 +193,7 @@ class _Reader:
 
 
 def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIVE) -> CycleInputs:
-    """Read the snapshot, queue tree, configs and external nominations at ``now``.
+    """Read the cluster state, queue tree, configs and external nominations at ``now``.
 
     Every row comes from ``tables`` (the live schema unless a shadow's is given). Never raises
     for what the projections hold: a node, podgroup, node pool or the queue tree the planner
@@ -235,7 +235,7 @@ def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIV
     kept_nodes = reader.certain(nodes)
     external = reader.external(nominations)
     kept = {node.name for node in kept_nodes}
-    snapshot = ClusterSnapshot(
+    cluster = ClusterState(
         nodes=tuple(kept_nodes),
         running=tuple(running),
         pending=tuple(pending),
@@ -245,7 +245,7 @@ def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIV
         requeue_history=requeue_history(conn, tables, running, configs, now),
     )
     return CycleInputs(
-        snapshot,
+        cluster,
         QueueTree(()) if tree is None else tree,
         configs,
         tuple(external),
