@@ -24,7 +24,7 @@ from minruntime.health.outage import (
     keep_running,
     quiet_kafka_client_repeats,
     wait_until_available,
-    waiting,
+    waiting_status,
 )
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.memory import GC_THRESHOLDS
@@ -198,7 +198,9 @@ def build_processor(
         health.LIVENESS.watch(asyncio.get_running_loop())
         quiet_kafka_client_repeats()
         started.ok()
-        kafka_status = waiting(f"Kafka at {settings.kafka_bootstrap}", grace=KAFKA_GRACE_SECONDS)
+        kafka_status = waiting_status(
+            f"Kafka at {settings.kafka_bootstrap}", grace=KAFKA_GRACE_SECONDS
+        )
         while True:
             problem = await asyncio.to_thread(database_reachable, engine)
             if problem is None:

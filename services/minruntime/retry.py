@@ -8,8 +8,11 @@ restart a producer) keeps its own loop with the same `Backoff` and `Outage`.
 
 Every first delay, cap and status cadence of the service is named here, once.
 
-Standard library only, and outside `health/` on purpose: `cluster/` shares it, and the layers
-contract forbids `cluster/` the database drivers that `health/__init__` imports.
+Standard library only, and not in `health/` (e.g. `health/backoff.py`) on purpose: importing
+any module of `health/` runs `health/__init__`, which loads the HTTP server and
+prometheus_client, and `health/outage.py` (the processor's waiting) needs psycopg, SQLAlchemy
+and `store.failures`, which the layers contract forbids `cluster/`. Here `cluster/`,
+`stream/`, `requeue/` and `health/` share it without pulling in any of that.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ STATUS_EVERY_SECONDS: Final = 60.0
 # The processor and the worker waiting for PostgreSQL or Kafka (at start, or a batch that
 # waits): an operator watches that log while bringing the stack up, so it speaks more often.
 WAITING_STATUS_EVERY_SECONDS: Final = 5.0
+# aiokafka's own lines while a broker is away (~40 a second): each kind once a minute.
+CLIENT_REPEAT_EVERY_SECONDS: Final = 60.0
 # The processor's consumer is "not fetching" for a moment at every rebalance or coordinator
 # election: normal moments, not outages, so shorter ones are not reported.
 KAFKA_GRACE_SECONDS: Final = 10.0

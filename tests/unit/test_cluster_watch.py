@@ -26,6 +26,7 @@ from minruntime.cluster.api import (
     list_all,
 )
 from minruntime.cluster.mirror import Kind
+from tests.unit.fake_stop import FakeStop
 
 
 def obj(name: str, rv: str) -> dict[str, Any]:
@@ -230,22 +231,10 @@ def test_the_inbox_bounds_the_objects_it_holds() -> None:
     assert [len(n.objects) for n in inbox.take(0, 10)] == [3]
 
 
-class InstantStop(threading.Event):
-    """A stop event whose waits return at once (a fake clock for the backoff)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.delays: list[float] = []
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.delays.append(timeout or 0.0)
-        return self.is_set()
-
-
 def test_an_outage_of_many_attempts_is_one_warning_and_one_line_when_back(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    stop = InstantStop()
+    stop = FakeStop()
     away = [ConnectionError("API server away") for _ in range(5)]
     server = ScriptedServer(stop, [*away, listing("5", obj("a", "4")), events()])
     inbox = Inbox(1000)

@@ -5,31 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 
 import pytest
 
 from minruntime.health import one_line as health_one_line
 from minruntime.retry import WAITING, Backoff, Outage, one_line, retry, retry_async
+from tests.unit.fake_stop import FakeStop
 
 log = logging.getLogger("tests.retry")
-
-
-class FakeStop(threading.Event):
-    """A stop event whose waits return at once, recording each delay on a fake clock."""
-
-    def __init__(self, set_after_waits: int | None = None) -> None:
-        super().__init__()
-        self.delays: list[float] = []
-        self.now = 0.0
-        self._set_after = set_after_waits
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.delays.append(timeout or 0.0)
-        self.now += timeout or 0.0
-        if self._set_after is not None and len(self.delays) >= self._set_after:
-            self.set()
-        return self.is_set()
 
 
 def messages(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from minruntime.health.checks import Condition, one_line
 from minruntime.retry import (
+    CLIENT_REPEAT_EVERY_SECONDS,
     MAX_BACKOFF_SECONDS,
     WAITING,
     WAITING_STATUS_EVERY_SECONDS,
@@ -50,7 +51,7 @@ def storage_transient(error: BaseException) -> bool:
     return isinstance(error, DBAPIError) and error.connection_invalidated
 
 
-def waiting(what: str, *, grace: float = 0.0) -> Outage:
+def waiting_status(what: str, *, grace: float = 0.0) -> Outage:
     """The status line of the processor or the worker waiting for `what` (every 5 s)."""
     return Outage(what, log, WAITING_STATUS_EVERY_SECONDS, grace=grace, wording=WAITING)
 
@@ -94,7 +95,7 @@ def wait_until_available(
         what=what,
         transient=transient,
         backoff=backoff,
-        outage=waiting(what),
+        outage=waiting_status(what),
         on_failure=unavailable,
     )
     if condition is not None:
@@ -111,7 +112,7 @@ async def keep_running(what: str, run: Callable[[], Awaitable[None]]) -> None:
     backoff afresh, and nothing says "back" (a restarted run does not return).
     """
     delays = Backoff()
-    status = waiting(what)
+    status = waiting_status(what)
     while True:
         started = time.monotonic()
         try:
@@ -133,7 +134,11 @@ class RepeatFilter(logging.Filter):
     first of each kind stays visible, and our own status line tells how long it lasts.
     """
 
-    def __init__(self, every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        every: float = CLIENT_REPEAT_EVERY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self._every, self._clock = every, clock
         self._last: dict[tuple[str, object], float] = {}
@@ -148,7 +153,7 @@ class RepeatFilter(logging.Filter):
         return True
 
 
-def quiet_kafka_client_repeats(every: float = 60.0) -> None:
+def quiet_kafka_client_repeats(every: float = CLIENT_REPEAT_EVERY_SECONDS) -> None:
     """Put a `RepeatFilter` on every aiokafka logger (a filter does not reach child loggers)."""
     repeat = RepeatFilter(every)
     names = [n for n in logging.Logger.manager.loggerDict if n.split(".")[0] == "aiokafka"]

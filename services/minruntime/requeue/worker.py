@@ -39,7 +39,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from minruntime.core import Exclusion, ExclusionReason
 from minruntime.health import Condition, one_line
-from minruntime.health.outage import waiting
+from minruntime.health.outage import waiting_status
 from minruntime.ingest import NOMINATIONS_CHANNEL
 from minruntime.requeue.cycle import CycleReport, run_cycle
 from minruntime.requeue.metrics import RequeueMetrics
@@ -102,7 +102,7 @@ class RequeueWorker:
         few seconds, readiness failing meanwhile.
         """
         backoff = Backoff(self._options.standby_poll_seconds)
-        status = waiting("PostgreSQL (requeue worker)")
+        status = waiting_status("PostgreSQL (requeue worker)")
         while not self.stop.is_set():
             self._beat = time.monotonic()
             try:

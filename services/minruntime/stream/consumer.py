@@ -37,7 +37,7 @@ from typing import Any, Final
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from minruntime.health.outage import waiting
+from minruntime.health.outage import waiting_status
 from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, start_client
 from minruntime.retry import Backoff
@@ -276,7 +276,7 @@ class BatchedConsumer:
         """
         client = self._client
         most, full_poll = self._options.batch_max_events, FULL_POLL_MS
-        status, backoff, failing = waiting("Kafka (fetching)"), Backoff(), False
+        status, backoff, failing = waiting_status("Kafka (fetching)"), Backoff(), False
         while not self._stopping:
             fetch_from = [tp for tp in self._assigned if not self._lanes[tp.topic].full]
             if fetch_from or not self._assigned:

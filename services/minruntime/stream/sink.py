@@ -39,7 +39,7 @@ from sqlalchemy.exc import DBAPIError
 
 from minruntime.core.topic_life import TopicLife
 from minruntime.health import Condition, one_line
-from minruntime.health.outage import storage_transient, waiting
+from minruntime.health.outage import storage_transient, waiting_status
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.ingest.isolation import apply_isolated
 from minruntime.retry import BATCH_FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff, retry
@@ -137,7 +137,7 @@ class BatchSink:
                 what=what,
                 transient=_storage_transient,
                 backoff=Backoff(self._first_backoff, self._max_backoff),
-                outage=waiting("PostgreSQL"),
+                outage=waiting_status("PostgreSQL"),
                 on_failure=waits,
                 reason=lambda exc: f"a batch of {len(records)} records waits: {one_line(exc)}",
                 sleep=self._sleep,
