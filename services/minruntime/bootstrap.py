@@ -21,10 +21,10 @@ from minruntime import health
 from minruntime.core.topic_life import StoredOffset
 from minruntime.errors import UserError
 from minruntime.health.outage import (
-    StatusLine,
     keep_running,
     quiet_kafka_client_repeats,
     wait_until_available,
+    waiting_status,
 )
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.memory import GC_THRESHOLDS
@@ -37,9 +37,10 @@ from minruntime.requeue import (
     RequeueWorker,
     WorkerOptions,
 )
+from minruntime.retry import KAFKA_GRACE_SECONDS
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.engine import reached_server
+from minruntime.store.engine import bounded_idle_transactions, reached_server
 from minruntime.store.migrate import is_at_head
 from minruntime.store.offsets import stored_offsets
 from minruntime.store.privileges import public_can_take_advisory_locks
@@ -48,7 +49,7 @@ from minruntime.stream.app import ProcessorApp, build_app
 from minruntime.stream.metrics import ProcessorMetrics
 from minruntime.stream.outbox_metrics import OutboxMetrics
 from minruntime.stream.relay import OutboxRelay
-from minruntime.stream.sink import BatchSink, bounded_idle_transactions
+from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, ensure_topics, topic_specs
 
@@ -197,7 +198,9 @@ def build_processor(
         health.LIVENESS.watch(asyncio.get_running_loop())
         quiet_kafka_client_repeats()
         started.ok()
-        kafka_status = StatusLine(f"Kafka at {settings.kafka_bootstrap}", grace=10.0)
+        kafka_status = waiting_status(
+            f"Kafka at {settings.kafka_bootstrap}", grace=KAFKA_GRACE_SECONDS
+        )
         while True:
             problem = await asyncio.to_thread(database_reachable, engine)
             if problem is None:
@@ -208,7 +211,7 @@ def build_processor(
             if problem is None:
                 kafka_status.back()
             else:
-                kafka_status.waiting(problem)
+                kafka_status.failed(problem)
             await asyncio.sleep(HEALTH_PROBE_SECONDS)
 
     processor.app.task(watch_health)

@@ -1,10 +1,18 @@
 """Retrying with capped backoff and one status line per outage, for every part of the service.
 
-A dependency that is away (an API server, Kafka, a disruption budget saying "not now") is
-waited for, not reported once per attempt: ONE warning when an outage starts, a reminder at
-most every `STATUS_EVERY_SECONDS` (longer than the backoff's cap, so a long outage is not a
-line per attempt), and one line when it ends. Standard library only, so that `cluster/`,
-which may not import the database drivers that `health` does, shares it with the rest.
+A dependency that is away (an API server, Kafka, PostgreSQL, a disruption budget saying "not
+now") is waited for, not reported once per attempt: ONE line when an outage starts, a reminder
+at most every `every` seconds, and one line when it ends (`Outage`). `retry`/`retry_async`
+are the one loop around an attempt; a loop that must do something between attempts (relist,
+restart a producer) keeps its own loop with the same `Backoff` and `Outage`.
+
+Every first delay, cap and status cadence of the service is named here, once.
+
+Standard library only, and not in `health/` (e.g. `health/backoff.py`) on purpose: importing
+any module of `health/` runs `health/__init__`, which loads the HTTP server and
+prometheus_client, and `health/outage.py` (the processor's waiting) needs psycopg, SQLAlchemy
+and `store.failures`, which the layers contract forbids `cluster/`. Here `cluster/`,
+`stream/`, `requeue/` and `health/` share it without pulling in any of that.
 """
 
 from __future__ import annotations
@@ -15,13 +23,28 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 T = TypeVar("T")
 
 FIRST_BACKOFF_SECONDS: Final = 0.5
 MAX_BACKOFF_SECONDS: Final = 10.0
+# A batch holds its whole lane while it waits for PostgreSQL: its first retry comes sooner.
+BATCH_FIRST_BACKOFF_SECONDS: Final = 0.2
+# The protection-expiry emitter only announces (the requeue cycle has its own 10 s cap).
+EXPIRY_MAX_BACKOFF_SECONDS: Final = 30.0
+
+# A long outage of the cluster side or of the outbox: a reminder a minute.
 STATUS_EVERY_SECONDS: Final = 60.0
+# The processor and the worker waiting for PostgreSQL or Kafka (at start, or a batch that
+# waits): an operator watches that log while bringing the stack up, so it speaks more often.
+WAITING_STATUS_EVERY_SECONDS: Final = 5.0
+# aiokafka's own lines while a broker is away (~40 a second): each kind once a minute.
+CLIENT_REPEAT_EVERY_SECONDS: Final = 60.0
+# The processor's consumer is "not fetching" for a moment at every rebalance or coordinator
+# election: normal moments, not outages, so shorter ones are not reported.
+KAFKA_GRACE_SECONDS: Final = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +81,34 @@ class Backoff:
         self._next = self._first
 
 
+@dataclass(frozen=True)
+class Wording:
+    """The three lines of an outage (%-templates of `what`, `reason`, `seconds`, `attempts`)."""
+
+    started: str
+    reminder: str
+    back: str
+
+
+# The cluster side and the outbox: what is retried, and how many attempts it took.
+RETRYING: Final = Wording(
+    started="%(what)s: %(reason)s; retrying with backoff",
+    reminder="%(what)s: %(reason)s; still retrying after %(seconds).0fs (%(attempts)d attempts)",
+    back="%(what)s is back after %(seconds).0fs (%(attempts)d attempts)",
+)
+# The processor and the worker: what they wait for (docs/pipeline.md shows these lines).
+WAITING: Final = Wording(
+    started="waiting for %(what)s (%(seconds).0fs so far, retrying): %(reason)s",
+    reminder="waiting for %(what)s (%(seconds).0fs so far, retrying): %(reason)s",
+    back="%(what)s is back after %(seconds).0fs",
+)
+
+
 class Outage:
-    """The status line of one outage: a line when it starts, a reminder, a line when it ends."""
+    """The status line of one outage: a line when it starts, a reminder, a line when it ends.
+
+    With `grace`, an outage shorter than that is not reported at all (not even its end).
+    """
 
     def __init__(
         self,
@@ -67,10 +116,14 @@ class Outage:
         logger: logging.Logger = log,
         every: float = STATUS_EVERY_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        grace: float = 0.0,
+        wording: Wording = RETRYING,
     ) -> None:
         self._what, self._log, self._every, self._clock = what, logger, every, clock
+        self._grace, self._wording = grace, wording
         self._since: float | None = None
-        self._last = 0.0
+        self._last: float | None = None  # when the last line was said
         self._failures = 0
 
     def failed(self, error: BaseException | str) -> None:
@@ -78,58 +131,68 @@ class Outage:
         now = self._clock()
         self._failures += 1
         if self._since is None:
-            self._since = self._last = now
-            self._log.warning("%s: %s; retrying with backoff", self._what, one_line(error))
-        elif now - self._last >= self._every:
-            self._last = now
-            self._log.warning(
-                "%s: %s; still retrying after %.0fs (%d attempts)",
-                self._what,
-                one_line(error),
-                now - self._since,
-                self._failures,
-            )
+            self._since = now
+        if now - self._since < self._grace:
+            return
+        if self._last is not None and now - self._last < self._every:
+            return
+        template = self._wording.started if self._last is None else self._wording.reminder
+        self._last = now
+        self._say(template, now, self._failures, one_line(error))
 
     def back(self) -> None:
-        """An attempt succeeded: say the outage is over, if one was reported."""
-        if self._since is not None:
-            self._log.warning(
-                "%s is back after %.0fs (%d attempts)",
-                self._what,
-                self._clock() - self._since,
-                self._failures + 1,
-            )
-        self._since, self._failures = None, 0
+        """An attempt succeeded: say the outage is over, if it was reported."""
+        if self._since is not None and self._last is not None:
+            self._say(self._wording.back, self._clock(), self._failures + 1, "")
+        self._since, self._last, self._failures = None, None, 0
+
+    def _say(self, template: str, now: float, attempts: int, reason: str) -> None:
+        assert self._since is not None
+        seconds = now - self._since
+        said = {"what": self._what, "reason": reason, "seconds": seconds, "attempts": attempts}
+        self._log.warning(template, said)
 
 
 def retry(
     attempt: Callable[[], T],
     *,
     what: str,
-    stop: threading.Event,
+    stop: threading.Event | None = None,
     transient: Callable[[Exception], bool] = lambda error: True,
     backoff: Backoff | None = None,
     logger: logging.Logger | None = None,
     cap: float | None = None,
+    outage: Outage | None = None,
+    on_failure: Callable[[Exception], object] | None = None,
+    reason: Callable[[Exception], str] | None = None,
+    sleep: Callable[[float], object] | None = None,
 ) -> T:
     """Call `attempt` until it returns, and return what it returns (blocking).
 
-    An error that is not `transient` propagates at once. Between attempts it waits on `stop`;
-    `InterruptedError` once `stop` is set (also before the first attempt). `cap` bounds the
-    default backoff's delays.
+    An error that is not `transient` propagates at once. After a transient one: `on_failure`
+    (e.g. to fail a readiness condition), the status line (`outage`, saying `reason(error)`),
+    then a wait on `stop`, or `sleep(delay)` when given. `InterruptedError` once `stop` is set
+    (also before the first attempt). `cap` bounds the default backoff's delays.
     """
     delays = backoff or Backoff(cap=MAX_BACKOFF_SECONDS if cap is None else cap)
-    outage = Outage(what, logger or log)
-    while not stop.is_set():
+    status = outage or Outage(what, logger or log)
+    while stop is None or not stop.is_set():
         try:
             result = attempt()
         except Exception as error:
             if not transient(error):
                 raise
-            outage.failed(error)
-            stop.wait(delays.next())
+            if on_failure is not None:
+                on_failure(error)
+            status.failed(error if reason is None else reason(error))
+            if sleep is not None:
+                sleep(delays.next())
+            elif stop is not None:
+                stop.wait(delays.next())
+            else:
+                time.sleep(delays.next())
             continue
-        outage.back()
+        status.back()
         return result
     raise InterruptedError(f"stopped while retrying {what}")
 
@@ -138,32 +201,39 @@ async def retry_async(
     attempt: Callable[[], Awaitable[T]],
     *,
     what: str,
-    stop: threading.Event | asyncio.Event,
+    stop: threading.Event | asyncio.Event | None = None,
     transient: Callable[[Exception], bool] = lambda error: True,
     backoff: Backoff | None = None,
     logger: logging.Logger | None = None,
     cap: float | None = None,
+    outage: Outage | None = None,
+    sleep: Callable[[float], Awaitable[object]] | None = None,
 ) -> T:
     """`retry` for a coroutine function; a `threading.Event` is waited on in a thread."""
     delays = backoff or Backoff(cap=MAX_BACKOFF_SECONDS if cap is None else cap)
-    outage = Outage(what, logger or log)
-    while not stop.is_set():
+    status = outage or Outage(what, logger or log)
+    while stop is None or not stop.is_set():
         try:
             result = await attempt()
         except Exception as error:
             if not transient(error):
                 raise
-            outage.failed(error)
-            await _wait(stop, delays.next())
+            status.failed(error)
+            if sleep is not None:
+                await sleep(delays.next())
+            else:
+                await _wait(stop, delays.next())
             continue
-        outage.back()
+        status.back()
         return result
     raise InterruptedError(f"stopped while retrying {what}")
 
 
-async def _wait(stop: threading.Event | asyncio.Event, delay: float) -> None:
-    if isinstance(stop, threading.Event):
+async def _wait(stop: threading.Event | asyncio.Event | None, delay: float) -> None:
+    if stop is None:
+        await asyncio.sleep(delay)
+    elif isinstance(stop, threading.Event):
         await asyncio.to_thread(stop.wait, delay)
-        return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), delay)
+    else:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)

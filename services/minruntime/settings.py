@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from minruntime.events.topics import DEFAULT_TOPICS
 from minruntime.pgurl import PgAddress
+from minruntime.retry import MAX_BACKOFF_SECONDS
 from minruntime.topology import read_topology
 
 KAFKA_VERSION = "4.3.1"
@@ -166,7 +167,7 @@ class Settings(BaseSettings):
     kube_identity: str = ""  # the Lease holder's name; "" = hostname-pid
     kube_watch_seconds: int = Field(default=30, gt=0)  # server-side timeout of one watch call
     evictor_group: str = "minruntime-evictor"
-    kube_backoff_max_seconds: float = Field(default=10.0, gt=0)
+    kube_backoff_max_seconds: float = Field(default=MAX_BACKOFF_SECONDS, gt=0)
     # Only pods of this scheduler are watched (a field selector; "" = every pod).
     kube_scheduler_name: str = "kai-scheduler"
     kube_list_page_size: int = Field(default=500, gt=0, le=10_000)  # objects per list page

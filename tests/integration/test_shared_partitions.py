@@ -30,9 +30,10 @@ from minruntime.core.topic_life import StoredOffset, TopicLife
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch, isolation
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
+from minruntime.store.engine import bounded_idle_transactions
 from minruntime.store.offsets import stored_offsets
 from minruntime.store.schema import LIVE
-from minruntime.stream.sink import BatchSink, bounded_idle_transactions
+from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topic_identity import describe_topics
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics

@@ -14,23 +14,9 @@ from kubernetes.client.exceptions import ApiException
 from minruntime.cluster import evictor as evictor_module
 from minruntime.cluster.evictor import Evictor, Outcome, _handle
 from minruntime.events import RequeueCommittedData, encode_event, new_event
+from tests.unit.fake_stop import FakeStop
 
 POD = {"metadata": {"name": "long-0", "namespace": "team"}}
-
-
-class FakeStop(threading.Event):
-    """Waits return at once; the event is set after `set_after_waits` of them."""
-
-    def __init__(self, set_after_waits: int | None = None) -> None:
-        super().__init__()
-        self.delays: list[float] = []
-        self._set_after = set_after_waits
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.delays.append(timeout or 0.0)
-        if self._set_after is not None and len(self.delays) >= self._set_after:
-            self.set()
-        return self.is_set()
 
 
 class BudgetedCore:

@@ -26,6 +26,7 @@ from minruntime.cluster.api import (
     list_all,
 )
 from minruntime.cluster.mirror import Kind
+from tests.unit.fake_stop import FakeStop
 
 
 def obj(name: str, rv: str) -> dict[str, Any]:
@@ -228,3 +229,22 @@ def test_the_inbox_bounds_the_objects_it_holds() -> None:
     stop.set()  # a second page would wait for room: a stopping watcher gives up instead
     assert not inbox.put(Notification(Kind.POD, "ADDED", (obj("x", "2"),)), stop)
     assert [len(n.objects) for n in inbox.take(0, 10)] == [3]
+
+
+def test_an_outage_of_many_attempts_is_one_warning_and_one_line_when_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stop = FakeStop()
+    away = [ConnectionError("API server away") for _ in range(5)]
+    server = ScriptedServer(stop, [*away, listing("5", obj("a", "4")), events()])
+    inbox = Inbox(1000)
+    watcher = Watcher(Source(Kind.NODE, server), inbox, stop, watch_seconds=5, backoff_max=4.0)
+    with caplog.at_level(logging.INFO, "minruntime.cluster.api"):
+        watcher.run()
+    assert stop.delays == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert shown(inbox.take(0, 10_000)) == listed("a")
+    said = [r.getMessage() for r in caplog.records if r.name == "minruntime.cluster.api"]
+    assert said == [
+        "watch of Node: ConnectionError: API server away; retrying with backoff",
+        "watch of Node is back after 0s (6 attempts)",
+    ]

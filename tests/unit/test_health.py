@@ -1,4 +1,7 @@
-"""Health: readiness checks, conditions, liveness, the HTTP endpoints, outage pacing."""
+"""Health: readiness checks, conditions, liveness, the HTTP endpoints, waiting for a dependency.
+
+The status line and the backoff themselves: tests/unit/test_retry.py.
+"""
 
 from __future__ import annotations
 
@@ -21,10 +24,10 @@ from minruntime.health import (
     MetricsPortError,
     Readiness,
     ReadinessMetrics,
-    one_line,
     serve_metrics,
 )
-from minruntime.health.outage import Backoff, RepeatFilter, StatusLine, wait_until_available
+from minruntime.health.outage import RepeatFilter, wait_until_available
+from minruntime.retry import Backoff
 from minruntime.settings import Settings
 from tests.conftest import free_ports
 
@@ -58,14 +61,6 @@ def test_condition_reports_its_reason_and_how_long() -> None:
     reason = condition()
     assert reason is not None
     assert reason.startswith("PostgreSQL unreachable: connection refused (for ")
-
-
-def test_one_line_prefers_the_driver_error_and_never_repeats_the_class_name() -> None:
-    class WrappedError(Exception):
-        orig = ValueError("bad\nvalue")
-
-    assert one_line(WrappedError("wrapper text")) == "ValueError: bad value"
-    assert one_line(RuntimeError("RuntimeError: said twice")) == "RuntimeError: said twice"
 
 
 def test_liveness_asks_the_event_loop() -> None:
@@ -182,43 +177,6 @@ def test_serve_metrics_exports_the_process_readiness_and_names_a_taken_port(
     assert status == 200
     assert "# TYPE minruntime_ready gauge" in body
     assert 'minruntime_ready{component="requeue-worker"}' in body
-
-
-def test_backoff_doubles_up_to_its_cap_and_resets() -> None:
-    backoff = Backoff(0.5, 10.0)
-    assert [backoff.next() for _ in range(7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
-    backoff.reset()
-    assert backoff.next() == 0.5
-
-
-def test_status_line_at_most_every_few_seconds_and_once_when_back(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    now = [100.0]
-    status = StatusLine("PostgreSQL", every=5.0, clock=lambda: now[0])
-    with caplog.at_level(logging.WARNING, "minruntime.outage"):
-        for _ in range(30):  # 15 s of retries every half second
-            status.waiting("connection refused")
-            now[0] += 0.5
-        status.back()
-    lines = [record.getMessage() for record in caplog.records]
-    assert lines == [
-        "waiting for PostgreSQL (0s so far, retrying): connection refused",
-        "waiting for PostgreSQL (5s so far, retrying): connection refused",
-        "waiting for PostgreSQL (10s so far, retrying): connection refused",
-        "PostgreSQL is back after 15s",
-    ]
-
-
-def test_status_line_grace_hides_short_moments(caplog: pytest.LogCaptureFixture) -> None:
-    now = [0.0]
-    status = StatusLine("Kafka", clock=lambda: now[0], grace=10.0)
-    with caplog.at_level(logging.WARNING, "minruntime.outage"):
-        status.waiting("rebalancing")
-        now[0] = 9.0
-        status.waiting("rebalancing")
-        status.back()
-    assert caplog.records == []
 
 
 def test_repeat_filter_lets_each_kind_of_message_through_once_a_minute() -> None:

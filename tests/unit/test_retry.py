@@ -1,33 +1,18 @@
-"""The shared retry primitive: capped backoff, one status line per outage, stop, async."""
+"""The one retry primitive: capped backoff, one status line per outage (both wordings, grace),
+stop, async."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 
 import pytest
 
-from minruntime.retry import Backoff, Outage, one_line, retry, retry_async
+from minruntime.health import one_line as health_one_line
+from minruntime.retry import WAITING, Backoff, Outage, one_line, retry, retry_async
+from tests.unit.fake_stop import FakeStop
 
 log = logging.getLogger("tests.retry")
-
-
-class FakeStop(threading.Event):
-    """A stop event whose waits return at once, recording each delay on a fake clock."""
-
-    def __init__(self, set_after_waits: int | None = None) -> None:
-        super().__init__()
-        self.delays: list[float] = []
-        self.now = 0.0
-        self._set_after = set_after_waits
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.delays.append(timeout or 0.0)
-        self.now += timeout or 0.0
-        if self._set_after is not None and len(self.delays) >= self._set_after:
-            self.set()
-        return self.is_set()
 
 
 def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -109,6 +94,35 @@ def test_back_says_nothing_without_a_reported_failure_and_a_new_outage_starts_af
     ]
 
 
+def test_the_waiting_wording_says_every_few_seconds_and_once_when_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    status = Outage("PostgreSQL", log, 5.0, lambda: now[0], wording=WAITING)
+    with caplog.at_level(logging.WARNING, log.name):
+        for _ in range(30):  # 15 s of retries every half second
+            status.failed("connection refused")
+            now[0] += 0.5
+        status.back()
+    assert [record.getMessage() for record in caplog.records] == [
+        "waiting for PostgreSQL (0s so far, retrying): connection refused",
+        "waiting for PostgreSQL (5s so far, retrying): connection refused",
+        "waiting for PostgreSQL (10s so far, retrying): connection refused",
+        "PostgreSQL is back after 15s",
+    ]
+
+
+def test_grace_hides_short_moments(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    status = Outage("Kafka", log, clock=lambda: now[0], grace=10.0, wording=WAITING)
+    with caplog.at_level(logging.WARNING, log.name):
+        status.failed("rebalancing")
+        now[0] = 9.0
+        status.failed("rebalancing")
+        status.back()
+    assert caplog.records == []
+
+
 def test_a_success_at_once_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, log.name):
         assert retry(lambda: 7, what="a thing", stop=FakeStop(), logger=log) == 7
@@ -150,10 +164,15 @@ def test_stop_interrupts_the_waiting_and_a_stopped_retry_does_not_start() -> Non
     assert len(calls) == 3
 
 
-def test_one_line_joins_lines_and_bounds_the_length() -> None:
+def test_one_line_joins_lines_bounds_the_length_and_prefers_the_driver_error() -> None:
+    class WrappedError(Exception):
+        orig = ValueError("bad\nvalue")
+
+    assert health_one_line is one_line  # health re-exports the one definition
     assert one_line(RuntimeError("(429)\nReason: Too Many Requests\n")) == (
         "RuntimeError: (429) Reason: Too Many Requests"
     )
+    assert one_line(WrappedError("wrapper text")) == "ValueError: bad value"
     assert one_line(RuntimeError("RuntimeError: said twice")) == "RuntimeError: said twice"
     assert len(one_line("x" * 1000)) == 300
 

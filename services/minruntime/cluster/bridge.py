@@ -33,9 +33,9 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -65,11 +65,13 @@ from minruntime.cluster.metrics import BridgeMetrics
 from minruntime.cluster.mirror import ClusterMirror, Emission, Record
 from minruntime.events import encode_event
 from minruntime.kafka_access import kafka_access
-from minruntime.retry import Backoff, Outage
+from minruntime.retry import Backoff, Outage, retry_async
 from minruntime.settings import Settings
 from minruntime.stream.topics import ensure_topics, topic_names, topic_specs
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Objects the watchers may hold in the inbox before they wait for the bridge.
 _INBOX_OBJECTS: Final = 5_000
@@ -253,9 +255,8 @@ class Bridge:
         the term ended first."""
         from aiokafka import AIOKafkaProducer
 
-        backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
-        outage = Outage(f"Kafka at {self.settings.kafka_bootstrap}", log)
-        while keeper.holds() and not self.stop.is_set():
+        async def started() -> Any:
+            self._check(keeper)
             access = kafka_access(self.settings)
             producer = AIOKafkaProducer(
                 **access.client_kwargs(),
@@ -270,14 +271,16 @@ class Bridge:
                     access, [*topic_specs(self.settings), ledger_spec(self.settings)]
                 )
                 await producer.start()
-                outage.back()
-                return producer
-            except Exception as error:
-                outage.failed(error)
+            except Exception:
                 with contextlib.suppress(Exception):
                     await producer.stop()
-                await asyncio.to_thread(keeper.ended.wait, backoff.next())
-        return None
+                raise
+            return producer
+
+        try:
+            return await self._retry(started, f"Kafka at {self.settings.kafka_bootstrap}", keeper)
+        except TermEndedError:
+            return None
 
     def _transactional_id(self) -> str:
         """Shared by every replica of one bridge deployment (its Lease): the fencing key."""
@@ -285,19 +288,32 @@ class Bridge:
 
     async def _read_ledger(self, keeper: LeaseKeeper) -> dict[str, Record]:
         access = kafka_access(self.settings)
-        backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
-        outage = Outage(f"the ledger {self.ledger_topic}", log)
-        while True:
+
+        async def read() -> dict[str, Record]:
             self._check(keeper)
-            try:
-                ids = await topic_ids(access, [self.topics[role] for role in _ROLES])
-                self.input_topic_ids = ids
-                records = await read_ledger(access, self.ledger_topic, ids)
-                outage.back()
-                return records
-            except Exception as error:
-                outage.failed(error)
-                await asyncio.to_thread(keeper.ended.wait, backoff.next())
+            ids = await topic_ids(access, [self.topics[role] for role in _ROLES])
+            self.input_topic_ids = ids
+            return await read_ledger(access, self.ledger_topic, ids)
+
+        return await self._retry(read, f"the ledger {self.ledger_topic}", keeper)
+
+    async def _retry(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        what: str,
+        keeper: LeaseKeeper,
+        fatal: tuple[type[Exception], ...] = (),
+    ) -> T:
+        """`attempt()` until it returns, with one status line per outage. TermEndedError (from
+        `attempt`'s own `_check`) once the term ends, and a `fatal` error, propagate at once."""
+        return await retry_async(
+            attempt,
+            what=what,
+            transient=lambda error: not isinstance(error, (TermEndedError, *fatal)),
+            logger=log,
+            cap=self.settings.kube_backoff_max_seconds,
+            sleep=lambda delay: asyncio.to_thread(keeper.ended.wait, delay),
+        )
 
     async def _commit(
         self,
@@ -313,38 +329,33 @@ class Bridge:
         from aiokafka.errors import ProducerFenced
 
         records = self._records(emissions, changes, meta)
-        backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
-        outage = Outage(f"sending to Kafka at {self.settings.kafka_bootstrap}", log)
-        while True:
+
+        async def send() -> None:
             self._check(keeper)
+            await producer.begin_transaction()
             try:
-                await producer.begin_transaction()
-                try:
-                    futures = [
-                        await producer.send(topic, value, key=key, headers=headers)
-                        for topic, key, value, headers in records
-                    ]
-                    await asyncio.gather(*futures)
-                    self._check(keeper)
-                    await producer.commit_transaction()
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        await producer.abort_transaction()
-                    raise
-                outage.back()
-                self.sent_total += len(emissions)
-                if emissions and log.isEnabledFor(logging.INFO):
-                    kinds = Counter(emission.event.type for emission in emissions)
-                    log.info("sent %s", ", ".join(f"{n} {t}" for t, n in sorted(kinds.items())))
-                return
-            except ProducerFenced as error:
-                log.warning("another replica's producer took over (%s): term ended", error)
-                raise TermEndedError from error
-            except TermEndedError:
+                futures = [
+                    await producer.send(topic, value, key=key, headers=headers)
+                    for topic, key, value, headers in records
+                ]
+                await asyncio.gather(*futures)
+                self._check(keeper)
+                await producer.commit_transaction()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await producer.abort_transaction()
                 raise
-            except Exception as error:
-                outage.failed(error)
-                await asyncio.to_thread(keeper.ended.wait, backoff.next())
+
+        try:
+            what = f"sending to Kafka at {self.settings.kafka_bootstrap}"
+            await self._retry(send, what, keeper, fatal=(ProducerFenced,))
+        except ProducerFenced as error:
+            log.warning("another replica's producer took over (%s): term ended", error)
+            raise TermEndedError from error
+        self.sent_total += len(emissions)
+        if emissions and log.isEnabledFor(logging.INFO):
+            kinds = Counter(emission.event.type for emission in emissions)
+            log.info("sent %s", ", ".join(f"{n} {t}" for t, n in sorted(kinds.items())))
 
     def _records(
         self, emissions: list[Emission], changes: Mapping[str, Record | None], meta: bool

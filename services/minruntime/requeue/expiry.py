@@ -52,10 +52,10 @@ from minruntime.events import (
     new_event,
 )
 from minruntime.health import one_line
-from minruntime.health.outage import Backoff
 from minruntime.requeue.cycle import WORKER_SOURCE
 from minruntime.requeue.cycle_inputs import pool_unusable
 from minruntime.requeue.metrics import RequeueMetrics
+from minruntime.retry import EXPIRY_MAX_BACKOFF_SECONDS, Backoff
 from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.outbox import OutboxMessage, enqueue
 from minruntime.store.queues import load_tree
@@ -295,8 +295,7 @@ class ExpiryEmitter:
 
     def run(self) -> None:
         """Until ``stop`` is set: wait for leadership, then announce window ends while it holds."""
-        # Capped at 30 s: the emitter only announces; the cycle loop has its own 10 s cap.
-        backoff = Backoff(self.expiry.options.max_sleep_seconds, cap=30.0)
+        backoff = Backoff(self.expiry.options.max_sleep_seconds, cap=EXPIRY_MAX_BACKOFF_SECONDS)
         while not self.stop.is_set():
             if not self._leading.wait(0.2):
                 continue

@@ -39,10 +39,11 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from minruntime.core import Exclusion, ExclusionReason
 from minruntime.health import Condition, one_line
-from minruntime.health.outage import Backoff, StatusLine
+from minruntime.health.outage import waiting_status
 from minruntime.ingest import NOMINATIONS_CHANNEL
 from minruntime.requeue.cycle import CycleReport, run_cycle
 from minruntime.requeue.metrics import RequeueMetrics
+from minruntime.retry import Backoff
 from minruntime.store.requeue import own_role_senders, try_leader_lock
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class RequeueWorker:
         few seconds, readiness failing meanwhile.
         """
         backoff = Backoff(self._options.standby_poll_seconds)
-        status = StatusLine("PostgreSQL (requeue worker)")
+        status = waiting_status("PostgreSQL (requeue worker)")
         while not self.stop.is_set():
             self._beat = time.monotonic()
             try:
@@ -118,7 +119,7 @@ class RequeueWorker:
                 # Another replica may take over meanwhile.
                 self._metrics.active.set(0)
                 self.database.fail(f"PostgreSQL unreachable: {one_line(error)}")
-                status.waiting(error)
+                status.failed(error)
                 self.stop.wait(backoff.next())
         self._metrics.active.set(0)
 

@@ -7,6 +7,10 @@ import sqlalchemy as sa
 from minruntime.pgurl import PgAddress
 from minruntime.settings import Settings
 
+# Far above the gaps of a healthy batch (milliseconds of Python between two statements, a few
+# seconds on a starved machine), far below TCP's detection of a dead peer (2 hours).
+IDLE_TRANSACTION_SECONDS = 30.0
+
 
 def sqlalchemy_url(settings_or_url: Settings | str) -> str:
     """Return a SQLAlchemy URL naming the psycopg 3 driver, from settings or any address
@@ -29,3 +33,33 @@ def engine_from(settings_or_url: Settings | str, **options: object) -> sa.Engine
     """Create an engine for the service's database; connects lazily, on first use."""
     options.setdefault("pool_pre_ping", True)
     return sa.create_engine(sqlalchemy_url(settings_or_url), **options)
+
+
+def bounded_idle_transactions(
+    engine: sa.Engine, seconds: float = IDLE_TRANSACTION_SECONDS
+) -> sa.Engine:
+    """``engine`` (its pool shared) whose transactions PostgreSQL ends after ``seconds`` idle,
+    and whose statements wait at most ``seconds`` for a lock.
+
+    Idle: a process frozen between two statements. A process frozen in the middle of a
+    ``COPY ... FROM STDIN`` (the store writes its rows with COPY) is "active", not idle, and
+    PostgreSQL ends it neither way: a batch that waited ``seconds`` for a lock gives up
+    (LockNotAvailable, retried like any transient error) and ``stream.sink.BatchSink`` first
+    ends such frozen writers (``store.frozen``). A healthy batch waits milliseconds for
+    another's locks.
+
+    ``SET LOCAL`` at each transaction's start: other users of the pool (the outbox relay, whose
+    transaction legitimately waits for Kafka) keep the server's default.
+    """
+    bounded = engine.execution_options()
+    milliseconds = max(1, round(seconds * 1000))
+    setting = (
+        f"SET LOCAL idle_in_transaction_session_timeout = {milliseconds};"
+        f" SET LOCAL lock_timeout = {milliseconds}"
+    )
+
+    @sa.event.listens_for(bounded, "begin")
+    def _bound(conn: sa.Connection) -> None:
+        conn.exec_driver_sql(setting)
+
+    return bounded

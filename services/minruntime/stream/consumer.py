@@ -38,9 +38,10 @@ from typing import Any, Final
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from minruntime.health.outage import Backoff, StatusLine
+from minruntime.health.outage import waiting_status
 from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, start_client
+from minruntime.retry import Backoff
 from minruntime.stream.sink import stop_loudly
 from minruntime.stream.topics import TopicRole
 
@@ -239,7 +240,7 @@ class BatchedConsumer:
 
     async def _started_client(self) -> Any:
         """The started aiokafka consumer, subscribed; waits while Kafka is unreachable."""
-        backoff = Backoff(0.5, 10.0)
+        backoff = Backoff()
         while not self._stopping:
             options = self._options
             client = AIOKafkaConsumer(
@@ -276,7 +277,7 @@ class BatchedConsumer:
         """
         client = self._client
         most, full_poll = self._options.batch_max_events, FULL_POLL_MS
-        status, backoff, failing = StatusLine("Kafka (fetching)"), Backoff(0.5, 10.0), False
+        status, backoff, failing = waiting_status("Kafka (fetching)"), Backoff(), False
         while not self._stopping:
             fetch_from = [tp for tp in self._assigned if not self._lanes[tp.topic].full]
             if fetch_from or not self._assigned:
@@ -294,13 +295,13 @@ class BatchedConsumer:
             except KafkaError as error:
                 # A partition's fetch failed for a reason aiokafka does not handle itself (not
                 # authorized, a record too large ...): one status line every few seconds, retried.
-                status.waiting(f"fetching failed: {error!r}")
+                status.failed(f"fetching failed: {error!r}")
                 failing = True
                 await asyncio.sleep(backoff.next())
                 continue
             if failing:
                 status.back()
-                backoff, failing = Backoff(0.5, 10.0), False
+                backoff, failing = Backoff(), False
             for tp, messages in fetched.items():
                 if tp not in self._assigned:
                     continue  # revoked while the fetch was answered: the next owner reads it

@@ -27,7 +27,7 @@ from typing import Any, Final
 from sqlalchemy import Engine
 
 from minruntime.kafka_access import KafkaAccess
-from minruntime.retry import Backoff, Outage
+from minruntime.retry import MAX_BACKOFF_SECONDS, Backoff, Outage
 from minruntime.store import outbox
 from minruntime.store.outbox import OutboxRow
 from minruntime.store.schema import LIVE
@@ -35,7 +35,6 @@ from minruntime.stream.outbox_metrics import OutboxMetrics, read_outbox_stats
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF_SECONDS: Final = 10.0
 # How often the backlog gauges are refreshed from the table.
 STATS_SECONDS: Final = 2.0
 

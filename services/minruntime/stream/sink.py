@@ -10,7 +10,7 @@
   Kafka keeps the records), readiness reports the outage, and one status line says so at
   most every few seconds. A PostgreSQL outage of any length is ridden out.
 - A batch's transaction never waits long for this process: the processor's sink runs on
-  ``bounded_idle_transactions(engine)``, so a transaction may sit idle (between two
+  ``store.engine.bounded_idle_transactions(engine)``, so a transaction may sit idle (between two
   statements) for at most ``IDLE_TRANSACTION_SECONDS`` (30 s); then PostgreSQL ends it and
   releases its locks. A process frozen or cut off in the middle of a batch (a node
   lost, a stopped container) would otherwise hold the offset rows of its partitions until
@@ -34,14 +34,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypedDict
 
 import psycopg
-from sqlalchemy import Connection, Engine, event
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from minruntime.core.topic_life import TopicLife
 from minruntime.health import Condition, one_line
-from minruntime.health.outage import Backoff, StatusLine, storage_transient
+from minruntime.health.outage import storage_transient, waiting_status
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.ingest.isolation import apply_isolated
+from minruntime.retry import BATCH_FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff, retry
+from minruntime.store.engine import IDLE_TRANSACTION_SECONDS
 from minruntime.store.failures import sqlstate
 from minruntime.store.frozen import end_frozen_sessions
 
@@ -49,9 +51,6 @@ log = logging.getLogger(__name__)
 
 EXIT_STORAGE_UNAVAILABLE = 75  # EX_TEMPFAIL
 EXIT_UNEXPECTED = 70  # EX_SOFTWARE
-# Far above the gaps of a healthy batch (milliseconds of Python between two statements, a few
-# seconds on a starved machine), far below TCP's detection of a dead peer (2 hours).
-IDLE_TRANSACTION_SECONDS = 30.0
 
 
 class BatchOptions(TypedDict):
@@ -76,8 +75,8 @@ class BatchSink:
         consumer_group: str,
         topic_roles: Mapping[str, str],
         dead_letter_topic: str,
-        first_backoff: float = 0.2,
-        max_backoff: float = 10.0,
+        first_backoff: float = BATCH_FIRST_BACKOFF_SECONDS,
+        max_backoff: float = MAX_BACKOFF_SECONDS,
         sleep: Callable[[float], None] = time.sleep,
         storing: Condition | None = None,
         frozen_after: float = IDLE_TRANSACTION_SECONDS,
@@ -123,59 +122,39 @@ class BatchSink:
 
         ``topic_lives``: see ``apply_batch`` (its TopicLifeChangedError propagates).
         """
-        backoff = Backoff(self._first_backoff, self._max_backoff)
-        status = StatusLine("PostgreSQL")
-        while True:
-            try:
-                outcome = apply_isolated(
+        what = f"batch of {len(records)} records not stored"
+
+        def waits(exc: Exception) -> None:
+            if sqlstate(exc) == LOCK_NOT_AVAILABLE:
+                self._end_frozen_writers()
+            self.storing.fail(f"{what}: {one_line(exc)}")
+
+        try:
+            outcome = retry(
+                lambda: apply_isolated(
                     self._engine, records, topic_lives=topic_lives, **self._options
-                )
-            # The store runs its hot statements on the driver's cursor: psycopg's own errors
-            # (a lost connection, a lock timeout) come unwrapped, and are as transient.
-            except (DBAPIError, psycopg.Error) as exc:
-                if not storage_transient(exc):
-                    raise StorageUnavailableError(
-                        f"batch of {len(records)} records not stored: {one_line(exc)}"
-                    ) from exc
-                if sqlstate(exc) == LOCK_NOT_AVAILABLE:
-                    self._end_frozen_writers()
-                self.storing.fail(f"batch of {len(records)} records not stored: {one_line(exc)}")
-                status.waiting(f"a batch of {len(records)} records waits: {one_line(exc)}")
-                self._sleep(backoff.next())
-                continue
-            status.back()
-            self.storing.ok()
-            return outcome
+                ),
+                what=what,
+                transient=_storage_transient,
+                backoff=Backoff(self._first_backoff, self._max_backoff),
+                outage=waiting_status("PostgreSQL"),
+                on_failure=waits,
+                reason=lambda exc: f"a batch of {len(records)} records waits: {one_line(exc)}",
+                sleep=self._sleep,
+            )
+        except (DBAPIError, psycopg.Error) as exc:
+            raise StorageUnavailableError(f"{what}: {one_line(exc)}") from exc
+        self.storing.ok()
+        return outcome
+
+
+def _storage_transient(exc: Exception) -> bool:
+    # The store runs its hot statements on the driver's cursor: psycopg's own errors (a lost
+    # connection, a lock timeout) come unwrapped, and are as transient.
+    return isinstance(exc, DBAPIError | psycopg.Error) and storage_transient(exc)
 
 
 LOCK_NOT_AVAILABLE = "55P03"
-
-
-def bounded_idle_transactions(engine: Engine, seconds: float = IDLE_TRANSACTION_SECONDS) -> Engine:
-    """``engine`` (its pool shared) whose transactions PostgreSQL ends after ``seconds`` idle,
-    and whose statements wait at most ``seconds`` for a lock.
-
-    Idle: a process frozen between two statements. A process frozen in the middle of a
-    ``COPY ... FROM STDIN`` (the store writes its rows with COPY) is "active", not idle, and
-    PostgreSQL ends it neither way: a batch that waited ``seconds`` for a lock gives up
-    (LockNotAvailable, retried like any transient error) and ``BatchSink`` first ends such
-    frozen writers (``store.frozen``). A healthy batch waits milliseconds for another's locks.
-
-    ``SET LOCAL`` at each transaction's start: other users of the pool (the outbox relay, whose
-    transaction legitimately waits for Kafka) keep the server's default.
-    """
-    bounded = engine.execution_options()
-    milliseconds = max(1, round(seconds * 1000))
-    setting = (
-        f"SET LOCAL idle_in_transaction_session_timeout = {milliseconds};"
-        f" SET LOCAL lock_timeout = {milliseconds}"
-    )
-
-    @event.listens_for(bounded, "begin")
-    def _bound(conn: Connection) -> None:
-        conn.exec_driver_sql(setting)
-
-    return bounded
 
 
 def stop_loudly(exc: BaseException) -> None:

@@ -42,9 +42,9 @@ from minruntime.core.topic_life import (
     unread_gap,
 )
 from minruntime.errors import TopicLifeChangedError, UserError
-from minruntime.health.outage import Backoff
 from minruntime.ingest import BatchOutcome
 from minruntime.kafka_access import KafkaAccess
+from minruntime.retry import MAX_BACKOFF_SECONDS, Backoff
 from minruntime.stream.topic_identity import describe_topics, fetch_topic_ids
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class TopicGuard:
         read_stored: ReadStored,
         *,
         recheck_seconds: float = 5.0,
-        max_backoff_seconds: float = 10.0,
+        max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
     ) -> None:
         self._access = access
         self._read_stored = read_stored
@@ -186,7 +186,7 @@ class TopicGuard:
         self, what: str, topic: str, ask: Callable[[], Awaitable[_Answer]]
     ) -> _Answer:
         """``ask()``'s answer; while Kafka is unreachable (so is the topic) the batch waits."""
-        backoff = Backoff(0.5, self._max_backoff)
+        backoff = Backoff(cap=self._max_backoff)
         while True:
             try:
                 return await ask()
