@@ -44,6 +44,7 @@ from minruntime.store.engine import bounded_idle_transactions, reached_server
 from minruntime.store.migrate import is_at_head
 from minruntime.store.offsets import stored_offsets
 from minruntime.store.privileges import public_can_take_advisory_locks
+from minruntime.store.read_transactions import ping
 from minruntime.store.schema import LIVE
 from minruntime.stream.app import ProcessorApp, build_app
 from minruntime.stream.metrics import ProcessorMetrics
@@ -235,7 +236,7 @@ def database_reachable(engine: Engine) -> str | None:
     """None when PostgreSQL answers, else why not (one line)."""
     try:
         with engine.connect() as conn:
-            conn.exec_driver_sql("SELECT 1")
+            ping(conn)
     except Exception as error:
         return f"PostgreSQL unreachable: {health.one_line(error)}"
     return None

@@ -21,6 +21,7 @@ from minruntime.cluster.api import api_client
 from minruntime.cluster.mapping import REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.cluster.standin import Cluster
 from minruntime.demo_process import DemoChild, wait_for
+from minruntime.demo_queries import KUBE_COMMITTED, KUBE_STATUS, ask, kube_podgroups
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
@@ -107,12 +108,7 @@ def _story(
     show_query(console, engine, "The bridge's events, applied (minruntime.podgroups)", long, urgent)
     console.print("\nlong runs past its expected 5s while urgent waits: the worker requeues it…")
     decision = wait_for(
-        lambda: _query(
-            engine,
-            "SELECT decision_id, requeue_not_before FROM minruntime.requeue_decisions"
-            " WHERE uid = :uid AND outcome = 'committed'",
-            uid=long,
-        ),
+        lambda: ask(engine, KUBE_COMMITTED, uid=long),
         children,
         timeout,
         "the requeue to be committed",
@@ -146,23 +142,13 @@ def _deleting(pod: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _status(engine: sa.Engine, uid: str) -> str | None:
-    rows = _query(engine, "SELECT status FROM minruntime.podgroups WHERE uid = :uid", uid=uid)
+    rows = ask(engine, KUBE_STATUS, uid=uid)
     return str(rows[0][0]) if rows else None
-
-
-def _query(engine: sa.Engine, statement: str, **params: Any) -> list[Any]:
-    with engine.connect() as conn:
-        return list(conn.execute(sa.text(statement), params))
 
 
 def show_query(console: Console, engine: sa.Engine, title: str, *uids: str) -> None:
     columns = ("name", "status", "start_time", "priority", "awaiting_release", "requeue_not_before")
     table = Table(*columns, title=title)
-    for row in _query(
-        engine,
-        f"SELECT {', '.join(columns)} FROM minruntime.podgroups"
-        " WHERE uid = ANY(:uids) ORDER BY name",
-        uids=list(uids),
-    ):
+    for row in ask(engine, kube_podgroups(columns), uids=list(uids)):
         table.add_row(*("-" if value is None else str(value) for value in row))
     console.print(table)

@@ -28,6 +28,17 @@ from rich.console import Console
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_rfc3339
 from minruntime.demo_pipeline import show_query
 from minruntime.demo_process import DemoChild, free_port, run_cli_as_user, wait_for
+from minruntime.demo_queries import (
+    LAYERS_EVICTION_APPLIED,
+    LAYERS_FIRST_ROUND_APPLIED,
+    LAYERS_REPEAT_COOLDOWN_OVER,
+    LAYERS_REPEAT_RUNS_AGAIN,
+    LAYERS_SKIPPED_AT_CAP,
+    LAYERS_TWO_DECIDED,
+    layers_decisions,
+    layers_semi_preemptible,
+    run_query,
+)
 from minruntime.events import encode_event, new_event
 from minruntime.produce import Outgoing, send
 from minruntime.settings import Settings
@@ -216,13 +227,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                 engine,
                 # Each topic is consumed on its own: wait for the tree, the pools' config and
                 # the nodes too, or the first cycle could judge without them.
-                "SELECT (SELECT count(*) FROM minruntime.podgroups WHERE uid LIKE :pattern) = 7"
-                " AND (SELECT count(*) FROM minruntime.node_pool_configs"
-                "      WHERE node_pool = 'ly-capped' AND max_requeues = 1"
-                "         OR node_pool = 'ly-guard') = 2"
-                " AND (SELECT count(*) FROM minruntime.nodes WHERE name LIKE 'ly-%') = 4"
-                " AND (SELECT count(*) FROM minruntime.queues"
-                "      WHERE name IN ('batch', 'guarded')) = 2",
+                LAYERS_FIRST_ROUND_APPLIED,
                 pattern,
                 (processor,),
                 timeout,
@@ -232,8 +237,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                 console.print(f"Started `minruntime requeue-worker` (pid {worker.pid}).")
                 _until(
                     engine,
-                    "SELECT count(DISTINCT uid) >= 2 FROM minruntime.requeue_decisions"
-                    " WHERE uid LIKE :pattern",
+                    LAYERS_TWO_DECIDED,
                     pattern,
                     (processor, worker),
                     timeout,
@@ -242,9 +246,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                 produce(story.second_round(datetime.now(UTC)))
                 _until(
                     engine,
-                    "SELECT count(*) = 1 FROM minruntime.podgroups WHERE uid LIKE :pattern"
-                    " AND name = 'repeat' AND status = 'running'"
-                    " AND start_time > now() - '1h'::interval",
+                    LAYERS_REPEAT_RUNS_AGAIN,
                     pattern,
                     (processor, worker),
                     timeout,
@@ -252,8 +254,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                 )
                 _until(
                     engine,
-                    "SELECT requeue_not_before < now() FROM minruntime.podgroups"
-                    " WHERE uid LIKE :pattern AND name = 'repeat'",
+                    LAYERS_REPEAT_COOLDOWN_OVER,
                     pattern,
                     (processor, worker),
                     timeout,
@@ -265,8 +266,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                 produce(story.nomination(datetime.now(UTC)))
                 _until(
                     engine,
-                    "SELECT count(*) >= 1 FROM minruntime.requeue_decisions"
-                    " WHERE uid LIKE :pattern AND reason = 'requeue_limit'",
+                    LAYERS_SKIPPED_AT_CAP,
                     pattern,
                     (processor, worker),
                     timeout,
@@ -274,8 +274,7 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                 )
                 _until(
                     engine,
-                    "SELECT count(*) >= 1 FROM minruntime.runs WHERE uid LIKE :pattern"
-                    " AND ended_by = 'evicted'",
+                    LAYERS_EVICTION_APPLIED,
                     pattern,
                     (processor, worker),
                     timeout,
@@ -287,16 +286,13 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
                 console,
                 conn,
                 "What did the worker decide? (delay_ends_at: when a preemption delay ends)",
-                "SELECT uid, outcome, reason, beneficiaries, delay_ends_at\n"
-                f"FROM minruntime.requeue_decisions\nWHERE uid LIKE '{pattern}'\nORDER BY seq;",
+                layers_decisions(pattern),
             )
             show_query(
                 console,
                 conn,
                 "The semi-preemptible gang: only the pods above its core may go",
-                "SELECT uid, preemptibility, running_pods, is_protected, evictable_pods\n"
-                "FROM minruntime.podgroups JOIN minruntime.preempt_protection USING (uid)\n"
-                f"WHERE uid = '{story.uid('core')}';",
+                layers_semi_preemptible(story.uid("core")),
             )
     finally:
         engine.dispose()
@@ -332,6 +328,6 @@ def _until(
 
     def holds() -> bool:
         with engine.connect() as conn:
-            return bool(conn.execute(sa.text(query), {"pattern": pattern}).scalar_one())
+            return bool(run_query(conn, query, pattern=pattern).scalar_one())
 
     wait_for(holds, children, timeout, what)

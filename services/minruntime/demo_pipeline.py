@@ -27,7 +27,16 @@ from rich.syntax import Syntax
 from rich.table import Column, Table
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_duration
-from minruntime.demo_process import DemoChild, free_port, run_cli_as_user
+from minruntime.demo_process import DemoChild, free_port, run_cli_as_user, wait_for
+from minruntime.demo_queries import (
+    APPLIED_EVENTS,
+    DEAD_LETTERS,
+    DECIDED_JOBS,
+    EARLIER_DEMO_PODGROUPS,
+    PIPELINE_QUERIES,
+    requeue_queries,
+    run_query,
+)
 from minruntime.errors import UserError
 from minruntime.events import encode_event, new_event
 from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
@@ -36,29 +45,6 @@ from minruntime.settings import Settings, project_root
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
 from minruntime.stream.topics import TopicRole, topic_names
-
-QUERIES: tuple[tuple[str, str], ...] = (
-    (
-        "Who is protected from preemption right now (preemptor in the victim's own queue)?",
-        "SELECT uid, queue, min_runtime, resolved_from, protected_until, is_protected,\n"
-        "       evictable_pods\n"
-        "FROM minruntime.preempt_protection\nORDER BY uid;",
-    ),
-    (
-        "Who is protected from a reclaim by a job in queue leaf1?",
-        "SELECT uid, queue, min_runtime, resolved_from, protected_until, is_protected\n"
-        "FROM minruntime.reclaim_protection('leaf1')\nORDER BY uid;",
-    ),
-    (
-        "May a job in leaf1 reclaim resources from each job now?",
-        "SELECT uid, minruntime.is_protected(uid, 'leaf1') AS protected_from_leaf1\n"
-        "FROM minruntime.podgroups WHERE status = 'running'\nORDER BY uid;",
-    ),
-    (
-        "What could not be applied, and why?",
-        "SELECT topic, kind, message\nFROM minruntime.dead_letters\nORDER BY at DESC LIMIT 3;",
-    ),
-)
 
 # The requeue story: three 4-GPU gangs, each alone on a 4-GPU node of its own node pool (so
 # they do not compete), started two hours ago with an expected runtime of one hour.
@@ -83,24 +69,6 @@ SEED_SCHEDULER_CONFIG: Final = "scheduler-config.yaml"
 # The demo's processor serves no metrics: a processor already running on this machine may
 # hold the default port, and the demo shows the worker's metrics only.
 PROCESSOR_ENV: Final = {"MINRUNTIME_PROCESSOR_METRICS_PORT": "0"}
-
-
-def _requeue_queries(run: str) -> tuple[tuple[str, str], ...]:
-    """The SQL a user types to see the worker's decisions about this run's jobs."""
-    return (
-        (
-            "What did the requeue worker decide? (the log records changes, not every cycle)",
-            "SELECT uid, outcome, reason, nominated_by, beneficiaries, requeue_not_before\n"
-            f"FROM minruntime.requeue_decisions\nWHERE uid LIKE 'demo-{run}-%'\nORDER BY seq;",
-        ),
-        (
-            "Which over-running jobs are in cooldown? (only a committed requeue writes one)",
-            "SELECT uid, node_pool, queue, start_time, expected_runtime, requeue_not_before\n"
-            "FROM minruntime.podgroups\n"
-            "WHERE namespace = 'demo' AND status = 'running' AND expected_runtime IS NOT NULL\n"
-            "ORDER BY uid;",
-        ),
-    )
 
 
 def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
@@ -242,18 +210,8 @@ def run_pipeline_demo(
     engine = engine_from(settings)
     with engine.connect() as conn:
         # Earlier demo runs' jobs are deleted so the tables below show this run only.
-        previous = [
-            row.uid
-            for row in conn.execute(
-                sa.text(
-                    "SELECT uid FROM minruntime.podgroups"
-                    " WHERE namespace = 'demo' AND status <> 'deleted'"
-                )
-            )
-        ]
-        applied_before = conn.execute(
-            sa.text("SELECT count(*) FROM minruntime.event_log")
-        ).scalar_one()
+        previous = [row.uid for row in run_query(conn, EARLIER_DEMO_PODGROUPS)]
+        applied_before = run_query(conn, APPLIED_EVENTS).scalar_one()
     now = datetime.now(UTC)
     run = uuid.uuid4().hex[:4]
     names = topic_names(settings)
@@ -285,11 +243,11 @@ def run_pipeline_demo(
         _wait_applied(engine, applied_before + len(outgoing) - 1, processor, timeout)
         view = _run_worker(console, settings, engine, run, timeout)
     with engine.connect() as conn:
-        for title, query in QUERIES:
+        for title, query in PIPELINE_QUERIES:
             show_query(console, conn, title, query)
         console.rule("[bold]Part 3 — the requeue worker: three over-running jobs, three decisions")
         _describe_requeue_story(console)
-        for title, query in _requeue_queries(run):
+        for title, query in requeue_queries(run):
             show_query(console, conn, title, query)
     engine.dispose()
     _show_events(console, settings.topic_requeue_decisions, view.events)
@@ -377,38 +335,26 @@ def _apply_seed_manifests(console: Console) -> int:
 
 
 def _wait_applied(engine: sa.Engine, count: int, processor: DemoChild, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        processor.check()
+    """Until the processor has applied ``count`` events and dead-lettered the bad one."""
+
+    def applied() -> bool:
         with engine.connect() as conn:
-            applied = conn.execute(
-                sa.text("SELECT count(*) FROM minruntime.event_log")
-            ).scalar_one()
-            dead = conn.execute(
-                sa.text("SELECT count(*) FROM minruntime.dead_letters")
-            ).scalar_one()
-        if applied >= count and dead:
-            return
-        time.sleep(0.2)
-    raise UserError(f"the processor did not apply the demo's events within {timeout:.0f}s")
+            events = run_query(conn, APPLIED_EVENTS).scalar_one()
+            dead = run_query(conn, DEAD_LETTERS).scalar_one()
+        return bool(events >= count and dead)
+
+    wait_for(applied, [processor], timeout, "the processor to apply the demo's events")
 
 
 def _wait_decisions(engine: sa.Engine, prefix: str, worker: DemoChild, timeout: float) -> None:
     """Until the worker has recorded a decision about every over-running job."""
-    deadline = time.monotonic() + timeout
-    query = sa.text(
-        "SELECT count(DISTINCT uid) FROM minruntime.requeue_decisions WHERE uid LIKE :pattern"
-    )
-    while time.monotonic() < deadline:
-        worker.check()
+
+    def decided() -> bool:
         with engine.connect() as conn:
-            decided = conn.execute(query, {"pattern": f"{prefix}%"}).scalar_one()
-        if decided >= len(REQUEUE_JOBS):
-            return
-        time.sleep(0.2)
-    raise UserError(
-        f"the requeue worker did not decide about the demo's jobs within {timeout:.0f}s"
-    )
+            jobs = run_query(conn, DECIDED_JOBS, pattern=f"{prefix}%").scalar_one()
+        return bool(jobs >= len(REQUEUE_JOBS))
+
+    wait_for(decided, [worker], timeout, "the requeue worker to decide about the demo's jobs")
 
 
 async def _end_offsets(access: KafkaAccess, topic: str) -> dict[int, int]:
@@ -499,7 +445,7 @@ def _describe_requeue_story(console: Console) -> None:
 def show_query(console: Console, conn: sa.Connection, title: str, query: str) -> None:
     console.print(f"\n[bold]{title}[/]")
     console.print(Syntax(query, "sql", theme="ansi_dark", background_color="default"))
-    result = conn.execute(sa.text(query))
+    result = run_query(conn, query)
     table = _table(result.keys())
     for row in result:
         table.add_row(*(_cell(value) for value in row))

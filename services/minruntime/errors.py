@@ -14,6 +14,10 @@ class UserError(Exception):
     exit_code = 2
 
 
+class UnknownPodGroupError(UserError):
+    """No podgroup with that uid (at that instant, or in the event log)."""
+
+
 class ConfigError(UserError):
     """A setting the service cannot use (an address libpq refuses, a replication factor the
     cluster cannot give)."""

@@ -11,26 +11,18 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from minruntime.audit.replay import read_log, replay
 from minruntime.store import event_log, snapshots
+from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.schema import LIVE as LIVE_TABLES
 from minruntime.store.schema import state_tables
 from minruntime.store.shadows import LIVE, Shadow, copy_live_state, create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 
-
-@contextmanager
-def snapshot(engine: Engine) -> Iterator[Connection]:
-    """A REPEATABLE READ transaction that is rolled back at the end, whatever happens."""
-    with engine.connect() as conn:
-        conn.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
-        try:
-            yield conn
-        finally:
-            conn.rollback()
+# The tests' and older callers' name for a repeatable-read transaction.
+snapshot = repeatable_read
 
 
 @contextmanager
@@ -56,7 +48,7 @@ def state_at(
     None: everything. ``from_snapshot=False``
     replays the whole log up to ``at`` instead (the same answers, slower).
     """
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         if at is None:
             yield conn, LIVE
             return
@@ -92,7 +84,7 @@ def live_copy(engine: Engine) -> Iterator[tuple[Connection, Shadow]]:
     ``conn`` is pointed at the shadow's state tables: ``apply_batch(conn, ...)`` changes the
     copy. Everything is rolled back at the end.
     """
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, temporary_name("minruntime_whatif"))
         copy_live_state(conn, shadow)
         yield conn, shadow

@@ -14,7 +14,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Final
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.audit.explain_model import (
@@ -37,25 +36,19 @@ from minruntime.core import (
     DEFAULT_NODE_POOL,
     MAX_REQUEUES,
     MinRuntimeConfig,
-    NodePoolConfigs,
     PodGroupPods,
-    Queue,
-    QueueTree,
     ResolutionTrace,
     Resolver,
     format_rfc3339,
     remaining_protection,
 )
-from minruntime.errors import UserError
+from minruntime.errors import UnknownPodGroupError
+from minruntime.store import read_surface
 from minruntime.store.podgroups import load_podgroups
 from minruntime.store.schema import state_tables
 from minruntime.store.shadows import Shadow
 
 RUNNING: Final = "running"
-
-
-class UnknownPodGroupError(UserError):
-    """No podgroup with that uid (at that instant)."""
 
 
 def explain(
@@ -77,8 +70,8 @@ class Explainer:
         self._shadow = shadow
         self._as_of = at is not None
         self.at = instant(conn, at)
-        self._tree, self._stored_paths = _load_tree(conn, shadow)
-        self._configs = _load_configs(conn, shadow)
+        self._tree, self._stored_paths = read_surface.queue_tree(conn, shadow)
+        self._configs = read_surface.node_pool_configs(conn, shadow)
 
     def explain(self, uid: str, preemptor_queue: str | None = None) -> Explanation:
         """Why ``uid`` is or is not protected against a preemptor in ``preemptor_queue``.
@@ -134,44 +127,28 @@ class Explainer:
         """The cap in force and the committed requeues it counts (None: never submitted)."""
         if facts.queue is None:
             return None
-        schema = self._shadow.read_schema
-        annotations = self._conn.execute(
-            sa.text(f"SELECT annotations FROM {schema}.podgroups WHERE uid = :uid"),
-            {"uid": facts.uid},
-        ).scalar_one()
+        annotations = read_surface.podgroup_annotations(self._conn, self._shadow, facts.uid)
         # The newest MAX_REQUEUES are enough: no cap counts more.
-        committed = self._conn.execute(
-            sa.text(
-                f"SELECT decided_at FROM {schema}.requeue_decisions WHERE uid = :uid"
-                " AND outcome = 'committed' AND decided_at <= :at"
-                " ORDER BY decided_at DESC LIMIT :most"
-            ),
-            {"uid": facts.uid, "at": self.at, "most": MAX_REQUEUES},
-        ).scalars()
+        committed = read_surface.committed_requeues(
+            self._conn, self._shadow, facts.uid, self.at, MAX_REQUEUES
+        )
         config, config_pool = self._config_for(facts.node_pool)
         strings = (
             {str(k): str(v) for k, v in annotations.items()}
             if isinstance(annotations, dict)
             else {}
         )
-        return requeue_cap_facts(config, config_pool, strings, list(committed), self.at)
+        return requeue_cap_facts(config, config_pool, strings, committed, self.at)
 
     # -- reading the shadow ----------------------------------------------------------------
 
     def _podgroup(self, uid: str) -> tuple[PodGroupFacts, bool]:
         """The podgroup's facts and the read surface's is_elastic."""
-        row = self._conn.execute(
-            sa.text(
-                "SELECT uid, name, namespace, queue, node_pool, status, preemptible, start_time,"
-                " last_start_time, ended_at, running_pods, is_elastic, preemptibility"
-                f" FROM {self._shadow.read_schema}.podgroups WHERE uid = :uid"
-            ),
-            {"uid": uid},
-        ).first()
-        if row is None:
+        found = read_surface.podgroup_facts(self._conn, self._shadow, uid)
+        if found is None:
             when = f" at {format_rfc3339(self.at)}" if self._as_of else ""
             raise UnknownPodGroupError(f"no podgroup with uid {uid!r}{when}")
-        fields = row._asdict()
+        fields = dict(found)
         stored_elastic = bool(fields.pop("is_elastic"))
         return PodGroupFacts(**fields), stored_elastic
 
@@ -191,18 +168,8 @@ class Explainer:
         if facts.queue is None:
             # min_runtime_for needs the victim's queue; a never-submitted podgroup has none.
             return None
-        return str(
-            self._conn.execute(
-                sa.text(
-                    f"SELECT rule FROM {self._shadow.read_schema}.min_runtime_for("
-                    ":victim, :preemptor, :pool)"
-                ),
-                {
-                    "victim": facts.queue,
-                    "preemptor": reclaimer or facts.queue,
-                    "pool": facts.node_pool,
-                },
-            ).scalar_one()
+        return read_surface.min_runtime_rule(
+            self._conn, self._shadow, facts.queue, reclaimer or facts.queue, facts.node_pool
         )
 
     def _sql_is_protected(
@@ -213,12 +180,7 @@ class Explainer:
             # is_protected(uid, q) picks the rule by comparing q with the victim's queue; a
             # podgroup without a queue has only the preempt table's answer.
             return row.is_protected
-        return bool(
-            self._conn.execute(
-                sa.text(f"SELECT {self._shadow.read_schema}.is_protected(:uid, :q, :at)"),
-                {"uid": facts.uid, "q": preemptor, "at": self.at},
-            ).scalar_one()
-        )
+        return read_surface.is_protected(self._conn, self._shadow, facts.uid, preemptor, self.at)
 
     def _elasticity(self, uid: str, protected: bool) -> Elasticity:
         tables = state_tables(self._shadow.state_schema)
@@ -250,16 +212,13 @@ class Explainer:
     def _not_running(self, facts: PodGroupFacts, preemptor_queue: str | None) -> Explanation:
         preemptor = preemptor_queue or facts.queue
         disagreements: tuple[str, ...] = ()
-        if preemptor is not None:
-            sql = self._conn.execute(
-                sa.text(f"SELECT {self._shadow.read_schema}.is_protected(:uid, :q, :at)"),
-                {"uid": facts.uid, "q": preemptor, "at": self.at},
-            ).scalar_one()
-            if sql:
-                disagreements = (
-                    f"is_protected: SQL says True for a podgroup that is {facts.status}, "
-                    "the rule engine says False (no allocated pods, nothing to protect)",
-                )
+        if preemptor is not None and read_surface.is_protected(
+            self._conn, self._shadow, facts.uid, preemptor, self.at
+        ):
+            disagreements = (
+                f"is_protected: SQL says True for a podgroup that is {facts.status}, "
+                "the rule engine says False (no allocated pods, nothing to protect)",
+            )
         return Explanation(
             at=self.at,
             podgroup=facts,
@@ -279,48 +238,3 @@ class Explainer:
         state = load_podgroups(self._conn, tables, [facts.uid], lock=False).states.get(facts.uid)
         window = None if state is None else state.delay_window()
         return None if window is None else delay_facts(window, self.at)
-
-
-# -- loading the tree and the configuration ----------------------------------------------
-
-
-def _load_tree(conn: Connection, shadow: Shadow) -> tuple[QueueTree, dict[str, tuple[str, ...]]]:
-    rows = conn.execute(
-        sa.text(
-            "SELECT name, parent, preempt_min_runtime, reclaim_min_runtime, path"
-            f" FROM {shadow.read_schema}.queues"
-        )
-    ).all()
-    tree = QueueTree(
-        Queue(
-            name=row.name,
-            parent=row.parent,
-            preempt_min_runtime=row.preempt_min_runtime,
-            reclaim_min_runtime=row.reclaim_min_runtime,
-        )
-        for row in rows
-    )
-    return tree, {row.name: tuple(row.path) for row in rows}
-
-
-def _load_configs(conn: Connection, shadow: Shadow) -> NodePoolConfigs:
-    rows = conn.execute(
-        sa.text(
-            "SELECT node_pool, default_preempt_min_runtime, default_reclaim_min_runtime,"
-            " reclaim_resolve_method, default_requeue_delay, max_requeues, max_requeues_window"
-            f" FROM {shadow.read_schema}.node_pool_configs"
-        )
-    ).all()
-    return NodePoolConfigs(
-        {
-            row.node_pool: MinRuntimeConfig(
-                default_preempt_min_runtime=row.default_preempt_min_runtime,
-                default_reclaim_min_runtime=row.default_reclaim_min_runtime,
-                reclaim_resolve_method=row.reclaim_resolve_method,
-                default_requeue_delay=row.default_requeue_delay,
-                max_requeues=row.max_requeues,
-                max_requeues_window=row.max_requeues_window,
-            )
-            for row in rows
-        }
-    )

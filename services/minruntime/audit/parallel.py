@@ -24,7 +24,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
-import re
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -33,7 +32,6 @@ from typing import Any, Final
 
 from sqlalchemy import Connection
 
-from minruntime.audit.asof import snapshot
 from minruntime.audit.replay import SHOWN_REJECTIONS, Progress, ReplayReport, read_log
 from minruntime.audit.snapshots import CheckedReplay, replay_checked, snapshots_in
 from minruntime.audit.snapshots import merge_parts as merge_snapshot_checks
@@ -41,13 +39,13 @@ from minruntime.audit.verify import merge_parts as merge_checks
 from minruntime.store import engine_from
 from minruntime.store.failures import needs_the_primary
 from minruntime.store.parts import Part
+from minruntime.store.read_transactions import export_snapshot, import_snapshot, repeatable_read
 from minruntime.store.shadows import create_shadow, temporary_name
 
 # The most parts ``default_parts`` chooses, and the shortest log it splits at all: a part
 # costs a fork, a connection and a shadow, and each part's process its own PostgreSQL backend.
 MOST_PARTS: Final = 8
 SPLIT_FROM_ENTRIES: Final = 20_000
-_EXPORTED: Final = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")
 _POLL_SECONDS: Final = 0.2
 
 
@@ -106,8 +104,8 @@ class ReplayInParts:
         started = time.perf_counter()
         engine = engine_from(self._url, pool_pre_ping=False)
         try:
-            with snapshot(engine) as conn:
-                exported = str(conn.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one())
+            with repeatable_read(engine) as conn:
+                exported = export_snapshot(conn)
                 for inbox in self._inboxes:
                     inbox.send(exported)
                 # The exporting transaction stays open until every part is done with it.
@@ -191,11 +189,9 @@ def _replay_part(
     """One part, in its forked process: import the snapshot, replay, compare, report."""
     try:
         exported = inbox.recv()
-        if not isinstance(exported, str) or not _EXPORTED.fullmatch(exported):
-            raise ValueError(f"not an exported snapshot: {exported!r}")
         engine = engine_from(url, pool_pre_ping=False)
-        with snapshot(engine) as conn:
-            conn.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{exported}'")
+        with repeatable_read(engine) as conn:
+            import_snapshot(conn, exported)
             result = replay_part(
                 conn,
                 part,

@@ -8,37 +8,27 @@ The numbers are the SQL functions' own (``S.preempt_protection(at)``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Final
+from datetime import datetime
+from typing import Final
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from minruntime.store.read_surface import ProtectionRow, protection_rows, queue_exists
+from minruntime.store.read_transactions import database_now
 from minruntime.store.shadows import Shadow
+
+__all__ = [
+    "PREEMPT",
+    "RECLAIM",
+    "ProtectionRow",
+    "ProtectionTable",
+    "instant",
+    "protection_rows",
+    "protection_table",
+]
 
 PREEMPT: Final = "preempt"
 RECLAIM: Final = "reclaim"
-
-_COLUMNS: Final = (
-    "r.uid, r.queue, p.node_pool, r.start_time, r.min_runtime, r.resolved_from,"
-    " r.protected_until, r.is_protected, r.evictable_pods"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ProtectionRow:
-    """One running podgroup's protection window, as the SQL read surface resolves it."""
-
-    uid: str
-    queue: str | None
-    node_pool: str
-    start_time: datetime | None
-    min_runtime: timedelta
-    # The queue whose value applied; None: the node pool's default.
-    resolved_from: str | None
-    protected_until: datetime | None
-    is_protected: bool
-    evictable_pods: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,39 +47,7 @@ def instant(conn: Connection, at: datetime | None) -> datetime:
     """``at``, or the database's now() (the transaction's start) for the live state."""
     if at is not None:
         return at
-    return conn.execute(sa.text("SELECT now()")).scalar_one()  # type: ignore[no-any-return]
-
-
-def queue_exists(conn: Connection, shadow: Shadow, name: str) -> bool:
-    """True when the shadow's queue tree has a queue called ``name``."""
-    found = conn.execute(
-        sa.text(f"SELECT 1 FROM {shadow.read_schema}.queues WHERE name = :name"), {"name": name}
-    ).first()
-    return found is not None
-
-
-def protection_rows(
-    conn: Connection,
-    shadow: Shadow,
-    at: datetime,
-    reclaimer_queue: str | None = None,
-    uid: str | None = None,
-) -> tuple[ProtectionRow, ...]:
-    """The SQL function's rows at ``at`` (all running podgroups, or only ``uid``), by uid."""
-    read = shadow.read_schema
-    source = (
-        f"{read}.preempt_protection(:at)"
-        if reclaimer_queue is None
-        else f"{read}.reclaim_protection(:reclaimer, :at)"
-    )
-    result = conn.execute(
-        sa.text(
-            f"SELECT {_COLUMNS} FROM {source} r JOIN {read}.podgroups p USING (uid)"
-            " WHERE CAST(:uid AS text) IS NULL OR r.uid = :uid ORDER BY r.uid"
-        ),
-        {"at": at, "reclaimer": reclaimer_queue, "uid": uid},
-    )
-    return tuple(_row(row) for row in result)
+    return database_now(conn)
 
 
 def protection_table(
@@ -117,18 +75,4 @@ def protection_table(
         reclaimer_queue=reclaimer_queue,
         rows=rows,
         notes=tuple(notes),
-    )
-
-
-def _row(row: Any) -> ProtectionRow:
-    return ProtectionRow(
-        uid=row.uid,
-        queue=row.queue,
-        node_pool=row.node_pool,
-        start_time=row.start_time,
-        min_runtime=row.min_runtime,
-        resolved_from=row.resolved_from,
-        protected_until=row.protected_until,
-        is_protected=bool(row.is_protected),
-        evictable_pods=int(row.evictable_pods),
     )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from sqlalchemy import Connection
 
 from minruntime.audit.replay import read_log, replay
-from minruntime.store.runs import copy_runs
+from minruntime.store.runs import copy_podgroup_columns, copy_runs
 from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 
@@ -28,17 +28,7 @@ def backfill_runs(conn: Connection, columns: Sequence[str]) -> int:
 def backfill_podgroup_columns(conn: Connection, columns: Sequence[str]) -> int:
     """Set the ``columns`` of every live podgroup to what a replay of the whole log gives, in
     ``conn``'s transaction; the number of rows updated."""
-    names = ", ".join(f'"{column}"' for column in columns)
-    values = ", ".join(f'r."{column}"' for column in columns)
-
-    def copy(replayed: StateTables) -> int:
-        live, source = LIVE.podgroup_state.fullname, replayed.podgroup_state.fullname
-        updated = conn.exec_driver_sql(
-            f"UPDATE {live} p SET ({names}) = ROW({values}) FROM {source} r WHERE p.uid = r.uid"
-        ).rowcount
-        return int(updated)
-
-    return _from_replay(conn, copy)
+    return _from_replay(conn, lambda replayed: copy_podgroup_columns(conn, replayed, LIVE, columns))
 
 
 def _from_replay(conn: Connection, copy: Callable[[StateTables], int]) -> int:

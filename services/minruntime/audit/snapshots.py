@@ -39,6 +39,12 @@ from minruntime.audit.verify import merge_parts as merge_checks
 from minruntime.store import parts
 from minruntime.store import snapshots as stored
 from minruntime.store.parts import Part
+from minruntime.store.read_transactions import (
+    begin_repeatable_read,
+    database_now,
+    export_snapshot,
+    import_snapshot,
+)
 from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import SNAPSHOTTED, Shadow, empty, scratch_state
 from minruntime.store.snapshots import LogPosition, Snapshot
@@ -91,14 +97,14 @@ def take(
     with engine.connect() as locker, engine.connect() as conn:
         if not stored.take_lock(locker, lock_timeout):
             return Taken(None, stored.LogPosition(0, 0, None), None, "the log's writers were busy")
-        exported = locker.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
-        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        conn.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{exported}'")
+        exported = export_snapshot(locker)
+        begin_repeatable_read(conn)
+        import_snapshot(conn, exported)
         # conn now sees exactly what locker saw; the log's writers may go on.
         locker.rollback()
         previous = stored.newest(conn)
         at = stored.position(conn, previous)
-        now = conn.exec_driver_sql("SELECT now()").scalar_one()
+        now = database_now(conn)
         reason = due(previous, at, policy, now)
         if reason is None and force and at.events > (previous.events if previous else 0):
             reason = "forced"

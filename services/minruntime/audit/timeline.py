@@ -22,10 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from minruntime.audit.asof import snapshot
 from minruntime.audit.replay import LogEntry, read_log, replay
 from minruntime.audit.timeline_model import (
     Change,
@@ -38,7 +36,7 @@ from minruntime.audit.timeline_model import (
     WindowSpan,
 )
 from minruntime.audit.timeline_text import TreeChanges, describe_event
-from minruntime.errors import UserError
+from minruntime.errors import UnknownPodGroupError
 from minruntime.events import (
     ROLE_TYPES,
     Event,
@@ -52,7 +50,9 @@ from minruntime.events import (
     decode_event,
 )
 from minruntime.ingest import outcome_of
+from minruntime.store import read_surface
 from minruntime.store.event_log import About
+from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import Shadow, create_shadow, temporary_name
 
 # Events that change the queue tree or a node pool's configuration: they move windows.
@@ -62,13 +62,9 @@ _NODE_TYPES: Final = ROLE_TYPES["nodes"]
 
 
 # This podgroup's own events, and every change of the tree or a configuration.
-class UnknownPodGroupError(UserError):
-    """No event in the log is about this uid."""
-
-
 def podgroup_story(engine: Engine, uid: str) -> Story:
     """The story of podgroup ``uid``; UnknownPodGroupError when the log never mentions it."""
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         return story_in(conn, uid)
 
 
@@ -198,23 +194,7 @@ class _Teller:
         self.tree = TreeChanges()
         # What the tree event being applied changed (read before it is applied).
         self.tree_change = ""
-        read = shadow.read_schema
-        self.state_query = sa.text(
-            "SELECT p.status, p.running_pods, p.start_time, p.queue, p.node_pool, p.priority,"
-            " p.name, p.namespace, p.expected_runtime, p.requeue_not_before,"
-            " p.awaiting_release, w.min_runtime, w.resolved_from, w.protected_until,"
-            " w.is_protected,"
-            f" ARRAY(SELECT n.nominated_by FROM {read}.nominations n WHERE n.uid = p.uid"
-            "       ORDER BY n.nominated_by) AS nominations"
-            f" FROM {read}.podgroups p"
-            f" LEFT JOIN {read}.preempt_protection(:at) w ON w.uid = p.uid"
-            " WHERE p.uid = :uid"
-        )
-        # The run an event ended, as the runs view has it (judged against every preemptor).
-        self.run_query = sa.text(
-            f"SELECT protection, eviction, cut_short FROM {read}.runs"
-            " WHERE uid = :uid AND end_source = :source AND end_event_id = :id"
-        )
+        self.shadow = shadow
 
     # -- the replay's hooks -----------------------------------------------------------------
     def wants(self, entry: LogEntry) -> bool:
@@ -276,12 +256,10 @@ class _Teller:
     def _judged(self, event: Event | None) -> tuple[Any, ...] | None:
         if event is None:
             return None
-        params = {"uid": self.uid, "source": event.source, "id": event.id}
-        row = self.conn.execute(self.run_query, params).first()
-        return None if row is None else tuple(row)
+        return read_surface.judged_run(self.conn, self.shadow, self.uid, event.source, event.id)
 
     def _read(self, at: datetime) -> _State | None:
-        row = self.conn.execute(self.state_query, {"uid": self.uid, "at": at}).first()
+        row = read_surface.timeline_state(self.conn, self.shadow, self.uid, at)
         if row is None:
             return None
         window = (

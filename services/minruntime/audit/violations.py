@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.core import (
@@ -35,31 +34,9 @@ from minruntime.core import (
 )
 from minruntime.errors import UserError
 from minruntime.ingest.runs import window_json, windows_of
+from minruntime.store import read_surface
 from minruntime.store.state_schema import check_schema_name
 from minruntime.store.tables import READ_SCHEMA
-
-_VIOLATIONS: Final = (
-    "SELECT r.uid, r.queue, r.node_pool, r.preemptibility, r.run_start, r.run_end, r.ended_by,"
-    # The windows as stored (text): runs of one queue share them, so each is read once.
-    " r.gpus, r.gpu_seconds, r.protection, r.cut_short, r.windows_text, e.seq"
-    " FROM {schema}.runs r"
-    # The log is the live schema's: a kept shadow's runs were replayed from it.
-    f" LEFT JOIN {READ_SCHEMA}.event_log e ON e.source = r.end_source AND e.id = r.end_event_id"
-    # Inlined, this is the partial index's predicate (run_log.ix_run_log_violations).
-    " WHERE r.eviction AND r.protection <> 'none'"
-    " AND (CAST(:since AS timestamptz) IS NULL OR r.run_end >= :since)"
-    " AND (CAST(:queue AS text) IS NULL OR r.queue = :queue)"
-    " ORDER BY r.run_end, r.uid, r.end_source, r.end_event_id"
-)
-_EVICTED: Final = (
-    "SELECT count(*) FROM {schema}.runs r WHERE r.eviction"
-    " AND (CAST(:since AS timestamptz) IS NULL OR r.run_end >= :since)"
-    " AND (CAST(:queue AS text) IS NULL OR r.queue = :queue)"
-)
-_QUEUE_KNOWN: Final = (
-    "SELECT EXISTS (SELECT FROM {schema}.queues WHERE name = :queue)"
-    " OR EXISTS (SELECT FROM {schema}.runs WHERE queue = :queue)"
-)
 
 
 class Violation(NamedTuple):
@@ -120,24 +97,20 @@ def find_violations(
     from the read surface ``schema`` (a shadow's, for a replayed database)."""
     if schema != READ_SCHEMA:
         check_schema_name(schema)
-    if (
-        conn.execute(sa.text("SELECT to_regclass(:runs)"), {"runs": f"{schema}.runs"}).scalar()
-        is None
-    ):
+    if not read_surface.has_runs(conn, schema):
         if schema == READ_SCHEMA:
             raise UserError("the database has no minruntime.runs: run `minruntime migrate`")
         raise UserError(
             f"--schema {schema}: no read surface of that name with runs "
             "(keep one with `minruntime replay --until T --into NAME`)"
         )
-    params = {"since": since, "queue": queue}
     if queue is not None:
         if not queue:
             raise UserError("--queue '': name a queue")
-        if not conn.execute(sa.text(_QUEUE_KNOWN.format(schema=schema)), params).scalar():
+        if not read_surface.queue_known(conn, schema, queue):
             raise UserError(f"--queue {queue!r}: no queue of that name, now or in any run")
-    evicted = conn.execute(sa.text(_EVICTED.format(schema=schema)), params).scalar_one()
-    rows = conn.execute(sa.text(_VIOLATIONS.format(schema=schema)), params).all()
+    evicted = read_surface.evicted_runs(conn, schema, since, queue)
+    rows = read_surface.violating_runs(conn, schema, since, queue)
     read: dict[str, tuple[RuleWindow, ...]] = {}
     violations = []
     # Plain tuples, columns in Violation's order but for the last four: a long log has tens
@@ -154,7 +127,7 @@ def find_violations(
     return ViolationReport(since, queue, int(evicted), tuple(violations))
 
 
-# Where run_start, run_end and protection are in a row of _VIOLATIONS.
+# Where run_start, run_end and protection are in a row of read_surface.violating_runs.
 _START, _END, _PROTECTION = 4, 5, 9
 
 

@@ -13,19 +13,18 @@ applied first, in order; edits are merged with the state they left.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import Enum
 from functools import cached_property
 from typing import Any, Final, Literal
 
-import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from minruntime.audit.asof import live_copy
-from minruntime.audit.protection import ProtectionRow, protection_rows, queue_exists
-from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeConfig
+from minruntime.audit.protection import ProtectionRow, protection_rows
+from minruntime.core import DEFAULT_NODE_POOL
 from minruntime.errors import UserError
 from minruntime.events import (
     QUEUES_TOPIC,
@@ -39,8 +38,10 @@ from minruntime.events import (
     new_event,
 )
 from minruntime.ingest import InboundRecord, apply_batch
+from minruntime.store import read_surface
 from minruntime.store.dead_letters import first_dead_letter
 from minruntime.store.event_log import logged_ids
+from minruntime.store.read_surface import queue_exists
 from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import Shadow
 
@@ -306,7 +307,7 @@ def _edit_events(
 
 def _queue_event(conn: Connection, shadow: Shadow, edit: QueueEdit, at: datetime) -> ChangeEvent:
     origin = edit.origin or f"--queue {edit.name}"
-    current = _queue_row(conn, shadow, edit.name)
+    current = read_surface.queue_row(conn, shadow, edit.name)
     fields = (edit.parent, edit.preempt_min_runtime, edit.reclaim_min_runtime)
     if current is not None and all(value is KEEP for value in fields):
         raise WhatIfError(
@@ -334,38 +335,13 @@ def _config_event(conn: Connection, shadow: Shadow, edit: ConfigEdit, at: dateti
     }
     try:
         config = replace(
-            _config_in_force(conn, shadow, edit.node_pool),
+            read_surface.node_pool_configs(conn, shadow).for_pool(edit.node_pool),
             **{name: value for name, value in given.items() if value is not None},
         )
     except ValueError as error:
         raise WhatIfError(f"{origin}: {error}") from error
     data = ConfigUpdatedData.from_config(edit.node_pool, config)
     return ChangeEvent(origin, _event(EventType.CONFIG_UPDATED, data, at))
-
-
-def _queue_row(conn: Connection, shadow: Shadow, name: str) -> Mapping[str, Any] | None:
-    row = conn.execute(
-        sa.text(
-            "SELECT parent, preempt_min_runtime, reclaim_min_runtime"
-            f" FROM {shadow.read_schema}.queues WHERE name = :name"
-        ),
-        {"name": name},
-    ).first()
-    return None if row is None else row._asdict()
-
-
-def _config_in_force(conn: Connection, shadow: Shadow, node_pool: str) -> MinRuntimeConfig:
-    """The pool's own row, else the default pool's, else the built-ins (as the views do)."""
-    row = conn.execute(
-        sa.text(
-            "SELECT default_preempt_min_runtime, default_reclaim_min_runtime,"
-            " reclaim_resolve_method, default_requeue_delay, max_requeues, max_requeues_window"
-            f" FROM {shadow.read_schema}.node_pool_configs WHERE node_pool = ANY(:pools)"
-            " ORDER BY node_pool = :pool DESC LIMIT 1"
-        ),
-        {"pools": [node_pool, DEFAULT_NODE_POOL], "pool": node_pool},
-    ).first()
-    return MinRuntimeConfig() if row is None else MinRuntimeConfig(**row._asdict())
 
 
 def _kept(edited: Any, current: Any) -> Any:

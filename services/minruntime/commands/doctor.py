@@ -100,11 +100,9 @@ async def kafka_findings(settings: Settings) -> list[Finding]:
 
 def database_findings(settings: Settings) -> list[Finding]:
     """Which server the runtime URL reaches, and how its commits survive a failover."""
-    import sqlalchemy as sa
-
     from minruntime.pgurl import PgAddress
     from minruntime.store import engine_from
-    from minruntime.store.engine import reached_server
+    from minruntime.store.engine import reached_server, replication_of
 
     address = PgAddress.parse(settings.database_url)
     findings: list[Finding] = []
@@ -124,12 +122,7 @@ def database_findings(settings: Settings) -> list[Finding]:
     try:
         with engine.connect() as conn:
             server = reached_server(conn)
-            standby = conn.execute(sa.text("SELECT pg_is_in_recovery()")).scalar_one()
-            commit = conn.execute(sa.text("SHOW synchronous_commit")).scalar_one()
-            names = conn.execute(sa.text("SHOW synchronous_standby_names")).scalar_one()
-            replicas = conn.execute(
-                sa.text("SELECT count(*) FROM pg_stat_replication")
-            ).scalar_one()
+            standby, commit, names, replicas = replication_of(conn)
     finally:
         engine.dispose()
     if standby:

@@ -163,26 +163,17 @@ def read_service(
 ) -> list[ServicePodGroup]:
     """The rows of ``minruntime.podgroups`` (of ``namespace`` and ``uids``, or all); with
     ``with_pods``, the names of the pods each holds, when the role may read them."""
-    import sqlalchemy as sa
-
     from minruntime.cluster.drift import ServicePodGroup
     from minruntime.store import engine_from
+    from minruntime.store.read_surface import held_pods, service_podgroups
 
-    query = (
-        "SELECT uid, status, name, namespace, queue, start_time, running_pods, annotations,"
-        " updated_at FROM minruntime.podgroups"
-    )
-    params: dict[str, Any] = {}
-    if namespace is not None:
-        query += " WHERE namespace = :namespace OR uid = ANY(:uids)"
-        params = {"namespace": namespace, "uids": list(uids)}
     engine = engine_from(settings, pool_pre_ping=False, connect_args={"connect_timeout": 10})
     try:
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
-            rows = conn.execute(sa.text(query), params).mappings().all()
+            rows = service_podgroups(conn, namespace, uids)
             only = [row["uid"] for row in rows] if namespace is not None else None
-            held = _held_pods(conn, only) if with_pods else None
+            held = held_pods(conn, only) if with_pods else None
     finally:
         engine.dispose()
     return [
@@ -200,31 +191,6 @@ def read_service(
         )
         for row in rows
     ]
-
-
-def _held_pods(conn: Any, uids: Sequence[str] | None) -> dict[str, list[str]] | None:
-    """Pod names holding resources, by podgroup (of ``uids``, or all); None when this role
-    may not read them."""
-    import sqlalchemy as sa
-    from sqlalchemy.exc import ProgrammingError
-
-    from minruntime.store.failures import sqlstate
-    from minruntime.store.tables import pod_state
-
-    statement = sa.select(pod_state.c.uid, pod_state.c.name).where(pod_state.c.allocated)
-    if uids is not None:
-        statement = statement.where(pod_state.c.uid.in_(uids))
-    try:
-        with conn.begin_nested():
-            found = conn.execute(statement).all()
-    except ProgrammingError as error:
-        if sqlstate(error) != "42501":  # insufficient_privilege: the reader role
-            raise
-        return None
-    held: dict[str, list[str]] = {}
-    for uid, name in found:
-        held.setdefault(uid, []).append(name)
-    return held
 
 
 # -- output -----------------------------------------------------------------------------------

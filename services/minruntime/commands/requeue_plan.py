@@ -117,12 +117,13 @@ def dry_run(
     from minruntime.audit.asof import state_at
     from minruntime.commands.common import first_line
     from minruntime.requeue import preview
+    from minruntime.store.read_transactions import read_only
 
     try:
         with state_at(database, at) as (conn, shadow):
             # Live: before the first query, so the whole transaction is read-only. At T: after
             # the rolled-back shadow is filled, so the worker's code runs read-only either way.
-            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            read_only(conn)
             return preview(conn, now=at or now, tables=shadow.tables, node_pool=node_pool)
     except (DBAPIError, psycopg.Error) as error:
         # The worker's reads go straight to psycopg's cursor: its errors arrive unwrapped.

@@ -62,12 +62,12 @@ def violations_command(
     as_json: Json = False,
 ) -> None:
     """Runs an eviction ended inside their protection window: definite or possible, and why."""
-    from minruntime.audit.asof import snapshot
     from minruntime.audit.violations import find_violations
+    from minruntime.store.read_transactions import read_only, repeatable_read
 
     instant = parse_at(since, option="--since")
-    with snapshot(engine()) as conn:
-        conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+    with repeatable_read(engine()) as conn:
+        read_only(conn)
         report = find_violations(conn, since=instant, queue=queue, schema=schema)
     if as_json:
         write_json(report, sys.stdout)

@@ -1,6 +1,6 @@
 """Applying a batch of Kafka records to the projections: one transaction, offsets included."""
 
-from minruntime.ingest.batch import NOMINATIONS_CHANNEL, apply_batch, topic_types_for
+from minruntime.ingest.batch import apply_batch, topic_types_for
 from minruntime.ingest.decisions import (
     apply_decisions,
     log_decisions,
@@ -8,6 +8,7 @@ from minruntime.ingest.decisions import (
     record_decisions,
 )
 from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
+from minruntime.store.requeue import NOMINATIONS_CHANNEL
 
 __all__ = [
     "NOMINATIONS_CHANNEL",

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.core import MinRuntimeError
@@ -41,6 +40,7 @@ from minruntime.store import event_log
 from minruntime.store.dead_letters import record_dead_letters
 from minruntime.store.offsets import lock_offsets, store_offsets
 from minruntime.store.outbox import OutboxMessage, enqueue
+from minruntime.store.requeue import notify_nominated
 from minruntime.store.schema import LIVE, StateTables
 
 # Stable outbox ids: the same record dead-lettered twice (a retried batch) is one message.
@@ -50,9 +50,6 @@ UNSTORABLE_TEXT: Final = "unstorable_text"
 # is not what its producer meant, and dropping it silently would hide that.
 CONFLICTING_DUPLICATE: Final = "conflicting_duplicate"
 _UNSTORABLE_CHARS: Final = re.compile("[\x00\ud800-\udfff]")
-
-NOMINATIONS_CHANNEL: Final = "minruntime_nominations"
-_NOTIFY_NOMINATED = sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}")
 
 
 # A record that decoded: (record, event, payload). ``payload`` is the event's structured form,
@@ -292,7 +289,7 @@ def apply_batch(
     batch.write_logs()
     if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)] and tables.is_live:
         # Delivered at commit: a requeue worker waiting on this channel runs a cycle now.
-        conn.execute(_NOTIFY_NOMINATED)
+        notify_nominated(conn)
     return batch.outcome
 
 

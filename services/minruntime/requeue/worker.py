@@ -40,11 +40,10 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from minruntime.core import Exclusion, ExclusionReason
 from minruntime.health import Condition, one_line
 from minruntime.health.outage import waiting_status
-from minruntime.ingest import NOMINATIONS_CHANNEL
 from minruntime.requeue.cycle import CycleReport, run_cycle
 from minruntime.requeue.metrics import RequeueMetrics
 from minruntime.retry import Backoff
-from minruntime.store.requeue import own_role_senders, try_leader_lock
+from minruntime.store.requeue import listen_for_nominations, own_role_senders, try_leader_lock
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +145,7 @@ class RequeueWorker:
         return acquired
 
     def _lead(self, conn: Connection) -> None:
-        conn.exec_driver_sql(f"LISTEN {NOMINATIONS_CHANNEL}")
+        listen_for_nominations(conn)
         conn.commit()
         self._metrics.active.set(1)
         self.leading.set()

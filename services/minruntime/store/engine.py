@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import sqlalchemy as sa
 
 from minruntime.pgurl import PgAddress
@@ -27,6 +29,25 @@ def reached_server(conn: sa.Connection) -> str:
     libpq chose), for a log line."""
     info = conn.connection.dbapi_connection.info  # type: ignore[union-attr]
     return f"{info.host}:{info.port}/{info.dbname}"
+
+
+class Replication(NamedTuple):
+    """What the server a connection reached says of its replication."""
+
+    standby: bool
+    synchronous_commit: str
+    synchronous_standby_names: str
+    replicas: int
+
+
+def replication_of(conn: sa.Connection) -> Replication:
+    """Whether the server is a standby, its synchronous settings and how many replicas it
+    streams to."""
+    standby: Any = conn.execute(sa.text("SELECT pg_is_in_recovery()")).scalar_one()
+    commit: Any = conn.execute(sa.text("SHOW synchronous_commit")).scalar_one()
+    names: Any = conn.execute(sa.text("SHOW synchronous_standby_names")).scalar_one()
+    replicas: Any = conn.execute(sa.text("SELECT count(*) FROM pg_stat_replication")).scalar_one()
+    return Replication(standby, commit, names, replicas)
 
 
 def engine_from(settings_or_url: Settings | str, **options: object) -> sa.Engine:

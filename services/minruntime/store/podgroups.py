@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Connection
 
@@ -34,13 +34,40 @@ from minruntime.store.schema import StateTables
 
 # The uids of a batch, one JSON array (``store.bulk.json_list``).
 _UIDS: Final = "(SELECT json_array_elements_text(%(uids)s::json))"
+
+
 # psycopg placeholders: these run on the driver's cursor (plain tuples: a batch's pods number
 # in the hundreds of thousands per minute, and SQLAlchemy's Row objects cost more than the
 # queries).
+class _StateRow(NamedTuple):
+    """A row of ``_LOAD_STATES``, its columns by name."""
+
+    uid: str
+    status: str
+    submitted: bool
+    start_time: datetime | None
+    last_start_time: datetime | None
+    ended_at: datetime | None
+    annotations: dict[str, str] | None
+    submitted_at: datetime | None
+    awaiting_release: bool
+    # PodGroupSpec's fields, in its order (its subgroups aside): set once submitted.
+    name: str
+    namespace: str
+    queue: str
+    node_pool: str
+    priority: int
+    preemptibility: str
+    submitted_preemption_delay: timedelta | None
+    submitted_preemption_delay_pod: str | None
+    evicted_at: datetime | None
+    eviction_annotated_at: datetime | None
+
+
 _LOAD_STATES: Final = (
     # No annotations (most podgroups) come back as NULL: no JSON to parse.
     "SELECT uid, status, submitted, start_time, last_start_time, ended_at,"
-    " NULLIF(annotations, '{}'::jsonb),"
+    " NULLIF(annotations, '{}'::jsonb) AS annotations,"
     " submitted_at, awaiting_release,"
     # PodGroupSpec's fields, in its order (its subgroups aside).
     " name, namespace, queue, node_pool, priority, preemptibility,"
@@ -171,37 +198,38 @@ def load_podgroups(
             subgroups.setdefault(uid, []).append(SubGroup(name, min_available))
     states: dict[str, PodGroupState] = {}
     pending = []
-    for row in rows:
-        uid, status, submitted, start_time, last_start_time, ended_at = row[:6]
+    for row in map(_StateRow._make, rows):
+        uid = row.uid
         spec = None
-        if submitted:
-            name, namespace, queue, node_pool, priority, preemptibility = row[9:15]
+        if row.submitted:
             spec = PodGroupSpec(
-                name,
-                namespace,
-                queue,
-                node_pool,
-                priority,
-                Preemptibility(preemptibility),
+                row.name,
+                row.namespace,
+                row.queue,
+                row.node_pool,
+                row.priority,
+                Preemptibility(row.preemptibility),
                 tuple(subgroups.get(uid, ())),
-                _submitted_delay(row[15], row[16]),
+                _submitted_delay(
+                    row.submitted_preemption_delay, row.submitted_preemption_delay_pod
+                ),
             )
         states[uid] = PodGroupState(
             uid,
             spec,
             allocated.get(uid, {}),
-            start_time,
-            last_start_time,
-            ended_at,
+            row.start_time,
+            row.last_start_time,
+            row.ended_at,
             pods.get(uid, {}),
-            row[6] or {},
-            row[7],
-            status == "deleted",
-            row[8],
-            row[17],
-            row[18],
+            row.annotations or {},
+            row.submitted_at,
+            row.status == "deleted",
+            row.awaiting_release,
+            row.evicted_at,
+            row.eviction_annotated_at,
         )
-        if status == "pending":
+        if row.status == "pending":
             pending.append(uid)
     return StoredPodGroups(states, frozenset(pending))
 

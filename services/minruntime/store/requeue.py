@@ -93,6 +93,10 @@ _RUNS_ENDING: Final = (
     "   (:until - s.span) AT TIME ZONE 'UTC', '(]'))"
     "  FROM unnest(CAST(:spans AS interval[])) AS s(span))"
 )
+# The channel the projection notifies (at commit) when it applied a nomination.
+NOMINATIONS_CHANNEL: Final = "minruntime_nominations"
+_NOTIFY_NOMINATED: Final = sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}")
+
 _TRY_LOCK: Final = sa.text("SELECT pg_try_advisory_lock(:key)")
 # Which of these backends (notification senders) run as this session's role. A sender that
 # already disconnected is not found.
@@ -210,3 +214,13 @@ def try_leader_lock(conn: Connection, key: int) -> bool:
 def own_role_senders(conn: Connection, pids: Sequence[int]) -> int:
     """How many of the backends ``pids`` run as this session's role."""
     return int(conn.execute(_OWN_ROLE_SENDERS, {"pids": list(pids)}).scalar_one())
+
+
+def notify_nominated(conn: Connection) -> None:
+    """Wake the requeue worker when ``conn``'s transaction commits: a nomination was applied."""
+    conn.execute(_NOTIFY_NOMINATED)
+
+
+def listen_for_nominations(conn: Connection) -> None:
+    """Have ``conn``'s session hear ``notify_nominated`` (from the next commit on)."""
+    conn.exec_driver_sql(f"LISTEN {NOMINATIONS_CHANNEL}")

@@ -51,3 +51,17 @@ def copy_runs(
         f" SELECT {names} FROM {source.run_log.fullname} ON CONFLICT DO NOTHING"
     ).rowcount
     return int(added)
+
+
+def copy_podgroup_columns(
+    conn: Connection, source: StateTables, target: StateTables, columns: Sequence[str]
+) -> int:
+    """Set the ``columns`` of every podgroup of ``target`` to their values in ``source``; the
+    number of rows updated."""
+    names = ", ".join(f'"{column}"' for column in columns)
+    values = ", ".join(f'r."{column}"' for column in columns)
+    into, source_table = target.podgroup_state.fullname, source.podgroup_state.fullname
+    updated = conn.exec_driver_sql(
+        f"UPDATE {into} p SET ({names}) = ROW({values}) FROM {source_table} r WHERE p.uid = r.uid"
+    ).rowcount
+    return int(updated)

@@ -1,0 +1,327 @@
+"""What the operator commands ask a read surface: the live one or a shadow's.
+
+Protection tables (``protection_rows``), explain's facts about one podgroup, the timeline's
+rows (``timeline_state``, ``judged_run``) and what-if's current queue rows. Every function
+takes the ``Shadow`` it reads (``shadows.LIVE`` for the live schemas), so one answer never
+mixes two states. The numbers are the SQL functions' own (``S.preempt_protection(at)``,
+``S.reclaim_protection(q, at)``, ``S.min_runtime_for``, ``S.is_protected``); the queue tree
+and the node-pool configs come from their one loader each (``store.queues``,
+``store.node_pools``), run on the shadow's state tables. The violations report names its read
+surface by schema (``violating_runs``): a shadow kept by ``replay --into`` is only a name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+from sqlalchemy.exc import ProgrammingError
+
+from minruntime.core import NodePoolConfigs, QueueTree
+from minruntime.store.failures import sqlstate
+from minruntime.store.node_pools import read_node_pool_configs
+from minruntime.store.queues import stored_tree
+from minruntime.store.shadows import Shadow
+from minruntime.store.tables import READ_SCHEMA, pod_state
+
+_PROTECTION_COLUMNS: Final = (
+    "r.uid, r.queue, p.node_pool, r.start_time, r.min_runtime, r.resolved_from,"
+    " r.protected_until, r.is_protected, r.evictable_pods"
+)
+
+
+# -- protection ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProtectionRow:
+    """One running podgroup's protection window, as the SQL read surface resolves it."""
+
+    uid: str
+    queue: str | None
+    node_pool: str
+    start_time: datetime | None
+    min_runtime: timedelta
+    # The queue whose value applied; None: the node pool's default.
+    resolved_from: str | None
+    protected_until: datetime | None
+    is_protected: bool
+    evictable_pods: int
+
+
+def protection_rows(
+    conn: Connection,
+    shadow: Shadow,
+    at: datetime,
+    reclaimer_queue: str | None = None,
+    uid: str | None = None,
+) -> tuple[ProtectionRow, ...]:
+    """The protection function's rows at ``at`` (the preempt rule, or the reclaim rule of
+    ``reclaimer_queue``), with each podgroup's node pool: all running podgroups, or only
+    ``uid``; by uid."""
+    read = shadow.read_schema
+    source = (
+        f"{read}.preempt_protection(:at)"
+        if reclaimer_queue is None
+        else f"{read}.reclaim_protection(:reclaimer, :at)"
+    )
+    result = conn.execute(
+        sa.text(
+            f"SELECT {_PROTECTION_COLUMNS} FROM {source} r JOIN {read}.podgroups p USING (uid)"
+            " WHERE CAST(:uid AS text) IS NULL OR r.uid = :uid ORDER BY r.uid"
+        ),
+        {"at": at, "reclaimer": reclaimer_queue, "uid": uid},
+    )
+    return tuple(
+        ProtectionRow(
+            uid=row.uid,
+            queue=row.queue,
+            node_pool=row.node_pool,
+            start_time=row.start_time,
+            min_runtime=row.min_runtime,
+            resolved_from=row.resolved_from,
+            protected_until=row.protected_until,
+            is_protected=bool(row.is_protected),
+            evictable_pods=int(row.evictable_pods),
+        )
+        for row in result
+    )
+
+
+def queue_exists(conn: Connection, shadow: Shadow, name: str) -> bool:
+    """True when the shadow's queue tree has a queue called ``name``."""
+    found = conn.execute(
+        sa.text(f"SELECT 1 FROM {shadow.read_schema}.queues WHERE name = :name"), {"name": name}
+    ).first()
+    return found is not None
+
+
+def is_protected(conn: Connection, shadow: Shadow, uid: str, preemptor: str, at: datetime) -> bool:
+    """``S.is_protected(uid, preemptor, at)``: the SQL verdict against a preemptor's queue."""
+    return bool(
+        conn.execute(
+            sa.text(f"SELECT {shadow.read_schema}.is_protected(:uid, :q, :at)"),
+            {"uid": uid, "q": preemptor, "at": at},
+        ).scalar_one()
+    )
+
+
+def min_runtime_rule(
+    conn: Connection, shadow: Shadow, victim: str, preemptor: str, node_pool: str
+) -> str:
+    """The rule ``S.min_runtime_for`` applies to a victim in ``victim`` and a preemptor in
+    ``preemptor`` on ``node_pool``."""
+    return str(
+        conn.execute(
+            sa.text(
+                f"SELECT rule FROM {shadow.read_schema}.min_runtime_for(:victim, :preemptor, :pool)"
+            ),
+            {"victim": victim, "preemptor": preemptor, "pool": node_pool},
+        ).scalar_one()
+    )
+
+
+# -- one podgroup (explain) --------------------------------------------------------------------
+
+
+def podgroup_facts(conn: Connection, shadow: Shadow, uid: str) -> Mapping[str, Any] | None:
+    """The podgroups view's row of ``uid`` (None: no such podgroup): what explain states."""
+    row = conn.execute(
+        sa.text(
+            "SELECT uid, name, namespace, queue, node_pool, status, preemptible, start_time,"
+            " last_start_time, ended_at, running_pods, is_elastic, preemptibility"
+            f" FROM {shadow.read_schema}.podgroups WHERE uid = :uid"
+        ),
+        {"uid": uid},
+    ).first()
+    return None if row is None else row._asdict()
+
+
+def podgroup_annotations(conn: Connection, shadow: Shadow, uid: str) -> Any:
+    """The annotations of podgroup ``uid`` as stored (a JSON object, or None)."""
+    return conn.execute(
+        sa.text(f"SELECT annotations FROM {shadow.read_schema}.podgroups WHERE uid = :uid"),
+        {"uid": uid},
+    ).scalar_one()
+
+
+def committed_requeues(
+    conn: Connection, shadow: Shadow, uid: str, at: datetime, most: int
+) -> list[datetime]:
+    """When the newest ``most`` committed requeues of ``uid`` up to ``at`` were decided,
+    newest first."""
+    return list(
+        conn.execute(
+            sa.text(
+                f"SELECT decided_at FROM {shadow.read_schema}.requeue_decisions WHERE uid = :uid"
+                " AND outcome = 'committed' AND decided_at <= :at"
+                " ORDER BY decided_at DESC LIMIT :most"
+            ),
+            {"uid": uid, "at": at, "most": most},
+        ).scalars()
+    )
+
+
+def service_podgroups(
+    conn: Connection, namespace: str | None, uids: Sequence[str]
+) -> Sequence[sa.RowMapping]:
+    """The live podgroups view's rows (of ``namespace`` and ``uids``, or all) that a
+    comparison with the cluster needs."""
+    query = (
+        "SELECT uid, status, name, namespace, queue, start_time, running_pods, annotations,"
+        f" updated_at FROM {READ_SCHEMA}.podgroups"
+    )
+    params: dict[str, Any] = {}
+    if namespace is not None:
+        query += " WHERE namespace = :namespace OR uid = ANY(:uids)"
+        params = {"namespace": namespace, "uids": list(uids)}
+    return conn.execute(sa.text(query), params).mappings().all()
+
+
+def held_pods(conn: Connection, uids: Sequence[str] | None) -> dict[str, list[str]] | None:
+    """Pod names holding resources, by podgroup (of ``uids``, or all); None when this role
+    may not read them."""
+    statement = sa.select(pod_state.c.uid, pod_state.c.name).where(pod_state.c.allocated)
+    if uids is not None:
+        statement = statement.where(pod_state.c.uid.in_(uids))
+    try:
+        with conn.begin_nested():
+            found = conn.execute(statement).all()
+    except ProgrammingError as error:
+        if sqlstate(error) != "42501":  # insufficient_privilege: the reader role
+            raise
+        return None
+    held: dict[str, list[str]] = {}
+    for uid, name in found:
+        held.setdefault(uid, []).append(name)
+    return held
+
+
+# -- the tree and the configuration -------------------------------------------------------
+
+
+def queue_tree(conn: Connection, shadow: Shadow) -> tuple[QueueTree, dict[str, tuple[str, ...]]]:
+    """The shadow's queue tree, and every queue's stored path from the root."""
+    stored = stored_tree(conn, shadow.tables)
+    return stored.tree, {name: row[4] for name, row in stored.rows.items()}
+
+
+def node_pool_configs(conn: Connection, shadow: Shadow) -> NodePoolConfigs:
+    """The shadow's node-pool configs (a pool whose stored row is unusable is left out, as the
+    requeue worker leaves it out)."""
+    configs, _ = read_node_pool_configs(conn, shadow.tables)
+    return configs
+
+
+def queue_row(conn: Connection, shadow: Shadow, name: str) -> Mapping[str, Any] | None:
+    """Queue ``name``'s parent and own min-runtimes (None: no such queue)."""
+    row = conn.execute(
+        sa.text(
+            "SELECT parent, preempt_min_runtime, reclaim_min_runtime"
+            f" FROM {shadow.read_schema}.queues WHERE name = :name"
+        ),
+        {"name": name},
+    ).first()
+    return None if row is None else row._asdict()
+
+
+# -- the timeline ------------------------------------------------------------------------------
+
+
+def timeline_state(conn: Connection, shadow: Shadow, uid: str, at: datetime) -> sa.Row[Any] | None:
+    """Podgroup ``uid`` at ``at`` as the timeline tells it: its row of the podgroups view, its
+    preempt window then (NULLs: none) and the standing nominations (None: no such podgroup)."""
+    return conn.execute(_timeline_state(shadow.read_schema), {"uid": uid, "at": at}).first()
+
+
+def judged_run(
+    conn: Connection, shadow: Shadow, uid: str, source: str, event_id: str
+) -> tuple[Any, ...] | None:
+    """The run of ``uid`` that the event (``source``, ``event_id``) ended, as the runs view
+    judges it against every preemptor: (protection, eviction, cut_short); None: none."""
+    params = {"uid": uid, "source": source, "id": event_id}
+    row = conn.execute(_judged_run(shadow.read_schema), params).first()
+    return None if row is None else tuple(row)
+
+
+# The timeline asks these after every boundary of a replay: each is made once per schema.
+@lru_cache(maxsize=64)
+def _timeline_state(read: str) -> sa.TextClause:
+    return sa.text(
+        "SELECT p.status, p.running_pods, p.start_time, p.queue, p.node_pool, p.priority,"
+        " p.name, p.namespace, p.expected_runtime, p.requeue_not_before,"
+        " p.awaiting_release, w.min_runtime, w.resolved_from, w.protected_until,"
+        " w.is_protected,"
+        f" ARRAY(SELECT n.nominated_by FROM {read}.nominations n WHERE n.uid = p.uid"
+        "       ORDER BY n.nominated_by) AS nominations"
+        f" FROM {read}.podgroups p"
+        f" LEFT JOIN {read}.preempt_protection(:at) w ON w.uid = p.uid"
+        " WHERE p.uid = :uid"
+    )
+
+
+@lru_cache(maxsize=64)
+def _judged_run(read: str) -> sa.TextClause:
+    return sa.text(
+        f"SELECT protection, eviction, cut_short FROM {read}.runs"
+        " WHERE uid = :uid AND end_source = :source AND end_event_id = :id"
+    )
+
+
+# -- violations ----------------------------------------------------------------------------
+
+_VIOLATIONS: Final = (
+    "SELECT r.uid, r.queue, r.node_pool, r.preemptibility, r.run_start, r.run_end, r.ended_by,"
+    # The windows as stored (text): runs of one queue share them, so each is read once.
+    " r.gpus, r.gpu_seconds, r.protection, r.cut_short, r.windows_text, e.seq"
+    " FROM {schema}.runs r"
+    # The log is the live schema's: a kept shadow's runs were replayed from it.
+    f" LEFT JOIN {READ_SCHEMA}.event_log e ON e.source = r.end_source AND e.id = r.end_event_id"
+    # Inlined, this is the partial index's predicate (run_log.ix_run_log_violations).
+    " WHERE r.eviction AND r.protection <> 'none'"
+    " AND (CAST(:since AS timestamptz) IS NULL OR r.run_end >= :since)"
+    " AND (CAST(:queue AS text) IS NULL OR r.queue = :queue)"
+    " ORDER BY r.run_end, r.uid, r.end_source, r.end_event_id"
+)
+_EVICTED: Final = (
+    "SELECT count(*) FROM {schema}.runs r WHERE r.eviction"
+    " AND (CAST(:since AS timestamptz) IS NULL OR r.run_end >= :since)"
+    " AND (CAST(:queue AS text) IS NULL OR r.queue = :queue)"
+)
+_QUEUE_KNOWN: Final = (
+    "SELECT EXISTS (SELECT FROM {schema}.queues WHERE name = :queue)"
+    " OR EXISTS (SELECT FROM {schema}.runs WHERE queue = :queue)"
+)
+
+
+def has_runs(conn: Connection, schema: str) -> bool:
+    """True when the read surface ``schema`` has a runs view."""
+    found = conn.execute(sa.text("SELECT to_regclass(:runs)"), {"runs": f"{schema}.runs"})
+    return found.scalar() is not None
+
+
+def queue_known(conn: Connection, schema: str, queue: str) -> bool:
+    """True when ``queue`` is in the tree of ``schema`` now, or in one of its runs."""
+    known = conn.execute(sa.text(_QUEUE_KNOWN.format(schema=schema)), {"queue": queue})
+    return bool(known.scalar())
+
+
+def evicted_runs(conn: Connection, schema: str, since: datetime | None, queue: str | None) -> int:
+    """How many runs an eviction ended at or after ``since``, in ``queue`` (None: all)."""
+    params = {"since": since, "queue": queue}
+    return int(conn.execute(sa.text(_EVICTED.format(schema=schema)), params).scalar_one())
+
+
+def violating_runs(
+    conn: Connection, schema: str, since: datetime | None, queue: str | None
+) -> Sequence[sa.Row[Any]]:
+    """The runs an eviction ended inside a window (at or after ``since``, in ``queue``), in the
+    order they ended: uid, queue, node_pool, preemptibility, run_start, run_end, ended_by,
+    gpus, gpu_seconds, protection, cut_short, windows_text, and the log seq of the end."""
+    params = {"since": since, "queue": queue}
+    return conn.execute(sa.text(_VIOLATIONS.format(schema=schema)), params).all()
