@@ -10,18 +10,25 @@ import sys
 
 import typer
 
-from minruntime.commands import apply, demo, kube, produce, service, stack
-from minruntime.commands import audit as audit_commands
-from minruntime.commands import doctor as doctor_commands
-from minruntime.commands import explain as explain_commands
-from minruntime.commands import kube_diff as kube_diff_commands
-from minruntime.commands import offsets as offsets_commands
-from minruntime.commands import outbox as outbox_commands
-from minruntime.commands import replay as replay_commands
-from minruntime.commands import requeue_plan as requeue_plan_commands
-from minruntime.commands import snapshot as snapshot_commands
-from minruntime.commands import violations as violations_commands
-from minruntime.commands import whatif as whatif_commands
+from minruntime.commands import (
+    apply,
+    audit,
+    demo,
+    doctor,
+    explain,
+    kube,
+    kube_diff,
+    offsets,
+    outbox,
+    produce,
+    replay,
+    requeue_plan,
+    service,
+    snapshot,
+    stack,
+    violations,
+    whatif,
+)
 from minruntime.commands.common import database_error, invocation
 from minruntime.errors import UserError
 
@@ -74,18 +81,18 @@ config_app.command("apply")(apply.config_apply_command)
 app.command("demo")(demo.demo_command)
 kube_app.command("bridge")(kube.bridge_command)
 kube_app.command("evictor")(kube.evictor_command)
-app.command("replay")(replay_commands.replay_command)
-app.command("snapshot")(snapshot_commands.snapshot_command)
-app.command("whatif")(whatif_commands.whatif_command)
-app.command("protection")(explain_commands.protection_command)
-app.command("explain")(explain_commands.explain_command)
-app.command("audit")(audit_commands.audit_command)
-app.command("violations")(violations_commands.violations_command)
-app.command("doctor")(doctor_commands.doctor_command)
-requeue_app.command("plan")(requeue_plan_commands.plan_command)
-app.add_typer(outbox_commands.outbox_app, name="outbox")
-app.add_typer(offsets_commands.offsets_app, name="offsets")
-kube_app.command("diff")(kube_diff_commands.kube_diff_command)
+app.command("replay")(replay.replay_command)
+app.command("snapshot")(snapshot.snapshot_command)
+app.command("whatif")(whatif.whatif_command)
+app.command("protection")(explain.protection_command)
+app.command("explain")(explain.explain_command)
+app.command("audit")(audit.audit_command)
+app.command("violations")(violations.violations_command)
+app.command("doctor")(doctor.doctor_command)
+requeue_app.command("plan")(requeue_plan.plan_command)
+app.add_typer(outbox.outbox_app, name="outbox")
+app.add_typer(offsets.offsets_app, name="offsets")
+kube_app.command("diff")(kube_diff.kube_diff_command)
 stack_app.command("kill-broker")(stack.kill_broker_command)
 stack_app.command("start-broker")(stack.start_broker_command)
 stack_app.command("failover")(stack.failover_command)
@@ -118,12 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         _error("aborted")
         return 130
     except UserError as exc:
+        # What a user did wrong (the core's errors and rejected events too): one line. Any
+        # other error is a bug and shows its traceback.
         _error(f"error: {exc}")
         return exc.exit_code
-    except ValueError as exc:
-        # The rule engine's errors are ValueErrors with a message a user can act on.
-        _error(f"error: {exc}")
-        return 2
     except KeyboardInterrupt:
         _error("interrupted")
         return 130

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from minruntime.errors import UserError
+from minruntime.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -48,13 +48,19 @@ def current_settings() -> Settings:
 
     Outside `invocation()` (a command called by a test) they are read afresh at each call.
     """
+    from pydantic import ValidationError
+
     from minruntime.settings import Settings
 
     kept = _INVOCATION.get()
     if kept is None:
         kept = {}
     if "settings" not in kept:
-        kept["settings"] = Settings()
+        try:
+            kept["settings"] = Settings()
+        except ValidationError as error:
+            # A MINRUNTIME_* variable the service cannot use: the user's to fix.
+            raise ConfigError(str(error)) from error
     settings: Settings = kept["settings"]
     return settings
 
