@@ -1,17 +1,15 @@
-"""The service's error tree (outside the pure core).
+"""The service's error tree: `UserError` (its root, defined in the pure core) and the errors
+outside the core under it.
 
 Every error a user can cause is a `UserError`: the CLI prints its message on one line and
-exits with its `exit_code`, never a traceback. The core's own errors are `ValueError`
-subclasses; the CLI treats those the same way.
+exits with its `exit_code`, never a traceback. Under it too: the core's errors
+(`MinRuntimeError`), a rejected event (`events.EventRejected`) and a cluster object that
+cannot be translated (`cluster.mapping.ObjectError`). Anything else reaching the CLI is a bug.
 """
 
 from __future__ import annotations
 
-
-class UserError(Exception):
-    """An error the user can act on; its message is one line."""
-
-    exit_code = 2
+from minruntime.core.errors import UserError as UserError
 
 
 class UnknownPodGroupError(UserError):
@@ -44,3 +42,11 @@ class TopicLifeChangedError(UserError):
         self.topic = topic
         self.reason = reason
         super().__init__(reason)
+
+
+class SchemaNameError(UserError, ValueError):
+    """A shadow schema's name that is not allowed or already taken (`replay --into`)."""
+
+
+class SnapshotError(UserError, ValueError):
+    """A snapshot request that cannot be met: an empty event log, keeping none."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import ValidationError
@@ -30,7 +30,7 @@ from minruntime.core import (
     parse_duration,
 )
 from minruntime.errors import UserError
-from minruntime.events import ConfigUpdatedData, QueueUpsertedData
+from minruntime.events import ConfigUpdatedData, EventType, QueueUpsertedData
 
 QUEUE_API_VERSION: Final = "scheduling.run.ai/v2"
 QUEUE_KIND: Final = "Queue"
@@ -199,6 +199,35 @@ def _expand_list(manifest: Manifest) -> Iterator[Manifest]:
         raise manifest.error("items", f"must be a list of objects, got {_described(items)}")
     for number, item in enumerate(items, 1):
         yield Manifest(manifest.file, manifest.document, item, item=number)
+
+
+# -- manifests -> events ------------------------------------------------------------------------
+
+ChangeData = QueueUpsertedData | ConfigUpdatedData
+
+
+def change_events(
+    manifests: Sequence[Manifest],
+    node_pool: str = DEFAULT_NODE_POOL,
+    only: Literal["Queue", "config"] | None = None,
+) -> list[tuple[Manifest, EventType, ChangeData]]:
+    """The events Queue objects and a scheduler config stand for, in order: the one translation
+    of `queues apply`, `config apply` and `whatif -f`.
+
+    The queues are checked as a set (a queue twice, parent cycles) and there is one config at
+    most. `only` reads every manifest as that kind, so a stray object is named as not one.
+    """
+    queues = [m for m in manifests if only == "Queue" or (only is None and m.kind == "Queue")]
+    configs = [m for m in manifests if only == "config" or (only is None and m.kind != "Queue")]
+    upserts = iter(queue_upserts(queues) if queues else [])
+    config = config_update(configs, node_pool) if configs else None
+    events: list[tuple[Manifest, EventType, ChangeData]] = []
+    for manifest in manifests:
+        if any(manifest is queue for queue in queues):
+            events.append((manifest, EventType.QUEUE_UPSERTED, next(upserts)))
+        elif config is not None:
+            events.append((manifest, EventType.CONFIG_UPDATED, config))
+    return events
 
 
 # -- Queue objects -> queue.upserted -------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from minruntime.cli import main
-from minruntime.errors import StackError
+from minruntime.errors import StackError, UserError
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -35,16 +35,42 @@ def test_usage_errors_are_one_line(
     assert "Traceback" not in captured.err + captured.out
 
 
+@pytest.mark.parametrize(
+    ("target", "argv", "error", "code", "line"),
+    [
+        (
+            "minruntime.stack.stack_up",
+            ["stack", "up"],
+            StackError("port 9092 on 127.0.0.1 is already in use by another process"),
+            3,
+            "minruntime: error: port 9092 on 127.0.0.1 is already in use by another process",
+        ),
+        (
+            "minruntime.demo.run_demo",
+            ["demo", "--rules-only"],
+            UserError("the user's mistake, said in one line"),
+            2,
+            "minruntime: error: the user's mistake, said in one line",
+        ),
+    ],
+)
 def test_user_errors_map_to_their_exit_code(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    target: str,
+    argv: list[str],
+    error: UserError,
+    code: int,
+    line: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     def broken(*_: object, **__: object) -> None:
-        raise StackError("port 9092 on 127.0.0.1 is already in use by another process")
+        raise error
 
-    monkeypatch.setattr("minruntime.stack.stack_up", broken)
-    assert main(["stack", "up"]) == 3
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["minruntime: error: port 9092 on 127.0.0.1 is already in use by another process"]
+    monkeypatch.setattr(target, broken)
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [line]
+    assert "Traceback" not in captured.err + captured.out
 
 
 def test_core_value_errors_are_one_line(
@@ -69,3 +95,27 @@ def test_outbox_retry_needs_ids_or_all(capsys: pytest.CaptureFixture[str]) -> No
     )
     assert main(["outbox", "retry", "not-a-uuid"]) == 2
     assert "is not an outbox row id" in capsys.readouterr().err
+
+
+def test_a_bug_shows_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plain ValueError is a programming error, not a user's: cli.main does not catch it.
+    def buggy(*_: object, **__: object) -> None:
+        raise ValueError("a bug: not the user's to fix")
+
+    monkeypatch.setattr("minruntime.demo.run_demo", buggy)
+    with pytest.raises(ValueError, match="a bug") as raised:
+        main(["demo", "--rules-only"])
+    assert not isinstance(raised.value, UserError)
+    assert raised.traceback[-1].name == "buggy"
+
+
+def test_one_error_tree() -> None:
+    # The core's errors, rejected events and untranslatable cluster objects are user errors,
+    # and ValueErrors still for the code that catches them as such.
+    from minruntime.cluster.mapping import ObjectError
+    from minruntime.core.errors import MinRuntimeError
+    from minruntime.events import EventRejected
+
+    for error in (MinRuntimeError, EventRejected, ObjectError):
+        assert issubclass(error, UserError)
+        assert issubclass(error, ValueError)

@@ -57,8 +57,11 @@ _KAI_PREFIX: Final = "kai.scheduler/"
 _ID_NAMESPACE: Final = uuid.UUID("5d0c0b8e-7a44-4f0e-9b55-6b7562652d31")
 
 
-class ObjectError(ValueError):
-    """A cluster object cannot be mapped to an event (the bridge logs it and goes on)."""
+class ObjectError(UserError, ValueError):
+    """A cluster object cannot be mapped to an event (the bridge logs it and goes on).
+
+    A ValueError still: the mirror catches it with the contract's own refusals.
+    """
 
 
 def event_id(uid: str, transition: str, version: str = "", content: str = "") -> str:

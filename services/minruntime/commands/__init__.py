@@ -1,5 +1,6 @@
-"""The operator commands of the CLI (replay, protection, explain, audit, whatif).
+"""Every command of the CLI, one function each, in modules named by domain.
 
-Each module defines typer command functions over ``minruntime.audit``; ``minruntime.cli``
-registers them. Heavy imports stay inside the functions, so ``minruntime --help`` is fast.
+``minruntime.cli`` only maps names to them. They read this invocation's settings through
+``commands.common.current_settings``. Heavy imports stay inside the functions, so
+``minruntime --help`` is fast.
 """

@@ -1,18 +1,23 @@
-"""What the operator commands share: the --at option, the engine, JSON output."""
+"""What the commands share: the invocation's settings, the --at option, the engine, JSON output."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from minruntime.errors import UserError
+from minruntime.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
+
+    from minruntime.settings import Settings
 
 _AGO: Final = re.compile(r"now\s*-\s*(\S+)")
 
@@ -22,6 +27,42 @@ AT_HELP: Final = (
 )
 At = Annotated[str | None, typer.Option("--at", help=AT_HELP, show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+# What one invocation of the command line keeps (its settings), while it runs.
+_INVOCATION: ContextVar[dict[str, Any] | None] = ContextVar("minruntime_invocation", default=None)
+
+
+@contextmanager
+def invocation() -> Iterator[None]:
+    """One run of the command line: `current_settings` reads the environment once inside."""
+    token = _INVOCATION.set({})
+    try:
+        yield
+    finally:
+        _INVOCATION.reset(token)
+
+
+def current_settings() -> Settings:
+    """The settings of this invocation, read from the environment on first use.
+
+    Outside `invocation()` (a command called by a test) they are read afresh at each call.
+    """
+    from pydantic import ValidationError
+
+    from minruntime.settings import Settings
+
+    kept = _INVOCATION.get()
+    if kept is None:
+        kept = {}
+    if "settings" not in kept:
+        try:
+            kept["settings"] = Settings()
+        except ValidationError as error:
+            # A MINRUNTIME_* variable the service cannot use: the user's to fix.
+            raise ConfigError(str(error)) from error
+    settings: Settings = kept["settings"]
+    return settings
 
 
 def parse_at(
@@ -51,10 +92,9 @@ def parse_at(
 
 def engine() -> sa.Engine:
     """An engine for the operator commands: the owner role (they build shadow schemas)."""
-    from minruntime.settings import Settings
     from minruntime.store import engine_from
 
-    return engine_from(Settings().owner_url, pool_pre_ping=False)
+    return engine_from(current_settings().owner_url, pool_pre_ping=False)
 
 
 def database_error(error: BaseException) -> str | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from minruntime.commands.common import Json
+from minruntime.commands.common import Json, current_settings
 from minruntime.stream.topic_safety import Finding, Severity, judge_missing, judge_topic
 
 if TYPE_CHECKING:
@@ -24,9 +24,8 @@ if TYPE_CHECKING:
 
 def doctor_command(as_json: Json = False) -> None:
     """Check the Kafka topics and the database for settings that can lose acknowledged data."""
-    from minruntime.settings import Settings
 
-    settings = Settings()
+    settings = current_settings()
     findings = asyncio.run(kafka_findings(settings)) + database_findings(settings)
     if as_json:
         print(json.dumps([_as_dict(f) for f in findings], indent=2))

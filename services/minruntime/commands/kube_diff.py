@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
+from minruntime.commands.common import current_settings
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
@@ -70,10 +71,9 @@ def kube_diff_command(
     from minruntime.cluster.api import api_client
     from minruntime.cluster.drift import cluster_podgroups, compare
     from minruntime.cluster.mirror import Kind
-    from minruntime.settings import Settings
 
     _notes_to_stderr()
-    settings = Settings()
+    settings = current_settings()
     now = datetime.now(UTC)
     kinds = [Kind.POD_GROUP, Kind.POD]
     client = api_client(settings)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from minruntime.commands.common import Json, engine
+from minruntime.commands.common import Json, current_settings, engine
 from minruntime.core.topic_life import StoredOffset, TopicLife, life_changed, untied
 from minruntime.errors import UserError
 
@@ -34,9 +34,8 @@ class NothingToRebaselineError(UserError):
 
 
 def _settings() -> Settings:
-    from minruntime.settings import Settings
 
-    return Settings()
+    return current_settings()
 
 
 def _input_topics(settings: Settings) -> list[str]:

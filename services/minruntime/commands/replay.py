@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from minruntime.commands.common import AT_HELP, Json, engine, parse_at, print_json
+from minruntime.commands.common import AT_HELP, Json, current_settings, engine, parse_at, print_json
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
@@ -147,12 +147,11 @@ def _replay_in_parts(
     parts: int, total: int, *, verify: bool, at: datetime | None, as_json: bool
 ) -> None:
     from minruntime.audit.parallel import PartFailedError, ReplayInParts
-    from minruntime.settings import Settings
 
     try:
         # The parts are forked first, before the progress bar starts its thread.
         with (
-            ReplayInParts(Settings().owner_url, parts, verify=verify, until=at) as split,
+            ReplayInParts(current_settings().owner_url, parts, verify=verify, until=at) as split,
             _ProgressBar(total, quiet=as_json) as progress,
         ):
             result = split.run(progress)
@@ -208,9 +207,8 @@ def _finish(
 def _kafka_entries(at: datetime | None) -> list[LogEntry]:
     from minruntime.audit.kafka_log import read_kafka
     from minruntime.kafka_access import kafka_access
-    from minruntime.settings import Settings
 
-    settings = Settings()
+    settings = current_settings()
     topics = {**_input_topics(), settings.topic_requeue_decisions: "requeue_decisions"}
     try:
         return read_kafka(kafka_access(settings), topics, until=at)
@@ -222,9 +220,8 @@ def _kafka_entries(at: datetime | None) -> list[LogEntry]:
 
 def _input_topics() -> dict[str, str]:
     from minruntime.bootstrap import input_topic_roles
-    from minruntime.settings import Settings
 
-    return input_topic_roles(Settings())
+    return input_topic_roles(current_settings())
 
 
 class _ProgressBar:

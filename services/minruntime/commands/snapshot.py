@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from minruntime.commands.common import Json, print_json
+from minruntime.commands.common import Json, current_settings, print_json
 
 if TYPE_CHECKING:
     from minruntime.audit.snapshots import Taken
@@ -44,13 +44,12 @@ def snapshot_command(
 ) -> None:
     """Snapshot the projections for fast as-of answers when one is due (once, or --every)."""
     from minruntime.audit.snapshots import SnapshotPolicy, snapshots_in, take
-    from minruntime.settings import Settings
     from minruntime.store import engine_from
 
     if prune is not None:
         _prune(prune, as_json)
         return
-    settings = Settings()
+    settings = current_settings()
     # The runtime role: it needs rows, not definitions (it may add snapshots, change none).
     database = engine_from(settings.database_url, pool_pre_ping=False)
     try:

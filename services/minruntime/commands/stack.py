@@ -1,21 +1,118 @@
-"""`minruntime stack kill-broker | start-broker | failover`: faults on purpose, one at a time.
+"""`minruntime stack`: the local stack's up, down, status and tool, and faults on purpose.
 
-For fault tests and operators of a stack started with `stack up --brokers 3 --pg-standby`
-(docs/deployment.md, "The local stack with three brokers and a standby"): kill one Kafka
-broker with any signal and start it again, or fail PostgreSQL over to its standby.
+`kill-broker`, `start-broker` and `failover` make one fault at a time, for fault tests and
+operators of a stack started with `stack up --brokers 3 --pg-standby` (docs/deployment.md,
+"The local stack with three brokers and a standby"): kill one Kafka broker with any signal
+and start it again, or fail PostgreSQL over to its standby.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
+from minruntime.commands.common import current_settings
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
     from minruntime.stack import StackStatus
+
+console = Console(highlight=False)
+
+
+def _say(message: str) -> None:
+    console.print(message)
+
+
+def up_command(
+    kube: Annotated[
+        bool,
+        typer.Option(
+            "--kube",
+            help="Also etcd + a real kube-apiserver with the Queue/PodGroup CRDs "
+            "(built once with Go; docs/kubernetes.md).",
+        ),
+    ] = False,
+    brokers: Annotated[
+        int | None,
+        typer.Option(
+            "--brokers",
+            help="1: one broker; 3: a KRaft cluster of three (3 replicas, 2 in sync). "
+            "Default: as the stack was last started.",
+            show_default=False,
+        ),
+    ] = None,
+    pg_standby: Annotated[
+        bool | None,
+        typer.Option(
+            "--pg-standby/--no-pg-standby",
+            help="A synchronous streaming standby of PostgreSQL on the next port. "
+            "Default: as the stack was last started.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Start PostgreSQL and Kafka (idempotent); returns when both really work."""
+    from minruntime.stack import stack_up
+
+    status = stack_up(
+        current_settings(), say=_say, kube=kube, brokers=brokers, pg_standby=pg_standby
+    )
+    print_connection(status)
+
+
+def down_command(
+    kube: Annotated[
+        bool,
+        typer.Option("--kube", help="Stop only the Kubernetes API server and etcd."),
+    ] = False,
+) -> None:
+    """Stop the Kubernetes API server (if running), Kafka and PostgreSQL."""
+    from minruntime.stack import kube_down, stack_down
+
+    if kube:
+        kube_down(current_settings(), say=_say)
+    else:
+        stack_down(current_settings(), say=_say)
+
+
+def status_command() -> None:
+    """Report each component's health and the connection settings (exit 3 if unhealthy)."""
+    from minruntime.stack import stack_status
+
+    status = stack_status(current_settings())
+    table = Table("component", "state", "pid", "detail")
+    for component in status.components:
+        state = (
+            "[green]healthy[/]"
+            if component.healthy
+            else ("[yellow]unhealthy[/]" if component.running else "[red]stopped[/]")
+        )
+        table.add_row(component.name, state, str(component.pid or "-"), component.detail)
+    console.print(table)
+    print_connection(status)
+    if not status.healthy:
+        raise typer.Exit(3)
+
+
+def tool_command(
+    name: Annotated[str, typer.Argument(help="helm or promtool.")],
+) -> None:
+    """Print the path of a checking tool (helm, promtool), building it once with Go into the
+    cache (`~/.cache/minruntime/tools`) when it is missing."""
+    from minruntime.stack.gotools import TOOLS, ensure_tool
+
+    tool = TOOLS.get(name)
+    if tool is None:
+        raise UserError(f"unknown tool {name!r}; one of: {', '.join(sorted(TOOLS))}")
+    path = ensure_tool(current_settings(), tool, say=lambda line: print(line, file=sys.stderr))
+    print(path)
+
 
 Broker = Annotated[int, typer.Argument(help="The broker's node id: 1, 2 or 3.", min=1)]
 
@@ -56,21 +153,19 @@ def kill_broker_command(
     ] = "KILL",
 ) -> None:
     """Send a signal to one broker of the stack's Kafka cluster (`stack up --brokers 3`)."""
-    from minruntime.settings import Settings
     from minruntime.stack import kafka_cluster
 
     sig = parse_signal(signal_name)
-    pid = kafka_cluster(Settings()).kill(node, sig)
+    pid = kafka_cluster(current_settings()).kill(node, sig)
     gone = " (exited)" if sig in (signal.SIGKILL, signal.SIGTERM) else ""
     print(f"sent {sig.name} to Kafka broker {node}, pid {pid}{gone}")
 
 
 def start_broker_command(node: Broker) -> None:
     """Start one broker of the stack's Kafka cluster again; returns once the cluster lists it."""
-    from minruntime.settings import Settings
     from minruntime.stack import kafka_cluster
 
-    settings = Settings()
+    settings = current_settings()
     cluster = kafka_cluster(settings)
     started = cluster.start_node(node, settings.stack_timeout_seconds)
     state = "started" if started else "already running"
@@ -80,8 +175,7 @@ def start_broker_command(node: Broker) -> None:
 def failover_command() -> None:
     """Fence the PostgreSQL primary and promote its standby (`stack up --pg-standby`); the
     stack's URLs name both servers, so they keep working."""
-    from minruntime.settings import Settings
     from minruntime.stack import stack_failover
 
-    status = stack_failover(Settings(), say=print)
+    status = stack_failover(current_settings(), say=print)
     print_connection(status)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from minruntime.commands.common import Json, engine, print_json
+from minruntime.commands.common import Json, current_settings, engine, print_json
 from minruntime.commands.explain import ReclaimerQueue, describe_row, resolved_from_label
 from minruntime.errors import UserError
 
@@ -251,9 +251,8 @@ def read_change_files(paths: Sequence[str], node_pool: str, now: datetime) -> li
     """The events of every file, in file and document order (nothing is sent anywhere)."""
     from minruntime.kube import read_manifests
     from minruntime.produce import read_documents
-    from minruntime.settings import Settings
 
-    settings = Settings()
+    settings = current_settings()
     # (origin, event) in order; Queue objects and scheduler configs are translated together
     # (kube checks them as a set: duplicates, cycles, one config) and put back in place.
     slots: list[ChangeEvent | Manifest] = []
@@ -310,27 +309,19 @@ def _translated(
 ) -> list[ChangeEvent]:
     """Queue objects and the scheduler config as the events `queues apply`/`config apply` send."""
     from minruntime.audit.whatif import WHATIF_SOURCE, ChangeEvent
-    from minruntime.events import EventType, new_event
-    from minruntime.kube import Manifest, config_update, queue_upserts
+    from minruntime.events import new_event
+    from minruntime.kube import Manifest, change_events
 
     manifests = [slot for slot in slots if isinstance(slot, Manifest)]
-    queues = [manifest for manifest in manifests if manifest.kind == "Queue"]
-    configs = [manifest for manifest in manifests if manifest.kind != "Queue"]
-    # kube checks them as sets (a queue twice, parent cycles, one scheduler config).
-    upserts = iter(queue_upserts(queues) if queues else [])
-    config = config_update(configs, node_pool) if configs else None
+    translated = iter(change_events(manifests, node_pool))
     events = []
     for slot in slots:
         if not isinstance(slot, Manifest):
             events.append(slot)
-        elif slot.kind == "Queue":
-            event = new_event(
-                EventType.QUEUE_UPSERTED, next(upserts), time=now, source=WHATIF_SOURCE
-            )
-            events.append(ChangeEvent(slot.where, event))
-        elif config is not None:
-            event = new_event(EventType.CONFIG_UPDATED, config, time=now, source=WHATIF_SOURCE)
-            events.append(ChangeEvent(slot.where, event))
+            continue
+        _, event_type, data = next(translated)
+        event = new_event(event_type, data, time=now, source=WHATIF_SOURCE)
+        events.append(ChangeEvent(slot.where, event))
     return events
 
 

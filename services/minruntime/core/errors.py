@@ -1,8 +1,14 @@
-"""The one error tree of the rule engine.
+"""The root of the one error tree, and the rule engine's errors under it.
 
-Every error is a ``ValueError`` (the contract promises that to callers) and carries a stable,
-machine-readable ``kind`` that the stream processor copies into dead-letter records, so
-operators can count and filter failures without parsing messages.
+`UserError` is what a user did wrong, in the whole service: the command line prints its
+message on one line and exits with its `exit_code`, and anything else is a bug that shows its
+traceback. It lives here because the core imports nothing of the package;
+`minruntime.errors` re-exports it with the service's own errors.
+
+Every rule-engine error is also a ``ValueError`` (the contract promises that to callers, and
+pydantic validators turn it into a validation error) and carries a stable, machine-readable
+``kind`` that the stream processor copies into dead-letter records, so operators can count and
+filter failures without parsing messages.
 """
 
 from __future__ import annotations
@@ -10,8 +16,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 
-class MinRuntimeError(ValueError):
-    """Base class: bad input that the caller can correct."""
+class UserError(Exception):
+    """An error the user can act on; its message is one line."""
+
+    exit_code = 2
+
+
+class MinRuntimeError(UserError, ValueError):
+    """Base class of the rule engine's errors: bad input that the caller can correct."""
 
     kind: ClassVar[str] = "invalid_input"
 

@@ -8,6 +8,8 @@ from typing import Final
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from minruntime.core.errors import UserError
+
 # The kinds of EventRejected, in the order the decoder checks them.
 NOT_JSON: Final = "not_json"
 NOT_CLOUDEVENT: Final = "not_cloudevent"
@@ -85,8 +87,12 @@ _OWN_ERRORS: Final = frozenset(
 _MAX_MESSAGE: Final = 500
 
 
-class EventRejected(ValueError):  # noqa: N818 - the name is part of the contract
-    """A record that cannot be applied: ``kind`` for machines, ``message`` (one line) for people."""
+class EventRejected(UserError, ValueError):  # noqa: N818 - the name is part of the contract
+    """A record that cannot be applied: ``kind`` for machines, ``message`` (one line) for people.
+
+    A user's error (a command given a bad event says so in one line), and a ValueError still
+    for the callers that catch it as one.
+    """
 
     def __init__(self, kind: str, message: str) -> None:
         one_line = " ".join(message.split())

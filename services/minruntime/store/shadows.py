@@ -24,6 +24,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from minruntime.errors import SchemaNameError
 from minruntime.store.schema import StateTables, state_tables
 from minruntime.store.snapshots import continue_numbering
 from minruntime.store.state_schema import check_schema_name
@@ -107,7 +108,7 @@ def temporary_name(prefix: str = "minruntime_asof") -> str:
 def create_shadow(conn: Connection, name: str) -> Shadow:
     """Create shadow ``name`` (empty state tables + read surface) in ``conn``'s transaction.
 
-    ValueError (one line) when the name is not allowed or already exists.
+    SchemaNameError (one line) when the name is not allowed or already exists.
     """
     shadow = Shadow(check_schema_name(name))
     check_schema_name(shadow.state_schema)
@@ -117,7 +118,7 @@ def create_shadow(conn: Connection, name: str) -> Shadow:
     ).scalars()
     taken = sorted(existing)
     if taken:
-        raise ValueError(
+        raise SchemaNameError(
             f"schema {taken[0]} already exists; choose another name or drop it "
             f"(minruntime replay --drop {shadow.name})"
         )

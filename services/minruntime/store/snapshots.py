@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
 
+from minruntime.errors import SnapshotError
 from minruntime.store.schema import LIVE, StateTables
 
 # Every writer of the live event log holds this advisory lock shared from its append to its
@@ -167,7 +168,7 @@ def write(
     the entries since the previous one and the list, not the whole state.
     """
     if at.applied_until is None:
-        raise ValueError("the event log is empty: there is nothing to snapshot")
+        raise SnapshotError("the event log is empty: there is nothing to snapshot")
     driver = conn.connection.driver_connection
     assert driver is not None
     with driver.cursor() as cursor:
@@ -397,7 +398,7 @@ def prune(conn: Connection, keep: int) -> Pruned:
     snapshots.
     """
     if keep < 1:
-        raise ValueError("keep at least one snapshot")
+        raise SnapshotError("keep at least one snapshot")
     stored = snapshots(conn)
     if len(stored) <= keep:
         return Pruned(0, 0, stored[0] if stored else None)

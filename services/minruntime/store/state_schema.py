@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from minruntime.errors import SchemaNameError
 from minruntime.store.tables import READ_SCHEMA, STATE_SCHEMA
 
 # Lower-case unquoted identifiers only: the name is spliced into SQL text.
@@ -19,12 +20,12 @@ _RESERVED: Final = frozenset({STATE_SCHEMA, READ_SCHEMA, "public", "information_
 
 
 def check_schema_name(name: str) -> str:
-    """Return ``name`` if it may name a shadow schema; ValueError (one line) otherwise."""
+    """Return ``name`` if it may name a shadow schema; SchemaNameError (one line) otherwise."""
     if not _NAME.fullmatch(name):
-        raise ValueError(
+        raise SchemaNameError(
             f"schema name {name!r} must be lower-case letters, digits and '_' "
             "(at most 48, not starting with a digit)"
         )
     if name in _RESERVED or name.startswith("pg_"):
-        raise ValueError(f"schema name {name!r} is reserved")
+        raise SchemaNameError(f"schema name {name!r} is reserved")
     return name

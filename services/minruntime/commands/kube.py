@@ -1,0 +1,26 @@
+"""`minruntime kube bridge | evictor`: the two services that speak to the cluster.
+
+The bridge turns Kubernetes objects into events; the evictor carries out the worker's
+decisions (docs/kubernetes.md). `kube diff` is in `commands.kube_diff`.
+"""
+
+from __future__ import annotations
+
+from minruntime.commands.common import current_settings
+from minruntime.commands.service import LogLevel, service_logging
+
+
+def bridge_command(loglevel: LogLevel = "warning") -> None:
+    """Watch Queues, PodGroups, Pods, Nodes and the scheduler config; send the events."""
+    from minruntime.cluster.bridge import run_bridge
+
+    service_logging(loglevel)
+    run_bridge(current_settings())
+
+
+def evictor_command(loglevel: LogLevel = "warning") -> None:
+    """Carry out requeue.committed: evict the podgroup's pods, mark its PodGroup."""
+    from minruntime.cluster.evictor import run_evictor
+
+    service_logging(loglevel)
+    run_evictor(current_settings())
