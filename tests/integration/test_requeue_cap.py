@@ -153,7 +153,7 @@ def test_a_capped_podgroup_is_skipped_until_its_requeue_leaves_the_window(
     requeued_once(feed, engine, {})
     with engine.connect() as conn:
         inputs = load_cycle_inputs(conn, NOW + 10 * MINUTE)
-    assert inputs.snapshot.requeue_history == {"v": (NOW,)}
+    assert inputs.cluster.requeue_history == {"v": (NOW,)}
 
     report = cycle(engine, NOW + 10 * MINUTE)
     (decision,) = report.plan.decisions
