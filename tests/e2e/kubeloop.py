@@ -1,16 +1,24 @@
 """The bridge and the evictor as subprocesses of a test Pipeline (the cluster side is
-`minruntime.cluster.standin`)."""
+`minruntime.cluster.standin`), and the scene the kube e2e tests share: a pipeline and a
+namespace of its own on the stack's API server."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+from minruntime.cluster.standin import Cluster
+from minruntime.settings import Settings
+from minruntime.stack import StackStatus
 from tests.conftest import MINRUNTIME, ROOT
 from tests.e2e.harness import Pipeline, Subprocess
+from tests.e2e.kubeapi import admin_client
 
 
 class KubeProcess(Subprocess):
@@ -34,3 +42,52 @@ class KubeProcess(Subprocess):
             cwd=ROOT,
         )
         return self
+
+
+@dataclass
+class KubeScene:
+    """A started pipeline with its topics, and a namespace of the real API server to watch."""
+
+    suffix: str
+    pipeline: Pipeline
+    cluster: Cluster
+    kubeconfig: Path
+
+    @property
+    def kube_env(self) -> dict[str, str]:
+        """The settings of the scene's bridge and evictor: its namespace, one lease."""
+        return {
+            "MINRUNTIME_KUBE_NAMESPACE": self.cluster.namespace,
+            "MINRUNTIME_KUBE_LEASE_NAME": f"bridge-{self.suffix}",
+            "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
+            "MINRUNTIME_KUBE_SCHEDULER_CONFIG": f"{self.cluster.namespace}/scheduler-config",
+        }
+
+    def kube(self, command: str, **env: str) -> KubeProcess:
+        """`minruntime kube <command>` on the scene (not started)."""
+        return KubeProcess(self.pipeline, command, self.kubeconfig, {**self.kube_env, **env})
+
+
+Scene = TypeVar("Scene", bound=KubeScene)
+
+
+@contextmanager
+def kube_scene(
+    kind: type[Scene],
+    kube_stack: StackStatus,
+    settings: Settings,
+    workdir: Path,
+    name: str,
+    namespace: str,
+) -> Iterator[Scene]:
+    """A `kind` on a started pipeline `name` and a namespace `<namespace>-<suffix>`; the
+    pipeline is dropped afterwards, which proves `replay --verify` equal first."""
+    assert kube_stack.kubeconfig is not None
+    suffix = uuid.uuid4().hex[:6]
+    pipeline = Pipeline(settings, workdir, name).create(with_topics=True)
+    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"{namespace}-{suffix}")
+    pipeline.start()
+    try:
+        yield kind(suffix, pipeline, cluster, kube_stack.kubeconfig)
+    finally:
+        pipeline.drop()

@@ -21,10 +21,10 @@ import pytest
 from minruntime.core import EXPECTED_RUNTIME_PLUGIN
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
+from tests import cloudevents as ce
 from tests.conftest import run_cli
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline
-from tests.e2e.test_requeue_worker import OVERRUN, Scene, stamp, wait_decisions
+from tests.e2e.test_requeue_worker import OVERRUN, Scene, wait_decisions
 
 pytestmark = pytest.mark.stack
 
@@ -61,7 +61,7 @@ def requeued(
         victim = scene.start(scene.job("v", 8, priority=50, annotations=OVERRUN), "n1")
         assert wait_decisions(pipeline, victim)[0][0] == "committed"
         # The cluster carries the requeue out.
-        released = ce.released(victim, stamp(datetime.now(UTC)))
+        released = ce.released(victim, time=ce.stamp(datetime.now(UTC)), reason="completed")
         released["data"]["reason"] = "evicted"
         scene.send(released)
         scene.wait_status(victim, "pending")  # evicted: waits to be scheduled again

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cloudevents.core.bindings import kafka
@@ -22,26 +23,13 @@ from cloudevents.core.v1.event import CloudEvent
 
 from minruntime.events import decode_dead_letter
 from minruntime.kafka_access import start_client
-from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from tests import cloudevents as ce
 from tests.conftest import run_cli
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, wait_for
 
 pytestmark = pytest.mark.stack
 
 UID = "bin-pg-1"
-
-
-@pytest.fixture(scope="module")
-def pipeline(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Pipeline]:
-    running = Pipeline(settings, tmp_path_factory.mktemp("binary"), "bin").create().start()
-    try:
-        yield running
-    finally:
-        running.drop()
 
 
 Record = tuple[bytes | None, bytes, list[tuple[str, bytes]]]
@@ -71,25 +59,18 @@ def send(pipeline: Pipeline, role: str, records: Sequence[Record]) -> None:
     asyncio.run(run())
 
 
-def submitted_event() -> CloudEvent:
-    return CloudEvent(
-        attributes={
-            "id": "bin-submitted-1",
-            "source": "tests/e2e/sdk",
-            "type": "podgroup.submitted",
-            "time": datetime(2026, 11, 21, 9, 0, tzinfo=UTC),
-            "subject": UID,
-            "datacontenttype": "application/json",
-            "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-        },
-        data={
-            "uid": UID,
-            "name": "train",
-            "namespace": "team-a",
-            "queue": "leaf1",
-            "priority": 100,
-            "pods": [{"name": "p0", "gpu": 1}, {"name": "p1", "gpu": 0.5}],
-        },
+def submitted_event() -> dict[str, Any]:
+    return ce.submitted(
+        UID,
+        "leaf1",
+        [{"name": "p0", "gpu": 1}, {"name": "p1", "gpu": 0.5}],
+        name="train",
+        namespace="team-a",
+        time=datetime(2026, 11, 21, 9, 0, tzinfo=UTC),
+        id="bin-submitted-1",
+        source="tests/e2e/sdk",
+        datacontenttype="application/json",
+        traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
     )
 
 
@@ -97,7 +78,7 @@ def test_a_binary_podgroup_is_applied_and_malformed_headers_are_dead_lettered(
     pipeline: Pipeline,
 ) -> None:
     pipeline.produce_events("queues", [*ce.design_tree(), ce.config()])
-    message = kafka.to_binary_event(submitted_event(), key_mapper=lambda e: e.get_subject())
+    message = ce.binary(submitted_event(), key_mapper=lambda e: e.get_subject())
     assert message.headers["ce_type"] == b"podgroup.submitted"
     assert message.headers["content-type"] == b"application/json"
     send(pipeline, "podgroups", [record_of(message)])

@@ -18,24 +18,13 @@ from minruntime.core import format_rfc3339
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.store.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
+from tests import cloudevents as ce
 from tests.conftest import run_cli
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, wait_for
 
 pytestmark = pytest.mark.stack
 
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture(scope="module")
-def pipeline(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Pipeline]:
-    running = Pipeline(settings, tmp_path_factory.mktemp("explain"), "ex").create().start()
-    try:
-        yield running
-    finally:
-        running.drop()
 
 
 def _applied(pipeline: Pipeline, count: int) -> None:
@@ -81,15 +70,17 @@ def _history(started: datetime) -> tuple[list[dict[str, Any]], list[dict[str, An
         ce.config(defaultPreemptMinRuntime="30m"),
     ]
     podgroups = [
-        ce.submitted("j1", "leaf1", ["p0", "p1"], min_available=2, time=at),
+        ce.submitted("j1", "leaf1", ["p0", "p1"], priority=50, min_available=2, time=at),
         ce.allocated("j1", ["p0", "p1"], at),
-        ce.submitted("j3", "leaf3", time=at),
+        ce.submitted("j3", "leaf3", ["p0"], priority=50, time=at),
         ce.allocated("j3", ["p0"], at),
-        ce.submitted("jE", "leaf2", ["w0", "w1", "w2", "w3"], min_available=2, time=at),
+        ce.submitted(
+            "jE", "leaf2", ["w0", "w1", "w2", "w3"], priority=50, min_available=2, time=at
+        ),
         ce.allocated("jE", ["w0", "w1", "w2", "w3"], at),
-        ce.submitted("jdone", "leaf2", time=at),
+        ce.submitted("jdone", "leaf2", ["p0"], priority=50, time=at),
         ce.allocated("jdone", ["p0"], at),
-        ce.released("jdone", format_rfc3339(started + HOUR)),
+        ce.released("jdone", time=format_rfc3339(started + HOUR), reason="completed"),
     ]
     return queues, podgroups
 
@@ -188,7 +179,7 @@ def test_protection_and_explain_live_and_as_of(pipeline: Pipeline) -> None:
         ce.queue("B", "A", preempt="1s", reclaim="1s"),
         ce.config(reclaimResolveMethod="queue"),
     ]
-    released = [ce.released("j1", format_rfc3339(datetime.now(UTC)))]
+    released = [ce.released("j1", time=format_rfc3339(datetime.now(UTC)), reason="completed")]
     pipeline.produce_events("queues", changes)
     pipeline.produce_events("podgroups", released)
     _applied(pipeline, len(queues) + len(podgroups) + len(changes) + len(released))

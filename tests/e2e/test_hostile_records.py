@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import string
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,32 +26,12 @@ from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.store import engine_from
+from tests import cloudevents as ce
 from tests.conftest import MINRUNTIME, ROOT
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, wait_for
+from tests.integration.helpers import HUGE_INDEX
 
 pytestmark = pytest.mark.stack
-
-# Incompressible, as a real identifier would be: PostgreSQL compresses an index row before it
-# checks its size, so "x" * 100,000 would fit, and hide finding 1.
-LONG = "".join(random.Random(12).choices(string.ascii_letters + string.digits, k=100_000))
-# A test-only index on the pipeline's database whose row for a node named "huge-..." outgrows
-# PostgreSQL's btree limit: a real refusal (SQLSTATE 54000) that no decoder bound prevents.
-HUGE_INDEX = (
-    "CREATE FUNCTION minruntime_state.test_widen(text) RETURNS text IMMUTABLE LANGUAGE sql"
-    " AS $$ SELECT CASE WHEN $1 LIKE 'huge-%' THEN (SELECT string_agg(md5($1 || i), '')"
-    " FROM generate_series(1, 400) i) ELSE $1 END $$;"
-    " CREATE INDEX test_huge ON minruntime_state.node_state (minruntime_state.test_widen(name))"
-)
-
-
-def wire(document: dict[str, Any]) -> bytes:
-    return json.dumps(document).encode()
-
-
-def with_extension(document: dict[str, Any], literal: str) -> bytes:
-    """The event with an extension attribute whose value is a bare JSON literal (NaN ...)."""
-    return wire(document).replace(b'"specversion"', f'"ext": {literal}, "specversion"'.encode())
 
 
 class Corpus:
@@ -76,10 +54,10 @@ class Corpus:
         if document is None:
             document = {
                 "queues": lambda: ce.queue(f"ok-q{n}"),
-                "podgroups": lambda: ce.submitted(f"ok-pg{n}", "ok-q0"),
+                "podgroups": lambda: ce.submitted(f"ok-pg{n}", "ok-q0", ["p0"], priority=50),
                 "nodes": lambda: ce.event("node.upserted", f"ok-n{n}", _node(f"ok-n{n}"), ce.at(0)),
             }[role]()
-        self.records[role].append((str(document["subject"]).encode(), wire(document)))
+        self.records[role].append((str(document["subject"]).encode(), ce.wire(document)))
         self.valid += 1
         self.valid_subjects.append(str(document["subject"]))
 
@@ -92,39 +70,48 @@ def hostile_corpus() -> Corpus:
     corpus = Corpus()
     corpus.add_valid("queues", ce.queue("ok-q0"))
     # Finding 1: identifiers too long for PostgreSQL's index rows.
-    corpus.add_bad("queues", "long-queue", wire(ce.queue(LONG)), "too_long")
-    corpus.add_bad("podgroups", "long-uid", wire(ce.submitted(LONG, "ok-q0")), "too_long")
-    long_node = ce.event("node.upserted", LONG, _node(LONG), ce.at(0))
-    corpus.add_bad("nodes", "long-node", wire(long_node), "too_long")
-    corpus.add_bad("queues", "long-id", wire({**ce.queue("q-id"), "id": LONG}), "too_long")
-    corpus.add_bad("queues", "long-src", wire({**ce.queue("q-src"), "source": LONG}), "too_long")
+    corpus.add_bad("queues", "long-queue", ce.wire(ce.queue(ce.LONG)), "too_long")
+    corpus.add_bad(
+        "podgroups",
+        "long-uid",
+        ce.wire(ce.submitted(ce.LONG, "ok-q0", ["p0"], priority=50)),
+        "too_long",
+    )
+    long_node = ce.event("node.upserted", ce.LONG, _node(ce.LONG), ce.at(0))
+    corpus.add_bad("nodes", "long-node", ce.wire(long_node), "too_long")
+    corpus.add_bad("queues", "long-id", ce.wire(ce.queue("q-id", id=ce.LONG)), "too_long")
+    corpus.add_bad(
+        "queues", "long-src", ce.wire({**ce.queue("q-src"), "source": ce.LONG}), "too_long"
+    )
     # Finding 1: JSON nested 10,000 deep (RecursionError, exit 70, on every restart).
     corpus.add_bad("queues", "deep", b"[" * 10_000, "too_deep")
     corpus.add_bad("podgroups", "deep", b"[" * 10_000 + b"]" * 10_000, "too_deep")
     # Finding 1: an extension attribute NaN / Infinity (accepted, then refused by jsonb).
-    corpus.add_bad("queues", "q-nan", with_extension(ce.queue("q-nan"), "NaN"), "not_finite")
-    corpus.add_bad("queues", "q-inf", with_extension(ce.queue("q-inf"), "Infinity"), "not_finite")
-    minus = with_extension(ce.queue("q-minf"), "-Infinity")
+    corpus.add_bad("queues", "q-nan", ce.with_extension(ce.queue("q-nan"), "NaN"), "not_finite")
+    corpus.add_bad(
+        "queues", "q-inf", ce.with_extension(ce.queue("q-inf"), "Infinity"), "not_finite"
+    )
+    minus = ce.with_extension(ce.queue("q-minf"), "-Infinity")
     corpus.add_bad("queues", "q-minf", minus, "not_finite")
     # Finding 2: a node's gpu 1e308 (killed the requeue worker in gpu_units).
     huge_gpu = ce.event("node.upserted", "n-huge-gpu", _node("n-huge-gpu", 1e308), ce.at(0))
-    corpus.add_bad("nodes", "n-huge-gpu", wire(huge_gpu), "out_of_range")
+    corpus.add_bad("nodes", "n-huge-gpu", ce.wire(huge_gpu), "out_of_range")
     # Finding 4: valid-looking timestamps outside years 1..9999 once in UTC.
-    corpus.add_valid("podgroups", ce.submitted("pg-time", "ok-q0"))
+    corpus.add_valid("podgroups", ce.submitted("pg-time", "ok-q0", ["p0"], priority=50))
     for text in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
         corpus.add_bad(
-            "podgroups", "pg-time", wire(ce.allocated("pg-time", ["p0"], text)), "out_of_range"
+            "podgroups", "pg-time", ce.wire(ce.allocated("pg-time", ["p0"], text)), "out_of_range"
         )
     # Finding 5: the same (source, id) with other content.
     original = ce.queue("q-dup", preempt="1m")
     corpus.add_valid("queues", original)
     changed = {**ce.queue("q-dup", preempt="2h"), "id": original["id"]}
-    corpus.add_bad("queues", "q-dup", wire(changed), "conflicting_duplicate")
+    corpus.add_bad("queues", "q-dup", ce.wire(changed), "conflicting_duplicate")
     # The same event sent again with other whitespace: a true duplicate, silently skipped.
     corpus.records["queues"].append((b"q-dup", json.dumps(original, indent=1).encode()))
     # A value PostgreSQL itself refuses (index row too large): isolated from its batch.
     huge = ce.event("node.upserted", "huge-1", _node("huge-1"), ce.at(0))
-    corpus.add_bad("nodes", "huge-1", wire(huge), "unstorable")
+    corpus.add_bad("nodes", "huge-1", ce.wire(huge), "unstorable")
     return corpus
 
 
@@ -134,7 +121,7 @@ def pipeline(
 ) -> Iterator[Pipeline]:
     running = Pipeline(settings, tmp_path_factory.mktemp("hostile"), "hostile").create()
     with running.connect_as_owner() as conn:
-        conn.execute(HUGE_INDEX)  # type: ignore[arg-type]
+        conn.execute("; ".join(HUGE_INDEX))  # type: ignore[arg-type]
     running.start()
     try:
         yield running
@@ -204,9 +191,9 @@ def legacy(stack: StackStatus, settings: Settings, tmp_path: Path) -> Iterator[P
     older = Pipeline(settings, tmp_path, "legacy").create()
     engine = engine_from(older.database_url)
     values = [
-        wire(ce.queue("leaf")),
-        wire(ce.submitted("old-pg", "leaf")),
-        wire(ce.allocated("old-pg", ["p0"], ce.at(10))),
+        ce.wire(ce.queue("leaf")),
+        ce.wire(ce.submitted("old-pg", "leaf", ["p0"], priority=50)),
+        ce.wire(ce.allocated("old-pg", ["p0"], ce.at(10))),
     ]
     topic = older.topics["queues"]
     records = [InboundRecord(topic, 0, i, b"k", v, None) for i, v in enumerate(values[:1])]

@@ -26,8 +26,8 @@ from minruntime.kafka_access import kafka_access, stack_ca_file, stack_credentia
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stack.kafka import KafkaNode
+from tests import cloudevents as ce
 from tests.conftest import free_port_pair, run_cli
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, wait_for
 from tests.e2e.test_requeue_worker import (
     OVERRUN,
@@ -35,7 +35,6 @@ from tests.e2e.test_requeue_worker import (
     decision_ids,
     decisions,
     node_upserted,
-    stamp,
     wait_decisions,
     wait_published,
 )
@@ -129,7 +128,7 @@ def test_the_whole_pipeline_runs_authenticated_and_encrypted(
         s = Scene(pipeline, "sec")
         # The queue and the node through `minruntime produce`, as an operator sends them.
         events = tmp_path / "scene.jsonl"
-        now = stamp(datetime.now(UTC))
+        now = ce.stamp(datetime.now(UTC))
         lines = [ce.queue(s.queue, time=now), node_upserted(s.node("n1"), s.pool, 8)]
         events.write_text("".join(json.dumps(line) + "\n" for line in lines))
         sent = run_cli("produce", str(events), env=pipeline.env)

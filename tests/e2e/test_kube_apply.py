@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from minruntime.settings import Settings
-from minruntime.stack import StackStatus
 from tests.conftest import ROOT, run_cli
 from tests.e2e.harness import Pipeline, wait_for
 
 pytestmark = pytest.mark.stack
 
 EXAMPLES = ROOT / "schemas" / "examples"
-
-
-@pytest.fixture(scope="module")
-def pipeline(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Pipeline]:
-    running = Pipeline(settings, tmp_path_factory.mktemp("kube"), "kube").create().start()
-    try:
-        yield running
-    finally:
-        running.drop()
 
 
 def queue_rows(pipeline: Pipeline) -> dict[str, tuple[Any, ...]]:

@@ -9,74 +9,52 @@ kubelet, so the test deletes an evicted pod with grace 0).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
-from minruntime.cluster.standin import Cluster
 from minruntime.core import parse_rfc3339
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests.conftest import run_cli
-from tests.e2e.harness import Pipeline, wait_for
-from tests.e2e.kubeapi import admin_client
-from tests.e2e.kubeloop import KubeProcess
+from tests.e2e.harness import wait_for
+from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene
 
 pytestmark = pytest.mark.stack
 
 
 @dataclass
-class Loop:
+class Loop(KubeScene):
     """One pipeline + worker + bridge + evictor, and the cluster they watch."""
 
-    suffix: str
-    pipeline: Pipeline
-    cluster: Cluster
-    kubeconfig: Path
-    bridge: KubeProcess
-    evictor: KubeProcess
+    bridge: KubeProcess = field(init=False)
+    evictor: KubeProcess = field(init=False)
 
     def name(self, base: str) -> str:
         return f"{base}-{self.suffix}"
 
-    def kube(self, command: str, **env: str) -> KubeProcess:
-        return KubeProcess(self.pipeline, command, self.kubeconfig, {**self.kube_env, **env})
-
     @property
     def kube_env(self) -> dict[str, str]:
-        return {
-            "MINRUNTIME_KUBE_NAMESPACE": self.cluster.namespace,
-            "MINRUNTIME_KUBE_LEASE_NAME": f"bridge-{self.suffix}",
-            "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
-            "MINRUNTIME_KUBE_SCHEDULER_CONFIG": f"{self.cluster.namespace}/scheduler-config",
-            "MINRUNTIME_EVICTOR_GROUP": f"evictor-{self.suffix}",
-        }
+        return {**super().kube_env, "MINRUNTIME_EVICTOR_GROUP": f"evictor-{self.suffix}"}
 
 
 @pytest.fixture(scope="module")
 def loop(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Loop]:
-    assert kube_stack.kubeconfig is not None
-    suffix = uuid.uuid4().hex[:6]
-    pipeline = Pipeline(settings, tmp_path_factory.mktemp("kube"), "kube").create(with_topics=True)
-    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"team-{suffix}")
-    pipeline.start()
-    pipeline.start_worker(env={"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"})
-    loop = Loop(suffix, pipeline, cluster, kube_stack.kubeconfig, None, None)  # type: ignore[arg-type]
-    loop.bridge = loop.kube("bridge").start()
-    loop.evictor = loop.kube("evictor").start()
-    try:
-        yield loop
-    finally:
-        for process in (loop.bridge, loop.evictor):
-            process.stop()
-        pipeline.drop()  # proves `replay --verify` equal first
+    workdir = tmp_path_factory.mktemp("kube")
+    with kube_scene(Loop, kube_stack, settings, workdir, "kube", "team") as loop:
+        loop.pipeline.start_worker(env={"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"})
+        loop.bridge = loop.kube("bridge").start()
+        loop.evictor = loop.kube("evictor").start()
+        try:
+            yield loop
+        finally:
+            for process in (loop.bridge, loop.evictor):
+                process.stop()
 
 
 def podgroup_row(loop: Loop, uid: str) -> tuple[object, ...] | None:

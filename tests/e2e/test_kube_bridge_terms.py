@@ -10,25 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from minruntime.cluster.bridge import PRODUCER_HEADER
 from minruntime.cluster.mapping import LAST_START_ANNOTATION, POD_GROUP_ANNOTATION
-from minruntime.cluster.standin import Cluster, rfc3339
+from minruntime.cluster.standin import rfc3339
 from minruntime.kafka_access import start_client
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
-from tests.e2e.harness import Pipeline, wait_for
-from tests.e2e.kubeapi import admin_client
-from tests.e2e.kubeloop import KubeProcess
+from tests.e2e.harness import wait_for
+from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene
 
 pytestmark = pytest.mark.stack
 
@@ -36,24 +33,11 @@ LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
 
 
 @dataclass
-class Terms:
+class Terms(KubeScene):
     """A pipeline, a namespace of the real API server, and the bridge replicas' settings."""
 
-    suffix: str
-    pipeline: Pipeline
-    cluster: Cluster
-    kubeconfig: Path
-
     def bridge(self, identity: str, **env: str) -> KubeProcess:
-        settings = {
-            "MINRUNTIME_KUBE_NAMESPACE": self.cluster.namespace,
-            "MINRUNTIME_KUBE_LEASE_NAME": f"bridge-{self.suffix}",
-            "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
-            "MINRUNTIME_KUBE_SCHEDULER_CONFIG": f"{self.cluster.namespace}/scheduler-config",
-            "MINRUNTIME_KUBE_IDENTITY": identity,
-            **env,
-        }
-        return KubeProcess(self.pipeline, "bridge", self.kubeconfig, settings).start()
+        return self.kube("bridge", MINRUNTIME_KUBE_IDENTITY=identity, **env).start()
 
     def dead_letters(self) -> int:
         return int(self.pipeline.query("SELECT count(*) FROM minruntime.dead_letters")[0][0])
@@ -124,23 +108,16 @@ class Terms:
 def terms(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Terms]:
-    assert kube_stack.kubeconfig is not None
-    suffix = uuid.uuid4().hex[:6]
-    pipeline = Pipeline(settings, tmp_path_factory.mktemp("terms"), "terms").create(
-        with_topics=True
-    )
-    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"terms-{suffix}")
-    pipeline.start()
-    cluster.apply_queues(
-        f"apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {{name: tq-{suffix}}}\n"
-        "spec: {}\n"
-    )
-    cluster.priority_class(f"tp-{suffix}", 50)
-    cluster.node(f"tn-{suffix}", f"pool-{suffix}", 64)
-    try:
-        yield Terms(suffix, pipeline, cluster, kube_stack.kubeconfig)
-    finally:
-        pipeline.drop()  # proves `replay --verify` equal first
+    workdir = tmp_path_factory.mktemp("terms")
+    with kube_scene(Terms, kube_stack, settings, workdir, "terms", "terms") as terms:
+        suffix, cluster = terms.suffix, terms.cluster
+        cluster.apply_queues(
+            f"apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {{name: tq-{suffix}}}\n"
+            "spec: {}\n"
+        )
+        cluster.priority_class(f"tp-{suffix}", 50)
+        cluster.node(f"tn-{suffix}", f"pool-{suffix}", 64)
+        yield terms
 
 
 def gang(terms: Terms, name: str, pods: int, started: bool = True, **extra: Any) -> str:

@@ -8,22 +8,19 @@ whole PodGroup deleted). `kube diff` names the fields and exits 1, writes its me
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from minruntime.cluster.api import KAI_GROUP, PODGROUP_VERSION
-from minruntime.cluster.standin import Cluster
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests.conftest import run_cli
-from tests.e2e.harness import Pipeline, wait_for
-from tests.e2e.kubeapi import admin_client
-from tests.e2e.kubeloop import KubeProcess
+from tests.e2e.harness import wait_for
+from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene
 
 pytestmark = pytest.mark.stack
 
@@ -31,25 +28,14 @@ EXPECTED_RUNTIME = "kai.scheduler/expected-runtime"
 
 
 @dataclass
-class Service:
+class Service(KubeScene):
     """A pipeline and the bridge that feeds it, on a namespace of its own."""
 
-    suffix: str
-    pipeline: Pipeline
-    cluster: Cluster
-    kubeconfig: Path
-    bridge: KubeProcess
+    bridge: KubeProcess = field(init=False)
 
     @property
     def env(self) -> dict[str, str]:
-        return {
-            **self.pipeline.env,
-            "KUBECONFIG": str(self.kubeconfig),
-            "MINRUNTIME_KUBE_NAMESPACE": self.cluster.namespace,
-            "MINRUNTIME_KUBE_LEASE_NAME": f"bridge-{self.suffix}",
-            "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
-            "MINRUNTIME_KUBE_SCHEDULER_CONFIG": f"{self.cluster.namespace}/scheduler-config",
-        }
+        return {**self.pipeline.env, "KUBECONFIG": str(self.kubeconfig), **self.kube_env}
 
     def diff(self, *args: str) -> tuple[int, str, str]:
         done = run_cli("kube", "diff", "--namespace", self.cluster.namespace, *args, env=self.env)
@@ -67,20 +53,13 @@ class Service:
 def service(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
-    assert kube_stack.kubeconfig is not None
-    suffix = uuid.uuid4().hex[:6]
-    pipeline = Pipeline(settings, tmp_path_factory.mktemp("kdiff"), "kdiff").create(
-        with_topics=True
-    )
-    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"diff-{suffix}")
-    pipeline.start()
-    found = Service(suffix, pipeline, cluster, kube_stack.kubeconfig, None)  # type: ignore[arg-type]
-    found.bridge = KubeProcess(pipeline, "bridge", kube_stack.kubeconfig, found.env).start()
-    try:
-        yield found
-    finally:
-        found.bridge.stop()
-        pipeline.drop()  # proves `replay --verify` equal first
+    workdir = tmp_path_factory.mktemp("kdiff")
+    with kube_scene(Service, kube_stack, settings, workdir, "kdiff", "diff") as found:
+        found.bridge = found.kube("bridge").start()
+        try:
+            yield found
+        finally:
+            found.bridge.stop()
 
 
 def test_diff_names_the_drift_and_repair_makes_the_service_agree(

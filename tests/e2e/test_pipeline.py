@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,21 +13,10 @@ from minruntime.kafka_access import start_client
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topics import INPUT_ROLES, topic_specs
-from tests.e2e import cloudevents as ce
+from tests import cloudevents as ce
 from tests.e2e.harness import Pipeline, wait_for
 
 pytestmark = pytest.mark.stack
-
-
-@pytest.fixture(scope="module")
-def pipeline(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Pipeline]:
-    running = Pipeline(settings, tmp_path_factory.mktemp("pipeline"), "pl").create().start()
-    try:
-        yield running
-    finally:
-        running.drop()
 
 
 def _applied(pipeline: Pipeline, count: int, timeout: float = 30) -> None:
@@ -45,7 +33,10 @@ def test_design_document_examples_end_to_end(pipeline: Pipeline) -> None:
     jobs = []
     for leaf in ("leaf1", "leaf2", "leaf3"):
         uid = f"ex-{leaf}"
-        jobs += [ce.submitted(uid, leaf, time=ce.at(0)), ce.allocated(uid, ["p0"], ce.at(10))]
+        jobs += [
+            ce.submitted(uid, leaf, ["p0"], priority=50, time=ce.at(0)),
+            ce.allocated(uid, ["p0"], ce.at(10)),
+        ]
     pipeline.produce_events("podgroups", jobs)
     _applied(pipeline, before + 8 + 6)
 
@@ -92,7 +83,8 @@ def test_design_document_examples_end_to_end(pipeline: Pipeline) -> None:
 def test_start_time_follows_event_time(pipeline: Pipeline) -> None:
     uid = "elastic-start"
     pipeline.produce_events(
-        "podgroups", [ce.submitted(uid, "leaf2", ["a", "b"], min_available=1, time=ce.at(100))]
+        "podgroups",
+        [ce.submitted(uid, "leaf2", ["a", "b"], priority=50, min_available=1, time=ce.at(100))],
     )
 
     def row() -> tuple:
@@ -107,7 +99,10 @@ def test_start_time_follows_event_time(pipeline: Pipeline) -> None:
     steps = [
         (ce.allocated(uid, ["a"], ce.at(200)), ("running", ce.at(200), 1)),
         (ce.allocated(uid, ["b"], ce.at(300)), ("running", ce.at(200), 2)),  # scale-up keeps it
-        (ce.released(uid, ce.at(400)), ("finished", None, 0)),  # full release ends the run
+        (
+            ce.released(uid, time=ce.at(400), reason="completed"),
+            ("finished", None, 0),
+        ),  # full release ends the run
         (ce.allocated(uid, ["a"], ce.at(500)), ("running", ce.at(500), 1)),  # a new run
     ]
     for event, (status, start, running) in steps:
@@ -150,7 +145,7 @@ def test_bad_input_is_dead_lettered_and_valid_input_around_it_applies(pipeline: 
             (b"dl-good-2", json.dumps(good_after).encode()),
         ],
     )
-    schema = ce.submitted("dl-pg", "leaf1")
+    schema = ce.submitted("dl-pg", "leaf1", ["p0"], priority=50)
     schema["data"]["priority"] = "high"
     pipeline.produce_events("podgroups", [schema])
 
@@ -287,12 +282,14 @@ def _trace(count: int) -> tuple[list[dict], list[dict]]:
     for i in range(count):
         uid = f"crash-{i:05d}"
         podgroups += [
-            ce.submitted(uid, f"crash-q{i % 20}", ["p0", "p1"], min_available=1, time=ce.at(i)),
+            ce.submitted(
+                uid, f"crash-q{i % 20}", ["p0", "p1"], priority=50, min_available=1, time=ce.at(i)
+            ),
             ce.allocated(uid, ["p0"], ce.at(i + 1)),
             ce.allocated(uid, ["p1"], ce.at(i + 2)),
         ]
         if i % 3 == 0:
-            podgroups.append(ce.released(uid, ce.at(i + 3)))
+            podgroups.append(ce.released(uid, time=ce.at(i + 3), reason="completed"))
     return queues, podgroups
 
 

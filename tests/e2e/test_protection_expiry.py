@@ -25,7 +25,7 @@ from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topics import TopicRole, topic_specs
-from tests.e2e import cloudevents as ce
+from tests import cloudevents as ce
 from tests.e2e.harness import Pipeline, Worker, wait_for
 from tests.e2e.test_requeue_worker import Published
 
@@ -120,10 +120,6 @@ class Listener:
             await consumer.stop()
 
 
-def stamp(moment: datetime) -> str:
-    return ce.at(0, moment)
-
-
 def leader_locks(pipeline: Pipeline) -> int:
     """Advisory locks held in the pipeline's database (1 while a replica is active)."""
     return int(
@@ -142,10 +138,10 @@ def start_active_worker(pipeline: Pipeline, name: str) -> Worker:
 
 def run_in(queue: str, uid: str, start: datetime) -> list[dict[str, Any]]:
     """podgroup.submitted + podgroup.allocated with the run starting at `start`."""
-    now = stamp(datetime.now(UTC))
+    now = ce.stamp(datetime.now(UTC))
     return [
-        ce.submitted(uid, queue, time=now),
-        ce.allocated(uid, ["p0"], stamp(start), node="pe-node"),
+        ce.submitted(uid, queue, ["p0"], priority=50, time=now),
+        ce.allocated(uid, ["p0"], ce.stamp(start), node="pe-node"),
     ]
 
 
@@ -191,7 +187,7 @@ def pipeline(
     private = Pipeline(settings, tmp_path_factory.mktemp("expiry"), "pe")
     try:
         private.create().start()
-        now = stamp(datetime.now(UTC))
+        now = ce.stamp(datetime.now(UTC))
         private.produce_events(
             "queues",
             [
@@ -243,7 +239,7 @@ def test_window_ends_arrive_on_kafka_within_a_second_exactly_once(
             *run_in(FREE, "pe-free", start),  # nothing protects it
             *run_in(TEAM, "pe-old", start - timedelta(hours=1)),  # ended an hour ago
             *run_in(TEAM, "pe-gone", start),  # released before its windows end
-            ce.released("pe-gone", stamp(start)),
+            ce.released("pe-gone", time=ce.stamp(start), reason="completed"),
         ],
     )
     arrivals = wait_arrivals(listener, "pe-a", 3)

@@ -26,8 +26,8 @@ from minruntime.stack import StackStatus
 from minruntime.stack.kafka import KafkaNode
 from minruntime.stack.postgres import PostgresNode
 from minruntime.stack.process import pid_alive, read_pid
+from tests import cloudevents as ce
 from tests.conftest import free_ports
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, Subprocess, Worker, probe, wait_for
 
 pytestmark = pytest.mark.stack
@@ -105,6 +105,18 @@ class Fixture:
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not pid_alive(pid), 60, "the broker to die")
 
+    def start_with_worker(self) -> tuple[Pipeline, Worker]:
+        """The processor and a worker replica running, 50 queues applied, both ready."""
+        pipeline = self.pipeline.create()
+        pipeline.start()
+        worker = pipeline.start_worker()
+        _WATCHED.append(worker)
+        pipeline.produce_events("queues", _queues("before", 50))
+        self.wait_applied(50)
+        _wait_status(self.processor_port, "/readyz", 200, "the processor")
+        _wait_status(self.worker_port, "/readyz", 200, "the worker")
+        return pipeline, worker
+
     def restore(self) -> None:
         """Both nodes up and answering (idempotent)."""
         self.postgres.start(self.settings.stack_timeout_seconds)
@@ -169,14 +181,7 @@ def test_kill_9_in_a_loop_resumes_every_time_and_applies_everything_once(
 
 
 def test_postgres_stopped_for_two_minutes_while_events_flow(fixture: Fixture) -> None:
-    pipeline = fixture.pipeline.create()
-    pipeline.start()
-    worker = pipeline.start_worker()
-    _WATCHED.append(worker)
-    pipeline.produce_events("queues", _queues("before", 50))
-    fixture.wait_applied(50)
-    _wait_status(fixture.processor_port, "/readyz", 200, "the processor")
-    _wait_status(fixture.worker_port, "/readyz", 200, "the worker")
+    pipeline, worker = fixture.start_with_worker()
 
     assert fixture.postgres.stop()
     stopped = time.monotonic()
@@ -201,14 +206,7 @@ def test_postgres_stopped_for_two_minutes_while_events_flow(fixture: Fixture) ->
 
 
 def test_kafka_broker_killed_and_restarted(fixture: Fixture) -> None:
-    pipeline = fixture.pipeline.create()
-    pipeline.start()
-    worker = pipeline.start_worker()
-    _WATCHED.append(worker)
-    pipeline.produce_events("queues", _queues("before", 50))
-    fixture.wait_applied(50)
-    _wait_status(fixture.processor_port, "/readyz", 200, "the processor")
-    _wait_status(fixture.worker_port, "/readyz", 200, "the worker")
+    pipeline, worker = fixture.start_with_worker()
 
     fixture.kill_kafka()
     try:

@@ -17,7 +17,7 @@ import pytest
 from minruntime.core import format_rfc3339
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
-from tests.e2e.cloudevents import allocated, config, event, queue, released, submitted
+from tests.cloudevents import allocated, config, event, queue, released, submitted
 from tests.e2e.harness import Pipeline, wait_for
 
 pytestmark = pytest.mark.stack
@@ -76,14 +76,14 @@ def story(
         pipeline.produce_events(
             "podgroups",
             [
-                submitted("busy", "team", annotations=OVERRUN, time=start),
+                submitted("busy", "team", ["p0"], priority=50, annotations=OVERRUN, time=start),
                 allocated("busy", ["p0"], start, node="node-1"),
-                submitted("idle", "team", annotations=OVERRUN, time=start),
+                submitted("idle", "team", ["p0"], priority=50, annotations=OVERRUN, time=start),
                 allocated("idle", ["p0"], start, node="node-2"),
-                submitted("urgent", "team", priority=500, time=_ago(1)),
-                submitted("done", "team", time=start),
+                submitted("urgent", "team", ["p0"], priority=500, time=_ago(1)),
+                submitted("done", "team", ["p0"], priority=50, time=start),
                 allocated("done", ["p0"], start, node="node-2"),
-                released("done", _ago(60)),
+                released("done", time=_ago(60), reason="completed"),
             ],
         )
         pipeline.produce("podgroups", [(b"bad", b"{not an event")])

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from minruntime.core import EXPECTED_RUNTIME_PLUGIN
-from tests.e2e import cloudevents as ce
+from tests import cloudevents as ce
 from tests.e2e.harness import wait_for
 from tests.e2e.test_requeue_worker import (
     OVERRUN,
@@ -24,7 +24,6 @@ from tests.e2e.test_requeue_worker import (
     published,
     rq,
     scenes,
-    stamp,
     wait_decisions,
 )
 
@@ -42,7 +41,7 @@ def cap(scene: Scene, limit: int, window: str) -> None:
     subject = f"config/{scene.pool}"
     data = {"nodePool": scene.pool, "maxRequeues": limit, "maxRequeuesWindow": window}
     scene.pipeline.produce_events(
-        "queues", [ce.event("config.updated", subject, data, stamp(datetime.now(UTC)))]
+        "queues", [ce.event("config.updated", subject, data, ce.stamp(datetime.now(UTC)))]
     )
     wait_for(
         lambda: (
@@ -75,7 +74,7 @@ def test_a_job_requeued_once_is_not_requeued_again_within_the_window(
     # and a second contender would fit there if it were evicted.
     now = datetime.now(UTC)
     s.send(
-        ce.released(victim, stamp(now - timedelta(seconds=20))),
+        ce.released(victim, time=ce.stamp(now - timedelta(seconds=20)), reason="completed"),
         s.allocation(first, "n1", now - timedelta(seconds=19)),
     )
     s.wait_status(victim, "finished")

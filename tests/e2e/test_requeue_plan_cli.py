@@ -20,9 +20,10 @@ import pytest
 
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
+from tests import cloudevents as ce
 from tests.conftest import run_cli
 from tests.e2e.harness import Pipeline, wait_for
-from tests.e2e.test_requeue_worker import OVERRUN, Scene, stamp
+from tests.e2e.test_requeue_worker import OVERRUN, Scene
 
 pytestmark = pytest.mark.stack
 
@@ -143,6 +144,6 @@ def test_the_worker_decides_what_the_plan_said(planned: Planned) -> None:
     after = planned.plan()
     assert after["decisions"] == []
     assert {"uid": victim, "reason": "cooldown"} in after["not_nominated"]
-    as_of = planned.plan("--at", stamp(planned.before_worker))
+    as_of = planned.plan("--at", ce.stamp(planned.before_worker))
     assert as_of["state"] == "as_of"
     assert [(d["uid"], d["outcome"]) for d in as_of["decisions"]] == [(victim, "committed")]

@@ -35,8 +35,8 @@ from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.metrics import MAX_QUEUE_LABELS
 from minruntime.stream.topics import INPUT_ROLES, topic_specs
+from tests import cloudevents as ce
 from tests.conftest import free_port_pair
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, Worker, wait_for
 
 pytestmark = pytest.mark.stack
@@ -239,11 +239,6 @@ def podgroup(pipeline: Pipeline, uid: str) -> PodGroupRow | None:
 
 
 # -- events ---------------------------------------------------------------------------------
-def stamp(moment: datetime) -> str:
-    """RFC3339 in UTC, as producers write event times."""
-    return ce.at(0, moment)
-
-
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
@@ -253,13 +248,13 @@ def node_upserted(name: str, pool: str, gpu: float) -> dict[str, Any]:
         "node.upserted",
         name,
         {"name": name, "nodePool": pool, "gpu": gpu},
-        stamp(datetime.now(UTC)),
+        ce.stamp(datetime.now(UTC)),
     )
 
 
 def nominated(uid: str, by: str, at: datetime) -> dict[str, Any]:
     return ce.event(
-        "requeue.nominated", uid, {"uid": uid, "nominatedBy": by, "reason": "e2e"}, stamp(at)
+        "requeue.nominated", uid, {"uid": uid, "nominatedBy": by, "reason": "e2e"}, ce.stamp(at)
     )
 
 
@@ -268,12 +263,12 @@ def annotated(uid: str, annotations: Mapping[str, str | None]) -> dict[str, Any]
         "podgroup.annotated",
         uid,
         {"uid": uid, "annotations": dict(annotations)},
-        stamp(datetime.now(UTC)),
+        ce.stamp(datetime.now(UTC)),
     )
 
 
 def deleted(uid: str) -> dict[str, Any]:
-    return ce.event("podgroup.deleted", uid, {"uid": uid}, stamp(datetime.now(UTC)))
+    return ce.event("podgroup.deleted", uid, {"uid": uid}, ce.stamp(datetime.now(UTC)))
 
 
 @dataclass
@@ -302,7 +297,7 @@ class Scene:
 
     def prepare(self, nodes: Mapping[str, float], *, preempt: str | None = None) -> None:
         """The queue and the nodes, applied before any podgroup of the scene is sent."""
-        now = stamp(datetime.now(UTC))
+        now = ce.stamp(datetime.now(UTC))
         self.pipeline.produce_events("queues", [ce.queue(self.queue, preempt=preempt, time=now)])
         self.add_nodes(nodes)
         wait_for(
@@ -352,12 +347,12 @@ class Scene:
             gpu=gpu,
             annotations=annotations,
             node_pool=self.pool,
-            time=stamp(datetime.now(UTC)),
+            time=ce.stamp(datetime.now(UTC)),
         )
 
     def allocation(self, uid: str, node: str, at: datetime) -> dict[str, Any]:
         """All of the podgroup's pods allocated on one node of the scene at `at`."""
-        return ce.allocated(uid, self.pods[uid], stamp(at), self.node(node))
+        return ce.allocated(uid, self.pods[uid], ce.stamp(at), self.node(node))
 
     def send(self, *events: Mapping[str, Any]) -> None:
         self.pipeline.produce_events("podgroups", events)
@@ -624,7 +619,7 @@ def test_a_job_just_requeued_is_not_nominated_again_during_its_cooldown(
     # scheduled again on a new node, now with a one-second expected runtime.
     now = datetime.now(UTC)
     s.send(
-        ce.released(victim, stamp(now - timedelta(seconds=20))),
+        ce.released(victim, time=ce.stamp(now - timedelta(seconds=20)), reason="completed"),
         s.allocation(first_contender, "n1", now - timedelta(seconds=19)),
     )
     s.wait_status(victim, "finished")

@@ -31,8 +31,8 @@ from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topic_identity import describe_topics
+from tests import cloudevents as ce
 from tests.conftest import free_ports
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, Subprocess, Worker, probe, wait_for
 
 pytestmark = pytest.mark.stack
@@ -228,13 +228,13 @@ def _events(seed: int = 20261125) -> list[tuple[str, dict[str, Any]]]:
         first = start + rng.uniform(0.5, 20)
         second = first + rng.uniform(0, 5)
         steps = [
-            (start, ce.submitted(uid, rng.choice(leaves), pods, time=ce.at(start))),
+            (start, ce.submitted(uid, rng.choice(leaves), pods, priority=50, time=ce.at(start))),
             (first, ce.allocated(uid, pods[:half], ce.at(first), node=f"n-{i % NODES}")),
             (second, ce.allocated(uid, pods[half:], ce.at(second), node=f"n-{i % NODES}")),
         ]
         if i % 2 == 0:
             end = second + rng.uniform(60, 600)
-            steps.append((end, ce.released(uid, ce.at(end))))
+            steps.append((end, ce.released(uid, time=ce.at(end), reason="completed")))
         timeline.extend((t, len(timeline), event) for t, event in steps)
     timeline.sort(key=lambda item: (item[0], item[1]))
     return (

@@ -25,8 +25,8 @@ from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stack.kafka import KafkaNode
 from minruntime.stream.topics import ensure_topics, topic_specs
+from tests import cloudevents as ce
 from tests.conftest import free_port_pair, free_ports, run_cli
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, wait_for
 
 pytestmark = pytest.mark.stack

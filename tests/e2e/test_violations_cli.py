@@ -20,8 +20,8 @@ import pytest
 
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
+from tests import cloudevents as ce
 from tests.conftest import free_ports, run_cli
-from tests.e2e import cloudevents as ce
 from tests.e2e.harness import Pipeline, wait_for
 
 pytestmark = pytest.mark.stack
@@ -38,10 +38,10 @@ class Ended:
 
 def ended(uid: str, queue: str, seconds: float, reason: str) -> list[dict[str, Any]]:
     """A 2-GPU podgroup of ``queue`` that runs from T0 for ``seconds`` and ends for ``reason``."""
-    release = ce.released(uid, ce.at(seconds))
+    release = ce.released(uid, time=ce.at(seconds), reason="completed")
     release["data"]["reason"] = reason
     return [
-        ce.submitted(uid, queue, ("p0", "p1")),
+        ce.submitted(uid, queue, ("p0", "p1"), priority=50),
         ce.allocated(uid, ("p0", "p1"), ce.at(0)),
         release,
     ]

@@ -9,17 +9,15 @@ predicted, every other row as before.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from tests.cloudevents import allocated, config, queue, submitted
 from tests.conftest import run_cli
-from tests.e2e.cloudevents import allocated, config, queue, submitted
 from tests.e2e.harness import Pipeline, wait_for
 
 pytestmark = pytest.mark.stack
@@ -46,52 +44,45 @@ def rfc3339(value: datetime) -> str:
 
 
 @pytest.fixture(scope="module")
-def pipeline(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Pipeline]:
-    running = Pipeline(settings, tmp_path_factory.mktemp("whatif"), "whatif").create().start()
-    try:
-        start = rfc3339(datetime.now(UTC) - STARTED_AGO)
-        running.produce_events(
-            "queues",
-            [
-                queue("research", reclaim="10m", time=start),
-                queue("vision", "research", preempt="5m", time=start),
-                queue("vision-a", "vision", reclaim="2m", time=start),
-                queue("nlp", "research", reclaim="30m", time=start),
-                queue("production", preempt="20s", reclaim="30s", time=start),
-                config(time=start, defaultPreemptMinRuntime="15m"),
-            ],
-        )
-        jobs = {
-            "pg-vision": "vision",
-            "pg-va": "vision-a",
-            "pg-nlp": "nlp",
-            "pg-prod": "production",
-            "pg-r": "research",
-            "pg-intern": "interns",  # not a queue: node-pool defaults
-        }
-        running.produce_events(
-            "podgroups",
-            [
-                event
-                for uid, where in jobs.items()
-                for event in (
-                    submitted(uid, where, ("p0", "p1"), time=start),
-                    allocated(uid, ("p0", "p1"), start),
-                )
-            ],
-        )
-        wait_for(
-            lambda: (
-                running.scalar("SELECT count(*) FROM minruntime.preempt_protection") == len(jobs)
-            ),
-            60,
-            f"{len(jobs)} running podgroups\n{running.log_tail()}",
-        )
-        yield running
-    finally:
-        running.drop()
+def pipeline(pipeline: Pipeline) -> Pipeline:
+    """The module's processor, with a tree and six podgroups running for STARTED_AGO."""
+    start = rfc3339(datetime.now(UTC) - STARTED_AGO)
+    pipeline.produce_events(
+        "queues",
+        [
+            queue("research", reclaim="10m", time=start),
+            queue("vision", "research", preempt="5m", time=start),
+            queue("vision-a", "vision", reclaim="2m", time=start),
+            queue("nlp", "research", reclaim="30m", time=start),
+            queue("production", preempt="20s", reclaim="30s", time=start),
+            config(time=start, defaultPreemptMinRuntime="15m"),
+        ],
+    )
+    jobs = {
+        "pg-vision": "vision",
+        "pg-va": "vision-a",
+        "pg-nlp": "nlp",
+        "pg-prod": "production",
+        "pg-r": "research",
+        "pg-intern": "interns",  # not a queue: node-pool defaults
+    }
+    pipeline.produce_events(
+        "podgroups",
+        [
+            event
+            for uid, where in jobs.items()
+            for event in (
+                submitted(uid, where, ("p0", "p1"), priority=50, time=start),
+                allocated(uid, ("p0", "p1"), start),
+            )
+        ],
+    )
+    wait_for(
+        lambda: pipeline.scalar("SELECT count(*) FROM minruntime.preempt_protection") == len(jobs),
+        60,
+        f"{len(jobs)} running podgroups\n{pipeline.log_tail()}",
+    )
+    return pipeline
 
 
 def whatif(pipeline: Pipeline, *args: str) -> dict[str, Any]:

@@ -19,18 +19,8 @@ from minruntime.core import (
     is_protected,
     protected_until,
 )
-from tests.integration.helpers import (
-    T0,
-    Feed,
-    Message,
-    allocated,
-    config_of,
-    queue_deleted,
-    queue_of,
-    reset_state,
-    rows,
-    submitted,
-)
+from tests.cloudevents import T0, Event, allocated, config_of, queue_deleted, queue_of, submitted
+from tests.integration.helpers import Feed, reset_state, rows
 
 NAMES = [f"q{i}" for i in range(10)]
 POOLS = ["default", "p1", "p2", "p3"]
@@ -96,11 +86,11 @@ def worlds(draw: st.DrawFn) -> World:
 def _feed_world(engine: sa.Engine, world: World) -> None:
     reset_state(engine)
     feed = Feed(engine)
-    messages: list[Message] = [queue_of(q) for q in world.queues]
+    messages: list[Event] = [queue_of(q) for q in world.queues]
     messages += [queue_deleted(name) for name in world.deleted]
     messages += [config_of(pool, c) for pool, c in world.configs.items()]
     feed.send(*messages)
-    pgs: list[Message] = []
+    pgs: list[Event] = []
     for uid, queue_name, pool, start in world.podgroups:
         pgs.append(submitted(uid, queue_name, 2, node_pool=pool))
         pgs.append(allocated(uid, 2, time=T0 + timedelta(seconds=start)))

@@ -17,19 +17,18 @@ import sqlalchemy as sa
 from minruntime.audit.timeline import UnknownPodGroupError, podgroup_story
 from minruntime.audit.timeline_model import Change, Decision, Nomination, Story, WindowSpan
 from minruntime.commands.audit_plot import write_plot
-from tests.integration.helpers import (
+from tests.cloudevents import (
     T0,
-    Feed,
-    Message,
     allocated,
-    cloud_event,
     config,
     deleted,
     node,
+    nominated,
     queue,
-    rows,
+    released,
     submitted,
 )
+from tests.integration.helpers import Feed, rows
 from tests.integration.test_requeue_cycle import cycle, gang
 
 UID = "pg-audit-1"
@@ -42,20 +41,6 @@ def minutes(count: float) -> datetime:
     return T0 + timedelta(minutes=count)
 
 
-def released(uid: str, reason: str, time: datetime) -> Message:
-    data = {"uid": uid, "reason": reason}
-    return Message(
-        "kai.podgroups", uid.encode(), cloud_event("podgroup.released", uid, data, time=time)
-    )
-
-
-def nominated(uid: str, by: str, reason: str, time: datetime) -> Message:
-    data = {"uid": uid, "nominatedBy": by, "reason": reason}
-    return Message(
-        "kai.nominations", uid.encode(), cloud_event("requeue.nominated", uid, data, time=time)
-    )
-
-
 @pytest.fixture
 def story(engine: sa.Engine) -> Story:
     """Two runs; the queue's window changes during the first; a nomination; two decisions."""
@@ -66,15 +51,15 @@ def story(engine: sa.Engine) -> Story:
     feed.send(queue("team", preempt="45m", time=minutes(10)))
     # Reclaim only: the preempt window stays; no row.
     feed.send(queue("team", preempt="45m", reclaim="2h", time=minutes(20)))
-    feed.send(released(UID, "completed", minutes(50)))
+    feed.send(released(UID, time=minutes(50), reason="completed"))
     # Between runs: nothing to protect, no row; the next run starts under 1h.
     feed.send(queue("team", preempt="1h", reclaim="2h", time=minutes(55)))
     feed.send(allocated(UID, 8, time=minutes(60)))
-    feed.send(nominated(UID, "proportion", "over its quota", minutes(70)))
+    feed.send(nominated(UID, "proportion", "over its quota", time=minutes(70)))
     cycle(engine, ROLLBACK_AT)  # nothing of higher priority pending
     feed.send(gang("hi", 4, priority=100))
     cycle(engine, COMMIT_AT)  # "hi" fits once it is gone
-    feed.send(released(UID, "evicted", COMMIT_AT + timedelta(minutes=1)))
+    feed.send(released(UID, time=COMMIT_AT + timedelta(minutes=1), reason="evicted"))
     return podgroup_story(engine, UID)
 
 

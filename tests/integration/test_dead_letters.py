@@ -7,41 +7,31 @@ import json
 
 import pytest
 import sqlalchemy as sa
-from cloudevents.core.bindings import kafka
-from cloudevents.core.formats.json import JSONFormat
 
 from minruntime.events import decode_dead_letter
 from minruntime.ingest import InboundRecord
-from tests.integration.helpers import (
-    Feed,
-    cloud_event,
-    config,
-    queue,
-    raw,
-    rows,
-    scalar,
-    submitted,
-)
+from tests.cloudevents import binary, config, event, queue, raw, submitted, wire
+from tests.integration.helpers import Feed, rows, scalar
 
 BAD = {
     "not_json": raw("kai.queues", b"{nope"),
     "not_cloudevent": raw("kai.queues", json.dumps({"hello": "world"}).encode()),
-    "unknown_type": raw("kai.queues", cloud_event("queue.exploded", "a", {"name": "a"})),
-    "wrong_topic": raw("kai.nodes", cloud_event("queue.upserted", "a", {"name": "a"})),
+    "unknown_type": raw("kai.queues", wire(event("queue.exploded", "a", {"name": "a"}))),
+    "wrong_topic": raw("kai.nodes", wire(event("queue.upserted", "a", {"name": "a"}))),
     "schema_violation": raw(
-        "kai.queues", cloud_event("queue.upserted", "a", {"name": "a", "colour": "red"})
+        "kai.queues", wire(event("queue.upserted", "a", {"name": "a", "colour": "red"}))
     ),
     "bad_duration": raw(
-        "kai.queues", cloud_event("queue.upserted", "a", {"name": "a", "reclaimMinRuntime": "5"})
+        "kai.queues", wire(event("queue.upserted", "a", {"name": "a", "reclaimMinRuntime": "5"}))
     ),
     "negative_duration": raw(
         "kai.queues",
-        cloud_event("queue.upserted", "a", {"name": "a", "reclaimMinRuntime": "-5s"}),
+        wire(event("queue.upserted", "a", {"name": "a", "reclaimMinRuntime": "-5s"})),
     ),
     # PostgreSQL cannot store NUL in text or jsonb: refused, never a poisoned batch.
     "schema_violation/nul": raw(
         "kai.queues",
-        cloud_event("queue.upserted", "a", {"name": "a"}, source="kai\u0000scheduler"),
+        wire(event("queue.upserted", "a", {"name": "a"}, source="kai\u0000scheduler")),
     ),
 }
 
@@ -113,7 +103,7 @@ def test_an_inconsistent_podgroup_is_dead_lettered(engine: sa.Engine) -> None:
 
 def _binary(feed: Feed, document: dict[str, object], key: bytes | None = None) -> InboundRecord:
     """``document`` as the CloudEvents SDK's binary-mode Kafka message, at the next offset."""
-    message = kafka.to_binary_event(JSONFormat().read(None, json.dumps(document).encode()))
+    message = binary(document)
     return _record(feed, "kai.queues", key, message.value, list(message.headers.items()))
 
 

@@ -5,16 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from minruntime.ingest import InboundRecord, apply_batch
-from tests.integration.helpers import (
-    GROUP,
-    Feed,
-    allocated,
-    cloud_event,
-    queue,
-    rows,
-    scalar,
-    submitted,
-)
+from tests.cloudevents import allocated, event, queue, submitted, wire
+from tests.integration.helpers import GROUP, Feed, rows, scalar
 
 SNAPSHOT = (
     "SELECT (SELECT json_agg(p ORDER BY uid) FROM minruntime.podgroups p)::text,"
@@ -76,16 +68,18 @@ def test_a_duplicate_event_id_at_a_new_offset_is_skipped_or_dead_lettered(
     engine: sa.Engine,
 ) -> None:
     feed = Feed(engine)
-    value = cloud_event("queue.upserted", "a", {"name": "a"}, id_="same-id")
-    changed = cloud_event(
-        "queue.upserted", "a", {"name": "a", "reclaimMinRuntime": "5s"}, id_="same-id"
+    value = wire(event("queue.upserted", "a", {"name": "a"}, id="same-id"))
+    changed = wire(
+        event("queue.upserted", "a", {"name": "a", "reclaimMinRuntime": "5s"}, id="same-id")
     )
-    other_source = cloud_event(
-        "queue.upserted",
-        "a",
-        {"name": "a", "preemptMinRuntime": "1s"},
-        id_="same-id",
-        source="someone-else",
+    other_source = wire(
+        event(
+            "queue.upserted",
+            "a",
+            {"name": "a", "preemptMinRuntime": "1s"},
+            id="same-id",
+            source="someone-else",
+        )
     )
     records = [
         InboundRecord("kai.queues", 0, offset, b"a", value, None)

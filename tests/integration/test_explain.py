@@ -21,10 +21,9 @@ from minruntime.audit.explain import Explainer, UnknownPodGroupError, explain
 from minruntime.audit.explain_model import Explanation
 from minruntime.core import MinRuntimeConfig, QueueTree
 from minruntime.store.shadows import LIVE
-from tests.integration.helpers import (
+from tests.cloudevents import (
     T0,
-    Feed,
-    Message,
+    Event,
     allocated,
     config,
     config_of,
@@ -32,9 +31,9 @@ from tests.integration.helpers import (
     queue,
     queue_of,
     released,
-    reset_state,
     submitted,
 )
+from tests.integration.helpers import Feed, reset_state
 from tests.unit.core.core_testkit import configs as config_strategy
 from tests.unit.core.core_testkit import random_trees
 
@@ -73,7 +72,7 @@ def design_world(feed: Feed) -> None:
         ("vQ", "leaf1", "a100"),
         ("vX", "leaf2", "gpu-x"),
     ]
-    messages: list[Message] = []
+    messages: list[Event] = []
     for uid, where, pool in running:
         messages += [submitted(uid, where, 2, node_pool=pool), allocated(uid, 2, time=T0)]
     # Elastic: workers may shrink to 2 of 4, the launcher must stay; 3 workers running.

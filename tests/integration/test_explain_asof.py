@@ -26,9 +26,8 @@ from minruntime.cli import main
 from minruntime.commands.common import print_json
 from minruntime.commands.explain import describe_row
 from minruntime.core import format_rfc3339
-from tests.integration.helpers import (
-    Feed,
-    Message,
+from tests.cloudevents import (
+    Event,
     allocated,
     config,
     design_tree,
@@ -37,6 +36,7 @@ from tests.integration.helpers import (
     released,
     submitted,
 )
+from tests.integration.helpers import Feed
 
 RECLAIMERS: tuple[str | None, ...] = (None, "leaf3", "leaf1", "nowhere")
 UIDS = ("a1", "a3", "aE", "aU", "late", "nope")
@@ -71,7 +71,7 @@ def answers(engine: sa.Engine, state: datetime | None, at: datetime, to_json: To
     return out
 
 
-def steps(now: datetime) -> list[list[Message]]:
+def steps(now: datetime) -> list[list[Event]]:
     """Four steps of cluster history, start times relative to the real clock."""
     return [
         [
@@ -117,7 +117,7 @@ def steps(now: datetime) -> list[list[Message]]:
 AFTERWARDS_OFFSET = timedelta(seconds=30)
 
 
-def afterwards(now: datetime) -> list[Message]:
+def afterwards(now: datetime) -> list[Event]:
     """Changes to everything the recorded answers depend on."""
     later = now + AFTERWARDS_OFFSET
     return [

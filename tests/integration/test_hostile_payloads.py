@@ -9,84 +9,65 @@ year-0 timestamp and the conflicting duplicate were applied or dropped without a
 
 from __future__ import annotations
 
-import json
-import random
-import string
-from typing import Any
-
 import pytest
 import sqlalchemy as sa
 
 from minruntime.ingest import InboundRecord
-from minruntime.stream.sink import BatchSink
-from tests.integration.helpers import GROUP, allocated, cloud_event, node, queue, rows, submitted
-
-ROLES = {"kai.queues": "queues", "kai.podgroups": "podgroups", "kai.nodes": "nodes"}
-# Incompressible, as a real identifier would be: PostgreSQL compresses an index row before it
-# checks its size, so "x" * 100,000 would fit, and hide finding 1.
-LONG = "".join(random.Random(12).choices(string.ascii_letters + string.digits, k=100_000))
-
-
-def _with(value: bytes, **attributes: Any) -> bytes:
-    return json.dumps({**json.loads(value), **attributes}).encode()
-
-
-def _extension(value: bytes, literal: str) -> bytes:
-    return value.replace(b'"specversion"', f'"ext": {literal}, "specversion"'.encode(), 1)
-
+from tests.cloudevents import (
+    LONG,
+    allocated,
+    event,
+    message,
+    node,
+    queue,
+    submitted,
+    wire,
+    with_extension,
+)
+from tests.integration.helpers import rows, sink
 
 HOSTILE: dict[str, tuple[str, bytes, str]] = {
-    "queue name 100,000 characters": ("kai.queues", queue(LONG).value or b"", "too_long"),
+    "queue name 100,000 characters": ("kai.queues", wire(queue(LONG)), "too_long"),
     "podgroup uid 100,000 characters": (
         "kai.podgroups",
-        submitted(LONG, "leaf").value or b"",
+        wire(submitted(LONG, "leaf")),
         "too_long",
     ),
-    "node name 100,000 characters": ("kai.nodes", node(LONG).value or b"", "too_long"),
+    "node name 100,000 characters": ("kai.nodes", wire(node(LONG)), "too_long"),
     "event id 100,000 characters": (
         "kai.queues",
-        _with(queue("a").value or b"", id=LONG),
+        wire(queue("a", id=LONG)),
         "too_long",
     ),
     "source 100,000 characters": (
         "kai.queues",
-        _with(queue("b").value or b"", source=LONG),
+        wire(queue("b", source=LONG)),
         "too_long",
     ),
     "[ x 10,000": ("kai.queues", b"[" * 10_000, "too_deep"),
-    "extension NaN": ("kai.queues", _extension(queue("c").value or b"", "NaN"), "not_finite"),
+    "extension NaN": ("kai.queues", with_extension(queue("c"), "NaN"), "not_finite"),
     "extension Infinity": (
         "kai.queues",
-        _extension(queue("d").value or b"", "Infinity"),
+        with_extension(queue("d"), "Infinity"),
         "not_finite",
     ),
     "extension -Infinity": (
         "kai.queues",
-        _extension(queue("e").value or b"", "-Infinity"),
+        with_extension(queue("e"), "-Infinity"),
         "not_finite",
     ),
-    "node gpu 1e308": ("kai.nodes", node("n-big", gpu=1e308).value or b"", "out_of_range"),
+    "node gpu 1e308": ("kai.nodes", wire(node("n-big", gpu=1e308)), "out_of_range"),
     "allocation at 0001-01-01T00:00:00+01:00": (
         "kai.podgroups",
-        _with(allocated("pg").value or b"", time="0001-01-01T00:00:00+01:00"),
+        wire(allocated("pg", time="0001-01-01T00:00:00+01:00")),
         "out_of_range",
     ),
     "allocation at 9999-12-31T23:59:59-01:00": (
         "kai.podgroups",
-        _with(allocated("pg").value or b"", time="9999-12-31T23:59:59-01:00"),
+        wire(allocated("pg", time="9999-12-31T23:59:59-01:00")),
         "out_of_range",
     ),
 }
-
-
-def sink(engine: sa.Engine) -> BatchSink:
-    return BatchSink(
-        engine,
-        consumer_group=GROUP,
-        topic_roles=ROLES,
-        dead_letter_topic="kai.dead-letter",
-        sleep=lambda _: None,
-    )
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
@@ -94,8 +75,8 @@ def test_a_hostile_record_is_one_dead_letter_and_the_next_record_is_applied(
     engine: sa.Engine, name: str
 ) -> None:
     topic, value, kind = HOSTILE[name]
-    valid = {"kai.queues": queue("ok"), "kai.podgroups": submitted("ok", "leaf")}.get(
-        topic, node("ok")
+    valid = message(
+        {"kai.queues": queue("ok"), "kai.podgroups": submitted("ok", "leaf")}.get(topic, node("ok"))
     )
     records = [
         InboundRecord(topic, 0, 0, b"bad", value, None),
@@ -108,9 +89,9 @@ def test_a_hostile_record_is_one_dead_letter_and_the_next_record_is_applied(
 
 
 def test_a_conflicting_duplicate_is_a_dead_letter_not_a_silent_drop(engine: sa.Engine) -> None:
-    first = cloud_event("queue.upserted", "q", {"name": "q"}, id_="same")
-    changed = cloud_event(
-        "queue.upserted", "q", {"name": "q", "reclaimMinRuntime": "1h"}, id_="same"
+    first = wire(event("queue.upserted", "q", {"name": "q"}, id="same"))
+    changed = wire(
+        event("queue.upserted", "q", {"name": "q", "reclaimMinRuntime": "1h"}, id="same")
     )
     outcome = sink(engine)(
         [

@@ -22,7 +22,8 @@ from minruntime.requeue import (
     RequeueWorker,
     WorkerOptions,
 )
-from tests.integration.helpers import T0, Feed, allocated, config, node, queue, submitted
+from tests.cloudevents import T0, allocated, config, node, queue, submitted
+from tests.integration.helpers import Feed
 from tests.integration.test_requeue_cycle import NOW, OVERRUN, TOPIC, cycle, gang
 
 
@@ -86,7 +87,7 @@ def test_unusable_podgroups_are_left_out_and_their_nodes_with_them(
     feed.send(
         node("node-2", gpu=8),
         submitted("bad-gpu", "team", 2, priority=10),
-        allocated("bad-gpu", 2, time=T0, node_name="node-2"),
+        allocated("bad-gpu", 2, time=T0, node="node-2"),
         submitted("bad-time", "team", 1, priority=10),
         submitted("bad-annotations", "team", 1, priority=10),
     )
@@ -122,7 +123,7 @@ def test_a_running_podgroup_with_a_start_time_past_year_9999_is_left_out(
     feed.send(
         node("node-2", gpu=8),
         submitted("late", "team", 1, priority=10, annotations=OVERRUN),
-        allocated("late", 1, time=T0, node_name="node-2"),
+        allocated("late", 1, time=T0, node="node-2"),
     )
     execute(
         engine,

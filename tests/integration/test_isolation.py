@@ -16,11 +16,17 @@ import sqlalchemy as sa
 
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch
 from minruntime.ingest.isolation import apply_isolated
-from minruntime.stream.sink import BatchSink
-from tests.integration.helpers import GROUP, Feed, cloud_event, node, rows, scalar
-
-ROLES = {"kai.queues": "queues", "kai.podgroups": "podgroups", "kai.nodes": "nodes"}
-DEAD_LETTER_TOPIC = "kai.dead-letter"
+from tests.cloudevents import event, node, wire
+from tests.integration.helpers import (
+    DROP_HUGE_INDEX,
+    GROUP,
+    HUGE_INDEX,
+    ROLES,
+    Feed,
+    rows,
+    scalar,
+    sink,
+)
 
 
 @pytest.fixture
@@ -42,34 +48,12 @@ def poison_check(engine: sa.Engine) -> Iterator[None]:
 def huge_index(engine: sa.Engine) -> Iterator[None]:
     """An index whose row for a node named "huge-..." exceeds the btree limit (SQLSTATE 54000)."""
     with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "CREATE FUNCTION minruntime_state.test_widen(text) RETURNS text IMMUTABLE"
-                " LANGUAGE sql AS $$ SELECT CASE WHEN $1 LIKE 'huge-%'"
-                " THEN (SELECT string_agg(md5($1 || i), '') FROM generate_series(1, 400) i)"
-                " ELSE $1 END $$"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "CREATE INDEX test_huge ON minruntime_state.node_state"
-                " (minruntime_state.test_widen(name))"
-            )
-        )
+        for statement in HUGE_INDEX:
+            conn.execute(sa.text(statement))
     yield
     with engine.begin() as conn:
-        conn.execute(sa.text("DROP INDEX minruntime_state.test_huge"))
-        conn.execute(sa.text("DROP FUNCTION minruntime_state.test_widen(text)"))
-
-
-def sink(engine: sa.Engine) -> BatchSink:
-    return BatchSink(
-        engine,
-        consumer_group=GROUP,
-        topic_roles=ROLES,
-        dead_letter_topic=DEAD_LETTER_TOPIC,
-        sleep=lambda _: None,
-    )
+        for statement in DROP_HUGE_INDEX:
+            conn.execute(sa.text(statement))
 
 
 def nodes_batch(feed: Feed, names: list[str]) -> list[InboundRecord]:
@@ -188,7 +172,7 @@ def test_a_transient_error_is_raised_not_dead_lettered(
 
 
 def queue_event(id_: str, data: dict[str, Any], **kw: Any) -> bytes:
-    return cloud_event("queue.upserted", data["name"], data, id_=id_, **kw)
+    return wire(event("queue.upserted", data["name"], data, id=id_, **kw))
 
 
 def test_a_conflicting_duplicate_is_dead_lettered_across_batches(engine: sa.Engine) -> None:

@@ -19,21 +19,12 @@ from minruntime.ingest import BatchOutcome, apply_batch
 from minruntime.store.decisions import commit_cooldowns
 from minruntime.store.requeue import lock_podgroups
 from minruntime.store.schema import LIVE
+from tests.cloudevents import T0, Event, allocated, annotated, nominated, submitted
 from tests.e2e.harness import wait_for
-from tests.integration.helpers import (
-    GROUP,
-    T0,
-    Feed,
-    Message,
-    allocated,
-    annotated,
-    nominated,
-    rows,
-    submitted,
-)
+from tests.integration.helpers import GROUP, Feed, rows
 
 
-def _in_thread(engine: sa.Engine, feed: Feed, message: Message) -> Callable[[], BatchOutcome]:
+def _in_thread(engine: sa.Engine, feed: Feed, message: Event) -> Callable[[], BatchOutcome]:
     """Apply ``message`` in its own batch on another thread; the join returns its outcome."""
     records = feed.records(message)
     outcome: list[BatchOutcome] = []

@@ -13,21 +13,18 @@ from minruntime.audit.explain import explain
 from minruntime.core import format_rfc3339
 from minruntime.events import decode_event
 from minruntime.store.shadows import LIVE
-from tests.integration.helpers import (
+from tests.cloudevents import (
     T0,
-    Feed,
-    Message,
+    Event,
     allocated,
     annotated,
-    assert_replay_equal,
-    cloud_event,
+    event,
     node,
     queue,
     released,
-    rows,
-    scalar,
     submitted,
 )
+from tests.integration.helpers import Feed, assert_replay_equal, rows, scalar
 from tests.integration.test_requeue_cycle import NOW, cycle
 
 DELAY = "kai.scheduler/preemption-delay"
@@ -41,7 +38,7 @@ def waiting(
     delay: str | None = None,
     annotations: dict[str, str] | None = None,
     pod_delays: tuple[str | None, ...] = (None, None, None, None),
-) -> Message:
+) -> Event:
     """A pending gang of four one-GPU pods, priority 100, submitted at ``at``."""
     pods: list[dict[str, Any]] = []
     for i, text in enumerate(pod_delays):
@@ -61,9 +58,7 @@ def waiting(
     }
     if delay is not None:
         data["preemptionDelay"] = delay
-    return Message(
-        "kai.podgroups", uid.encode(), cloud_event("podgroup.submitted", uid, data, time=at)
-    )
+    return event("podgroup.submitted", uid, data, time=at)
 
 
 @pytest.fixture

@@ -6,9 +6,8 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from tests.integration.helpers import (
+from tests.cloudevents import (
     T0,
-    Feed,
     allocated,
     annotated,
     deleted,
@@ -18,10 +17,9 @@ from tests.integration.helpers import (
     queue,
     queue_deleted,
     released,
-    rows,
-    scalar,
     submitted,
 )
+from tests.integration.helpers import Feed, rows, scalar
 
 M = timedelta(minutes=1)
 

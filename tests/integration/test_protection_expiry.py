@@ -31,18 +31,17 @@ from minruntime.requeue.cycle_inputs import load_node_pool_configs
 from minruntime.requeue.expiry import load_runs_ending
 from minruntime.store.queues import load_tree
 from minruntime.store.schema import LIVE
-from tests.integration.helpers import (
+from tests.cloudevents import (
     T0,
-    Feed,
-    Message,
+    Event,
     allocated,
     config,
     design_tree,
     queue,
     released,
-    rows,
     submitted,
 )
+from tests.integration.helpers import Feed, rows
 
 TOPIC = "kai.protection"
 
@@ -51,7 +50,7 @@ def s(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def running(uid: str, queue_name: str, start: datetime, **kw: Any) -> list[Message]:
+def running(uid: str, queue_name: str, start: datetime, **kw: Any) -> list[Event]:
     return [submitted(uid, queue_name, 1, **kw), allocated(uid, 1, time=start)]
 
 

@@ -6,7 +6,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import ProgrammingError
 
-from tests.integration.helpers import Feed, allocated, queue, submitted
+from tests.cloudevents import allocated, queue, submitted
+from tests.integration.helpers import Feed
 
 VIEWS = (
     "queues",

@@ -24,9 +24,8 @@ from minruntime.audit.verify import compare
 from minruntime.requeue import run_cycle
 from minruntime.store.schema import LIVE
 from minruntime.store.shadows import PROJECTIONS, Shadow, create_shadow, drop_shadow
-from tests.integration.helpers import (
+from tests.cloudevents import (
     T0,
-    Feed,
     allocated,
     annotated,
     config,
@@ -36,9 +35,9 @@ from tests.integration.helpers import (
     queue,
     raw,
     released,
-    rows,
     submitted,
 )
+from tests.integration.helpers import Feed, rows
 
 NOW = T0 + timedelta(hours=2)
 OVERRUN = {"kai.scheduler/expected-runtime": "1h"}
@@ -63,7 +62,7 @@ def story(feed: Feed, engine: sa.Engine) -> None:
         node("node-2", gpu=4),
         node("node-3", gpu=1),
         submitted("lonely", "other", 1, priority=1000, annotations=OVERRUN),
-        allocated("lonely", 1, time=T0, node_name="node-3"),
+        allocated("lonely", 1, time=T0, node="node-3"),
         submitted("v", "team", 8, priority=50, annotations=OVERRUN),
         allocated("v", 8, time=T0),
         submitted(
@@ -73,7 +72,7 @@ def story(feed: Feed, engine: sa.Engine) -> None:
             priority=10,
             sub_groups=[{"name": "default", "minAvailable": 2}],
         ),
-        allocated("elastic", 4, time=T0 + timedelta(minutes=5), node_name="node-2"),
+        allocated("elastic", 4, time=T0 + timedelta(minutes=5), node="node-2"),
         raw("kai.podgroups", b"{not json"),
     )
     feed.send(
@@ -90,7 +89,7 @@ def story(feed: Feed, engine: sa.Engine) -> None:
         # hi, promised v's capacity, is touched while still pending, then allocated: a replay
         # that stops between the two must still end the promise.
         annotated("hi", {"note": "waiting"}),
-        allocated("hi", 4, time=NOW + timedelta(minutes=2), node_name="node-1"),
+        allocated("hi", 4, time=NOW + timedelta(minutes=2), node="node-1"),
         queue("team", parent="root", preempt="3h"),  # the tree changes mid-run
         released("elastic", pods=["elastic-0"], time=NOW + timedelta(minutes=3)),
         deleted("idle", time=NOW + timedelta(minutes=4)),

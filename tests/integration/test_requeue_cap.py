@@ -17,20 +17,19 @@ from minruntime.core import MAX_REQUEUES_ANNOTATION, MinRuntimeConfig
 from minruntime.requeue import CycleReport, RequeueMetrics, run_cycle
 from minruntime.requeue.cycle_inputs import load_cycle_inputs, load_node_pool_configs
 from minruntime.store.shadows import LIVE
-from tests.integration.helpers import (
+from tests.cloudevents import (
     T0,
-    Feed,
-    Message,
+    Event,
     allocated,
-    assert_replay_equal,
-    cloud_event,
+    config,
     node,
     nominated,
     queue,
     released,
-    rows,
     submitted,
+    with_data,
 )
+from tests.integration.helpers import Feed, assert_replay_equal, rows
 
 TOPIC = "kai.requeue-decisions"
 NOW = T0 + timedelta(hours=2)
@@ -39,13 +38,8 @@ WINDOW = timedelta(hours=3)
 OVERRUN = {"kai.scheduler/expected-runtime": "1h"}
 
 
-def cap_config(node_pool: str = "default", **data: Any) -> Message:
-    subject = f"config/{node_pool}"
-    return Message(
-        "kai.queues",
-        subject.encode(),
-        cloud_event("config.updated", subject, {"nodePool": node_pool, **data}),
-    )
+def cap_config(node_pool: str = "default", **data: Any) -> Event:
+    return with_data(config(node_pool), **data)
 
 
 def cycle(engine: sa.Engine, now: datetime) -> CycleReport:
@@ -55,7 +49,7 @@ def cycle(engine: sa.Engine, now: datetime) -> CycleReport:
             return run_cycle(conn, now=now, topic=TOPIC, clock=lambda: now)
 
 
-def gang(uid: str, *, time: datetime) -> Message:
+def gang(uid: str, *, time: datetime) -> Event:
     return submitted(
         uid,
         "team",

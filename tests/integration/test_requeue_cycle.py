@@ -21,10 +21,9 @@ from minruntime.core import format_rfc3339
 from minruntime.events import decode_event
 from minruntime.requeue import CycleReport, RequeueMetrics, RequeueWorker, WorkerOptions, run_cycle
 from minruntime.store.shadows import create_shadow
-from tests.integration.helpers import (
+from tests.cloudevents import (
     T0,
-    Feed,
-    Message,
+    Event,
     allocated,
     annotated,
     config,
@@ -32,10 +31,9 @@ from tests.integration.helpers import (
     nominated,
     queue,
     released,
-    rows,
-    scalar,
     submitted,
 )
+from tests.integration.helpers import Feed, rows, scalar
 
 TOPIC = "kai.requeue-decisions"
 NOW = T0 + timedelta(hours=2)
@@ -62,7 +60,7 @@ def decisions(engine: sa.Engine) -> list[tuple[str, str, str | None, list[str], 
     ]
 
 
-def gang(uid: str, pods: int, *, priority: int) -> Message:
+def gang(uid: str, pods: int, *, priority: int) -> Event:
     """A pending podgroup that needs all of its ``pods`` one-GPU pods at once."""
     return submitted(
         uid, "team", pods, priority=priority, sub_groups=[{"name": "default", "minAvailable": pods}]
@@ -385,7 +383,7 @@ def test_replaying_the_event_log_reproduces_decisions_cooldowns_and_promises(
     feed.send(
         node("node-2", gpu=1),
         submitted("top", "team", 1, priority=500),
-        allocated("top", 1, time=T0, node_name="node-2"),
+        allocated("top", 1, time=T0, node="node-2"),
         nominated("top", "proportion"),  # rolled back: the nomination stands
         nominated("lo", "proportion"),  # pending: skipped not_running, consumed
         nominated("v", "proportion"),

@@ -24,14 +24,8 @@ from minruntime.store import engine_from
 from minruntime.store.queues import TREE_LOCK_KEY
 from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY
 from minruntime.store.tables import STATE_SCHEMA, metadata
-from tests.integration.helpers import (
-    Feed,
-    allocated,
-    node,
-    nominated,
-    queue,
-    submitted,
-)
+from tests.cloudevents import allocated, node, nominated, queue, submitted
+from tests.integration.helpers import Feed
 
 TOPIC = "kai.requeue-decisions"
 OVERRUN = {"kai.scheduler/expected-runtime": "1h"}
@@ -62,12 +56,12 @@ def story(feed: Feed) -> None:
         submitted("v", "team", 6, priority=50, annotations=OVERRUN),
         allocated("v", 6),
         submitted("idle", "team", 2, priority=10),
-        allocated("idle", 2, node_name="node-4"),
+        allocated("idle", 2, node="node-4"),
         submitted(
             "hi", "team", 8, priority=100, sub_groups=[{"name": "default", "minAvailable": 8}]
         ),
         submitted("u", "guarded", 4, node_pool="pool-b", priority=50, annotations=OVERRUN),
-        allocated("u", 4, node_name="node-2"),
+        allocated("u", 4, node="node-2"),
         submitted(
             "hi2",
             "guarded",
@@ -77,7 +71,7 @@ def story(feed: Feed) -> None:
             sub_groups=[{"name": "default", "minAvailable": 4}],
         ),
         submitted("w", "team", 2, node_pool="pool-b", priority=200, annotations=OVERRUN),
-        allocated("w", 2, node_name="node-3"),
+        allocated("w", 2, node="node-3"),
         nominated("ghost", "proportion"),
         nominated("u", "proportion"),
     )

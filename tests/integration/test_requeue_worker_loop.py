@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
 from minruntime.requeue import LEADER_LOCK_KEY, RequeueMetrics, RequeueWorker, WorkerOptions
-from tests.integration.helpers import Feed, allocated, node, nominated, queue, rows, submitted
+from tests.cloudevents import allocated, node, nominated, queue, submitted
+from tests.integration.helpers import Feed, rows
 
 TOPIC = "kai.requeue-decisions"
 

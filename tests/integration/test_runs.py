@@ -37,19 +37,17 @@ from minruntime.store.scratch import (
     scratch_owner_url,
 )
 from minruntime.store.shadows import create_shadow
-from tests.integration.helpers import (
-    GROUP,
+from tests.cloudevents import (
     T0,
-    Feed,
     allocated,
     config,
     deleted,
     design_tree,
     queue,
     released,
-    rows,
     submitted,
 )
+from tests.integration.helpers import GROUP, Feed, rows
 
 
 def s(seconds: float) -> timedelta:

@@ -6,23 +6,16 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from tests.integration import helpers
-from tests.integration.helpers import (
-    T0,
-    Feed,
-    allocated,
-    config,
-    rows,
-    scalar,
-    submitted,
-)
+from tests import cloudevents as ce
+from tests.cloudevents import T0, allocated, config, submitted
+from tests.integration.helpers import Feed, rows, scalar
 
 S = timedelta(seconds=1)
 
 
 def design_tree(feed: Feed) -> None:
     """A → B(600s) → {C → {leaf1(0s), leaf2(180s)}, D(60s) → {leaf3}}; reclaim values."""
-    feed.send(*helpers.design_tree())
+    feed.send(*ce.design_tree())
 
 
 def run_in(feed: Feed, uid: str, queue_name: str, pods: int = 1) -> None:

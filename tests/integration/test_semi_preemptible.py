@@ -25,19 +25,8 @@ from minruntime.core import (
     plan_requeue_cycle,
 )
 from minruntime.requeue.cycle_inputs import load_cycle_inputs
-from tests.integration.helpers import (
-    T0,
-    Feed,
-    Message,
-    allocated,
-    node,
-    queue,
-    released,
-    reset_state,
-    rows,
-    scalar,
-    submitted,
-)
+from tests.cloudevents import T0, Event, allocated, node, queue, released, submitted
+from tests.integration.helpers import Feed, reset_state, rows, scalar
 
 QUEUES = ("q1", "q2")
 VALUES = [value.value for value in Preemptibility]
@@ -75,7 +64,7 @@ def gangs(draw: st.DrawFn, uid: str) -> Gang:
     )
 
 
-def _messages(gang: Gang) -> list[Message]:
+def _messages(gang: Gang) -> list[Event]:
     pods = [
         {"name": f"{gang.uid}-{name}{i}", "subGroup": name, "gpu": 1}
         for name, _, count, _ in gang.subgroups
@@ -92,7 +81,7 @@ def _messages(gang: Gang) -> list[Message]:
             sub_groups=[{"name": n, "minAvailable": m} for n, m, _, _ in gang.subgroups],
             annotations={"kai.scheduler/expected-runtime": "1s"},
         ),
-        allocated(gang.uid, running, time=T0 + timedelta(seconds=gang.start), node_name="n1"),
+        allocated(gang.uid, running, time=T0 + timedelta(seconds=gang.start), node="n1"),
     ]
 
 

@@ -37,8 +37,10 @@ from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topic_identity import describe_topics
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
+from tests.cloudevents import allocated, queue, submitted
+from tests.cloudevents import message as as_message
 from tests.e2e.harness import wait_for
-from tests.integration.helpers import GROUP, Feed, allocated, queue, scalar, submitted
+from tests.integration.helpers import GROUP, Feed, scalar
 
 OFFSET = (
     "SELECT next_offset FROM minruntime_state.consumer_offsets"
@@ -240,7 +242,7 @@ def kafka_topic(settings: Settings) -> Iterator[str]:
         await start_client(producer, access)
         try:
             for i in range(5):
-                message = queue(f"late-{i}")
+                message = as_message(queue(f"late-{i}"))
                 await producer.send_and_wait(name, message.value, key=message.key)
         finally:
             await producer.stop()
@@ -270,7 +272,7 @@ def test_a_late_batch_with_a_stale_watermark_is_applied_as_a_no_op_not_refused(
     assert described.log_ends == {0: 5}
     records = [
         InboundRecord(kafka_topic, 0, offset, message.key, message.value, None)
-        for offset, message in enumerate(queue(f"late-{i}") for i in range(5))
+        for offset, message in enumerate(as_message(queue(f"late-{i}")) for i in range(5))
     ]
     sink = BatchSink(
         engine,

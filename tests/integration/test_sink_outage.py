@@ -20,7 +20,8 @@ from minruntime.store import engine_from
 from minruntime.store.requeue import lock_podgroups
 from minruntime.store.schema import LIVE
 from minruntime.stream.sink import BatchSink
-from tests.integration.helpers import GROUP, Feed, allocated, annotated, queue, rows, submitted
+from tests.cloudevents import allocated, annotated, queue, submitted
+from tests.integration.helpers import GROUP, Feed, rows
 
 
 class SwitchableEngine:

@@ -33,15 +33,8 @@ from minruntime.ingest import apply_batch
 from minruntime.store.checksums import checksum
 from minruntime.store.shadows import SNAPSHOTTED
 from minruntime.store.snapshots import LogPosition, Snapshot
-from tests.integration.helpers import (
-    Feed,
-    allocated,
-    queue,
-    released,
-    rows,
-    scalar,
-    submitted,
-)
+from tests.cloudevents import allocated, queue, released, submitted
+from tests.integration.helpers import Feed, rows, scalar
 from tests.integration.test_explain_asof import (
     PREEMPTORS,
     RECLAIMERS,

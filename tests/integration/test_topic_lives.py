@@ -10,7 +10,8 @@ from minruntime.errors import TopicLifeChangedError
 from minruntime.ingest import apply_batch
 from minruntime.store.offsets import lock_topic, rebaseline
 from minruntime.store.schema import LIVE
-from tests.integration.helpers import GROUP, Feed, queue, rows, scalar
+from tests.cloudevents import queue
+from tests.integration.helpers import GROUP, Feed, rows, scalar
 
 OLD, NEW = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
 TOPIC = "kai.queues"

@@ -25,18 +25,8 @@ from minruntime.audit.whatif import (
     whatif,
 )
 from minruntime.events import decode_event, encode_event
-from tests.integration.helpers import (
-    STATE_TABLES,
-    T0,
-    Feed,
-    Message,
-    allocated,
-    config,
-    queue,
-    queue_deleted,
-    rows,
-    submitted,
-)
+from tests.cloudevents import T0, Message, allocated, config, queue, queue_deleted, submitted, wire
+from tests.integration.helpers import STATE_TABLES, Feed, rows
 
 M = timedelta(minutes=1)
 AT = T0 + 7 * M
@@ -263,7 +253,7 @@ def test_lca_to_queue_method(engine: sa.Engine, feed: Feed) -> None:
 def test_file_events_first_then_flags_merge_with_what_they_left(
     engine: sa.Engine, feed: Feed
 ) -> None:
-    from_file = decode_event(queue("leaf2", "D", reclaim=4 * M).value)
+    from_file = decode_event(wire(queue("leaf2", "D", reclaim=4 * M)))
     change = Change(
         events=[ChangeEvent("leaf2.json", from_file)],
         queue_edits=[QueueEdit("leaf2", preempt_min_runtime=9 * M)],
@@ -296,9 +286,9 @@ def test_a_change_the_service_would_reject_is_one_line(engine: sa.Engine, feed: 
 def test_an_event_already_applied_is_skipped_as_the_service_would(
     engine: sa.Engine, feed: Feed
 ) -> None:
-    old = queue("B", "A", preempt=10 * M, reclaim=10 * M, id_="b-v1")
+    old = queue("B", "A", preempt=10 * M, reclaim=10 * M, id="b-v1")
     feed.send(old)
-    again = decode_event(old.value)
+    again = decode_event(wire(old))
     report = whatif(engine, Change(events=[ChangeEvent("b.json", again)]), at=AT)
     assert report.events == []
     assert report.notes == [
@@ -316,7 +306,7 @@ def test_nothing_changes_when_the_value_is_the_same(engine: sa.Engine, feed: Fee
 
 
 def test_queue_deleted_from_a_file_agrees(engine: sa.Engine, feed: Feed) -> None:
-    change = Change(events=[ChangeEvent("d.json", decode_event(queue_deleted("D").value))])
+    change = Change(events=[ChangeEvent("d.json", decode_event(wire(queue_deleted("D"))))])
     report = agreed(engine, change, "leaf1")
     assert set(effects(report)) == {"pg-leaf3"}
 

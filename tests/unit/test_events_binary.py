@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from cloudevents.core.bindings import kafka
-from cloudevents.core.formats.json import JSONFormat
 from hypothesis import given, settings
 
 from minruntime.events import (
@@ -38,25 +37,13 @@ from minruntime.events import (
     structured_value,
 )
 from minruntime.events.dead_letter import DEAD_LETTER_MAX_BYTES, HEADERS_KEPT
-from tests.unit.test_events_decode import envelope, submitted
+from tests import cloudevents as ce
+from tests.unit.test_events_decode import submitted
 from tests.unit.test_events_roundtrip import events
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "schemas" / "examples"
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 PODGROUPS = "kai.podgroups"
-
-
-def sdk_event(document: dict[str, Any]) -> Any:
-    """The SDK's own reading of a structured event (its JSON format)."""
-    return JSONFormat().read(None, json.dumps(document).encode())
-
-
-def binary(document: dict[str, Any]) -> kafka.KafkaMessage:
-    return kafka.to_binary_event(sdk_event(document))
-
-
-def structured(document: dict[str, Any]) -> kafka.KafkaMessage:
-    return kafka.to_structured_event(sdk_event(document))
 
 
 def decode(message: kafka.KafkaMessage, topic: str | None = PODGROUPS) -> Event:
@@ -76,7 +63,7 @@ def headers_of(**attributes: str) -> list[tuple[str, bytes | None]]:
     return [(f"ce_{name}", value.encode()) for name, value in attributes.items()]
 
 
-DELETED = envelope("podgroup.deleted", "pg-1", {"uid": "pg-1"})
+DELETED = ce.deleted("pg-1", id="e-1", source="tests")
 DELETED_HEADERS = [
     *headers_of(specversion="1.0", id="e-1", source="tests", type="podgroup.deleted"),
     ("ce_time", b"2026-11-21T10:00:00Z"),
@@ -92,7 +79,7 @@ def test_every_example_decodes_in_both_modes_from_the_sdk(event_type: str) -> No
     document = json.loads((EXAMPLES / f"{event_type}.json").read_bytes())
     topic = next(topic for topic, types in TOPIC_TYPES.items() if event_type in types)
     expected = decode_event(json.dumps(document).encode(), topic)
-    as_binary, as_structured = binary(document), structured(document)
+    as_binary, as_structured = ce.binary(document), ce.structured(document)
     assert any(name.startswith("ce_") for name in as_binary.headers)
     assert as_structured.headers == {"content-type": b"application/cloudevents+json"}
     assert decode(as_binary, topic) == expected
@@ -103,17 +90,17 @@ def test_every_example_decodes_in_both_modes_from_the_sdk(event_type: str) -> No
 @given(events())
 def test_a_binary_record_decodes_to_its_structured_twin(event: Event) -> None:
     document = json.loads(encode_event(event))
-    assert decode(binary(document), None) == event
-    assert decode(structured(document), None) == event
+    assert decode(ce.binary(document), None) == event
+    assert decode(ce.structured(document), None) == event
 
 
 def test_the_binary_payload_is_the_equivalent_structured_event() -> None:
     document = {**submitted(), "datacontenttype": "application/json", "traceparent": "00-ab"}
-    message = binary(document)
+    message = ce.binary(document)
     payload = structured_value(message.value, message.headers)
     assert payload is not None
     # What the event log stores: the SDK's structured event, the same JSON value.
-    assert json.loads(payload) == json.loads(structured(document).value)
+    assert json.loads(payload) == json.loads(ce.structured(document).value)
     assert list(json.loads(payload))[:6] == [
         "specversion",
         "id",
@@ -127,7 +114,7 @@ def test_the_binary_payload_is_the_equivalent_structured_event() -> None:
 
 
 def test_headers_as_kafka_clients_give_them_decode_too() -> None:
-    message = binary(DELETED)
+    message = ce.binary(DELETED)
     pairs = list(message.headers.items())  # aiokafka: a tuple of (str, bytes)
     assert decode_event(message.value, PODGROUPS, headers=tuple(pairs)) == decode(message)
     # Attribute header names are read case-insensitively, as the SDK does.
@@ -181,11 +168,11 @@ def test_produce_in_binary_mode_sends_what_the_sdk_reads() -> None:
 
 def test_the_record_key_is_the_key_else_the_partitionkey_else_the_subject() -> None:
     keyed = {**DELETED, "partitionkey": "pk-1"}
-    message = binary(keyed)
+    message = ce.binary(keyed)
     assert message.key == "pk-1"  # the SDK's default key mapper: partitionkey
     assert record_key(b"k", message.value, message.headers) == b"k"
     assert record_key(None, message.value, message.headers) == b"pk-1"
-    assert record_key(None, binary(DELETED).value, binary(DELETED).headers) == b"pg-1"
+    assert record_key(None, ce.binary(DELETED).value, ce.binary(DELETED).headers) == b"pg-1"
     # Structured records follow the same rule (their attributes are in the value).
     assert record_key(None, json.dumps(keyed).encode(), None) == b"pk-1"
     assert record_key(None, json.dumps(DELETED).encode(), None) == b"pg-1"
@@ -225,9 +212,9 @@ def test_a_bad_event_is_refused_alike_in_both_modes(case: str) -> None:
         data_value = json.dumps(document.pop("data")).encode()
         headers = binary_headers(document)[0]
     else:
-        document = envelope(event_type, subject, data)
+        document = ce.event(event_type, subject, data)
         value = json.dumps(document).encode()
-        message = binary(document)
+        message = ce.binary(document)
         data_value, headers = message.value, list(message.headers.items())
     as_structured = refused(value, None, topic)
     as_binary = refused(data_value, headers, topic)

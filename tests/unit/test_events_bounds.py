@@ -29,37 +29,19 @@ from minruntime.events.types import (
     MAX_PODS,
     MAX_TEXT,
 )
+from tests import cloudevents as ce
 
 
-def event(type_: str = "queue.upserted", data: Any = None, **attributes: Any) -> dict[str, Any]:
-    data = {"name": "q"} if data is None else data
-    subject = data.get("uid") or data.get("name") or "q"
-    return {
-        "specversion": "1.0",
-        "id": "e-1",
-        "source": "tests",
-        "type": type_,
-        "time": "2026-11-21T10:00:00Z",
-        "subject": subject,
-        "data": data,
-        **attributes,
-    }
+def queue_event(**attributes: Any) -> dict[str, Any]:
+    """queue.upserted of queue "q", with these envelope attributes."""
+    return ce.event("queue.upserted", "q", {"name": "q"}, **attributes)
 
 
-def submitted(**data: Any) -> dict[str, Any]:
-    base = {
-        "uid": "pg-1",
-        "name": "train",
-        "namespace": "team-a",
-        "queue": "leaf",
-        "priority": 1,
-        "pods": [{"name": "p-0", "gpu": 1}],
-    }
-    return event("podgroup.submitted", {**base, **data})
-
-
-def wire(document: Any) -> bytes:
-    return json.dumps(document).encode()
+def submitted(uid: str = "pg-1", **data: Any) -> dict[str, Any]:
+    """podgroup.submitted of `uid` (its subject too), with these data fields."""
+    pods = ["p-0"]
+    base = ce.submitted(uid, "leaf", pods, priority=1, name="train", namespace="team-a")
+    return ce.with_data(base, **data)
 
 
 def kind_of(value: bytes) -> str:
@@ -76,12 +58,14 @@ LONG = "x" * 100_000
 @pytest.mark.parametrize(
     "document",
     [
-        event(data={"name": LONG}, subject=LONG),  # finding 1: a 100,000-character queue name
-        event(id=LONG),  # ... an event id
-        event(source=LONG),  # ... a source
-        event("node.upserted", {"name": LONG, "gpu": 1}, subject=LONG),  # ... a node name
-        submitted(uid=LONG),  # ... a podgroup uid (its subject too)
-        event("podgroup.deleted", {"uid": "u" * (MAX_NAME + 1)}),
+        ce.event(
+            "queue.upserted", LONG, {"name": LONG}
+        ),  # finding 1: a 100,000-character queue name
+        queue_event(id=LONG),  # ... an event id
+        queue_event(source=LONG),  # ... a source
+        ce.event("node.upserted", LONG, {"name": LONG, "gpu": 1}),  # ... a node name
+        submitted(LONG),  # ... a podgroup uid (its subject too)
+        ce.deleted("u" * (MAX_NAME + 1)),
         submitted(namespace="n" * (MAX_LABEL + 1)),
         submitted(nodePool="n" * (MAX_LABEL + 1)),
         submitted(queue="q" * (MAX_NAME + 1)),
@@ -91,21 +75,23 @@ LONG = "x" * 100_000
         submitted(annotations={"k" * (MAX_ANNOTATION_KEY + 1): "v"}),
         submitted(annotations={"k": "v" * (MAX_ANNOTATION_VALUE + 1)}),
         submitted(annotations={f"k{i}": "v" for i in range(MAX_ANNOTATIONS + 1)}),
-        event("requeue.nominated", {"uid": "u", "nominatedBy": "b" * (MAX_NAME + 1)}),
-        event("requeue.nominated", {"uid": "u", "nominatedBy": "b", "reason": "r" * 1025}),
-        event("podgroup.allocated", {"uid": "u", "pods": [{"name": "p", "node": LONG}]}),
-        event("podgroup.released", {"uid": "u", "pods": ["p" * (MAX_NAME + 1)]}),
+        ce.nominated("u", "b" * (MAX_NAME + 1)),
+        ce.nominated("u", "b", "r" * 1025),
+        ce.allocated("u", ["p"], node=LONG),
+        ce.released("u", ["p" * (MAX_NAME + 1)]),
     ],
 )
 def test_identifiers_and_lists_have_bounds(document: dict[str, Any]) -> None:
-    assert kind_of(wire(document)) == "too_long"
+    assert kind_of(ce.wire(document)) == "too_long"
 
 
 def test_the_bounds_themselves_are_accepted() -> None:
     name = "é" * MAX_NAME  # 2 bytes a character in UTF-8: still within PostgreSQL's index row
-    decode_event(wire(event(data={"name": name}, subject=name, id="i" * MAX_NAME, source=name)))
     decode_event(
-        wire(
+        ce.wire(ce.event("queue.upserted", name, {"name": name}, id="i" * MAX_NAME, source=name))
+    )
+    decode_event(
+        ce.wire(
             submitted(
                 namespace="n" * MAX_LABEL,
                 annotations={"k" * MAX_ANNOTATION_KEY: "v" * MAX_ANNOTATION_VALUE},
@@ -114,9 +100,7 @@ def test_the_bounds_themselves_are_accepted() -> None:
         )
     )
     reason = "r" * MAX_TEXT
-    decode_event(
-        wire(event("requeue.nominated", {"uid": "u", "nominatedBy": "b", "reason": reason}))
-    )
+    decode_event(ce.wire(ce.nominated("u", "b", reason)))
 
 
 def test_an_identifier_never_exceeds_the_btree_row_limit() -> None:
@@ -128,19 +112,19 @@ def test_nesting_ten_thousand_deep_is_refused_without_recursion() -> None:
     # Finding 1: `[` x 10,000 made the decoder's diagnosis raise RecursionError (exit 70).
     assert kind_of(b"[" * 10_000) == "too_deep"
     assert kind_of(b"[" * 10_000 + b"]" * 10_000) == "too_deep"
-    assert kind_of(wire(event(ext=json.loads("[" * 100 + "]" * 100)))) == "too_deep"
+    assert kind_of(ce.wire(queue_event(ext=json.loads("[" * 100 + "]" * 100)))) == "too_deep"
 
 
 def test_nesting_up_to_the_bound_is_accepted() -> None:
     deep = json.loads("[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1))
-    decode_event(wire(event(ext=deep)))  # the event object itself is level 1
+    decode_event(ce.wire(queue_event(ext=deep)))  # the event object itself is level 1
     too_deep = json.loads("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)
-    assert kind_of(wire(event(ext=too_deep))) == "too_deep"
+    assert kind_of(ce.wire(queue_event(ext=too_deep))) == "too_deep"
 
 
 def test_brackets_inside_strings_do_not_count() -> None:
     assert json_depth(b'{"a": "[[[[{{{{\\"[[", "b": [[1]]}') == 3
-    decode_event(wire(event(ext="[" * 1000)))
+    decode_event(ce.wire(queue_event(ext="[" * 1000)))
 
 
 _TRICKY = st.text(alphabet='[]{}"\\ax', max_size=6)
@@ -167,53 +151,50 @@ def test_depth_is_the_json_nesting(value: Any, indent: bool) -> None:
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_numbers_are_refused_anywhere(literal: str) -> None:
     # Finding 1: an extension attribute NaN was accepted, then refused by jsonb: a crash loop.
-    value = wire(event()).replace(b'"specversion"', f'"ext": {literal}, "specversion"'.encode())
-    assert kind_of(value) == "not_finite"
-    nested = wire(event(ext={"a": [1, "x"]})).replace(b'"x"', literal.encode())
+    assert kind_of(ce.with_extension(queue_event(), literal)) == "not_finite"
+    nested = ce.wire(queue_event(ext={"a": [1, "x"]})).replace(b'"x"', literal.encode())
     assert kind_of(nested) == "not_finite"
-    gpu = wire(event("node.upserted", {"name": "n", "gpu": 1})).replace(
-        b'"gpu": 1', f'"gpu": {literal}'.encode()
-    )
+    gpu = ce.wire(ce.node("n", 1)).replace(b'"gpu": 1', f'"gpu": {literal}'.encode())
     assert kind_of(gpu) == "not_finite"
 
 
 def test_the_words_nan_and_infinity_in_strings_are_fine() -> None:
-    decoded = decode_event(wire(event(data={"name": "NaN-Infinity"}, subject="NaN-Infinity")))
+    decoded = decode_event(ce.wire(ce.queue("NaN-Infinity")))
     assert decoded.subject == "NaN-Infinity"
 
 
 @pytest.mark.parametrize("gpu", [1e308, MAX_GPUS_PER_EVENT + 0.5, 1e20])
 def test_gpu_amounts_above_the_bound_are_out_of_range(gpu: float) -> None:
     # Finding 2: node.upserted gpu 1e308 was accepted and killed the requeue worker.
-    node = event("node.upserted", {"name": "n", "gpu": gpu})
-    assert kind_of(wire(node)) == "out_of_range"
-    assert kind_of(wire(submitted(pods=[{"name": "p", "gpu": gpu}]))) == "out_of_range"
+    node = ce.event("node.upserted", "n", {"name": "n", "gpu": gpu})
+    assert kind_of(ce.wire(node)) == "out_of_range"
+    assert kind_of(ce.wire(submitted(pods=[{"name": "p", "gpu": gpu}]))) == "out_of_range"
 
 
 def test_gpu_amounts_at_the_bound_are_accepted() -> None:
-    node = decode_event(wire(event("node.upserted", {"name": "n", "gpu": MAX_GPUS_PER_EVENT})))
+    node = decode_event(ce.wire(ce.node("n", MAX_GPUS_PER_EVENT)))
     assert node.data.gpu == MAX_GPUS_PER_EVENT  # type: ignore[attr-defined]
 
 
 def test_a_priority_beyond_int32_is_out_of_range() -> None:
-    assert kind_of(wire(submitted(priority=2**31))) == "out_of_range"
+    assert kind_of(ce.wire(submitted(priority=2**31))) == "out_of_range"
 
 
 @pytest.mark.parametrize("text", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
 def test_timestamps_outside_years_1_to_9999_in_utc_are_out_of_range(text: str) -> None:
     # Finding 4: stored as year 0 / 10000, they broke replay --verify, protection and explain.
-    assert kind_of(wire(event(time=text))) == "out_of_range"
+    assert kind_of(ce.wire(queue_event(time=text))) == "out_of_range"
     with pytest.raises(TimestampOutOfRangeError):
         parse_rfc3339(text)
-    allocated = event("podgroup.allocated", {"uid": "u", "pods": [{"name": "p", "node": "n"}]})
-    assert kind_of(wire({**allocated, "time": text})) == "out_of_range"
+    allocated = ce.allocated("u", ["p"], node="n")
+    assert kind_of(ce.wire({**allocated, "time": text})) == "out_of_range"
 
 
 @pytest.mark.parametrize(
     "text", ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00-01:00", "9999-12-31T23:59:59Z"]
 )
 def test_the_extreme_timestamps_inside_the_range_are_accepted(text: str) -> None:
-    assert decode_event(wire(event(time=text))).time == parse_rfc3339(text)
+    assert decode_event(ce.wire(queue_event(time=text))).time == parse_rfc3339(text)
 
 
 def test_new_event_refuses_an_out_of_range_datetime() -> None:
@@ -227,7 +208,7 @@ def test_new_event_refuses_an_out_of_range_datetime() -> None:
 @given(st.floats(allow_nan=True, allow_infinity=True))
 @settings(max_examples=300, deadline=None)
 def test_any_gpu_is_accepted_exactly_when_finite_and_in_range(gpu: float) -> None:
-    value = json.dumps(event("node.upserted", {"name": "n", "gpu": gpu})).encode()
+    value = json.dumps(ce.event("node.upserted", "n", {"name": "n", "gpu": gpu})).encode()
     if math.isfinite(gpu) and 0 <= gpu <= MAX_GPUS_PER_EVENT:
         assert decode_event(value).data.gpu == gpu  # type: ignore[attr-defined]
     else:

@@ -31,26 +31,10 @@ from minruntime.events import (
     topic_types,
     types_for_topic_role,
 )
+from tests import cloudevents as ce
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "schemas" / "examples"
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
-
-
-def envelope(event_type: str, subject: str, data: Any, **attributes: Any) -> dict[str, Any]:
-    return {
-        "specversion": "1.0",
-        "id": "e-1",
-        "source": "tests",
-        "type": event_type,
-        "time": "2026-11-21T10:00:00Z",
-        "subject": subject,
-        "data": data,
-        **attributes,
-    }
-
-
-def wire(document: Any) -> bytes:
-    return json.dumps(document).encode()
 
 
 def rejected(value: bytes | None, topic: str | None = None) -> EventRejected:
@@ -64,15 +48,9 @@ def rejected(value: bytes | None, topic: str | None = None) -> EventRejected:
 
 
 def submitted(**data: Any) -> dict[str, Any]:
-    base = {
-        "uid": "pg-1",
-        "name": "train",
-        "namespace": "team-a",
-        "queue": "leaf1",
-        "priority": 100,
-        "pods": [{"name": "p-0", "gpu": 1}],
-    }
-    return envelope("podgroup.submitted", "pg-1", {**base, **data})
+    """podgroup.submitted of pg-1, with these data fields (whatever their names and values)."""
+    base = ce.submitted("pg-1", "leaf1", ["p-0"], name="train", namespace="team-a", id="e-1")
+    return ce.with_data(base, **data)
 
 
 # --- every type decodes from its example ---------------------------------------------------
@@ -122,13 +100,13 @@ def test_the_typed_data_is_narrowed_with_isinstance() -> None:
 
 
 def test_extension_attributes_are_accepted_and_ignored() -> None:
-    event = decode_event(wire(envelope("queue.deleted", "q", {"name": "q"}, traceparent="00-x")))
+    event = decode_event(ce.wire(ce.event("queue.deleted", "q", {"name": "q"}, traceparent="00-x")))
     assert "traceparent" not in encode_event(event).decode()
 
 
 def test_time_keeps_the_instant_of_any_offset() -> None:
-    value = wire(
-        envelope("queue.deleted", "q", {"name": "q"}, time="2026-11-21T11:00:00.123456789+01:00")
+    value = ce.wire(
+        ce.event("queue.deleted", "q", {"name": "q"}, time="2026-11-21T11:00:00.123456789+01:00")
     )
     event = decode_event(value)
     assert event.time == datetime(2026, 11, 21, 10, 0, 0, 123456, tzinfo=UTC)
@@ -139,7 +117,7 @@ def test_time_keeps_the_instant_of_any_offset() -> None:
 
 
 def test_podgroup_submitted_defaults() -> None:
-    data = decode_event(wire(submitted())).data
+    data = decode_event(ce.wire(submitted())).data
     assert isinstance(data, PodGroupSubmittedData)
     assert data.node_pool == "default"
     assert data.preemptible is True
@@ -149,7 +127,7 @@ def test_podgroup_submitted_defaults() -> None:
 
 
 def test_config_updated_defaults_match_the_core() -> None:
-    event = decode_event(wire(envelope("config.updated", "config/default", {})))
+    event = decode_event(ce.wire(ce.event("config.updated", "config/default", {})))
     assert isinstance(event.data, ConfigUpdatedData)
     assert event.data.node_pool == "default"
     assert event.data.to_config() == MinRuntimeConfig()
@@ -158,30 +136,30 @@ def test_config_updated_defaults_match_the_core() -> None:
 
 def test_config_updated_null_means_the_default() -> None:
     data = {"nodePool": "gpu-a", "defaultReclaimMinRuntime": None, "reclaimResolveMethod": None}
-    event = decode_event(wire(envelope("config.updated", "config/gpu-a", data)))
+    event = decode_event(ce.wire(ce.event("config.updated", "config/gpu-a", data)))
     assert isinstance(event.data, ConfigUpdatedData)
     assert event.data.to_config() == MinRuntimeConfig()
 
 
 def test_queue_upserted_unset_fields_inherit_and_empty_parent_is_a_root() -> None:
     data = {"name": "q", "parentQueue": "", "preemptMinRuntime": None}
-    event = decode_event(wire(envelope("queue.upserted", "q", data)))
+    event = decode_event(ce.wire(ce.event("queue.upserted", "q", data)))
     assert isinstance(event.data, QueueUpsertedData)
     assert event.data.to_queue() == Queue(name="q")
 
 
 def test_node_defaults_and_released_all_pods() -> None:
-    node = decode_event(wire(envelope("node.upserted", "n", {"name": "n", "gpu": 4}))).data
+    node = decode_event(ce.wire(ce.event("node.upserted", "n", {"name": "n", "gpu": 4}))).data
     assert isinstance(node, NodeUpsertedData)
     assert (node.node_pool, node.gpu) == ("default", 4.0)
-    released = decode_event(wire(envelope("podgroup.released", "u", {"uid": "u"}))).data
+    released = decode_event(ce.wire(ce.event("podgroup.released", "u", {"uid": "u"}))).data
     assert isinstance(released, PodGroupReleasedData)
     assert released.pods is None
 
 
 def test_annotated_null_values_survive_the_round_trip() -> None:
     data = {"uid": "u", "annotations": {"a": "1", "b": None}}
-    event = decode_event(wire(envelope("podgroup.annotated", "u", data)))
+    event = decode_event(ce.wire(ce.event("podgroup.annotated", "u", data)))
     assert isinstance(event.data, PodGroupAnnotatedData)
     assert event.data.annotations == {"a": "1", "b": None}
     assert decode_event(encode_event(event)) == event
@@ -189,7 +167,7 @@ def test_annotated_null_values_survive_the_round_trip() -> None:
 
 def test_durations_are_written_back_canonically() -> None:
     data = {"name": "q", "preemptMinRuntime": "90m", "reclaimMinRuntime": "0"}
-    event = decode_event(wire(envelope("queue.upserted", "q", data)))
+    event = decode_event(ce.wire(ce.event("queue.upserted", "q", data)))
     written = json.loads(encode_event(event))
     assert written["data"] == {"name": "q", "preemptMinRuntime": "1h30m", "reclaimMinRuntime": "0s"}
 
@@ -209,7 +187,7 @@ def test_not_utf8() -> None:
 
 
 def test_a_lone_surrogate_escape_is_not_json() -> None:
-    value = wire(envelope("queue.deleted", "q", {"name": "q"}, ext="\ud800"))
+    value = ce.wire(ce.event("queue.deleted", "q", {"name": "q"}, ext="\ud800"))
     assert b"\\ud800" in value
     error = rejected(value)
     assert error.kind == "not_json"
@@ -227,15 +205,15 @@ def test_a_tombstone_is_rejected() -> None:
 
 
 def test_missing_id() -> None:
-    document = envelope("queue.deleted", "q", {"name": "q"})
+    document = ce.event("queue.deleted", "q", {"name": "q"})
     del document["id"]
-    error = rejected(wire(document))
+    error = rejected(ce.wire(document))
     assert error.kind == "not_cloudevent"
     assert error.message == "not a CloudEvent: required attribute 'id' is missing"
 
 
 def test_wrong_specversion() -> None:
-    error = rejected(wire(envelope("queue.deleted", "q", {"name": "q"}, specversion="0.3")))
+    error = rejected(ce.wire(ce.event("queue.deleted", "q", {"name": "q"}, specversion="0.3")))
     assert error.kind == "not_cloudevent"
     assert error.message == "not a CloudEvent: specversion must be '1.0', got '0.3'"
 
@@ -245,29 +223,29 @@ def test_wrong_specversion() -> None:
     [("time", "2026-11-21T10:00:00"), ("time", "yesterday"), ("source", ""), ("subject", 7)],
 )
 def test_bad_envelope_attributes(attribute: str, value: Any) -> None:
-    document = {**envelope("queue.deleted", "q", {"name": "q"}), attribute: value}
-    error = rejected(wire(document))
+    document = {**ce.event("queue.deleted", "q", {"name": "q"}), attribute: value}
+    error = rejected(ce.wire(document))
     assert error.kind == "not_cloudevent"
     assert error.message.startswith(f"not a CloudEvent: {attribute}: ")
 
 
 def test_data_that_is_not_an_object_is_not_a_cloudevent() -> None:
-    assert rejected(wire(envelope("queue.deleted", "q", ["q"]))).kind == "not_cloudevent"
+    assert rejected(ce.wire(ce.event("queue.deleted", "q", ["q"]))).kind == "not_cloudevent"
 
 
 def test_unknown_type() -> None:
-    error = rejected(wire(envelope("queue.renamed", "q", {"name": "q"})))
+    error = rejected(ce.wire(ce.event("queue.renamed", "q", {"name": "q"})))
     assert error.kind == "unknown_type"
     assert error.message.startswith("unknown event type 'queue.renamed' (known: queue.upserted, ")
 
 
 def test_an_envelope_error_wins_over_an_unknown_type() -> None:
-    document = envelope("queue.renamed", "q", {"name": "q"}, specversion="2.0")
-    assert rejected(wire(document)).kind == "not_cloudevent"
+    document = ce.event("queue.renamed", "q", {"name": "q"}, specversion="2.0")
+    assert rejected(ce.wire(document)).kind == "not_cloudevent"
 
 
 def test_schema_violation_priority_high() -> None:
-    error = rejected(wire(submitted(priority="high")))
+    error = rejected(ce.wire(submitted(priority="high")))
     assert error.kind == "schema_violation"
     assert error.message == 'data.priority: Input should be a valid integer, got "high"'
 
@@ -290,7 +268,7 @@ def test_schema_violation_priority_high() -> None:
     ],
 )
 def test_schema_violations_name_the_field(data: dict[str, Any], message: str) -> None:
-    error = rejected(wire(submitted(**data)))
+    error = rejected(ce.wire(submitted(**data)))
     assert error.kind == "schema_violation"
     assert error.message.startswith(message)
 
@@ -300,7 +278,7 @@ def test_a_pod_in_an_undeclared_subgroup() -> None:
         "subGroups": [{"name": "workers", "minAvailable": 1}],
         "pods": [{"name": "p-0", "subGroup": "workers", "gpu": 1}, {"name": "p-1", "gpu": 1}],
     }
-    error = rejected(wire(submitted(**data)))
+    error = rejected(ce.wire(submitted(**data)))
     assert error.kind == "schema_violation"
     assert error.message == (
         "data: pods name undeclared subgroup(s) default; subGroups declares workers"
@@ -308,7 +286,7 @@ def test_a_pod_in_an_undeclared_subgroup() -> None:
 
 
 def test_a_named_subgroup_needs_subgroups() -> None:
-    error = rejected(wire(submitted(pods=[{"name": "p", "subGroup": "workers", "gpu": 1}])))
+    error = rejected(ce.wire(submitted(pods=[{"name": "p", "subGroup": "workers", "gpu": 1}])))
     assert (
         error.message
         == "data: pods name undeclared subgroup(s) workers; subGroups declares default"
@@ -317,18 +295,18 @@ def test_a_named_subgroup_needs_subgroups() -> None:
 
 def test_duplicate_pods_and_subgroups() -> None:
     pods = [{"name": "p", "gpu": 1}, {"name": "p", "gpu": 1}]
-    assert rejected(wire(submitted(pods=pods))).message == "data: duplicate pod name(s): p"
+    assert rejected(ce.wire(submitted(pods=pods))).message == "data: duplicate pod name(s): p"
     groups = [{"name": "default"}, {"name": "default", "minAvailable": 0}]
-    error = rejected(wire(submitted(subGroups=groups)))
+    error = rejected(ce.wire(submitted(subGroups=groups)))
     assert error.message == "data: duplicate subgroup name(s): default"
     allocated = {"uid": "u", "pods": [{"name": "p", "node": "n"}, {"name": "p", "node": "m"}]}
-    error = rejected(wire(envelope("podgroup.allocated", "u", allocated)))
+    error = rejected(ce.wire(ce.event("podgroup.allocated", "u", allocated)))
     assert error.message == "data: duplicate pod name(s): p"
 
 
 def test_bad_duration() -> None:
     data = {"name": "q", "reclaimMinRuntime": "1h-30m"}
-    error = rejected(wire(envelope("queue.upserted", "q", data)))
+    error = rejected(ce.wire(ce.event("queue.upserted", "q", data)))
     assert error.kind == "bad_duration"
     assert error.message.startswith(
         "data.reclaimMinRuntime: invalid duration '1h-30m': a sign is only allowed"
@@ -338,14 +316,14 @@ def test_bad_duration() -> None:
 @pytest.mark.parametrize("text", ["", "5", "1h2", "10x", "abc", "1H", " 1h", 5])
 def test_bad_durations(text: Any) -> None:
     data = {"nodePool": "p", "defaultPreemptMinRuntime": text}
-    error = rejected(wire(envelope("config.updated", "config/p", data)))
+    error = rejected(ce.wire(ce.event("config.updated", "config/p", data)))
     assert error.kind == "bad_duration"
     assert error.message.startswith("data.defaultPreemptMinRuntime: ")
 
 
 def test_negative_duration() -> None:
     data = {"name": "q", "preemptMinRuntime": "-5m"}
-    error = rejected(wire(envelope("queue.upserted", "q", data)))
+    error = rejected(ce.wire(ce.event("queue.upserted", "q", data)))
     assert error.kind == "negative_duration"
     assert error.message == (
         "data.preemptMinRuntime: invalid duration '-5m': negative durations are not allowed"
@@ -354,20 +332,20 @@ def test_negative_duration() -> None:
 
 def test_zero_requeue_delay_and_unknown_method() -> None:
     data = {"defaultRequeueDelay": "0s"}
-    error = rejected(wire(envelope("config.updated", "config/default", data)))
+    error = rejected(ce.wire(ce.event("config.updated", "config/default", data)))
     assert (error.kind, error.message) == (
         "invalid_config",
         "data.defaultRequeueDelay: must be a positive duration, got 0s",
     )
     data = {"reclaimResolveMethod": "LCA"}
-    error = rejected(wire(envelope("config.updated", "config/default", data)))
+    error = rejected(ce.wire(ce.event("config.updated", "config/default", data)))
     assert error.kind == "invalid_config"
     assert error.message.startswith("data.reclaimResolveMethod: Input should be 'lca' or 'queue'")
 
 
 def test_a_misspelt_config_argument_is_rejected() -> None:
     data = {"defaultPreemptMinRunTime": "5m"}
-    error = rejected(wire(envelope("config.updated", "config/default", data)))
+    error = rejected(ce.wire(ce.event("config.updated", "config/default", data)))
     assert error.message.startswith("data.defaultPreemptMinRunTime: unknown field")
 
 
@@ -392,7 +370,7 @@ def test_a_misspelt_config_argument_is_rejected() -> None:
     ],
 )
 def test_subject_mismatch(event_type: str, subject: str, data: Any, message: str) -> None:
-    error = rejected(wire(envelope(event_type, subject, data)))
+    error = rejected(ce.wire(ce.event(event_type, subject, data)))
     assert error.kind == "schema_violation"
     assert error.message == f"subject: {message}"
 
@@ -408,7 +386,7 @@ def test_wrong_topic() -> None:
 
 
 def test_wrong_topic_wins_over_a_data_error() -> None:
-    value = wire(envelope("queue.upserted", "q", {"name": "q", "preemptMinRuntime": "-1s"}))
+    value = ce.wire(ce.event("queue.upserted", "q", {"name": "q", "preemptMinRuntime": "-1s"}))
     assert rejected(value, "kai.nodes").kind == "wrong_topic"
 
 
@@ -421,14 +399,14 @@ def test_an_unknown_topic_is_a_configuration_error() -> None:
 
 
 def test_nul_characters_are_refused_before_the_store() -> None:
-    value = wire(envelope("queue.deleted", "q\u0000", {"name": "q\u0000"}))
+    value = ce.wire(ce.event("queue.deleted", "q\u0000", {"name": "q\u0000"}))
     error = rejected(value)
     assert error.kind == "schema_violation"
     assert "NUL" in error.message
 
 
 def test_a_long_message_is_cut() -> None:
-    error = rejected(wire(envelope("x" * 2000, "q", {})))
+    error = rejected(ce.wire(ce.event("x" * 2000, "q", {})))
     assert len(error.message) <= 500
     assert error.message.endswith("...")
 
@@ -577,7 +555,7 @@ def test_every_type_has_an_event_type_member() -> None:
     ],
 )
 def test_preemptibility_and_the_older_flag(data: dict[str, Any], expected: str) -> None:
-    event = decode_event(wire(submitted(**data)))
+    event = decode_event(ce.wire(submitted(**data)))
     assert isinstance(event.data, PodGroupSubmittedData)
     assert event.data.resolved_preemptibility() == expected
     # What the service itself encodes (every field written) decodes to the same.
@@ -614,6 +592,6 @@ def test_preemptibility_and_the_older_flag(data: dict[str, Any], expected: str) 
 def test_unknown_or_contradicting_preemptibility_is_refused(
     data: dict[str, Any], message: str
 ) -> None:
-    error = rejected(wire(submitted(**data)))
+    error = rejected(ce.wire(submitted(**data)))
     assert error.kind == "schema_violation"
     assert error.message.startswith(message)

@@ -26,7 +26,7 @@ from minruntime.core import format_rfc3339, parse_rfc3339
 from minruntime.core.errors import TimestampOutOfRangeError
 from minruntime.events import EVENT_CLASSES, EventRejected, decode_event
 from minruntime.events.codec import _ESCAPED_NUL, MAX_JSON_DEPTH, _finite, json_depth
-from tests.unit.test_events_decode import envelope
+from tests import cloudevents as ce
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "schemas" / "examples"
 NAMES = st.sampled_from(["a", "b", "c", "default"])
@@ -92,7 +92,7 @@ def test_submissions_are_refused_exactly_as_the_name_rules_say(
     }
     if sub_groups is not None:
         data["subGroups"] = [{"name": name} for name in sub_groups]
-    value = json.dumps(envelope("podgroup.submitted", "pg-1", data)).encode()
+    value = json.dumps(ce.event("podgroup.submitted", "pg-1", data)).encode()
     expected = submission_rule(sub_groups, pods)
     count_case("accepted" if expected is None else expected[1].split(" name")[0])
     assert outcome(value) == expected
@@ -102,7 +102,7 @@ def test_submissions_are_refused_exactly_as_the_name_rules_say(
 @settings(max_examples=200, deadline=None)
 def test_allocations_are_refused_exactly_when_a_pod_repeats(pods: list[str]) -> None:
     data = {"uid": "pg-1", "pods": [{"name": name, "node": "n"} for name in pods]}
-    value = json.dumps(envelope("podgroup.allocated", "pg-1", data)).encode()
+    value = json.dumps(ce.event("podgroup.allocated", "pg-1", data)).encode()
     assert outcome(value) == duplicates("pod", pods)
 
 
@@ -112,7 +112,7 @@ def test_releases_are_refused_exactly_when_a_pod_repeats(pods: list[str] | str |
     data: dict[str, Any] = {"uid": "pg-1"}
     if pods != "absent":
         data["pods"] = pods
-    value = json.dumps(envelope("podgroup.released", "pg-1", data)).encode()
+    value = json.dumps(ce.event("podgroup.released", "pg-1", data)).encode()
     assert outcome(value) == (duplicates("pod", pods) if isinstance(pods, list) else None)
 
 

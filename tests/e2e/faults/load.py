@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.e2e import cloudevents as ce
+from tests import cloudevents as ce
 from tests.e2e.harness import Pipeline, wait_for
 
 QUEUE = "faults"
@@ -70,9 +70,9 @@ class Load:
             uid = f"load-{self.tag}-{n}"
             pods = ["p0", "p1"]
             for event in (
-                ce.submitted(uid, QUEUE, pods, time=ce.at(n * 0.001)),
+                ce.submitted(uid, QUEUE, pods, priority=50, time=ce.at(n * 0.001)),
                 ce.allocated(uid, pods, ce.at(n * 0.001 + 1)),
-                ce.released(uid, ce.at(n * 0.001 + 60)),
+                ce.released(uid, time=ce.at(n * 0.001 + 60), reason="completed"),
             ):
                 records.append((uid.encode(), json.dumps(event).encode()))
         return records
