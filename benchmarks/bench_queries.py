@@ -21,16 +21,11 @@ from typing import Any
 
 import psycopg
 
+from benchkit import scratch_database
 from cluster import build_tree, cloud_event, queue_upserts
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
-    create_scratch_database,
-    drop_scratch_database,
-    scratch_owner_url,
-)
 
 RECLAIM_TARGET_MS = 200.0
 IS_PROTECTED_TARGET_MS = 2.0
@@ -105,9 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings()
     rng = random.Random(20261121)
-    url = scratch_owner_url(settings, create_scratch_database(settings, "minruntime_test_bench"))
-    try:
-        upgrade(url)
+    with scratch_database(settings, "minruntime_test_bench", keep=args.keep) as url:
         engine = engine_from(url)
         started = time.perf_counter()
         applied = 0
@@ -159,11 +152,6 @@ def main() -> None:
             f"target {IS_PROTECTED_TARGET_MS:.0f} ms -> "
             f"{protected / IS_PROTECTED_TARGET_MS:.2f}x of target"
         )
-    finally:
-        if args.keep:
-            print(f"kept {url}")
-        else:
-            drop_scratch_database(settings, url)
 
 
 if __name__ == "__main__":
