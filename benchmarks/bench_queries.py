@@ -17,12 +17,11 @@ import statistics
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import psycopg
 
-from benchkit import scratch_database
-from cluster import build_tree, cloud_event, queue_upserts
+from benchkit import RecordBatches, scratch_database
+from cluster import build_tree, queue_upserts
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
@@ -35,25 +34,9 @@ BATCH = 2000
 def records(rng: random.Random, queues: int, podgroups: int) -> Iterator[list[InboundRecord]]:
     """Batches of records: queues and configs, then submissions and allocations."""
     now = datetime.now(UTC)
-    n = 0
     tree = build_tree(rng, queues)
-    batch: list[InboundRecord] = []
-    offsets = {"kai.queues": 0, "kai.podgroups": 0}
-
-    def add(topic: str, key: str, value: bytes) -> list[InboundRecord] | None:
-        nonlocal batch
-        batch.append(InboundRecord(topic, 0, offsets[topic], key.encode(), value, None))
-        offsets[topic] += 1
-        if len(batch) >= BATCH:
-            full, batch = batch, []
-            return full
-        return None
-
-    def emit(topic: str, key: str, type_: str, data: dict[str, Any], when: datetime) -> Any:
-        nonlocal n
-        n += 1
-        return add(topic, key, cloud_event(type_, key, data, when, n))
-
+    batches = RecordBatches(BATCH)
+    emit = batches.emit
     for name, data in queue_upserts(rng, tree):
         if (full := emit("kai.queues", name, "queue.upserted", data, now)) is not None:
             yield full
@@ -82,8 +65,7 @@ def records(rng: random.Random, queues: int, podgroups: int) -> Iterator[list[In
             full := emit("kai.podgroups", uid, "podgroup.allocated", allocated, started)
         ) is not None:
             yield full
-    if batch:
-        yield batch
+    yield from batches.rest()
 
 
 def median_ms(samples: list[float]) -> float:

@@ -40,8 +40,8 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime, timedelta
-from typing import Any, Final
+from datetime import timedelta
+from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -49,8 +49,8 @@ import sqlalchemy as sa
 from psycopg import sql
 
 from bench_requeue_plan import NOW, build_snapshot, cluster_arguments, outcome_counts
-from benchkit import print_profile, scratch_database
-from cluster import build_tree, cloud_event, queue_upserts
+from benchkit import RecordBatches, print_profile, scratch_database
+from cluster import build_tree, queue_upserts
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
@@ -138,23 +138,8 @@ def records(
     scenario: Scenario,
 ) -> Iterator[list[InboundRecord]]:
     """Batches of input records: queues, configs, nodes, podgroups, annotations, nominations."""
-    n = 0
-    batch: list[InboundRecord] = []
-    offsets: Counter[str] = Counter()
-
-    def emit(
-        topic: str, key: str, type_: str, data: dict[str, Any], when: datetime
-    ) -> list[InboundRecord] | None:
-        nonlocal n, batch
-        n += 1
-        value = cloud_event(type_, key, data, when, n)
-        batch.append(InboundRecord(topic, 0, offsets[topic], key.encode(), value, None))
-        offsets[topic] += 1
-        if len(batch) >= BATCH:
-            done, batch = batch, []
-            return done
-        return None
-
+    batches = RecordBatches(BATCH)
+    emit = batches.emit
     seeded = NOW - timedelta(days=1)
     full: list[list[InboundRecord] | None] = []
     for name, data in queue_upserts(rng, tree):
@@ -227,8 +212,7 @@ def records(
         when = NOW - timedelta(seconds=rng.randint(1, 60))
         full.append(emit("kai.nominations", uid, "requeue.nominated", data, when))
     yield from (ready for ready in full if ready is not None)
-    if batch:
-        yield batch
+    yield from batches.rest()
 
 
 def seed(url: str, args: argparse.Namespace) -> None:

@@ -1,11 +1,12 @@
 """What the benchmarks share: scratch databases, a large log built once and kept, timing.
 
 ``scratch_database`` makes a throw-away database migrated to head and drops it afterwards
-(or keeps it and prints its URL). ``log_arguments`` and ``built_log`` are the command line
-and the life of a log too large to build on every run (the 1M-event benchmarks): ``--keep``
-keeps the database it builds, its URL in a file under ``benchmarks/out/``, and ``--reuse``
-measures that database again. ``timed`` and ``print_profile`` are the measuring helpers
-more than one benchmark uses.
+(or keeps it and prints its URL); ``RecordBatches`` turns generated events into the input
+records that fill one. ``log_arguments`` and ``built_log`` are the command line and the life
+of a log too large to build on every run (the 1M-event benchmarks): ``--keep`` keeps the
+database it builds, its URL in a file under ``benchmarks/out/``, and ``--reuse`` measures
+that database again. ``timed`` and ``print_profile`` are the measuring helpers more than one
+benchmark uses.
 """
 
 from __future__ import annotations
@@ -15,10 +16,15 @@ import cProfile
 import io
 import pstats
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+from cluster import cloud_event
+from minruntime.ingest import InboundRecord
 from minruntime.settings import Settings
 from minruntime.store.migrate import upgrade
 from minruntime.store.scratch import (
@@ -48,6 +54,34 @@ def scratch_database(settings: Settings, name: str, *, keep: bool = False) -> It
             print(f"kept {url}")
         else:
             drop_scratch_database(settings, url)
+
+
+class RecordBatches:
+    """Generated CloudEvents as input records in batches of ``size`` for ``apply_batch``: one
+    partition a topic, offsets in order, ids ``bench-1``, ``bench-2``, ..."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.events = 0
+        self.batch: list[InboundRecord] = []
+        self.offsets: Counter[str] = Counter()
+
+    def emit(
+        self, topic: str, key: str, type_: str, data: dict[str, Any], when: datetime
+    ) -> list[InboundRecord] | None:
+        """Add one event; the batch it fills, if it fills one."""
+        self.events += 1
+        value = cloud_event(type_, key, data, when, self.events)
+        self.batch.append(InboundRecord(topic, 0, self.offsets[topic], key.encode(), value, None))
+        self.offsets[topic] += 1
+        if len(self.batch) < self.size:
+            return None
+        full, self.batch = self.batch, []
+        return full
+
+    def rest(self) -> list[list[InboundRecord]]:
+        """The last batch, not full, if any events wait in it."""
+        return [self.batch] if self.batch else []
 
 
 def log_arguments(description: str) -> argparse.ArgumentParser:
