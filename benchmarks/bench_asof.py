@@ -26,14 +26,14 @@ import random
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from bench_ingest import generate
-from minruntime.audit.asof import snapshot, start_from_snapshot, state_at
+from benchkit import built_log, log_arguments, migrated_scratch_database, timed
+from minruntime.audit.asof import start_from_snapshot, state_at
 from minruntime.audit.explain import Explainer
 from minruntime.audit.parallel import default_parts
 from minruntime.audit.protection import protection_table
@@ -44,12 +44,7 @@ from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.ingest.memory import collected_rarely
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
-    create_scratch_database,
-    drop_scratch_database,
-    scratch_owner_url,
-)
+from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 from replay_after import replay_verify
@@ -64,10 +59,7 @@ def build(args: argparse.Namespace, settings: Settings) -> str:
     started = time.perf_counter()
     trace = generate(args.queues, args.nodes, args.podgroups)
     generated = time.perf_counter() - started
-    url = scratch_owner_url(
-        settings, create_scratch_database(settings, "minruntime_test_bench_asof")
-    )
-    upgrade(url)
+    url = migrated_scratch_database(settings, "minruntime_test_bench_asof")
     engine = engine_from(url)
     offsets: dict[str, int] = defaultdict(int)
     records = []
@@ -112,12 +104,6 @@ def instants(engine: sa.Engine, stored: list[Snapshot], count: int) -> list[date
     return worst + spread
 
 
-def timed(run: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
-
-
 def protection_at(engine: sa.Engine, at: datetime) -> int:
     """What ``protection --at`` does (the running podgroups only)."""
     with state_at(engine, at, podgroups=()) as (conn, shadow):
@@ -146,7 +132,7 @@ def running_uid(engine: sa.Engine, at: datetime) -> str:
 
 def phases(engine: sa.Engine, at: datetime, podgroups: tuple[str, ...] | None = ()) -> str:
     """Where the time of one answer goes: shadow, snapshot restore, tail replay, query."""
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         started = time.perf_counter()
         shadow = create_shadow(conn, temporary_name())
         made = time.perf_counter() - started
@@ -172,10 +158,7 @@ def phases(engine: sa.Engine, at: datetime, podgroups: tuple[str, ...] | None = 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--podgroups", type=int, default=240_000)
-    parser.add_argument("--queues", type=int, default=1000)
-    parser.add_argument("--nodes", type=int, default=500)
+    parser = log_arguments(__doc__.splitlines()[0])
     parser.add_argument("--every-events", type=int, default=Settings().snapshot_every_events)
     parser.add_argument("--build-batch", type=int, default=2_000)
     parser.add_argument("--instants", type=int, default=12)
@@ -185,27 +168,16 @@ def main() -> None:
         action="store_true",
         help="also time `replay --verify` of the whole log, in one process and in parts",
     )
-    kept = parser.add_mutually_exclusive_group()
-    kept.add_argument("--keep", action="store_true", help="keep the built database")
-    kept.add_argument("--reuse", action="store_true", help="measure the kept database")
     args = parser.parse_args()
     settings = Settings()
-    if args.reuse:
-        url = KEPT.read_text().strip()
-    else:
-        url = build(args, settings)
-        if args.keep:
-            KEPT.parent.mkdir(exist_ok=True)
-            KEPT.write_text(url + "\n")
-    engine = engine_from(url)
-    try:
-        measure(engine, args)
-        if args.verify:
-            verify_everything(url)
-    finally:
-        engine.dispose()
-        if not (args.keep or args.reuse):
-            drop_scratch_database(settings, url)
+    with built_log(args, settings, KEPT, lambda: build(args, settings)) as url:
+        engine = engine_from(url)
+        try:
+            measure(engine, args)
+            if args.verify:
+                verify_everything(url)
+        finally:
+            engine.dispose()
 
 
 def measure(engine: sa.Engine, args: argparse.Namespace) -> None:

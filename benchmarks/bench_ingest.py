@@ -42,10 +42,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import io
 import json
 import os
-import pstats
 import random
 import signal
 import subprocess
@@ -370,14 +368,9 @@ def profile_apply(
 ) -> None:
     """apply_batch alone (under cProfile unless ``profile`` is false) on the records the bare
     consumer read, per topic; prints its CPU per event, Python and PostgreSQL."""
+    from benchkit import print_profile, scratch_database
     from minruntime.ingest import InboundRecord, apply_batch
     from minruntime.store import engine_from
-    from minruntime.store.migrate import upgrade
-    from minruntime.store.scratch import (
-        create_scratch_database,
-        drop_scratch_database,
-        scratch_owner_url,
-    )
 
     roles = {topic: role for role, topic in pipe.topics.items() if role in INPUT_ROLES}
     by_topic: dict[str, list[InboundRecord]] = {}
@@ -386,9 +379,7 @@ def profile_apply(
             InboundRecord(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
         )
     # The owner: the benchmark migrates and applies in one database of its own.
-    url = scratch_owner_url(pipe.base, create_scratch_database(pipe.base, "minruntime_test_bench"))
-    try:
-        upgrade(url)
+    with scratch_database(pipe.base, "minruntime_test_bench") as url:
         engine = engine_from(url)
         profiler = cProfile.Profile()
         phases = None if profile else timed_phases()
@@ -426,13 +417,7 @@ def profile_apply(
             for name, (cpu, wall) in phases.items():
                 print(f"      {name:28s} {cpu * 1e6 / applied:6.1f} / {wall * 1e6 / applied:6.1f}")
             return
-        out = io.StringIO()
-        stats = pstats.Stats(profiler, stream=out)
-        stats.sort_stats("cumulative").print_stats(35)
-        stats.sort_stats("tottime").print_stats(25)
-        print(out.getvalue())
-    finally:
-        drop_scratch_database(pipe.base, url)
+        print_profile(profiler, 35, 25)
 
 
 def consumer_only(pipe: BenchPipeline, total: int) -> None:

@@ -17,20 +17,14 @@ import statistics
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import psycopg
 
-from cluster import build_tree, cloud_event, queue_upserts
+from benchkit import RecordBatches, scratch_database
+from cluster import build_tree, queue_upserts
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
-    create_scratch_database,
-    drop_scratch_database,
-    scratch_owner_url,
-)
 
 RECLAIM_TARGET_MS = 200.0
 IS_PROTECTED_TARGET_MS = 2.0
@@ -40,25 +34,9 @@ BATCH = 2000
 def records(rng: random.Random, queues: int, podgroups: int) -> Iterator[list[InboundRecord]]:
     """Batches of records: queues and configs, then submissions and allocations."""
     now = datetime.now(UTC)
-    n = 0
     tree = build_tree(rng, queues)
-    batch: list[InboundRecord] = []
-    offsets = {"kai.queues": 0, "kai.podgroups": 0}
-
-    def add(topic: str, key: str, value: bytes) -> list[InboundRecord] | None:
-        nonlocal batch
-        batch.append(InboundRecord(topic, 0, offsets[topic], key.encode(), value, None))
-        offsets[topic] += 1
-        if len(batch) >= BATCH:
-            full, batch = batch, []
-            return full
-        return None
-
-    def emit(topic: str, key: str, type_: str, data: dict[str, Any], when: datetime) -> Any:
-        nonlocal n
-        n += 1
-        return add(topic, key, cloud_event(type_, key, data, when, n))
-
+    batches = RecordBatches(BATCH)
+    emit = batches.emit
     for name, data in queue_upserts(rng, tree):
         if (full := emit("kai.queues", name, "queue.upserted", data, now)) is not None:
             yield full
@@ -87,8 +65,7 @@ def records(rng: random.Random, queues: int, podgroups: int) -> Iterator[list[In
             full := emit("kai.podgroups", uid, "podgroup.allocated", allocated, started)
         ) is not None:
             yield full
-    if batch:
-        yield batch
+    yield from batches.rest()
 
 
 def median_ms(samples: list[float]) -> float:
@@ -105,9 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings()
     rng = random.Random(20261121)
-    url = scratch_owner_url(settings, create_scratch_database(settings, "minruntime_test_bench"))
-    try:
-        upgrade(url)
+    with scratch_database(settings, "minruntime_test_bench", keep=args.keep) as url:
         engine = engine_from(url)
         started = time.perf_counter()
         applied = 0
@@ -159,11 +134,6 @@ def main() -> None:
             f"target {IS_PROTECTED_TARGET_MS:.0f} ms -> "
             f"{protected / IS_PROTECTED_TARGET_MS:.2f}x of target"
         )
-    finally:
-        if args.keep:
-            print(f"kept {url}")
-        else:
-            drop_scratch_database(settings, url)
 
 
 if __name__ == "__main__":

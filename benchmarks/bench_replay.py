@@ -31,8 +31,9 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from bench_ingest import generate
+from benchkit import scratch_database
 from minruntime.audit import replay as replay_module
-from minruntime.audit.asof import snapshot, state_at
+from minruntime.audit.asof import state_at
 from minruntime.audit.parallel import default_parts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare
@@ -41,12 +42,7 @@ from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.ingest.memory import collected_rarely
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
-    create_scratch_database,
-    drop_scratch_database,
-    scratch_owner_url,
-)
+from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import create_shadow, temporary_name
 from pipeline import INPUT_ROLES
 from replay_after import replay_verify
@@ -65,7 +61,7 @@ def verdict(speedup: float) -> str:
 def timed_decode(engine: sa.Engine) -> float:
     """Seconds to decode every logged event with the processor's decoder (and read the log):
     the floor of any replay that runs the processor's code."""
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         started = time.perf_counter()
         for entry in read_log(conn):
             decode_event(entry.value)
@@ -90,7 +86,7 @@ def live_apply(engine: sa.Engine, trace_events: list[tuple[str, bytes, bytes]]) 
 
 def timed_replay(engine: sa.Engine) -> tuple[float, float, int]:
     """(replay seconds, verify seconds, events) for one replay of the whole log."""
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, temporary_name("bench_replay"))
         started = time.perf_counter()
         report = replay(conn, read_log(conn), into=shadow.tables)
@@ -132,22 +128,18 @@ def traced_database(args: argparse.Namespace, name: str) -> Iterator[tuple[sa.En
     """A scratch database holding the trace, applied live: (engine, live apply seconds)."""
     settings = Settings()
     trace = generate(args.queues, args.nodes, args.podgroups)
-    url = scratch_owner_url(
-        settings, create_scratch_database(settings, f"minruntime_test_bench_{name}")
-    )
-    engine = engine_from(url)
-    try:
-        upgrade(url)
-        live = live_apply(engine, trace.events)
-        print(
-            f"trace: {len(trace.events):,} events ({args.queues:,} queues, {args.nodes:,} "
-            f"nodes, {args.podgroups:,} podgroups); live apply (apply_batch, batches of "
-            f"{LIVE_BATCH:,}): {live:.2f} s = {len(trace.events) / live:,.0f} events/s"
-        )
-        yield engine, live
-    finally:
-        engine.dispose()
-        drop_scratch_database(settings, url)
+    with scratch_database(settings, f"minruntime_test_bench_{name}") as url:
+        engine = engine_from(url)
+        try:
+            live = live_apply(engine, trace.events)
+            print(
+                f"trace: {len(trace.events):,} events ({args.queues:,} queues, {args.nodes:,} "
+                f"nodes, {args.podgroups:,} podgroups); live apply (apply_batch, batches of "
+                f"{LIVE_BATCH:,}): {live:.2f} s = {len(trace.events) / live:,.0f} events/s"
+            )
+            yield engine, live
+        finally:
+            engine.dispose()
 
 
 def main() -> None:

@@ -34,24 +34,23 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import platform
-import pstats
 import random
 import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime, timedelta
-from typing import Any, Final
+from datetime import timedelta
+from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import sqlalchemy as sa
 from psycopg import sql
 
-from bench_requeue_plan import NOW, build_snapshot
-from cluster import build_tree, cloud_event, queue_upserts
+from bench_requeue_plan import NOW, build_snapshot, cluster_arguments, outcome_counts
+from benchkit import RecordBatches, print_profile, scratch_database
+from cluster import build_tree, queue_upserts
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
@@ -64,11 +63,8 @@ from minruntime.requeue import CycleReport, run_cycle
 from minruntime.requeue.cycle_inputs import load_cycle_inputs
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.migrate import upgrade
 from minruntime.store.scratch import (
     admin_connection,
-    create_scratch_database,
-    scratch_owner_url,
 )
 from minruntime.store.scratch import drop_scratch_database as drop_database
 
@@ -142,23 +138,8 @@ def records(
     scenario: Scenario,
 ) -> Iterator[list[InboundRecord]]:
     """Batches of input records: queues, configs, nodes, podgroups, annotations, nominations."""
-    n = 0
-    batch: list[InboundRecord] = []
-    offsets: Counter[str] = Counter()
-
-    def emit(
-        topic: str, key: str, type_: str, data: dict[str, Any], when: datetime
-    ) -> list[InboundRecord] | None:
-        nonlocal n, batch
-        n += 1
-        value = cloud_event(type_, key, data, when, n)
-        batch.append(InboundRecord(topic, 0, offsets[topic], key.encode(), value, None))
-        offsets[topic] += 1
-        if len(batch) >= BATCH:
-            done, batch = batch, []
-            return done
-        return None
-
+    batches = RecordBatches(BATCH)
+    emit = batches.emit
     seeded = NOW - timedelta(days=1)
     full: list[list[InboundRecord] | None] = []
     for name, data in queue_upserts(rng, tree):
@@ -231,8 +212,7 @@ def records(
         when = NOW - timedelta(seconds=rng.randint(1, 60))
         full.append(emit("kai.nominations", uid, "requeue.nominated", data, when))
     yield from (ready for ready in full if ready is not None)
-    if batch:
-        yield batch
+    yield from batches.rest()
 
 
 def seed(url: str, args: argparse.Namespace) -> None:
@@ -352,32 +332,22 @@ def measure(
     return timings, report, written
 
 
-def outcome_counts(report: CycleReport) -> Counter[str]:
-    return Counter(
-        f"{d.outcome}" + (f"/{d.reason}" if d.reason else "") for d in report.plan.decisions
-    )
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--pools", type=int, default=4)
-    parser.add_argument("--candidates", type=int, default=1000)
-    parser.add_argument("--pending", type=int, default=5000)
+    parser = cluster_arguments(__doc__.split("\n")[0])
     parser.add_argument("--queues", type=int, default=5000)
-    parser.add_argument("--odd-shapes", type=float, default=0.1)
-    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--cold", action="store_true", help="no warm-up read before the cycle")
     parser.add_argument("--profile", action="store_true", help="cProfile the cycles (slower)")
     parser.add_argument("--keep", action="store_true", help="keep the template database")
     args = parser.parse_args()
     settings = Settings()
-    template = scratch_owner_url(
-        settings, create_scratch_database(settings, "minruntime_test_bench_cycle")
-    )
+    with scratch_database(settings, "minruntime_test_bench_cycle", keep=args.keep) as template:
+        measure_copies(settings, template, args)
+
+
+def measure_copies(settings: Settings, template: str, args: argparse.Namespace) -> None:
+    """Seed ``template``, then time ``--runs`` cycles, each on a fresh copy of it."""
     copies: list[str] = []
     try:
-        upgrade(template)
         seed(template, args)
         profile = cProfile.Profile() if args.profile else None
         results: list[dict[str, float]] = []
@@ -399,7 +369,7 @@ def main() -> None:
                 f"commit {timings['commit']:.3f}); copy of the template took {copied:.1f} s"
             )
         report, written = reports[0]
-        outcomes = [outcome_counts(r) for r, _ in reports]
+        outcomes = [outcome_counts(r.plan) for r, _ in reports]
         if any(o != outcomes[0] for o in outcomes) or any(w != written for _, w in reports):
             print("WARNING: the runs did not decide the same (they should: same state, same now)")
         total = [t["total"] for t in results]
@@ -447,18 +417,10 @@ def main() -> None:
             f"({'met' if median <= TARGET_SECONDS else 'missed'})"
         )
         if profile is not None:
-            out = io.StringIO()
-            stats = pstats.Stats(profile, stream=out)
-            stats.sort_stats("cumulative").print_stats(45)
-            stats.sort_stats("tottime").print_stats(30)
-            print(out.getvalue())
+            print_profile(profile, 45, 30)
     finally:
         for url in copies:
             drop_database(settings, url)
-        if args.keep:
-            print(f"kept {template}")
-        else:
-            drop_database(settings, template)
 
 
 if __name__ == "__main__":

@@ -189,14 +189,25 @@ def timed(action: Callable[[], T]) -> tuple[float, T]:
     return time.perf_counter() - started, result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def cluster_arguments(description: str) -> argparse.ArgumentParser:
+    """A command line with the cluster's size (``build_snapshot``), the candidates, the runs."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--pools", type=int, default=4)
     parser.add_argument("--candidates", type=int, default=1000)
     parser.add_argument("--pending", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--odd-shapes", type=float, default=0.1)
+    return parser
+
+
+def outcome_counts(plan: CyclePlan) -> Counter[str]:
+    """How many decisions of each outcome (``outcome/reason``) the plan holds."""
+    return Counter(f"{d.outcome}" + (f"/{d.reason}" if d.reason else "") for d in plan.decisions)
+
+
+def main() -> None:
+    parser = cluster_arguments(__doc__.split("\n")[0])
     parser.add_argument(
         "--layers",
         action="store_true",
@@ -238,9 +249,7 @@ def main() -> None:
         plans.append(plan)
     assert all(plan == plans[0] for plan in plans), "the plan must be deterministic"
     plan = plans[0]
-    outcomes = Counter(
-        f"{d.outcome}" + (f"/{d.reason}" if d.reason else "") for d in plan.decisions
-    )
+    outcomes = outcome_counts(plan)
     best, median = min(seconds), statistics.median(seconds)
     pods = sum(len(pg.pods) for pg in snapshot.running)
 

@@ -33,26 +33,18 @@ import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 from unittest import mock
 
 import sqlalchemy as sa
 
 from bench_ingest import generate
 from bench_replay import LIVE_BATCH, live_apply
-from minruntime.audit.asof import snapshot
+from benchkit import built_log, log_arguments, migrated_scratch_database, scratch_database
 from minruntime.audit.violations import find_violations
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
-    create_scratch_database,
-    drop_scratch_database,
-    scratch_owner_url,
-)
+from minruntime.store.read_transactions import repeatable_read
 from proc_cpu import process_cpu
 from replay_after import replay_verify
 
@@ -85,35 +77,16 @@ def apply_timed(url: str, events: list[tuple[str, bytes, bytes]]) -> tuple[float
         engine.dispose()
 
 
-@contextmanager
-def scratch(settings: Settings, name: str) -> Iterator[str]:
-    url = scratch_owner_url(settings, create_scratch_database(settings, name))
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        drop_scratch_database(settings, url)
-
-
 def build(args: argparse.Namespace, settings: Settings) -> str:
     """A scratch database holding the trace; its owner URL."""
     events = trace_of(args, args.podgroups)
-    url = scratch_owner_url(
-        settings, create_scratch_database(settings, "minruntime_test_bench_violations")
-    )
-    upgrade(url)
+    url = migrated_scratch_database(settings, "minruntime_test_bench_violations")
     seconds = apply_all(url, events)
     print(
         f"built: {len(events):,} events applied in {seconds:.0f} s "
         f"({len(events) / seconds:,.0f} events/s, batches of {LIVE_BATCH:,})"
     )
     return url
-
-
-def timed(run: Callable[[], Any]) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
 
 
 def cli(url: str, *args: str, out: Path) -> float:
@@ -140,7 +113,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
                     " count(*) FILTER (WHERE eviction) FROM minruntime.runs"
                 )
             ).one()
-        with snapshot(engine) as conn:
+        with repeatable_read(engine) as conn:
             started = time.perf_counter()
             report = find_violations(conn)
             in_process = time.perf_counter() - started
@@ -179,7 +152,7 @@ def apply_cost(args: argparse.Namespace, settings: Settings) -> None:
     measured: dict[str, list[tuple[float, float, float]]] = {"with runs": [], "without runs": []}
     for _ in range(args.repeat):
         for name, runs in measured.items():
-            with scratch(settings, "minruntime_test_bench_runcost") as url:
+            with scratch_database(settings, "minruntime_test_bench_runcost") as url:
                 if name == "with runs":
                     runs.append(apply_timed(url, events))
                 else:
@@ -209,17 +182,11 @@ def apply_cost(args: argparse.Namespace, settings: Settings) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--podgroups", type=int, default=240_000)
-    parser.add_argument("--queues", type=int, default=1000)
-    parser.add_argument("--nodes", type=int, default=500)
+    parser = log_arguments(__doc__.splitlines()[0])
     parser.add_argument("--evicted-share", type=float, default=0.2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--verify", action="store_true", help="also time replay --verify")
     parser.add_argument("--apply-cost", type=int, default=0, metavar="PODGROUPS")
-    kept = parser.add_mutually_exclusive_group()
-    kept.add_argument("--keep", action="store_true", help="keep the built database")
-    kept.add_argument("--reuse", action="store_true", help="measure the kept database")
     args = parser.parse_args()
     settings = Settings()
     print(
@@ -228,14 +195,7 @@ def main() -> None:
     )
     if args.apply_cost:
         apply_cost(args, settings)
-    if args.reuse:
-        url = KEPT.read_text().strip()
-    else:
-        url = build(args, settings)
-        if args.keep:
-            KEPT.parent.mkdir(exist_ok=True)
-            KEPT.write_text(url + "\n")
-    try:
+    with built_log(args, settings, KEPT, lambda: build(args, settings)) as url:
         measure(url, args)
         if args.verify:
             verified = replay_verify(url)
@@ -243,9 +203,6 @@ def main() -> None:
                 f"replay --verify of the whole log: {verified.seconds:.1f} s; "
                 f"{'every table equal' if verified.equal else 'DIFFERS'}"
             )
-    finally:
-        if not (args.keep or args.reuse):
-            drop_scratch_database(settings, url)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from minruntime.audit.asof import snapshot
 from minruntime.audit.parallel import ReplayInParts, replay_part
 from minruntime.audit.replay import LogEntry, read_log, replay
 from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
 from minruntime.audit.verify import compare
 from minruntime.store import engine_from
 from minruntime.store.parts import Part
+from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import create_shadow, temporary_name
 
 
@@ -59,7 +59,7 @@ def replay_verify(owner_url: str, parts: int = 1) -> Verified:
         )
     engine = engine_from(owner_url)
     try:
-        with snapshot(engine) as conn:
+        with repeatable_read(engine) as conn:
             shadow = create_shadow(conn, temporary_name("bench_verify"))
             checker = SnapshotChecker(conn, shadow.tables, snapshots_in(conn))
             checking = 0.0
@@ -105,7 +105,7 @@ def parts_alone(owner_url: str, parts: int) -> list[float]:
         for index in range(parts):
             part = Part(index, parts)
             started = time.perf_counter()
-            with snapshot(engine) as conn:
+            with repeatable_read(engine) as conn:
                 result = replay_part(conn, part, verify=True)
             seconds.append(time.perf_counter() - started)
             if not all(check.equal for check in result.checks) or result.report.rejected:

@@ -1,0 +1,133 @@
+"""What the benchmarks share: scratch databases, a large log built once and kept, timing.
+
+``scratch_database`` makes a throw-away database migrated to head and drops it afterwards
+(or keeps it and prints its URL); ``RecordBatches`` turns generated events into the input
+records that fill one. ``log_arguments`` and ``built_log`` are the command line and the life
+of a log too large to build on every run (the 1M-event benchmarks): ``--keep`` keeps the
+database it builds, its URL in a file under ``benchmarks/out/``, and ``--reuse`` measures
+that database again. ``timed`` and ``print_profile`` are the measuring helpers more than one
+benchmark uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cluster import cloud_event
+from minruntime.ingest import InboundRecord
+from minruntime.settings import Settings
+from minruntime.store.migrate import upgrade
+from minruntime.store.scratch import (
+    create_scratch_database,
+    drop_scratch_database,
+    scratch_owner_url,
+)
+
+
+def migrated_scratch_database(settings: Settings, name: str) -> str:
+    """A new scratch database named from ``name``, migrated to head: its owner URL."""
+    url = scratch_owner_url(settings, create_scratch_database(settings, name))
+    upgrade(url)
+    return url
+
+
+@contextmanager
+def scratch_database(settings: Settings, name: str, *, keep: bool = False) -> Iterator[str]:
+    """A scratch database named from ``name``, migrated to head: its owner URL. Dropped on
+    the way out, unless ``keep`` (then its URL is printed)."""
+    url = scratch_owner_url(settings, create_scratch_database(settings, name))
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        if keep:
+            print(f"kept {url}")
+        else:
+            drop_scratch_database(settings, url)
+
+
+class RecordBatches:
+    """Generated CloudEvents as input records in batches of ``size`` for ``apply_batch``: one
+    partition a topic, offsets in order, ids ``bench-1``, ``bench-2``, ..."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.events = 0
+        self.batch: list[InboundRecord] = []
+        self.offsets: Counter[str] = Counter()
+
+    def emit(
+        self, topic: str, key: str, type_: str, data: dict[str, Any], when: datetime
+    ) -> list[InboundRecord] | None:
+        """Add one event; the batch it fills, if it fills one."""
+        self.events += 1
+        value = cloud_event(type_, key, data, when, self.events)
+        self.batch.append(InboundRecord(topic, 0, self.offsets[topic], key.encode(), value, None))
+        self.offsets[topic] += 1
+        if len(self.batch) < self.size:
+            return None
+        full, self.batch = self.batch, []
+        return full
+
+    def rest(self) -> list[list[InboundRecord]]:
+        """The last batch, not full, if any events wait in it."""
+        return [self.batch] if self.batch else []
+
+
+def log_arguments(description: str) -> argparse.ArgumentParser:
+    """A command line with the trace's size (``bench_ingest.generate``: about 1M events by
+    default) and ``--keep``/``--reuse``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--podgroups", type=int, default=240_000)
+    parser.add_argument("--queues", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=500)
+    kept = parser.add_mutually_exclusive_group()
+    kept.add_argument("--keep", action="store_true", help="keep the built database")
+    kept.add_argument("--reuse", action="store_true", help="measure the kept database")
+    return parser
+
+
+@contextmanager
+def built_log(
+    args: argparse.Namespace, settings: Settings, kept: Path, build: Callable[[], str]
+) -> Iterator[str]:
+    """The URL of the log ``build`` makes, or with ``--reuse`` of the one kept in ``kept``.
+    With ``--keep`` its URL is written to ``kept``; without either it is dropped afterwards."""
+    if args.reuse:
+        url = kept.read_text().strip()
+    else:
+        url = build()
+        if args.keep:
+            kept.parent.mkdir(exist_ok=True)
+            kept.write_text(url + "\n")
+    try:
+        yield url
+    finally:
+        if not (args.keep or args.reuse):
+            drop_scratch_database(settings, url)
+
+
+def timed(run: Callable[[], object]) -> float:
+    """Wall seconds of ``run()``."""
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def print_profile(profile: cProfile.Profile, cumulative: int, own: int) -> None:
+    """The ``cumulative`` slowest functions with their callees, then the ``own`` slowest alone."""
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    stats.sort_stats("cumulative").print_stats(cumulative)
+    stats.sort_stats("tottime").print_stats(own)
+    print(out.getvalue())
