@@ -111,12 +111,12 @@ def reset_state(engine: sa.Engine) -> None:
 
 def assert_replay_equal(engine: sa.Engine, name: str) -> None:
     """A replay of the whole log into shadow ``name`` rebuilds every projection exactly."""
-    from minruntime.audit.asof import snapshot
     from minruntime.audit.replay import read_log, replay
     from minruntime.audit.verify import compare
+    from minruntime.store.read_transactions import repeatable_read
     from minruntime.store.shadows import create_shadow
 
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, name)
         replay(conn, read_log(conn), into=shadow.tables)
         assert [check.table for check in compare(conn, shadow) if not check.equal] == []

@@ -17,11 +17,12 @@ import sqlalchemy as sa
 
 from minruntime.audit import parallel
 from minruntime.audit import replay as replay_module
-from minruntime.audit.asof import snapshot, state_at
+from minruntime.audit.asof import state_at
 from minruntime.audit.parallel import PartFailedError, ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare
 from minruntime.requeue import run_cycle
+from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.schema import LIVE
 from minruntime.store.shadows import PROJECTIONS, Shadow, create_shadow, drop_shadow
 from tests.cloudevents import (
@@ -105,7 +106,7 @@ def lived(engine: sa.Engine) -> sa.Engine:
 
 @pytest.fixture
 def replayed(lived: sa.Engine) -> Iterator[tuple[sa.Connection, Shadow]]:
-    with snapshot(lived) as conn:
+    with repeatable_read(lived) as conn:
         shadow = create_shadow(conn, "replayed")
         report = replay(conn, read_log(conn), into=shadow.tables)
         assert report.rejected == []
@@ -161,7 +162,7 @@ def test_verify_lists_rows_altered_by_hand(engine: sa.Engine, lived: sa.Engine) 
                 " VALUES ('ghost', 'me', now())"
             )
         )
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, "tampered")
         replay(conn, read_log(conn), into=shadow.tables)
         checks = {check.table: check for check in compare(conn, shadow)}
@@ -188,7 +189,7 @@ def test_a_subject_column_that_disagrees_with_its_event_does_not_change_the_repl
     alter_podgroup_entries(
         engine, "subject = CASE WHEN seq % 2 = 0 THEN 'somebody-else' ELSE NULL END"
     )
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, "altered_subjects")
         report = replay(conn, read_log(conn), into=shadow.tables)
         assert report.rejected == []
@@ -213,7 +214,7 @@ def url_of(engine: sa.Engine) -> str:
 
 @pytest.mark.parametrize("parts", [2, 3])
 def test_a_replay_in_parts_finds_what_one_process_finds(lived: sa.Engine, parts: int) -> None:
-    with snapshot(lived) as conn:
+    with repeatable_read(lived) as conn:
         shadow = create_shadow(conn, "whole")
         whole = replay(conn, read_log(conn), into=shadow.tables)
         single = compare(conn, shadow)
@@ -250,7 +251,7 @@ def test_a_replay_in_parts_lists_the_rejections_one_process_lists(
 ) -> None:
     """Entries made invalid by hand, across the parts: the same lines, in log order."""
     spoiled = alter_podgroup_entries(engine, "payload = jsonb_set(payload, '{data,uid}', '42')")
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, "spoiled")
         whole = replay(conn, read_log(conn), into=shadow.tables)
     assert whole.rejected_count == spoiled
@@ -301,7 +302,7 @@ def test_replay_is_deterministic_whatever_the_page_and_run_sizes(
     for page, run in sizes:
         monkeypatch.setattr(replay_module, "PAGE_SIZE", page)
         monkeypatch.setattr(replay_module, "RUN_PODGROUPS", run)
-        with snapshot(lived) as conn:
+        with repeatable_read(lived) as conn:
             shadow = create_shadow(conn, f"page_{page}_run_{run}")
             report = replay(conn, read_log(conn), into=shadow.tables)
             assert report.rejected == []
@@ -318,7 +319,7 @@ def test_a_replay_that_stops_to_look_gives_the_same_state(lived: sa.Engine, ever
     sums = []
     looked: list[int] = []
     for boundary in (None, lambda entry: entry.seq % every == 0):
-        with snapshot(lived) as conn:
+        with repeatable_read(lived) as conn:
             shadow = create_shadow(conn, f"looked_{every}_{len(sums)}")
             report = replay(
                 conn,
@@ -386,17 +387,17 @@ def test_a_kept_shadow_is_readable_by_the_reader_role_and_can_be_dropped(
     "name", ["minruntime", "Bad", "1x", "pg_x", "a-b", "x" * 60, "minruntime_state"]
 )
 def test_shadow_names_are_checked(engine: sa.Engine, name: str) -> None:
-    with snapshot(engine) as conn, pytest.raises(ValueError, match="schema name"):
+    with repeatable_read(engine) as conn, pytest.raises(ValueError, match="schema name"):
         create_shadow(conn, name)
 
 
 def test_an_existing_shadow_is_not_overwritten(engine: sa.Engine) -> None:
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         create_shadow(conn, "twice")
         with pytest.raises(ValueError, match="already exists"):
             create_shadow(conn, "twice")
 
 
 def test_replay_refuses_the_live_schema(engine: sa.Engine) -> None:
-    with snapshot(engine) as conn, pytest.raises(RuntimeError, match="shadow"):
+    with repeatable_read(engine) as conn, pytest.raises(RuntimeError, match="shadow"):
         replay(conn, read_log(conn), into=LIVE)

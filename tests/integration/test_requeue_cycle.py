@@ -13,13 +13,13 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from minruntime.audit.asof import snapshot
 from minruntime.audit.parallel import ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare
 from minruntime.core import format_rfc3339
 from minruntime.events import decode_event
 from minruntime.requeue import CycleReport, RequeueMetrics, RequeueWorker, WorkerOptions, run_cycle
+from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import create_shadow
 from tests.cloudevents import (
     T0,
@@ -391,7 +391,7 @@ def test_replaying_the_event_log_reproduces_decisions_cooldowns_and_promises(
     )
     cycle(engine, NOW + timedelta(seconds=30))
 
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, "replayed")
         report = replay(conn, read_log(conn), into=shadow.tables)
         assert report.decisions == len(decisions(engine)) == 4

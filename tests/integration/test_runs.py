@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from minruntime.audit.asof import snapshot
 from minruntime.audit.parallel import ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.timeline import podgroup_story
@@ -31,6 +30,7 @@ from minruntime.ingest import apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import downgrade, upgrade
+from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.scratch import (
     create_scratch_database,
     drop_scratch_database,
@@ -134,7 +134,7 @@ def test_every_ended_run_is_a_row_of_the_runs_view_for_the_reader(
 def test_violations_say_which_rules_protected_the_run_and_by_how_much(
     feed: Feed, engine: sa.Engine
 ) -> None:
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         report = find_violations(conn)
     assert report.evicted_runs == 4
     assert [(v.uid, v.verdict) for v in report.violations] == [
@@ -154,7 +154,7 @@ def test_violations_say_which_rules_protected_the_run_and_by_how_much(
     ]
     assert [rule.protected for rule in pos.rules] == [True, True, True, False, True]
     assert pos.seq is not None
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         logged = conn.execute(
             sa.text("SELECT type, subject FROM minruntime.event_log WHERE seq = :seq"),
             {"seq": pos.seq},
@@ -163,7 +163,7 @@ def test_violations_say_which_rules_protected_the_run_and_by_how_much(
 
 
 def test_violations_since_an_instant_and_of_one_queue(feed: Feed, engine: sa.Engine) -> None:
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         assert [v.uid for v in find_violations(conn, since=T0 + s(100)).violations] == [
             "pos",
             "req",
@@ -178,7 +178,7 @@ def test_violations_since_an_instant_and_of_one_queue(feed: Feed, engine: sa.Eng
 def test_a_replayed_state_kept_as_a_shadow_reports_the_same_violations(
     feed: Feed, engine: sa.Engine
 ) -> None:
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         live = find_violations(conn)
         shadow = create_shadow(conn, "runs_kept")
         replay(conn, read_log(conn), into=shadow.tables)
@@ -208,7 +208,7 @@ def test_a_replay_rebuilds_the_runs_equal_in_one_process_and_in_parts(
 ) -> None:
     feed.send(config("default", defaultReclaimMinRuntime="1s"))  # a config change mid-log
     run_once(feed, "later", "leaf1", 5, "evicted")
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, "runs_replayed")
         replay(conn, read_log(conn), into=shadow.tables)
         checks = {check.table: check for check in compare(conn, shadow)}
@@ -253,7 +253,7 @@ def test_a_run_ending_while_another_batch_changes_the_tree_waits_for_it(
     race = runs(engine)["race"]
     # Logged after the change, and judged with it: D's 1h protected the run.
     assert race.protection == "definite"
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, "runs_race")
         replay(conn, read_log(conn), into=shadow.tables)
         assert all(check.equal for check in compare(conn, shadow, ["run_log"]))
@@ -286,7 +286,7 @@ def test_old_stored_rows_neither_stop_the_projection_nor_the_report(
     outcome = feed.send(released("old", time=T0 + s(5), reason="evicted"))
     assert (outcome.applied, outcome.dead_lettered) == (1, 0)
     assert "old" not in runs(engine)
-    with snapshot(engine) as conn:
+    with repeatable_read(engine) as conn:
         report = find_violations(conn)
     pos = next(v for v in report.violations if v.uid == "pos")
     assert (pos.verdict, pos.cut_short, pos.rules) == (Verdict.POSSIBLE, s(500), ())

@@ -21,9 +21,6 @@ from minruntime.store.schema import state_tables
 from minruntime.store.shadows import LIVE, Shadow, copy_live_state, create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 
-# The tests' and older callers' name for a repeatable-read transaction.
-snapshot = repeatable_read
-
 
 @contextmanager
 def state_at(

@@ -83,10 +83,10 @@ def replay_command(
     as_json: Json = False,
 ) -> None:
     """Rebuild every projection from the event log into a separate schema; --verify it."""
-    from minruntime.audit.asof import snapshot
     from minruntime.audit.parallel import default_parts
     from minruntime.audit.replay import count_log, read_log
     from minruntime.audit.snapshots import replay_checked, snapshots_in
+    from minruntime.store.read_transactions import repeatable_read
     from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 
     if drop is not None:
@@ -112,7 +112,7 @@ def replay_command(
         db.dispose()  # the parts are forked next: nothing of this engine's to inherit
         _replay_in_parts(parts, total, verify=verify, at=at, as_json=as_json)
         return
-    with snapshot(db) as conn:
+    with repeatable_read(db) as conn:
         shadow = create_shadow(conn, into or temporary_name("minruntime_replay"))
         source: Iterable[LogEntry]
         if from_kafka:
