@@ -83,10 +83,10 @@ def replay_command(
     as_json: Json = False,
 ) -> None:
     """Rebuild every projection from the event log into a separate schema; --verify it."""
-    from minruntime.audit.asof import snapshot
     from minruntime.audit.parallel import default_parts
     from minruntime.audit.replay import count_log, read_log
     from minruntime.audit.snapshots import replay_checked, snapshots_in
+    from minruntime.store.read_transactions import repeatable_read
     from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 
     if drop is not None:
@@ -112,7 +112,7 @@ def replay_command(
         db.dispose()  # the parts are forked next: nothing of this engine's to inherit
         _replay_in_parts(parts, total, verify=verify, at=at, as_json=as_json)
         return
-    with snapshot(db) as conn:
+    with repeatable_read(db) as conn:
         shadow = create_shadow(conn, into or temporary_name("minruntime_replay"))
         source: Iterable[LogEntry]
         if from_kafka:
@@ -300,12 +300,7 @@ def _print_report(
         )
     _out.print(table)
     for check in checks:
-        for difference in check.differences:
-            _out.print(f"[bold]{check.table}[/] {difference.key}")
-            _out.print(f"  live:     {difference.live or '(absent)'}", markup=False, soft_wrap=True)
-            _out.print(
-                f"  replayed: {difference.replay or '(absent)'}", markup=False, soft_wrap=True
-            )
+        _print_differences(check, "live")
         hidden = check.differing_keys - len(check.differences)
         if hidden > 0:
             _out.print(f"  … and {hidden} more in {check.table}")
@@ -347,14 +342,16 @@ def _print_snapshot_checks(results: list[SnapshotCheck]) -> None:
             f"[red]{where}: {result.problem or 'differs in ' + differing}[/]", soft_wrap=True
         )
         for check in result.tables:
-            for difference in check.differences:
-                _out.print(f"[bold]{check.table}[/] {difference.key}")
-                _out.print(
-                    f"  snapshot: {difference.live or '(absent)'}", markup=False, soft_wrap=True
-                )
-                _out.print(
-                    f"  replayed: {difference.replay or '(absent)'}", markup=False, soft_wrap=True
-                )
+            _print_differences(check, "snapshot")
+
+
+def _print_differences(check: TableCheck, compared: str) -> None:
+    """The differing rows ``check`` shows: ``compared``'s (the live state, a snapshot), then the
+    replay's."""
+    for difference in check.differences:
+        _out.print(f"[bold]{check.table}[/] {difference.key}")
+        for side, value in ((compared, difference.live), ("replayed", difference.replay)):
+            _out.print(f"  {side + ':':<10}{value or '(absent)'}", markup=False, soft_wrap=True)
 
 
 def _snapshot_json(result: SnapshotCheck) -> dict[str, object]:
