@@ -94,10 +94,13 @@ class _Story:
             **extra,
         }
 
+    def submitted(self, data: dict[str, Any], at: datetime) -> tuple[TopicRole, Any]:
+        return TopicRole.PODGROUPS, new_event("podgroup.submitted", data, time=at)
+
     def running(self, data: dict[str, Any], node: str, at: datetime) -> list[tuple[TopicRole, Any]]:
         pods = [{"name": pod["name"], "node": node} for pod in data["pods"]]
         return [
-            (TopicRole.PODGROUPS, new_event("podgroup.submitted", data, time=at)),
+            self.submitted(data, at),
             (
                 TopicRole.PODGROUPS,
                 new_event("podgroup.allocated", {"uid": data["uid"], "pods": pods}, time=at),
@@ -128,9 +131,7 @@ class _Story:
         )
         eager = self.gang("eager", "ly-delay", 2, CONTENDER_PRIORITY)
         eager["preemptionDelay"] = PREEMPTION_DELAY
-        events.append(
-            (TopicRole.PODGROUPS, new_event("podgroup.submitted", eager, time=waiting_since))
-        )
+        events.append(self.submitted(eager, waiting_since))
         # semi: a semi-preemptible gang of 4 with a core of 2, over its expected runtime.
         events += self.running(
             self.gang(
@@ -146,9 +147,7 @@ class _Story:
             self.started,
         )
         waiting = self.gang("wants-core", "ly-semi", 4, CONTENDER_PRIORITY)
-        events.append(
-            (TopicRole.PODGROUPS, new_event("podgroup.submitted", waiting, time=waiting_since))
-        )
+        events.append(self.submitted(waiting, waiting_since))
         # cap: repeat over-runs and first waits: the one requeue the hour allows.
         events += self.running(
             self.gang("repeat", "ly-capped", 4, VICTIM_PRIORITY, annotations=over),
@@ -156,9 +155,7 @@ class _Story:
             self.started,
         )
         first = self.gang("first", "ly-capped", 2, CONTENDER_PRIORITY)
-        events.append(
-            (TopicRole.PODGROUPS, new_event("podgroup.submitted", first, time=waiting_since))
-        )
+        events.append(self.submitted(first, waiting_since))
         # violation: precious runs since 30 minutes in a queue that protects it for 4h.
         events += self.running(
             self.gang("precious", "ly-guard", 1, VICTIM_PRIORITY, queue="guarded"),
@@ -183,7 +180,7 @@ class _Story:
                 new_event("podgroup.released", {"uid": first, "reason": "completed"}, time=at),
             ),
             (TopicRole.PODGROUPS, new_event("podgroup.allocated", back, time=at)),
-            (TopicRole.PODGROUPS, new_event("podgroup.submitted", second, time=at)),
+            self.submitted(second, at),
             # A scheduler that ignores the minimum runtime evicts precious.
             (
                 TopicRole.PODGROUPS,

@@ -63,6 +63,7 @@ from minruntime.cluster.ledger import (
 )
 from minruntime.cluster.metrics import BridgeMetrics
 from minruntime.cluster.mirror import ClusterMirror, Emission, Record
+from minruntime.collector import collector_paused
 from minruntime.events import encode_event
 from minruntime.kafka_access import kafka_access
 from minruntime.retry import Backoff, Outage, retry_async
@@ -389,13 +390,10 @@ def long_lived_listing() -> Iterator[None]:
     without cycles, and the listing makes little cyclic garbage (a logged error's traceback):
     reference counting frees the rest as it goes.
     """
-    enabled = gc.isenabled()
-    gc.disable()
     try:
-        yield
+        with collector_paused():
+            yield
     finally:
-        if enabled:
-            gc.enable()
         gc.collect()
         gc.freeze()
 

@@ -61,14 +61,7 @@ class Lease:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            lease = read_json(
-                self._api.read_namespaced_lease(
-                    self.name,
-                    self.namespace,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
-                )
-            )
+            lease = self._read()
         except ApiException as error:
             if error.status != HTTP_NOT_FOUND:
                 raise
@@ -90,9 +83,7 @@ class Lease:
             leaseDurationSeconds=math.ceil(self.seconds),
         )
         try:
-            self._api.replace_namespaced_lease(
-                self.name, self.namespace, lease, _request_timeout=self._timeout
-            )
+            self._replace(lease)
         except ApiException as error:
             if error.status == HTTP_CONFLICT:
                 return False
@@ -104,23 +95,26 @@ class Lease:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            lease = read_json(
-                self._api.read_namespaced_lease(
-                    self.name,
-                    self.namespace,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
-                )
-            )
+            lease = self._read()
             if lease.get("spec", {}).get("holderIdentity") != self.identity:
                 return
             lease["spec"]["holderIdentity"] = None
             lease["spec"]["renewTime"] = None
-            self._api.replace_namespaced_lease(
-                self.name, self.namespace, lease, _request_timeout=self._timeout
-            )
+            self._replace(lease)
         except ApiException as error:
             log.warning("could not release the lease: %s", error)
+
+    def _read(self) -> Any:
+        return read_json(
+            self._api.read_namespaced_lease(
+                self.name, self.namespace, _preload_content=False, _request_timeout=self._timeout
+            )
+        )
+
+    def _replace(self, lease: Any) -> None:
+        self._api.replace_namespaced_lease(
+            self.name, self.namespace, lease, _request_timeout=self._timeout
+        )
 
     def _create(self, now: datetime) -> bool:
         from kubernetes.client.exceptions import ApiException

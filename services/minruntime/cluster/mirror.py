@@ -304,11 +304,7 @@ class ClusterMirror:
 
     def _queue(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         if action == DELETED:
-            record = self._forget(QUEUE_MEMORY, uid)
-            if record is None:
-                return []
-            data = {"name": mapping.name_of(obj) or str(record.get("name"))}
-            return [self._emit("queues", EventType.QUEUE_DELETED, data, obj, uid, "deleted")]
+            return self._named_deleted(QUEUE_MEMORY, "queues", EventType.QUEUE_DELETED, obj, uid)
         upsert = mapping.queue_data(obj).model_dump(mode="json", by_alias=True)
         if not self._changed_content(QUEUE_MEMORY, uid, upsert, mapping.name_of(obj)):
             return []
@@ -329,16 +325,22 @@ class ClusterMirror:
 
     def _node(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         if action == DELETED:
-            record = self._forget(NODE_MEMORY, uid)
-            if record is None:
-                return []
-            data = {"name": mapping.name_of(obj) or str(record.get("name"))}
-            return [self._emit("nodes", EventType.NODE_DELETED, data, obj, uid, "deleted")]
+            return self._named_deleted(NODE_MEMORY, "nodes", EventType.NODE_DELETED, obj, uid)
         data = mapping.node_data(obj, self._options.node_pool_label)
         if not self._changed_content(NODE_MEMORY, uid, data, mapping.name_of(obj)):
             return []
         version = f"upserted/{mapping.version_of(obj)}"
         return [self._emit("nodes", EventType.NODE_UPSERTED, data, obj, uid, version)]
+
+    def _named_deleted(
+        self, memory: str, role: str, event_type: EventType, obj: Mapping[str, Any], uid: str
+    ) -> list[Emission]:
+        """A deleted queue or node: its deletion, named, when the mirror had sent it."""
+        record = self._forget(memory, uid)
+        if record is None:
+            return []
+        data = {"name": mapping.name_of(obj) or str(record.get("name"))}
+        return [self._emit(role, event_type, data, obj, uid, "deleted")]
 
     def _priority_class(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         name = mapping.name_of(obj)

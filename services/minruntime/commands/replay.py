@@ -300,12 +300,7 @@ def _print_report(
         )
     _out.print(table)
     for check in checks:
-        for difference in check.differences:
-            _out.print(f"[bold]{check.table}[/] {difference.key}")
-            _out.print(f"  live:     {difference.live or '(absent)'}", markup=False, soft_wrap=True)
-            _out.print(
-                f"  replayed: {difference.replay or '(absent)'}", markup=False, soft_wrap=True
-            )
+        _print_differences(check, "live")
         hidden = check.differing_keys - len(check.differences)
         if hidden > 0:
             _out.print(f"  … and {hidden} more in {check.table}")
@@ -347,14 +342,16 @@ def _print_snapshot_checks(results: list[SnapshotCheck]) -> None:
             f"[red]{where}: {result.problem or 'differs in ' + differing}[/]", soft_wrap=True
         )
         for check in result.tables:
-            for difference in check.differences:
-                _out.print(f"[bold]{check.table}[/] {difference.key}")
-                _out.print(
-                    f"  snapshot: {difference.live or '(absent)'}", markup=False, soft_wrap=True
-                )
-                _out.print(
-                    f"  replayed: {difference.replay or '(absent)'}", markup=False, soft_wrap=True
-                )
+            _print_differences(check, "snapshot")
+
+
+def _print_differences(check: TableCheck, compared: str) -> None:
+    """The differing rows ``check`` shows: ``compared``'s (the live state, a snapshot), then the
+    replay's."""
+    for difference in check.differences:
+        _out.print(f"[bold]{check.table}[/] {difference.key}")
+        for side, value in ((compared, difference.live), ("replayed", difference.replay)):
+            _out.print(f"  {side + ':':<10}{value or '(absent)'}", markup=False, soft_wrap=True)
 
 
 def _snapshot_json(result: SnapshotCheck) -> dict[str, object]:

@@ -37,7 +37,7 @@ from minruntime.events import (
 )
 from minruntime.store import decisions as stored
 from minruntime.store import event_log
-from minruntime.store.outbox import OutboxMessage, enqueue
+from minruntime.store.outbox import enqueue, event_message
 from minruntime.store.schema import LIVE, StateTables
 
 DecisionData = RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData
@@ -119,16 +119,7 @@ def record_decisions(conn: Connection, events: Sequence[Event], *, topic: str) -
     enqueue(
         conn,
         LIVE,
-        [
-            OutboxMessage(
-                id=event.id,
-                topic=topic,
-                key=event.subject.encode(),
-                payload=payload,
-                headers={"id": event.id, "type": event.type},
-            )
-            for event, payload in encoded
-        ],
+        [event_message(event, topic, payload) for event, payload in encoded],
     )
     return applied
 

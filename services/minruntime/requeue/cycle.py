@@ -20,9 +20,7 @@ leadership, no Kafka, no metrics), so tests and the benchmark call it directly:
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -31,6 +29,7 @@ from typing import Final
 
 from sqlalchemy import Connection
 
+from minruntime.collector import collector_paused
 from minruntime.core import (
     CyclePlan,
     Exclusion,
@@ -133,7 +132,7 @@ def plan_cycle(conn: Connection, *, now: datetime, tables: StateTables = LIVE) -
     started = perf_counter()
     # Reading and planning build ~10^5 small acyclic objects that all die with the cycle;
     # the cyclic garbage collector would only re-scan them (a tenth of the cycle at scale).
-    with _gc_paused():
+    with collector_paused():
         inputs = load_cycle_inputs(conn, now, tables)
         loaded = perf_counter()
         cluster = inputs.cluster
@@ -207,17 +206,6 @@ def run_cycle(
         excluded=planned.excluded,
         timings={**planned.timings, "write": written - writing},
     )
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _repeats(

@@ -57,7 +57,7 @@ from minruntime.requeue.cycle_inputs import pool_unusable
 from minruntime.requeue.metrics import RequeueMetrics
 from minruntime.retry import EXPIRY_MAX_BACKOFF_SECONDS, Backoff
 from minruntime.store.node_pools import read_node_pool_configs
-from minruntime.store.outbox import OutboxMessage, enqueue
+from minruntime.store.outbox import enqueue, event_message
 from minruntime.store.queues import load_tree
 from minruntime.store.requeue import runs_ending_rows
 from minruntime.store.schema import LIVE
@@ -165,16 +165,7 @@ def write_expiries(
     return enqueue(
         conn,
         LIVE,
-        [
-            OutboxMessage(
-                id=event.id,
-                topic=topic,
-                key=event.subject.encode(),
-                payload=encode_event(event),
-                headers={"id": event.id, "type": event.type},
-            )
-            for event in events
-        ],
+        [event_message(event, topic, encode_event(event)) for event in events],
     )
 
 

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects.postgresql import insert
 
+from minruntime.events import Event
 from minruntime.store.schema import StateTables
 
 
@@ -29,6 +30,17 @@ class OutboxMessage:
     key: bytes | None
     payload: bytes
     headers: Mapping[str, Any]
+
+
+def event_message(event: Event, topic: str, payload: bytes) -> OutboxMessage:
+    """The message that publishes ``event`` (encoded as ``payload``), keyed by its subject."""
+    return OutboxMessage(
+        id=event.id,
+        topic=topic,
+        key=event.subject.encode(),
+        payload=payload,
+        headers={"id": event.id, "type": event.type},
+    )
 
 
 @dataclass(frozen=True)

@@ -254,20 +254,14 @@ def write_podgroups(
     nomination): inserted unless a row appeared meanwhile — another topic's batch may have
     submitted the podgroup, and its row is kept.
     """
-    insert_many(
-        conn,
-        tables.podgroup_state,
-        _STATE_COLUMNS,
-        [_state_row(state) for state in changed],
-        conflict=_STATE_CONFLICT,
-    )
-    insert_many(
-        conn,
-        tables.podgroup_state,
-        _STATE_COLUMNS,
-        [_state_row(state) for state in placeholders],
-        conflict=_PLACEHOLDER_CONFLICT,
-    )
+    for states, conflict in ((changed, _STATE_CONFLICT), (placeholders, _PLACEHOLDER_CONFLICT)):
+        insert_many(
+            conn,
+            tables.podgroup_state,
+            _STATE_COLUMNS,
+            [_state_row(state) for state in states],
+            conflict=conflict,
+        )
     if pods_changed:
         inserted, updated, deleted = _pod_changes(pods_changed, stored)
         key = {column: _POD_COLUMNS[column] for column in _POD_KEY}
