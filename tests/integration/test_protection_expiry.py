@@ -27,8 +27,8 @@ from minruntime.requeue import (
     RequeueWorker,
     WorkerOptions,
 )
-from minruntime.requeue.cycle_inputs import load_node_pool_configs
 from minruntime.requeue.expiry import load_runs_ending
+from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.queues import load_tree
 from minruntime.store.schema import LIVE
 from tests.cloudevents import (
@@ -56,7 +56,7 @@ def running(uid: str, queue_name: str, start: datetime, **kw: Any) -> list[Event
 
 def current_windows(engine: sa.Engine) -> ProtectionWindows:
     with engine.connect() as conn:
-        return ProtectionWindows(load_tree(conn, LIVE), load_node_pool_configs(conn))
+        return ProtectionWindows(load_tree(conn, LIVE), read_node_pool_configs(conn, LIVE)[0])
 
 
 def all_runs(engine: sa.Engine, windows: ProtectionWindows) -> list[ProtectedRun]:

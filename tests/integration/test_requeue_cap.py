@@ -15,7 +15,9 @@ from minruntime.audit.explain import explain
 from minruntime.audit.whatif import Change, ConfigEdit, whatif
 from minruntime.core import MAX_REQUEUES_ANNOTATION, MinRuntimeConfig
 from minruntime.requeue import CycleReport, RequeueMetrics, run_cycle
-from minruntime.requeue.cycle_inputs import load_cycle_inputs, load_node_pool_configs
+from minruntime.requeue.cycle_inputs import load_cycle_inputs
+from minruntime.store.node_pools import read_node_pool_configs
+from minruntime.store.schema import LIVE as LIVE_TABLES
 from minruntime.store.shadows import LIVE
 from tests.cloudevents import (
     T0,
@@ -104,7 +106,7 @@ def test_the_config_is_stored_and_shown_and_old_rows_mean_unlimited(
         ("default", 3, timedelta(hours=1)),
     ]
     with engine.connect() as conn:
-        configs = load_node_pool_configs(conn)
+        configs = read_node_pool_configs(conn, LIVE_TABLES)[0]
     assert configs.for_pool("default") == MinRuntimeConfig(
         max_requeues=3, max_requeues_window=timedelta(hours=1)
     )

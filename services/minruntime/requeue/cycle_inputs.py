@@ -44,7 +44,6 @@ from minruntime.core import (
     exclusion_reason,
     requeue_cap,
 )
-from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.queues import load_tree
 from minruntime.store.requeue import last_decision_rows, read_cycle_rows, requeue_history_rows
 from minruntime.store.schema import LIVE, StateTables
@@ -338,11 +337,6 @@ def _number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError, OverflowError):
         return math.nan
-
-
-def load_node_pool_configs(conn: Connection, tables: StateTables = LIVE) -> NodePoolConfigs:
-    """The stored plugin arguments of every node pool whose row is usable."""
-    return read_node_pool_configs(conn, tables)[0]
 
 
 def pool_unusable(pool: str, bad_pools: set[str], configs: NodePoolConfigs) -> bool:
