@@ -166,11 +166,11 @@ def read_service(
     from minruntime.cluster.drift import ServicePodGroup
     from minruntime.store import engine_from
     from minruntime.store.read_surface import held_pods, service_podgroups
+    from minruntime.store.read_transactions import repeatable_read
 
     engine = engine_from(settings, pool_pre_ping=False, connect_args={"connect_timeout": 10})
     try:
-        with engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with repeatable_read(engine) as conn:
             rows = service_podgroups(conn, namespace, uids)
             only = [row["uid"] for row in rows] if namespace is not None else None
             held = held_pods(conn, only) if with_pods else None
