@@ -17,7 +17,6 @@ from minruntime.audit.replay import read_log, replay
 from minruntime.store import event_log, snapshots
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.schema import LIVE as LIVE_TABLES
-from minruntime.store.schema import state_tables
 from minruntime.store.shadows import LIVE, Shadow, copy_live_state, create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 
@@ -70,7 +69,7 @@ def start_from_snapshot(
     wanted = None
     if podgroups is not None:
         wanted = {*podgroups, *event_log.subjects(conn, LIVE_TABLES, start.log_seq, at)}
-    snapshots.restore(conn, start, state_tables(shadow.state_schema), wanted)
+    snapshots.restore(conn, start, shadow.tables, wanted)
     return start
 
 

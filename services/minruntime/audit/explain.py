@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Final
 
 from sqlalchemy import Connection
 
@@ -37,6 +36,7 @@ from minruntime.core import (
     MAX_REQUEUES,
     MinRuntimeConfig,
     PodGroupPods,
+    PodGroupState,
     ResolutionTrace,
     Resolver,
     format_rfc3339,
@@ -45,10 +45,7 @@ from minruntime.core import (
 from minruntime.errors import UnknownPodGroupError
 from minruntime.store import read_surface
 from minruntime.store.podgroups import load_podgroups
-from minruntime.store.schema import state_tables
 from minruntime.store.shadows import Shadow
-
-RUNNING: Final = "running"
 
 
 def explain(
@@ -85,12 +82,12 @@ class Explainer:
 
     def _protection(self, uid: str, preemptor_queue: str | None) -> Explanation:
         facts, stored_elastic = self._podgroup(uid)
-        if facts.status != RUNNING:
+        if facts.status != "running":
             return self._not_running(facts, preemptor_queue)
         reclaimer = None if preemptor_queue in (None, facts.queue) else preemptor_queue
         config, config_pool = self._config_for(facts.node_pool)
         trace = trace_for(Resolver(self._tree, config), facts.queue, reclaimer)
-        row = self._protection_row(uid, reclaimer)
+        (row,) = protection_rows(self._conn, self._shadow, self.at, reclaimer, uid)
         sql_rule = self._sql_rule(facts, reclaimer)
         protected = self._sql_is_protected(facts, reclaimer, row)
         elastic = self._elasticity(uid, protected)
@@ -160,10 +157,6 @@ class Explainer:
         )
         return self._configs.for_pool(node_pool), owner
 
-    def _protection_row(self, uid: str, reclaimer: str | None) -> ProtectionRow:
-        (row,) = protection_rows(self._conn, self._shadow, self.at, reclaimer, uid)
-        return row
-
     def _sql_rule(self, facts: PodGroupFacts, reclaimer: str | None) -> str | None:
         if facts.queue is None:
             # min_runtime_for needs the victim's queue; a never-submitted podgroup has none.
@@ -182,10 +175,12 @@ class Explainer:
             return row.is_protected
         return read_surface.is_protected(self._conn, self._shadow, facts.uid, preemptor, self.at)
 
+    def _stored_state(self, uid: str) -> PodGroupState | None:
+        """The podgroup's state as the shadow stores it (None: not stored)."""
+        return load_podgroups(self._conn, self._shadow.tables, [uid], lock=False).states.get(uid)
+
     def _elasticity(self, uid: str, protected: bool) -> Elasticity:
-        tables = state_tables(self._shadow.state_schema)
-        stored = load_podgroups(self._conn, tables, [uid], lock=False)
-        state = stored.states.get(uid)
+        state = self._stored_state(uid)
         running = frozenset(state.allocated) if state is not None else frozenset()
         if state is None or state.spec is None or not state.spec.subgroups:
             # Never submitted: the gang's shape is unknown, so it counts as a non-elastic gang
@@ -234,7 +229,6 @@ class Explainer:
         """The delay window of a podgroup that waits for resources, from its stored state."""
         if facts.status == "deleted":
             return None
-        tables = state_tables(self._shadow.state_schema)
-        state = load_podgroups(self._conn, tables, [facts.uid], lock=False).states.get(facts.uid)
+        state = self._stored_state(facts.uid)
         window = None if state is None else state.delay_window()
         return None if window is None else delay_facts(window, self.at)

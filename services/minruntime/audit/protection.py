@@ -45,9 +45,7 @@ class ProtectionTable:
 
 def instant(conn: Connection, at: datetime | None) -> datetime:
     """``at``, or the database's now() (the transaction's start) for the live state."""
-    if at is not None:
-        return at
-    return database_now(conn)
+    return at if at is not None else database_now(conn)
 
 
 def protection_table(

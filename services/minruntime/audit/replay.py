@@ -366,27 +366,64 @@ class _LoggedEvents:
                 self._run = None
 
 
+@dataclass
 class _KafkaRecords:
     """Records read back from Kafka, applied as the processor applies a batch."""
+
+    conn: Connection
+    tables: StateTables
+    report: ReplayReport
+    roles: Mapping[str, str]
 
     @property
     def page(self) -> int:
         return BATCH_SIZE
 
-    def __init__(
-        self,
-        conn: Connection,
-        tables: StateTables,
-        report: ReplayReport,
-        roles: Mapping[str, str],
-    ) -> None:
-        self._conn = conn
-        self._tables = tables
-        self._report = report
-        self._roles = roles
-
     def add(self, entries: Sequence[LogEntry]) -> None:
-        _apply_records(self._conn, self._tables, entries, self._report, self._roles)
+        records = [
+            InboundRecord(
+                topic=entry.topic,
+                partition=entry.partition or 0,
+                offset=entry.offset if entry.offset is not None else entry.seq,
+                key=entry.subject.encode() if entry.subject is not None else None,
+                value=entry.value,
+                headers=entry.headers,
+            )
+            for entry in entries
+        ]
+        roles = {
+            entry.topic: self.roles.get(entry.topic) or _ROLE_OF_TYPE[entry.type]
+            for entry in entries
+        }
+        outcome = BatchOutcome()
+        for lap in laps(records):
+            # A later life of a topic (recreated, another cluster) numbers its records from 0
+            # again.
+            rewind_to(self.conn, self.tables, REPLAY_GROUP, lap)
+            outcome.add(
+                apply_batch(
+                    self.conn,
+                    lap,
+                    consumer_group=REPLAY_GROUP,
+                    topic_roles=roles,
+                    tables=self.tables,
+                )
+            )
+        report = self.report
+        report.batches += 1
+        report.events += outcome.applied
+        # Records the processor rejected are rejected again, as dead letters in the shadow:
+        # they are not a difference.
+        report.dead_lettered += outcome.dead_lettered
+        if outcome.records != outcome.applied + outcome.dead_lettered:
+            _reject(
+                report,
+                entries[-1].seq,
+                f"{outcome.records - outcome.applied} of the {len(records)} records up to "
+                f"seq {entries[-1].seq} were not applied on replay "
+                f"(dead-lettered {outcome.dead_lettered}: {dict(outcome.dead_letter_kinds)}; "
+                f"duplicates {outcome.duplicate_ids}; old offsets {outcome.skipped_offsets})",
+            )
 
     def write(self, *, keep: bool = False) -> None:
         return None  # every batch was written as it was applied
@@ -397,50 +434,6 @@ def _reject(report: ReplayReport, seq: int, line: str) -> None:
     if len(report.rejected) < SHOWN_REJECTIONS:
         report.rejected.append(line)
         report.rejected_at.append(seq)
-
-
-def _apply_records(
-    conn: Connection,
-    tables: StateTables,
-    entries: Sequence[LogEntry],
-    report: ReplayReport,
-    topic_roles: Mapping[str, str],
-) -> None:
-    records = [
-        InboundRecord(
-            topic=entry.topic,
-            partition=entry.partition or 0,
-            offset=entry.offset if entry.offset is not None else entry.seq,
-            key=entry.subject.encode() if entry.subject is not None else None,
-            value=entry.value,
-            headers=entry.headers,
-        )
-        for entry in entries
-    ]
-    roles = {
-        entry.topic: topic_roles.get(entry.topic) or _ROLE_OF_TYPE[entry.type] for entry in entries
-    }
-    outcome = BatchOutcome()
-    for lap in laps(records):
-        # A later life of a topic (recreated, another cluster) numbers its records from 0 again.
-        rewind_to(conn, tables, REPLAY_GROUP, lap)
-        outcome.add(
-            apply_batch(conn, lap, consumer_group=REPLAY_GROUP, topic_roles=roles, tables=tables)
-        )
-    report.batches += 1
-    report.events += outcome.applied
-    # Records the processor rejected are rejected again, as dead letters in the shadow: they
-    # are not a difference.
-    report.dead_lettered += outcome.dead_lettered
-    if outcome.records != outcome.applied + outcome.dead_lettered:
-        _reject(
-            report,
-            entries[-1].seq,
-            f"{outcome.records - outcome.applied} of the {len(records)} records up to "
-            f"seq {entries[-1].seq} were not applied on replay "
-            f"(dead-lettered {outcome.dead_lettered}: {dict(outcome.dead_letter_kinds)}; "
-            f"duplicates {outcome.duplicate_ids}; old offsets {outcome.skipped_offsets})",
-        )
 
 
 def _apply_decision(

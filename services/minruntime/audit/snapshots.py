@@ -191,10 +191,6 @@ class SnapshotCheck:
         return self.problem is None and all(check.equal for check in self.tables)
 
 
-def _listed_on_one_side(uid: str, by_snapshot: bool) -> RowDifference:
-    return RowDifference(uid, "listed" if by_snapshot else None, None if by_snapshot else "listed")
-
-
 class SnapshotChecker:
     """The replay's hooks (``boundary``/``after_boundary``): check each snapshot at its seq.
 

@@ -65,20 +65,15 @@ _NODE_TYPES: Final = ROLE_TYPES["nodes"]
 def podgroup_story(engine: Engine, uid: str) -> Story:
     """The story of podgroup ``uid``; UnknownPodGroupError when the log never mentions it."""
     with repeatable_read(engine) as conn:
-        return story_in(conn, uid)
-
-
-def story_in(conn: Connection, uid: str) -> Story:
-    """``podgroup_story`` inside the caller's transaction (which must be rolled back)."""
-    entries, times = _read_entries(conn, uid)
-    if not any(_is_own(entry, uid) for entry in entries):
-        raise UnknownPodGroupError(f"no podgroup with uid {uid!r} in the event log")
-    shadow = create_shadow(conn, temporary_name("minruntime_audit"))
-    teller = _Teller(conn, shadow, uid, times)
-    report = replay(
-        conn, entries, into=shadow.tables, boundary=teller.wants, after_boundary=teller.after
-    )
-    return teller.story(report.events + report.decisions)
+        entries, times = _read_entries(conn, uid)
+        if not any(_is_own(entry, uid) for entry in entries):
+            raise UnknownPodGroupError(f"no podgroup with uid {uid!r} in the event log")
+        shadow = create_shadow(conn, temporary_name("minruntime_audit"))
+        teller = _Teller(conn, shadow, uid, times)
+        report = replay(
+            conn, entries, into=shadow.tables, boundary=teller.wants, after_boundary=teller.after
+        )
+        return teller.story(report.events + report.decisions)
 
 
 def _read_entries(
@@ -366,31 +361,22 @@ def _nomination(event: Event | None) -> Nomination | None:
 
 def _decision(event: Event | None) -> Decision | None:
     data = event.data if event is not None else None
-    if event is None or data is None:
+    if event is None or not isinstance(
+        data, RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData
+    ):
         return None
-    if isinstance(data, RequeueCommittedData):
-        return Decision(
-            decision_id=event.id,
-            outcome=outcome_of(event),
-            reason=None,
-            nominated_by=tuple(data.nominated_by),
-            beneficiaries=tuple(data.beneficiaries),
-            requeue_not_before=data.requeue_not_before,
-            delay_problem=data.delay_problem,
-            run_start=data.run_start,
-        )
-    if isinstance(data, RequeueRolledBackData | RequeueSkippedData):
-        return Decision(
-            decision_id=event.id,
-            outcome=outcome_of(event),
-            reason=data.reason,
-            nominated_by=tuple(data.nominated_by),
-            beneficiaries=(),
-            requeue_not_before=None,
-            delay_problem=None,
-            run_start=data.run_start,
-        )
-    return None
+    # A commit has beneficiaries and a cooldown; a rollback or a skip has a reason instead.
+    committed = data if isinstance(data, RequeueCommittedData) else None
+    return Decision(
+        decision_id=event.id,
+        outcome=outcome_of(event),
+        reason=None if isinstance(data, RequeueCommittedData) else data.reason,
+        nominated_by=tuple(data.nominated_by),
+        beneficiaries=tuple(committed.beneficiaries) if committed is not None else (),
+        requeue_not_before=committed.requeue_not_before if committed is not None else None,
+        delay_problem=committed.delay_problem if committed is not None else None,
+        run_start=data.run_start,
+    )
 
 
 def _ended_by(before: _State | None, event: Event | None) -> str:

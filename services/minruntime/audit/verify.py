@@ -76,21 +76,12 @@ def compare_schemas(
             continue
         live_rows, live_sum = checksum(conn, live, table, uids, part)
         replay_rows, replay_sum = checksum(conn, replay, table, uids, part)
-        if (live_rows, live_sum) == (replay_rows, replay_sum):
-            checks.append(TableCheck(table, live_rows, replay_rows, live_sum, replay_sum))
-            continue
-        found, total = differences(conn, live, replay, table, SHOWN_ROWS, uids, part)
-        checks.append(
-            TableCheck(
-                table,
-                live_rows,
-                replay_rows,
-                live_sum,
-                replay_sum,
-                [RowDifference(*difference) for difference in found],
-                total,
-            )
-        )
+        found: list[RowDifference] = []
+        total = 0
+        if (live_rows, live_sum) != (replay_rows, replay_sum):
+            differing, total = differences(conn, live, replay, table, SHOWN_ROWS, uids, part)
+            found = [RowDifference(*difference) for difference in differing]
+        checks.append(TableCheck(table, live_rows, replay_rows, live_sum, replay_sum, found, total))
     return checks
 
 

@@ -93,11 +93,6 @@ class CycleReport:
         """The decisions that evict a podgroup."""
         return self.plan.committed()
 
-    @property
-    def rejected(self) -> tuple[str, ...]:
-        """The uids of the podgroups left out of the cycle."""
-        return tuple(e.name for e in self.excluded if e.what == "podgroup")
-
 
 @dataclass(frozen=True)
 class PlannedCycle:
@@ -117,13 +112,9 @@ class PlannedCycle:
         """What the cycle left out: unusable stored values, then undecidable candidates."""
         return (*self.inputs.excluded, *self.plan.excluded)
 
-    def run_start(self, uid: str) -> datetime | None:
-        """The start of ``uid``'s run in progress (None: not running, or no start time)."""
-        return self.run_starts.get(uid)
-
     @cached_property
     def run_starts(self) -> Mapping[str, datetime | None]:
-        """uid -> start time of every running podgroup the cycle read."""
+        """uid -> start time (None: none) of every running podgroup read; the others absent."""
         return {podgroup.uid: podgroup.start_time for podgroup in self.inputs.cluster.running}
 
 
@@ -161,7 +152,7 @@ def repeated_decisions(
     return frozenset(
         decision.uid
         for decision in planned.plan.decisions
-        if _repeats(newest.get(decision.uid), decision, planned.run_start(decision.uid))
+        if _repeats(newest.get(decision.uid), decision, planned.run_starts.get(decision.uid))
     )
 
 
@@ -186,7 +177,7 @@ def run_cycle(
         if decision.uid in repeated:
             repeats += 1
             continue
-        events.append(decision_event(decision, planned.run_start(decision.uid), shift))
+        events.append(decision_event(decision, planned.run_starts.get(decision.uid), shift))
     locked = sorted(
         {uid for decision in plan.committed() for uid in (decision.uid, *decision.beneficiaries)}
     )

@@ -73,11 +73,6 @@ class CycleInputs:
     # What the stored rows hold that the planner cannot use: left out of the cycle, logged.
     excluded: tuple[Exclusion, ...] = ()
 
-    @property
-    def rejected(self) -> tuple[str, ...]:
-        """The uids of the podgroups left out of the cycle."""
-        return tuple(e.name for e in self.excluded if e.what == "podgroup")
-
 
 class _Row(NamedTuple):
     """One stored podgroup as read, before the core's checks (a tuple: cheap per row)."""
@@ -206,7 +201,6 @@ def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIV
     subgroups = reader.subgroups(stored.subgroups)
     promised, promised_to = reader.promises(stored.promises)
     configs, bad_pools = stored.configs, stored.bad_pools
-    nominations = stored.nominations
     tree: QueueTree | None
     try:
         tree = load_tree(conn, tables)
@@ -232,7 +226,7 @@ def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIV
             for name in reader.pod_nodes.get(row.uid, ()):
                 reader.doubtful_nodes.setdefault(name, ExclusionReason.HOSTS_EXCLUDED_PODGROUP)
     kept_nodes = reader.certain(nodes)
-    external = reader.external(nominations)
+    external = reader.external(stored.nominations)
     kept = {node.name for node in kept_nodes}
     cluster = ClusterState(
         nodes=tuple(kept_nodes),
@@ -289,7 +283,7 @@ def _podgroup(
                 start_time=row.start_time,
                 node_pool=row.pool,
                 preemptibility=Preemptibility(row.preemptibility),
-                annotations=_string_map(row.annotations),
+                annotations={str(k): str(v) for k, v in (row.annotations or {}).items()},
                 **shape,
             )
         return PendingPodGroup(
@@ -364,7 +358,3 @@ def _shape(
     if declared:
         shape["subgroups"] = tuple(declared)
     return shape
-
-
-def _string_map(annotations: Any) -> dict[str, str]:
-    return {str(key): str(value) for key, value in (annotations or {}).items()}

@@ -9,7 +9,7 @@ records only changes (docs/requeue-worker.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Final
 
@@ -35,41 +35,37 @@ class RequeueMetrics:
 
     def __init__(self, registry: CollectorRegistry, known_nominators: Iterable[str]) -> None:
         self.known = frozenset(known_nominators) | {EXPECTED_RUNTIME_PLUGIN}
-        self.nominations = Counter(
-            "kai_requeue_nominations",
-            "Nominations per cycle, by nominating plugin.",
-            ["plugin"],
-            registry=registry,
+
+        def counter(name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
+            return Counter(name, documentation, labels, registry=registry)
+
+        self.nominations = counter(
+            "kai_requeue_nominations", "Nominations per cycle, by nominating plugin.", ["plugin"]
         )
-        self.nomination_skipped = Counter(
+        self.nomination_skipped = counter(
             "kai_requeue_nomination_skipped",
             "Podgroups the expected-runtime nominator skipped, by reason (SEMANTICS.md §7).",
             ["plugin", "reason"],
-            registry=registry,
         )
-        self.commits = Counter(
+        self.commits = counter(
             "kai_requeue_commits",
             "Committed requeues, counted under every nominator of the candidate.",
             ["nominated_by"],
-            registry=registry,
         )
-        self.rollbacks = Counter(
+        self.rollbacks = counter(
             "kai_requeue_rollbacks",
             "Requeue attempts rolled back, counted under every nominator of the candidate.",
             ["nominated_by"],
-            registry=registry,
         )
-        self.skipped = Counter(
+        self.skipped = counter(
             "kai_requeue_skipped",
             "Candidates not attempted, by nominator and reason.",
             ["nominated_by", "reason"],
-            registry=registry,
         )
-        self.cycles = Counter(
+        self.cycles = counter(
             "minruntime_requeue_cycles",
             "Requeue cycles run by this worker, by result (ok, conflict, failed).",
             ["result"],
-            registry=registry,
         )
         self.cycle_seconds = Histogram(
             "minruntime_requeue_cycle_seconds",
@@ -77,35 +73,31 @@ class RequeueMetrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0),
             registry=registry,
         )
-        self.decisions = Counter(
+        self.decisions = counter(
             "minruntime_requeue_decisions",
             "Requeue decisions per cycle, by outcome and reason (a commit's reason: none); each"
             " candidate once, whatever its nominators.",
             ["outcome", "reason"],
-            registry=registry,
         )
-        self.decisions_recorded = Counter(
+        self.decisions_recorded = counter(
             "minruntime_requeue_decisions_recorded",
             "Decision events written to the log and the outbox, by outcome.",
             ["outcome"],
-            registry=registry,
         )
         self.active = Gauge(
             "minruntime_requeue_worker_active",
             "1 while this replica holds the leader lock and runs cycles, else 0.",
             registry=registry,
         )
-        self.notifications_ignored = Counter(
+        self.notifications_ignored = counter(
             "minruntime_requeue_notifications_ignored",
             "NOTIFYs on the nominations channel not sent by a backend of the worker's own role "
             "(any role may NOTIFY; only the processor's wake the worker).",
-            registry=registry,
         )
-        self.protection_expired = Counter(
+        self.protection_expired = counter(
             "minruntime_protection_expired",
             "protection.expired events written to the outbox, by rule (preempt, reclaim).",
             ["rule"],
-            registry=registry,
         )
         self.protection_expiry_delay = Histogram(
             "minruntime_protection_expiry_delay_seconds",
@@ -113,12 +105,11 @@ class RequeueMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0),
             registry=registry,
         )
-        self.excluded = Counter(
+        self.excluded = counter(
             "kai_requeue_excluded",
             "Stored nodes, podgroups, node pools or queue trees left out of a requeue cycle or a"
             " protection-expiry check because their values are unusable, by what and reason.",
             ["what", "reason"],
-            registry=registry,
         )
         self.nominations.labels(EXPECTED_RUNTIME_PLUGIN)
         for outcome in RequeueOutcome:

@@ -120,13 +120,9 @@ def node_pools(planned: PlannedCycle) -> tuple[str, ...]:
 
 def _in_pool(planned: PlannedCycle, node_pool: str | None) -> Callable[[str], bool]:
     if node_pool is None:
-        return _everything
+        return lambda uid: True
     cluster = planned.inputs.cluster
     pools = {pg.uid: pg.node_pool for pg in cluster.running}
     pools.update((pg.uid, pg.node_pool) for pg in cluster.pending)
     # A nominated uid the state does not hold as running or pending has no pool: left out.
     return lambda uid: pools.get(uid) == node_pool
-
-
-def _everything(uid: str) -> bool:
-    return True

@@ -106,7 +106,8 @@ class RequeueWorker:
             self._beat = time.monotonic()
             try:
                 with self._engine.connect() as conn:
-                    acquired = self._try_lead(conn)
+                    acquired = try_leader_lock(conn, LEADER_LOCK_KEY)
+                    conn.commit()
                     self.database.ok()
                     status.back()
                     backoff.reset()
@@ -130,19 +131,10 @@ class RequeueWorker:
         if self.stop.is_set():
             return "stopping"
         quiet = time.monotonic() - beat
-        if quiet > self._stuck_after:
+        # A cycle may be slow on a big cluster; only a loop silent for much longer is stuck.
+        if quiet > max(3 * self._options.interval_seconds, 60.0):
             return f"the leader loop has not moved for {quiet:.0f}s"
         return None
-
-    @property
-    def _stuck_after(self) -> float:
-        # A cycle may be slow on a big cluster; only a loop silent for much longer is stuck.
-        return max(3 * self._options.interval_seconds, 60.0)
-
-    def _try_lead(self, conn: Connection) -> bool:
-        acquired = try_leader_lock(conn, LEADER_LOCK_KEY)
-        conn.commit()
-        return acquired
 
     def _lead(self, conn: Connection) -> None:
         listen_for_nominations(conn)

@@ -20,6 +20,8 @@ import sqlalchemy as sa
 from pydantic_core import to_json
 from sqlalchemy import Connection
 
+from minruntime.store.engine import driver_cursor
+
 
 def rows_insert(
     table: str,
@@ -132,10 +134,7 @@ def _cast(name: str, kind: str) -> str:
 
 
 def _execute(conn: Connection, statement: str, params: Mapping[str, Any]) -> None:
-    # Straight to psycopg, in the same transaction.
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
+    with driver_cursor(conn) as cursor:
         cursor.execute(statement, params)
 
 
@@ -160,15 +159,12 @@ def insert_many(
     if not rows:
         return
     name = table.fullname
-    # Straight to psycopg, in the same transaction.
-    driver = conn.connection.driver_connection
-    assert driver is not None
     if not conflict:
         names = ", ".join(f'"{name}"' for name in columns)
         kinds = list(columns.items())
         as_text = [(i, kind) for i, (_, kind) in enumerate(kinds) if _wire_type(kind) != kind]
         with (
-            driver.cursor() as cursor,
+            driver_cursor(conn) as cursor,
             cursor.copy(f"COPY {name} ({names}) FROM STDIN") as copy,
         ):
             for row in rows:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
+import psycopg
 import sqlalchemy as sa
 
 from minruntime.pgurl import PgAddress
@@ -29,6 +32,15 @@ def reached_server(conn: sa.Connection) -> str:
     libpq chose), for a log line."""
     info = conn.connection.dbapi_connection.info  # type: ignore[union-attr]
     return f"{info.host}:{info.port}/{info.dbname}"
+
+
+@contextmanager
+def driver_cursor(conn: sa.Connection, *, binary: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+    """A psycopg cursor on ``conn``'s connection, in its transaction: no SQLAlchemy rows."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor(binary=binary) as cursor:
+        yield cursor
 
 
 class Replication(NamedTuple):

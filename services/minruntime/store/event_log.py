@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from minruntime.store.bulk import insert_many, json_list
+from minruntime.store.engine import driver_cursor
 from minruntime.store.parts import Part
 from minruntime.store.schema import StateTables
 from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY
@@ -254,10 +255,8 @@ def read_page(
         only = f"AND ({of_part.condition} OR {of_part.borrowing} OR seq = ANY(%(positions)s))"
         statement = tables.sql(_READ.format(only=only, **(_FULL if full else _LEAN)))
         params.update(of_part.params)
-    driver = conn.connection.driver_connection
-    assert driver is not None
     try:
-        with driver.cursor(binary=True) as cursor:
+        with driver_cursor(conn, binary=True) as cursor:
             cursor.execute(statement, params)
             rows: list[LoggedRow] = cursor.fetchall()
     except psycopg.Error as error:

@@ -8,6 +8,7 @@ from typing import Any, Final
 from sqlalchemy import Connection
 
 from minruntime.core import MinRuntimeConfig, MinRuntimeError, NodePoolConfigs
+from minruntime.store.engine import driver_cursor
 from minruntime.store.schema import StateTables
 
 _UPSERT_CONFIG: Final = (
@@ -75,9 +76,7 @@ def read_node_pool_configs(
     conn: Connection, tables: StateTables
 ) -> tuple[NodePoolConfigs, set[str]]:
     """The stored plugin arguments of every node pool, and the pools whose row is unusable."""
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
+    with driver_cursor(conn) as cursor:
         return read_configs(cursor, tables)
 
 

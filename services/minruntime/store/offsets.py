@@ -71,7 +71,7 @@ def lock_offsets(
             "group": group,
             "topics": [topic for topic, _ in partitions],
             "partitions": [partition for _, partition in partitions],
-            "ids": [_id_of(lives.get(topic)) for topic, _ in partitions],
+            "ids": [lives[topic].topic_id if topic in lives else None for topic, _ in partitions],
         },
     ).all()
     stored: dict[str, list[StoredOffset]] = defaultdict(list)
@@ -142,10 +142,6 @@ def rebaseline(
             for p, n in sorted(next_offsets.items())
         ],
     )
-
-
-def _id_of(life: TopicLife | None) -> str | None:
-    return None if life is None else life.topic_id
 
 
 _REWIND: Final = (

@@ -30,6 +30,7 @@ from minruntime.core import (
     SubGroup,
 )
 from minruntime.store.bulk import delete_many, insert_many, json_list, update_many
+from minruntime.store.engine import driver_cursor
 from minruntime.store.schema import StateTables
 
 # The uids of a batch, one JSON array (``store.bulk.json_list``).
@@ -173,10 +174,7 @@ def load_podgroups(
     wanted = sorted(set(uids))
     if not wanted:
         return StoredPodGroups({}, frozenset())
-    # Straight to psycopg, in the same transaction.
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
+    with driver_cursor(conn) as cursor:
         # A shadow is one transaction's own: nothing to wait for there.
         load = _LOAD_STATES + _LOCKING if lock and tables.is_live else _LOAD_STATES
         cursor.execute(tables.sql(load), {"uids": json_list(wanted)})

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from sqlalchemy import Connection
 
@@ -21,8 +21,18 @@ from minruntime.store.schema import StateTables
 
 _CACHE_KEY: Final = "minruntime.queue_tree"
 
-# name, parent, preempt, reclaim, path, preempt_resolved, preempt_source,
-# reclaim_resolved, reclaim_source
+# A queue_nodes row: its columns, in this order.
+_COLUMNS: Final = (
+    "name",
+    "parent",
+    "preempt_min_runtime",
+    "reclaim_min_runtime",
+    "path",
+    "preempt_resolved",
+    "preempt_source",
+    "reclaim_resolved",
+    "reclaim_source",
+)
 QueueRow = tuple[
     str,
     str | None,
@@ -39,21 +49,12 @@ _LOCK_VERSION: Final = (
     "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton FOR UPDATE"
 )
 _READ_VERSION: Final = "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton"
-_LOAD: Final = (
-    "SELECT name, parent, preempt_min_runtime, reclaim_min_runtime, path, preempt_resolved,"
-    " preempt_source, reclaim_resolved, reclaim_source FROM minruntime_state.queue_nodes"
-)
+_LOAD: Final = f"SELECT {', '.join(_COLUMNS)} FROM minruntime_state.queue_nodes"
 _UPSERT: Final = (
-    "INSERT INTO minruntime_state.queue_nodes (name, parent, preempt_min_runtime,"
-    " reclaim_min_runtime, path, preempt_resolved, preempt_source, reclaim_resolved,"
-    " reclaim_source) VALUES (:name, :parent, :preempt, :reclaim, :path, :preempt_resolved,"
-    " :preempt_source, :reclaim_resolved, :reclaim_source)"
-    " ON CONFLICT (name) DO UPDATE SET parent = excluded.parent,"
-    " preempt_min_runtime = excluded.preempt_min_runtime,"
-    " reclaim_min_runtime = excluded.reclaim_min_runtime, path = excluded.path,"
-    " preempt_resolved = excluded.preempt_resolved, preempt_source = excluded.preempt_source,"
-    " reclaim_resolved = excluded.reclaim_resolved, reclaim_source = excluded.reclaim_source,"
-    " updated_at = now()"
+    f"INSERT INTO minruntime_state.queue_nodes ({', '.join(_COLUMNS)})"
+    f" VALUES ({', '.join(f':{column}' for column in _COLUMNS)}) ON CONFLICT (name) DO UPDATE SET "
+    + ", ".join(f"{column} = excluded.{column}" for column in _COLUMNS[1:])
+    + ", updated_at = now()"
 )
 _DELETE: Final = "DELETE FROM minruntime_state.queue_nodes WHERE name = ANY(:names)"
 _SET_VERSION: Final = (
@@ -139,28 +140,9 @@ def write_tree(
 
 
 def _row_of(row: Any) -> QueueRow:
-    return (
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        tuple(row[4]),
-        row[5],
-        row[6],
-        row[7],
-        row[8],
-    )
+    # The path comes back as a list.
+    return cast(QueueRow, (*row[:4], tuple(row[4]), *row[5:]))
 
 
 def _params(row: QueueRow) -> dict[str, Any]:
-    return {
-        "name": row[0],
-        "parent": row[1],
-        "preempt": row[2],
-        "reclaim": row[3],
-        "path": list(row[4]),
-        "preempt_resolved": row[5],
-        "preempt_source": row[6],
-        "reclaim_resolved": row[7],
-        "reclaim_source": row[8],
-    }
+    return {**dict(zip(_COLUMNS, row, strict=True)), "path": list(row[4])}

@@ -79,36 +79,34 @@ def protection_rows(
     )
     return tuple(
         ProtectionRow(
-            uid=row.uid,
-            queue=row.queue,
-            node_pool=row.node_pool,
-            start_time=row.start_time,
-            min_runtime=row.min_runtime,
-            resolved_from=row.resolved_from,
-            protected_until=row.protected_until,
-            is_protected=bool(row.is_protected),
-            evictable_pods=int(row.evictable_pods),
+            **row._asdict()
+            | {"is_protected": bool(row.is_protected), "evictable_pods": int(row.evictable_pods)}
         )
         for row in result
     )
 
 
+def _row(conn: Connection, statement: str, **params: Any) -> Mapping[str, Any] | None:
+    """The first row of ``statement`` by column (None: no row)."""
+    row = conn.execute(sa.text(statement), params).first()
+    return None if row is None else row._asdict()
+
+
+def _scalar(conn: Connection, statement: str, **params: Any) -> Any:
+    """The one value of ``statement``'s one row."""
+    return conn.execute(sa.text(statement), params).scalar_one()
+
+
 def queue_exists(conn: Connection, shadow: Shadow, name: str) -> bool:
     """True when the shadow's queue tree has a queue called ``name``."""
-    found = conn.execute(
-        sa.text(f"SELECT 1 FROM {shadow.read_schema}.queues WHERE name = :name"), {"name": name}
-    ).first()
+    found = _row(conn, f"SELECT 1 FROM {shadow.read_schema}.queues WHERE name = :name", name=name)
     return found is not None
 
 
 def is_protected(conn: Connection, shadow: Shadow, uid: str, preemptor: str, at: datetime) -> bool:
     """``S.is_protected(uid, preemptor, at)``: the SQL verdict against a preemptor's queue."""
-    return bool(
-        conn.execute(
-            sa.text(f"SELECT {shadow.read_schema}.is_protected(:uid, :q, :at)"),
-            {"uid": uid, "q": preemptor, "at": at},
-        ).scalar_one()
-    )
+    statement = f"SELECT {shadow.read_schema}.is_protected(:uid, :q, :at)"
+    return bool(_scalar(conn, statement, uid=uid, q=preemptor, at=at))
 
 
 def min_runtime_rule(
@@ -116,14 +114,8 @@ def min_runtime_rule(
 ) -> str:
     """The rule ``S.min_runtime_for`` applies to a victim in ``victim`` and a preemptor in
     ``preemptor`` on ``node_pool``."""
-    return str(
-        conn.execute(
-            sa.text(
-                f"SELECT rule FROM {shadow.read_schema}.min_runtime_for(:victim, :preemptor, :pool)"
-            ),
-            {"victim": victim, "preemptor": preemptor, "pool": node_pool},
-        ).scalar_one()
-    )
+    statement = f"SELECT rule FROM {shadow.read_schema}.min_runtime_for(:victim, :preemptor, :pool)"
+    return str(_scalar(conn, statement, victim=victim, preemptor=preemptor, pool=node_pool))
 
 
 # -- one podgroup (explain) --------------------------------------------------------------------
@@ -131,23 +123,19 @@ def min_runtime_rule(
 
 def podgroup_facts(conn: Connection, shadow: Shadow, uid: str) -> Mapping[str, Any] | None:
     """The podgroups view's row of ``uid`` (None: no such podgroup): what explain states."""
-    row = conn.execute(
-        sa.text(
-            "SELECT uid, name, namespace, queue, node_pool, status, preemptible, start_time,"
-            " last_start_time, ended_at, running_pods, is_elastic, preemptibility"
-            f" FROM {shadow.read_schema}.podgroups WHERE uid = :uid"
-        ),
-        {"uid": uid},
-    ).first()
-    return None if row is None else row._asdict()
+    return _row(
+        conn,
+        "SELECT uid, name, namespace, queue, node_pool, status, preemptible, start_time,"
+        " last_start_time, ended_at, running_pods, is_elastic, preemptibility"
+        f" FROM {shadow.read_schema}.podgroups WHERE uid = :uid",
+        uid=uid,
+    )
 
 
 def podgroup_annotations(conn: Connection, shadow: Shadow, uid: str) -> Any:
     """The annotations of podgroup ``uid`` as stored (a JSON object, or None)."""
-    return conn.execute(
-        sa.text(f"SELECT annotations FROM {shadow.read_schema}.podgroups WHERE uid = :uid"),
-        {"uid": uid},
-    ).scalar_one()
+    statement = f"SELECT annotations FROM {shadow.read_schema}.podgroups WHERE uid = :uid"
+    return _scalar(conn, statement, uid=uid)
 
 
 def committed_requeues(
@@ -155,16 +143,11 @@ def committed_requeues(
 ) -> list[datetime]:
     """When the newest ``most`` committed requeues of ``uid`` up to ``at`` were decided,
     newest first."""
-    return list(
-        conn.execute(
-            sa.text(
-                f"SELECT decided_at FROM {shadow.read_schema}.requeue_decisions WHERE uid = :uid"
-                " AND outcome = 'committed' AND decided_at <= :at"
-                " ORDER BY decided_at DESC LIMIT :most"
-            ),
-            {"uid": uid, "at": at, "most": most},
-        ).scalars()
+    statement = (
+        f"SELECT decided_at FROM {shadow.read_schema}.requeue_decisions WHERE uid = :uid"
+        " AND outcome = 'committed' AND decided_at <= :at ORDER BY decided_at DESC LIMIT :most"
     )
+    return list(conn.execute(sa.text(statement), {"uid": uid, "at": at, "most": most}).scalars())
 
 
 def service_podgroups(
@@ -214,20 +197,17 @@ def queue_tree(conn: Connection, shadow: Shadow) -> tuple[QueueTree, dict[str, t
 def node_pool_configs(conn: Connection, shadow: Shadow) -> NodePoolConfigs:
     """The shadow's node-pool configs (a pool whose stored row is unusable is left out, as the
     requeue worker leaves it out)."""
-    configs, _ = read_node_pool_configs(conn, shadow.tables)
-    return configs
+    return read_node_pool_configs(conn, shadow.tables)[0]
 
 
 def queue_row(conn: Connection, shadow: Shadow, name: str) -> Mapping[str, Any] | None:
     """Queue ``name``'s parent and own min-runtimes (None: no such queue)."""
-    row = conn.execute(
-        sa.text(
-            "SELECT parent, preempt_min_runtime, reclaim_min_runtime"
-            f" FROM {shadow.read_schema}.queues WHERE name = :name"
-        ),
-        {"name": name},
-    ).first()
-    return None if row is None else row._asdict()
+    return _row(
+        conn,
+        "SELECT parent, preempt_min_runtime, reclaim_min_runtime"
+        f" FROM {shadow.read_schema}.queues WHERE name = :name",
+        name=name,
+    )
 
 
 # -- the timeline ------------------------------------------------------------------------------
@@ -301,20 +281,17 @@ _QUEUE_KNOWN: Final = (
 
 def has_runs(conn: Connection, schema: str) -> bool:
     """True when the read surface ``schema`` has a runs view."""
-    found = conn.execute(sa.text("SELECT to_regclass(:runs)"), {"runs": f"{schema}.runs"})
-    return found.scalar() is not None
+    return _scalar(conn, "SELECT to_regclass(:runs)", runs=f"{schema}.runs") is not None
 
 
 def queue_known(conn: Connection, schema: str, queue: str) -> bool:
     """True when ``queue`` is in the tree of ``schema`` now, or in one of its runs."""
-    known = conn.execute(sa.text(_QUEUE_KNOWN.format(schema=schema)), {"queue": queue})
-    return bool(known.scalar())
+    return bool(_scalar(conn, _QUEUE_KNOWN.format(schema=schema), queue=queue))
 
 
 def evicted_runs(conn: Connection, schema: str, since: datetime | None, queue: str | None) -> int:
     """How many runs an eviction ended at or after ``since``, in ``queue`` (None: all)."""
-    params = {"since": since, "queue": queue}
-    return int(conn.execute(sa.text(_EVICTED.format(schema=schema)), params).scalar_one())
+    return int(_scalar(conn, _EVICTED.format(schema=schema), since=since, queue=queue))
 
 
 def violating_runs(

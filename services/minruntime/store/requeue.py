@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from minruntime.core import NodePoolConfigs
+from minruntime.store.engine import driver_cursor
 from minruntime.store.node_pools import read_configs
 from minruntime.store.schema import StateTables
 
@@ -128,23 +129,23 @@ class CycleRows:
 
 def read_cycle_rows(conn: Connection, tables: StateTables, now: datetime) -> CycleRows:
     """Every row one requeue cycle reads at ``now``, from ``tables`` only."""
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
-
-        def rows(statement: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-            cursor.execute(tables.sql(statement), params)
-            fetched: list[tuple[Any, ...]] = cursor.fetchall()
-            return fetched
-
-        nodes = rows(_NODES)
-        podgroups = rows(_PODGROUPS)
-        pods = rows(_PODS)
-        subgroups = rows(_SUBGROUPS)
-        promises = rows(_PROMISES, {"now": now})
+    with driver_cursor(conn) as cursor:
+        nodes = _rows(cursor, tables, _NODES)
+        podgroups = _rows(cursor, tables, _PODGROUPS)
+        pods = _rows(cursor, tables, _PODS)
+        subgroups = _rows(cursor, tables, _SUBGROUPS)
+        promises = _rows(cursor, tables, _PROMISES, {"now": now})
         configs, bad_pools = read_configs(cursor, tables)
-        nominations = rows(_NOMINATIONS)
+        nominations = _rows(cursor, tables, _NOMINATIONS)
     return CycleRows(nodes, podgroups, pods, subgroups, promises, configs, bad_pools, nominations)
+
+
+def _rows(
+    cursor: Any, tables: StateTables, statement: str, params: dict[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    cursor.execute(tables.sql(statement), params)
+    fetched: list[tuple[Any, ...]] = cursor.fetchall()
+    return fetched
 
 
 def last_decision_rows(
@@ -153,12 +154,8 @@ def last_decision_rows(
     """(uid, outcome, reason, nominated_by, run_start) of the newest decision of each uid."""
     if not uids:
         return []
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
-        cursor.execute(tables.sql(_LAST_DECISIONS), {"uids": list(uids)})
-        fetched: list[tuple[Any, ...]] = cursor.fetchall()
-        return fetched
+    with driver_cursor(conn) as cursor:
+        return _rows(cursor, tables, _LAST_DECISIONS, {"uids": list(uids)})
 
 
 def requeue_history_rows(
@@ -169,15 +166,9 @@ def requeue_history_rows(
     if not asks:
         return []
     uids, limits, since = zip(*asks, strict=True)
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
-        cursor.execute(
-            tables.sql(_REQUEUE_HISTORY),
-            {"uids": list(uids), "limits": list(limits), "since": list(since)},
-        )
-        fetched: list[tuple[Any, ...]] = cursor.fetchall()
-        return fetched
+    params = {"uids": list(uids), "limits": list(limits), "since": list(since)}
+    with driver_cursor(conn) as cursor:
+        return _rows(cursor, tables, _REQUEUE_HISTORY, params)
 
 
 def lock_podgroups(conn: Connection, tables: StateTables, uids: Sequence[str]) -> None:

@@ -112,11 +112,7 @@ def create_shadow(conn: Connection, name: str) -> Shadow:
     """
     shadow = Shadow(check_schema_name(name))
     check_schema_name(shadow.state_schema)
-    existing = conn.execute(
-        sa.text("SELECT nspname FROM pg_namespace WHERE nspname = ANY(:names)"),
-        {"names": [shadow.read_schema, shadow.state_schema]},
-    ).scalars()
-    taken = sorted(existing)
+    taken = _existing_schemas(conn, shadow)
     if taken:
         raise SchemaNameError(
             f"schema {taken[0]} already exists; choose another name or drop it "
@@ -160,13 +156,19 @@ def empty(conn: Connection, tables: StateTables, names: Iterable[str]) -> None:
 def drop_shadow(conn: Connection, name: str) -> bool:
     """Drop shadow ``name`` (both schemas) if it exists; True when something was dropped."""
     shadow = Shadow(check_schema_name(name))
-    found = conn.execute(
-        sa.text("SELECT count(*) FROM pg_namespace WHERE nspname = ANY(:names)"),
-        {"names": [shadow.read_schema, shadow.state_schema]},
-    ).scalar_one()
+    found = _existing_schemas(conn, shadow)
     conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {shadow.read_schema} CASCADE"))
     conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {shadow.state_schema} CASCADE"))
     return bool(found)
+
+
+def _existing_schemas(conn: Connection, shadow: Shadow) -> list[str]:
+    """The schemas of ``shadow`` that exist, by name."""
+    existing = conn.execute(
+        sa.text("SELECT nspname FROM pg_namespace WHERE nspname = ANY(:names)"),
+        {"names": [shadow.read_schema, shadow.state_schema]},
+    ).scalars()
+    return sorted(existing)
 
 
 def copy_live_state(conn: Connection, shadow: Shadow) -> None:
@@ -183,7 +185,7 @@ def copy_live_state(conn: Connection, shadow: Shadow) -> None:
                 f" OVERRIDING SYSTEM VALUE SELECT {columns} FROM {STATE_SCHEMA}.{table.name}"
             )
         )
-        continue_numbering(conn, state_tables(shadow.state_schema), table.name)
+        continue_numbering(conn, shadow.tables, table.name)
 
 
 def _copy_read_surface(conn: Connection, shadow: Shadow) -> None:
@@ -222,16 +224,10 @@ def _grant_reader(conn: Connection, shadow: Shadow, functions: list[str], views:
     """The reader role reads a shadow exactly as it reads the live surface."""
     if conn.execute(sa.text(f"SELECT 1 FROM pg_roles WHERE rolname = '{READER}'")).first() is None:
         return
-    public = [
-        _renamed(signature, shadow)
-        for signature in functions
-        if signature.startswith(f"{READ_SCHEMA}.")
-    ]
-    internal = [
-        _renamed(signature, shadow)
-        for signature in functions
-        if signature.startswith(f"{STATE_SCHEMA}.")
-    ]
+    public, internal = (
+        [_renamed(signature, shadow) for signature in functions if signature.startswith(schema)]
+        for schema in (f"{READ_SCHEMA}.", f"{STATE_SCHEMA}.")
+    )
     conn.execute(sa.text(f"GRANT USAGE ON SCHEMA {shadow.read_schema} TO {READER}"))
     if views:
         names = ", ".join(f"{shadow.read_schema}.{view}" for view in views)

@@ -29,6 +29,7 @@ from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
 
 from minruntime.errors import SnapshotError
+from minruntime.store.engine import driver_cursor
 from minruntime.store.schema import LIVE, StateTables
 
 # Every writer of the live event log holds this advisory lock shared from its append to its
@@ -169,9 +170,7 @@ def write(
     """
     if at.applied_until is None:
         raise SnapshotError("the event log is empty: there is nothing to snapshot")
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
+    with driver_cursor(conn) as cursor:
         active = [uid for (uid,) in cursor.execute(source.sql(_ACTIVE_UIDS))]
         row = cursor.execute(
             LIVE.sql(_INSERT_SNAPSHOT),
@@ -309,10 +308,8 @@ def restore(
     """
     if target.is_live:
         raise RuntimeError("a snapshot is restored into a shadow, never into the live state")
-    driver = conn.connection.driver_connection
-    assert driver is not None
     restored: dict[str, int] = {}
-    with driver.cursor() as cursor:
+    with driver_cursor(conn) as cursor:
         stored = cursor.execute(LIVE.sql(_TABLES), (snapshot.id,)).fetchall()
         for table, rows, columns, data in stored:
             _copy_in(cursor, target, table, columns, zlib.decompress(data))
