@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
 from minruntime import health
 from minruntime.cluster.api import (
@@ -61,7 +61,6 @@ from minruntime.cluster.ledger import (
     read_ledger,
     topic_ids,
 )
-from minruntime.cluster.metrics import BridgeMetrics
 from minruntime.cluster.mirror import ClusterMirror, Emission, Record
 from minruntime.collector import collector_paused
 from minruntime.events import encode_event
@@ -107,7 +106,11 @@ class Bridge:
         self.client = client
         self.clock = clock
         self.keeper: LeaseKeeper | None = None  # the term in progress
-        BridgeMetrics(registry or CollectorRegistry()).active.set_function(self._holds)
+        Gauge(
+            "minruntime_kube_bridge_active",
+            "1 while this bridge replica holds the Lease and sends the cluster's events, else 0.",
+            registry=registry or CollectorRegistry(),
+        ).set_function(self._holds)
         self.stop = threading.Event()
         self.lease = Lease(
             client,

@@ -89,10 +89,13 @@ def digest(value: Any) -> str:
 # -- object metadata -----------------------------------------------------------------------------
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """metadata, or {}."""
-    value = obj.get("metadata")
-    return value if isinstance(value, Mapping) else {}
+    return _mapping(obj.get("metadata"))
 
 
 def uid_of(obj: Mapping[str, Any]) -> str:
@@ -148,8 +151,7 @@ def _forwarded(obj: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
 
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     """metadata.labels."""
-    labels = metadata(obj).get("labels")
-    return labels if isinstance(labels, Mapping) else {}
+    return _mapping(metadata(obj).get("labels"))
 
 
 def version_of(obj: Mapping[str, Any]) -> str:
@@ -230,8 +232,7 @@ def _without_status(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def node_data(obj: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:
     """node.upserted data: the node's `nvidia.com/gpu` capacity and its node-pool label."""
-    status = obj.get("status") or {}
-    capacity = (status.get("capacity") or {}) if isinstance(status, Mapping) else {}
+    capacity = _mapping(_mapping(obj.get("status")).get("capacity"))
     return {
         "name": name_of(obj),
         "nodePool": labels_of(obj).get(node_pool_label) or DEFAULT_NODE_POOL,
@@ -349,8 +350,7 @@ def removed(pod: Mapping[str, Any]) -> Release:
 
 def podgroup_spec(podgroup: Mapping[str, Any]) -> Mapping[str, Any]:
     """spec, or {}."""
-    spec = podgroup.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
+    return _mapping(podgroup.get("spec"))
 
 
 def priority_class_name(podgroup: Mapping[str, Any]) -> str | None:
@@ -494,8 +494,7 @@ def _kept_metadata(
         if labels is None
         else {key: raw_labels[key] for key in labels if key in raw_labels}
     )
-    raw = meta.get("annotations")
-    raw_annotations: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    raw_annotations = _mapping(meta.get("annotations"))
     if annotations is None:
         kept["annotations"] = annotations_of(obj)
     else:
@@ -503,10 +502,6 @@ def _kept_metadata(
             key: raw_annotations[key] for key in annotations if key in raw_annotations
         }
     return kept
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def kept_pod(pod: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:
@@ -569,9 +564,7 @@ def kept_podgroup(
 def kept_node(node: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:
     """What the bridge keeps of a Node: its GPU capacity and node-pool label (not its images,
     addresses or conditions)."""
-    status = node.get("status") or {}
-    capacity = (status.get("capacity") or {}) if isinstance(status, Mapping) else {}
-    gpu = capacity.get(GPU_RESOURCE) if isinstance(capacity, Mapping) else None
+    gpu = _mapping(_mapping(node.get("status")).get("capacity")).get(GPU_RESOURCE)
     return {
         "metadata": _kept_metadata(node, (node_pool_label,), ()),
         "status": {"capacity": {} if gpu is None else {GPU_RESOURCE: gpu}},

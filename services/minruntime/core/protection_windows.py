@@ -29,11 +29,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import cache, partial
 from typing import Final
 
 from minruntime.core.config import (
     DEFAULT_NODE_POOL,
-    MinRuntimeConfig,
     NodePoolConfigs,
     ReclaimResolveMethod,
 )
@@ -105,13 +105,14 @@ class ProtectionWindow:
 class ProtectionWindows:
     """The protection windows of runs under one queue tree and one set of node-pool configs."""
 
-    __slots__ = ("_configs", "_paths", "_resolvers", "_tree")
+    __slots__ = ("_configs", "_paths", "_resolver", "_tree")
 
     def __init__(self, tree: QueueTree, configs: NodePoolConfigs) -> None:
         self._tree = tree
         self._configs = configs
         self._paths = tree.paths()
-        self._resolvers: dict[MinRuntimeConfig, Resolver] = {}
+        # One resolver per configuration, made on first use.
+        self._resolver = cache(partial(Resolver, tree))
 
     @property
     def tree(self) -> QueueTree:
@@ -130,24 +131,20 @@ class ProtectionWindows:
         method = ReclaimResolveMethod(config.reclaim_resolve_method)
         path = None if run.queue is None else self._paths.get(run.queue)
         if run.queue is None or path is None:
-            windows = [
-                _window(run, ProtectionRule.PREEMPT, config.default_preempt_min_runtime, None),
-                _window(
-                    run, ProtectionRule.RECLAIM, config.default_reclaim_min_runtime, None, method
-                ),
-            ]
-        elif method is ReclaimResolveMethod.QUEUE:
+            preempt = Resolution(config.default_preempt_min_runtime, None)
+            reclaim = Resolution(config.default_reclaim_min_runtime, None)
+        else:
             preempt = resolver.preempt_min_runtime(run.queue)
             # reclaimer == victim queue: the walk starts at the victim's queue (§4).
             reclaim = resolver.reclaim_min_runtime(run.queue, run.queue)
-            windows = [
-                _window(run, ProtectionRule.PREEMPT, preempt.min_runtime, preempt.source),
-                _window(run, ProtectionRule.RECLAIM, reclaim.min_runtime, reclaim.source, method),
-            ]
-        else:
-            preempt = resolver.preempt_min_runtime(run.queue)
-            windows = [_window(run, ProtectionRule.PREEMPT, preempt.min_runtime, preempt.source)]
+        windows = [
+            ProtectionWindow(run, ProtectionRule.PREEMPT, preempt.min_runtime, preempt.source)
+        ]
+        if path is not None and method is ReclaimResolveMethod.LCA:
             windows += _lca_reclaim_windows(run, path, resolver)
+        else:
+            rule = ProtectionRule.RECLAIM
+            windows.append(ProtectionWindow(run, rule, reclaim.min_runtime, reclaim.source, method))
         return tuple(window for window in windows if window.min_runtime > timedelta(0))
 
     def ending_between(
@@ -176,23 +173,6 @@ class ProtectionWindows:
         spans.discard(timedelta(0))
         return frozenset(spans)
 
-    def _resolver(self, config: MinRuntimeConfig) -> Resolver:
-        resolver = self._resolvers.get(config)
-        if resolver is None:
-            resolver = self._resolvers[config] = Resolver(self._tree, config)
-        return resolver
-
-
-def _window(
-    run: ProtectedRun,
-    rule: ProtectionRule,
-    min_runtime: timedelta,
-    resolved_from: str | None,
-    method: ReclaimResolveMethod | None = None,
-    step_down_queues: tuple[str, ...] | None = None,
-) -> ProtectionWindow:
-    return ProtectionWindow(run, rule, min_runtime, resolved_from, method, step_down_queues)
-
 
 def _lca_reclaim_windows(
     run: ProtectedRun, path: tuple[str, ...], resolver: Resolver
@@ -203,7 +183,7 @@ def _lca_reclaim_windows(
         walk: Resolution = resolver.reclaim_min_runtime(step_down, step_down)
         groups.setdefault((walk.min_runtime, walk.source), []).append(step_down)
     return [
-        _window(
+        ProtectionWindow(
             run,
             ProtectionRule.RECLAIM,
             min_runtime,

@@ -162,28 +162,13 @@ class Resolver:
         resolution = self.preempt_min_runtime(victim_queue)
         path = self._paths.get(victim_queue)
         if path is None:
-            return ResolutionTrace(
-                ResolutionKind.PREEMPT,
-                resolution,
-                victim_queue,
-                None,
-                None,
-                None,
-                None,
-                (),
-                f"queue {victim_queue!r} is unknown: the node-pool default applies",
-            )
-        walked = _walk_up(path, resolution.source)
+            walked: tuple[str, ...] = ()
+            reason = f"queue {victim_queue!r} is unknown: the node-pool default applies"
+        else:
+            walked = _walk_up(path, resolution.source)
+            reason = _walk_reason("preemptMinRuntime", victim_queue, resolution)
         return ResolutionTrace(
-            ResolutionKind.PREEMPT,
-            resolution,
-            victim_queue,
-            None,
-            path,
-            None,
-            None,
-            walked,
-            _walk_reason("preemptMinRuntime", victim_queue, resolution),
+            ResolutionKind.PREEMPT, resolution, victim_queue, None, path, None, None, walked, reason
         )
 
     def trace_reclaim(self, reclaimer_queue: str, victim_queue: str) -> ResolutionTrace:
@@ -192,37 +177,29 @@ class Resolver:
         kind = ResolutionKind.RECLAIM_LCA if self._lca else ResolutionKind.RECLAIM_QUEUE
         victim_path = self._paths.get(victim_queue)
         reclaimer_path = self._paths.get(reclaimer_queue)
+        lca: str | None = None
         if victim_path is None or reclaimer_path is None:
             unknown = victim_queue if victim_path is None else reclaimer_queue
-            return ResolutionTrace(
-                kind,
-                resolution,
-                victim_queue,
-                reclaimer_queue,
-                victim_path,
-                reclaimer_path,
-                None,
-                (),
-                f"queue {unknown!r} is unknown: the node-pool default applies",
-            )
-        start = resolution.start
-        assert start is not None  # both queues are known
-        walked = _walk_up(victim_path[: victim_path.index(start) + 1], resolution.source)
-        lca: str | None = None
-        if not self._lca:
-            reason = _walk_reason("reclaimMinRuntime", start, resolution)
-        elif reclaimer_path[0] != victim_path[0]:
-            reason = f"different roots: only the victim's root {start!r} counts; " + _walk_reason(
-                "reclaimMinRuntime", start, resolution
-            )
+            walked: tuple[str, ...] = ()
+            reason = f"queue {unknown!r} is unknown: the node-pool default applies"
         else:
-            common = _common_prefix_length(reclaimer_path, victim_path)
-            lca = victim_path[common - 1]
-            where = "the victim's queue is the LCA" if start == lca else "LCA's child"
-            reason = (
-                f"lowest common ancestor {lca!r}; walk starts at {start!r} ({where}); "
-                + _walk_reason("reclaimMinRuntime", start, resolution)
-            )
+            start = resolution.start
+            assert start is not None  # both queues are known
+            walked = _walk_up(victim_path[: victim_path.index(start) + 1], resolution.source)
+            if not self._lca:
+                reason = _walk_reason("reclaimMinRuntime", start, resolution)
+            elif reclaimer_path[0] != victim_path[0]:
+                reason = f"different roots: only the victim's root {start!r} counts; " + (
+                    _walk_reason("reclaimMinRuntime", start, resolution)
+                )
+            else:
+                common = _common_prefix_length(reclaimer_path, victim_path)
+                lca = victim_path[common - 1]
+                where = "the victim's queue is the LCA" if start == lca else "LCA's child"
+                reason = (
+                    f"lowest common ancestor {lca!r}; walk starts at {start!r} ({where}); "
+                    + _walk_reason("reclaimMinRuntime", start, resolution)
+                )
         return ResolutionTrace(
             kind,
             resolution,

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import cache, partial
 from typing import NamedTuple
 
 from minruntime.core.config import MinRuntimeConfig, NodePoolConfigs, ReclaimResolveMethod
@@ -189,13 +190,14 @@ class RunRules:
     immutable, so a change means a new ``RunRules`` (as for ``Resolver``).
     """
 
-    __slots__ = ("_by_pool", "_cache", "_configs", "_resolvers", "_roots", "_tree")
+    __slots__ = ("_by_pool", "_cache", "_configs", "_resolver", "_roots", "_tree")
 
     def __init__(self, tree: QueueTree, configs: NodePoolConfigs) -> None:
         self._tree = tree
         self._configs = configs
         self._roots = tree.roots()
-        self._resolvers: dict[MinRuntimeConfig, Resolver] = {}
+        # One resolver per configuration, made on first use.
+        self._resolver = cache(partial(Resolver, tree))
         # By (configuration, queue); and by (node pool, queue) in front, a cheaper key.
         self._cache: dict[tuple[MinRuntimeConfig, str | None], RuleSet] = {}
         self._by_pool: dict[tuple[str | None, str | None], RuleSet] = {}
@@ -233,12 +235,6 @@ class RunRules:
             )
         self._by_pool[(node_pool, queue)] = found
         return found
-
-    def _resolver(self, config: MinRuntimeConfig) -> Resolver:
-        resolver = self._resolvers.get(config)
-        if resolver is None:
-            resolver = self._resolvers[config] = Resolver(self._tree, config)
-        return resolver
 
     def _windows(self, resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
         config = resolver.config

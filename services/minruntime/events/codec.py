@@ -86,8 +86,7 @@ def decode_event(
     allowed = None if topic is None else topic_types.get(topic)
     if allowed is None and topic is not None:
         raise _unknown_topic(topic, topic_types)
-    if headers and (attributes := binary_attributes(headers)) is not None:
-        value = _binary_to_structured(value, attributes)
+    value = structured_value(value, headers)
     try:
         if value is None:
             raise ValueError("tombstone")

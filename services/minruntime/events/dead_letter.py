@@ -231,8 +231,10 @@ def dead_letter_record(
         "time": time,
         "event_id": _cut(event_id or None, ATTRIBUTE_MAX_CHARS),
         "event_type": _cut(event_type or None, ATTRIBUTE_MAX_CHARS),
-        **_digest("key", raw_key, key_cut),
-        **_digest("value", raw_value, value_cut),
+        **_digest("key", raw_key),
+        "key_truncated": key_cut,
+        **_digest("value", raw_value),
+        "value_truncated": value_cut,
         "header_count": len(headers),
     }
     kept = [_header(name, raw) for name, raw in headers[:HEADERS_KEPT]]
@@ -252,18 +254,13 @@ def _header(name: str, raw: bytes | None) -> _KeptHeader:
     shown = _cut(name, HEADER_NAME_MAX_CHARS) or ""
     raw = _bytes(raw)
     head, cut = (None, False) if raw is None else _preview(raw, HEADER_PREVIEW_BYTES)
-    digest: dict[str, object] = {
-        "value_size": None if raw is None else len(raw),
-        "value_sha256": None if raw is None else hashlib.sha256(raw).hexdigest(),
-    }
-    return shown, head, digest, cut or shown != name
+    return shown, head, _digest("value", raw), cut or shown != name
 
 
-def _digest(name: str, raw: bytes | None, cut: bool) -> dict[str, object]:
+def _digest(name: str, raw: bytes | None) -> dict[str, object]:
     return {
         f"{name}_size": None if raw is None else len(raw),
         f"{name}_sha256": None if raw is None else hashlib.sha256(raw).hexdigest(),
-        f"{name}_truncated": cut,
     }
 
 

@@ -8,8 +8,9 @@ type, which the decoder turns into the rejection kind.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 from pydantic import Field, PlainSerializer, PlainValidator, Strict, WithJsonSchema
 from pydantic_core import PydanticCustomError
@@ -55,6 +56,17 @@ def _rejected(error: MinRuntimeError) -> PydanticCustomError:
     return PydanticCustomError(error.kind, "{message}", {"message": str(error)})
 
 
+_T = TypeVar("_T")
+
+
+def _checked(check: Callable[..., _T], *args: Any) -> _T:
+    """``check(*args)``, a rule-engine error raised as the pydantic error of its kind."""
+    try:
+        return check(*args)
+    except MinRuntimeError as error:
+        raise _rejected(error) from None
+
+
 def _validate_duration(value: Any) -> timedelta:
     if isinstance(value, timedelta):
         if value < timedelta(0):
@@ -64,10 +76,7 @@ def _validate_duration(value: Any) -> timedelta:
                 )
             )
         return value
-    try:
-        return parse_duration(value)
-    except MinRuntimeError as error:
-        raise _rejected(error) from None
+    return _checked(parse_duration, value)
 
 
 def _validate_positive_duration(value: Any) -> timedelta:
@@ -83,15 +92,9 @@ def _validate_timestamp(value: Any) -> datetime:
             raise _rejected(
                 InvalidTimestampError(f"timestamp {value.isoformat()} has no UTC offset")
             )
-        try:
-            require_in_range(value)
-        except MinRuntimeError as error:
-            raise _rejected(error) from None
+        _checked(require_in_range, value)
         return value
-    try:
-        return parse_rfc3339(value)
-    except MinRuntimeError as error:
-        raise _rejected(error) from None
+    return _checked(parse_rfc3339, value)
 
 
 Duration = Annotated[
@@ -129,17 +132,11 @@ PositiveDuration = Annotated[
 
 
 def _validate_max_requeues(value: Any) -> int:
-    try:
-        return check_max_requeues(value, "value")
-    except MinRuntimeError as error:
-        raise _rejected(error) from None
+    return _checked(check_max_requeues, value, "value")
 
 
 def _validate_requeues_window(value: Any) -> timedelta:
-    try:
-        return check_requeues_window(_validate_duration(value), "value")
-    except MinRuntimeError as error:
-        raise _rejected(error) from None
+    return _checked(check_requeues_window, _validate_duration(value), "value")
 
 
 MaxRequeues = Annotated[

@@ -35,7 +35,7 @@ from minruntime.events import (
     structured_value,
 )
 from minruntime.ingest.projection import Projections
-from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord
+from minruntime.ingest.records import BatchOutcome, DeadLetter, InboundRecord, event_log_row
 from minruntime.store import event_log
 from minruntime.store.dead_letters import record_dead_letters
 from minruntime.store.offsets import lock_offsets, store_offsets
@@ -67,7 +67,7 @@ class _Batch:
         conn: Connection,
         tables: StateTables,
         group: str,
-        topic_types: Mapping[str, frozenset[str]],
+        topic_roles: Mapping[str, str] | None,
         dead_letter_topic: str = DEAD_LETTER_TOPIC,
         topic_lives: Mapping[str, TopicLife] | None = None,
     ):
@@ -75,7 +75,7 @@ class _Batch:
         self.tables = tables
         self.topic_lives = topic_lives
         self.group = group
-        self.topic_types = topic_types
+        self.topic_types = topic_types_for(topic_roles)
         self.dead_letter_topic = dead_letter_topic
         self.outcome = BatchOutcome()
         self.dead: list[DeadLetter] = []
@@ -161,19 +161,8 @@ class _Batch:
         record, event, payload = item
         self.outcome.applied += 1
         self.outcome.applied_types[event.type] += 1
-        self.logged.append(
-            {
-                "topic": record.topic,
-                "partition": record.partition,
-                "offset": record.offset,
-                "event_id": event.id,
-                "source": event.source,
-                "type": event.type,
-                "subject": event.subject,
-                "event_time": event.time,
-                "payload": payload.decode("utf-8"),
-            }
-        )
+        row = event_log_row(event, payload, record.topic, record.partition, record.offset)
+        self.logged.append(row)
 
     def write_logs(self) -> None:
         """Insert the event log and the dead letters (table and outbox)."""
@@ -255,9 +244,7 @@ def apply_batch(
     came from another life raises TopicLifeChangedError and stores nothing (None: no check).
     ``tables``: the state tables to apply to (a shadow's for replays and what-ifs).
     """
-    batch = _Batch(
-        conn, tables, consumer_group, topic_types_for(topic_roles), dead_letter_topic, topic_lives
-    )
+    batch = _Batch(conn, tables, consumer_group, topic_roles, dead_letter_topic, topic_lives)
     decoded = batch.decode(batch.fresh_records(records))
     seen = batch.unseen(decoded)
     conflicts = batch.conflicts(decoded, seen)
@@ -310,14 +297,7 @@ def dead_letter_alone(
     Used by ``minruntime.ingest.isolation`` once a record is found to fail for a reason that
     retrying cannot cure; a record already applied (its offset is stored) is skipped.
     """
-    batch = _Batch(
-        conn,
-        tables,
-        consumer_group,
-        topic_types_for(topic_roles),
-        dead_letter_topic,
-        topic_lives,
-    )
+    batch = _Batch(conn, tables, consumer_group, topic_roles, dead_letter_topic, topic_lives)
     for fresh in batch.fresh_records([record]):
         batch.dead_letter(fresh, kind, message, _event_or_none(fresh, batch.topic_types))
     batch.write_logs()

@@ -35,6 +35,7 @@ from minruntime.events import (
     RequeueSkippedData,
     encode_event,
 )
+from minruntime.ingest.records import event_log_row
 from minruntime.store import decisions as stored
 from minruntime.store import event_log
 from minruntime.store.outbox import enqueue, event_message
@@ -132,24 +133,8 @@ def log_decisions(
     Returns each event with its encoded bytes (the outbox payload).
     """
     encoded = [(event, encode_event(event)) for event in events]
-    event_log.append(
-        conn,
-        tables,
-        [
-            {
-                "topic": topic,
-                "partition": None,
-                "offset": None,
-                "event_id": event.id,
-                "source": event.source,
-                "type": event.type,
-                "subject": event.subject,
-                "event_time": event.time,
-                "payload": payload.decode(),
-            }
-            for event, payload in encoded
-        ],
-    )
+    rows = [event_log_row(event, payload, topic, None, None) for event, payload in encoded]
+    event_log.append(conn, tables, rows)
     return encoded
 
 

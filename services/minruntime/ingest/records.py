@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from minruntime.events import Header
+from minruntime.events import Event, Header
 from minruntime.ingest.runs import LostRun
 
 
@@ -26,6 +26,24 @@ class InboundRecord(NamedTuple):
     value: bytes | None
     timestamp_ms: int | None = None
     headers: Sequence[Header] = ()
+
+
+def event_log_row(
+    event: Event, payload: bytes, topic: str, partition: int | None, offset: int | None
+) -> dict[str, Any]:
+    """The ``event_log`` row of an applied event (its structured form: the payload), and where
+    it was consumed (no partition nor offset for an event the service made itself)."""
+    return {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "event_id": event.id,
+        "source": event.source,
+        "type": event.type,
+        "subject": event.subject,
+        "event_time": event.time,
+        "payload": payload.decode("utf-8"),
+    }
 
 
 @dataclass

@@ -16,13 +16,13 @@ import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from minruntime.errors import MissingToolError, StackError
 from minruntime.settings import Settings
 from minruntime.stack.kube_build import KubeBinaries
 from minruntime.stack.process import (
+    Health,
     pid_alive,
     port_in_use,
     read_pid,
@@ -39,17 +39,6 @@ ADMIN_USER = "minruntime-admin"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 _PORT_HINT = "MINRUNTIME_KUBE_APISERVER_PORT / MINRUNTIME_KUBE_ETCD_PORT"
-
-
-@dataclass(frozen=True)
-class KubeHealth:
-    """What a health check of etcd or the API server found."""
-
-    name: str
-    running: bool
-    healthy: bool
-    pid: int | None
-    detail: str
 
 
 class _Daemon:
@@ -173,28 +162,24 @@ class KubeNode:
         stopped_etcd = self.etcd.stop(timeout)
         return stopped_apiserver or stopped_etcd
 
-    def health(self) -> tuple[KubeHealth, KubeHealth]:
+    def health(self) -> list[tuple[str, Health]]:
         """etcd's and the API server's health, without changing anything."""
         etcd_pid, api_pid = self.etcd.pid, self.apiserver.pid
         etcd_url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}"
         if not self.etcd.is_running():
-            etcd = KubeHealth("etcd", False, False, None, "not running")
+            etcd = Health(False, False, None, "not running")
         elif self._etcd_healthy():
-            etcd = KubeHealth(
-                "etcd", True, True, etcd_pid, f"etcd {self._etcd_version()}, {etcd_url}"
-            )
+            etcd = Health(True, True, etcd_pid, f"etcd {self._etcd_version()}, {etcd_url}")
         else:
-            etcd = KubeHealth("etcd", True, False, etcd_pid, f"not answering on {etcd_url}")
+            etcd = Health(True, False, etcd_pid, f"not answering on {etcd_url}")
         if not self.apiserver.is_running():
-            api = KubeHealth("kube-apiserver", False, False, None, "not running")
+            api = Health(False, False, None, "not running")
         elif self._apiserver_ready():
             version = self._get_json("/version").get("gitVersion", "?")
-            api = KubeHealth(
-                "kube-apiserver", True, True, api_pid, f"Kubernetes {version}, {self.server}"
-            )
+            api = Health(True, True, api_pid, f"Kubernetes {version}, {self.server}")
         else:
-            api = KubeHealth("kube-apiserver", True, False, api_pid, f"not ready at {self.server}")
-        return etcd, api
+            api = Health(True, False, api_pid, f"not ready at {self.server}")
+        return [("etcd", etcd), ("kube-apiserver", api)]
 
     # -- configuration --------------------------------------------------------------------
     def admin_token(self) -> str:

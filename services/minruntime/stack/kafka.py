@@ -29,6 +29,7 @@ from minruntime.stack.kafka_security import (
     scram_format_arguments,
 )
 from minruntime.stack.process import (
+    Health,
     pid_alive,
     port_in_use,
     read_pid,
@@ -150,16 +151,6 @@ def replication_lines(nodes: int) -> list[str]:
         f"share.coordinator.state.topic.min.isr={in_sync}",
         "unclean.leader.election.enable=false",
     ]
-
-
-@dataclass(frozen=True)
-class KafkaHealth:
-    """What a health check of the broker found."""
-
-    running: bool
-    healthy: bool
-    pid: int | None
-    detail: str
 
 
 class KafkaNode:
@@ -373,34 +364,31 @@ class KafkaNode:
         host, port = self.settings.kafka_host, self.spec.port
         if not wait_until(lambda: port_in_use(host, port) or not self.is_running(), timeout):
             raise StackError(
-                f"{self.name} did not open port {port} in {timeout:.0f}s: {self._log_tail()}"
+                f"{self.name} did not open port {port} in {timeout:.0f}s: {tail(self.log_file, 3)}"
             )
         if not self.is_running():
-            raise StackError(f"{self.name} exited during start-up: {self._log_tail()}")
+            raise StackError(f"{self.name} exited during start-up: {tail(self.log_file, 3)}")
 
     def wait_ready(self, timeout: float) -> None:
         """Return once a real produce/consume round trip through the broker succeeds."""
         self.wait_listening(timeout)
         checked_round_trip(kafka_access(self.settings), timeout)
 
-    def _log_tail(self) -> str:
-        return tail(self.log_file, 3)
-
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL); True when one was running."""
         return stop_daemon(self.pid_file, timeout)
 
-    def health(self) -> KafkaHealth:
+    def health(self) -> Health:
         """Is the process alive, and does the broker answer a metadata request?"""
         pid = read_pid(self.pid_file)
         if not pid_alive(pid):
-            return KafkaHealth(False, False, None, "not running")
+            return Health(False, False, None, "not running")
         try:
             brokers = asyncio.run(asyncio.wait_for(describe(kafka_access(self.settings)), 10))
         except Exception as exc:
-            return KafkaHealth(True, False, pid, f"not answering: {exc!r}")
+            return Health(True, False, pid, f"not answering: {exc!r}")
         protocol = self.settings.kafka_security_protocol
-        return KafkaHealth(
+        return Health(
             True, True, pid, f"{brokers} broker(s), KRaft, Kafka {self.version}, {protocol}"
         )
 

@@ -31,7 +31,6 @@ from minruntime.errors import StackError
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.stack.kafka import (
-    KafkaHealth,
     KafkaNode,
     NodeSpec,
     Quorum,
@@ -39,6 +38,7 @@ from minruntime.stack.kafka import (
 )
 from minruntime.stack.kafka_probe import checked_round_trip
 from minruntime.stack.process import (
+    Health,
     exited,
     pid_alive,
     read_pid,
@@ -282,7 +282,7 @@ class KafkaCluster:
                     raise
                 time.sleep(0.5)
 
-    def health(self) -> dict[int, KafkaHealth]:
+    def health(self) -> dict[int, Health]:
         """Each node: is its process alive, and does the cluster list it as a broker?"""
         listed: set[int] = set()
         controller, problem = -1, ""
@@ -294,17 +294,17 @@ class KafkaCluster:
             except Exception as exc:
                 problem = f"the cluster does not answer: {exc!r}"
         protocol = self.settings.kafka_security_protocol
-        found: dict[int, KafkaHealth] = {}
+        found: dict[int, Health] = {}
         for node_id, node in self.nodes.items():
             pid = read_pid(node.pid_file)
             if not pid_alive(pid):
-                found[node_id] = KafkaHealth(False, False, None, f"not running ({node.address})")
+                found[node_id] = Health(False, False, None, f"not running ({node.address})")
             elif node_id not in listed:
                 why = problem or "running, but not listed by the cluster"
-                found[node_id] = KafkaHealth(True, False, pid, f"{node.address}: {why}")
+                found[node_id] = Health(True, False, pid, f"{node.address}: {why}")
             else:
                 role = ", active controller" if node_id == controller else ""
-                found[node_id] = KafkaHealth(
+                found[node_id] = Health(
                     True,
                     True,
                     pid,

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from minruntime.errors import StackError
 from minruntime.pgurl import PgAddress
@@ -26,6 +25,7 @@ from minruntime.stack.kafka import KafkaNode
 from minruntime.stack.kafka_cluster import KafkaCluster, node_port
 from minruntime.stack.pg_standby import PostgresPair
 from minruntime.stack.postgres import PostgresNode
+from minruntime.stack.process import Health
 from minruntime.topology import StackTopology, read_topology, write_topology
 
 Say = Callable[[str], None]
@@ -42,18 +42,7 @@ class ComponentStatus:
     detail: str
 
 
-class _Health(Protocol):
-    @property
-    def running(self) -> bool: ...
-    @property
-    def healthy(self) -> bool: ...
-    @property
-    def pid(self) -> int | None: ...
-    @property
-    def detail(self) -> str: ...
-
-
-def _component(name: str, health: _Health) -> ComponentStatus:
+def _component(name: str, health: Health) -> ComponentStatus:
     return ComponentStatus(name, health.running, health.healthy, health.pid, health.detail)
 
 
@@ -299,7 +288,7 @@ def stack_status(settings: Settings) -> StackStatus:
         components.append(_component("kafka", KafkaNode(settings).health()))
     kube = KubeNode(settings)
     if kube.enabled:
-        components.extend(_component(h.name, h) for h in kube.health())
+        components.extend(_component(n, h) for n, h in kube.health())
     reader = with_role(settings.database_url, READER_ROLE, settings.passfile)
     if topology.standby:
         # Reads may go to the standby (hot_standby), the primary when it is the only one.

@@ -34,8 +34,8 @@ from minruntime.errors import StackError
 from minruntime.settings import Settings
 from minruntime.stack.access import REPLICATION_CONF, REPLICATION_ROLE
 from minruntime.stack.credentials import passfile_text, read_passwords
-from minruntime.stack.postgres import PostgresHealth, PostgresNode
-from minruntime.stack.process import wait_until
+from minruntime.stack.postgres import PostgresNode
+from minruntime.stack.process import Health, wait_until
 from minruntime.topology import StackTopology
 
 Say = Callable[[str], None]
@@ -285,8 +285,8 @@ class PostgresPair:
         if standby.data_dir.exists():
             shutil.rmtree(standby.data_dir)  # a later --pg-standby clones it anew
         primary = self.primary
+        (primary.data_dir / REPLICATION_CONF).unlink(missing_ok=True)
         if primary.is_running():
-            (primary.data_dir / REPLICATION_CONF).unlink(missing_ok=True)
             primary.reload()
             with primary.admin_connection() as conn:
                 conn.execute(
@@ -294,8 +294,6 @@ class PostgresPair:
                     " WHERE slot_name = %s",
                     (SLOT,),
                 )
-        else:
-            (primary.data_dir / REPLICATION_CONF).unlink(missing_ok=True)
 
     def down(self, say: Say) -> None:
         """Stop the primary first (its last WAL reaches the standby), then the other."""
@@ -307,7 +305,7 @@ class PostgresPair:
         return "fenced former primary" if self.topology.fenced else "standby"
 
     # -- health ----------------------------------------------------------------------------
-    def health(self) -> list[tuple[str, PostgresHealth]]:
+    def health(self) -> list[tuple[str, Health]]:
         """Each server, named `postgresql` and `postgresql-2`, with its part in the pair."""
         return [(self.name_of(server), self._health_of(server)) for server in self.servers]
 
@@ -315,11 +313,11 @@ class PostgresPair:
         """Its name in `stack status`: `postgresql` (the URL's port), `postgresql-2` (next)."""
         return "postgresql" if server is self.servers[0] else "postgresql-2"
 
-    def _health_of(self, server: PostgresNode) -> PostgresHealth:
+    def _health_of(self, server: PostgresNode) -> Health:
         found = server.health()
         if server is self.standby and self.topology.fenced:
             state = "read-only" if found.running else "stopped"
-            return PostgresHealth(
+            return Health(
                 found.running,
                 False,
                 found.pid,

@@ -14,7 +14,7 @@ import pwd
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,23 +31,13 @@ from minruntime.stack.access import (
     make_certificate,
     security_conf,
 )
-from minruntime.stack.process import require_free_port, run, tail, write_private
+from minruntime.stack.process import Health, require_free_port, run, tail, write_private
 
 if TYPE_CHECKING:
     import psycopg
 
 MIN_MAJOR = 15
 SUPERUSER = "postgres"
-
-
-@dataclass(frozen=True)
-class PostgresHealth:
-    """What a health check of the database server found."""
-
-    running: bool
-    healthy: bool
-    pid: int | None
-    detail: str
 
 
 def find_bindir() -> Path | None:
@@ -185,15 +175,18 @@ class PostgresNode:
             self.settings.stack_dir.mkdir(parents=True, exist_ok=True)
             if not self.link.is_symlink() and not self.link.exists():
                 self.link.symlink_to(self.home, target_is_directory=True)
-            account = pwd.getpwnam(SUPERUSER)
             for path in (self.home.parent.parent, self.home.parent):
                 os.chmod(path, 0o755)
-            for path in (self.home, self.socket_dir):
+            self._give_to_server(self.home, self.socket_dir, self.data_dir, self.log_file)
+
+    def _give_to_server(self, *paths: Path) -> None:
+        """As root: make the server's account own ``paths`` (those that exist)."""
+        if not self.as_root:
+            return
+        account = pwd.getpwnam(SUPERUSER)
+        for path in paths:
+            if path.exists():
                 os.chown(path, account.pw_uid, account.pw_gid)
-            if self.data_dir.exists():
-                os.chown(self.data_dir, account.pw_uid, account.pw_gid)
-            if self.log_file.exists():
-                os.chown(self.log_file, account.pw_uid, account.pw_gid)
 
     def forget_an_earlier_stack(self) -> None:
         """As root, drop data left under this stack directory's path by a deleted one.
@@ -274,11 +267,7 @@ class PostgresNode:
             path.write_text(text)
             path.chmod(0o600)
         self.socket_dir.chmod(0o700)
-        if self.as_root:
-            account = pwd.getpwnam(SUPERUSER)
-            for path in [*files, *(tls or ()), self.tls_dir, self.socket_dir]:
-                if path.exists():
-                    os.chown(path, account.pw_uid, account.pw_gid)
+        self._give_to_server(*files, *(tls or ()), self.tls_dir, self.socket_dir)
         self.server_certificate.unlink(missing_ok=True)
         if tls is not None:
             # The public half, for clients' sslrootcert (sslmode=verify-full).
@@ -298,9 +287,7 @@ class PostgresNode:
     def write_owned(self, path: Path, text: str) -> None:
         """Write a file only the server's account can read (mode 0600, owned by it)."""
         write_private(path, text)
-        if self.as_root:
-            account = pwd.getpwnam(SUPERUSER)
-            os.chown(path, account.pw_uid, account.pw_gid)
+        self._give_to_server(path)
 
     def _pg_ctl(self, action: str, *options: str, timeout: float = 120) -> str:
         return run(
@@ -422,16 +409,16 @@ class PostgresNode:
         alone = replace(address, hosts=(self.db.host,), ports=(str(self.port),))
         return alone.with_params(target_session_attrs=None).uri()
 
-    def health(self) -> PostgresHealth:
+    def health(self) -> Health:
         """Is the server running, and does the service's own login answer `SELECT 1`?"""
         if not self.is_running():
-            return PostgresHealth(False, False, None, "not running")
+            return Health(False, False, None, "not running")
         import psycopg
 
         try:
             with psycopg.connect(self.url, connect_timeout=5) as conn:
                 row = conn.execute("SHOW server_version").fetchone()
         except psycopg.Error as exc:
-            return PostgresHealth(True, False, self.pid(), f"not answering: {exc}".strip())
+            return Health(True, False, self.pid(), f"not answering: {exc}".strip())
         version = row[0] if row else "?"
-        return PostgresHealth(True, True, self.pid(), f"PostgreSQL {version}, data {self.data_dir}")
+        return Health(True, True, self.pid(), f"PostgreSQL {version}, data {self.data_dir}")

@@ -9,9 +9,20 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from minruntime.errors import PortInUseError, StackError
+
+
+@dataclass(frozen=True)
+class Health:
+    """What a health check of one node (PostgreSQL, a Kafka broker, etcd, the API server) found."""
+
+    running: bool
+    healthy: bool
+    pid: int | None
+    detail: str
 
 
 def port_in_use(host: str, port: int) -> bool:

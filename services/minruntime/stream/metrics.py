@@ -11,6 +11,7 @@ those only the first ``MAX_QUEUE_LABELS`` this process saw (later ones are ``oth
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -33,68 +34,62 @@ class ProcessorMetrics:
     """Counters of one processor process, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.applied = Counter(
+        counter = partial(Counter, registry=registry)
+        gauge = partial(Gauge, registry=registry)
+        histogram = partial(Histogram, registry=registry)
+        self.applied = counter(
             "minruntime_events_applied",
             "Input events applied to the projections, by topic role and event type.",
             ["role", "type"],
-            registry=registry,
         )
-        self.dead_lettered = Counter(
+        self.dead_lettered = counter(
             "minruntime_events_dead_lettered",
             "Input records dead-lettered, by topic role and error kind.",
             ["role", "kind"],
-            registry=registry,
         )
-        self.duplicates = Counter(
+        self.duplicates = counter(
             "minruntime_events_duplicate",
             "Records not applied again: a redelivered offset or an already-applied event id.",
             ["role"],
-            registry=registry,
         )
-        self.lag = Gauge(
+        self.lag = gauge(
             "minruntime_consumer_lag",
             "Records in the partition after the last one applied (high watermark - next offset).",
             ["role", "partition"],
-            registry=registry,
         )
         self._lag_series: set[tuple[str, str]] = set()
-        self.batch_seconds = Histogram(
+        self.batch_seconds = histogram(
             "minruntime_batch_seconds",
             "Wall time of applying one batch in one transaction.",
             ["role"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
-            registry=registry,
         )
-        self.run_seconds_lost = Histogram(
+        self.run_seconds_lost = histogram(
             "minruntime_run_seconds_lost",
             "How long the runs that evictions and requeues ended had run (work lost).",
             ["ended_by"],
             buckets=(60, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, 259200),
-            registry=registry,
         )
-        self.gpu_seconds_lost = Counter(
+        self.gpu_seconds_lost = counter(
             "minruntime_gpu_seconds_lost",
             "GPU-seconds of the runs that evictions and requeues ended, by queue.",
             ["queue"],
-            registry=registry,
         )
-        self.violations = Counter(
+        self.violations = counter(
             "minruntime_protection_violations",
             "Runs an eviction ended while a protection window still protected them.",
             ["verdict"],
-            registry=registry,
         )
         # Both verdicts exported from the start: increase() misses a series' first sample, and
         # the first violation is the one an alert must not miss.
         for verdict in VIOLATION_VERDICTS:
             self.violations.labels(verdict)
-        self.ignored_values = Counter(
+        self.ignored_values = counter(
             "minruntime_ignored_values",
             "Applied events that carried a value the service ignored, as KAI does, with this"
             " warning (an invalid or negative preemption delay, an unusable"
             " last-eviction-timestamp), by field.",
             ["field"],
-            registry=registry,
         )
         # Every field exported from the start (zero until one is ignored); a new field is a
         # new member of core.IgnoredValue.

@@ -8,6 +8,7 @@ counters count what this process's relay did. Labels are finite: the set-aside r
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -32,36 +33,28 @@ class OutboxMetrics:
     """The relay's gauges and counters, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.backlog = Gauge(
-            "minruntime_outbox_backlog",
-            "Outbox rows waiting to be published (not set aside).",
-            registry=registry,
+        counter = partial(Counter, registry=registry)
+        gauge = partial(Gauge, registry=registry)
+        self.backlog = gauge(
+            "minruntime_outbox_backlog", "Outbox rows waiting to be published (not set aside)."
         )
-        self.oldest_age = Gauge(
+        self.oldest_age = gauge(
             "minruntime_outbox_oldest_age_seconds",
             "Age of the oldest outbox row waiting to be published (0 when none waits).",
-            registry=registry,
         )
-        self.set_aside_rows = Gauge(
+        self.set_aside_rows = gauge(
             "minruntime_outbox_set_aside_rows",
             "Outbox rows set aside (the broker refused them for good) and not retried yet.",
-            registry=registry,
         )
-        self.set_aside = Counter(
+        self.set_aside = counter(
             "minruntime_outbox_set_aside",
             "Outbox rows this relay set aside, by reason.",
             ["reason"],
-            registry=registry,
         )
-        self.published = Counter(
-            "minruntime_outbox_published",
-            "Outbox rows this relay published.",
-            registry=registry,
-        )
-        self.retries = Counter(
+        self.published = counter("minruntime_outbox_published", "Outbox rows this relay published.")
+        self.retries = counter(
             "minruntime_outbox_retries",
             "Outbox rows whose publish failed for a retriable reason (left pending).",
-            registry=registry,
         )
         for reason in SET_ASIDE_REASONS:
             self.set_aside.labels(reason)

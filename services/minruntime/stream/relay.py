@@ -130,12 +130,11 @@ class OutboxRelay:
                 await self._refresh_stats()
                 if report is None or report.retry:
                     # One line when publishing stops, a reminder a minute, one when it resumes.
-                    if report is None:
-                        outage.failed(failure or "unknown error")
-                    else:
-                        outage.failed(
-                            f"{len(report.retry)} row(s) not published: {report.retry_error!r}"
-                        )
+                    outage.failed(
+                        (failure or "unknown error")
+                        if report is None
+                        else f"{len(report.retry)} row(s) not published: {report.retry_error!r}"
+                    )
                     await asyncio.sleep(backoff.next())
                     continue
                 outage.back()

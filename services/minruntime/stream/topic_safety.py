@@ -52,52 +52,37 @@ def judge_topic(
     min_isr = int(configs.get("min.insync.replicas", "1"))
     unclean = configs.get("unclean.leader.election.enable", "false").lower() == "true"
     found: list[Finding] = []
+
+    def add(severity: Severity, message: str) -> None:
+        found.append(Finding(severity, name, message))
+
     if replication_factor == 1:
-        severity = Severity.UNSAFE if brokers > 1 else Severity.NOTE
-        found.append(
-            Finding(
-                severity,
-                name,
-                "replication factor 1 on a single-broker cluster (development only)"
-                if brokers == 1
-                else "replication factor 1: one broker's disk holds the only copy",
-            )
+        add(
+            Severity.UNSAFE if brokers > 1 else Severity.NOTE,
+            "replication factor 1 on a single-broker cluster (development only)"
+            if brokers == 1
+            else "replication factor 1: one broker's disk holds the only copy",
         )
     elif min_isr < 2:
-        found.append(
-            Finding(
-                Severity.UNSAFE,
-                name,
-                f"min.insync.replicas {min_isr} with {replication_factor} replicas: a write "
-                "acknowledged by the leader alone is lost with that broker (set it to 2)",
-            )
+        add(
+            Severity.UNSAFE,
+            f"min.insync.replicas {min_isr} with {replication_factor} replicas: a write "
+            "acknowledged by the leader alone is lost with that broker (set it to 2)",
         )
     elif min_isr >= replication_factor:
-        found.append(
-            Finding(
-                Severity.UNSAFE,
-                name,
-                f"min.insync.replicas {min_isr} = replication factor {replication_factor}: "
-                "one broker down stops every write (relays and producers wait)",
-            )
+        add(
+            Severity.UNSAFE,
+            f"min.insync.replicas {min_isr} = replication factor {replication_factor}: "
+            "one broker down stops every write (relays and producers wait)",
         )
     if unclean:
-        found.append(
-            Finding(
-                Severity.UNSAFE,
-                name,
-                "unclean.leader.election.enable=true: a replica missing acknowledged writes "
-                "may become leader",
-            )
+        add(
+            Severity.UNSAFE,
+            "unclean.leader.election.enable=true: a replica missing acknowledged writes "
+            "may become leader",
         )
     if not found:
-        found.append(
-            Finding(
-                Severity.OK,
-                name,
-                f"{replication_factor} replicas, min.insync.replicas {min_isr}",
-            )
-        )
+        add(Severity.OK, f"{replication_factor} replicas, min.insync.replicas {min_isr}")
     return found
 
 
