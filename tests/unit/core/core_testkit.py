@@ -22,6 +22,7 @@ from minruntime.core import (
     QueueTree,
     RunningPodGroup,
     SubGroup,
+    Submission,
     plan_requeue_cycle,
 )
 
@@ -44,6 +45,42 @@ def design_tree() -> QueueTree:
             Queue(name="leaf2", parent="C", reclaim_min_runtime=s(180)),
             Queue(name="leaf3", parent="D"),
         ]
+    )
+
+
+def with_preempt(tree: QueueTree) -> QueueTree:
+    """The design tree plus SEMANTICS.md §4's preempt values: B 600s, leaf1 300s."""
+    return tree.with_queue(
+        Queue(name="B", parent="A", preempt_min_runtime=s(600), reclaim_min_runtime=s(600))
+    ).with_queue(
+        Queue(name="leaf1", parent="C", preempt_min_runtime=s(300), reclaim_min_runtime=s(0))
+    )
+
+
+def submission(
+    pods: tuple[tuple[str, str, float], ...] = (("p0", "default", 1.0), ("p1", "default", 1.0)),
+    subgroups: tuple[SubGroup, ...] = (SubGroup("default", 2),),
+    annotations: dict[str, str] | None = None,
+    at: datetime = T0,
+    **spec: object,
+) -> Submission:
+    """A submission of job/ns in queue q (two pods, one subgroup needing both); `spec` replaces
+    any of the other fields."""
+    fields: dict[str, object] = {
+        "name": "job",
+        "namespace": "ns",
+        "queue": "q",
+        "node_pool": None,
+        "priority": 5,
+        "preemptibility": Preemptibility.PREEMPTIBLE,
+    }
+    fields.update(spec)
+    return Submission(
+        subgroups=subgroups,
+        pods=pods,
+        annotations=annotations or {},
+        at=at,
+        **fields,  # type: ignore[arg-type]
     )
 
 
