@@ -34,10 +34,9 @@ from minruntime.events import (
 from minruntime.events.dead_letter import DEAD_LETTER_MAX_BYTES, HEADERS_KEPT
 from tests import cloudevents as ce
 from tests.unit.test_events_dead_letter import letter
-from tests.unit.test_events_decode import rejected, submitted
+from tests.unit.test_events_decode import EXAMPLES, rejected, submitted
 from tests.unit.test_events_roundtrip import events
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "schemas" / "examples"
 PODGROUPS = "kai.podgroups"
 
 

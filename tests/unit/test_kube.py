@@ -18,8 +18,8 @@ from minruntime.kube import (
     queue_upserts,
     read_manifests,
 )
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "schemas" / "examples"
 
 # The seed document's examples, verbatim.

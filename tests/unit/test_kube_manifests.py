@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from minruntime.kube import QUEUE_DURATION_FIELDS, QUEUE_SPEC_FIELDS
+from tests.conftest import ROOT
 from tests.manifests import SETTINGS, assert_a_real_minruntime_command, setting_names, workloads
 
-ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
 CRDS = DEPLOY / "crds"
 IMAGE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["x-minruntime"]["image"]

@@ -1,4 +1,5 @@
-"""Every operator command answers an unreachable database with one line, never a traceback."""
+"""Every operator command answers an unreachable database with one line, never a traceback; so do
+`minruntime offsets`'s user mistakes and an unreachable Kafka."""
 
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _one_line(args: tuple[str, ...], env: dict[str, str] | None = None) -> str:
+    result = run_cli(*args, env=env, timeout=60)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -28,15 +37,32 @@ def _closed_port() -> int:
         ("requeue", "plan"),
         ("requeue", "plan", "--at", "now-5m", "--node-pool", "default"),
         ("migrate",),
+        ("offsets", "show"),
     ],
 )
 def test_an_unreachable_database_is_one_line(args: tuple[str, ...]) -> None:
     url = f"postgresql://minruntime:minruntime@127.0.0.1:{_closed_port()}/minruntime"
-    result = run_cli(*args, env={"MINRUNTIME_DATABASE_URL": url}, timeout=60)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("minruntime: error: cannot read the database: connection failed")
+    line = _one_line(args, {"MINRUNTIME_DATABASE_URL": url})
+    assert line.startswith("minruntime: error: cannot read the database: connection failed")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("offsets", "rebaseline", "kai.queues"), "--from-start or --from-end"),
+        (("offsets", "rebaseline", "kai.queues", "--from-start", "--from-end"), "exactly one"),
+        (("offsets", "rebaseline", "kai.nope", "--from-start"), "not an input topic"),
+        (("offsets", "rebaseline"), "Missing argument"),
+    ],
+)
+def test_an_offsets_mistake_is_one_line(args: tuple[str, ...], says: str) -> None:
+    assert says in _one_line(args)
+
+
+def test_unreachable_kafka_is_one_line() -> None:
+    env = {"MINRUNTIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{_closed_port()}"}
+    line = _one_line(("offsets", "rebaseline", "kai.queues", "--from-start"), env)
+    assert line.startswith("minruntime: error: cannot reach Kafka at 127.0.0.1:")
 
 
 def test_a_write_refused_by_a_standby_says_the_command_needs_the_primary() -> None:

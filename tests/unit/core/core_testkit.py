@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     EXPECTED_RUNTIME_PLUGIN,
+    Allocation,
     ClusterState,
     CyclePlan,
     MinRuntimeConfig,
@@ -17,12 +18,14 @@ from minruntime.core import (
     NodePoolConfigs,
     PendingPodGroup,
     Pod,
+    PodGroupState,
     Preemptibility,
     Queue,
     QueueTree,
     RunningPodGroup,
     SubGroup,
     Submission,
+    fold,
     plan_requeue_cycle,
 )
 
@@ -82,6 +85,11 @@ def submission(
         at=at,
         **fields,  # type: ignore[arg-type]
     )
+
+
+def running(state: PodGroupState, at: datetime = T0) -> PodGroupState:
+    """The podgroup with every pod allocated, on node n1, at `at`."""
+    return fold(state, Allocation(tuple((name, "n1") for name in state.pods), at))
 
 
 # --- naive references: written from SEMANTICS.md §4 without any caching -----------------

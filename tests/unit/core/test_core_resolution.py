@@ -114,8 +114,9 @@ def test_unknown_victim_preempt_is_the_default() -> None:
     assert (result.min_runtime, result.source) == (s(11), None)
 
 
-def different_roots_tree() -> QueueTree:
-    return QueueTree(
+def different_roots() -> Resolver:
+    """Two trees (r1 -> mid -> v, r2 -> w) and an orphan, with the DEFAULTS config."""
+    tree = QueueTree(
         [
             Queue(name="r1", reclaim_min_runtime=s(100)),
             Queue(name="mid", parent="r1", reclaim_min_runtime=s(5)),
@@ -125,23 +126,21 @@ def different_roots_tree() -> QueueTree:
             Queue(name="orphan", parent="gone", reclaim_min_runtime=s(3)),
         ]
     )
+    return Resolver(tree, DEFAULTS)
 
 
 def test_different_roots_use_only_the_victim_root() -> None:
-    resolver = Resolver(different_roots_tree(), DEFAULTS)
-    result = resolver.reclaim_min_runtime("w", "v")
+    result = different_roots().reclaim_min_runtime("w", "v")
     assert (result.min_runtime, result.source, result.start) == (s(100), "r1", "r1")
 
 
 def test_different_roots_with_unset_root_is_the_default_not_further_down() -> None:
-    resolver = Resolver(different_roots_tree(), DEFAULTS)
-    result = resolver.reclaim_min_runtime("v", "w")
+    result = different_roots().reclaim_min_runtime("v", "w")
     assert (result.min_runtime, result.source) == (s(22), None)
 
 
 def test_a_queue_with_unknown_parent_is_its_own_root() -> None:
-    resolver = Resolver(different_roots_tree(), DEFAULTS)
-    result = resolver.reclaim_min_runtime("v", "orphan")
+    result = different_roots().reclaim_min_runtime("v", "orphan")
     assert (result.min_runtime, result.source) == (s(3), "orphan")
 
 
@@ -224,7 +223,7 @@ def test_trace_explains_the_lca_walk() -> None:
 
 
 def test_trace_for_different_roots_and_unknown_queues() -> None:
-    resolver = Resolver(different_roots_tree(), DEFAULTS)
+    resolver = different_roots()
     assert "different roots" in resolver.trace_reclaim("w", "v").reason
     assert "unknown" in resolver.trace_reclaim("nope", "v").reason
     assert "unknown" in resolver.trace_preempt("nope").reason

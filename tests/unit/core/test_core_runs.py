@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from core_testkit import T0, s, submission
+from core_testkit import T0, running, s, submission
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,10 +34,6 @@ def submitted(
     spec = {"namespace": "team", "node_pool": "a100", "priority": 1}
     change = submission(pods, (SubGroup("default", 1),), preemptibility=preemptibility, **spec)
     return fold(PodGroupState(uid), change)
-
-
-def running(state: PodGroupState, at: datetime = T0) -> PodGroupState:
-    return fold(state, Allocation(tuple((name, "n1") for name in state.pods), at))
 
 
 def end(state: PodGroupState, change: PodGroupChange, at: datetime) -> EndedRun | None:

@@ -6,14 +6,13 @@ from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from core_testkit import T0, node, nominated, pending_pg, plan, running_pg, s, submission
+from core_testkit import T0, node, nominated, pending_pg, plan, running, running_pg, s, submission
 from hypothesis import given
 from hypothesis import strategies as st
 
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
-    Allocation,
     ClusterState,
     EndedRun,
     NodePoolConfigs,
@@ -96,10 +95,6 @@ def submitted(preemptibility: Preemptibility, min_available: int = 1) -> PodGrou
     subgroups = (SubGroup("default", min_available),)
     change = submission(pods, subgroups, priority=1, preemptibility=preemptibility)
     return fold(PodGroupState("pg"), change)
-
-
-def running(state: PodGroupState) -> PodGroupState:
-    return fold(state, Allocation(tuple((pod, "n1") for pod in state.pods), T0))
 
 
 def test_the_fold_keeps_the_value_and_the_flag_says_some_pods_may_go() -> None:
