@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -57,17 +58,10 @@ def config(text: str, node_pool: str = "default", file: str = "config.yaml") -> 
     return config_update(parse_manifests(file, text), node_pool)
 
 
-def queue_error(text: str, file: str = "queues.yaml") -> str:
+def error_of(read: Callable[..., object], *args: str) -> str:
+    """The one-line ManifestError of `read(*args)` (`queues` or `config`)."""
     with pytest.raises(ManifestError) as caught:
-        queues(text, file)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
-
-
-def config_error(text: str, node_pool: str = "default", file: str = "config.yaml") -> str:
-    with pytest.raises(ManifestError) as caught:
-        config(text, node_pool, file)
+        read(*args)
     message = str(caught.value)
     assert "\n" not in message
     return message
@@ -147,7 +141,7 @@ def test_a_kubectl_list_is_expanded_into_its_items() -> None:
         "- {apiVersion: scheduling.run.ai/v2, kind: Queue, metadata: {name: b},"
         " spec: {parentQueue: a, preemptMinRuntime: 1x}}\n"
     )
-    message = queue_error(text, "all.yaml")
+    message = error_of(queues, text, "all.yaml")
     assert message == (
         'all.yaml document 1 item 2 (Queue "b"): spec.preemptMinRuntime: '
         "invalid duration '1x': unknown unit 'x' (use one of ns, us, ms, s, m, h, d, w)"
@@ -271,11 +265,11 @@ def test_several_files_and_stdin(tmp_path: Path) -> None:
     ],
 )
 def test_queue_errors_name_file_document_and_field(text: str, expected: str) -> None:
-    assert queue_error(text) == expected
+    assert error_of(queues, text) == expected
 
 
 def test_a_self_parent_is_a_cycle() -> None:
-    assert queue_error(queue_yaml("a", "  parentQueue: a\n")).endswith(
+    assert error_of(queues, queue_yaml("a", "  parentQueue: a\n")).endswith(
         "spec.parentQueue: queue change would create a cycle: a -> a; change the parentQueue of"
         " one of these queues"
     )
@@ -480,11 +474,11 @@ ARGS = "config.yaml document 1: tiers[0].plugins[1].arguments"
     ],
 )
 def test_config_errors_name_file_document_and_field(text: str, expected: str) -> None:
-    assert config_error(text) == expected
+    assert error_of(config, text) == expected
 
 
 def test_an_empty_node_pool_is_refused() -> None:
-    assert config_error(SEED_CONFIG, node_pool="") == "the node pool name must not be empty"
+    assert error_of(config, SEED_CONFIG, "") == "the node pool name must not be empty"
 
 
 # -- reading ------------------------------------------------------------------------------------

@@ -31,10 +31,6 @@ def _deployed() -> list[dict[str, Any]]:
     return _objects(DEPLOY, kustomization["resources"])
 
 
-def _workloads() -> dict[str, dict[str, Any]]:
-    return workloads(_deployed())
-
-
 def _crd_spec(name: str) -> dict[str, Any]:
     (crd,) = [c for c in _objects(CRDS) if c["metadata"]["name"] == name]
     (version,) = crd["spec"]["versions"]
@@ -51,9 +47,9 @@ def test_every_yaml_file_of_the_folder_is_deployed() -> None:
     )
 
 
-@pytest.mark.parametrize("workload", sorted(_workloads()))
+@pytest.mark.parametrize("workload", sorted(workloads(_deployed())))
 def test_every_container_runs_a_real_minruntime_command(workload: str) -> None:
-    (container,) = _workloads()[workload]["containers"]
+    (container,) = workloads(_deployed())[workload]["containers"]
     assert container["image"] == IMAGE
     assert "command" not in container, "the image's entrypoint is `minruntime`"
     assert_a_real_minruntime_command(container["args"], workload)
@@ -74,7 +70,7 @@ def test_only_the_bridge_and_the_evictor_hold_an_api_token() -> None:
         for s in o["subjects"]
     }
     assert bound == {account["metadata"]["name"]}
-    for name, spec in _workloads().items():
+    for name, spec in workloads(_deployed()).items():
         if name in API_CLIENTS:
             assert spec["serviceAccountName"] == account["metadata"]["name"]
         else:

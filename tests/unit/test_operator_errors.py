@@ -1,9 +1,11 @@
 """Every operator command answers an unreachable database with one line, never a traceback; so do
-`minruntime offsets`'s user mistakes and an unreachable Kafka."""
+`minruntime offsets`'s user mistakes and an unreachable Kafka, and `minruntime kube` without a
+usable API server."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +82,42 @@ def test_a_write_refused_by_a_standby_says_the_command_needs_the_primary() -> No
         assert message is not None
         assert "needs the primary" in message
         assert "\n" not in message
+
+
+@pytest.mark.parametrize("command", ["bridge", "evictor", "diff"])
+def test_an_unusable_kubeconfig_is_one_line(command: str, tmp_path: Path) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("not: a kubeconfig\n")
+    line = _one_line(("kube", command), {"KUBECONFIG": str(broken)})
+    assert "Traceback" not in line
+    assert line.startswith(f"minruntime: error: cannot use {broken}:")
+
+
+def test_no_kubeconfig_at_all_names_the_three_ways(tmp_path: Path) -> None:
+    result = run_cli(
+        "kube",
+        "bridge",
+        env={
+            "KUBECONFIG": "",
+            "MINRUNTIME_STACK_DIR": str(tmp_path),
+            "KUBERNETES_SERVICE_HOST": "",
+        },
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "stack up --kube" in result.stderr
+
+
+def test_kube_diff_without_an_api_server_is_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    line = _one_line(("kube", "diff"), {"KUBECONFIG": str(kubeconfig)})
+    assert line.startswith(
+        "minruntime: error: cannot list PodGroup objects from the Kubernetes API server:"
+    )
+    assert "Connection refused" in line
