@@ -8,11 +8,11 @@ from minruntime.cli import main
 from minruntime.errors import StackError, UserError
 
 
-def one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """The one line `minruntime argv` writes when it exits 2: on stderr, with nothing on stdout."""
-    assert main(argv) == 2
+def one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str], code: int = 2) -> str:
+    """The one line `minruntime argv` writes when it exits `code`: on stderr, nothing on stdout."""
+    assert main(argv) == code
     captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
+    lines = captured.err.splitlines()
     assert len(lines) == 1, captured.err
     assert captured.out == ""
     return lines[0]
@@ -93,12 +93,10 @@ def test_core_value_errors_are_one_line(
 
 
 def test_outbox_retry_needs_ids_or_all(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["outbox", "retry"]) == 2
-    assert capsys.readouterr().err.strip() == (
+    assert one_error_line(["outbox", "retry"], capsys) == (
         "minruntime: error: name the row ids to retry, or pass --all (not both)"
     )
-    assert main(["outbox", "retry", "not-a-uuid"]) == 2
-    assert "is not an outbox row id" in capsys.readouterr().err
+    assert "is not an outbox row id" in one_error_line(["outbox", "retry", "not-a-uuid"], capsys)
 
 
 def test_a_bug_shows_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,9 +32,9 @@ from minruntime.events import (
     types_for_topic_role,
 )
 from tests import cloudevents as ce
+from tests.cloudevents import T0
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "schemas" / "examples"
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
 def rejected(value: bytes | None, topic: str | None = None, headers: Any = None) -> EventRejected:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -31,9 +31,9 @@ from minruntime.commands.explain import (
     resolved_from_label,
     verdict_text,
 )
+from tests.cloudevents import T0
 from tests.unit.test_cli import one_error_line
 
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
 
 

@@ -20,6 +20,7 @@ from minruntime.kube import (
     read_manifests,
 )
 from tests.conftest import ROOT
+from tests.unit.test_cli import one_error_line
 
 EXAMPLES = ROOT / "schemas" / "examples"
 
@@ -569,26 +570,19 @@ def test_config_apply_sends_the_requeue_cap_and_refuses_a_bad_one_in_one_line(
     assert (data["maxRequeues"], data["maxRequeuesWindow"]) == (3, "2h")
     bad = tmp_path / "bad.yaml"
     bad.write_text(plugin_config('      maxRequeues: "0"\n'))
-    assert main(["config", "apply", "-f", str(bad), "--dry-run"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.splitlines() == [
+    assert one_error_line(["config", "apply", "-f", str(bad), "--dry-run"], capsys) == (
         f"minruntime: error: {bad} document 1: tiers[0].plugins[1].arguments.maxRequeues:"
         " must be from 1 to 1000, got 0"
-    ]
+    )
 
 
 def test_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "queues.yaml"
     bad.write_text(SEED_QUEUE + "---\n" + queue_yaml("research", '  preemptMinRuntime: "10x"\n'))
-    assert main(["queues", "apply", "-f", str(bad), "--dry-run"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""  # all or nothing: not even the valid first queue
-    assert captured.err.splitlines() == [
+    # Nothing on stdout: all or nothing, not even the valid first queue.
+    assert one_error_line(["queues", "apply", "-f", str(bad), "--dry-run"], capsys) == (
         f'minruntime: error: {bad} document 2 (Queue "research"): spec.preemptMinRuntime:'
         " invalid duration '10x': unknown unit 'x' (use one of ns, us, ms, s, m, h, d, w)"
-    ]
-    assert main(["config", "apply", "--dry-run"]) == 2
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1
-    assert "Missing option '--filename' / '-f'" in err[0]
+    )
+    line = one_error_line(["config", "apply", "--dry-run"], capsys)
+    assert "Missing option '--filename' / '-f'" in line

@@ -15,10 +15,10 @@ from minruntime.audit.protection import ProtectionRow
 from minruntime.audit.whatif import ChangeEvent, WhatIfReport
 from minruntime.commands.whatif import read_change_files, report_lines
 from minruntime.events import new_event
+from tests.cloudevents import T0
 from tests.unit.test_cli import one_error_line
 
 NOW = datetime(2026, 11, 21, 10, 7, tzinfo=UTC)
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 QUEUES_YAML = """\
 apiVersion: scheduling.run.ai/v2
 kind: Queue

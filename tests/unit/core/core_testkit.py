@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from hypothesis import strategies as st
+from tests.cloudevents import T0
 
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
@@ -28,8 +29,6 @@ from minruntime.core import (
     fold,
     plan_requeue_cycle,
 )
-
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
 def s(seconds: float) -> timedelta:

@@ -18,16 +18,6 @@ def reclaim(reclaimer: str, victim: str, config: MinRuntimeConfig = LCA) -> Reso
 # --- the worked examples of SEMANTICS.md §4 --------------------------------------------------
 
 
-def test_cousins_use_the_lca_child_on_the_victim_side() -> None:
-    result = reclaim("leaf1", "leaf3")
-    assert (result.min_runtime, result.source) == (s(60), "D")
-
-
-def test_siblings_honour_the_victim_leaf() -> None:
-    result = reclaim("leaf1", "leaf2")
-    assert (result.min_runtime, result.source) == (s(180), "leaf2")
-
-
 def test_cousins_ignore_the_victim_leaf_value() -> None:
     result = reclaim("leaf3", "leaf1")
     assert (result.min_runtime, result.source) == (s(600), "B")
@@ -50,22 +40,25 @@ def test_preempt_examples() -> None:
     assert (leaf2.min_runtime, leaf2.source) == (s(600), "B")
 
 
-# --- method queue ---------------------------------------------------------------------------
+# --- the worked examples of both methods ----------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("reclaimer", "victim", "expected", "source"),
+    ("config", "reclaimer", "victim", "expected", "source"),
     [
-        ("leaf1", "leaf3", s(60), "D"),
-        ("leaf3", "leaf1", s(0), "leaf1"),
-        ("leaf1", "leaf2", s(180), "leaf2"),
-        ("A", "C", s(600), "B"),
+        (LCA, "leaf1", "leaf3", s(60), "D"),  # cousins use the LCA's child on the victim's side
+        (LCA, "leaf1", "leaf2", s(180), "leaf2"),  # siblings honour the victim leaf
+        # Method queue walks from the victim, whatever the reclaimer.
+        (QUEUE, "leaf1", "leaf3", s(60), "D"),
+        (QUEUE, "leaf3", "leaf1", s(0), "leaf1"),
+        (QUEUE, "leaf1", "leaf2", s(180), "leaf2"),
+        (QUEUE, "A", "C", s(600), "B"),
     ],
 )
-def test_method_queue_walks_from_the_victim_whatever_the_reclaimer(
-    reclaimer: str, victim: str, expected: timedelta, source: str
+def test_reclaim_examples_give_the_value_and_the_queue_it_came_from(
+    config: MinRuntimeConfig, reclaimer: str, victim: str, expected: timedelta, source: str
 ) -> None:
-    result = reclaim(reclaimer, victim, QUEUE)
+    result = reclaim(reclaimer, victim, config)
     assert (result.min_runtime, result.source) == (expected, source)
 
 
