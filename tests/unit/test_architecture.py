@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 import minruntime
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 
 def _contracts() -> list[dict[str, Any]]:

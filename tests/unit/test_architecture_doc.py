@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import minruntime
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "architecture.md"
 
 # `services/minruntime/...`, `tests/...`, `migrations/...`, `schemas/`, `benchmarks/`, `docs/...`

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,8 +29,8 @@ from minruntime.commands.audit import render_story, story_json
 from minruntime.commands.audit_plot import plot_format, write_plot
 from minruntime.commands.common import print_json
 from minruntime.errors import UserError
+from tests.cloudevents import T0
 
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 H = timedelta(hours=1)
 
 

@@ -8,6 +8,16 @@ from minruntime.cli import main
 from minruntime.errors import StackError, UserError
 
 
+def one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str], code: int = 2) -> str:
+    """The one line `minruntime argv` writes when it exits `code`: on stderr, nothing on stdout."""
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert captured.out == ""
+    return lines[0]
+
+
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
@@ -26,13 +36,10 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
 def test_usage_errors_are_one_line(
     argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("minruntime: ")
-    assert fragment in lines[0]
-    assert "Traceback" not in captured.err + captured.out
+    line = one_error_line(argv, capsys)
+    assert line.startswith("minruntime: ")
+    assert fragment in line
+    assert "Traceback" not in line
 
 
 @pytest.mark.parametrize(
@@ -82,19 +89,14 @@ def test_core_value_errors_are_one_line(
         parse_duration("1h-30m")
 
     monkeypatch.setattr("minruntime.demo.run_demo", broken)
-    assert main(["demo", "--rules-only"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1
-    assert "1h-30m" in err[0]
+    assert "1h-30m" in one_error_line(["demo", "--rules-only"], capsys)
 
 
 def test_outbox_retry_needs_ids_or_all(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["outbox", "retry"]) == 2
-    assert capsys.readouterr().err.strip() == (
+    assert one_error_line(["outbox", "retry"], capsys) == (
         "minruntime: error: name the row ids to retry, or pass --all (not both)"
     )
-    assert main(["outbox", "retry", "not-a-uuid"]) == 2
-    assert "is not an outbox row id" in capsys.readouterr().err
+    assert "is not an outbox row id" in one_error_line(["outbox", "retry", "not-a-uuid"], capsys)
 
 
 def test_a_bug_shows_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:

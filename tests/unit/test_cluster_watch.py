@@ -212,10 +212,7 @@ def test_garbage_or_a_line_cut_short_is_logged_and_the_watch_resumes(
             events(("MODIFIED", obj("c", "9"))),
         ]
     )
-    assert [(n.action, [o["metadata"]["name"] for o in n.objects]) for n in notes][3:] == [
-        ("ADDED", ["b"]),
-        ("MODIFIED", ["c"]),
-    ]
+    assert shown(notes)[3:] == [("ADDED", ["b"]), ("MODIFIED", ["c"])]
     versions = [call.get("resource_version") for call in server.calls if call.get("watch")]
     assert versions == ["5", "6", "6", "9"]  # resumed after the last good event each time
     assert any("not JSON" in r.getMessage() for r in caplog.records)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from minruntime.settings import KAFKA_VERSION, OWNER_ROLE, DatabaseParts, Settings
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 
 def compose_file() -> dict[str, Any]:

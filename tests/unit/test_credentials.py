@@ -1,4 +1,5 @@
-"""The local stack's passwords and the URLs that name them (pure: files and strings only)."""
+"""Settings from MINRUNTIME_* variables, defaulting to the local stack; the stack's passwords and
+the URLs that name them (pure: files and strings only)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from minruntime.settings import (
     OWNER_ROLE,
+    DatabaseParts,
     Settings,
     owner_url_for,
     with_passfile,
@@ -34,6 +36,32 @@ def test_a_given_password_wins_and_is_escaped(tmp_path: Path) -> None:
     assert chosen == {"a": r"p:w\\d", "b": kept["b"]}
     assert read_passwords(passfile) == chosen
     assert r"*:*:*:a:p\:w\\\\d" in passfile.read_text()
+
+
+def test_defaults_point_at_the_local_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MINRUNTIME_KAFKA_BOOTSTRAP", "MINRUNTIME_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings()
+    assert settings.kafka_bootstrap == "127.0.0.1:9092"
+    assert settings.kafka_controller_port == 9093
+    assert settings.sqlalchemy_url.startswith("postgresql+psycopg://")
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MINRUNTIME_KAFKA_BOOTSTRAP", "10.1.2.3:19092")
+    monkeypatch.setenv("MINRUNTIME_DATABASE_URL", "postgresql://u:p@db.example:6543/state")
+    settings = Settings()
+    assert (settings.kafka_host, settings.kafka_port) == ("10.1.2.3", 19092)
+    assert settings.kafka_controller_port == 19093
+    parts = DatabaseParts.from_url(settings.database_url)
+    assert (parts.host, parts.port, parts.user, parts.password, parts.dbname) == (
+        "db.example",
+        6543,
+        "u",
+        "p",
+        "state",
+    )
+    assert settings.sqlalchemy_url == "postgresql+psycopg://u:p@db.example:6543/state"
 
 
 def test_the_default_url_names_the_stack_passfile_and_no_password(

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cloudevents.core.bindings import kafka
@@ -23,12 +21,9 @@ from minruntime.events import (
     BINARY_HEADER_MAX_BYTES,
     BINARY_MAX_HEADERS,
     KNOWN_TYPES,
-    REJECTION_KINDS,
     TOPIC_TYPES,
     Event,
-    EventRejected,
     binary_headers,
-    dead_letter_record,
     decode_dead_letter,
     decode_event,
     encode_event,
@@ -38,25 +33,15 @@ from minruntime.events import (
 )
 from minruntime.events.dead_letter import DEAD_LETTER_MAX_BYTES, HEADERS_KEPT
 from tests import cloudevents as ce
-from tests.unit.test_events_decode import submitted
+from tests.unit.test_events_dead_letter import letter
+from tests.unit.test_events_decode import EXAMPLES, rejected, submitted
 from tests.unit.test_events_roundtrip import events
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "schemas" / "examples"
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 PODGROUPS = "kai.podgroups"
 
 
 def decode(message: kafka.KafkaMessage, topic: str | None = PODGROUPS) -> Event:
     return decode_event(message.value, topic, headers=message.headers)
-
-
-def refused(value: bytes | None, headers: Any, topic: str | None = PODGROUPS) -> EventRejected:
-    with pytest.raises(EventRejected) as caught:
-        decode_event(value, topic, headers=headers)
-    error = caught.value
-    assert error.kind in REJECTION_KINDS
-    assert "\n" not in error.message
-    return error
 
 
 def headers_of(**attributes: str) -> list[tuple[str, bytes | None]]:
@@ -216,8 +201,8 @@ def test_a_bad_event_is_refused_alike_in_both_modes(case: str) -> None:
         value = json.dumps(document).encode()
         message = ce.binary(document)
         data_value, headers = message.value, list(message.headers.items())
-    as_structured = refused(value, None, topic)
-    as_binary = refused(data_value, headers, topic)
+    as_structured = rejected(value, topic)
+    as_binary = rejected(data_value, topic, headers)
     assert (as_binary.kind, as_binary.message) == (as_structured.kind, as_structured.message)
     if kind is not None:
         assert as_binary.kind == kind
@@ -231,8 +216,8 @@ def test_a_missing_attribute_or_a_bad_time_is_refused_alike() -> None:
         else:
             document[attribute] = bad
         headers, data = binary_headers(document)
-        as_structured = refused(json.dumps(document).encode(), None)
-        as_binary = refused(json.dumps(data).encode(), headers)
+        as_structured = rejected(json.dumps(document).encode(), PODGROUPS)
+        as_binary = rejected(json.dumps(data).encode(), PODGROUPS, headers)
         assert (as_binary.kind, as_binary.message) == (as_structured.kind, as_structured.message)
         assert as_binary.kind == "not_cloudevent"
 
@@ -250,14 +235,14 @@ def test_the_data_of_a_binary_record_must_be_one_json_object() -> None:
         b'{"a":' * 300 + b"1" + b"}" * 300: ("too_deep", "301 levels"),
     }
     for value, (kind, words) in cases.items():
-        error = refused(value, DELETED_HEADERS)
+        error = rejected(value, PODGROUPS, DELETED_HEADERS)
         assert error.kind == kind, value
         assert words in error.message, (value, error.message)
 
 
 def test_a_content_type_that_is_not_json_is_refused() -> None:
     headers = [*DELETED_HEADERS, ("content-type", b"application/avro")]
-    error = refused(b'{"uid":"pg-1"}', headers)
+    error = rejected(b'{"uid":"pg-1"}', PODGROUPS, headers)
     assert error.kind == "not_json"
     assert "content-type 'application/avro' is not JSON" in error.message
     for json_type in (b"application/json; charset=utf-8", b"text/json", b"application/x+json"):
@@ -301,7 +286,7 @@ MALFORMED = {
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_headers_are_refused_with_their_own_kind(case: str) -> None:
     extra, reason = MALFORMED[case]
-    error = refused(b'{"uid":"pg-1"}', [*DELETED_HEADERS, *extra])
+    error = rejected(b'{"uid":"pg-1"}', PODGROUPS, [*DELETED_HEADERS, *extra])
     assert error.kind == BAD_BINARY_HEADERS
     assert error.message.startswith("binary-mode CloudEvent: ")
     assert reason in error.message
@@ -309,7 +294,7 @@ def test_malformed_headers_are_refused_with_their_own_kind(case: str) -> None:
 
 def test_a_binary_record_without_ce_id_is_refused() -> None:
     headers = [(name, value) for name, value in DELETED_HEADERS if name != "ce_id"]
-    error = refused(b'{"uid":"pg-1"}', headers)
+    error = rejected(b'{"uid":"pg-1"}', PODGROUPS, headers)
     assert (error.kind, error.message) == (
         BAD_BINARY_HEADERS,
         "binary-mode CloudEvent: header 'ce_id' (the event id) is missing",
@@ -323,7 +308,7 @@ def test_the_limits_themselves_are_accepted() -> None:
 
 
 def test_a_long_header_name_is_cut_in_the_message() -> None:
-    error = refused(b"{}", [*DELETED_HEADERS, ("ce_" + "a" * 5000, b"x")])
+    error = rejected(b"{}", PODGROUPS, [*DELETED_HEADERS, ("ce_" + "a" * 5000, b"x")])
     assert error.kind == BAD_BINARY_HEADERS
     assert len(error.message) < 300
 
@@ -333,18 +318,9 @@ def test_a_long_header_name_is_cut_in_the_message() -> None:
 
 def test_a_dead_letter_keeps_the_original_headers() -> None:
     headers = [*DELETED_HEADERS, ("ce_trace", b"\xff\xfe"), ("x-null", None)]
-    error = refused(b'{"uid":"pg-1"}', headers)
-    record = dead_letter_record(
-        key=None,
-        value=b'{"uid":"pg-1"}',
-        topic=PODGROUPS,
-        partition=0,
-        offset=3,
-        kind=error.kind,
-        message=error.message,
-        time=T0,
-        headers=headers,
-    )
+    error = rejected(b'{"uid":"pg-1"}', PODGROUPS, headers)
+    where = {"partition": 0, "offset": 3, "headers": headers}
+    record = letter(None, b'{"uid":"pg-1"}', kind=error.kind, message=error.message, **where)
     document = json.loads(record)
     assert document["headerCount"] == len(headers)
     assert document["headersTruncated"] is False
@@ -367,18 +343,8 @@ def test_a_dead_letter_keeps_the_original_headers() -> None:
 def test_a_dead_letter_with_huge_headers_stays_bounded() -> None:
     worst = b"\x01" * 1_000_000
     headers = [("\x01" * 10_000 + str(n), worst) for n in range(200)]
-    record = dead_letter_record(
-        key=worst,
-        value=worst,
-        topic=PODGROUPS,
-        partition=0,
-        offset=0,
-        kind="bad_binary_headers",
-        message="\x01 " * 500_000,
-        time=T0,
-        event_id="i" * 100_000,
-        headers=headers,
-    )
+    where = {"partition": 0, "offset": 0, "event_id": "i" * 100_000, "headers": headers}
+    record = letter(worst, worst, kind=BAD_BINARY_HEADERS, message="\x01 " * 500_000, **where)
     assert len(record) <= DEAD_LETTER_MAX_BYTES
     read = decode_dead_letter(record)
     assert (read.header_count, len(read.headers), read.headers_truncated) == (

@@ -7,15 +7,12 @@ import hashlib
 import json
 import os
 from datetime import UTC, datetime
-
-import pytest
+from typing import Any
 
 from minruntime.events import (
-    EventRejected,
     dead_letter_key,
     dead_letter_record,
     decode_dead_letter,
-    decode_event,
 )
 from minruntime.events.dead_letter import (
     DEAD_LETTER_KEY_MAX_BYTES,
@@ -23,24 +20,29 @@ from minruntime.events.dead_letter import (
     KEY_PREVIEW_BYTES,
     VALUE_PREVIEW_BYTES,
 )
+from tests.unit.test_events_decode import rejected
 
 T0 = datetime(2026, 11, 21, 10, 0, 1, 500000, tzinfo=UTC)
 
 
+def letter(key: bytes | str | None, value: bytes | None, **fields: Any) -> bytes:
+    """The dead-letter record of `key` and `value`; `fields` replace the defaults below."""
+    defaults: dict[str, Any] = {
+        "topic": "kai.podgroups",
+        "partition": 3,
+        "offset": 99,
+        "kind": "not_json",
+        "message": "value is not UTF-8 text",
+        "time": T0,
+    }
+    return dead_letter_record(key=key, value=value, **{**defaults, **fields})
+
+
 def test_a_utf8_record_is_kept_as_text() -> None:
     value = b'{"specversion":"1.0","type":"queue.renamed"}'
-    with pytest.raises(EventRejected) as caught:
-        decode_event(value, "kai.queues")
-    record = dead_letter_record(
-        key=b"leaf9",
-        value=value,
-        topic="kai.queues",
-        partition=2,
-        offset=42,
-        kind=caught.value.kind,
-        message=caught.value.message,
-        time=T0,
-    )
+    error = rejected(value, "kai.queues")
+    where = {"topic": "kai.queues", "partition": 2, "offset": 42}
+    record = letter(b"leaf9", value, kind=error.kind, message=error.message, **where)
     assert json.loads(record) == {
         "key": "leaf9",
         "keyEncoding": "utf-8",
@@ -50,7 +52,7 @@ def test_a_utf8_record_is_kept_as_text() -> None:
         "partition": 2,
         "offset": 42,
         "errorKind": "not_cloudevent",
-        "message": caught.value.message,
+        "message": error.message,
         "time": "2026-11-21T10:00:01.5Z",
         "eventId": None,
         "eventType": None,
@@ -71,16 +73,7 @@ def test_a_utf8_record_is_kept_as_text() -> None:
 
 def test_a_value_that_is_not_utf8_is_base64() -> None:
     value = b"\xff\xfe\x00binary"
-    record = dead_letter_record(
-        key=None,
-        value=value,
-        topic="kai.podgroups",
-        partition=0,
-        offset=7,
-        kind="not_json",
-        message="value is not UTF-8 text",
-        time=T0,
-    )
+    record = letter(None, value, partition=0, offset=7)
     document = json.loads(record)
     assert document["valueEncoding"] == "base64"
     assert document["value"] == base64.b64encode(value).decode()
@@ -89,18 +82,8 @@ def test_a_value_that_is_not_utf8_is_base64() -> None:
 
 
 def test_a_key_that_is_not_utf8_is_base64_too() -> None:
-    record = dead_letter_record(
-        key=b"\x80",
-        value=None,
-        topic="kai.nodes",
-        partition=0,
-        offset=0,
-        kind="not_json",
-        message="tombstone",
-        time=T0,
-        event_id="e-1",
-        event_type="node.deleted",
-    )
+    fields = {"partition": 0, "offset": 0, "event_id": "e-1", "event_type": "node.deleted"}
+    record = letter(b"\x80", None, topic="kai.nodes", message="tombstone", **fields)
     read = decode_dead_letter(record)
     assert (read.key_encoding, read.original_key()) == ("base64", b"\x80")
     assert (read.value, read.original_value()) == (None, None)
@@ -108,37 +91,17 @@ def test_a_key_that_is_not_utf8_is_base64_too() -> None:
 
 
 def test_the_message_is_one_line() -> None:
-    record = dead_letter_record(
-        key="k",
-        value=b"{}",
-        topic="kai.queues",
-        partition=0,
-        offset=1,
-        kind="queue_cycle",
-        message="queue change would create a cycle:\n a -> b -> a",
-        time=T0,
+    message = "queue change would create a cycle:\n a -> b -> a"
+    record = letter(
+        "k", b"{}", topic="kai.queues", partition=0, offset=1, kind="queue_cycle", message=message
     )
     assert json.loads(record)["message"] == "queue change would create a cycle: a -> b -> a"
-
-
-def _letter(key: bytes | None, value: bytes | None, **extra: str) -> bytes:
-    return dead_letter_record(
-        key=key,
-        value=value,
-        topic="kai.podgroups",
-        partition=3,
-        offset=99,
-        kind="not_json",
-        message=extra.get("message", "value is not UTF-8 text"),
-        time=T0,
-        event_id=extra.get("event_id"),
-    )
 
 
 def test_an_800kb_binary_record_becomes_a_bounded_reference() -> None:
     # Issue 12 finding 3: it used to be a ~1 MB base64 record the broker refused.
     value = os.urandom(800_000)
-    record = _letter(b"pg-1", value)
+    record = letter(b"pg-1", value)
     read = decode_dead_letter(record)
     assert len(record) <= DEAD_LETTER_MAX_BYTES
     assert (read.topic, read.partition, read.offset) == ("kai.podgroups", 3, 99)
@@ -151,7 +114,7 @@ def test_an_800kb_binary_record_becomes_a_bounded_reference() -> None:
 
 def test_a_long_utf8_value_is_cut_on_a_character_boundary() -> None:
     value = ("é" * VALUE_PREVIEW_BYTES).encode()
-    read = decode_dead_letter(_letter(None, value))
+    read = decode_dead_letter(letter(None, value))
     assert (read.value_encoding, read.value_truncated) == ("utf-8", True)
     preview = read.original_value()
     assert preview is not None
@@ -162,7 +125,7 @@ def test_a_long_utf8_value_is_cut_on_a_character_boundary() -> None:
 def test_no_input_makes_a_dead_letter_larger_than_the_bound() -> None:
     # Control characters are escaped six-fold in JSON: the preview falls back to base64.
     worst = b"\x01" * 2_000_000
-    record = _letter(worst, worst, message="\x01 " * 500_000, event_id="i" * 100_000)
+    record = letter(worst, worst, message="\x01 " * 500_000, event_id="i" * 100_000)
     read = decode_dead_letter(record)
     assert len(record) <= DEAD_LETTER_MAX_BYTES
     assert (read.key_truncated, read.value_truncated) == (True, True)
@@ -172,7 +135,7 @@ def test_no_input_makes_a_dead_letter_larger_than_the_bound() -> None:
 
 
 def test_a_small_record_is_whole_and_not_truncated() -> None:
-    read = decode_dead_letter(_letter(b"\x80k", b"\xff" * 100))
+    read = decode_dead_letter(letter(b"\x80k", b"\xff" * 100))
     assert (read.key_truncated, read.value_truncated) == (False, False)
     assert read.original_value() == b"\xff" * 100
     assert read.key_size == 2

@@ -32,14 +32,15 @@ from minruntime.events import (
     types_for_topic_role,
 )
 from tests import cloudevents as ce
+from tests.cloudevents import T0
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "schemas" / "examples"
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
-def rejected(value: bytes | None, topic: str | None = None) -> EventRejected:
+def rejected(value: bytes | None, topic: str | None = None, headers: Any = None) -> EventRejected:
+    """The decoder's refusal of `value` (on `topic`, with `headers`): one line, a known kind."""
     with pytest.raises(EventRejected) as caught:
-        decode_event(value, topic)
+        decode_event(value, topic, headers=headers)
     error = caught.value
     assert str(error) == error.message
     assert "\n" not in error.message

@@ -27,8 +27,8 @@ from minruntime.core.errors import TimestampOutOfRangeError
 from minruntime.events import EVENT_CLASSES, EventRejected, decode_event
 from minruntime.events.codec import _ESCAPED_NUL, MAX_JSON_DEPTH, _finite, json_depth
 from tests import cloudevents as ce
+from tests.unit.test_events_decode import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "schemas" / "examples"
 NAMES = st.sampled_from(["a", "b", "c", "default"])
 
 

@@ -68,6 +68,15 @@ def submitted(draw: st.DrawFn) -> dict[str, Any]:
     return without_none(**data)
 
 
+# A decision that did not commit: rolled back or skipped, the same fields.
+not_committed = st.builds(
+    dict,
+    uid=names,
+    nominatedBy=st.lists(names, min_size=1, max_size=3),
+    reason=names,
+    decidedAt=times,
+)
+
 DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "queue.upserted": st.builds(
         without_none,
@@ -119,20 +128,8 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         requeueNotBefore=times,
         decidedAt=times,
     ),
-    "requeue.rolled-back": st.builds(
-        dict,
-        uid=names,
-        nominatedBy=st.lists(names, min_size=1, max_size=3),
-        reason=names,
-        decidedAt=times,
-    ),
-    "requeue.skipped": st.builds(
-        dict,
-        uid=names,
-        nominatedBy=st.lists(names, min_size=1, max_size=3),
-        reason=names,
-        decidedAt=times,
-    ),
+    "requeue.rolled-back": not_committed,
+    "requeue.skipped": not_committed,
     "protection.expired": st.builds(
         without_none,
         uid=names,

@@ -14,8 +14,8 @@ import pytest
 
 from minruntime.events import KNOWN_TYPES, decode_dead_letter, decode_event
 from minruntime.events.schemas import generate, stale_files
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
 EXAMPLES = SCHEMAS / "examples"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -31,8 +31,9 @@ from minruntime.commands.explain import (
     resolved_from_label,
     verdict_text,
 )
+from tests.cloudevents import T0
+from tests.unit.test_cli import one_error_line
 
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
 
 
@@ -356,12 +357,7 @@ def test_bad_options_are_one_line_before_any_database(
     argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MINRUNTIME_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("minruntime: ")
-    assert captured.out == ""
+    assert one_error_line(argv, capsys).startswith("minruntime: ")
 
 
 def test_an_unreachable_database_is_one_line(
@@ -370,10 +366,8 @@ def test_an_unreachable_database_is_one_line(
     monkeypatch.setenv(
         "MINRUNTIME_DATABASE_URL", "postgresql://nobody:x@127.0.0.1:1/none?connect_timeout=2"
     )
-    assert main(["explain", "pg-1"]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith("minruntime: error: cannot read the database: ")
+    line = one_error_line(["explain", "pg-1"], capsys)
+    assert line.startswith("minruntime: error: cannot read the database: ")
 
 
 def test_a_disagreement_is_shown_and_fails_the_command(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,8 +19,9 @@ from minruntime.kube import (
     queue_upserts,
     read_manifests,
 )
+from tests.conftest import ROOT
+from tests.unit.test_cli import one_error_line
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "schemas" / "examples"
 
 # The seed document's examples, verbatim.
@@ -57,17 +59,10 @@ def config(text: str, node_pool: str = "default", file: str = "config.yaml") -> 
     return config_update(parse_manifests(file, text), node_pool)
 
 
-def queue_error(text: str, file: str = "queues.yaml") -> str:
+def error_of(read: Callable[..., object], *args: str) -> str:
+    """The one-line ManifestError of `read(*args)` (`queues` or `config`)."""
     with pytest.raises(ManifestError) as caught:
-        queues(text, file)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
-
-
-def config_error(text: str, node_pool: str = "default", file: str = "config.yaml") -> str:
-    with pytest.raises(ManifestError) as caught:
-        config(text, node_pool, file)
+        read(*args)
     message = str(caught.value)
     assert "\n" not in message
     return message
@@ -147,7 +142,7 @@ def test_a_kubectl_list_is_expanded_into_its_items() -> None:
         "- {apiVersion: scheduling.run.ai/v2, kind: Queue, metadata: {name: b},"
         " spec: {parentQueue: a, preemptMinRuntime: 1x}}\n"
     )
-    message = queue_error(text, "all.yaml")
+    message = error_of(queues, text, "all.yaml")
     assert message == (
         'all.yaml document 1 item 2 (Queue "b"): spec.preemptMinRuntime: '
         "invalid duration '1x': unknown unit 'x' (use one of ns, us, ms, s, m, h, d, w)"
@@ -271,11 +266,11 @@ def test_several_files_and_stdin(tmp_path: Path) -> None:
     ],
 )
 def test_queue_errors_name_file_document_and_field(text: str, expected: str) -> None:
-    assert queue_error(text) == expected
+    assert error_of(queues, text) == expected
 
 
 def test_a_self_parent_is_a_cycle() -> None:
-    assert queue_error(queue_yaml("a", "  parentQueue: a\n")).endswith(
+    assert error_of(queues, queue_yaml("a", "  parentQueue: a\n")).endswith(
         "spec.parentQueue: queue change would create a cycle: a -> a; change the parentQueue of"
         " one of these queues"
     )
@@ -480,11 +475,11 @@ ARGS = "config.yaml document 1: tiers[0].plugins[1].arguments"
     ],
 )
 def test_config_errors_name_file_document_and_field(text: str, expected: str) -> None:
-    assert config_error(text) == expected
+    assert error_of(config, text) == expected
 
 
 def test_an_empty_node_pool_is_refused() -> None:
-    assert config_error(SEED_CONFIG, node_pool="") == "the node pool name must not be empty"
+    assert error_of(config, SEED_CONFIG, "") == "the node pool name must not be empty"
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -575,26 +570,19 @@ def test_config_apply_sends_the_requeue_cap_and_refuses_a_bad_one_in_one_line(
     assert (data["maxRequeues"], data["maxRequeuesWindow"]) == (3, "2h")
     bad = tmp_path / "bad.yaml"
     bad.write_text(plugin_config('      maxRequeues: "0"\n'))
-    assert main(["config", "apply", "-f", str(bad), "--dry-run"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.splitlines() == [
+    assert one_error_line(["config", "apply", "-f", str(bad), "--dry-run"], capsys) == (
         f"minruntime: error: {bad} document 1: tiers[0].plugins[1].arguments.maxRequeues:"
         " must be from 1 to 1000, got 0"
-    ]
+    )
 
 
 def test_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "queues.yaml"
     bad.write_text(SEED_QUEUE + "---\n" + queue_yaml("research", '  preemptMinRuntime: "10x"\n'))
-    assert main(["queues", "apply", "-f", str(bad), "--dry-run"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""  # all or nothing: not even the valid first queue
-    assert captured.err.splitlines() == [
+    # Nothing on stdout: all or nothing, not even the valid first queue.
+    assert one_error_line(["queues", "apply", "-f", str(bad), "--dry-run"], capsys) == (
         f'minruntime: error: {bad} document 2 (Queue "research"): spec.preemptMinRuntime:'
         " invalid duration '10x': unknown unit 'x' (use one of ns, us, ms, s, m, h, d, w)"
-    ]
-    assert main(["config", "apply", "--dry-run"]) == 2
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1
-    assert "Missing option '--filename' / '-f'" in err[0]
+    )
+    line = one_error_line(["config", "apply", "--dry-run"], capsys)
+    assert "Missing option '--filename' / '-f'" in line

@@ -20,15 +20,12 @@ from minruntime.cluster.drift import (
 )
 from minruntime.commands.kube_diff import write_metrics
 from minruntime.errors import UserError
+from tests.cloudevents import stamp
 
 START = datetime(2026, 11, 24, 10, 5, tzinfo=UTC)
 EXPECTED = "kai.scheduler/expected-runtime"
 DELAY = "kai.scheduler/requeue-delay"
 LAST_START = "kai.scheduler/last-start-timestamp"
-
-
-def stamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def podgroup(

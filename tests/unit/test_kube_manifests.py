@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from minruntime.kube import QUEUE_DURATION_FIELDS, QUEUE_SPEC_FIELDS
+from tests.conftest import ROOT
 from tests.manifests import SETTINGS, assert_a_real_minruntime_command, setting_names, workloads
 
-ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
 CRDS = DEPLOY / "crds"
 IMAGE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["x-minruntime"]["image"]
@@ -29,10 +29,6 @@ def _objects(directory: Path, names: list[str] | None = None) -> list[dict[str, 
 def _deployed() -> list[dict[str, Any]]:
     kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
     return _objects(DEPLOY, kustomization["resources"])
-
-
-def _workloads() -> dict[str, dict[str, Any]]:
-    return workloads(_deployed())
 
 
 def _crd_spec(name: str) -> dict[str, Any]:
@@ -51,9 +47,9 @@ def test_every_yaml_file_of_the_folder_is_deployed() -> None:
     )
 
 
-@pytest.mark.parametrize("workload", sorted(_workloads()))
+@pytest.mark.parametrize("workload", sorted(workloads(_deployed())))
 def test_every_container_runs_a_real_minruntime_command(workload: str) -> None:
-    (container,) = _workloads()[workload]["containers"]
+    (container,) = workloads(_deployed())[workload]["containers"]
     assert container["image"] == IMAGE
     assert "command" not in container, "the image's entrypoint is `minruntime`"
     assert_a_real_minruntime_command(container["args"], workload)
@@ -74,7 +70,7 @@ def test_only_the_bridge_and_the_evictor_hold_an_api_token() -> None:
         for s in o["subjects"]
     }
     assert bound == {account["metadata"]["name"]}
-    for name, spec in _workloads().items():
+    for name, spec in workloads(_deployed()).items():
         if name in API_CLIENTS:
             assert spec["serviceAccountName"] == account["metadata"]["name"]
         else:

@@ -10,6 +10,7 @@ from minruntime.cluster.drift import ClusterPodGroup, ServicePodGroup, cluster_p
 from minruntime.cluster.mirror import Kind, MirrorOptions
 from minruntime.cluster.repair import SOURCE, Repair, mirrored, repair
 from minruntime.events import decode_event, encode_event
+from tests.unit.test_cluster_mirror import NOW, data
 from tests.unit.test_kube_drift import (
     EXPECTED,
     LAST_START,
@@ -19,8 +20,6 @@ from tests.unit.test_kube_drift import (
     running_row,
     stamp,
 )
-
-NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
 
 def plan(
@@ -44,13 +43,7 @@ def started(**annotations: str) -> dict[str, Any]:
 
 
 def summary(done: Repair) -> list[tuple[str, dict[str, Any]]]:
-    return [
-        (
-            emission.event.type,
-            emission.event.data.model_dump(mode="json", by_alias=True, exclude_none=True),
-        )
-        for emission in done.emissions
-    ]
+    return [(emission.event.type, data(emission)) for emission in done.emissions]
 
 
 def test_an_unknown_running_gang_is_submitted_and_allocated_as_the_bridge_would() -> None:

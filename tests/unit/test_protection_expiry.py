@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from minruntime.core import (
     MinRuntimeConfig,
@@ -16,8 +16,8 @@ from minruntime.core import (
 from minruntime.events import ProtectionExpiredData, decode_event, encode_event
 from minruntime.requeue import WORKER_SOURCE, ExpiryOptions, ExpiryReport, ProtectionExpiry
 from minruntime.requeue.expiry import expiry_event
+from tests.cloudevents import T0
 
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 TREE = QueueTree(
     [
         Queue(name="org", reclaim_min_runtime=timedelta(minutes=10)),

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from minruntime.cli import main
 from minruntime.commands.common import print_json
 from minruntime.commands.requeue_plan import describe, render
 from minruntime.core import (
@@ -25,6 +24,7 @@ from minruntime.core import (
     SkipReason,
 )
 from minruntime.requeue import RequeuePreview
+from tests.unit.test_cli import one_error_line
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -164,10 +164,6 @@ def test_json_has_every_field_of_every_decision(capsys: pytest.CaptureFixture[st
 def test_bad_options_are_one_line_before_any_database(
     args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["requeue", "plan", *args]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith("minruntime: error: ")
-    assert message in lines[0]
+    line = one_error_line(["requeue", "plan", *args], capsys)
+    assert line.startswith("minruntime: error: ")
+    assert message in line

@@ -1,21 +1,23 @@
 """`stack up --brokers 3 --pg-standby`: the ports, the remembered topology, the addresses the
-settings derive from it, the brokers' configuration and the replication settings — all
-without starting anything (tests/e2e/faults/ starts them)."""
+settings derive from it, the brokers' configuration and cluster ID, and the replication
+settings — all without starting anything (tests/e2e/faults/ starts them)."""
 
 from __future__ import annotations
 
+import base64
 import signal
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from minruntime.cli import main
 from minruntime.commands.stack import parse_signal
 from minruntime.errors import ConfigError, StackError, UserError
 from minruntime.pgurl import PgAddress
 from minruntime.settings import OWNER_ROLE, Settings
 from minruntime.stack.access import REPLICATION_ROLE, hba_text
-from minruntime.stack.kafka import KafkaNode, Quorum
+from minruntime.stack.kafka import KafkaNode, Quorum, new_cluster_id
 from minruntime.stack.kafka_cluster import KafkaCluster
 from minruntime.stack.manager import plan_topology, with_topology
 from minruntime.stack.pg_standby import (
@@ -26,6 +28,7 @@ from minruntime.stack.pg_standby import (
     standby_conf,
 )
 from minruntime.topology import StackTopology, read_topology, topology_file, write_topology
+from tests.unit.test_cli import one_error_line
 
 BROKERS = ("127.0.0.1:9092", "127.0.0.1:9102", "127.0.0.1:9112")
 SERVERS = ("127.0.0.1:5433", "127.0.0.1:5434")
@@ -113,6 +116,30 @@ def test_every_node_is_formatted_with_the_same_initial_controllers(settings: Set
     assert {node.quorum for node in again.nodes.values()} == {quorum}
     assert quorum.cluster_id
     assert quorum == Quorum(quorum.nodes, quorum.cluster_id)
+
+
+# The KRaft cluster ID never starts with '-': the storage tool would read it as an option
+# ("argument --cluster-id/-t: expected one argument", one format in 64 before).
+
+
+def test_an_id_that_would_start_with_a_dash_is_drawn_again() -> None:
+    # 0xF8.. encodes with a leading '-' (its first six bits are 62).
+    dashed, plain = bytes([0xF8]) + bytes(15), uuid.UUID(int=12345).bytes
+    assert base64.urlsafe_b64encode(dashed).decode().startswith("-")
+    draws: Iterator[bytes] = iter([dashed, dashed, plain])
+    cluster_id = new_cluster_id(lambda: next(draws))
+    assert cluster_id == base64.urlsafe_b64encode(plain).decode().rstrip("=")
+    assert next(draws, None) is None  # drawn three times
+
+
+def test_random_ids_are_22_base64url_characters() -> None:
+    ids = {new_cluster_id() for _ in range(2_000)}
+    assert len(ids) == 2_000
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+    assert all(
+        set(i) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        for i in ids
+    )
 
 
 def test_plan_follows_the_flags_else_what_the_stack_remembers(settings: Settings) -> None:
@@ -254,8 +281,5 @@ def test_the_cluster_commands_on_a_plain_stack_are_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("MINRUNTIME_STACK_DIR", str(settings.stack_dir))
-    assert main(argv) == 3
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert fragment in err[0]
+    assert fragment in one_error_line(argv, capsys, code=3)
     assert not settings.stack_dir.exists()  # nothing was started, nothing written

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 
 from minruntime.audit.violations import Violation, ViolationReport
 from minruntime.commands.violations import render, write_json
 from minruntime.core import ProtectionRule, Reclaimers, RuleWindow, Verdict, judge
+from tests.cloudevents import T0
 
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 PREEMPT = RuleWindow(ProtectionRule.PREEMPT, Reclaimers.OWN_QUEUE, timedelta(minutes=10), "B")
 VIA_C = RuleWindow(
     ProtectionRule.RECLAIM, Reclaimers.BELOW, timedelta(0), "leaf1", lca="C", walk_start="leaf1"

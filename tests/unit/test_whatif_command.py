@@ -13,12 +13,12 @@ import pytest
 
 from minruntime.audit.protection import ProtectionRow
 from minruntime.audit.whatif import ChangeEvent, WhatIfReport
-from minruntime.cli import main
 from minruntime.commands.whatif import read_change_files, report_lines
 from minruntime.events import new_event
+from tests.cloudevents import T0
+from tests.unit.test_cli import one_error_line
 
 NOW = datetime(2026, 11, 21, 10, 7, tzinfo=UTC)
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 QUEUES_YAML = """\
 apiVersion: scheduling.run.ai/v2
 kind: Queue
@@ -36,15 +36,6 @@ tiers:
   - name: minruntime
     arguments: {defaultPreemptMinRuntime: "10m", reclaimResolveMethod: queue}
 """
-
-
-def one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    assert main(["whatif", *argv]) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert captured.out == ""
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -88,7 +79,7 @@ def one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 def test_bad_flags_are_one_line_naming_the_flag(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert one_error_line(argv, capsys).startswith(expected)
+    assert one_error_line(["whatif", *argv], capsys).startswith(expected)
 
 
 def test_bad_files_are_one_line_naming_the_document(
@@ -96,7 +87,7 @@ def test_bad_files_are_one_line_naming_the_document(
 ) -> None:
     deployment = tmp_path / "web.yaml"
     deployment.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n")
-    assert one_error_line(["-f", str(deployment)], capsys).startswith(
+    assert one_error_line(["whatif", "-f", str(deployment)], capsys).startswith(
         f'minruntime: error: {deployment} document 1 (Deployment "web"): kind: a Deployment '
         "is not accepted here: `minruntime whatif -f` takes"
     )
@@ -105,16 +96,16 @@ def test_bad_files_are_one_line_naming_the_document(
     allocation.write_text(
         json.dumps({"type": "podgroup.allocated", "data": {"uid": "u", "pods": pods}}) + "\n"
     )
-    assert one_error_line(["-f", str(allocation)], capsys) == (
+    assert one_error_line(["whatif", "-f", str(allocation)], capsys) == (
         f"minruntime: error: {allocation}:1: whatif tries queue and configuration changes "
         "(config.updated, queue.deleted, queue.upserted), not podgroup.allocated"
     )
     bad_queue = tmp_path / "q.yaml"
     bad_queue.write_text(QUEUES_YAML.replace('"90m"', "90"))
     assert "spec.preemptMinRuntime: must be a duration string" in one_error_line(
-        ["-f", str(bad_queue)], capsys
+        ["whatif", "-f", str(bad_queue)], capsys
     )
-    assert "cannot read" in one_error_line(["-f", str(tmp_path / "missing.yaml")], capsys)
+    assert "cannot read" in one_error_line(["whatif", "-f", str(tmp_path / "missing.yaml")], capsys)
 
 
 def test_files_become_the_events_apply_and_produce_would_send(tmp_path: Path) -> None:

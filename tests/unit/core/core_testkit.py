@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from hypothesis import strategies as st
+from tests.cloudevents import T0
 
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     EXPECTED_RUNTIME_PLUGIN,
+    Allocation,
     ClusterState,
     CyclePlan,
     MinRuntimeConfig,
@@ -17,15 +19,16 @@ from minruntime.core import (
     NodePoolConfigs,
     PendingPodGroup,
     Pod,
+    PodGroupState,
     Preemptibility,
     Queue,
     QueueTree,
     RunningPodGroup,
     SubGroup,
+    Submission,
+    fold,
     plan_requeue_cycle,
 )
-
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
 def s(seconds: float) -> timedelta:
@@ -45,6 +48,47 @@ def design_tree() -> QueueTree:
             Queue(name="leaf3", parent="D"),
         ]
     )
+
+
+def with_preempt(tree: QueueTree) -> QueueTree:
+    """The design tree plus SEMANTICS.md §4's preempt values: B 600s, leaf1 300s."""
+    return tree.with_queue(
+        Queue(name="B", parent="A", preempt_min_runtime=s(600), reclaim_min_runtime=s(600))
+    ).with_queue(
+        Queue(name="leaf1", parent="C", preempt_min_runtime=s(300), reclaim_min_runtime=s(0))
+    )
+
+
+def submission(
+    pods: tuple[tuple[str, str, float], ...] = (("p0", "default", 1.0), ("p1", "default", 1.0)),
+    subgroups: tuple[SubGroup, ...] = (SubGroup("default", 2),),
+    annotations: dict[str, str] | None = None,
+    at: datetime = T0,
+    **spec: object,
+) -> Submission:
+    """A submission of job/ns in queue q (two pods, one subgroup needing both); `spec` replaces
+    any of the other fields."""
+    fields: dict[str, object] = {
+        "name": "job",
+        "namespace": "ns",
+        "queue": "q",
+        "node_pool": None,
+        "priority": 5,
+        "preemptibility": Preemptibility.PREEMPTIBLE,
+    }
+    fields.update(spec)
+    return Submission(
+        subgroups=subgroups,
+        pods=pods,
+        annotations=annotations or {},
+        at=at,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def running(state: PodGroupState, at: datetime = T0) -> PodGroupState:
+    """The podgroup with every pod allocated, on node n1, at `at`."""
+    return fold(state, Allocation(tuple((name, "n1") for name in state.pods), at))
 
 
 # --- naive references: written from SEMANTICS.md §4 without any caching -----------------

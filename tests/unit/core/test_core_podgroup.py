@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from core_testkit import T0, s
+from core_testkit import T0, s, submission
 
 from minruntime.core import (
     DEFAULT_NODE_POOL,
@@ -18,38 +18,11 @@ from minruntime.core import (
     MemberPod,
     PodGroupChange,
     PodGroupState,
-    Preemptibility,
     Release,
     SubGroup,
-    Submission,
     fallback_subgroup,
     fold,
 )
-
-
-def submission(
-    pods: tuple[tuple[str, str, float], ...] = (("p0", "default", 1.0), ("p1", "default", 1.0)),
-    subgroups: tuple[SubGroup, ...] = (SubGroup("default", 2),),
-    annotations: dict[str, str] | None = None,
-    at: datetime = T0,
-    **spec: object,
-) -> Submission:
-    fields: dict[str, object] = {
-        "name": "job",
-        "namespace": "ns",
-        "queue": "q",
-        "node_pool": None,
-        "priority": 5,
-        "preemptibility": Preemptibility.PREEMPTIBLE,
-    }
-    fields.update(spec)
-    return Submission(
-        subgroups=subgroups,
-        pods=pods,
-        annotations=annotations or {},
-        at=at,
-        **fields,  # type: ignore[arg-type]
-    )
 
 
 def allocation(*pods: str, at: datetime = T0, node: str = "n1") -> Allocation:

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from core_testkit import T0, flat_tree, node, nominated, pending_pg, plan, running_pg, s
+from core_testkit import T0, flat_tree, node, nominated, pending_pg, plan, running_pg, s, submission
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +20,6 @@ from minruntime.core import (
     IgnoredValue,
     LastEviction,
     PodGroupState,
-    Preemptibility,
     PreemptionDelay,
     Release,
     RequeueOutcome,
@@ -157,20 +156,9 @@ def _submission(
     annotations: dict[str, str] | None = None,
     pods: tuple[tuple[str, str], ...] = (),
 ) -> Submission:
-    return Submission(
-        name="job",
-        namespace="team",
-        queue="team",
-        node_pool=None,
-        priority=10,
-        preemptibility=Preemptibility.PREEMPTIBLE,
-        subgroups=(SubGroup(),),
-        pods=(("p0", "default", 1.0),),
-        annotations=annotations or {},
-        at=T0 + s(at_seconds),
-        preemption_delay=spec,
-        pod_preemption_delays=pods,
-    )
+    fields = {"namespace": "team", "queue": "team", "priority": 10, "preemption_delay": spec}
+    pod, at = (("p0", "default", 1.0),), T0 + s(at_seconds)
+    return submission(pod, (SubGroup(),), annotations, at, pod_preemption_delays=pods, **fields)
 
 
 def _ran(state: PodGroupState, start: int, end: int, reason: str | None) -> PodGroupState:

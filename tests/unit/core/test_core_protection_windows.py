@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from core_testkit import T0, configs, design_tree, queue_names, random_trees, s
+from core_testkit import T0, configs, design_tree, queue_names, random_trees, s, with_preempt
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,15 +26,6 @@ from minruntime.core import (
 
 PREEMPT = ProtectionRule.PREEMPT
 RECLAIM = ProtectionRule.RECLAIM
-
-
-def with_preempt(tree: QueueTree) -> QueueTree:
-    """The design tree plus SEMANTICS.md §4's preempt values: B 600s, leaf1 300s."""
-    return tree.with_queue(
-        Queue(name="B", parent="A", preempt_min_runtime=s(600), reclaim_min_runtime=s(600))
-    ).with_queue(
-        Queue(name="leaf1", parent="C", preempt_min_runtime=s(300), reclaim_min_runtime=s(0))
-    )
 
 
 def run(

@@ -18,16 +18,6 @@ def reclaim(reclaimer: str, victim: str, config: MinRuntimeConfig = LCA) -> Reso
 # --- the worked examples of SEMANTICS.md §4 --------------------------------------------------
 
 
-def test_cousins_use_the_lca_child_on_the_victim_side() -> None:
-    result = reclaim("leaf1", "leaf3")
-    assert (result.min_runtime, result.source) == (s(60), "D")
-
-
-def test_siblings_honour_the_victim_leaf() -> None:
-    result = reclaim("leaf1", "leaf2")
-    assert (result.min_runtime, result.source) == (s(180), "leaf2")
-
-
 def test_cousins_ignore_the_victim_leaf_value() -> None:
     result = reclaim("leaf3", "leaf1")
     assert (result.min_runtime, result.source) == (s(600), "B")
@@ -50,22 +40,25 @@ def test_preempt_examples() -> None:
     assert (leaf2.min_runtime, leaf2.source) == (s(600), "B")
 
 
-# --- method queue ---------------------------------------------------------------------------
+# --- the worked examples of both methods ----------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("reclaimer", "victim", "expected", "source"),
+    ("config", "reclaimer", "victim", "expected", "source"),
     [
-        ("leaf1", "leaf3", s(60), "D"),
-        ("leaf3", "leaf1", s(0), "leaf1"),
-        ("leaf1", "leaf2", s(180), "leaf2"),
-        ("A", "C", s(600), "B"),
+        (LCA, "leaf1", "leaf3", s(60), "D"),  # cousins use the LCA's child on the victim's side
+        (LCA, "leaf1", "leaf2", s(180), "leaf2"),  # siblings honour the victim leaf
+        # Method queue walks from the victim, whatever the reclaimer.
+        (QUEUE, "leaf1", "leaf3", s(60), "D"),
+        (QUEUE, "leaf3", "leaf1", s(0), "leaf1"),
+        (QUEUE, "leaf1", "leaf2", s(180), "leaf2"),
+        (QUEUE, "A", "C", s(600), "B"),
     ],
 )
-def test_method_queue_walks_from_the_victim_whatever_the_reclaimer(
-    reclaimer: str, victim: str, expected: timedelta, source: str
+def test_reclaim_examples_give_the_value_and_the_queue_it_came_from(
+    config: MinRuntimeConfig, reclaimer: str, victim: str, expected: timedelta, source: str
 ) -> None:
-    result = reclaim(reclaimer, victim, QUEUE)
+    result = reclaim(reclaimer, victim, config)
     assert (result.min_runtime, result.source) == (expected, source)
 
 
@@ -114,8 +107,9 @@ def test_unknown_victim_preempt_is_the_default() -> None:
     assert (result.min_runtime, result.source) == (s(11), None)
 
 
-def different_roots_tree() -> QueueTree:
-    return QueueTree(
+def different_roots() -> Resolver:
+    """Two trees (r1 -> mid -> v, r2 -> w) and an orphan, with the DEFAULTS config."""
+    tree = QueueTree(
         [
             Queue(name="r1", reclaim_min_runtime=s(100)),
             Queue(name="mid", parent="r1", reclaim_min_runtime=s(5)),
@@ -125,23 +119,21 @@ def different_roots_tree() -> QueueTree:
             Queue(name="orphan", parent="gone", reclaim_min_runtime=s(3)),
         ]
     )
+    return Resolver(tree, DEFAULTS)
 
 
 def test_different_roots_use_only_the_victim_root() -> None:
-    resolver = Resolver(different_roots_tree(), DEFAULTS)
-    result = resolver.reclaim_min_runtime("w", "v")
+    result = different_roots().reclaim_min_runtime("w", "v")
     assert (result.min_runtime, result.source, result.start) == (s(100), "r1", "r1")
 
 
 def test_different_roots_with_unset_root_is_the_default_not_further_down() -> None:
-    resolver = Resolver(different_roots_tree(), DEFAULTS)
-    result = resolver.reclaim_min_runtime("v", "w")
+    result = different_roots().reclaim_min_runtime("v", "w")
     assert (result.min_runtime, result.source) == (s(22), None)
 
 
 def test_a_queue_with_unknown_parent_is_its_own_root() -> None:
-    resolver = Resolver(different_roots_tree(), DEFAULTS)
-    result = resolver.reclaim_min_runtime("v", "orphan")
+    result = different_roots().reclaim_min_runtime("v", "orphan")
     assert (result.min_runtime, result.source) == (s(3), "orphan")
 
 
@@ -224,7 +216,7 @@ def test_trace_explains_the_lca_walk() -> None:
 
 
 def test_trace_for_different_roots_and_unknown_queues() -> None:
-    resolver = Resolver(different_roots_tree(), DEFAULTS)
+    resolver = different_roots()
     assert "different roots" in resolver.trace_reclaim("w", "v").reason
     assert "unknown" in resolver.trace_reclaim("nope", "v").reason
     assert "unknown" in resolver.trace_preempt("nope").reason

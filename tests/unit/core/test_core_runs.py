@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from core_testkit import T0, s
+from core_testkit import T0, running, s, submission
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,7 +21,6 @@ from minruntime.core import (
     Preemptibility,
     Release,
     SubGroup,
-    Submission,
     ended_run,
     fold,
 )
@@ -30,25 +29,11 @@ from minruntime.core import (
 def submitted(
     uid: str = "pg", gpus: tuple[float, ...] = (1, 1), preemptible: bool = True
 ) -> PodGroupState:
-    return fold(
-        PodGroupState(uid),
-        Submission(
-            name="job",
-            namespace="team",
-            queue="q",
-            node_pool="a100",
-            priority=1,
-            preemptibility=Preemptibility.of_flag(preemptible),
-            subgroups=(SubGroup("default", 1),),
-            pods=tuple((f"p{i}", "default", gpu) for i, gpu in enumerate(gpus)),
-            annotations={},
-            at=T0,
-        ),
-    )
-
-
-def running(state: PodGroupState, at: datetime = T0) -> PodGroupState:
-    return fold(state, Allocation(tuple((name, "n1") for name in state.pods), at))
+    pods = tuple((f"p{i}", "default", gpu) for i, gpu in enumerate(gpus))
+    preemptibility = Preemptibility.of_flag(preemptible)
+    spec = {"namespace": "team", "node_pool": "a100", "priority": 1}
+    change = submission(pods, (SubGroup("default", 1),), preemptibility=preemptibility, **spec)
+    return fold(PodGroupState(uid), change)
 
 
 def end(state: PodGroupState, change: PodGroupChange, at: datetime) -> EndedRun | None:

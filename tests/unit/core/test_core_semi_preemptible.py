@@ -6,14 +6,13 @@ from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from core_testkit import T0, node, nominated, pending_pg, plan, running_pg, s
+from core_testkit import T0, node, nominated, pending_pg, plan, running, running_pg, s, submission
 from hypothesis import given
 from hypothesis import strategies as st
 
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
-    Allocation,
     ClusterState,
     EndedRun,
     NodePoolConfigs,
@@ -27,7 +26,6 @@ from minruntime.core import (
     RequeueReason,
     RunRules,
     SubGroup,
-    Submission,
     Verdict,
     above_core,
     core_pods,
@@ -93,25 +91,10 @@ def test_the_wire_flag_means_the_first_two_values() -> None:
 
 
 def submitted(preemptibility: Preemptibility, min_available: int = 1) -> PodGroupState:
-    return fold(
-        PodGroupState("pg"),
-        Submission(
-            name="job",
-            namespace="ns",
-            queue="q",
-            node_pool=None,
-            priority=1,
-            preemptibility=preemptibility,
-            subgroups=(SubGroup("default", min_available),),
-            pods=(("p0", "default", 1.0), ("p1", "default", 1.0), ("p2", "default", 1.0)),
-            annotations={},
-            at=T0,
-        ),
-    )
-
-
-def running(state: PodGroupState) -> PodGroupState:
-    return fold(state, Allocation(tuple((pod, "n1") for pod in state.pods), T0))
+    pods = (("p0", "default", 1.0), ("p1", "default", 1.0), ("p2", "default", 1.0))
+    subgroups = (SubGroup("default", min_available),)
+    change = submission(pods, subgroups, priority=1, preemptibility=preemptibility)
+    return fold(PodGroupState("pg"), change)
 
 
 def test_the_fold_keeps_the_value_and_the_flag_says_some_pods_may_go() -> None:
