@@ -27,7 +27,7 @@ from rich.syntax import Syntax
 from rich.table import Column, Table
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_duration
-from minruntime.demo_process import DemoChild, free_port, run_cli_as_user, wait_for
+from minruntime.demo_process import DemoChild, free_port, run_cli_as_user, show_commands, wait_for
 from minruntime.demo_queries import (
     APPLIED_EVENTS,
     DEAD_LETTERS,
@@ -75,30 +75,27 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
     def ago(seconds: float) -> datetime:
         return now - timedelta(seconds=seconds)
 
-    queue = TopicRole.QUEUES
     tree: list[tuple[TopicRole, Any]] = [
-        (queue, new_event("queue.upserted", {"name": "A"}, time=ago(900))),
-        *[
-            (queue, new_event("queue.upserted", data, time=ago(900)))
-            for data in (
-                {
-                    "name": "B",
-                    "parentQueue": "A",
-                    "preemptMinRuntime": "600s",
-                    "reclaimMinRuntime": "600s",
-                },
-                {"name": "C", "parentQueue": "B"},
-                {"name": "D", "parentQueue": "B", "reclaimMinRuntime": "60s"},
-                {
-                    "name": "leaf1",
-                    "parentQueue": "C",
-                    "preemptMinRuntime": "300s",
-                    "reclaimMinRuntime": "0s",
-                },
-                {"name": "leaf2", "parentQueue": "C", "reclaimMinRuntime": "180s"},
-                {"name": "leaf3", "parentQueue": "D"},
-            )
-        ],
+        (TopicRole.QUEUES, new_event("queue.upserted", data, time=ago(900)))
+        for data in (
+            {"name": "A"},
+            {
+                "name": "B",
+                "parentQueue": "A",
+                "preemptMinRuntime": "600s",
+                "reclaimMinRuntime": "600s",
+            },
+            {"name": "C", "parentQueue": "B"},
+            {"name": "D", "parentQueue": "B", "reclaimMinRuntime": "60s"},
+            {
+                "name": "leaf1",
+                "parentQueue": "C",
+                "preemptMinRuntime": "300s",
+                "reclaimMinRuntime": "0s",
+            },
+            {"name": "leaf2", "parentQueue": "C", "reclaimMinRuntime": "180s"},
+            {"name": "leaf3", "parentQueue": "D"},
+        )
     ]
     jobs = (
         # (name, queue, pods, minAvailable, started seconds ago)
@@ -283,11 +280,7 @@ def _audit_part(console: Console, run: str, output_dir: Path) -> None:
             ("replay", "--verify"),
         ),
     )
-    for title, args in steps:
-        console.print(f"\n[bold]{title}[/]")
-        console.print(f"[bold]$ minruntime {' '.join(args)}[/]")
-        output = run_cli_as_user(*args, width=console.width)
-        console.print(output.rstrip(), markup=False, highlight=False, soft_wrap=True)
+    show_commands(console, steps)
     console.print(f"\nThe timeline picture is in {picture}.")
 
 
