@@ -415,11 +415,6 @@ def _scrape_after_cooldown(url: str, worker: DemoChild, timeout: float) -> str:
         time.sleep(0.25)
 
 
-def _cycles(metrics: str) -> int:
-    match = _CYCLES_OK.search(metrics)
-    return int(float(match.group(1))) if match else 0
-
-
 def _describe_requeue_story(console: Console) -> None:
     console.print(
         f"Three 4-GPU gangs started {format_duration(REQUEUE_STARTED_AGO)} ago with "
@@ -470,7 +465,8 @@ def _show_events(console: Console, topic: str, events: tuple[dict[str, Any], ...
 def _show_metrics(console: Console, host: str, view: _WorkerView) -> None:
     """The worker's kai_requeue_* series, as a Prometheus scrape shows them."""
     url = f"http://{host}:{view.port}/metrics"
-    cycles = _cycles(view.metrics)
+    cycles_ok = _CYCLES_OK.search(view.metrics)
+    cycles = int(float(cycles_ok.group(1))) if cycles_ok else 0
     console.print(f"\n[bold]The worker's metrics ({cycles} cycles so far)[/]")
     if not cycles:
         console.print("This replica stood by: another requeue worker holds the leader lock.")
