@@ -5,30 +5,13 @@ Errors a user can cause print one line, never a traceback; `main` maps them to a
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
+from typing import Final
 
 import typer
 
-from minruntime.commands import (
-    apply,
-    audit,
-    demo,
-    doctor,
-    explain,
-    kube,
-    kube_diff,
-    offsets,
-    outbox,
-    produce,
-    replay,
-    requeue_plan,
-    service,
-    snapshot,
-    stack,
-    violations,
-    whatif,
-)
 from minruntime.commands.common import database_error, invocation
 from minruntime.errors import UserError
 
@@ -39,63 +22,57 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-def _group(name: str, help: str) -> typer.Typer:
-    group = typer.Typer(help=help, no_args_is_help=True)
-    app.add_typer(group, name=name)
-    return group
-
-
-stack_app = _group(
-    "stack", "The local Kafka (KRaft) + PostgreSQL stack, for machines without Docker."
-)
-queues_app = _group(
-    "queues", "Kubernetes Queue objects (scheduling.run.ai/v2) as queue.upserted events."
-)
-config_app = _group(
-    "config",
-    "KAI's scheduler config (the minruntime plugin's arguments) as config.updated events.",
-)
-requeue_app = _group(
-    "requeue",
-    "The requeue worker's decisions, without the worker: `requeue plan` is a dry run.",
-)
-kube_app = _group(
-    "kube",
-    "Kubernetes: the cluster bridge (objects -> events), the evictor, and kube diff "
+_GROUPS: Final = {
+    "stack": "The local Kafka (KRaft) + PostgreSQL stack, for machines without Docker.",
+    "queues": "Kubernetes Queue objects (scheduling.run.ai/v2) as queue.upserted events.",
+    "config": "KAI's scheduler config (the minruntime plugin's arguments) as config.updated "
+    "events.",
+    "requeue": "The requeue worker's decisions, without the worker: `requeue plan` is a dry run.",
+    "kube": "Kubernetes: the cluster bridge (objects -> events), the evictor, and kube diff "
     "(docs/kubernetes.md).",
+}
+# (group, or "" for none; name; module.function of minruntime.commands), in the order of
+# `minruntime --help`.
+_COMMANDS: Final = (
+    ("stack", "up", "stack.up_command"),
+    ("stack", "down", "stack.down_command"),
+    ("stack", "status", "stack.status_command"),
+    ("stack", "tool", "stack.tool_command"),
+    ("", "migrate", "service.migrate_command"),
+    ("", "processor", "service.processor_command"),
+    ("", "requeue-worker", "service.requeue_worker_command"),
+    ("", "produce", "produce.produce_command"),
+    ("queues", "apply", "apply.queues_apply_command"),
+    ("config", "apply", "apply.config_apply_command"),
+    ("", "demo", "demo.demo_command"),
+    ("kube", "bridge", "kube.bridge_command"),
+    ("kube", "evictor", "kube.evictor_command"),
+    ("", "replay", "replay.replay_command"),
+    ("", "snapshot", "snapshot.snapshot_command"),
+    ("", "whatif", "whatif.whatif_command"),
+    ("", "protection", "explain.protection_command"),
+    ("", "explain", "explain.explain_command"),
+    ("", "audit", "audit.audit_command"),
+    ("", "violations", "violations.violations_command"),
+    ("", "doctor", "doctor.doctor_command"),
+    ("requeue", "plan", "requeue_plan.plan_command"),
+    ("outbox", "", "outbox.outbox_app"),
+    ("offsets", "", "offsets.offsets_app"),
+    ("kube", "diff", "kube_diff.kube_diff_command"),
+    ("stack", "kill-broker", "stack.kill_broker_command"),
+    ("stack", "start-broker", "stack.start_broker_command"),
+    ("stack", "failover", "stack.failover_command"),
 )
-
-# The order here is the order of `minruntime --help`.
-stack_app.command("up")(stack.up_command)
-stack_app.command("down")(stack.down_command)
-stack_app.command("status")(stack.status_command)
-stack_app.command("tool")(stack.tool_command)
-app.command("migrate")(service.migrate_command)
-app.command("processor")(service.processor_command)
-app.command("requeue-worker")(service.requeue_worker_command)
-app.command("produce")(produce.produce_command)
-queues_app.command("apply")(apply.queues_apply_command)
-config_app.command("apply")(apply.config_apply_command)
-app.command("demo")(demo.demo_command)
-kube_app.command("bridge")(kube.bridge_command)
-kube_app.command("evictor")(kube.evictor_command)
-app.command("replay")(replay.replay_command)
-app.command("snapshot")(snapshot.snapshot_command)
-app.command("whatif")(whatif.whatif_command)
-app.command("protection")(explain.protection_command)
-app.command("explain")(explain.explain_command)
-app.command("audit")(audit.audit_command)
-app.command("violations")(violations.violations_command)
-app.command("doctor")(doctor.doctor_command)
-requeue_app.command("plan")(requeue_plan.plan_command)
-app.add_typer(outbox.outbox_app, name="outbox")
-app.add_typer(offsets.offsets_app, name="offsets")
-kube_app.command("diff")(kube_diff.kube_diff_command)
-stack_app.command("kill-broker")(stack.kill_broker_command)
-stack_app.command("start-broker")(stack.start_broker_command)
-stack_app.command("failover")(stack.failover_command)
+_groups = {name: typer.Typer(help=help, no_args_is_help=True) for name, help in _GROUPS.items()}
+for group in _groups:
+    app.add_typer(_groups[group], name=group)
+for group, name, target in _COMMANDS:
+    module, attribute = target.split(".")
+    command = getattr(importlib.import_module(f"minruntime.commands.{module}"), attribute)
+    if not name:  # a group of its own module (outbox, offsets)
+        app.add_typer(command, name=group)
+    else:
+        (_groups[group] if group else app).command(name)(command)
 
 
 def _error(message: str) -> None:

@@ -143,9 +143,7 @@ def run_demo(console: Console) -> None:
         f"{_value(resolution)} from {resolution.source}: protected until {until:%H:%M:%S} "
         "(strict: at exactly that instant it is no longer protected)."
     )
-    window = Table()
-    window.add_column("now")
-    window.add_column("protected?")
+    window = Table("now", "protected?")
     for offset in ("30s", "59.999999s", "60s", "90s"):
         now = start + _d(offset)
         verdict = is_protected(start, resolution.min_runtime, now)

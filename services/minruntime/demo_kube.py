@@ -10,6 +10,7 @@ Running and, after the eviction, deleting the pod (`minruntime.cluster.standin`)
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -77,6 +78,9 @@ def _story(
     children: list[DemoChild],
     timeout: float,
 ) -> None:
+    def until(check: Callable[[], T | None], what: str) -> T:
+        return wait_for(check, children, timeout, what)
+
     queue, pool, node = f"demo-{run}", f"demo-{run}", f"demo-gpu-{run}"
     cluster.apply_queues(_QUEUES.format(run=run))
     cluster.priority_class(f"demo-low-{run}", 40)
@@ -104,20 +108,13 @@ def _story(
         f"KAI's part (played by the demo): bind long-0 to {node}, annotate "
         f"kai.scheduler/last-start-timestamp={start:%H:%M:%SZ}; the kubelet's: set it Running."
     )
-    wait_for(lambda: _status(engine, long) == "running", children, timeout, "long to run")
+    until(lambda: _status(engine, long) == "running", "long to run")
     show_query(console, engine, "The bridge's events, applied (minruntime.podgroups)", long, urgent)
     console.print("\nlong runs past its expected 5s while urgent waits: the worker requeues it…")
-    decision = wait_for(
-        lambda: ask(engine, KUBE_COMMITTED, uid=long),
-        children,
-        timeout,
-        "the requeue to be committed",
-    )[0]
-    pod: dict[str, Any] = wait_for(
-        lambda: _deleting(cluster.get_pod("long-0")),
-        children,
-        timeout,
-        "the evictor to evict long-0",
+    committed = until(lambda: ask(engine, KUBE_COMMITTED, uid=long), "the requeue to be committed")
+    decision = committed[0]
+    pod: dict[str, Any] = until(
+        lambda: _deleting(cluster.get_pod("long-0")), "the evictor to evict long-0"
     )
     console.print(
         f"Committed (decision {decision[0]}); the evictor evicted long-0 through the Eviction "
@@ -127,7 +124,7 @@ def _story(
     )
     cluster.finish_eviction("long-0")
     # Evicted: pending again, waiting to be scheduled (as KAI requeues it).
-    wait_for(lambda: _status(engine, long) == "pending", children, timeout, "the release")
+    until(lambda: _status(engine, long) == "pending", "the release")
     annotations = cluster.get_podgroup("long")["metadata"].get("annotations") or {}
     show_query(console, engine, "After the release", long, urgent)
     console.print(

@@ -18,6 +18,7 @@ processor and requeue worker:
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -27,7 +28,7 @@ from rich.console import Console
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_rfc3339
 from minruntime.demo_pipeline import show_query
-from minruntime.demo_process import DemoChild, free_port, run_cli_as_user, wait_for
+from minruntime.demo_process import DemoChild, free_port, show_commands, wait_for
 from minruntime.demo_queries import (
     LAYERS_EVICTION_APPLIED,
     LAYERS_FIRST_ROUND_APPLIED,
@@ -216,66 +217,32 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
     pattern = f"layers-{story.run}-%"
     port = free_port(settings.metrics_host)
     worker_env = {**WORKER_ENV, "MINRUNTIME_WORKER_METRICS_PORT": str(port)}
+    until = functools.partial(_until, engine, pattern, timeout)
     try:
         with DemoChild.start("processor", PROCESSOR_ENV) as processor:
             console.print(f"Started `minruntime processor` (pid {processor.pid}).")
             produce(story.first_round())
-            _until(
-                engine,
+            until(
                 # Each topic is consumed on its own: wait for the tree, the pools' config and
                 # the nodes too, or the first cycle could judge without them.
                 LAYERS_FIRST_ROUND_APPLIED,
-                pattern,
                 (processor,),
-                timeout,
                 "the processor to apply part 5's first events",
             )
             with DemoChild.start("requeue-worker", worker_env) as worker:
                 console.print(f"Started `minruntime requeue-worker` (pid {worker.pid}).")
-                _until(
-                    engine,
-                    LAYERS_TWO_DECIDED,
-                    pattern,
-                    (processor, worker),
-                    timeout,
-                    "the worker to decide about hog and repeat",
-                )
+                both = (processor, worker)
+                until(LAYERS_TWO_DECIDED, both, "the worker to decide about hog and repeat")
                 produce(story.second_round(datetime.now(UTC)))
-                _until(
-                    engine,
-                    LAYERS_REPEAT_RUNS_AGAIN,
-                    pattern,
-                    (processor, worker),
-                    timeout,
-                    "repeat to run again",
-                )
-                _until(
-                    engine,
-                    LAYERS_REPEAT_COOLDOWN_OVER,
-                    pattern,
-                    (processor, worker),
-                    timeout,
-                    "repeat's cooldown (1s) to end",
-                )
+                until(LAYERS_REPEAT_RUNS_AGAIN, both, "repeat to run again")
+                until(LAYERS_REPEAT_COOLDOWN_OVER, both, "repeat's cooldown (1s) to end")
                 # Named by another nominator once it runs again and its cooldown is over (a
                 # nomination of a podgroup that is not running is skipped, not kept): only the
                 # cap holds it back now.
                 produce(story.nomination(datetime.now(UTC)))
-                _until(
-                    engine,
-                    LAYERS_SKIPPED_AT_CAP,
-                    pattern,
-                    (processor, worker),
-                    timeout,
-                    "the worker to skip repeat at its requeue cap",
-                )
-                _until(
-                    engine,
-                    LAYERS_EVICTION_APPLIED,
-                    pattern,
-                    (processor, worker),
-                    timeout,
-                    "the processor to apply the eviction of precious",
+                until(LAYERS_SKIPPED_AT_CAP, both, "the worker to skip repeat at its requeue cap")
+                until(
+                    LAYERS_EVICTION_APPLIED, both, "the processor to apply the eviction of precious"
                 )
         console.print("The processor and the requeue worker are stopped.")
         with engine.connect() as conn:
@@ -306,19 +273,15 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
             ("violations", "--since", since, "--queue", "guarded"),
         ),
     )
-    for title, args in steps:
-        console.print(f"\n[bold]{title}[/]")
-        console.print(f"[bold]$ minruntime {' '.join(args)}[/]")
-        output = run_cli_as_user(*args, width=console.width)
-        console.print(output.rstrip(), markup=False, highlight=False, soft_wrap=True)
+    show_commands(console, steps)
 
 
 def _until(
     engine: sa.Engine,
-    query: str,
     pattern: str,
-    children: tuple[DemoChild, ...],
     timeout: float,
+    query: str,
+    children: tuple[DemoChild, ...],
     what: str,
 ) -> None:
     """Until ``query`` (one boolean, ``:pattern`` bound) is true (``demo_process.wait_for``)."""

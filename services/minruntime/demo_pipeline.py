@@ -27,7 +27,7 @@ from rich.syntax import Syntax
 from rich.table import Column, Table
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_duration
-from minruntime.demo_process import DemoChild, free_port, run_cli_as_user, wait_for
+from minruntime.demo_process import DemoChild, free_port, run_cli_as_user, show_commands, wait_for
 from minruntime.demo_queries import (
     APPLIED_EVENTS,
     DEAD_LETTERS,
@@ -75,30 +75,27 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
     def ago(seconds: float) -> datetime:
         return now - timedelta(seconds=seconds)
 
-    queue = TopicRole.QUEUES
     tree: list[tuple[TopicRole, Any]] = [
-        (queue, new_event("queue.upserted", {"name": "A"}, time=ago(900))),
-        *[
-            (queue, new_event("queue.upserted", data, time=ago(900)))
-            for data in (
-                {
-                    "name": "B",
-                    "parentQueue": "A",
-                    "preemptMinRuntime": "600s",
-                    "reclaimMinRuntime": "600s",
-                },
-                {"name": "C", "parentQueue": "B"},
-                {"name": "D", "parentQueue": "B", "reclaimMinRuntime": "60s"},
-                {
-                    "name": "leaf1",
-                    "parentQueue": "C",
-                    "preemptMinRuntime": "300s",
-                    "reclaimMinRuntime": "0s",
-                },
-                {"name": "leaf2", "parentQueue": "C", "reclaimMinRuntime": "180s"},
-                {"name": "leaf3", "parentQueue": "D"},
-            )
-        ],
+        (TopicRole.QUEUES, new_event("queue.upserted", data, time=ago(900)))
+        for data in (
+            {"name": "A"},
+            {
+                "name": "B",
+                "parentQueue": "A",
+                "preemptMinRuntime": "600s",
+                "reclaimMinRuntime": "600s",
+            },
+            {"name": "C", "parentQueue": "B"},
+            {"name": "D", "parentQueue": "B", "reclaimMinRuntime": "60s"},
+            {
+                "name": "leaf1",
+                "parentQueue": "C",
+                "preemptMinRuntime": "300s",
+                "reclaimMinRuntime": "0s",
+            },
+            {"name": "leaf2", "parentQueue": "C", "reclaimMinRuntime": "180s"},
+            {"name": "leaf3", "parentQueue": "D"},
+        )
     ]
     jobs = (
         # (name, queue, pods, minAvailable, started seconds ago)
@@ -283,11 +280,7 @@ def _audit_part(console: Console, run: str, output_dir: Path) -> None:
             ("replay", "--verify"),
         ),
     )
-    for title, args in steps:
-        console.print(f"\n[bold]{title}[/]")
-        console.print(f"[bold]$ minruntime {' '.join(args)}[/]")
-        output = run_cli_as_user(*args, width=console.width)
-        console.print(output.rstrip(), markup=False, highlight=False, soft_wrap=True)
+    show_commands(console, steps)
     console.print(f"\nThe timeline picture is in {picture}.")
 
 
@@ -422,11 +415,6 @@ def _scrape_after_cooldown(url: str, worker: DemoChild, timeout: float) -> str:
         time.sleep(0.25)
 
 
-def _cycles(metrics: str) -> int:
-    match = _CYCLES_OK.search(metrics)
-    return int(float(match.group(1))) if match else 0
-
-
 def _describe_requeue_story(console: Console) -> None:
     console.print(
         f"Three 4-GPU gangs started {format_duration(REQUEUE_STARTED_AGO)} ago with "
@@ -477,7 +465,8 @@ def _show_events(console: Console, topic: str, events: tuple[dict[str, Any], ...
 def _show_metrics(console: Console, host: str, view: _WorkerView) -> None:
     """The worker's kai_requeue_* series, as a Prometheus scrape shows them."""
     url = f"http://{host}:{view.port}/metrics"
-    cycles = _cycles(view.metrics)
+    cycles_ok = _CYCLES_OK.search(view.metrics)
+    cycles = int(float(cycles_ok.group(1))) if cycles_ok else 0
     console.print(f"\n[bold]The worker's metrics ({cycles} cycles so far)[/]")
     if not cycles:
         console.print("This replica stood by: another requeue worker holds the leader lock.")

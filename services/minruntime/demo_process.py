@@ -2,7 +2,8 @@
 
 ``DemoChild`` supervises a long-running command (the processor, the worker, the bridge) and
 fails with its last log line if it exits early; ``run_cli_as_user`` runs a one-shot command and
-returns what it printed. Used by every part of `minruntime demo` and by `demo --kube`.
+returns what it printed (``show_commands``: after the question it answers). Used by every
+part of `minruntime demo` and by `demo --kube`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TypeVar
+from typing import IO, TYPE_CHECKING, TypeVar
 
 from minruntime.errors import UserError
 from minruntime.stream.topic_guard import REFUSAL
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 T = TypeVar("T")
 
@@ -119,6 +123,15 @@ def run_cli_as_user(*args: str, check: bool = True, width: int | None = None) ->
             + (f": {lines[-1]}" if lines else "")
         )
     return result.stdout
+
+
+def show_commands(console: Console, steps: Sequence[tuple[str, tuple[str, ...]]]) -> None:
+    """Each question, the command a user types to answer it, and what the command prints."""
+    for title, args in steps:
+        console.print(f"\n[bold]{title}[/]")
+        console.print(f"[bold]$ minruntime {' '.join(args)}[/]")
+        output = run_cli_as_user(*args, width=console.width)
+        console.print(output.rstrip(), markup=False, highlight=False, soft_wrap=True)
 
 
 def free_port(host: str) -> int:

@@ -184,8 +184,3 @@ async def send(settings: Settings, outgoing: Sequence[Outgoing]) -> Counter[str]
     finally:
         await producer.stop()
     return Counter(o.topic for o in outgoing)
-
-
-def produce(paths: Sequence[str], settings: Settings, mode: str = "structured") -> Counter[str]:
-    """Validate all events, then send them (in content ``mode``); how many went to each topic."""
-    return asyncio.run(send(settings, prepare_files(paths, settings, mode)))

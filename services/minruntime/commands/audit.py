@@ -13,9 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
-import typer
-
-from minruntime.commands.common import Json, engine, print_json
+from minruntime.commands.common import Json, Uid, engine, option, print_json, rfc3339, wide_console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,14 +22,12 @@ if TYPE_CHECKING:
 
     from minruntime.audit.timeline_model import Row, Run, Story, Window
 
-Uid = Annotated[str, typer.Argument(metavar="UID", help="The podgroup's uid.", show_default=False)]
 Plot = Annotated[
     Path | None,
-    typer.Option(
+    option(
         "--plot",
         metavar="FILE",
         help="Also draw the timeline: FILE.png or FILE.svg.",
-        show_default=False,
     ),
 ]
 
@@ -51,7 +47,7 @@ def audit_command(uid: Uid, as_json: Json = False, plot: Plot = None) -> None:
     if as_json:
         print_json(story_json(story))
     else:
-        console = _console()
+        console = wide_console(_PIPE_WIDTH)
         render_story(console, story)
     if plot is not None:
         write_plot(story, plot)
@@ -75,15 +71,6 @@ def render_story(console: Console, story: Story) -> None:
         console.print(_runs_table(story.runs))
     else:
         console.print("It never ran.")
-
-
-def _console() -> Console:
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, _PIPE_WIDTH)
-    return console
 
 
 def _header(story: Story) -> Text:
@@ -118,7 +105,7 @@ def _events_table(rows: tuple[Row, ...]) -> Table:
             style = "magenta"
         table.add_row(
             str(row.seq),
-            _time(row.time),
+            rfc3339(row.time),
             Text(row.type, style=style),
             Text(row.summary, style=style),
             Text("\n".join(_change(c.field, c.before, c.after) for c in row.changes)),
@@ -140,17 +127,17 @@ def _runs_table(runs: tuple[Run, ...]) -> Table:
     for run in runs:
         windows = [
             f"{_value(w.min_runtime)} ({_source(w.resolved_from)})"
-            + ("" if w.since == run.start else f" from {_time(w.since)}")
+            + ("" if w.since == run.start else f" from {rfc3339(w.since)}")
             for w in run.windows
         ]
         table.add_row(
             str(run.number),
-            _time(run.start),
-            _time(run.end) if run.end else "",
+            rfc3339(run.start),
+            rfc3339(run.end) if run.end else "",
             run.ended_by or "still running",
             _value(run.end - run.start) if run.end else "",
             Text("\n".join(windows)),
-            _time(run.protected_until) if run.protected_until else "",
+            rfc3339(run.protected_until) if run.protected_until else "",
         )
     return table
 
@@ -160,7 +147,7 @@ def _window(window: Window | None) -> str:
         return ""
     return (
         f"{_value(window.min_runtime)} ({_source(window.resolved_from)})\n"
-        f"until {_time(window.protected_until)}"
+        f"until {rfc3339(window.protected_until)}"
     )
 
 
@@ -178,7 +165,7 @@ def _value(value: Any) -> str:
     if value is None:
         return "none"
     if isinstance(value, datetime):
-        return _time(value)
+        return rfc3339(value)
     if isinstance(value, timedelta):
         return format_duration(value)
     if isinstance(value, bool):
@@ -186,9 +173,3 @@ def _value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(map(str, value)) if value else "none"
     return str(value)
-
-
-def _time(moment: datetime) -> str:
-    from minruntime.core import format_rfc3339
-
-    return format_rfc3339(moment)

@@ -1,4 +1,5 @@
-"""What the commands share: the invocation's settings, the --at option, the engine, JSON output."""
+"""What the commands share: the invocation's settings, the --at option, the engine, the output
+(JSON, a console for tables, an instant for people)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,15 @@ from minruntime.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
+    from rich.console import Console
 
     from minruntime.settings import Settings
+
+
+def option(*names: str, **settings: Any) -> Any:
+    """A ``typer.Option`` whose default the help does not show (the help text says it)."""
+    return typer.Option(*names, show_default=False, **settings)
+
 
 _AGO: Final = re.compile(r"now\s*-\s*(\S+)")
 
@@ -25,8 +33,9 @@ AT_HELP: Final = (
     "Answer as the service had it at this instant: RFC3339 (2026-11-21T10:00:00Z), "
     "'now', or 'now-DURATION' (now-15m). Default: the live state now."
 )
-At = Annotated[str | None, typer.Option("--at", help=AT_HELP, show_default=False)]
+At = Annotated[str | None, option("--at", help=AT_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+Uid = Annotated[str, typer.Argument(metavar="UID", help="The podgroup's uid.", show_default=False)]
 
 
 # What one invocation of the command line keeps (its settings), while it runs.
@@ -97,6 +106,15 @@ def engine() -> sa.Engine:
     return engine_from(current_settings().owner_url, pool_pre_ping=False)
 
 
+@contextmanager
+def disposed(database: sa.Engine) -> Iterator[sa.Engine]:
+    """``database`` for a ``with`` block; its connections are closed (disposed) after it."""
+    try:
+        yield database
+    finally:
+        database.dispose()
+
+
 def database_error(error: BaseException) -> str | None:
     """One line for a database error a user can act on (None: not one of those)."""
     from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
@@ -129,6 +147,29 @@ def first_line(error: BaseException) -> str:
     orig = getattr(error, "orig", None) or error
     lines = str(orig).strip().splitlines()
     return lines[0] if lines else type(orig).__name__
+
+
+def wide_console(pipe_width: int = 200) -> Console:
+    """A console for tables: a terminal keeps its own width; a pipe gets at least
+    ``pipe_width`` columns, wide enough that a piped table is not wrapped."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, pipe_width)
+    return console
+
+
+def rfc3339(moment: datetime | None) -> str:
+    """An instant for people: RFC3339, or "-" when there is none."""
+    from minruntime.core import format_rfc3339
+
+    return "-" if moment is None else format_rfc3339(moment)
+
+
+def counted(count: int, noun: str) -> str:
+    """A count and its noun, plural unless one: "1 pod", "3 running pods"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def print_json(value: Any) -> None:

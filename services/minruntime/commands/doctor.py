@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from minruntime.commands.common import Json, current_settings
+from minruntime.commands.common import Json, current_settings, disposed
 from minruntime.stream.topic_safety import Finding, Severity, judge_missing, judge_topic
 
 if TYPE_CHECKING:
@@ -118,12 +118,9 @@ def database_findings(settings: Settings) -> list[Finding]:
             )
         )
     engine = engine_from(settings, connect_args={"connect_timeout": 10})
-    try:
-        with engine.connect() as conn:
-            server = reached_server(conn)
-            standby, commit, names, replicas = replication_of(conn)
-    finally:
-        engine.dispose()
+    with disposed(engine), engine.connect() as conn:
+        server = reached_server(conn)
+        standby, commit, names, replicas = replication_of(conn)
     if standby:
         findings.append(
             Finding(Severity.UNSAFE, "postgresql", f"the runtime URL reached {server}, a standby")

@@ -15,10 +15,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from minruntime.commands.common import At, Json, engine, parse_at, print_json
+from minruntime.commands.common import (
+    At,
+    Json,
+    Uid,
+    counted,
+    disposed,
+    engine,
+    option,
+    parse_at,
+    print_json,
+    rfc3339,
+    wide_console,
+)
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import RenderableType
     from sqlalchemy import Connection
 
     from minruntime.audit.explain_model import (
@@ -34,27 +46,21 @@ if TYPE_CHECKING:
 
 ReclaimerQueue = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--reclaimer-queue",
         metavar="QUEUE",
         help="Resolve for a reclaimer in QUEUE (the reclaim rule). Default: the preempt rule.",
-        show_default=False,
     ),
 ]
 PreemptorQueue = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--preemptor-queue",
         metavar="QUEUE",
         help="The preemptor's queue: omitted or the podgroup's own queue → the preempt rule; "
         "another queue → the reclaim rule.",
-        show_default=False,
     ),
 ]
-Uid = Annotated[str, typer.Argument(metavar="UID", help="The podgroup's uid.", show_default=False)]
-
-# Wide enough that a piped table is not wrapped; a terminal keeps its own width.
-_PIPE_WIDTH = 200
 # Narrower consoles get one block per podgroup instead of the eight-column table.
 _WIDE = 110
 
@@ -73,7 +79,7 @@ def protection_command(
     if json_output:
         print_json([describe_row(row) for row in table.rows])
         return
-    console = _console()
+    console = wide_console()
     console.print(render_protection(table, as_of=instant is not None, width=console.width))
 
 
@@ -90,7 +96,7 @@ def explain_command(
     if json_output:
         print_json(describe(explanation))
     else:
-        _console().print(render_explanation(explanation, as_of=instant is not None))
+        wide_console().print(render_explanation(explanation, as_of=instant is not None))
     if explanation.disagreements:
         _stderr(
             "error: the rule engine and the SQL read surface disagree (a bug, please report "
@@ -112,25 +118,12 @@ def _state(
     """
     from minruntime.audit.asof import state_at
 
-    database = engine()
-    try:
-        with state_at(database, at, podgroups=podgroups) as pair:
-            yield pair
-    finally:
-        database.dispose()
+    with disposed(engine()) as database, state_at(database, at, podgroups=podgroups) as pair:
+        yield pair
 
 
 def _stderr(message: str) -> None:
     print(f"minruntime: {message}", file=sys.stderr)
-
-
-def _console() -> Console:
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, _PIPE_WIDTH)
-    return console
 
 
 # -- protection ---------------------------------------------------------------------------------
@@ -207,10 +200,10 @@ def _protection_cells(row: ProtectionRow) -> tuple[str, ...]:
     return (
         escape(row.uid),
         escape(row.queue) if row.queue is not None else "[dim](none)[/]",
-        _time(row.start_time),
+        rfc3339(row.start_time),
         format_duration(row.min_runtime),
         escape(resolved_from_label(row.resolved_from, row.node_pool)),
-        _time(row.protected_until),
+        rfc3339(row.protected_until),
         "[bold]yes[/]" if row.is_protected else "no",
         str(row.evictable_pods),
     )
@@ -255,7 +248,8 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
     if explanation.rule is not None:
         _add_rule(grid, explanation.rule, facts.node_pool)
         grid.add_row(
-            "window", f"{_time(facts.start_time)} → {_time(explanation.verdict.protected_until)}"
+            "window",
+            f"{rfc3339(facts.start_time)} → {rfc3339(explanation.verdict.protected_until)}",
         )
     if explanation.elastic is not None:
         grid.add_row("elastic", _elastic(explanation.elastic, explanation.verdict.protected))
@@ -279,12 +273,12 @@ def _delay_text(delay: PreemptionDelayFacts) -> str:
     from rich.markup import escape
 
     window = (
-        f"{_span(delay.delay)} from {escape(delay.source)}; window {_time(delay.window_start)}"
-        f" ({escape(delay.started_by)}) → {_time(delay.ends_at)}"
+        f"{_span(delay.delay)} from {escape(delay.source)}; window {rfc3339(delay.window_start)}"
+        f" ({escape(delay.started_by)}) → {rfc3339(delay.ends_at)}"
     )
     if delay.inside:
         return (
-            f"{window}: INSIDE, not a requeue beneficiary until {_time(delay.ends_at)}"
+            f"{window}: INSIDE, not a requeue beneficiary until {rfc3339(delay.ends_at)}"
             f" ({_span(delay.remaining)} left)"
         )
     return f"{window}: over, it may be a requeue beneficiary"
@@ -293,11 +287,10 @@ def _delay_text(delay: PreemptionDelayFacts) -> str:
 def _status(explanation: Explanation) -> str:
     facts = explanation.podgroup
     if facts.status == "running":
-        return (
-            f"running since {_time(facts.start_time)}, {_pods(facts.running_pods, 'running pod')}"
-        )
+        pods = counted(facts.running_pods, "running pod")
+        return f"running since {rfc3339(facts.start_time)}, {pods}"
     if facts.status == "finished" and facts.last_start_time is not None:
-        return f"finished (last run {_time(facts.last_start_time)} → {_time(facts.ended_at)})"
+        return f"finished (last run {rfc3339(facts.last_start_time)} → {rfc3339(facts.ended_at)})"
     return facts.status
 
 
@@ -367,18 +360,18 @@ def _config_owner(config_node_pool: str | None, node_pool: str) -> str:
 def _elastic(elastic: Elasticity, protected: bool) -> str:
     lines = [
         ("yes" if elastic.is_elastic else "no")
-        + f": may lose {_pods(elastic.evictable_pods)} now"
+        + f": may lose {counted(elastic.evictable_pods, 'pod')} now"
         + ("" if protected else " (not protected: any running pod)")
     ]
     if elastic.semi_preemptible:
         lines[0] = (
             ("yes" if elastic.is_elastic else "no")
-            + f": may lose {_pods(elastic.evictable_pods)} now, protected or not: "
+            + f": may lose {counted(elastic.evictable_pods, 'pod')} now, protected or not: "
             "semi-preemptible, each subgroup's minAvailable running pods (the core) are never "
             "evictable"
         )
     lines += [
-        f"subgroup {sub.name}: minAvailable {sub.min_available}, {_pods(sub.pods)}, "
+        f"subgroup {sub.name}: minAvailable {sub.min_available}, {counted(sub.pods, 'pod')}, "
         f"{sub.running} running → {sub.evictable} may be evicted"
         + (f" ({sub.core} in the core)" if elastic.semi_preemptible else "")
         for sub in elastic.subgroups
@@ -386,21 +379,17 @@ def _elastic(elastic: Elasticity, protected: bool) -> str:
     return "\n".join(lines)
 
 
-def _pods(count: int, noun: str = "pod") -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def verdict_text(verdict: Verdict, at: datetime, rule: RulePath | None) -> str:
     """PROTECTED until when, or NOT PROTECTED since when (or why never)."""
     if verdict.protected:
         return (
-            f"[bold green]PROTECTED[/] until {_time(verdict.protected_until)} "
+            f"[bold green]PROTECTED[/] until {rfc3339(verdict.protected_until)} "
             f"({_span(verdict.remaining)} left)"
         )
     if rule is None or verdict.protected_until is None:
         return "[bold red]NOT PROTECTED[/]: it is not running"
     return (
-        f"[bold red]NOT PROTECTED[/] since {_time(verdict.protected_until)} "
+        f"[bold red]NOT PROTECTED[/] since {rfc3339(verdict.protected_until)} "
         f"({_span(at - verdict.protected_until)} ago)"
     )
 
@@ -414,16 +403,15 @@ def requeue_cap_text(cap: RequeueCapFacts, node_pool: str) -> str:
     if cap.limit is None:
         return "unlimited (no maxRequeues for the node pool, no valid annotation)"
     window = f"within {_span(cap.window)}" if cap.window is not None else "ever (no window)"
-    count = len(cap.requeues)
     text = (
         f"{cap.limit} {window}, from {escape(cap_origin(cap, node_pool))}; "
-        f"{count} committed requeue{'' if count == 1 else 's'} counted"
+        f"{counted(len(cap.requeues), 'committed requeue')} counted"
     )
     if cap.oldest_leaves_at is not None:
-        text += f", the oldest leaves the window at {_time(cap.oldest_leaves_at)}"
+        text += f", the oldest leaves the window at {rfc3339(cap.oldest_leaves_at)}"
     if not cap.reached:
         return text
-    until = f" until {_time(cap.frees_at)}" if cap.frees_at is not None else " for good"
+    until = f" until {rfc3339(cap.frees_at)}" if cap.frees_at is not None else " for good"
     return f"{text}: [bold red]REACHED[/], skipped as requeue_limit{until}"
 
 
@@ -440,13 +428,7 @@ def _path(path: tuple[str, ...] | None) -> str:
     return " → ".join(escape(name) for name in path) if path else "(not in the queue tree)"
 
 
-def _time(moment: datetime | None) -> str:
-    from minruntime.core import format_rfc3339
-
-    return format_rfc3339(moment) if moment is not None else "-"
-
-
 def _moment(at: datetime, as_of: bool) -> str:
     if as_of:
-        return f"at {_time(at)}, as the service had it then"
-    return f"now ({_time(at)}), live"
+        return f"at {rfc3339(at)}, as the service had it then"
+    return f"now ({rfc3339(at)}), live"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from minruntime.commands.common import current_settings
+from minruntime.commands.common import counted, current_settings, disposed, option, wide_console
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
@@ -38,27 +38,24 @@ Repair = Annotated[
 ]
 Namespace = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--namespace",
         "-n",
         metavar="NAMESPACE",
         help="Only the podgroups of this namespace (default: every namespace).",
-        show_default=False,
     ),
 ]
 MetricsFile = Annotated[
     Path | None,
-    typer.Option(
+    option(
         "--metrics-file",
         metavar="PATH",
         help="Also write the counts as Prometheus text (node_exporter's textfile collector).",
-        show_default=False,
     ),
 ]
 
 # One API call may take this long (connect, read) before the command gives up with one line.
 _REQUEST_TIMEOUT: Final = (10, 120)
-_PIPE_WIDTH: Final = 200
 _ABSENT: Final = "-"
 # What is kept of an object of another namespace: nothing (no uid, so never compared).
 _ELSEWHERE: Final[Mapping[str, Any]] = {}
@@ -81,7 +78,7 @@ def kube_diff_command(
     cluster = cluster_podgroups(listing[Kind.POD_GROUP], listing[Kind.POD], namespace)
     rows = read_service(settings, namespace, list(cluster), with_pods=repair)
     drift = compare(cluster, rows, namespace)
-    console = _console()
+    console = wide_console()
     console.print(render_drift(drift))
     if metrics_file is not None:
         write_metrics(drift, metrics_file, now)
@@ -169,13 +166,10 @@ def read_service(
     from minruntime.store.read_transactions import repeatable_read
 
     engine = engine_from(settings, pool_pre_ping=False, connect_args={"connect_timeout": 10})
-    try:
-        with repeatable_read(engine) as conn:
-            rows = service_podgroups(conn, namespace, uids)
-            only = [row["uid"] for row in rows] if namespace is not None else None
-            held = held_pods(conn, only) if with_pods else None
-    finally:
-        engine.dispose()
+    with disposed(engine), repeatable_read(engine) as conn:
+        rows = service_podgroups(conn, namespace, uids)
+        only = [row["uid"] for row in rows] if namespace is not None else None
+        held = held_pods(conn, only) if with_pods else None
     return [
         ServicePodGroup(
             uid=row["uid"],
@@ -204,7 +198,7 @@ def render_drift(drift: Drift) -> RenderableType:
     from rich.table import Table
 
     count = len(drift.uids)
-    compared = f"{drift.checked} podgroup{'' if drift.checked == 1 else 's'} compared"
+    compared = f"{counted(drift.checked, 'podgroup')} compared"
     if not count:
         return Group(f"[bold]no differences[/]: {compared}")
     grid = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -218,17 +212,8 @@ def render_drift(drift: Drift) -> RenderableType:
             escape(difference.cluster or _ABSENT),
             escape(difference.service or _ABSENT),
         )
-    heading = f"[bold]{count} podgroup{'' if count == 1 else 's'} differ[/] ({compared})"
+    heading = f"[bold]{counted(count, 'podgroup')} differ[/] ({compared})"
     return Group(heading, grid)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, _PIPE_WIDTH)
-    return console
 
 
 def write_metrics(drift: Drift, path: Path, now: datetime) -> None:

@@ -33,17 +33,6 @@ class NothingToRebaselineError(UserError):
     """The topic's stored offsets already belong to its current life."""
 
 
-def _settings() -> Settings:
-
-    return current_settings()
-
-
-def _input_topics(settings: Settings) -> list[str]:
-    from minruntime.bootstrap import input_topic_roles
-
-    return sorted(input_topic_roles(settings))
-
-
 def _describe(settings: Settings, topics: list[str]) -> dict[str, KafkaTopic]:
     from minruntime.kafka_access import kafka_access
     from minruntime.stream.topic_identity import describe_topics
@@ -66,13 +55,14 @@ def status_of(topic: str, stored: list[StoredOffset], kafka: KafkaTopic | None) 
 @offsets_app.command("show")
 def show_command(as_json: Json = False) -> None:
     """Stored next offsets per partition, with the topic IDs and log ends Kafka has now."""
+    from minruntime.bootstrap import input_topic_roles
     from minruntime.store.offsets import stored_offsets
     from minruntime.store.schema import LIVE
 
-    settings = _settings()
+    settings = current_settings()
     with engine().connect() as conn:
         stored = stored_offsets(conn, LIVE, settings.processor_group)
-    topics = sorted(set(stored) | set(_input_topics(settings)))
+    topics = sorted(set(stored) | set(input_topic_roles(settings)))
     kafka = _describe(settings, topics)
     rows: list[dict[str, Any]] = []
     for topic in topics:
@@ -146,13 +136,14 @@ def rebaseline_command(
     ] = False,
 ) -> None:
     """Tie TOPIC's stored offsets to the life Kafka holds now; the processor resumes it."""
+    from minruntime.bootstrap import input_topic_roles
     from minruntime.store.offsets import lock_topic, rebaseline
     from minruntime.store.schema import LIVE
 
     if from_start == from_end:
         raise UserError("say where to start: --from-start or --from-end (exactly one)")
-    settings = _settings()
-    inputs = _input_topics(settings)
+    settings = current_settings()
+    inputs = sorted(input_topic_roles(settings))
     if topic not in inputs:
         raise UserError(f"{topic!r} is not an input topic of the processor: {', '.join(inputs)}")
     kafka = _describe(settings, [topic]).get(topic)

@@ -32,8 +32,11 @@ def produce_command(
     ] = ContentMode.STRUCTURED,
 ) -> None:
     """Validate events against the contract and send them to their topics (all or nothing)."""
-    from minruntime.produce import produce
+    import asyncio
 
-    counts = produce(files, current_settings(), mode.value)
+    from minruntime.produce import prepare_files, send
+
+    settings = current_settings()
+    counts = asyncio.run(send(settings, prepare_files(files, settings, mode.value)))
     summary = ", ".join(f"{topic}: {count}" for topic, count in sorted(counts.items()))
     console.print(f"sent {sum(counts.values())} events ({summary})")

@@ -86,6 +86,7 @@ def replay_command(
     from minruntime.audit.parallel import default_parts
     from minruntime.audit.replay import count_log, read_log
     from minruntime.audit.snapshots import replay_checked, snapshots_in
+    from minruntime.bootstrap import input_topic_roles
     from minruntime.store.read_transactions import repeatable_read
     from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 
@@ -129,7 +130,7 @@ def replay_command(
                 snapshots_in(conn) if verify and not from_kafka else [],
                 verify=verify,
                 progress=progress,
-                input_topics=_input_topics() if from_kafka else None,
+                input_topics=input_topic_roles(current_settings()) if from_kafka else None,
             )
         if into is not None:
             conn.commit()
@@ -206,22 +207,17 @@ def _finish(
 
 def _kafka_entries(at: datetime | None) -> list[LogEntry]:
     from minruntime.audit.kafka_log import read_kafka
+    from minruntime.bootstrap import input_topic_roles
     from minruntime.kafka_access import kafka_access
 
     settings = current_settings()
-    topics = {**_input_topics(), settings.topic_requeue_decisions: "requeue_decisions"}
+    topics = {**input_topic_roles(settings), settings.topic_requeue_decisions: "requeue_decisions"}
     try:
         return read_kafka(kafka_access(settings), topics, until=at)
     except ValueError as error:
         raise UserError(str(error)) from None
     except OSError as error:
         raise UserError(f"cannot read Kafka at {settings.kafka_bootstrap}: {error}") from None
-
-
-def _input_topics() -> dict[str, str]:
-    from minruntime.bootstrap import input_topic_roles
-
-    return input_topic_roles(current_settings())
 
 
 class _ProgressBar:

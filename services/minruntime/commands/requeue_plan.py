@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from minruntime.commands.common import At, Json, engine, parse_at, print_json
+from minruntime.commands.common import At, Json, disposed, engine, parse_at, print_json, rfc3339
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
@@ -80,11 +80,8 @@ def plan_command(node_pool: NodePool = None, at: At = None, json_output: Json = 
             "omit --at for the state now"
         )
     pool = _node_pool(node_pool)
-    database = engine()
-    try:
+    with disposed(engine()) as database:
         result = dry_run(database, at=instant, now=now, node_pool=pool)
-    finally:
-        database.dispose()
     if json_output:
         print_json(describe(result, at=instant))
         return
@@ -192,7 +189,7 @@ def render(result: RequeuePreview, *, at: datetime | None) -> str:
     state = "the live state" if at is None else "the state the service had"
     pool = f"node pool {result.node_pool}" if result.node_pool else "every node pool"
     lines = [
-        f"Requeue plan at {_time(result.now)}, on {state}, {pool} (dry run: nothing written, "
+        f"Requeue plan at {rfc3339(result.now)}, on {state}, {pool} (dry run: nothing written, "
         "no lock taken)"
     ]
     skipped: dict[str, list[str]] = {}
@@ -245,7 +242,7 @@ def _cells(result: RequeuePreview, decision: RequeueDecision) -> list[str]:
         ",".join(decision.nominated_by),
         _overrun(result.overruns.get(decision.uid)),
         ",".join(decision.beneficiaries) or "-",
-        "-" if decision.requeue_not_before is None else _time(decision.requeue_not_before),
+        rfc3339(decision.requeue_not_before),
         "yes" if result.recorded(decision) else "no (repeat)",
     ]
 
@@ -274,17 +271,11 @@ def _line(cells: list[str], widths: list[int]) -> str:
 
 def _text(value: Any) -> str:
     if isinstance(value, datetime):
-        return _time(value)
+        return rfc3339(value)
     if isinstance(value, timedelta):
         return _duration(value)
     plain = _plain(value)
     return plain if isinstance(plain, str) else str(plain)
-
-
-def _time(moment: datetime) -> str:
-    from minruntime.core import format_rfc3339
-
-    return format_rfc3339(moment)
 
 
 def _duration(value: timedelta) -> str:

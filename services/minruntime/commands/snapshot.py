@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from minruntime.commands.common import Json, current_settings, print_json
+from minruntime.commands.common import Json, current_settings, disposed, engine, option, print_json
 
 if TYPE_CHECKING:
     from minruntime.audit.snapshots import Taken
@@ -23,19 +23,17 @@ def snapshot_command(
     ] = False,
     every: Annotated[
         float | None,
-        typer.Option(
+        option(
             "--every",
             help="Keep running: check every SECONDS whether one is due (one line per snapshot).",
-            show_default=False,
             min=0.1,
         ),
     ] = None,
     prune: Annotated[
         int | None,
-        typer.Option(
+        option(
             "--prune",
             help="Remove every snapshot but the newest KEEP instead; take none (owner role).",
-            show_default=False,
             min=1,
             metavar="KEEP",
         ),
@@ -52,7 +50,7 @@ def snapshot_command(
     settings = current_settings()
     # The runtime role: it needs rows, not definitions (it may add snapshots, change none).
     database = engine_from(settings.database_url, pool_pre_ping=False)
-    try:
+    with disposed(database):
         if list_them:
             with database.connect() as conn:
                 found = snapshots_in(conn)
@@ -75,8 +73,6 @@ def snapshot_command(
                 _report(taken, as_json)
             time.sleep(every)
             taken = take(database, policy)
-    finally:
-        database.dispose()
     _report(taken, as_json)
 
 
@@ -102,16 +98,11 @@ def _report(taken: Taken, as_json: bool) -> None:
 
 
 def _prune(keep: int, as_json: bool) -> None:
-    from minruntime.commands.common import engine
     from minruntime.store.snapshots import prune
 
     # The owner role: the runtime role may add snapshots, never remove one.
-    database = engine()
-    try:
-        with database.begin() as conn:
-            pruned = prune(conn, keep)
-    finally:
-        database.dispose()
+    with disposed(engine()) as database, database.begin() as conn:
+        pruned = prune(conn, keep)
     oldest = pruned.kept_from
     if as_json:
         print_json(

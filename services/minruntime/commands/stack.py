@@ -16,17 +16,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from minruntime.commands.common import current_settings
+from minruntime.commands.common import current_settings, option
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
     from minruntime.stack import StackStatus
 
 console = Console(highlight=False)
-
-
-def _say(message: str) -> None:
-    console.print(message)
 
 
 def up_command(
@@ -40,20 +36,18 @@ def up_command(
     ] = False,
     brokers: Annotated[
         int | None,
-        typer.Option(
+        option(
             "--brokers",
             help="1: one broker; 3: a KRaft cluster of three (3 replicas, 2 in sync). "
             "Default: as the stack was last started.",
-            show_default=False,
         ),
     ] = None,
     pg_standby: Annotated[
         bool | None,
-        typer.Option(
+        option(
             "--pg-standby/--no-pg-standby",
             help="A synchronous streaming standby of PostgreSQL on the next port. "
             "Default: as the stack was last started.",
-            show_default=False,
         ),
     ] = None,
 ) -> None:
@@ -61,7 +55,7 @@ def up_command(
     from minruntime.stack import stack_up
 
     status = stack_up(
-        current_settings(), say=_say, kube=kube, brokers=brokers, pg_standby=pg_standby
+        current_settings(), say=console.print, kube=kube, brokers=brokers, pg_standby=pg_standby
     )
     print_connection(status)
 
@@ -76,9 +70,9 @@ def down_command(
     from minruntime.stack import kube_down, stack_down
 
     if kube:
-        kube_down(current_settings(), say=_say)
+        kube_down(current_settings(), say=console.print)
     else:
-        stack_down(current_settings(), say=_say)
+        stack_down(current_settings(), say=console.print)
 
 
 def status_command() -> None:

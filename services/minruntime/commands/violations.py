@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TextIO
 
 import typer
 
-from minruntime.commands.common import Json, engine, parse_at
+from minruntime.commands.common import Json, counted, engine, option, parse_at, rfc3339
 
 if TYPE_CHECKING:
     from minruntime.audit.violations import Violation, ViolationReport
@@ -23,16 +23,15 @@ if TYPE_CHECKING:
 
 Since = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--since",
         metavar="T",
         help="Only runs that ended at or after T: RFC3339, 'now' or 'now-DURATION' (now-24h).",
-        show_default=False,
     ),
 ]
 QueueName = Annotated[
     str | None,
-    typer.Option("--queue", metavar="QUEUE", help="Only runs of this queue.", show_default=False),
+    option("--queue", metavar="QUEUE", help="Only runs of this queue."),
 ]
 Schema = Annotated[
     str,
@@ -100,7 +99,7 @@ def summary(report: ViolationReport) -> dict[str, Any]:
     from minruntime.core import Verdict
 
     return {
-        "since": None if report.since is None else _time(report.since),
+        "since": None if report.since is None else rfc3339(report.since),
         "queue": report.queue,
         "evicted_runs": report.evicted_runs,
         "violations": len(report.violations),
@@ -114,13 +113,13 @@ def render(report: ViolationReport) -> str:
     counts = summary(report)
     scope = "".join(
         (
-            f" since {_time(report.since)}" if report.since else "",
+            f" since {rfc3339(report.since)}" if report.since else "",
             f" in queue {report.queue}" if report.queue else "",
         )
     )
     head = (
-        f"{_count(counts['violations'], 'protection violation')} among "
-        f"{_count(counts['evicted_runs'], 'run')} ended by an eviction{scope}: "
+        f"{counted(counts['violations'], 'protection violation')} among "
+        f"{counted(counts['evicted_runs'], 'run')} ended by an eviction{scope}: "
         f"{counts['definite']} definite, {counts['possible']} possible"
     )
     if not report.violations:
@@ -137,10 +136,6 @@ def render(report: ViolationReport) -> str:
     return "\n".join(lines)
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
-
-
 def _cells(violation: Violation) -> tuple[list[str], list[str]]:
     rules = [
         f"{_rule(rule.window)}, cut {_duration(rule.cut_short)} short"
@@ -151,7 +146,7 @@ def _cells(violation: Violation) -> tuple[list[str], list[str]]:
         rules.insert(0, "semi-preemptible core: never evictable, by any preemptor")
     rules = rules or ["(the stored windows cannot be read by this version)"]
     cells = [
-        _time(violation.run_end),
+        rfc3339(violation.run_end),
         violation.uid,
         violation.queue or "(unknown)",
         violation.ended_by,
@@ -189,9 +184,3 @@ def _seconds(seconds: int) -> str:
     from minruntime.core import format_duration
 
     return format_duration(timedelta(seconds=seconds))
-
-
-def _time(moment: Any) -> str:
-    from minruntime.core import format_rfc3339
-
-    return format_rfc3339(moment)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from minruntime.commands.common import Json, current_settings, engine, print_json
+from minruntime.commands.common import Json, counted, current_settings, engine, print_json, rfc3339
 from minruntime.commands.explain import ReclaimerQueue, describe_row, resolved_from_label
 from minruntime.errors import UserError
 
@@ -367,9 +367,8 @@ def describe(report: WhatIfReport) -> dict[str, Any]:
 
 def report_lines(report: WhatIfReport) -> list[str]:
     """The report as text: the change, the changed podgroups, a summary line."""
-    count = len(report.events)
     lines = [
-        f"The change: {count} event{'' if count == 1 else 's'}, tried on a copy of the live "
+        f"The change: {counted(len(report.events), 'event')}, tried on a copy of the live "
         "state (rolled back; nothing is written)"
     ]
     lines += [f"  {line}" for line in _event_lines(report.events)]
@@ -383,11 +382,10 @@ def report_lines(report: WhatIfReport) -> list[str]:
     running = len(report.before)
     if not changes:
         lines.append(
-            f"No running podgroup's {rule} changes ({running} running podgroup"
-            f"{'' if running == 1 else 's'})."
+            f"No running podgroup's {rule} changes ({counted(running, 'running podgroup')})."
         )
         return lines
-    lines.append(f"{rule[0].upper()}{rule[1:]} at {_time(report.at)}:")
+    lines.append(f"{rule[0].upper()}{rule[1:]} at {rfc3339(report.at)}:")
     header = ["UID", "QUEUE", "BEFORE", "FROM", "UNTIL", "NOW", "AFTER", "FROM", "UNTIL", "NOW"]
     rows = [
         [
@@ -435,15 +433,9 @@ def _protection_cells(row: ProtectionRow) -> list[str]:
     return [
         format_duration(row.min_runtime),
         resolved_from_label(row.resolved_from, row.node_pool),
-        _time(row.protected_until),
+        rfc3339(row.protected_until),
         "protected" if row.is_protected else "no",
     ]
-
-
-def _time(value: datetime | None) -> str:
-    from minruntime.core import format_rfc3339
-
-    return "-" if value is None else format_rfc3339(value)
 
 
 def _become(count: int) -> str:
