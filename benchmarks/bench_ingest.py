@@ -62,7 +62,7 @@ from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 from minruntime.store.scratch import scratch_owner_url
 from pipeline import INPUT_ROLES, BenchPipeline, overrides, private_broker, produce, rfc3339
-from proc_cpu import postgres_cpu, postgres_pid, process_cpu
+from proc_cpu import postgres_pid, process_cpu, tree_cpu
 from replay_after import parts_alone, replay_verify
 
 SEED = 20261121
@@ -256,7 +256,7 @@ def run_processor(
     """
     topic_role = {topic: role for role, topic in pipe.topics.items()}
     server = postgres_pid(pipe.base.database_parts.port)
-    server_before = postgres_cpu(server)
+    server_before = tree_cpu(server)
     pipe.start()
     assert pipe.process is not None
     sampler = None
@@ -298,7 +298,7 @@ def run_processor(
             time.sleep(POLL_SECONDS)
         done = time.monotonic()
         # CPU of the whole run, start-up included (~1-2 s of imports and joining the group).
-        python, postgres = process_cpu(pipe.process.pid), postgres_cpu(server) - server_before
+        python, postgres = process_cpu(pipe.process.pid), tree_cpu(server) - server_before
         if sampler is not None:
             sampler.send_signal(signal.SIGINT)
             sampler.wait(60)
@@ -386,7 +386,7 @@ def profile_apply(
         if not profile:
             tune_gc()  # as the processor does
         server = postgres_pid(pipe.base.database_parts.port)
-        server_before, python_before = postgres_cpu(server), time.process_time()
+        server_before, python_before = tree_cpu(server), time.process_time()
         started = time.perf_counter()
         applied = 0
         # Topic by topic, queues first, in offset order per partition (as faust would).
@@ -404,7 +404,7 @@ def profile_apply(
                         profiler.disable()
                 applied += outcome.applied
         elapsed = time.perf_counter() - started
-        python, postgres = time.process_time() - python_before, postgres_cpu(server) - server_before
+        python, postgres = time.process_time() - python_before, tree_cpu(server) - server_before
         engine.dispose()
         print(
             f"apply_batch alone (in-process, batches of {batch}): {applied:,} events in "
@@ -459,12 +459,12 @@ def measure_sink(
     create_tables(owner_url)
     server = postgres_pid(pipe.base.database_parts.port)
     try:
-        python_before, server_before = time.process_time(), postgres_cpu(server)
+        python_before, server_before = time.process_time(), tree_cpu(server)
         result = asyncio.run(
             run_sink(pipe.kafka, owner_url, topics, total, f"bench-sink-{pipe.suffix}")
         )
         python = time.process_time() - python_before
-        postgres = postgres_cpu(server) - server_before
+        postgres = tree_cpu(server) - server_before
     finally:
         if not keep:
             drop_tables(owner_url)

@@ -35,10 +35,10 @@ import urllib.error
 import urllib.request
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from pipeline import BenchPipeline, percentile, rfc3339
+from proc_cpu import process_cpu
 
 
 def free_port() -> int:
@@ -95,12 +95,6 @@ def ready(port: int) -> bool:
         return False
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def applied(pipeline: BenchPipeline) -> int:
     """Events in the log."""
     return int(pipeline.scalar("SELECT count(*) FROM minruntime.event_log"))
@@ -137,7 +131,7 @@ def run_case(name: str, kills: int, rate: float, **overrides: str) -> dict[str, 
                 if got_resumed is None and applied(pipeline) > at_kill:
                     got_resumed = now - restarted
                     assert pipeline.process is not None
-                    figures["resumed, CPU s"].append(cpu_seconds(pipeline.process.pid))
+                    figures["resumed, CPU s"].append(process_cpu(pipeline.process.pid))
                 time.sleep(0.1)
             got_ready = float("nan") if got_ready is None else got_ready
             figures["ready"].append(got_ready)

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from bench_ingest import generate
-from bench_recovery import cpu_seconds
 from minruntime.settings import Settings
 from pipeline import ROOT, BenchPipeline, produce
+from proc_cpu import process_cpu, tree_cpu
 
 sys.path.insert(0, str(ROOT))  # the e2e tests' harness (pipeline.py does the same)
 
@@ -48,30 +48,6 @@ from tests.conftest import free_ports
 from tests.e2e.harness import Subprocess, Worker, probe, wait_for
 
 POLL_SECONDS = 0.02
-
-
-def _stat(pid: str) -> list[str]:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
-def tree_cpu(root: int) -> float:
-    """CPU seconds of ``root``, its live children and the children it has reaped (Linux /proc).
-
-    PostgreSQL: the postmaster and its backends; Kafka: the broker's JVM.
-    """
-    ticks = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = _stat(entry.name)
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # ended meanwhile
-        if entry.name == str(root):
-            ticks += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
-        elif fields[1] == str(root):
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def stack_cpu() -> dict[str, float]:
@@ -129,7 +105,7 @@ class Run:
                 raise RuntimeError(f"{process.log_path.name} exited:\n{process.log_tail()}")
 
     def cpu(self) -> float:
-        return sum(cpu_seconds(p.process.pid) for p in self.processes if p.process is not None)
+        return sum(process_cpu(p.process.pid) for p in self.processes if p.process is not None)
 
 
 def measure(instances: int, trace: Any) -> dict[str, float]:

@@ -58,11 +58,6 @@ def trace_of(args: argparse.Namespace, podgroups: int) -> list[tuple[str, bytes,
     return generate(args.queues, args.nodes, podgroups, evicted_share=args.evicted_share).events
 
 
-def apply_all(url: str, events: list[tuple[str, bytes, bytes]]) -> float:
-    """Apply ``events`` as the processor would (``bench_replay.live_apply``); seconds."""
-    return apply_timed(url, events)[0]
-
-
 def apply_timed(url: str, events: list[tuple[str, bytes, bytes]]) -> tuple[float, float, float]:
     """(wall seconds, this process's CPU seconds, its PostgreSQL backend's CPU seconds) of
     applying ``events``: CPU seconds, unlike wall time, hardly move with the machine's load."""
@@ -81,7 +76,7 @@ def build(args: argparse.Namespace, settings: Settings) -> str:
     """A scratch database holding the trace; its owner URL."""
     events = trace_of(args, args.podgroups)
     url = migrated_scratch_database(settings, "minruntime_test_bench_violations")
-    seconds = apply_all(url, events)
+    seconds = apply_timed(url, events)[0]  # as the processor would (bench_replay.live_apply)
     print(
         f"built: {len(events):,} events applied in {seconds:.0f} s "
         f"({len(events) / seconds:,.0f} events/s, batches of {LIVE_BATCH:,})"

@@ -38,9 +38,10 @@ def postgres_pid(port: int) -> int:
     raise LookupError(f"no postmaster with port={port} found in /proc")
 
 
-def postgres_cpu(postmaster: int) -> float:
-    """User + system seconds of the server: the postmaster, its live children and the reaped."""
-    fields = _stat(postmaster)
+def tree_cpu(root: int) -> float:
+    """User + system seconds of a server: ``root``, its live children and the reaped ones
+    (PostgreSQL: the postmaster and its backends; Kafka: the broker's JVM)."""
+    fields = _stat(root)
     # utime, stime, cutime, cstime: exited backends are counted in the last two once reaped.
     total = sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
     for entry in Path("/proc").iterdir():
@@ -50,6 +51,6 @@ def postgres_cpu(postmaster: int) -> float:
             child = _stat(int(entry.name))
         except OSError:
             continue
-        if int(child[1]) == postmaster:
+        if int(child[1]) == root:
             total += (int(child[11]) + int(child[12])) / _TICK
     return total

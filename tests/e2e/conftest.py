@@ -8,7 +8,8 @@ import pytest
 
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
-from tests.e2e.harness import Pipeline
+from minruntime.store.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
+from tests.e2e.harness import Pipeline, running_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +22,15 @@ def pipeline(
     """A started processor on its own database and topics, for one test module (named after
     it), dropped after the module's last test."""
     name = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
-    running = Pipeline(settings, tmp_path_factory.mktemp(name), name).create().start()
-    try:
+    with running_pipeline(settings, tmp_path_factory.mktemp(name), name) as running:
         yield running
+
+
+@pytest.fixture
+def unmigrated(stack: StackStatus, settings: Settings) -> Iterator[str]:
+    """The URL of an empty database that was never migrated, dropped after the test."""
+    url = create_scratch_database(settings, f"{SCRATCH_PREFIX}_unmigrated")
+    try:
+        yield url
     finally:
-        running.drop()
+        drop_scratch_database(settings, url)

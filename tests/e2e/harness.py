@@ -17,7 +17,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from minruntime.store.scratch import (
     scratch_owner_url,
 )
 from minruntime.stream.topics import ensure_topics, topic_specs
-from tests.conftest import MINRUNTIME, ROOT
+from tests.conftest import MINRUNTIME, ROOT, run_cli
 
 TOPIC_ENV = {
     "queues": "MINRUNTIME_TOPIC_QUEUES",
@@ -85,11 +86,31 @@ def probe(port: int, path: str) -> tuple[int, str]:
         return 0, str(error)
 
 
+def one_error_line(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    """The command exited with `code` and wrote exactly one line on stderr: that line."""
+    assert result.returncode == code, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
 class Subprocess:
     """A `minruntime` subprocess: kill it like a crash, stop it like an operator, read its log."""
 
     process: subprocess.Popen[bytes] | None
     log_path: Path
+    env: dict[str, str]
+
+    def _spawn(self, *args: str) -> None:
+        """Start `minruntime ARGS` with this process's env, its output appended to its log."""
+        assert self.process is None or self.process.poll() is not None
+        self.process = subprocess.Popen(
+            [MINRUNTIME, *args],
+            env={**os.environ, **self.env},
+            stdout=self.log_path.open("ab"),
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
 
     def kill(self, sig: int = signal.SIGKILL) -> int:
         """Send `sig` and wait for the process to end; return its exit status."""
@@ -191,16 +212,8 @@ class Pipeline(Subprocess):
 
     def spawn(self) -> Pipeline:
         """Start `minruntime processor` without waiting for anything (Kafka may be down)."""
-        assert self.process is None or self.process.poll() is not None
-        log = self.log_path.open("ab")
         self.spawned_at = time.monotonic()
-        self.process = subprocess.Popen(
-            [MINRUNTIME, "processor", "--loglevel", self.loglevel],
-            env={**os.environ, **self.env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+        self._spawn("processor", "--loglevel", self.loglevel)
         return self
 
     def check_alive(self) -> None:
@@ -218,14 +231,7 @@ class Pipeline(Subprocess):
 
     def replay(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run `minruntime replay ARGS` against this pipeline's database and topics."""
-        return subprocess.run(
-            [MINRUNTIME, "replay", *args],
-            env={**os.environ, **self.env},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=ROOT,
-        )
+        return run_cli("replay", *args, env=self.env, timeout=300)
 
     def drop(self, keep: bool = False, verify: bool = True) -> None:
         """Stop; unless `keep`, drop the database and delete the topics.
@@ -353,6 +359,27 @@ class Pipeline(Subprocess):
         rows = self.query(statement, params)
         return rows[0][0] if rows else None
 
+    def wait_applied(self, count: int, timeout: float = 60) -> None:
+        """Wait until the event log holds at least `count` events."""
+        wait_for(
+            lambda: self.scalar("SELECT count(*) FROM minruntime.event_log") >= count,
+            timeout,
+            f"{count} applied events\n{self.log_tail()}",
+        )
+
+
+@contextmanager
+def running_pipeline(
+    settings: Settings, workdir: Path, name: str, **overrides: str
+) -> Iterator[Pipeline]:
+    """A created and started Pipeline (``overrides`` as Pipeline's), dropped on the way out:
+    which first proves `replay --verify` equal (``Pipeline.drop``)."""
+    pipeline = Pipeline(settings, workdir, name, overrides=overrides)
+    try:
+        yield pipeline.create().start()
+    finally:
+        pipeline.drop()
+
 
 class Worker(Subprocess):
     """One more long-running process of a Pipeline, on its database and topics.
@@ -378,15 +405,7 @@ class Worker(Subprocess):
 
     def start(self) -> Worker:
         """Spawn the process (a worker replica decides by itself: active or standby)."""
-        assert self.process is None or self.process.poll() is not None
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [MINRUNTIME, self.command, "--loglevel", "info"],
-            env={**os.environ, **self.env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+        self._spawn(self.command, "--loglevel", "info")
         return self
 
     @property

@@ -4,19 +4,17 @@ namespace of its own on the stack's API server."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from minruntime.cluster.standin import Cluster
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
-from tests.conftest import MINRUNTIME, ROOT
 from tests.e2e.harness import Pipeline, Subprocess
 from tests.e2e.kubeapi import admin_client
 
@@ -33,14 +31,7 @@ class KubeProcess(Subprocess):
         self.log_path = pipeline.workdir / f"{command}-{uuid.uuid4().hex[:6]}.log"
 
     def start(self) -> KubeProcess:
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [MINRUNTIME, "kube", self.command, "--loglevel", "info"],
-            env={**os.environ, **self.env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+        self._spawn("kube", self.command, "--loglevel", "info")
         return self
 
 
@@ -63,6 +54,22 @@ class KubeScene:
             "MINRUNTIME_KUBE_SCHEDULER_CONFIG": f"{self.cluster.namespace}/scheduler-config",
         }
 
+    def apply_queue(self, name: str, spec: str = "{}") -> None:
+        """Create (or patch) the KAI Queue `name` with `spec` (a YAML flow mapping)."""
+        self.cluster.apply_queues(
+            "apiVersion: scheduling.run.ai/v2\nkind: Queue\n"
+            f"metadata: {{name: {name}}}\nspec: {spec}\n"
+        )
+
+    def logged(self, event_type: str, subject: str) -> list[dict[str, Any]]:
+        """The payloads of the event log's `event_type` events about `subject`, in order."""
+        rows = self.pipeline.query(
+            "SELECT payload FROM minruntime.event_log WHERE type = %s AND subject = %s"
+            " ORDER BY seq",
+            (event_type, subject),
+        )
+        return [row[0] for row in rows]
+
     def kube(self, command: str, **env: str) -> KubeProcess:
         """`minruntime kube <command>` on the scene (not started)."""
         return KubeProcess(self.pipeline, command, self.kubeconfig, {**self.kube_env, **env})
@@ -79,12 +86,14 @@ def kube_scene(
     workdir: Path,
     name: str,
     namespace: str,
+    **overrides: str,
 ) -> Iterator[Scene]:
-    """A `kind` on a started pipeline `name` and a namespace `<namespace>-<suffix>`; the
-    pipeline is dropped afterwards, which proves `replay --verify` equal first."""
+    """A `kind` on a started pipeline `name` (``overrides`` as Pipeline's) and a namespace
+    `<namespace>-<suffix>`; the pipeline is dropped afterwards, which proves `replay --verify`
+    equal first."""
     assert kube_stack.kubeconfig is not None
     suffix = uuid.uuid4().hex[:6]
-    pipeline = Pipeline(settings, workdir, name).create(with_topics=True)
+    pipeline = Pipeline(settings, workdir, name, overrides=overrides).create(with_topics=True)
     cluster = Cluster(admin_client(kube_stack.kubeconfig), f"{namespace}-{suffix}")
     pipeline.start()
     try:

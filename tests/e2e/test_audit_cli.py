@@ -23,7 +23,7 @@ from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import run_cli
-from tests.e2e.harness import Pipeline
+from tests.e2e.harness import Pipeline, running_pipeline
 from tests.e2e.test_requeue_worker import OVERRUN, Scene, wait_decisions
 
 pytestmark = pytest.mark.stack
@@ -46,14 +46,8 @@ class Requeued:
 def requeued(
     stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Requeued]:
-    pipeline = Pipeline(
-        settings,
-        tmp_path_factory.mktemp("audit"),
-        "au",
-        overrides={"requeue_interval_seconds": "1"},
-    )
-    try:
-        pipeline.create().start()
+    workdir = tmp_path_factory.mktemp("audit")
+    with running_pipeline(settings, workdir, "au", requeue_interval_seconds="1") as pipeline:
         pipeline.start_worker("w")
         scene = Scene(pipeline, "au")
         scene.prepare({"n1": 8})
@@ -66,8 +60,6 @@ def requeued(
         scene.send(released)
         scene.wait_status(victim, "pending")  # evicted: waits to be scheduled again
         yield Requeued(pipeline, victim, contender)
-    finally:
-        pipeline.drop()
 
 
 def test_the_table_tells_the_requeue_and_why(requeued: Requeued) -> None:

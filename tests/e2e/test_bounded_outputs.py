@@ -28,6 +28,7 @@ from tests.e2e.test_requeue_worker import (
     OVERRUN,
     RequeueStack,
     Scene,
+    committed_for,
     decision_ids,
     decisions,
     read_topic,
@@ -57,9 +58,7 @@ def commits_for_a_contender(rq: RequeueStack, name: str) -> str:
     scene.prepare({"n1": 8})
     hi = scene.pend(scene.job("hi", 4, priority=100, min_available=4))
     victim = scene.start(scene.job("v", 8, priority=50, annotations=OVERRUN), "n1")
-    assert wait_decisions(rq.pipeline, victim) == [
-        ("committed", None, ["expectedruntime"], [hi])
-    ], rq.worker.log_tail()
+    assert wait_decisions(rq.pipeline, victim) == [committed_for(hi)], rq.worker.log_tail()
     [decision_id] = decision_ids(rq.pipeline, victim)
     return decision_id
 

@@ -10,9 +10,8 @@ import pytest
 
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
-from minruntime.store.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
 from tests.conftest import ROOT, run_cli
-from tests.e2e.harness import Pipeline
+from tests.e2e.harness import Pipeline, one_error_line
 
 pytestmark = pytest.mark.stack
 
@@ -83,10 +82,7 @@ def test_one_invalid_event_sends_nothing(topics_only: Pipeline, tmp_path: Path) 
         + "\n"
     )
     result = run_cli("produce", str(good), str(bad), env=topics_only.env)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert f"{bad}:2: bad_duration: data.reclaimMinRuntime" in lines[0]
+    assert f"{bad}:2: bad_duration: data.reclaimMinRuntime" in one_error_line(result)
     # Validation happens before anything touches Kafka: not even the topic was created.
     assert topics_only.topics["queues"] not in topics_only.existing_topics()
 
@@ -105,32 +101,18 @@ def test_produce_errors_are_one_line(
     path = tmp_path / "events.json"
     path.write_text(content)
     result = run_cli("produce", str(path), env=topics_only.env)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert fragment in lines[0]
+    assert fragment in one_error_line(result)
 
 
 def test_missing_file_is_one_line(topics_only: Pipeline, tmp_path: Path) -> None:
     result = run_cli("produce", str(tmp_path / "nope.yaml"), env=topics_only.env)
-    assert result.returncode == 2
-    assert "cannot read" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-
-
-@pytest.fixture
-def empty_database(stack: StackStatus, settings: Settings) -> Iterator[str]:
-    url = create_scratch_database(settings, f"{SCRATCH_PREFIX}_cli")
-    try:
-        yield url
-    finally:
-        drop_scratch_database(settings, url)
+    assert "cannot read" in one_error_line(result)
 
 
 def test_processor_refuses_an_unmigrated_database_then_migrate_fixes_it(
-    empty_database: str,
+    unmigrated: str,
 ) -> None:
-    env = {"MINRUNTIME_DATABASE_URL": empty_database}
+    env = {"MINRUNTIME_DATABASE_URL": unmigrated}
     refused = run_cli("processor", env=env, timeout=60)
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [

@@ -8,31 +8,19 @@ the one-line errors.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from minruntime.core import format_rfc3339
-from minruntime.settings import Settings
-from minruntime.stack import StackStatus
-from minruntime.store.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
 from tests import cloudevents as ce
 from tests.conftest import run_cli
-from tests.e2e.harness import Pipeline, wait_for
+from tests.e2e.harness import Pipeline
 
 pytestmark = pytest.mark.stack
 
 HOUR = timedelta(hours=1)
-
-
-def _applied(pipeline: Pipeline, count: int) -> None:
-    wait_for(
-        lambda: pipeline.scalar("SELECT count(*) FROM minruntime.event_log") >= count,
-        60,
-        f"{count} applied events\n{pipeline.log_tail()}",
-    )
 
 
 def _cli(pipeline: Pipeline, *argv: str) -> tuple[int, str, str]:
@@ -99,7 +87,7 @@ def test_protection_and_explain_live_and_as_of(pipeline: Pipeline) -> None:
     queues, podgroups = _history(started)
     pipeline.produce_events("queues", queues)
     pipeline.produce_events("podgroups", podgroups)
-    _applied(pipeline, len(queues) + len(podgroups))
+    pipeline.wait_applied(len(queues) + len(podgroups))
 
     # The table's numbers are the SQL view's.
     rows = {row["uid"]: row for row in _json(pipeline, "protection")}
@@ -182,7 +170,7 @@ def test_protection_and_explain_live_and_as_of(pipeline: Pipeline) -> None:
     released = [ce.released("j1", time=format_rfc3339(datetime.now(UTC)), reason="completed")]
     pipeline.produce_events("queues", changes)
     pipeline.produce_events("podgroups", released)
-    _applied(pipeline, len(queues) + len(podgroups) + len(changes) + len(released))
+    pipeline.wait_applied(len(queues) + len(podgroups) + len(changes) + len(released))
 
     now_rows = {
         row["uid"]: row for row in _json(pipeline, "protection", "--reclaimer-queue", "leaf1")
@@ -209,15 +197,6 @@ def test_protection_and_explain_live_and_as_of(pipeline: Pipeline) -> None:
     assert "--at '2026-13-01T00:00:00Z'" in _one_error_line(
         pipeline, "protection", "--at", "2026-13-01T00:00:00Z"
     )
-
-
-@pytest.fixture
-def unmigrated(stack: StackStatus, settings: Settings) -> Iterator[str]:
-    url = create_scratch_database(settings, f"{SCRATCH_PREFIX}_explain")
-    try:
-        yield url
-    finally:
-        drop_scratch_database(settings, url)
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,6 @@ Also: values an older version already stored (a year-0 start time) make `protect
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.store import engine_from
 from tests import cloudevents as ce
-from tests.conftest import MINRUNTIME, ROOT
+from tests.conftest import run_cli
 from tests.e2e.harness import Pipeline, wait_for
 from tests.integration.helpers import HUGE_INDEX
 
@@ -174,17 +172,6 @@ def test_no_hostile_record_stops_the_processor(pipeline: Pipeline) -> None:
     assert pipeline.scalar("SELECT count(*) FROM minruntime.nodes WHERE name LIKE 'huge-%'") == 0
 
 
-def _run(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [MINRUNTIME, *args],
-        env={**os.environ, **pipeline.env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-
-
 @pytest.fixture
 def legacy(stack: StackStatus, settings: Settings, tmp_path: Path) -> Iterator[Pipeline]:
     """A database as an older version left it: an allocation stored in year 0 (UTC)."""
@@ -226,7 +213,7 @@ def test_a_stored_year_zero_timestamp_never_prints_a_traceback(
     legacy: Pipeline, args: tuple[str, ...]
 ) -> None:
     # Finding 4: these exited with a Python traceback ("timestamp too small").
-    result = _run(legacy, *args)
+    result = run_cli(*args, env=legacy.env, timeout=300)
     assert "Traceback" not in result.stderr, result.stderr
     assert "Traceback" not in result.stdout
     if result.returncode != 0:

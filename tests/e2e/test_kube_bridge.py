@@ -66,14 +66,6 @@ def podgroup_row(loop: Loop, uid: str) -> tuple[object, ...] | None:
     return tuple(rows[0]) if rows else None
 
 
-def logged(loop: Loop, event_type: str, subject: str) -> list[dict[str, object]]:
-    rows = loop.pipeline.query(
-        "SELECT payload FROM minruntime.event_log WHERE type = %s AND subject = %s ORDER BY seq",
-        (event_type, subject),
-    )
-    return [row[0] for row in rows]
-
-
 def whole_seconds(moment: datetime) -> datetime:
     return moment.replace(microsecond=0)
 
@@ -127,12 +119,12 @@ spec: {{}}
         (other, uid),
     )
     assert reclaim == (timedelta(minutes=30), True)
-    [submitted] = logged(loop, "podgroup.submitted", uid)[-1:]
-    assert submitted["data"]["nodePool"] == pool  # type: ignore[index]
+    [submitted] = loop.logged("podgroup.submitted", uid)[-1:]
+    assert submitted["data"]["nodePool"] == pool
 
     cluster.patch_queue(root, {"preemptMinRuntime": "0s"})
     wait_for(
-        lambda: len(logged(loop, "queue.upserted", root)) == 2,
+        lambda: len(loop.logged("queue.upserted", root)) == 2,
         60,
         "a second queue.upserted for the patched queue",
     )
@@ -144,14 +136,7 @@ spec: {{}}
 
 def test_an_over_running_podgroup_is_requeued_evicted_and_released(loop: Loop) -> None:
     cluster, queue = loop.cluster, loop.name("kfast")
-    cluster.apply_queues(
-        f"""
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {{name: {queue}}}
-spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
-"""
-    )
+    loop.apply_queue(queue, '{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}')
     low, high = loop.name("low"), loop.name("high")
     cluster.priority_class(low, 40)
     cluster.priority_class(high, 90)
@@ -223,11 +208,11 @@ spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
     )
     assert row[3] is False  # no longer awaiting release
     assert row[4] == not_before  # the cooldown
-    [released] = logged(loop, "podgroup.released", victim)
-    assert released["data"]["reason"] == "evicted"  # type: ignore[index]
+    [released] = loop.logged("podgroup.released", victim)
+    assert released["data"]["reason"] == "evicted"
     # Sent again by the restarted bridge, applied once: one allocation, one submission shape.
-    assert len(logged(loop, "podgroup.allocated", victim)) == 1
-    assert len(logged(loop, "podgroup.submitted", victim)) == 1
+    assert len(loop.logged("podgroup.allocated", victim)) == 1
+    assert len(loop.logged("podgroup.submitted", victim)) == 1
 
     # A second evictor reading the decision again (a redelivery) evicts nothing.
     again = loop.kube("evictor", MINRUNTIME_EVICTOR_GROUP=f"again-{loop.suffix}").start()
@@ -239,14 +224,7 @@ spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}}
 
 def test_a_pod_deleted_while_no_bridge_watches_still_ends_the_run(loop: Loop) -> None:
     cluster, queue = loop.cluster, loop.name("kquiet")
-    cluster.apply_queues(
-        f"""
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {{name: {queue}}}
-spec: {{}}
-"""
-    )
+    loop.apply_queue(queue)
     node, pool = loop.name("gpu-c"), loop.name("pool-c")
     cluster.node(node, pool, 2)
     uid = cluster.podgroup("quiet", queue, loop.name("train"), node_pool=pool)
@@ -261,7 +239,7 @@ spec: {{}}
     wait_for(
         lambda: (r := podgroup_row(loop, uid)) and r[0] == "finished", 60, "the run to be ended"
     )
-    [released] = logged(loop, "podgroup.released", uid)
+    [released] = loop.logged("podgroup.released", uid)
     # The ledger knew the pod: it is released by name, at the new bridge's clock.
     assert released["data"] == {"uid": uid, "pods": ["quiet-0"], "reason": "deleted"}
 
@@ -287,10 +265,8 @@ def test_one_bridge_replica_is_active_and_a_standby_takes_over(loop: Loop) -> No
     finally:
         loop.bridge = standby
     queue = loop.name("ktakeover")
-    loop.cluster.apply_queues(
-        f"apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {{name: {queue}}}\nspec: {{}}\n"
-    )
-    wait_for(lambda: logged(loop, "queue.upserted", queue), 60, "the new active replica's event")
+    loop.apply_queue(queue)
+    wait_for(lambda: loop.logged("queue.upserted", queue), 60, "the new active replica's event")
 
 
 def test_the_kube_demo_runs_the_loop(loop: Loop) -> None:

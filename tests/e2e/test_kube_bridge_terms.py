@@ -42,14 +42,6 @@ class Terms(KubeScene):
     def dead_letters(self) -> int:
         return int(self.pipeline.query("SELECT count(*) FROM minruntime.dead_letters")[0][0])
 
-    def logged(self, event_type: str, subject: str) -> list[dict[str, Any]]:
-        rows = self.pipeline.query(
-            "SELECT payload FROM minruntime.event_log WHERE type = %s AND subject = %s"
-            " ORDER BY seq",
-            (event_type, subject),
-        )
-        return [row[0] for row in rows]
-
     def row(self, uid: str) -> tuple[Any, ...] | None:
         rows = self.pipeline.query(
             "SELECT status, running_pods, expected_runtime FROM minruntime.podgroups"
@@ -111,10 +103,7 @@ def terms(
     workdir = tmp_path_factory.mktemp("terms")
     with kube_scene(Terms, kube_stack, settings, workdir, "terms", "terms") as terms:
         suffix, cluster = terms.suffix, terms.cluster
-        cluster.apply_queues(
-            f"apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {{name: tq-{suffix}}}\n"
-            "spec: {}\n"
-        )
+        terms.apply_queue(f"tq-{suffix}")
         cluster.priority_class(f"tp-{suffix}", 50)
         cluster.node(f"tn-{suffix}", f"pool-{suffix}", 64)
         yield terms

@@ -67,9 +67,7 @@ def test_diff_names_the_drift_and_repair_makes_the_service_agree(
 ) -> None:
     cluster, suffix = service.cluster, service.suffix
     queue, node = f"dq-{suffix}", f"dgpu-{suffix}"
-    cluster.apply_queues(
-        f"apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {{name: {queue}}}\nspec: {{}}\n"
-    )
+    service.apply_queue(queue)
     cluster.priority_class(f"dtrain-{suffix}", 50)
     cluster.node(node, f"dpool-{suffix}", 8)
     steady = cluster.podgroup("steady", queue, f"dtrain-{suffix}")

@@ -13,7 +13,6 @@ role, against the running service's database.
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +21,11 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from minruntime.cluster.standin import Cluster
 from minruntime.settings import READER_ROLE, Settings, with_role
 from minruntime.stack import StackStatus
 from tests.conftest import free_ports, run_cli
 from tests.e2e.harness import Pipeline, Worker, probe, wait_for
-from tests.e2e.kubeapi import admin_client
-from tests.e2e.kubeloop import KubeProcess
+from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene
 from tests.monitoring import RUNBOOK, alerts, code_blocks, families, family_of, metric_names
 from tests.monitoring import targets as dashboard_targets
 
@@ -66,52 +63,35 @@ def sample(page: str, name: str, **labels: str) -> float | None:
 def service(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
-    assert kube_stack.kubeconfig is not None
     workdir = tmp_path_factory.mktemp("monitoring")
-    suffix = uuid.uuid4().hex[:6]
-    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"mon-{suffix}")
     port = free_ports(3)
     ports = dict(zip(COMPONENTS, (port, port + 1, port + 2), strict=True))
-    pipeline = Pipeline(
+    with kube_scene(
+        KubeScene,
+        kube_stack,
         settings,
         workdir,
         "mon",
-        overrides={
-            "processor_metrics_port": str(ports["processor"]),
-            "requeue_interval_seconds": "1",
-        },
-    )
-    kube_env = {
-        "MINRUNTIME_KUBE_NAMESPACE": cluster.namespace,
-        "MINRUNTIME_KUBE_LEASE_NAME": f"mon-{suffix}",
-        "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
-        "MINRUNTIME_KUBE_SCHEDULER_CONFIG": f"{cluster.namespace}/scheduler-config",
-        "MINRUNTIME_KUBE_BRIDGE_METRICS_PORT": str(ports["kube-bridge"]),
-    }
-    bridge = KubeProcess(pipeline, "bridge", kube_stack.kubeconfig, kube_env)
-    try:
-        pipeline.create().start()
-        worker = pipeline.start_worker(
-            "w", env={"MINRUNTIME_WORKER_METRICS_PORT": str(ports["requeue-worker"])}
-        )
-        bridge.start()
-        for component in COMPONENTS:
-            wait_for(_ready(ports[component]), 120, f"the {component} to be ready")
-        textfile = workdir / "minruntime_drift.prom"
-        done = run_cli(
-            "kube",
-            "diff",
-            "--namespace",
-            cluster.namespace,
-            "--metrics-file",
-            str(textfile),
-            env={**bridge.env},
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        yield Service(pipeline, worker, bridge, ports, textfile)
-    finally:
-        bridge.stop()
-        pipeline.drop()
+        "mon",
+        processor_metrics_port=str(ports["processor"]),
+        requeue_interval_seconds="1",
+    ) as scene:
+        pipeline, namespace = scene.pipeline, scene.cluster.namespace
+        bridge = scene.kube("bridge", MINRUNTIME_KUBE_BRIDGE_METRICS_PORT=str(ports["kube-bridge"]))
+        try:
+            worker = pipeline.start_worker(
+                "w", env={"MINRUNTIME_WORKER_METRICS_PORT": str(ports["requeue-worker"])}
+            )
+            bridge.start()
+            for component in COMPONENTS:
+                wait_for(_ready(ports[component]), 120, f"the {component} to be ready")
+            textfile = workdir / "minruntime_drift.prom"
+            diff = ("kube", "diff", "--namespace", namespace, "--metrics-file", str(textfile))
+            done = run_cli(*diff, env=bridge.env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            yield Service(pipeline, worker, bridge, ports, textfile)
+        finally:
+            bridge.stop()
 
 
 def _ready(port: int) -> Callable[[], bool]:

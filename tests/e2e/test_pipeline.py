@@ -19,14 +19,6 @@ from tests.e2e.harness import Pipeline, wait_for
 pytestmark = pytest.mark.stack
 
 
-def _applied(pipeline: Pipeline, count: int, timeout: float = 30) -> None:
-    wait_for(
-        lambda: pipeline.scalar("SELECT count(*) FROM minruntime.event_log") >= count,
-        timeout,
-        f"{count} applied events\n{pipeline.log_tail()}",
-    )
-
-
 def test_design_document_examples_end_to_end(pipeline: Pipeline) -> None:
     before = pipeline.scalar("SELECT count(*) FROM minruntime.event_log")
     pipeline.produce_events("queues", [*ce.design_tree(), ce.config()])
@@ -38,7 +30,7 @@ def test_design_document_examples_end_to_end(pipeline: Pipeline) -> None:
             ce.allocated(uid, ["p0"], ce.at(10)),
         ]
     pipeline.produce_events("podgroups", jobs)
-    _applied(pipeline, before + 8 + 6)
+    pipeline.wait_applied(before + 8 + 6, timeout=30)
 
     preempt = {
         uid: (min_runtime, source)

@@ -26,7 +26,7 @@ from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topics import TopicRole, topic_specs
 from tests import cloudevents as ce
-from tests.e2e.harness import Pipeline, Worker, wait_for
+from tests.e2e.harness import Pipeline, Worker, running_pipeline, wait_for
 from tests.e2e.test_requeue_worker import Published
 
 pytestmark = pytest.mark.stack
@@ -184,9 +184,7 @@ def assert_well_formed(arrivals: list[Arrival], uid: str, run_start: datetime) -
 def pipeline(
     stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Pipeline]:
-    private = Pipeline(settings, tmp_path_factory.mktemp("expiry"), "pe")
-    try:
-        private.create().start()
+    with running_pipeline(settings, tmp_path_factory.mktemp("expiry"), "pe") as private:
         now = ce.stamp(datetime.now(UTC))
         private.produce_events(
             "queues",
@@ -202,8 +200,6 @@ def pipeline(
             f"the queues\n{private.log_tail()}",
         )
         yield private
-    finally:
-        private.drop()
 
 
 @pytest.fixture(scope="module")

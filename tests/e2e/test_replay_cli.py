@@ -18,7 +18,7 @@ from minruntime.core import format_rfc3339
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests.cloudevents import allocated, config, event, queue, released, submitted
-from tests.e2e.harness import Pipeline, wait_for
+from tests.e2e.harness import Pipeline, one_error_line, running_pipeline, wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -35,14 +35,8 @@ def story(
 ) -> Iterator[Pipeline]:
     """Queues, two one-GPU nodes, two over-running jobs and one higher-priority job waiting
     (one requeue committed, one rolled back), a finished run, and one invalid record."""
-    pipeline = Pipeline(
-        settings,
-        tmp_path_factory.mktemp("replay"),
-        "replay",
-        overrides={"requeue_interval_seconds": "1"},
-    )
-    try:
-        pipeline.create().start()
+    workdir = tmp_path_factory.mktemp("replay")
+    with running_pipeline(settings, workdir, "replay", requeue_interval_seconds="1") as pipeline:
         start = _ago(120)
         pipeline.produce_events(
             "queues",
@@ -107,8 +101,6 @@ def story(
         for worker in pipeline.workers:
             worker.stop()
         yield pipeline
-    finally:
-        pipeline.drop()
 
 
 @pytest.mark.parametrize("jobs", [(), ("--jobs", "1"), ("--jobs", "3")])
@@ -188,11 +180,7 @@ def test_until_before_the_story_replays_nothing(story: Pipeline) -> None:
     ],
 )
 def test_mistakes_are_one_line(story: Pipeline, args: tuple[str, ...], message: str) -> None:
-    result = story.replay(*args)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert message in lines[0]
+    assert message in one_error_line(story.replay(*args))
 
 
 def test_a_row_altered_by_hand_fails_verify_and_is_listed(story: Pipeline, tmp_path: Path) -> None:

@@ -20,8 +20,9 @@ from tests.e2e.test_requeue_worker import (
     RequeueStack,
     Scene,
     annotated,
+    committed_for,
     decisions,
-    published,
+    published_of,
     rq,
     scenes,
     wait_decisions,
@@ -67,7 +68,7 @@ def test_a_job_requeued_once_is_not_requeued_again_within_the_window(
     job = s.job("v", 4, priority=50, annotations={**OVERRUN, "kai.scheduler/requeue-delay": "1s"})
     victim = s.start(job, "n1")
     [committed] = wait_decisions(rq.pipeline, victim)
-    assert committed == ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [first])
+    assert committed == committed_for(first)
     skips_before = rq.metrics().get(LIMIT_SKIPS)
 
     # Evicted; the contender runs; the job runs again on a new node, over its runtime at once,
@@ -98,11 +99,7 @@ def test_a_job_requeued_once_is_not_requeued_again_within_the_window(
     assert rq.metrics().get(LIMIT_SKIPS) >= skips_before + 3
     wait_for(
         lambda: (
-            [
-                (p.event["type"], p.data.get("reason"))
-                for p in published(rq.pipeline)
-                if p.key == victim.encode()
-            ]
+            [(p.event["type"], p.data.get("reason")) for p in published_of(rq.pipeline, victim)]
             == [("requeue.committed", None), ("requeue.skipped", "requeue_limit")]
         ),
         60,

@@ -11,21 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from minruntime.core import EXPECTED_RUNTIME_PLUGIN
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests.conftest import free_port_pair
-from tests.e2e.harness import Pipeline, Worker, wait_for
+from tests.e2e.harness import Pipeline, Worker, running_pipeline, wait_for
 from tests.e2e.test_requeue_worker import (
     ACTIVE,
     CYCLES_OK,
     OVERRUN,
     Scene,
+    committed_for,
     decision_ids,
     decisions,
     no_cooldown,
     published,
     recorded,
+    rolled_back_for,
     try_scrape,
     unpublished,
     wait_decisions,
@@ -40,11 +41,8 @@ PORT = "MINRUNTIME_WORKER_METRICS_PORT"
 @pytest.fixture
 def pipeline(stack: StackStatus, settings: Settings, tmp_path: Path) -> Iterator[Pipeline]:
     """A private pipeline whose replicas run a cycle a second."""
-    private = Pipeline(settings, tmp_path, "fo", overrides={"requeue_interval_seconds": "1"})
-    try:
-        yield private.create().start()
-    finally:
-        private.drop()
+    with running_pipeline(settings, tmp_path, "fo", requeue_interval_seconds="1") as private:
+        yield private
 
 
 def active_value(worker: Worker, port: int) -> float | None:
@@ -97,12 +95,8 @@ def test_one_replica_acts_and_a_standby_takes_over_after_kill_9(pipeline: Pipeli
     committed_first, contender = over_running_victim(one, contender=True)
     idle = Scene(pipeline, "idle")
     rolled_back, _ = over_running_victim(idle, contender=False)
-    assert wait_decisions(pipeline, committed_first) == [
-        ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [contender])
-    ]
-    assert wait_decisions(pipeline, rolled_back) == [
-        ("rolled_back", "no_higher_priority_pending", [EXPECTED_RUNTIME_PLUGIN], [])
-    ]
+    assert wait_decisions(pipeline, committed_first) == [committed_for(contender)]
+    assert wait_decisions(pipeline, rolled_back) == [rolled_back_for("no_higher_priority_pending")]
     wait_cycles(first, replicas[first], 3)
     assert the_active() is first
     acting, waiting = try_scrape(replicas[first]), try_scrape(replicas[standby])
@@ -123,9 +117,7 @@ def test_one_replica_acts_and_a_standby_takes_over_after_kill_9(pipeline: Pipeli
 
     two = Scene(pipeline, "two")
     committed_second, contender_two = over_running_victim(two, contender=True)
-    assert wait_decisions(pipeline, committed_second) == [
-        ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [contender_two])
-    ]
+    assert wait_decisions(pipeline, committed_second) == [committed_for(contender_two)]
     wait_cycles(standby, replicas[standby], 3)
     took_over = try_scrape(replicas[standby])
     assert took_over is not None
@@ -164,12 +156,8 @@ def test_a_crash_between_the_commit_and_the_publish_loses_nothing(pipeline: Pipe
     code = crashing.wait(120)
     assert code == 70, crashing.log_tail()
 
-    assert decisions(pipeline, victim) == [
-        ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [contender])
-    ]
-    assert decisions(pipeline, rolled_back) == [
-        ("rolled_back", "no_higher_priority_pending", [EXPECTED_RUNTIME_PLUGIN], [])
-    ]
+    assert decisions(pipeline, victim) == [committed_for(contender)]
+    assert decisions(pipeline, rolled_back) == [rolled_back_for("no_higher_priority_pending")]
     [decision_id] = decision_ids(pipeline, victim)
     [rollback_id] = decision_ids(pipeline, rolled_back)
     not_before = pipeline.scalar(
@@ -201,14 +189,12 @@ def test_a_crash_between_the_commit_and_the_publish_loses_nothing(pipeline: Pipe
     assert sorted(p.event["id"] for p in published(pipeline)) == sorted([decision_id, rollback_id])
     assert unpublished(pipeline) == 0
     # No second commit for the victim: its cooldown and awaiting release hold.
-    assert decisions(pipeline, victim) == [
-        ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [contender])
-    ]
+    assert decisions(pipeline, victim) == [committed_for(contender)]
 
     # The rolled-back candidate got no cooldown: once a contender comes, it is requeued.
     pipeline.start()
     late = idle.pend(idle.job("hi", 4, priority=100, min_available=4))
     assert wait_decisions(pipeline, rolled_back, 2) == [
-        ("rolled_back", "no_higher_priority_pending", [EXPECTED_RUNTIME_PLUGIN], []),
-        ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [late]),
+        rolled_back_for("no_higher_priority_pending"),
+        committed_for(late),
     ]

@@ -37,7 +37,7 @@ from minruntime.stream.metrics import MAX_QUEUE_LABELS
 from minruntime.stream.topics import INPUT_ROLES, topic_specs
 from tests import cloudevents as ce
 from tests.conftest import free_port_pair
-from tests.e2e.harness import Pipeline, Worker, wait_for
+from tests.e2e.harness import Pipeline, Worker, running_pipeline, wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -162,6 +162,11 @@ def published(pipeline: Pipeline) -> list[Published]:
     ]
 
 
+def published_of(pipeline: Pipeline, uid: str) -> list[Published]:
+    """The decision events on the topic about one podgroup (keyed by its uid)."""
+    return [p for p in published(pipeline) if p.key == uid.encode()]
+
+
 def wait_published(pipeline: Pipeline, decision_id: str) -> Published:
     """The topic's record of one decision, once the relay has published it."""
     found: Published = wait_for(
@@ -193,6 +198,16 @@ def decisions(pipeline: Pipeline, uid: str) -> list[Decision]:
             (uid,),
         )
     ]
+
+
+def committed_for(contender: str) -> Decision:
+    """A commit nominated by the expected-runtime plugin that makes room for `contender`."""
+    return ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [contender])
+
+
+def rolled_back_for(reason: str) -> Decision:
+    """A rollback of the expected-runtime plugin's nomination, for `reason`."""
+    return ("rolled_back", reason, [EXPECTED_RUNTIME_PLUGIN], [])
 
 
 def decision_ids(pipeline: Pipeline, uid: str) -> list[str]:
@@ -456,20 +471,17 @@ class RequeueStack:
 def requeue_stack(settings: Settings, workdir: Path, name: str) -> Iterator[RequeueStack]:
     """A private pipeline with one active worker replica (cycles every second), dropped after."""
     port = free_port_pair()
-    pipeline = Pipeline(
+    with running_pipeline(
         settings,
         workdir,
         name,
-        overrides={"processor_metrics_port": str(port + 1), "requeue_interval_seconds": "1"},
-    )
-    try:
-        pipeline.create().start()
+        processor_metrics_port=str(port + 1),
+        requeue_interval_seconds="1",
+    ) as pipeline:
         worker = pipeline.start_worker("w", env={"MINRUNTIME_WORKER_METRICS_PORT": str(port)})
         running = RequeueStack(pipeline, worker, port, port + 1)
         running.wait_active()
         yield running
-    finally:
-        pipeline.drop()
 
 
 @pytest.fixture(scope="module")
@@ -513,9 +525,7 @@ def test_no_contention_rolls_back_and_the_job_keeps_running(
     rq.wait_cycles(3)
 
     # Recorded once (the audit log shows changes, not one row per cycle).
-    assert decisions(rq.pipeline, victim) == [
-        ("rolled_back", "no_higher_priority_pending", [EXPECTED_RUNTIME_PLUGIN], [])
-    ]
+    assert decisions(rq.pipeline, victim) == [rolled_back_for("no_higher_priority_pending")]
     row = s.row(victim)
     assert (row.status, row.running_pods, row.awaiting_release) == ("running", 8, False)
     assert no_cooldown(row)
@@ -531,9 +541,7 @@ def test_no_contention_rolls_back_and_the_job_keeps_running(
     assert event.data["uid"] == victim
     assert event.data["nominatedBy"] == [EXPECTED_RUNTIME_PLUGIN]
     assert event.data["reason"] == "no_higher_priority_pending"
-    assert [p.event["type"] for p in published(rq.pipeline) if p.key == victim.encode()] == [
-        "requeue.rolled-back"
-    ]
+    assert [p.event["type"] for p in published_of(rq.pipeline, victim)] == ["requeue.rolled-back"]
 
 
 def test_contention_commits_and_publishes_the_eviction(
@@ -553,9 +561,7 @@ def test_contention_commits_and_publishes_the_eviction(
     [decision_id] = decision_ids(rq.pipeline, victim)
     event = wait_published(rq.pipeline, decision_id)
 
-    assert decisions(rq.pipeline, victim) == [
-        ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [contender])
-    ]
+    assert decisions(rq.pipeline, victim) == [committed_for(contender)]
     assert event.header_id == decision_id == event.event["id"]
     assert (event.key, event.event["type"], event.event["source"], event.event["subject"]) == (
         victim.encode(),
@@ -592,9 +598,7 @@ def test_contention_commits_and_publishes_the_eviction(
     # Not attempted again while it awaits its release.
     rq.wait_cycles(3)
     assert [d[0] for d in decisions(rq.pipeline, victim)] == ["committed"]
-    assert [p.event["id"] for p in published(rq.pipeline) if p.key == victim.encode()] == [
-        decision_id
-    ]
+    assert [p.event["id"] for p in published_of(rq.pipeline, victim)] == [decision_id]
 
 
 def test_a_job_just_requeued_is_not_nominated_again_during_its_cooldown(
@@ -606,7 +610,7 @@ def test_a_job_just_requeued_is_not_nominated_again_during_its_cooldown(
     commits_before = rq.metrics().get(commits(EXPECTED_RUNTIME_PLUGIN))
     victim = s.start(s.job("v", 4, priority=50, annotations=OVERRUN), "n1")
     [committed] = wait_decisions(rq.pipeline, victim)
-    assert committed == ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [first_contender])
+    assert committed == committed_for(first_contender)
     not_before = s.row(victim).requeue_not_before
     assert not_before is not None
     wait_for(
@@ -669,9 +673,7 @@ def test_inside_its_min_runtime_a_job_is_nominated_but_not_evicted(
     wait_decisions(rq.pipeline, victim)
     rq.wait_cycles(3)
 
-    assert decisions(rq.pipeline, victim) == [
-        ("rolled_back", "protected", [EXPECTED_RUNTIME_PLUGIN], [])
-    ]
+    assert decisions(rq.pipeline, victim) == [rolled_back_for("protected")]
     samples = rq.metrics()
     assert samples.get(nominations(EXPECTED_RUNTIME_PLUGIN)) > nominated_before
     assert samples.get(rollbacks(EXPECTED_RUNTIME_PLUGIN)) > rolled_back_before
@@ -683,9 +685,7 @@ def test_inside_its_min_runtime_a_job_is_nominated_but_not_evicted(
     assert rq.pipeline.scalar("SELECT minruntime.is_protected(%s, %s)", (victim, s.queue)) is True
     [decision_id] = decision_ids(rq.pipeline, victim)
     assert wait_published(rq.pipeline, decision_id).data["reason"] == "protected"
-    assert [p.event["type"] for p in published(rq.pipeline) if p.key == victim.encode()] == [
-        "requeue.rolled-back"
-    ]
+    assert [p.event["type"] for p in published_of(rq.pipeline, victim)] == ["requeue.rolled-back"]
 
 
 def test_two_nominators_make_one_attempt_counted_under_both(
@@ -730,9 +730,7 @@ def test_two_nominators_make_one_attempt_counted_under_both(
     assert samples.get(rollbacks("proportion")) == 0
     assert samples.get(recorded("committed")) == 1
     assert samples.get(nominations("proportion")) == 1
-    assert [p.event["type"] for p in published(rq.pipeline) if p.key == victim.encode()] == [
-        "requeue.committed"
-    ]
+    assert [p.event["type"] for p in published_of(rq.pipeline, victim)] == ["requeue.committed"]
 
 
 # -- planning end to end ----------------------------------------------------------------------
@@ -757,9 +755,7 @@ def test_a_protected_elastic_job_is_never_requeued_an_unprotected_one_is(
     for name, (s, victim, contender) in victims.items():
         outcome = cases[name][2]
         expected: Decision = (
-            ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [contender])
-            if outcome == "committed"
-            else ("rolled_back", "protected", [EXPECTED_RUNTIME_PLUGIN], [])
+            committed_for(contender) if outcome == "committed" else rolled_back_for("protected")
         )
         assert wait_decisions(rq.pipeline, victim) == [expected], name
         row = s.row(victim)
@@ -788,13 +784,9 @@ def test_one_contender_two_candidates_one_commit(
     wait_decisions(rq.pipeline, second)
     rq.wait_cycles(3)
 
-    assert decisions(rq.pipeline, first) == [
-        ("committed", None, [EXPECTED_RUNTIME_PLUGIN], [contender])
-    ]
+    assert decisions(rq.pipeline, first) == [committed_for(contender)]
     # The contender was served by the first eviction: nobody else needs the second.
-    assert decisions(rq.pipeline, second) == [
-        ("rolled_back", "no_higher_priority_pending", [EXPECTED_RUNTIME_PLUGIN], [])
-    ]
+    assert decisions(rq.pipeline, second) == [rolled_back_for("no_higher_priority_pending")]
     decided = rq.pipeline.query(
         "SELECT DISTINCT decided_at FROM minruntime.requeue_decisions WHERE uid = ANY(%s)",
         ([first, second],),
@@ -829,9 +821,7 @@ def test_a_gang_that_fits_no_node_even_after_the_eviction_rolls_back(
     ]
 
     for s, victim, contender in victims:
-        assert wait_decisions(rq.pipeline, victim) == [
-            ("rolled_back", "no_contender_fits", [EXPECTED_RUNTIME_PLUGIN], [])
-        ], s.name
+        assert wait_decisions(rq.pipeline, victim) == [rolled_back_for("no_contender_fits")], s.name
         assert no_cooldown(s.row(victim)), s.name
         assert s.row(victim).status == "running", s.name
         assert s.row(contender).status == "pending", s.name

@@ -22,7 +22,7 @@ from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import free_ports, run_cli
-from tests.e2e.harness import Pipeline, wait_for
+from tests.e2e.harness import Pipeline, one_error_line, running_pipeline, wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -52,14 +52,8 @@ def runs(
     stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Ended]:
     port = free_ports()
-    pipeline = Pipeline(
-        settings,
-        tmp_path_factory.mktemp("violations"),
-        "vi",
-        overrides={"processor_metrics_port": str(port)},
-    )
-    try:
-        pipeline.create().start()
+    workdir = tmp_path_factory.mktemp("violations")
+    with running_pipeline(settings, workdir, "vi", processor_metrics_port=str(port)) as pipeline:
         pipeline.produce_events(
             "queues", [*ce.design_tree(), ce.config(defaultReclaimMinRuntime="120s")]
         )
@@ -83,8 +77,6 @@ def runs(
             "four runs",
         )
         yield Ended(pipeline, port)
-    finally:
-        pipeline.drop()
 
 
 def test_the_json_lists_each_violation_with_its_rules(runs: Ended) -> None:
@@ -153,10 +145,8 @@ def test_filters_and_one_line_errors(runs: Ended) -> None:
         (("--queue", ""), "--queue ''"),
     ):
         refused = runs.cli("violations", *args)
-        assert refused.returncode == 2
+        assert phrase in one_error_line(refused)
         assert refused.stdout == ""
-        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-        assert phrase in refused.stderr
 
 
 def test_the_audit_picture_marks_the_violation(runs: Ended, tmp_path: Path) -> None:
