@@ -14,9 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from minruntime.requeue import LEADER_LOCK_KEY, RequeueMetrics, RequeueWorker, WorkerOptions
 from tests.cloudevents import allocated, node, nominated, queue, submitted
-from tests.integration.helpers import Feed, rows
-
-TOPIC = "kai.requeue-decisions"
+from tests.integration.helpers import TOPIC, Feed, rows
 
 
 class Replica:
