@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -24,6 +23,7 @@ from minruntime.requeue import RequeueMetrics, RequeueWorker, WorkerOptions
 from minruntime.requeue.worker import LEADER_LOCK_KEY
 from minruntime.settings import Settings
 from minruntime.stack.postgres import PostgresNode
+from tests.e2e.harness import wait_for
 
 LOCK_CALLS = (
     "SELECT pg_advisory_lock(:key)",
@@ -47,14 +47,6 @@ def _refused(engine: sa.Engine, statement: str, **params: object) -> str:
     raise AssertionError(f"allowed: {statement}")
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def running_worker(
     engine: sa.Engine, runtime: sa.Engine
@@ -71,7 +63,7 @@ def running_worker(
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        _wait_for(lambda: worker.cycles >= 1, "the worker's first cycle")
+        wait_for(lambda: worker.cycles >= 1, what="the worker's first cycle")
         yield worker, registry
     finally:
         worker.stop.set()
@@ -115,13 +107,13 @@ def test_a_readers_notify_does_not_wake_the_worker_and_is_counted(
         # NOTIFY cannot be revoked: the reader may send it, the worker must not obey it.
         conn.execute(sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}"))
         conn.commit()
-    _wait_for(lambda: registry.get_sample_value(IGNORED) == 1.0, "the ignored notification")
+    wait_for(lambda: registry.get_sample_value(IGNORED) == 1.0, what="the ignored notification")
     assert worker.cycles == cycles
     # The processor's notification (the runtime role's) still starts a cycle at once.
     with runtime.connect() as conn:
         conn.execute(sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}"))
         conn.commit()
-    _wait_for(lambda: worker.cycles == cycles + 1, "the cycle the processor's NOTIFY starts")
+    wait_for(lambda: worker.cycles == cycles + 1, what="the cycle the processor's NOTIFY starts")
     assert registry.get_sample_value(IGNORED) == 1.0
 
 
