@@ -24,7 +24,7 @@ from minruntime.store.scratch import (
     drop_scratch_database,
     scratch_owner_url,
 )
-from tests.integration.helpers import reset_state
+from tests.integration.helpers import Feed, reset_state
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +77,9 @@ def empty_tables(request: pytest.FixtureRequest) -> None:
     if "engine" not in request.fixturenames:
         return
     reset_state(request.getfixturevalue("engine"))
+
+
+@pytest.fixture
+def feed(engine: sa.Engine) -> Feed:
+    """Events fed to the owner's engine through ``apply_batch``, as the processor applies them."""
+    return Feed(engine)

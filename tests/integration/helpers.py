@@ -1,16 +1,24 @@
-"""Feeding events (built by tests/cloudevents.py) through ``apply_batch`` as Kafka would."""
+"""Feeding events (built by tests/cloudevents.py) through ``apply_batch`` as Kafka would, and
+the setup the integration tests share: a requeue cycle, a hand's SQL, a Kafka admin client."""
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
+import hypothesis
 import sqlalchemy as sa
+from aiokafka.admin import AIOKafkaAdminClient
 
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch
+from minruntime.kafka_access import KafkaAccess, start_client
+from minruntime.requeue import CycleReport, run_cycle
 from minruntime.stream.sink import BatchSink
-from tests.cloudevents import Event, Message
+from tests.cloudevents import T0, Event, Message, submitted
 from tests.cloudevents import message as as_message
 
 STATE_TABLES = (
@@ -47,6 +55,10 @@ DROP_HUGE_INDEX = (
     "DROP INDEX minruntime_state.test_huge",
     "DROP FUNCTION minruntime_state.test_widen(text)",
 )
+# The requeue worker's decisions topic, the requeue tests' now, and a job that over-runs by then.
+TOPIC = "kai.requeue-decisions"
+NOW = T0 + timedelta(hours=2)
+OVERRUN = {"kai.scheduler/expected-runtime": "1h"}
 # The input topics by role, as the processor's sink maps them.
 ROLES = {"kai.queues": "queues", "kai.podgroups": "podgroups", "kai.nodes": "nodes"}
 
@@ -68,12 +80,40 @@ class Feed:
             out.append(InboundRecord(message.topic, 0, offset, message.key, message.value, None))
         return out
 
-    def apply(self, records: Sequence[InboundRecord]) -> BatchOutcome:
+    def apply(self, records: Sequence[InboundRecord], **options: Any) -> BatchOutcome:
         with self.engine.begin() as conn:
-            return apply_batch(conn, records, consumer_group=self.group)
+            return apply_batch(conn, records, consumer_group=self.group, **options)
 
     def send(self, *messages: Message | Event) -> BatchOutcome:
         return self.apply(self.records(*messages))
+
+
+class Other:
+    """Another instance: applies its batch on a thread, in a transaction of its own."""
+
+    def __init__(self, engine: sa.Engine, records: Sequence[InboundRecord]) -> None:
+        self.outcome: BatchOutcome | None = None
+        self._thread = threading.Thread(target=self._run, args=(engine, records), daemon=True)
+        self._thread.start()
+
+    def _run(self, engine: sa.Engine, records: Sequence[InboundRecord]) -> None:
+        self.outcome = Feed(engine).apply(records)
+
+    def result(self, timeout: float = 60) -> BatchOutcome:
+        self._thread.join(timeout)
+        assert self.outcome is not None, "the other instance's batch did not finish"
+        return self.outcome
+
+
+def waiting_for_a_lock(engine: sa.Engine) -> bool:
+    """Whether a session of the database is waiting for a lock."""
+    return bool(
+        scalar(
+            engine,
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+    )
 
 
 def sink(engine: sa.Engine) -> BatchSink:
@@ -85,6 +125,64 @@ def sink(engine: sa.Engine) -> BatchSink:
         dead_letter_topic="kai.dead-letter",
         sleep=lambda _: None,
     )
+
+
+def cycle(
+    engine: sa.Engine, now: datetime = NOW, clock: Callable[[], datetime] | None = None
+) -> CycleReport:
+    """One requeue cycle at ``now`` in a REPEATABLE READ transaction, committed as the worker's."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            return run_cycle(conn, now=now, topic=TOPIC, clock=clock or (lambda: now))
+
+
+def gang(uid: str, pods: int, *, priority: int, **attributes: Any) -> Event:
+    """A pending podgroup that needs all of its ``pods`` one-GPU pods at once."""
+    return submitted(
+        uid,
+        "team",
+        pods,
+        priority=priority,
+        sub_groups=[{"name": "default", "minAvailable": pods}],
+        **attributes,
+    )
+
+
+@asynccontextmanager
+async def kafka_admin(access: KafkaAccess) -> AsyncIterator[AIOKafkaAdminClient]:
+    """A started Kafka admin client, closed at the end."""
+    admin = AIOKafkaAdminClient(**access.client_kwargs())
+    await start_client(admin, access)
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+def database_examples(max_examples: int) -> hypothesis.settings:
+    """Hypothesis settings for examples fed to the database: each example empties the tables
+    itself (so the function-scoped fixtures are safe to share), and each is slow."""
+    return hypothesis.settings(
+        max_examples=max_examples,
+        suppress_health_check=[
+            hypothesis.HealthCheck.function_scoped_fixture,
+            hypothesis.HealthCheck.too_slow,
+        ],
+        deadline=None,
+    )
+
+
+def s(seconds: float) -> timedelta:
+    """``seconds`` as a duration (the runs' windows are written in seconds)."""
+    return timedelta(seconds=seconds)
+
+
+def execute(engine: sa.Engine, *statements: str, **params: Any) -> None:
+    """Run ``statements`` in one committed transaction (a hand changing the database)."""
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.execute(sa.text(statement), params)
 
 
 def rows(engine: sa.Engine, query: str, **params: Any) -> list[Any]:

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from minruntime.core import (
@@ -20,7 +20,7 @@ from minruntime.core import (
     protected_until,
 )
 from tests.cloudevents import T0, Event, allocated, config_of, queue_deleted, queue_of, submitted
-from tests.integration.helpers import Feed, reset_state, rows
+from tests.integration.helpers import Feed, database_examples, reset_state, rows
 
 NAMES = [f"q{i}" for i in range(10)]
 POOLS = ["default", "p1", "p2", "p3"]
@@ -98,11 +98,7 @@ def _feed_world(engine: sa.Engine, world: World) -> None:
     assert outcome.dead_lettered == 0
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@database_examples(60)
 @given(world=worlds())
 def test_sql_agrees_with_the_core(engine: sa.Engine, world: World) -> None:
     _feed_world(engine, world)

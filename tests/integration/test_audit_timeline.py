@@ -28,11 +28,9 @@ from tests.cloudevents import (
     released,
     submitted,
 )
-from tests.integration.helpers import Feed, rows
-from tests.integration.test_requeue_cycle import cycle, gang
+from tests.integration.helpers import OVERRUN, Feed, cycle, gang, rows
 
 UID = "pg-audit-1"
-OVERRUN = {"kai.scheduler/expected-runtime": "1h"}
 ROLLBACK_AT = T0 + timedelta(hours=3)
 COMMIT_AT = ROLLBACK_AT + timedelta(seconds=10)
 
@@ -42,9 +40,8 @@ def minutes(count: float) -> datetime:
 
 
 @pytest.fixture
-def story(engine: sa.Engine) -> Story:
+def story(engine: sa.Engine, feed: Feed) -> Story:
     """Two runs; the queue's window changes during the first; a nomination; two decisions."""
-    feed = Feed(engine)
     feed.send(queue("team", preempt="30m", time=minutes(-60)), node("node-1", gpu=8))
     feed.send(submitted(UID, "team", 8, priority=50, annotations=OVERRUN, time=minutes(-5)))
     feed.send(allocated(UID, 8, time=T0))
@@ -236,8 +233,8 @@ def test_the_svg_timeline_keeps_its_labels_as_text(story: Story, tmp_path: Path)
 
 def test_a_config_change_moves_a_default_window_and_a_deletion_ends_the_run(
     engine: sa.Engine,
+    feed: Feed,
 ) -> None:
-    feed = Feed(engine)
     feed.send(queue("plain"), config(defaultPreemptMinRuntime="10m"))
     feed.send(submitted("u2", "plain", 1), allocated("u2", 1, time=T0))
     feed.send(config(defaultPreemptMinRuntime="20m"))

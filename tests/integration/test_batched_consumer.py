@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
 
 from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
@@ -25,6 +24,7 @@ from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.consumer import BatchedConsumer, ConsumerOptions
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
+from tests.integration.helpers import kafka_admin
 
 pytestmark = pytest.mark.stack
 
@@ -57,12 +57,8 @@ async def _topics(
     try:
         yield names
     finally:
-        admin = AIOKafkaAdminClient(**access.client_kwargs())
-        await start_client(admin, access)
-        try:
+        async with kafka_admin(access) as admin:
             await admin.delete_topics(names)
-        finally:
-            await admin.close()
 
 
 async def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -73,12 +69,8 @@ async def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) ->
 
 
 async def _committed(access: KafkaAccess, group: str) -> dict[tuple[str, int], int]:
-    admin = AIOKafkaAdminClient(**access.client_kwargs())
-    await start_client(admin, access)
-    try:
+    async with kafka_admin(access) as admin:
         offsets: dict[Any, Any] = await admin.list_consumer_group_offsets(group)
-    finally:
-        await admin.close()
     return {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
 
 
@@ -227,12 +219,8 @@ def test_the_consumer_joins_with_its_static_instance_id(
             run = asyncio.create_task(consumer.run())
             try:
                 await _until(lambda: _complete(applied, topic, 1), "the topic")
-                admin = AIOKafkaAdminClient(**access.client_kwargs())
-                await start_client(admin, access)
-                try:
+                async with kafka_admin(access) as admin:
                     (described,) = await admin.describe_consumer_groups([group])
-                finally:
-                    await admin.close()
                 members = described.to_object()["groups"][0]["members"]
                 # One member, the static one: its member id is the instance id's (KIP-345).
                 assert len(members) == 1

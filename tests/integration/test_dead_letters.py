@@ -37,9 +37,10 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_input_is_dead_lettered_and_the_rest_applied(engine: sa.Engine, case: str) -> None:
+def test_bad_input_is_dead_lettered_and_the_rest_applied(
+    engine: sa.Engine, feed: Feed, case: str
+) -> None:
     kind = case.split("/")[0]
-    feed = Feed(engine)
     outcome = feed.send(queue("before"), BAD[case], queue("after"))
     assert (outcome.applied, outcome.dead_lettered) == (2, 1)
     assert outcome.dead_letter_kinds == {kind: 1}
@@ -64,8 +65,7 @@ def test_a_tombstone_is_dead_lettered(engine: sa.Engine) -> None:
     assert outcome.dead_letter_kinds == {"not_json": 1}
 
 
-def test_a_cycle_keeps_the_previous_tree(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_a_cycle_keeps_the_previous_tree(engine: sa.Engine, feed: Feed) -> None:
     feed.send(queue("a"), queue("b", "a"), queue("c", "b"))
     outcome = feed.send(queue("a", "c"), queue("d", "c"))
     assert outcome.dead_letter_kinds == {"queue_cycle": 1}
@@ -77,8 +77,7 @@ def test_a_cycle_keeps_the_previous_tree(engine: sa.Engine) -> None:
     assert scalar(engine, "SELECT count(*) FROM minruntime_state.outbox") == 1
 
 
-def test_an_invalid_config_keeps_the_previous_config(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_an_invalid_config_keeps_the_previous_config(engine: sa.Engine, feed: Feed) -> None:
     feed.send(config("default", defaultPreemptMinRuntime="30s"))
     outcome = feed.send(
         config("default", defaultPreemptMinRuntime="-1s"),
@@ -90,8 +89,7 @@ def test_an_invalid_config_keeps_the_previous_config(engine: sa.Engine) -> None:
     assert row.default_preempt_min_runtime.total_seconds() == 30
 
 
-def test_an_inconsistent_podgroup_is_dead_lettered(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_an_inconsistent_podgroup_is_dead_lettered(engine: sa.Engine, feed: Feed) -> None:
     bad = submitted("u", "a", [{"name": "p", "subGroup": "nope", "gpu": 1}])
     outcome = feed.send(bad, submitted("v", "a"))
     assert outcome.dead_lettered == 1
@@ -120,20 +118,13 @@ def _record(
 
 
 def _upserted(name: str, **attributes: object) -> dict[str, object]:
-    return {
-        "specversion": "1.0",
-        "id": f"bin-{name}",
-        "source": "sdk",
-        "type": "queue.upserted",
-        "time": "2026-11-21T10:00:00Z",
-        "subject": name,
-        "data": {"name": name, "preemptMinRuntime": "5m"},
-        **attributes,
-    }
+    data = {"name": name, "preemptMinRuntime": "5m"}
+    return event("queue.upserted", name, data, id=f"bin-{name}", source="sdk", **attributes)
 
 
-def test_a_binary_record_is_applied_and_logged_as_its_structured_event(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_a_binary_record_is_applied_and_logged_as_its_structured_event(
+    engine: sa.Engine, feed: Feed
+) -> None:
     document = _upserted("bin-a", datacontenttype="application/json", traceparent="00-ab")
     outcome = feed.apply([_binary(feed, document, b"bin-a")])
     assert (outcome.applied, outcome.dead_lettered) == (1, 0)
@@ -150,8 +141,9 @@ def test_a_binary_record_is_applied_and_logged_as_its_structured_event(engine: s
     assert conflict.dead_letter_kinds == {"conflicting_duplicate": 1}
 
 
-def test_malformed_binary_headers_are_dead_lettered_with_the_headers(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_malformed_binary_headers_are_dead_lettered_with_the_headers(
+    engine: sa.Engine, feed: Feed
+) -> None:
     headers: list[tuple[str, bytes | None]] = [
         ("ce_specversion", b"1.0"),
         ("ce_id", b"bin-b"),

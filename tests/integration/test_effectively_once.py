@@ -15,8 +15,7 @@ SNAPSHOT = (
 )
 
 
-def test_a_redelivered_batch_is_skipped_by_offset(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_a_redelivered_batch_is_skipped_by_offset(engine: sa.Engine, feed: Feed) -> None:
     records = feed.records(queue("a"), submitted("u", "a", 2), allocated("u", 2))
     first = feed.apply(records)
     assert (first.applied, first.skipped_offsets) == (3, 0)
@@ -35,8 +34,9 @@ def test_a_redelivered_batch_is_skipped_by_offset(engine: sa.Engine) -> None:
     )
 
 
-def test_a_partly_redelivered_batch_applies_only_the_new_records(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_a_partly_redelivered_batch_applies_only_the_new_records(
+    engine: sa.Engine, feed: Feed
+) -> None:
     records = feed.records(submitted("u", "a"), allocated("u", 1))
     feed.apply(records[:1])
     outcome = feed.apply(records)
@@ -44,8 +44,9 @@ def test_a_partly_redelivered_batch_applies_only_the_new_records(engine: sa.Engi
     assert scalar(engine, "SELECT status FROM minruntime.podgroups") == "running"
 
 
-def test_a_rolled_back_batch_leaves_offsets_and_state_untouched(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_a_rolled_back_batch_leaves_offsets_and_state_untouched(
+    engine: sa.Engine, feed: Feed
+) -> None:
     records = feed.records(submitted("u", "a"))
     with engine.connect() as conn, conn.begin() as transaction:
         apply_batch(conn, records, consumer_group=GROUP)
@@ -54,20 +55,18 @@ def test_a_rolled_back_batch_leaves_offsets_and_state_untouched(engine: sa.Engin
     assert feed.apply(records).applied == 1
 
 
-def test_offsets_are_per_consumer_group(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_offsets_are_per_consumer_group(engine: sa.Engine, feed: Feed) -> None:
     records = feed.records(queue("a"))
     feed.apply(records)
-    with engine.begin() as conn:
-        other = apply_batch(conn, records, consumer_group="replay")
+    other = Feed(engine, group="replay").apply(records)
     # Another group re-reads the record, but its event id is already applied.
     assert (other.skipped_offsets, other.duplicate_ids) == (0, 1)
 
 
 def test_a_duplicate_event_id_at_a_new_offset_is_skipped_or_dead_lettered(
     engine: sa.Engine,
+    feed: Feed,
 ) -> None:
-    feed = Feed(engine)
     value = wire(event("queue.upserted", "a", {"name": "a"}, id="same-id"))
     changed = wire(
         event("queue.upserted", "a", {"name": "a", "reclaimMinRuntime": "5s"}, id="same-id")
@@ -97,8 +96,7 @@ def test_a_duplicate_event_id_at_a_new_offset_is_skipped_or_dead_lettered(
     assert [kind for (kind,) in kinds] == ["conflicting_duplicate"]
 
 
-def test_the_event_log_keeps_every_applied_event_in_order(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_the_event_log_keeps_every_applied_event_in_order(engine: sa.Engine, feed: Feed) -> None:
     feed.send(queue("a"), submitted("u", "a"), allocated("u", 1))
     got = rows(
         engine,

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from minruntime.audit.explain import Explainer, UnknownPodGroupError, explain
@@ -33,7 +33,7 @@ from tests.cloudevents import (
     released,
     submitted,
 )
-from tests.integration.helpers import Feed, reset_state
+from tests.integration.helpers import Feed, database_examples, reset_state
 from tests.unit.core.core_testkit import configs as config_strategy
 from tests.unit.core.core_testkit import random_trees
 
@@ -403,11 +403,7 @@ def feed_random_world(engine: sa.Engine, world: RandomWorld) -> None:
     assert feed.send(*messages).dead_lettered == 0
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@database_examples(25)
 @given(world=random_worlds())
 def test_explain_agrees_with_sql_on_random_trees(engine: sa.Engine, world: RandomWorld) -> None:
     feed_random_world(engine, world)

@@ -36,7 +36,7 @@ from tests.cloudevents import (
     released,
     submitted,
 )
-from tests.integration.helpers import Feed
+from tests.integration.helpers import Feed, scalar
 
 RECLAIMERS: tuple[str | None, ...] = (None, "leaf3", "leaf1", "nowhere")
 UIDS = ("a1", "a3", "aE", "aU", "late", "nope")
@@ -47,8 +47,7 @@ ToJson = Callable[[Any], Any]
 
 
 def db_now(engine: sa.Engine) -> datetime:
-    with engine.connect() as conn:
-        moment: datetime = conn.execute(sa.text("SELECT now()")).scalar_one()
+    moment: datetime = scalar(engine, "SELECT now()")
     return moment
 
 
@@ -135,6 +134,7 @@ def afterwards(now: datetime) -> list[Event]:
 
 def test_as_of_answers_match_what_the_live_state_said(
     engine: sa.Engine,
+    feed: Feed,
     database_url: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -144,7 +144,6 @@ def test_as_of_answers_match_what_the_live_state_said(
         print_json(value)
         return json.loads(capsys.readouterr().out)
 
-    feed = Feed(engine)
     now = db_now(engine)
     recorded: list[tuple[datetime, Any]] = []
     for messages in steps(now):

@@ -23,13 +23,7 @@ from minruntime.requeue import (
     WorkerOptions,
 )
 from tests.cloudevents import T0, allocated, config, node, queue, submitted
-from tests.integration.helpers import Feed
-from tests.integration.test_requeue_cycle import NOW, OVERRUN, TOPIC, cycle, gang
-
-
-@pytest.fixture
-def feed(engine: sa.Engine) -> Feed:
-    return Feed(engine)
+from tests.integration.helpers import NOW, OVERRUN, TOPIC, Feed, cycle, execute, gang
 
 
 def healthy(feed: Feed) -> None:
@@ -41,11 +35,6 @@ def healthy(feed: Feed) -> None:
         allocated("v", 8, time=T0),
         gang("hi", 4, priority=100),
     )
-
-
-def execute(engine: sa.Engine, statement: str, **params: Any) -> None:
-    with engine.begin() as conn:
-        conn.execute(sa.text(statement), params)
 
 
 def hostile_node(engine: sa.Engine, name: str, gpu: str) -> None:

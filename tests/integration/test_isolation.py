@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+import minruntime.ingest.isolation as isolation
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch
 from minruntime.ingest.isolation import apply_isolated
 from tests.cloudevents import event, node, wire
@@ -23,6 +24,7 @@ from tests.integration.helpers import (
     HUGE_INDEX,
     ROLES,
     Feed,
+    execute,
     rows,
     scalar,
     sink,
@@ -32,28 +34,21 @@ from tests.integration.helpers import (
 @pytest.fixture
 def poison_check(engine: sa.Engine) -> Iterator[None]:
     """A CHECK constraint that refuses the node named "poison" (SQLSTATE 23514)."""
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "ALTER TABLE minruntime_state.node_state"
-                " ADD CONSTRAINT test_poison CHECK (name <> 'poison')"
-            )
-        )
+    execute(
+        engine,
+        "ALTER TABLE minruntime_state.node_state"
+        " ADD CONSTRAINT test_poison CHECK (name <> 'poison')",
+    )
     yield
-    with engine.begin() as conn:
-        conn.execute(sa.text("ALTER TABLE minruntime_state.node_state DROP CONSTRAINT test_poison"))
+    execute(engine, "ALTER TABLE minruntime_state.node_state DROP CONSTRAINT test_poison")
 
 
 @pytest.fixture
 def huge_index(engine: sa.Engine) -> Iterator[None]:
     """An index whose row for a node named "huge-..." exceeds the btree limit (SQLSTATE 54000)."""
-    with engine.begin() as conn:
-        for statement in HUGE_INDEX:
-            conn.execute(sa.text(statement))
+    execute(engine, *HUGE_INDEX)
     yield
-    with engine.begin() as conn:
-        for statement in DROP_HUGE_INDEX:
-            conn.execute(sa.text(statement))
+    execute(engine, *DROP_HUGE_INDEX)
 
 
 def nodes_batch(feed: Feed, names: list[str]) -> list[InboundRecord]:
@@ -86,8 +81,8 @@ def node_names(engine: sa.Engine) -> list[str]:
 @pytest.mark.usefixtures("poison_check")
 def test_a_constraint_violation_dead_letters_that_record_and_applies_the_rest(
     engine: sa.Engine,
+    feed: Feed,
 ) -> None:
-    feed = Feed(engine)
     names = [f"n{i:02d}" for i in range(7)] + ["poison"] + [f"n{i:02d}" for i in range(7, 12)]
     records = nodes_batch(feed, names)
     outcome = sink(engine)(records)  # before: retried as transient, then StorageUnavailableError
@@ -111,8 +106,7 @@ def test_a_constraint_violation_dead_letters_that_record_and_applies_the_rest(
 
 
 @pytest.mark.usefixtures("huge_index")
-def test_an_index_row_too_large_is_not_retried_as_transient(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_an_index_row_too_large_is_not_retried_as_transient(engine: sa.Engine, feed: Feed) -> None:
     records = nodes_batch(feed, ["a", "huge-1", "b", "c", "huge-2"])
     outcome = sink(engine)(records)  # before: 8 attempts (~22 s live), then exit 75
     assert (outcome.applied, outcome.dead_lettered) == (3, 2)
@@ -128,17 +122,14 @@ def test_an_index_row_too_large_is_not_retried_as_transient(engine: sa.Engine) -
 
 
 def test_a_python_error_while_applying_is_isolated_too(
-    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+    engine: sa.Engine, feed: Feed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import minruntime.ingest.isolation as isolation
-
     def fragile(conn: sa.Connection, records: Any, **options: Any) -> BatchOutcome:
         if any(record.key == b"overflow" for record in records):
             raise OverflowError("int too large to convert to float")
         return apply_batch(conn, records, **options)
 
     monkeypatch.setattr(isolation, "apply_batch", fragile)
-    feed = Feed(engine)
     records = nodes_batch(feed, ["a", "b", "overflow", "c"])
     outcome = apply_isolated(engine, records, consumer_group=GROUP, topic_roles=ROLES)
     assert (outcome.applied, outcome.dead_lettered) == (3, 1)
@@ -149,17 +140,14 @@ def test_a_python_error_while_applying_is_isolated_too(
 
 
 def test_a_transient_error_is_raised_not_dead_lettered(
-    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+    engine: sa.Engine, feed: Feed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import minruntime.ingest.isolation as isolation
-
     def lock_timeout(conn: sa.Connection, records: Any, **options: Any) -> BatchOutcome:
         conn.execute(sa.text("SET LOCAL lock_timeout = '1ms'"))
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(4242)"))
         return apply_batch(conn, records, **options)
 
     monkeypatch.setattr(isolation, "apply_batch", lock_timeout)
-    feed = Feed(engine)
     with engine.connect() as holder:
         holder.execute(sa.text("SELECT pg_advisory_lock(4242)"))
         try:
@@ -175,9 +163,10 @@ def queue_event(id_: str, data: dict[str, Any], **kw: Any) -> bytes:
     return wire(event("queue.upserted", data["name"], data, id=id_, **kw))
 
 
-def test_a_conflicting_duplicate_is_dead_lettered_across_batches(engine: sa.Engine) -> None:
+def test_a_conflicting_duplicate_is_dead_lettered_across_batches(
+    engine: sa.Engine, feed: Feed
+) -> None:
     # Finding 5: the first to arrive won and the other was dropped silently (a counter only).
-    feed = Feed(engine)
     first = queue_event("id-1", {"name": "a"})
     feed.apply([InboundRecord("kai.queues", 0, 0, b"a", first, None)])
     changed = queue_event("id-1", {"name": "a", "reclaimMinRuntime": "5m"})
@@ -190,8 +179,9 @@ def test_a_conflicting_duplicate_is_dead_lettered_across_batches(engine: sa.Engi
     assert scalar(engine, "SELECT reclaim_min_runtime FROM minruntime.queues") is None
 
 
-def test_a_conflicting_duplicate_is_dead_lettered_within_a_batch(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_a_conflicting_duplicate_is_dead_lettered_within_a_batch(
+    engine: sa.Engine, feed: Feed
+) -> None:
     values = [
         queue_event("id-1", {"name": "a"}),
         queue_event("id-1", {"name": "a", "preemptMinRuntime": "1m"}),
@@ -205,8 +195,8 @@ def test_a_conflicting_duplicate_is_dead_lettered_within_a_batch(engine: sa.Engi
 
 def test_the_same_event_resent_with_other_whitespace_and_key_order_is_a_true_duplicate(
     engine: sa.Engine,
+    feed: Feed,
 ) -> None:
-    feed = Feed(engine)
     document = json.loads(queue_event("id-1", {"name": "a", "preemptMinRuntime": "1m"}))
     compact = json.dumps(document, separators=(",", ":")).encode()
     shuffled = json.dumps(dict(reversed(list(document.items()))), indent=2).encode()

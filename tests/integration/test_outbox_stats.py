@@ -9,21 +9,21 @@ import sqlalchemy as sa
 from minruntime.store.outbox import retry_set_aside
 from minruntime.store.schema import LIVE
 from minruntime.stream.outbox_metrics import read_outbox_stats
+from tests.integration.helpers import execute
 
 
 def insert(engine: sa.Engine, *, age: str, state: str = "pending") -> str:
     row_id = str(uuid.uuid4())
     published = "now()" if state == "published" else "NULL"
     failed = "now()" if state == "set_aside" else "NULL"
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO minruntime_state.outbox (id, topic, payload, created_at,"
-                f" published_at, failed_at) VALUES (:id, 't', 'x', now() - CAST(:age AS interval),"
-                f" {published}, {failed})"
-            ),
-            {"id": row_id, "age": age},
-        )
+    execute(
+        engine,
+        "INSERT INTO minruntime_state.outbox (id, topic, payload, created_at,"
+        f" published_at, failed_at) VALUES (:id, 't', 'x', now() - CAST(:age AS interval),"
+        f" {published}, {failed})",
+        id=row_id,
+        age=age,
+    )
     return row_id
 
 

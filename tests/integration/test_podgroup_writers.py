@@ -8,56 +8,24 @@ moment that matters and lets the other one run into it, on the real database.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from datetime import timedelta
 
 import sqlalchemy as sa
 
 from minruntime.core.annotations import REQUEUE_NOT_BEFORE_ANNOTATION
-from minruntime.ingest import BatchOutcome, apply_batch
+from minruntime.ingest import apply_batch
 from minruntime.store.decisions import commit_cooldowns
 from minruntime.store.requeue import lock_podgroups
 from minruntime.store.schema import LIVE
-from tests.cloudevents import T0, Event, allocated, annotated, nominated, submitted
+from tests.cloudevents import T0, allocated, annotated, nominated, submitted
 from tests.e2e.harness import wait_for
-from tests.integration.helpers import GROUP, Feed, rows
-
-
-def _in_thread(engine: sa.Engine, feed: Feed, message: Event) -> Callable[[], BatchOutcome]:
-    """Apply ``message`` in its own batch on another thread; the join returns its outcome."""
-    records = feed.records(message)
-    outcome: list[BatchOutcome] = []
-
-    def run() -> None:
-        with engine.begin() as conn:
-            outcome.append(apply_batch(conn, records, consumer_group=GROUP))
-
-    thread = threading.Thread(target=run)
-    thread.start()
-
-    def join() -> BatchOutcome:
-        thread.join(30)
-        assert not thread.is_alive(), "the batch never finished"
-        return outcome[0]
-
-    return join
-
-
-def _waiting_for_a_lock(engine: sa.Engine) -> bool:
-    return bool(
-        rows(
-            engine,
-            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock'",
-        )
-    )
+from tests.integration.helpers import GROUP, Feed, Other, rows, waiting_for_a_lock
 
 
 def test_a_batch_does_not_write_back_what_the_worker_committed_meanwhile(
     engine: sa.Engine,
+    feed: Feed,
 ) -> None:
-    feed = Feed(engine)
     feed.send(submitted("x", "q", pods=2), allocated("x", 2, time=T0))
     not_before = T0 + timedelta(hours=1)
     cooldown = "2026-11-21T11:00:00Z"  # not_before, as the annotation says it
@@ -78,9 +46,9 @@ def test_a_batch_does_not_write_back_what_the_worker_committed_meanwhile(
             ],
         )
         # Meanwhile a batch changes x's annotations: it must wait, then fold the new row.
-        join = _in_thread(engine, feed, annotated("x", {"team": "a"}))
-        wait_for(lambda: _waiting_for_a_lock(engine), timeout=10)
-    assert join().applied == 1
+        other = Other(engine, feed.records(annotated("x", {"team": "a"})))
+        wait_for(lambda: waiting_for_a_lock(engine), timeout=10)
+    assert other.result(30).applied == 1
     ((annotations, requeue_not_before, awaiting),) = rows(
         engine,
         "SELECT annotations, requeue_not_before, awaiting_release"
@@ -92,15 +60,15 @@ def test_a_batch_does_not_write_back_what_the_worker_committed_meanwhile(
 
 def test_a_nomination_does_not_overwrite_a_submission_of_another_topics_batch(
     engine: sa.Engine,
+    feed: Feed,
 ) -> None:
-    feed = Feed(engine)
     # The podgroups topic's batch submits y and has not committed when the nominations
     # topic's batch loads y (absent): the nomination's placeholder must not replace it.
     with engine.connect() as podgroups, podgroups.begin():
         apply_batch(podgroups, feed.records(submitted("y", "q", pods=2)), consumer_group=GROUP)
-        join = _in_thread(engine, feed, nominated("y"))
-        wait_for(lambda: _waiting_for_a_lock(engine), timeout=10)
-    assert join().applied == 1
+        other = Other(engine, feed.records(nominated("y")))
+        wait_for(lambda: waiting_for_a_lock(engine), timeout=10)
+    assert other.result(30).applied == 1
     ((status, submitted_flag, name),) = rows(
         engine,
         "SELECT status, submitted, name FROM minruntime_state.podgroup_state WHERE uid = 'y'",
@@ -109,8 +77,7 @@ def test_a_nomination_does_not_overwrite_a_submission_of_another_topics_batch(
     assert rows(engine, "SELECT uid FROM minruntime_state.nominations") == [("y",)]
 
 
-def test_a_nomination_alone_writes_no_podgroup_row_back(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_a_nomination_alone_writes_no_podgroup_row_back(engine: sa.Engine, feed: Feed) -> None:
     feed.send(submitted("z", "q", pods=1), allocated("z", 1, time=T0))
     (before,) = rows(engine, "SELECT xmin::text FROM minruntime_state.podgroup_state")
     assert feed.send(nominated("z")).applied == 1

@@ -24,8 +24,7 @@ from tests.cloudevents import (
     released,
     submitted,
 )
-from tests.integration.helpers import Feed, assert_replay_equal, rows, scalar
-from tests.integration.test_requeue_cycle import NOW, cycle
+from tests.integration.helpers import NOW, OVERRUN, Feed, assert_replay_equal, cycle, rows, scalar
 
 DELAY = "kai.scheduler/preemption-delay"
 LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
@@ -68,9 +67,7 @@ def feed(engine: sa.Engine) -> Feed:
     feed.send(
         queue("team"),
         node("node-1", gpu=8),
-        submitted(
-            "v", "team", 8, priority=50, annotations={"kai.scheduler/expected-runtime": "1h"}
-        ),
+        submitted("v", "team", 8, priority=50, annotations=OVERRUN),
         allocated("v", 8, time=T0),
     )
     return feed

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -24,7 +23,7 @@ from minruntime.requeue import RequeueMetrics, RequeueWorker, WorkerOptions
 from minruntime.requeue.worker import LEADER_LOCK_KEY
 from minruntime.settings import Settings
 from minruntime.stack.postgres import PostgresNode
-from minruntime.store import engine_from
+from tests.e2e.harness import wait_for
 
 LOCK_CALLS = (
     "SELECT pg_advisory_lock(:key)",
@@ -48,25 +47,9 @@ def _refused(engine: sa.Engine, statement: str, **params: object) -> str:
     raise AssertionError(f"allowed: {statement}")
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def runtime_role(database_url: str) -> Iterator[sa.Engine]:
-    """The scratch database as the processor and the worker connect (MINRUNTIME_DATABASE_URL)."""
-    engine = engine_from(database_url)
-    yield engine
-    engine.dispose()
-
-
 @pytest.fixture
 def running_worker(
-    engine: sa.Engine, runtime_role: sa.Engine
+    engine: sa.Engine, runtime: sa.Engine
 ) -> Iterator[tuple[RequeueWorker, CollectorRegistry]]:
     """A real requeue worker, as the runtime role, active after its first cycle."""
     registry = CollectorRegistry()
@@ -76,11 +59,11 @@ def running_worker(
         standby_poll_seconds=0.1,
         settle_seconds=0.0,
     )
-    worker = RequeueWorker(runtime_role, options, RequeueMetrics(registry, ()))
+    worker = RequeueWorker(runtime, options, RequeueMetrics(registry, ()))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        _wait_for(lambda: worker.cycles >= 1, "the worker's first cycle")
+        wait_for(lambda: worker.cycles >= 1, what="the worker's first cycle")
         yield worker, registry
     finally:
         worker.stop.set()
@@ -115,7 +98,7 @@ def test_a_worker_leads_while_the_reader_tries_its_lock(
 
 def test_a_readers_notify_does_not_wake_the_worker_and_is_counted(
     reader: sa.Engine,
-    runtime_role: sa.Engine,
+    runtime: sa.Engine,
     running_worker: tuple[RequeueWorker, CollectorRegistry],
 ) -> None:
     worker, registry = running_worker
@@ -124,13 +107,13 @@ def test_a_readers_notify_does_not_wake_the_worker_and_is_counted(
         # NOTIFY cannot be revoked: the reader may send it, the worker must not obey it.
         conn.execute(sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}"))
         conn.commit()
-    _wait_for(lambda: registry.get_sample_value(IGNORED) == 1.0, "the ignored notification")
+    wait_for(lambda: registry.get_sample_value(IGNORED) == 1.0, what="the ignored notification")
     assert worker.cycles == cycles
     # The processor's notification (the runtime role's) still starts a cycle at once.
-    with runtime_role.connect() as conn:
+    with runtime.connect() as conn:
         conn.execute(sa.text(f"NOTIFY {NOMINATIONS_CHANNEL}"))
         conn.commit()
-    _wait_for(lambda: worker.cycles == cycles + 1, "the cycle the processor's NOTIFY starts")
+    wait_for(lambda: worker.cycles == cycles + 1, what="the cycle the processor's NOTIFY starts")
     assert registry.get_sample_value(IGNORED) == 1.0
 
 
@@ -168,8 +151,8 @@ def test_the_reader_cannot_read_the_state_tables(engine: sa.Engine, reader: sa.E
         assert "permission denied" in refusal, table
 
 
-def test_the_runtime_role_cannot_create_roles(runtime_role: sa.Engine) -> None:
-    with runtime_role.connect() as conn:
+def test_the_runtime_cannot_create_roles(runtime: sa.Engine) -> None:
+    with runtime.connect() as conn:
         attributes = conn.execute(
             sa.text(
                 "SELECT rolcreaterole, rolcreatedb, rolsuper FROM pg_roles"
@@ -177,14 +160,14 @@ def test_the_runtime_role_cannot_create_roles(runtime_role: sa.Engine) -> None:
             )
         ).one()
     assert tuple(attributes) == (False, False, False)
-    assert "permission denied to create role" in _refused(runtime_role, "CREATE ROLE mine")
+    assert "permission denied to create role" in _refused(runtime, "CREATE ROLE mine")
 
 
-def test_the_runtime_role_cannot_run_programs_on_the_server(runtime_role: sa.Engine) -> None:
+def test_the_runtime_cannot_run_programs_on_the_server(runtime: sa.Engine) -> None:
     # The finding's chain: grant itself pg_execute_server_program, then COPY ... TO PROGRAM.
-    refusal = _refused(runtime_role, "GRANT pg_execute_server_program TO CURRENT_USER")
+    refusal = _refused(runtime, "GRANT pg_execute_server_program TO CURRENT_USER")
     assert "admin option" in refusal or "permission denied" in refusal
-    refusal = _refused(runtime_role, "COPY (SELECT 1) TO PROGRAM 'id'")
+    refusal = _refused(runtime, "COPY (SELECT 1) TO PROGRAM 'id'")
     assert "pg_execute_server_program" in refusal
 
 
@@ -202,13 +185,13 @@ def test_the_runtime_role_cannot_run_programs_on_the_server(runtime_role: sa.Eng
         "DELETE FROM minruntime_state.alembic_version",
     ],
 )
-def test_the_runtime_role_cannot_change_the_schema(runtime_role: sa.Engine, statement: str) -> None:
-    refusal = _refused(runtime_role, statement)
+def test_the_runtime_cannot_change_the_schema(runtime: sa.Engine, statement: str) -> None:
+    refusal = _refused(runtime, statement)
     assert "must be owner" in refusal or "permission denied" in refusal
 
 
-def test_the_runtime_role_reads_and_writes_rows(engine: sa.Engine, runtime_role: sa.Engine) -> None:
-    with runtime_role.begin() as conn:
+def test_the_runtime_reads_and_writes_rows(engine: sa.Engine, runtime: sa.Engine) -> None:
+    with runtime.begin() as conn:
         conn.execute(
             sa.text(
                 "INSERT INTO minruntime_state.node_state (name, node_pool, gpu)"
@@ -223,13 +206,13 @@ def test_the_runtime_role_reads_and_writes_rows(engine: sa.Engine, runtime_role:
 def test_the_worker_says_one_line_when_public_can_take_its_lock(
     settings: Settings,
     database_url: str,
-    runtime_role: sa.Engine,
+    runtime: sa.Engine,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from minruntime.bootstrap import warn_if_anyone_can_take_the_leader_lock
 
     with caplog.at_level(logging.WARNING, logger="minruntime.bootstrap"):
-        warn_if_anyone_can_take_the_leader_lock(runtime_role)
+        warn_if_anyone_can_take_the_leader_lock(runtime)
     assert caplog.records == []
     dbname = urlsplit(database_url).path.lstrip("/")
     grant = "GRANT EXECUTE ON FUNCTION pg_try_advisory_lock(bigint) TO PUBLIC"
@@ -237,7 +220,7 @@ def test_the_worker_says_one_line_when_public_can_take_its_lock(
         admin.execute(grant)
         try:
             with caplog.at_level(logging.WARNING, logger="minruntime.bootstrap"):
-                warn_if_anyone_can_take_the_leader_lock(runtime_role)
+                warn_if_anyone_can_take_the_leader_lock(runtime)
         finally:
             admin.execute(grant.replace("GRANT", "REVOKE").replace(" TO ", " FROM "))
     (record,) = caplog.records
@@ -251,10 +234,10 @@ SNAPSHOT_ROW = (
 )
 
 
-def test_the_runtime_role_adds_and_reads_snapshots_but_changes_none(
-    runtime_role: sa.Engine, reader: sa.Engine
+def test_the_runtime_adds_and_reads_snapshots_but_changes_none(
+    runtime: sa.Engine, reader: sa.Engine
 ) -> None:
-    with runtime_role.begin() as conn:
+    with runtime.begin() as conn:
         snapshot_id = conn.execute(sa.text(SNAPSHOT_ROW)).scalar_one()
         conn.execute(
             sa.text(
@@ -277,7 +260,7 @@ def test_the_runtime_role_adds_and_reads_snapshots_but_changes_none(
         "DELETE FROM minruntime_state.projection_snapshot_tables",
         "TRUNCATE minruntime_state.projection_snapshot_tables",
     ):
-        assert "permission denied" in _refused(runtime_role, statement)
+        assert "permission denied" in _refused(runtime, statement)
     for table in ("projection_snapshots", "projection_snapshot_tables"):
         refusal = _refused(reader, f"SELECT * FROM minruntime_state.{table}")
         assert "permission denied" in refusal

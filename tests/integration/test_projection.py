@@ -29,8 +29,7 @@ def podgroup(engine: sa.Engine, uid: str) -> sa.Row[tuple[object, ...]]:
     return row
 
 
-def test_start_time_rules(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_start_time_rules(engine: sa.Engine, feed: Feed) -> None:
     feed.send(submitted("u", "a", 3))
     assert (podgroup(engine, "u").status, podgroup(engine, "u").start_time) == ("pending", None)
     feed.send(allocated("u", ["u-0"], time=T0))
@@ -63,16 +62,14 @@ def test_start_time_rules(engine: sa.Engine) -> None:
     ]
 
 
-def test_start_time_uses_event_time_in_partition_order(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_start_time_uses_event_time_in_partition_order(engine: sa.Engine, feed: Feed) -> None:
     # An allocation stamped earlier than a preceding one: the log order is the truth.
     feed.send(submitted("u", "a", 2), allocated("u", ["u-0"], time=T0 + M))
     feed.send(allocated("u", ["u-1"], time=T0))
     assert podgroup(engine, "u").start_time == T0 + M
 
 
-def test_annotations_merge_remove_and_are_parsed(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_annotations_merge_remove_and_are_parsed(engine: sa.Engine, feed: Feed) -> None:
     feed.send(submitted("u", "a", annotations={"x": "1", "kai.scheduler/expected-runtime": "2h"}))
     feed.send(
         annotated(
@@ -98,8 +95,7 @@ def test_annotations_merge_remove_and_are_parsed(engine: sa.Engine) -> None:
     assert (row.expected_runtime, row.requeue_not_before) == (None, None)
 
 
-def test_deletion_and_queue_deletion(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_deletion_and_queue_deletion(engine: sa.Engine, feed: Feed) -> None:
     feed.send(queue("root", reclaim="60s"), queue("leaf", "root"))
     feed.send(submitted("u", "leaf"), allocated("u", 1), deleted("u"))
     assert podgroup(engine, "u").status == "deleted"
@@ -115,8 +111,7 @@ def test_deletion_and_queue_deletion(engine: sa.Engine) -> None:
     ]
 
 
-def test_nodes_and_nominations(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_nodes_and_nominations(engine: sa.Engine, feed: Feed) -> None:
     feed.send(node("n1", 8, "pool-a"), node("n2", 4), node("n1", 16, "pool-a"), node_deleted("n2"))
     assert [
         tuple(r) for r in rows(engine, "SELECT name, node_pool, gpu FROM minruntime.nodes")
@@ -128,8 +123,7 @@ def test_nodes_and_nominations(engine: sa.Engine) -> None:
     }
 
 
-def test_allocation_before_submission_makes_a_placeholder(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_allocation_before_submission_makes_a_placeholder(engine: sa.Engine, feed: Feed) -> None:
     feed.send(allocated("u", ["p0", "p1"], time=T0))
     row = podgroup(engine, "u")
     assert (row.status, row.start_time, row.running_pods, row.queue) == ("running", T0, 2, None)
@@ -161,8 +155,7 @@ def test_allocation_before_submission_makes_a_placeholder(engine: sa.Engine) -> 
     assert (protection.min_runtime, protection.resolved_from) == (5 * M, "late-queue")
 
 
-def test_annotation_and_nomination_before_submission(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_annotation_and_nomination_before_submission(engine: sa.Engine, feed: Feed) -> None:
     feed.send(annotated("u", {"kai.scheduler/requeue-not-before": "2026-11-21T10:00:00Z"}))
     feed.send(nominated("v"))
     assert {r.uid: r.status for r in rows(engine, "SELECT * FROM minruntime.podgroups")} == {
@@ -178,15 +171,13 @@ def test_annotation_and_nomination_before_submission(engine: sa.Engine) -> None:
     assert row.requeue_not_before == T0
 
 
-def test_allocation_on_an_unknown_node_keeps_the_node_name(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_allocation_on_an_unknown_node_keeps_the_node_name(engine: sa.Engine, feed: Feed) -> None:
     feed.send(submitted("u", "a"), allocated("u", 1))
     assert scalar(engine, "SELECT node FROM minruntime_state.pod_state") == "node-1"
     assert scalar(engine, "SELECT count(*) FROM minruntime.nodes") == 0
 
 
-def test_a_podgroup_in_an_unknown_queue_uses_the_default(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_a_podgroup_in_an_unknown_queue_uses_the_default(engine: sa.Engine, feed: Feed) -> None:
     feed.send(queue("known", reclaim="1m", preempt="1m"))
     feed.send(submitted("u", "ghost"), allocated("u", 1))
     (row,) = rows(engine, "SELECT * FROM minruntime.reclaim_protection('known', :at)", at=T0)

@@ -41,13 +41,9 @@ from tests.cloudevents import (
     released,
     submitted,
 )
-from tests.integration.helpers import Feed, rows
+from tests.integration.helpers import Feed, rows, s
 
 TOPIC = "kai.protection"
-
-
-def s(seconds: float) -> timedelta:
-    return timedelta(seconds=seconds)
 
 
 def running(uid: str, queue_name: str, start: datetime, **kw: Any) -> list[Event]:
@@ -93,8 +89,9 @@ def expiry(catch_up: float = 0.0, max_sleep: float = 5.0) -> ProtectionExpiry:
 # --- the windows agree with the SQL read surface -----------------------------------------------
 
 
-def test_windows_agree_with_preempt_protection_and_reclaim_protection(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_windows_agree_with_preempt_protection_and_reclaim_protection(
+    engine: sa.Engine, feed: Feed
+) -> None:
     feed.send(
         *design_tree(),
         config("default", defaultPreemptMinRuntime="45s", defaultReclaimMinRuntime="30s"),
@@ -205,8 +202,7 @@ def test_failover_announces_missed_ends_within_the_catch_up_only(engine: sa.Engi
     assert [w.protected_until for w in check(engine, within, T0 + s(100))] == [T0 + s(60)]
 
 
-def test_finished_and_unprotected_runs_are_not_announced(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_finished_and_unprotected_runs_are_not_announced(engine: sa.Engine, feed: Feed) -> None:
     feed.send(
         *design_tree(),
         *running("done", "leaf3", T0),
@@ -219,8 +215,7 @@ def test_finished_and_unprotected_runs_are_not_announced(engine: sa.Engine) -> N
     assert check(engine, emitter, T0 + s(1000)) == []
 
 
-def test_a_changed_window_is_announced_when_it_ends(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_a_changed_window_is_announced_when_it_ends(engine: sa.Engine, feed: Feed) -> None:
     feed.send(*design_tree(), *running("j", "leaf2", T0))
     emitter = expiry()
     emitter.start(T0)

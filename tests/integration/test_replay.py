@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -21,7 +21,6 @@ from minruntime.audit.asof import state_at
 from minruntime.audit.parallel import PartFailedError, ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare
-from minruntime.requeue import run_cycle
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.schema import LIVE
 from minruntime.store.shadows import PROJECTIONS, Shadow, create_shadow, drop_shadow
@@ -38,17 +37,7 @@ from tests.cloudevents import (
     released,
     submitted,
 )
-from tests.integration.helpers import Feed, rows
-
-NOW = T0 + timedelta(hours=2)
-OVERRUN = {"kai.scheduler/expected-runtime": "1h"}
-
-
-def cycle(engine: sa.Engine, now: datetime = NOW) -> None:
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin():
-            run_cycle(conn, now=now, topic="kai.requeue-decisions", clock=lambda: now)
+from tests.integration.helpers import NOW, OVERRUN, Feed, cycle, execute, rows
 
 
 def story(feed: Feed, engine: sa.Engine) -> None:
@@ -148,20 +137,14 @@ def test_a_shadow_answers_the_read_surface_like_the_live_schema(
 
 
 def test_verify_lists_rows_altered_by_hand(engine: sa.Engine, lived: sa.Engine) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "UPDATE minruntime_state.podgroup_state SET start_time = start_time"
-                " - interval '1 hour' WHERE uid = 'hi'"
-            )
-        )
-        conn.execute(sa.text("DELETE FROM minruntime_state.node_state WHERE name = 'node-2'"))
-        conn.execute(
-            sa.text(
-                "INSERT INTO minruntime_state.nominations (uid, nominated_by, nominated_at)"
-                " VALUES ('ghost', 'me', now())"
-            )
-        )
+    execute(
+        engine,
+        "UPDATE minruntime_state.podgroup_state SET start_time = start_time"
+        " - interval '1 hour' WHERE uid = 'hi'",
+        "DELETE FROM minruntime_state.node_state WHERE name = 'node-2'",
+        "INSERT INTO minruntime_state.nominations (uid, nominated_by, nominated_at)"
+        " VALUES ('ghost', 'me', now())",
+    )
     with repeatable_read(engine) as conn:
         shadow = create_shadow(conn, "tampered")
         replay(conn, read_log(conn), into=shadow.tables)
@@ -340,8 +323,7 @@ def test_a_replay_that_stops_to_look_gives_the_same_state(lived: sa.Engine, ever
     assert all(equal for *_, equal in sums[1])
 
 
-def test_until_gives_the_state_the_service_had_then(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_until_gives_the_state_the_service_had_then(engine: sa.Engine, feed: Feed) -> None:
     feed.send(queue("team", preempt="1h"), submitted("a", "team", 1), allocated("a", 1, time=T0))
     query = "SELECT * FROM {s}.preempt_protection(:at) ORDER BY uid"
     with engine.connect() as conn:

@@ -4,7 +4,7 @@ shown, a bad one dead-lettered, the worker's cycle skipping a capped podgroup wi
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from minruntime.audit.explain import explain
 from minruntime.audit.whatif import Change, ConfigEdit, whatif
 from minruntime.core import MAX_REQUEUES_ANNOTATION, MinRuntimeConfig
-from minruntime.requeue import CycleReport, RequeueMetrics, run_cycle
+from minruntime.requeue import RequeueMetrics
 from minruntime.requeue.cycle_inputs import load_cycle_inputs
 from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.schema import LIVE as LIVE_TABLES
@@ -31,40 +31,23 @@ from tests.cloudevents import (
     submitted,
     with_data,
 )
-from tests.integration.helpers import Feed, assert_replay_equal, rows
+from tests.integration.helpers import (
+    NOW,
+    OVERRUN,
+    Feed,
+    assert_replay_equal,
+    cycle,
+    execute,
+    gang,
+    rows,
+)
 
-TOPIC = "kai.requeue-decisions"
-NOW = T0 + timedelta(hours=2)
 MINUTE = timedelta(minutes=1)
 WINDOW = timedelta(hours=3)
-OVERRUN = {"kai.scheduler/expected-runtime": "1h"}
 
 
 def cap_config(node_pool: str = "default", **data: Any) -> Event:
     return with_data(config(node_pool), **data)
-
-
-def cycle(engine: sa.Engine, now: datetime) -> CycleReport:
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin():
-            return run_cycle(conn, now=now, topic=TOPIC, clock=lambda: now)
-
-
-def gang(uid: str, *, time: datetime) -> Event:
-    return submitted(
-        uid,
-        "team",
-        4,
-        priority=100,
-        sub_groups=[{"name": "default", "minAvailable": 4}],
-        time=time,
-    )
-
-
-@pytest.fixture
-def feed(engine: sa.Engine) -> Feed:
-    return Feed(engine)
 
 
 def requeued_once(feed: Feed, engine: sa.Engine, annotations: dict[str, str]) -> None:
@@ -75,7 +58,7 @@ def requeued_once(feed: Feed, engine: sa.Engine, annotations: dict[str, str]) ->
         node("node-1", gpu=8),
         submitted("v", "team", 8, priority=50, annotations={**OVERRUN, **annotations}),
         allocated("v", 8, time=T0),
-        gang("hi", time=T0),
+        gang("hi", 4, priority=100, time=T0),
     )
     (first,) = cycle(engine, NOW).plan.decisions
     assert (first.outcome.value, first.beneficiaries) == ("committed", ("hi",))
@@ -84,7 +67,7 @@ def requeued_once(feed: Feed, engine: sa.Engine, annotations: dict[str, str]) ->
         allocated("hi", 4, time=NOW + 2 * MINUTE),
         released("hi", time=NOW + 3 * MINUTE, reason="completed"),
         allocated("v", 8, time=NOW + 4 * MINUTE),
-        gang("hi2", time=NOW + 4 * MINUTE),
+        gang("hi2", 4, priority=100, time=NOW + 4 * MINUTE),
         nominated("v", "proportion", time=NOW + 5 * MINUTE),
     )
 
@@ -236,8 +219,7 @@ def test_an_unusable_stored_cap_leaves_its_pool_out_and_nothing_crashes(
     engine: sa.Engine, feed: Feed, assignment: str
 ) -> None:
     requeued_once(feed, engine, {})
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"UPDATE minruntime_state.node_pool_configs SET {assignment}"))
+    execute(engine, f"UPDATE minruntime_state.node_pool_configs SET {assignment}")
     report = cycle(engine, NOW + 10 * MINUTE)
     assert report.plan.decisions == ()
     assert ("node_pool", "default", "invalid_config") in {

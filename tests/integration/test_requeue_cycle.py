@@ -7,23 +7,21 @@ the event log and the outbox.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
-import pytest
 import sqlalchemy as sa
+from prometheus_client import CollectorRegistry
 
 from minruntime.audit.parallel import ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare
 from minruntime.core import format_rfc3339
 from minruntime.events import decode_event
-from minruntime.requeue import CycleReport, RequeueMetrics, RequeueWorker, WorkerOptions, run_cycle
+from minruntime.requeue import RequeueMetrics, RequeueWorker, WorkerOptions
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import create_shadow
 from tests.cloudevents import (
     T0,
-    Event,
     allocated,
     annotated,
     config,
@@ -33,20 +31,7 @@ from tests.cloudevents import (
     released,
     submitted,
 )
-from tests.integration.helpers import Feed, rows, scalar
-
-TOPIC = "kai.requeue-decisions"
-NOW = T0 + timedelta(hours=2)
-OVERRUN = {"kai.scheduler/expected-runtime": "1h"}
-
-
-def cycle(
-    engine: sa.Engine, now: datetime = NOW, clock: Callable[[], datetime] | None = None
-) -> CycleReport:
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin():
-            return run_cycle(conn, now=now, topic=TOPIC, clock=clock or (lambda: now))
+from tests.integration.helpers import NOW, OVERRUN, TOPIC, Feed, cycle, gang, rows, scalar
 
 
 def decisions(engine: sa.Engine) -> list[tuple[str, str, str | None, list[str], list[str]]]:
@@ -58,18 +43,6 @@ def decisions(engine: sa.Engine) -> list[tuple[str, str, str | None, list[str], 
             " FROM minruntime.requeue_decisions ORDER BY seq",
         )
     ]
-
-
-def gang(uid: str, pods: int, *, priority: int) -> Event:
-    """A pending podgroup that needs all of its ``pods`` one-GPU pods at once."""
-    return submitted(
-        uid, "team", pods, priority=priority, sub_groups=[{"name": "default", "minAvailable": pods}]
-    )
-
-
-@pytest.fixture
-def feed(engine: sa.Engine) -> Feed:
-    return Feed(engine)
 
 
 def cluster(feed: Feed, *, victim_priority: int = 50, preempt: str | None = None) -> None:
@@ -244,8 +217,6 @@ def test_two_nominators_make_one_attempt_listing_both(engine: sa.Engine, feed: F
     ]
     # The commit acted on proportion's nomination: consumed.
     assert scalar(engine, "SELECT count(*) FROM minruntime.nominations") == 0
-    from prometheus_client import CollectorRegistry
-
     registry = CollectorRegistry()
     metrics = RequeueMetrics(registry, ["proportion"])
     metrics.observe(report)
@@ -260,8 +231,6 @@ def test_unknown_nominator_names_are_one_finite_label(engine: sa.Engine, feed: F
     cluster(feed, victim_priority=50)
     feed.send(nominated("v", "someone-elses-plugin-7"))
     report = cycle(engine)
-    from prometheus_client import CollectorRegistry
-
     registry = CollectorRegistry()
     RequeueMetrics(registry, []).observe(report)
     assert registry.get_sample_value("kai_requeue_rollbacks_total", {"nominated_by": "other"}) == 1
@@ -354,15 +323,12 @@ def test_a_concurrent_change_to_the_victim_retries_the_cycle_on_fresh_state(
             feed.send(released("v", time=NOW))
         return NOW
 
-    from prometheus_client import CollectorRegistry
-
     registry = CollectorRegistry()
     worker = RequeueWorker(
         engine, WorkerOptions(topic=TOPIC), RequeueMetrics(registry, []), clock=clock
     )
     with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        report = worker.cycle(conn)
+        report = worker.cycle(conn.execution_options(isolation_level="REPEATABLE READ"))
 
     assert report is not None
     assert registry.get_sample_value("minruntime_requeue_cycles_total", {"result": "conflict"}) == 1

@@ -18,22 +18,14 @@ import sqlalchemy as sa
 
 from minruntime.commands.requeue_plan import dry_run
 from minruntime.errors import UserError
-from minruntime.requeue import LEADER_LOCK_KEY, CycleReport, RequeuePreview, run_cycle
+from minruntime.requeue import LEADER_LOCK_KEY, CycleReport, RequeuePreview
 from minruntime.requeue.preview import UnknownNodePoolError
 from minruntime.store import engine_from
 from minruntime.store.queues import TREE_LOCK_KEY
 from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY
 from minruntime.store.tables import STATE_SCHEMA, metadata
 from tests.cloudevents import allocated, node, nominated, queue, submitted
-from tests.integration.helpers import Feed
-
-TOPIC = "kai.requeue-decisions"
-OVERRUN = {"kai.scheduler/expected-runtime": "1h"}
-
-
-@pytest.fixture
-def feed(engine: sa.Engine) -> Feed:
-    return Feed(engine)
+from tests.integration.helpers import OVERRUN, Feed, cycle
 
 
 def story(feed: Feed) -> None:
@@ -77,13 +69,6 @@ def story(feed: Feed) -> None:
     )
 
 
-def worker_cycle(runtime: sa.Engine, now: datetime) -> CycleReport:
-    with runtime.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin():
-            return run_cycle(conn, now=now, topic=TOPIC, clock=lambda: now)
-
-
 def outcomes(plan: RequeuePreview) -> list[tuple[str, str, str | None, tuple[str, ...]]]:
     return [
         (d.uid, d.outcome.value, None if d.reason is None else d.reason.value, d.beneficiaries)
@@ -110,7 +95,7 @@ def test_the_dry_run_decides_what_the_workers_next_cycle_decides(
     first = datetime.now(UTC)
 
     live = dry_run(engine, at=None, now=first)
-    report = worker_cycle(runtime, first)
+    report = cycle(runtime, first)
     # As of `first`: the state before the worker's commit, planned at `first`.
     as_of = dry_run(engine, at=first, now=datetime.now(UTC))
 
@@ -131,7 +116,7 @@ def test_the_dry_run_decides_what_the_workers_next_cycle_decides(
     # The next cycle: v is in its cooldown (not nominated), the rollbacks repeat.
     second = first + timedelta(seconds=10)
     live = dry_run(engine, at=None, now=second)
-    report = worker_cycle(runtime, second)
+    report = cycle(runtime, second)
     assert outcomes(live) == [
         ("u", "rolled_back", "protected", ()),
         ("w", "rolled_back", "no_higher_priority_pending", ()),
@@ -149,7 +134,7 @@ def test_one_node_pool_is_what_the_worker_decides_for_that_pool(
 
     pool_b = dry_run(engine, at=None, now=now, node_pool="pool-b")
     default = dry_run(engine, at=None, now=now, node_pool="default")
-    report = worker_cycle(runtime, now)
+    report = cycle(runtime, now)
 
     assert pool_b.decisions == tuple(d for d in report.plan.decisions if d.uid in {"u", "w"})
     assert default.decisions == tuple(d for d in report.plan.decisions if d.uid == "v")
@@ -203,7 +188,7 @@ def contents(engine: sa.Engine) -> dict[str, Any]:
 
 def test_the_dry_run_writes_nothing(engine: sa.Engine, runtime: sa.Engine, feed: Feed) -> None:
     story(feed)
-    worker_cycle(runtime, datetime.now(UTC))
+    cycle(runtime, datetime.now(UTC))
     feed.send(nominated("w", "priority"))
     before = contents(engine)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,9 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from minruntime.requeue import LEADER_LOCK_KEY, RequeueMetrics, RequeueWorker, WorkerOptions
 from tests.cloudevents import allocated, node, nominated, queue, submitted
-from tests.integration.helpers import Feed, rows
-
-TOPIC = "kai.requeue-decisions"
+from tests.e2e.harness import wait_for
+from tests.integration.helpers import TOPIC, Feed, rows
 
 
 class Replica:
@@ -45,14 +44,6 @@ class Replica:
         return self.registry.get_sample_value("minruntime_requeue_worker_active") == 1
 
 
-def eventually(check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return result
-
-
 @pytest.fixture
 def replicas(engine: sa.Engine) -> Iterator[list[Replica]]:
     started: list[Replica] = []
@@ -67,7 +58,7 @@ def test_exactly_one_replica_is_active_and_a_standby_takes_over(
     options = {"interval_seconds": 0.2, "standby_poll_seconds": 0.1}
     first = Replica(engine, **options).start()
     replicas.append(first)
-    eventually(lambda: first.active)
+    wait_for(lambda: first.active, 20)
     second = Replica(engine, **options).start()
     replicas.append(second)
     time.sleep(1.0)
@@ -77,9 +68,9 @@ def test_exactly_one_replica_is_active_and_a_standby_takes_over(
     assert second.worker.cycles == 0
 
     first.stop()
-    eventually(lambda: second.active)
+    wait_for(lambda: second.active, 20)
     cycles = second.worker.cycles
-    eventually(lambda: second.worker.cycles > cycles)
+    wait_for(lambda: second.worker.cycles > cycles, 20)
     assert not first.active
 
 
@@ -88,7 +79,7 @@ def test_a_stopped_worker_leaves_the_leadership_free_at_once(engine: sa.Engine) 
     # replica whose pool handed it that very session would "take over" a lock it re-entered.
     replica = Replica(engine, interval_seconds=0.2, standby_poll_seconds=0.1).start()
     try:
-        eventually(lambda: replica.active)
+        wait_for(lambda: replica.active, 20)
     finally:
         replica.stop()
     other = sa.create_engine(engine.url, poolclass=sa.NullPool)
@@ -115,11 +106,11 @@ def test_a_nomination_wakes_the_active_worker_before_its_interval(
     )
     replica = Replica(engine, interval_seconds=600, settle_seconds=0.05).start()
     replicas.append(replica)
-    eventually(lambda: replica.worker.cycles == 1)
+    wait_for(lambda: replica.worker.cycles == 1, 20)
 
     Feed(engine, group="other").send(nominated("j", "proportion", time=now))
 
-    eventually(
+    wait_for(
         lambda: rows(engine, "SELECT outcome, reason FROM minruntime.requeue_decisions"),
         timeout=10,
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -47,11 +46,7 @@ from tests.cloudevents import (
     released,
     submitted,
 )
-from tests.integration.helpers import GROUP, Feed, rows
-
-
-def s(seconds: float) -> timedelta:
-    return timedelta(seconds=seconds)
+from tests.integration.helpers import GROUP, Feed, execute, rows, s
 
 
 def run_once(feed: Feed, uid: str, queue_name: str, seconds: float, reason: str | None) -> None:
@@ -237,8 +232,7 @@ def test_a_run_ending_while_another_batch_changes_the_tree_waits_for_it(
     finished = threading.Event()
 
     def end_the_run() -> None:
-        with runtime.begin() as conn:
-            apply_batch(conn, [end], consumer_group=GROUP)
+        Feed(runtime).apply([end])
         finished.set()
 
     with runtime.begin() as changing:
@@ -262,27 +256,17 @@ def test_a_run_ending_while_another_batch_changes_the_tree_waits_for_it(
 def test_old_stored_rows_neither_stop_the_projection_nor_the_report(
     feed: Feed, engine: sa.Engine
 ) -> None:
-    with engine.begin() as conn:
+    execute(
+        engine,
         # A running podgroup stored without a start time (an older version's row).
-        conn.execute(
-            sa.text(
-                "INSERT INTO minruntime_state.podgroup_state (uid, status, submitted, running_pods)"
-                " VALUES ('old', 'running', false, 1)"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO minruntime_state.pod_state (uid, name, subgroup, node, allocated)"
-                " VALUES ('old', 'w0', 'default', 'n1', true)"
-            )
-        )
+        "INSERT INTO minruntime_state.podgroup_state (uid, status, submitted, running_pods)"
+        " VALUES ('old', 'running', false, 1)",
+        "INSERT INTO minruntime_state.pod_state (uid, name, subgroup, node, allocated)"
+        " VALUES ('old', 'w0', 'default', 'n1', true)",
         # A run whose windows this version cannot read.
-        conn.execute(
-            sa.text(
-                'UPDATE minruntime_state.run_log SET windows = \'[{"rule": "later"}, 7]\''
-                " WHERE uid = 'pos'"
-            )
-        )
+        'UPDATE minruntime_state.run_log SET windows = \'[{"rule": "later"}, 7]\''
+        " WHERE uid = 'pos'",
+    )
     outcome = feed.send(released("old", time=T0 + s(5), reason="evicted"))
     assert (outcome.applied, outcome.dead_lettered) == (1, 0)
     assert "old" not in runs(engine)

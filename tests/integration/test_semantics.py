@@ -6,25 +6,18 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from tests import cloudevents as ce
-from tests.cloudevents import T0, allocated, config, submitted
+from tests.cloudevents import T0, allocated, config, design_tree, submitted
 from tests.integration.helpers import Feed, rows, scalar
 
 S = timedelta(seconds=1)
-
-
-def design_tree(feed: Feed) -> None:
-    """A → B(600s) → {C → {leaf1(0s), leaf2(180s)}, D(60s) → {leaf3}}; reclaim values."""
-    feed.send(*ce.design_tree())
 
 
 def run_in(feed: Feed, uid: str, queue_name: str, pods: int = 1) -> None:
     feed.send(submitted(uid, queue_name, pods), allocated(uid, pods, time=T0))
 
 
-def test_the_queues_view_shows_the_tree(engine: sa.Engine) -> None:
-    feed = Feed(engine)
-    design_tree(feed)
+def test_the_queues_view_shows_the_tree(engine: sa.Engine, feed: Feed) -> None:
+    feed.send(*design_tree())
     got = {
         r.name: (r.parent, r.reclaim_min_runtime)
         for r in rows(engine, "SELECT * FROM minruntime.queues")
@@ -40,9 +33,8 @@ def test_the_queues_view_shows_the_tree(engine: sa.Engine) -> None:
     ]
 
 
-def test_lca_worked_examples(engine: sa.Engine) -> None:
-    feed = Feed(engine)
-    design_tree(feed)
+def test_lca_worked_examples(engine: sa.Engine, feed: Feed) -> None:
+    feed.send(*design_tree())
     for uid, where in (("v3", "leaf3"), ("v2", "leaf2"), ("v1", "leaf1")):
         run_in(feed, uid, where)
 
@@ -62,9 +54,8 @@ def test_lca_worked_examples(engine: sa.Engine) -> None:
     assert reclaim("leaf3", "v1") == (600 * S, "B")
 
 
-def test_preempt_worked_examples(engine: sa.Engine) -> None:
-    feed = Feed(engine)
-    design_tree(feed)
+def test_preempt_worked_examples(engine: sa.Engine, feed: Feed) -> None:
+    feed.send(*design_tree())
     run_in(feed, "p1", "leaf1")
     run_in(feed, "p2", "leaf2")
     got = {
@@ -79,9 +70,9 @@ def test_preempt_worked_examples(engine: sa.Engine) -> None:
 
 def test_is_protected_uses_preempt_in_the_same_queue_and_reclaim_otherwise(
     engine: sa.Engine,
+    feed: Feed,
 ) -> None:
-    feed = Feed(engine)
-    design_tree(feed)
+    feed.send(*design_tree())
     run_in(feed, "v3", "leaf3")  # preempt: B's 600s; reclaim from leaf1: D's 60s
 
     def protected(preemptor: str, at: timedelta) -> bool:
@@ -101,9 +92,8 @@ def test_is_protected_uses_preempt_in_the_same_queue_and_reclaim_otherwise(
     assert not scalar(engine, "SELECT minruntime.is_protected('nobody', 'leaf1', now())")
 
 
-def test_node_pool_config_default_and_method(engine: sa.Engine) -> None:
-    feed = Feed(engine)
-    design_tree(feed)
+def test_node_pool_config_default_and_method(engine: sa.Engine, feed: Feed) -> None:
+    feed.send(*design_tree())
     feed.send(submitted("g", "leaf3", node_pool="gpu-a"), allocated("g", 1))
     # No config at all: built-in defaults; leaf3 in lca from leaf1 is D's 60s.
     query = (
@@ -120,8 +110,7 @@ def test_node_pool_config_default_and_method(engine: sa.Engine) -> None:
     assert tuple(rows(engine, query, q="A")[0]) == (60 * S, "D")
 
 
-def test_evictable_pods_of_a_protected_elastic_podgroup(engine: sa.Engine) -> None:
-    feed = Feed(engine)
+def test_evictable_pods_of_a_protected_elastic_podgroup(engine: sa.Engine, feed: Feed) -> None:
     feed.send(config(defaultPreemptMinRuntime="1h"))
     now_ = scalar(engine, "SELECT now()")
     workers = [{"name": f"p{i}", "subGroup": "workers", "gpu": 1} for i in range(4)]

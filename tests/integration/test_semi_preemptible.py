@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from minruntime.core import (
@@ -26,7 +26,7 @@ from minruntime.core import (
 )
 from minruntime.requeue.cycle_inputs import load_cycle_inputs
 from tests.cloudevents import T0, Event, allocated, node, queue, released, submitted
-from tests.integration.helpers import Feed, reset_state, rows, scalar
+from tests.integration.helpers import Feed, database_examples, reset_state, rows, scalar
 
 QUEUES = ("q1", "q2")
 VALUES = [value.value for value in Preemptibility]
@@ -85,11 +85,7 @@ def _messages(gang: Gang) -> list[Event]:
     ]
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@database_examples(25)
 @given(
     world=st.lists(st.integers(0, 0), min_size=1, max_size=5).flatmap(
         lambda slots: st.tuples(*(gangs(f"pg{i}") for i in range(len(slots))))
@@ -176,9 +172,8 @@ def test_the_core_the_read_surface_and_the_planner_agree(
     assert not plan.committed()
 
 
-def test_the_planner_commits_only_what_sql_says_may_go_whole(engine: sa.Engine) -> None:
+def test_the_planner_commits_only_what_sql_says_may_go_whole(engine: sa.Engine, feed: Feed) -> None:
     reset_state(engine)
-    feed = Feed(engine)
     feed.send(queue("q1", preempt="0s", reclaim="0s"), node("n1", 4))
     outcome = feed.send(
         *_messages(Gang("semi", "q1", "semi-preemptible", (("a", 1, 2, 2),), 0)),
@@ -207,9 +202,10 @@ def test_the_planner_commits_only_what_sql_says_may_go_whole(engine: sa.Engine) 
     assert evictable == {"semi": (1, False), "plain": (2, False)}
 
 
-def test_evicting_the_core_is_a_definite_violation_in_the_runs(engine: sa.Engine) -> None:
+def test_evicting_the_core_is_a_definite_violation_in_the_runs(
+    engine: sa.Engine, feed: Feed
+) -> None:
     reset_state(engine)
-    feed = Feed(engine)
     feed.send(queue("q1", preempt="1m", reclaim="1m"))
     feed.send(*_messages(Gang("semi", "q1", "semi-preemptible", (("a", 1, 2, 2),), 0)))
     feed.send(*_messages(Gang("plain", "q1", "preemptible", (("a", 1, 2, 2),), 0)))
@@ -238,12 +234,11 @@ def test_evicting_the_core_is_a_definite_violation_in_the_runs(engine: sa.Engine
     assert scalar(engine, "SELECT count(*) FROM minruntime.runs WHERE violation IS NOT NULL") == 1
 
 
-def test_explain_shows_the_core_and_agrees_with_sql(engine: sa.Engine) -> None:
+def test_explain_shows_the_core_and_agrees_with_sql(engine: sa.Engine, feed: Feed) -> None:
     from minruntime.audit.explain import explain
     from minruntime.store.shadows import LIVE
 
     reset_state(engine)
-    feed = Feed(engine)
     feed.send(queue("q1", preempt="10m", reclaim="10m"))
     feed.send(
         *_messages(Gang("semi", "q1", "semi-preemptible", (("a", 1, 1, 1), ("b", 2, 4, 3)), 0))

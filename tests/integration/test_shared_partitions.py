@@ -40,34 +40,20 @@ from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topic
 from tests.cloudevents import allocated, queue, submitted
 from tests.cloudevents import message as as_message
 from tests.e2e.harness import wait_for
-from tests.integration.helpers import GROUP, Feed, scalar
+from tests.integration.helpers import (
+    GROUP,
+    Feed,
+    Other,
+    kafka_admin,
+    rows,
+    scalar,
+    waiting_for_a_lock,
+)
 
 OFFSET = (
     "SELECT next_offset FROM minruntime_state.consumer_offsets"
     " WHERE consumer_group = :g AND topic = 'kai.podgroups' AND partition = 0"
 )
-WAITING_ON_A_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
-
-class Other:
-    """The other instance: applies its batch in a thread, in a transaction of its own."""
-
-    def __init__(self, engine: sa.Engine, records: Sequence[InboundRecord]) -> None:
-        self.outcome: BatchOutcome | None = None
-        self._thread = threading.Thread(target=self._run, args=(engine, records), daemon=True)
-        self._thread.start()
-
-    def _run(self, engine: sa.Engine, records: Sequence[InboundRecord]) -> None:
-        with engine.begin() as conn:
-            self.outcome = apply_batch(conn, records, consumer_group=GROUP)
-
-    def result(self) -> BatchOutcome:
-        self._thread.join(60)
-        assert self.outcome is not None, "the other instance's batch did not finish"
-        return self.outcome
 
 
 def _overlapping(
@@ -81,7 +67,7 @@ def _overlapping(
         first = apply_batch(conn, held, consumer_group=GROUP)
         other = Other(engine, waiting)
         wait_for(
-            lambda: scalar(engine, WAITING_ON_A_LOCK) >= 1,
+            lambda: waiting_for_a_lock(engine),
             10,
             "the other instance's batch to wait for the offsets row lock",
         )
@@ -98,11 +84,10 @@ def _lifecycles(feed: Feed, count: int) -> list[InboundRecord]:
 
 def _logged(engine: sa.Engine) -> list[tuple[int, int]]:
     """(offset, how many times) for every offset in the event log."""
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.text('SELECT "offset", count(*) FROM minruntime.event_log GROUP BY 1 ORDER BY 1')
-        )
-        return [(row[0], row[1]) for row in rows]
+    logged = rows(
+        engine, 'SELECT "offset", count(*) FROM minruntime.event_log GROUP BY 1 ORDER BY 1'
+    )
+    return [(row[0], row[1]) for row in logged]
 
 
 def test_a_batch_in_flight_holds_the_new_owner_which_then_applies_only_what_follows(
@@ -122,8 +107,8 @@ def test_a_batch_in_flight_holds_the_new_owner_which_then_applies_only_what_foll
 
 def test_a_zombie_batch_that_commits_last_applies_nothing_and_lowers_no_offset(
     engine: sa.Engine,
+    feed: Feed,
 ) -> None:
-    feed = Feed(engine)
     records = _lifecycles(feed, 10)
     # The new owner applies the partition; the zombie resumes with the batch it fetched
     # before the rebalance and waits for the owner's transaction.
@@ -248,14 +233,8 @@ def kafka_topic(settings: Settings) -> Iterator[str]:
             await producer.stop()
 
     async def delete() -> None:
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        admin = AIOKafkaAdminClient(**access.client_kwargs())
-        await start_client(admin, access)
-        try:
+        async with kafka_admin(access) as admin:
             await admin.delete_topics([name])
-        finally:
-            await admin.close()
 
     asyncio.run(create())
     try:

@@ -65,12 +65,11 @@ def test_a_batch_waits_out_an_outage_longer_than_any_retry_budget(engine: sa.Eng
     assert sink.storing() is None
 
 
-def test_a_driver_level_error_mid_batch_is_waited_out_too(engine: sa.Engine) -> None:
+def test_a_driver_level_error_mid_batch_is_waited_out_too(engine: sa.Engine, feed: Feed) -> None:
     """The store's hot statements run on psycopg's cursor, whose errors SQLAlchemy does not
     wrap: a lock timeout while the batch loads its podgroups (the worker holds the row) is
     transient like any other, and the batch is applied once the row is free."""
     settings = Settings()
-    feed = Feed(engine)
     feed.send(submitted("x", "q", pods=1), allocated("x", 1))
     impatient = engine.execution_options()
 

@@ -34,7 +34,7 @@ from minruntime.store.checksums import checksum
 from minruntime.store.shadows import SNAPSHOTTED
 from minruntime.store.snapshots import LogPosition, Snapshot
 from tests.cloudevents import allocated, queue, released, submitted
-from tests.integration.helpers import Feed, rows, scalar
+from tests.integration.helpers import Feed, execute, rows, scalar
 from tests.integration.test_explain_asof import (
     PREEMPTORS,
     RECLAIMERS,
@@ -91,12 +91,11 @@ def answers(
 
 
 @pytest.fixture
-def history(engine: sa.Engine, runtime: sa.Engine) -> list[datetime]:
+def history(engine: sa.Engine, runtime: sa.Engine, feed: Feed) -> list[datetime]:
     """Four steps and the changes afterwards; snapshots after steps 2 and 3 and at the end.
 
     Returns instants to ask at: before anything, after each step, and around each snapshot.
     """
-    feed = Feed(engine)
     now = db_now(engine)
     instants = [now - timedelta(hours=1)]
     for number, messages in enumerate(steps(now), start=1):
@@ -244,13 +243,11 @@ def replay_verify(capsys: pytest.CaptureFixture[str], jobs: str = "1") -> tuple[
 def test_a_snapshot_of_a_position_the_log_does_not_have_is_a_difference(
     engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str], jobs: str
 ) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "UPDATE minruntime_state.projection_snapshots SET log_seq = log_seq + 1000"
-                " WHERE log_seq = (SELECT min(log_seq) FROM minruntime_state.projection_snapshots)"
-            )
-        )
+    execute(
+        engine,
+        "UPDATE minruntime_state.projection_snapshots SET log_seq = log_seq + 1000"
+        " WHERE log_seq = (SELECT min(log_seq) FROM minruntime_state.projection_snapshots)",
+    )
     code, report = replay_verify(capsys, jobs)
     assert code == 1
     problems = [s["problem"] for s in report["snapshots"] if s["problem"]]
@@ -370,10 +367,12 @@ def test_a_snapshot_is_due_after_n_entries_or_m_minutes() -> None:
 
 @pytest.mark.usefixtures("cli")
 def test_the_command_takes_one_when_due_and_lists_them(
-    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    engine: sa.Engine,
+    feed: Feed,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("MINRUNTIME_SNAPSHOT_EVERY_EVENTS", "5")
-    feed = Feed(engine)
     now = db_now(engine)
     first, second, *_ = steps(now)
 
@@ -400,9 +399,8 @@ def test_the_command_takes_one_when_due_and_lists_them(
 
 
 @pytest.fixture
-def batch_in_flight(engine: sa.Engine) -> Iterator[tuple[sa.Connection, Feed]]:
+def batch_in_flight(engine: sa.Engine, feed: Feed) -> Iterator[tuple[sa.Connection, Feed]]:
     """A batch applied to the live log but not committed yet (its transaction is open)."""
-    feed = Feed(engine)
     now = db_now(engine)
     first, second, *_ = steps(now)
     feed.send(*first)
@@ -454,10 +452,9 @@ ODD_UIDS = ("back\\slash", "tab\there", "new\nline", "plain")
 
 
 def test_ended_podgroups_with_escaped_uids_come_back_from_their_documents(
-    engine: sa.Engine, runtime: sa.Engine
+    engine: sa.Engine, feed: Feed, runtime: sa.Engine
 ) -> None:
     """COPY text escapes a uid's backslash, tab and newline: the documents are found by the uid."""
-    feed = Feed(engine)
     now = db_now(engine)
     feed.send(queue("q"), *(submitted(uid, "q", 2) for uid in ODD_UIDS))
     feed.send(*(allocated(uid, 2, time=now - timedelta(minutes=5)) for uid in ODD_UIDS))

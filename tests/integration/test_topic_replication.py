@@ -8,14 +8,14 @@ three-broker cluster's own test checks replication factor 3 and `min.insync.repl
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
-from collections.abc import Awaitable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import pytest
 
 from minruntime.errors import ConfigError
-from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
+from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topics import (
@@ -27,44 +27,26 @@ from minruntime.stream.topics import (
     replication_for,
     topic_specs,
 )
-
-T = TypeVar("T")
-
-
-def _run(awaitable: Awaitable[T]) -> T:
-    async def wrapped() -> T:
-        return await awaitable
-
-    return asyncio.run(wrapped())
+from tests.conftest import run_cli
+from tests.integration.helpers import kafka_admin
 
 
 async def _describe(access: KafkaAccess, name: str) -> tuple[int, dict[str, str]]:
     """(replication factor, topic configs) of one topic."""
-    from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-    admin = AIOKafkaAdminClient(**access.client_kwargs())
-    await start_client(admin, access)
-    try:
+    async with kafka_admin(access) as admin:
         (topic,) = await admin.describe_topics([name])
         factor = len(topic["partitions"][0]["replicas"])
         (answer,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
         (resource,) = answer.to_object()["resources"]
         configs = {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
         return factor, configs
-    finally:
-        await admin.close()
 
 
 async def _exists(access: KafkaAccess, name: str) -> bool:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(**access.client_kwargs())
-    await start_client(admin, access)
-    try:
+    async with kafka_admin(access) as admin:
         return name in await admin.list_topics()
-    finally:
-        await admin.close()
 
 
 @pytest.fixture
@@ -75,19 +57,13 @@ def names(settings: Settings, stack: StackStatus) -> Iterator[list[str]]:
     access = kafka_access(settings)
 
     async def delete() -> None:
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        admin = AIOKafkaAdminClient(**access.client_kwargs())
-        await start_client(admin, access)
-        try:
+        async with kafka_admin(access) as admin:
             present = set(await admin.list_topics())
             doomed = [name for name in made if name in present]
             if doomed:
                 await admin.delete_topics(doomed)
-        finally:
-            await admin.close()
 
-    _run(delete())
+    asyncio.run(delete())
 
 
 def _name(names: list[str]) -> str:
@@ -101,9 +77,9 @@ def test_a_topic_takes_the_clusters_default_replication(
 ) -> None:
     access = kafka_access(settings)
     name = _name(names)
-    created = _run(ensure_topics(access, [TopicSpec(TopicRole.NODES, name, 2, FOREVER)]))
+    created = asyncio.run(ensure_topics(access, [TopicSpec(TopicRole.NODES, name, 2, FOREVER)]))
     assert created == [name]
-    factor, configs = _run(_describe(access, name))
+    factor, configs = asyncio.run(_describe(access, name))
     assert factor == 1  # the stack broker's default.replication.factor
     assert configs["retention.ms"] == FOREVER
 
@@ -112,8 +88,8 @@ def test_min_insync_replicas_is_set_on_the_topic(settings: Settings, names: list
     access = kafka_access(settings)
     name = _name(names)
     spec = TopicSpec(TopicRole.NODES, name, 1, FOREVER, Replication(factor=1, min_insync=1))
-    _run(ensure_topics(access, [spec]))
-    _, configs = _run(_describe(access, name))
+    asyncio.run(ensure_topics(access, [spec]))
+    _, configs = asyncio.run(_describe(access, name))
     assert configs["min.insync.replicas"] == "1"
 
 
@@ -124,8 +100,8 @@ def test_more_replicas_than_brokers_is_one_line_and_creates_nothing(
     name = _name(names)
     spec = TopicSpec(TopicRole.NODES, name, 1, FOREVER, Replication(factor=3))
     with pytest.raises(ConfigError, match=r"replication factor 3 but the cluster has 1 broker"):
-        _run(ensure_topics(access, [spec]))
-    assert not _run(_exists(access, name))
+        asyncio.run(ensure_topics(access, [spec]))
+    assert not asyncio.run(_exists(access, name))
 
 
 def test_a_topic_the_broker_refuses_is_an_error_not_a_silent_gap(
@@ -136,9 +112,9 @@ def test_a_topic_the_broker_refuses_is_an_error_not_a_silent_gap(
     name = _name(names)
     spec = TopicSpec(TopicRole.NODES, name, 1, "not-a-number")
     with pytest.raises(ConfigError, match=f"creating topic {name} was refused") as raised:
-        _run(ensure_topics(access, [spec]))
+        asyncio.run(ensure_topics(access, [spec]))
     assert "\n" not in str(raised.value)
-    assert not _run(_exists(access, name))
+    assert not asyncio.run(_exists(access, name))
 
 
 def test_settings_choose_replication_per_role(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,14 +148,12 @@ def test_the_bridge_ledger_is_compacted_and_replicated_like_the_rest(
     access = kafka_access(settings)
     name = _name(names)
     spec = ledger_spec(settings.model_copy(update={"kube_ledger_topic": name}))
-    _run(ensure_topics(access, [spec]))
-    factor, configs = _run(_describe(access, name))
+    asyncio.run(ensure_topics(access, [spec]))
+    factor, configs = asyncio.run(_describe(access, name))
     assert (factor, configs["cleanup.policy"]) == (1, "compact")
 
 
 def test_doctor_judges_the_local_stack_as_a_development_cluster(stack: StackStatus) -> None:
-    from tests.conftest import run_cli
-
     done = run_cli("doctor")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -193,15 +167,12 @@ def test_doctor_judges_the_local_stack_as_a_development_cluster(stack: StackStat
 
 def test_doctor_fails_on_a_runtime_url_that_may_reach_a_standby(stack: StackStatus) -> None:
     from minruntime.pgurl import PgAddress
-    from tests.conftest import run_cli
 
     address = PgAddress.parse(Settings().database_url)
     both = f"{address.host}:{address.port},{address.host}:{address.port}"
     url = address.uri().replace(f"{address.host}:{address.port}", both)
     done = run_cli("doctor", "--json", env={"MINRUNTIME_DATABASE_URL": url})
     assert done.returncode == 1, done.stderr
-    import json
-
     unsafe = [f for f in json.loads(done.stdout) if f["severity"] == "unsafe"]
     assert [f["subject"] for f in unsafe] == ["postgresql"]
     assert "target_session_attrs=read-write" in unsafe[0]["message"]
