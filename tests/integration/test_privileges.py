@@ -84,11 +84,14 @@ def test_a_worker_leads_while_the_reader_tries_its_lock(
         with pytest.raises(DBAPIError, match="permission denied"):
             conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": LEADER_LOCK_KEY})
         conn.rollback()
-        # The worker holds its key; nobody else (not even the reader's session) does.
+        # The worker holds its key; nobody else (not even the reader's session) does. An
+        # advisory lock belongs to one database: pg_locks lists the whole server's, and another
+        # test database's worker holds the same key there.
         holders = conn.execute(
             sa.text(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
                 " AND ((classid::bigint << 32) | objid::bigint) = :key AND objsubid = 1"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             ),
             {"key": LEADER_LOCK_KEY},
         ).scalar_one()
