@@ -13,7 +13,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -268,6 +268,7 @@ class Inbox:
             return taken
 
 
+@dataclass(eq=False)
 class Watcher:
     """Lists, then watches from the list's resourceVersion; relists on 410 Gone.
 
@@ -276,22 +277,14 @@ class Watcher:
     status line per outage and retried with capped backoff.
     """
 
-    def __init__(
-        self,
-        source: Source,
-        out: Inbox,
-        stop: threading.Event,
-        watch_seconds: int,
-        backoff_max: float,
-        page_size: int = 500,
-    ) -> None:
-        self.source = source
-        self.out = out
-        self.stop = stop
-        self.watch_seconds = watch_seconds
-        self.backoff_max = backoff_max
-        self.page_size = page_size
-        self.resource_version: str | None = None
+    source: Source
+    out: Inbox
+    stop: threading.Event
+    watch_seconds: int
+    backoff_max: float
+    page_size: int = 500
+    # Where the watch resumes: the listing's resourceVersion, then each event's (None: list).
+    resource_version: str | None = field(default=None, init=False)
 
     def pages(self) -> Iterator[Notification]:
         """One whole listing as notifications (LIST_START, pages, LIST_END); sets the

@@ -25,6 +25,7 @@ of an event the service applied long ago. Source: ``minruntime/kube-diff``, for 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -96,25 +97,22 @@ def repair(
     return Repair(tuple(emissions), tuple(notes))
 
 
+@dataclass(eq=False)
 class _Plan:
     """The repair of one podgroup."""
 
-    def __init__(
-        self,
-        uid: str,
-        side: ClusterPodGroup | None,
-        row: ServicePodGroup | None,
-        events: Sequence[Event],
-        now: datetime,
-    ) -> None:
-        self.uid = uid
-        self.side = side
-        self.row = row
-        self.events = events
-        self.now = now
-        self.stamp = "absent" if row is None else mapping.digest(dataclasses.asdict(row))
-        self.emissions: list[Emission] = []
-        self.notes: list[str] = []
+    uid: str
+    side: ClusterPodGroup | None
+    row: ServicePodGroup | None
+    events: Sequence[Event]
+    now: datetime
+    emissions: list[Emission] = dataclasses.field(default_factory=list, init=False)
+    notes: list[str] = dataclasses.field(default_factory=list, init=False)
+
+    @functools.cached_property
+    def stamp(self) -> str:
+        """The service row's digest ("absent": no row), which the repair's event ids carry."""
+        return "absent" if self.row is None else mapping.digest(dataclasses.asdict(self.row))
 
     def make(self, fields: set[str]) -> None:
         side, row = self.side, self.row
