@@ -130,21 +130,25 @@ class ProtectionWindows:
         config = resolver.config
         method = ReclaimResolveMethod(config.reclaim_resolve_method)
         path = None if run.queue is None else self._paths.get(run.queue)
+        preempt_rule, reclaim_rule = ProtectionRule.PREEMPT, ProtectionRule.RECLAIM
         if run.queue is None or path is None:
-            preempt = Resolution(config.default_preempt_min_runtime, None)
-            reclaim = Resolution(config.default_reclaim_min_runtime, None)
+            windows = [
+                ProtectionWindow(run, preempt_rule, config.default_preempt_min_runtime, None),
+                ProtectionWindow(
+                    run, reclaim_rule, config.default_reclaim_min_runtime, None, method
+                ),
+            ]
         else:
             preempt = resolver.preempt_min_runtime(run.queue)
-            # reclaimer == victim queue: the walk starts at the victim's queue (§4).
-            reclaim = resolver.reclaim_min_runtime(run.queue, run.queue)
-        windows = [
-            ProtectionWindow(run, ProtectionRule.PREEMPT, preempt.min_runtime, preempt.source)
-        ]
-        if path is not None and method is ReclaimResolveMethod.LCA:
-            windows += _lca_reclaim_windows(run, path, resolver)
-        else:
-            rule = ProtectionRule.RECLAIM
-            windows.append(ProtectionWindow(run, rule, reclaim.min_runtime, reclaim.source, method))
+            windows = [ProtectionWindow(run, preempt_rule, preempt.min_runtime, preempt.source)]
+            if method is ReclaimResolveMethod.LCA:
+                windows += _lca_reclaim_windows(run, path, resolver)
+            else:
+                # reclaimer == victim queue: the walk starts at the victim's queue (§4).
+                reclaim = resolver.reclaim_min_runtime(run.queue, run.queue)
+                windows.append(
+                    ProtectionWindow(run, reclaim_rule, reclaim.min_runtime, reclaim.source, method)
+                )
         return tuple(window for window in windows if window.min_runtime > timedelta(0))
 
     def ending_between(
