@@ -9,8 +9,9 @@ records only changes (docs/requeue-worker.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
+from functools import partial
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -35,10 +36,7 @@ class RequeueMetrics:
 
     def __init__(self, registry: CollectorRegistry, known_nominators: Iterable[str]) -> None:
         self.known = frozenset(known_nominators) | {EXPECTED_RUNTIME_PLUGIN}
-
-        def counter(name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
-            return Counter(name, documentation, labels, registry=registry)
-
+        counter = partial(Counter, registry=registry)
         self.nominations = counter(
             "kai_requeue_nominations", "Nominations per cycle, by nominating plugin.", ["plugin"]
         )
