@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
@@ -141,7 +142,10 @@ def read_cycle_rows(conn: Connection, tables: StateTables, now: datetime) -> Cyc
 
 
 def _rows(
-    cursor: Any, tables: StateTables, statement: str, params: dict[str, Any] | None = None
+    cursor: psycopg.Cursor[Any],
+    tables: StateTables,
+    statement: str,
+    params: dict[str, Any] | None = None,
 ) -> list[tuple[Any, ...]]:
     cursor.execute(tables.sql(statement), params)
     fetched: list[tuple[Any, ...]] = cursor.fetchall()
