@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, ClassVar, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import (
+    AfterValidator,
     Field,
     SerializerFunctionWrapHandler,
+    Strict,
     field_validator,
     model_serializer,
     model_validator,
@@ -43,11 +45,25 @@ from minruntime.events.types import (
     Priority,
     RequeuesWindow,
     Text,
+    Timestamp,
 )
 
 _DEFAULT_MIN_AVAILABLE = SubGroup().min_available
 # The requeue cap's fields, by Python and wire name: omitted from a dump when unset.
 _CAP_KEYS: Final = ("max_requeues", "max_requeues_window", "maxRequeues", "maxRequeuesWindow")
+# Fields added to a type after its first events, by Python and wire name: omitted from a dump
+# when unset, so an event of before them dumps (and checksums) as it always did.
+_QUEUE_LATER_KEYS: Final = ("node_pool", "nodePool", "priority", "resources")
+_RESOURCE_KEYS: Final = ("gpu", "cpu", "memory")
+_RELEASE_LATER_KEYS: Final = ("eviction",)
+
+
+def _without_unset(data: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """``data`` without the ``keys`` whose value is None."""
+    for key in keys:
+        if key in data and data[key] is None:
+            del data[key]
+    return data
 
 
 def _duplicate_names(what: str, names: Iterable[str]) -> PydanticCustomError:
@@ -58,6 +74,60 @@ def _duplicate_names(what: str, names: Iterable[str]) -> PydanticCustomError:
         "duplicate {what} name(s): {names}",
         {"what": what, "names": ", ".join(duplicates)},
     )
+
+
+# KAI's "no limit" / "no quota" value for a queue resource (pkg/common/constants: -1).
+UNLIMITED: Final = -1.0
+# The largest resource amount a queue may name (GPUs, millicpus or megabytes): far above any
+# cluster, far below where a float stops counting whole units (2**53).
+MAX_QUEUE_RESOURCE: Final = 1e15
+
+
+def _unlimited_or_amount(value: float) -> float:
+    if value < 0 and value != UNLIMITED:
+        raise PydanticCustomError(
+            "queue_amount",
+            "a queue resource is >= 0, or -1 for unlimited; got {value}",
+            {"value": value},
+        )
+    return value
+
+
+QueueAmount = Annotated[
+    float,
+    Strict(),
+    Field(ge=UNLIMITED, le=MAX_QUEUE_RESOURCE, allow_inf_nan=False),
+    AfterValidator(_unlimited_or_amount),
+]
+"""A queue resource amount: >= 0, or -1 for KAI's "unlimited" (a JSON number)."""
+
+
+class QueueResource(WireModel):
+    """One resource of a KAI Queue's spec.resources: deserved quota, limit, over-quota weight."""
+
+    quota: QueueAmount = 0.0
+    """Deserved amount (GPUs in fractions, CPU in millicpus, memory in megabytes); -1 = none set."""
+    limit: QueueAmount = UNLIMITED
+    """Most the queue may hold; -1 = no limit."""
+    over_quota_weight: Annotated[
+        float, Strict(), Field(ge=0, le=MAX_QUEUE_RESOURCE, allow_inf_nan=False)
+    ] = 1.0
+    """Its weight when the resource left over after quotas is shared out."""
+
+
+class QueueResources(WireModel):
+    """A KAI Queue's spec.resources (scheduling.run.ai/v2); an absent resource has the defaults."""
+
+    gpu: QueueResource | None = None
+    """GPUs, in fractions (0.5 = half a GPU)."""
+    cpu: QueueResource | None = None
+    """CPU, in millicpus."""
+    memory: QueueResource | None = None
+    """Memory, in megabytes (10^6 bytes)."""
+
+    @model_serializer(mode="wrap")
+    def _absent_is_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset(handler(self), _RESOURCE_KEYS)
 
 
 class QueueUpsertedData(EventData):
@@ -74,6 +144,18 @@ class QueueUpsertedData(EventData):
     """Minimum runtime before a job of this queue can be preempted; absent or null = inherit."""
     reclaim_min_runtime: Duration | None = None
     """Minimum runtime before a job of this queue can be reclaimed; absent or null = inherit."""
+    node_pool: Label | None = None
+    """The node pool (scheduler shard) whose scheduler sees this queue, by KAI's shard rule;
+    absent or null = every node pool (the queue is in every pool's tree)."""
+    priority: Priority | None = None
+    """The Queue's spec.priority (KAI's default 100 when absent): over-quota resources go
+    first to queues of higher priority, and they are reclaimed last."""
+    resources: QueueResources | None = None
+    """The Queue's spec.resources: quotas, limits and over-quota weights; absent = none set."""
+
+    @model_serializer(mode="wrap")
+    def _unset_is_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset(handler(self), _QUEUE_LATER_KEYS)
 
     @field_validator("parent_queue", mode="before")
     @classmethod
@@ -133,11 +215,7 @@ class ConfigUpdatedData(EventData):
     @model_serializer(mode="wrap")
     def _unset_cap_is_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # An unset requeue cap is written as no field at all, as events before it had none.
-        data: dict[str, Any] = handler(self)
-        for key in _CAP_KEYS:
-            if key in data and data[key] is None:
-                del data[key]
-        return data
+        return _without_unset(handler(self), _CAP_KEYS)
 
     @property
     def subject(self) -> str:
@@ -315,6 +393,30 @@ class PodGroupAllocatedData(EventData):
         return self
 
 
+class EvictionAttribution(WireModel):
+    """Who evicted a podgroup's pods, as the scheduler said it: KAI's ``Evict`` Event on the
+    PodGroup (action and evicting podgroup), its ``kai.scheduler/last-eviction-timestamp``
+    annotation, or the pods' ``DisruptionTarget`` condition (time only)."""
+
+    source: Literal["event", "annotation", "condition"]
+    """Which of the three said it (an Event names the action and the evictor; the others do not)."""
+    action: Label | None = None
+    """The scheduler's action, lower case: KAI's evictor-action-type (preempt, reclaim,
+    consolidation, stalegangeviction: pkg/scheduler/framework/interface.go) or another
+    scheduler's, kept as it came; absent = not known."""
+    evictor: BoundedName | None = None
+    """The evicting podgroup as "namespace/name"; absent = not known."""
+    evictor_queue: BoundedName | None = None
+    """The evicting podgroup's queue, when the bridge knew it; absent = not known."""
+    at: Timestamp | None = None
+    """When the scheduler evicted (the Event's time, or the annotation's); absent = not known."""
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _lower_action(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
 class PodGroupReleasedData(EventData):
     """Pods of a podgroup released their resources; releasing all of them ends the run."""
 
@@ -324,6 +426,13 @@ class PodGroupReleasedData(EventData):
     """Names of the released pods; absent or null = all of them (an empty list is rejected)."""
     reason: Text | None = None
     """Why, e.g. completed, failed, evicted, requeued (free text, for the audit)."""
+    eviction: EvictionAttribution | None = None
+    """For a release the scheduler caused: who evicted, by which action, when; absent = not
+    known (a plain release or deletion)."""
+
+    @model_serializer(mode="wrap")
+    def _unset_is_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset(handler(self), _RELEASE_LATER_KEYS)
 
     @model_validator(mode="after")
     def _unique_pods(self) -> PodGroupReleasedData:
