@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from minruntime.cluster import evictions
@@ -424,3 +426,55 @@ def test_the_metrics_count_only_their_fixed_labels() -> None:
     assert registry.get_sample_value(name, {"signal": "annotation", "outcome": "late"}) == 0
     releases = "minruntime_kube_bridge_deletion_releases_total"
     assert registry.get_sample_value(releases, {"attribution": "event"}) == 1
+
+
+# -- whichever arrives first: a property --------------------------------------------------------
+
+STEPS = ("event", "event_again", "counted_up", "annotation", "terminating", "gone", "tick")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    order=st.permutations(STEPS),
+    pause=st.floats(min_value=0, max_value=0.3),  # 14 pauses: 4.2 s at most, within W
+    with_event=st.booleans(),
+)
+def test_whatever_the_order_each_pod_is_released_once_and_attributed_within_the_window(
+    order: list[str], pause: float, with_event: bool
+) -> None:
+    """One eviction of train-0 said by an Event (maybe twice, maybe counted up) and the
+    annotation, its deletion seen as terminating and gone, in any order, a little time apart
+    (all within the window): one release, evicted, naming the evictor when an Event came."""
+    assume(order.index("terminating") < order.index("gone"))  # a watch's order for one pod
+    scene = Scene()
+    grace = 30
+    terminating = scene.pod(
+        0,
+        deletionTimestamp=format_rfc3339(T0 + timedelta(seconds=grace)),
+        deletionGracePeriodSeconds=grace,
+    )
+    steps = {
+        "event": lambda: scene.observe(Kind.EVENT, ADDED, evict_event()),
+        "event_again": lambda: scene.observe(Kind.EVENT, MODIFIED, evict_event()),
+        "counted_up": lambda: scene.observe(
+            Kind.EVENT, MODIFIED, evict_event(count=2, at=T0 + timedelta(seconds=1))
+        ),
+        "annotation": lambda: scene.annotate("2026-11-24T12:00:00Z"),
+        "terminating": lambda: scene.observe(Kind.POD, MODIFIED, terminating),
+        "gone": lambda: scene.observe(Kind.POD, DELETED, terminating),
+        "tick": lambda: scene.tick(pause),
+    }
+    emitted: list[Emission] = []
+    for step in order:
+        if with_event or not step.startswith(("event", "counted")):
+            emitted += steps[step]()
+        emitted += scene.tick(pause)
+    emitted += scene.tick(60)
+    [release] = released(emitted)
+    assert release["reason"] == "evicted"
+    eviction = release["eviction"]
+    if with_event and order.index("event") < order.index("gone"):
+        assert eviction == BY_HOG or eviction == {**BY_HOG, "at": "2026-11-24T12:00:01Z"}
+    else:
+        assert eviction["source"] in ("event", "annotation")
+    assert scene.mirror.evictions.held_count == 0
