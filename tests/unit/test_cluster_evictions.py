@@ -10,6 +10,7 @@ DELETE (no condition)."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -478,3 +479,14 @@ def test_whatever_the_order_each_pod_is_released_once_and_attributed_within_the_
     else:
         assert eviction["source"] in ("event", "annotation")
     assert scene.mirror.evictions.held_count == 0
+
+
+def test_an_attribution_the_contract_refuses_never_costs_the_release() -> None:
+    scene = Scene()
+    scene.observe(Kind.EVENT, ADDED, evict_event())
+    [signal] = scene.mirror.evictions._signals[("team-a", "train")]
+    scene.mirror.evictions._signals[("team-a", "train")] = [
+        replace(signal, evictor_queue="q" * 300)  # past the bound, however it came
+    ]
+    [unattributed] = released(scene.delete(0))
+    assert unattributed == {"uid": "pg-1", "pods": ["train-0"], "reason": "evicted"}

@@ -683,7 +683,8 @@ class ClusterMirror:
 
     def _event(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         """An Evict Event of a PodGroup (each delivery; a higher count is the same eviction
-        said again, merged)."""
+        said again, merged). The Event itself is not kept: its signal is, capped."""
+        self._objects[Kind.EVENT].pop(uid, None)
         if action == DELETED:
             self.evictions.forget_event(uid)
             return []
@@ -737,7 +738,15 @@ class ClusterMirror:
             self._remember(POD_MEMORY, pod_uid, {**record, "released": True})
         data: dict[str, Any] = {"uid": podgroup_uid, "pods": [name], "reason": release.reason}
         if eviction is not None:
-            data.update(reason="evicted", eviction=eviction.wire())
+            attributed = {**data, "reason": "evicted", "eviction": eviction.wire()}
+            try:
+                return self._emit(
+                    "podgroups", EventType.PODGROUP_RELEASED, attributed, pod, pod_uid,
+                    "released", time=release.time,
+                )  # fmt: skip
+            except ValueError as exc:  # sanitised before; never lose the release for it
+                log.warning("pod %s: eviction attribution not sent: %s", name, exc)
+                data["reason"] = "evicted"
         return self._emit(
             "podgroups", EventType.PODGROUP_RELEASED, data, pod, pod_uid, "released",
             time=release.time,
