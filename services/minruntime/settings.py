@@ -171,6 +171,13 @@ class Settings(BaseSettings):
     # Only pods of this scheduler are watched (a field selector; "" = every pod).
     kube_scheduler_name: str = "kai-scheduler"
     kube_list_page_size: int = Field(default=500, gt=0, le=10_000)  # objects per list page
+    # KAI's evictions (docs/kubernetes.md#evictions-seen-attributed-and-timed): how far apart a
+    # pod's deletion and its PodGroup's Evict Event (or last-eviction-timestamp) may be, and
+    # how long a deletion waits for one; 0 = never wait.
+    kube_eviction_window_seconds: float = Field(default=5.0, ge=0, le=60)
+    # Whose Evict Events count (comma-separated; "" = kube_scheduler_name, else kai-scheduler):
+    # KAI's recorder reports as its --scheduler-name.
+    kube_eviction_components: str = ""
     # The bridge's ledger of what it sent: a compacted topic ("" = "<podgroups topic>.bridge").
     kube_ledger_topic: str = ""
 
@@ -273,6 +280,14 @@ class Settings(BaseSettings):
         """The bridge's ledger topic (`kube_ledger_topic`, else the podgroups topic's name +
         `.bridge`: a pipeline with its own topics has its own ledger)."""
         return self.kube_ledger_topic or f"{self.topic_podgroups}.bridge"
+
+    @property
+    def kube_eviction_components_resolved(self) -> tuple[str, ...]:
+        """The components whose Evict Events the bridge reads (see kube_eviction_components)."""
+        named = tuple(
+            part.strip() for part in self.kube_eviction_components.split(",") if part.strip()
+        )
+        return named or (self.kube_scheduler_name or "kai-scheduler",)
 
     @property
     def kube_dir(self) -> Path:

@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from minruntime.cluster.evictions import EVICT_EVENT_SELECTOR
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
 from minruntime.events import encode_event, new_event
 from minruntime.settings import Settings
@@ -191,6 +192,7 @@ def test_the_service_account_may_do_what_the_bridge_does(cluster: Cluster) -> No
     _list_and_watch(objects.list_cluster_custom_object, GROUP, "v2alpha2", "podgroups")
     _list_and_watch(core.list_pod_for_all_namespaces)
     _list_and_watch(core.list_node)
+    _list_and_watch(core.list_event_for_all_namespaces, field_selector=EVICT_EVENT_SELECTOR)
     _list_and_watch(client.SchedulingV1Api(api).list_priority_class)
     _list_and_watch(
         core.list_namespaced_config_map,

@@ -521,6 +521,7 @@ def test_a_ledger_record_follows_each_object_and_is_a_tombstone_once_it_is_gone(
         "submitted": True,
         "allocated": True,
         "released": False,
+        "created": "2026-11-24T10:00:00Z",  # to match eviction signals if it goes unseen
     }
     assert set(changes) == {"podgroup/pg-1", "pod/p-0"}
     assert view.take_changes() == {}

@@ -14,9 +14,11 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
+from minruntime.cluster.evictions import EVICT_EVENT_SELECTOR
 from minruntime.cluster.mirror import Kind, MirrorOptions, kept
 from minruntime.errors import UserError
 from minruntime.retry import Backoff, Outage
@@ -94,6 +96,8 @@ def mirror_options(settings: Settings) -> MirrorOptions:
     return MirrorOptions(
         node_pool_label=settings.kube_node_pool_label,
         config_node_pool=settings.kube_scheduler_node_pool,
+        eviction_window=timedelta(seconds=settings.kube_eviction_window_seconds),
+        eviction_components=settings.kube_eviction_components_resolved,
     )
 
 
@@ -137,6 +141,14 @@ def sources(client: Any, settings: Settings) -> list[Source]:
             Kind.POD_GROUP,
             functools.partial(
                 custom.list_cluster_custom_object, KAI_GROUP, PODGROUP_VERSION, "podgroups"
+            ),
+        ),
+        # After the PodGroups (an Event names its evictor's), before the pods (whose
+        # deletions its signals attribute, also those gone while no bridge watched).
+        (
+            Kind.EVENT,
+            functools.partial(
+                core.list_event_for_all_namespaces, field_selector=EVICT_EVENT_SELECTOR
             ),
         ),
         (Kind.POD, pods),

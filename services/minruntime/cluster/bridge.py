@@ -52,6 +52,7 @@ from minruntime.cluster.api import (
     mirror_options,
     sources,
 )
+from minruntime.cluster.eviction_metrics import EvictionMetrics
 from minruntime.cluster.lease import Lease, LeaseKeeper, default_identity
 from minruntime.cluster.ledger import (
     META_KEY,
@@ -106,10 +107,12 @@ class Bridge:
         self.client = client
         self.clock = clock
         self.keeper: LeaseKeeper | None = None  # the term in progress
+        registry = registry or CollectorRegistry()
+        self.eviction_metrics = EvictionMetrics(registry)
         Gauge(
             "minruntime_kube_bridge_active",
             "1 while this bridge replica holds the Lease and sends the cluster's events, else 0.",
-            registry=registry or CollectorRegistry(),
+            registry=registry,
         ).set_function(self._holds)
         self.stop = threading.Event()
         self.lease = Lease(
@@ -172,7 +175,10 @@ class Bridge:
             return
         try:
             memory = await self._read_ledger(keeper)
-            mirror = ClusterMirror(self.options, self.clock, memory)
+            counts = self.eviction_metrics
+            mirror = ClusterMirror(
+                self.options, self.clock, memory, tally=counts.signal, released=counts.release
+            )
             log.warning(
                 "bridge %s: %d ledger records; listing the cluster",
                 self.lease.identity,
@@ -210,9 +216,9 @@ class Bridge:
                 ).start()
             while keeper.holds() and not self.stop.is_set():
                 notes = await asyncio.to_thread(inbox.take, 0.5, _CHUNK)
-                if not notes:
-                    continue
+                # Folded also without notes: releases held for an eviction signal fall due.
                 emissions, changes = await asyncio.to_thread(_fold, mirror, notes)
+                counts.held.set(mirror.evictions.held_count)
                 if emissions or changes:
                     await self._commit(producer, emissions, changes, keeper)
         except TermEndedError:
@@ -437,6 +443,7 @@ def _fold(
     mirror: ClusterMirror, notes: list[Notification]
 ) -> tuple[list[Emission], dict[str, Record | None]]:
     emissions = [emission for note in notes for emission in _apply(mirror, note)]
+    emissions += mirror.due()
     return emissions, mirror.take_changes()
 
 

@@ -482,6 +482,7 @@ def _kept_metadata(
             "generation",
             "creationTimestamp",
             "deletionTimestamp",
+            "deletionGracePeriodSeconds",
         )
         if meta.get(key) is not None
     }

@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
-from minruntime.cluster import mapping
+from minruntime.cluster import evictions, mapping
+from minruntime.cluster.evictions import Evictions, Held, Signal, Tally, no_tally
 from minruntime.cluster.mapping import ObjectError
 from minruntime.core import format_rfc3339
 from minruntime.events import Event, EventType, new_event
+from minruntime.events.types import MAX_NAME
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,7 @@ class Kind(StrEnum):
     QUEUE = "Queue"
     NODE = "Node"
     POD_GROUP = "PodGroup"
+    EVENT = "Event"  # KAI's Evict Events on PodGroups (cluster.evictions)
     POD = "Pod"
 
 
@@ -76,6 +79,11 @@ class MirrorOptions:
 
     node_pool_label: str = mapping.NODE_POOL_LABEL
     config_node_pool: str = "default"
+    # How long a deletion and a signal of its PodGroup's eviction may be apart (and a deletion
+    # waits for one); 0: not at all (cluster.evictions).
+    eviction_window: timedelta = timedelta(0)
+    # The components whose Evict Events count (KAI's recorder: the scheduler's name).
+    eviction_components: tuple[str, ...] = field(default=("kai-scheduler",))
 
 
 class Kept(dict[str, Any]):
@@ -99,6 +107,8 @@ def kept(kind: Kind, obj: Mapping[str, Any], options: MirrorOptions) -> Mapping[
         return Kept(mapping.kept_podgroup(obj, options.node_pool_label))
     if kind == Kind.NODE:
         return Kept(mapping.kept_node(obj, options.node_pool_label))
+    if kind == Kind.EVENT:
+        return Kept(evictions.kept_event(obj))
     return Kept(mapping.kept_object(obj))
 
 
@@ -119,9 +129,15 @@ class ClusterMirror:
         options: MirrorOptions,
         clock: Callable[[], datetime],
         memory: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        tally: Tally = no_tally,
+        released: Callable[[str], None] = lambda attribution: None,
     ) -> None:
         self._options = options
         self._clock = clock
+        self.evictions = Evictions(options.eviction_window, clock, tally)
+        self._released = released  # counts deletions' releases by attribution
+        self._unseen = False  # handling deletions found missing from a listing
         self._objects: dict[Kind, dict[str, Mapping[str, Any]]] = {kind: {} for kind in Kind}
         self._pods_by_group: dict[_GroupKey, dict[str, str]] = {}  # pod uid -> pod name
         self._podgroups_by_name: dict[_GroupKey, str] = {}
@@ -260,7 +276,12 @@ class ClusterMirror:
             known |= set(self._memory[memory_kind])
         for uid in sorted(known - present):
             obj = self._objects[kind].get(uid) or self._remembered_object(kind, uid)
-            yield from self.observe(kind, DELETED, self._deleted_now(obj))
+            self._unseen = True
+            try:
+                emissions = self.observe(kind, DELETED, self._deleted_now(obj))
+            finally:
+                self._unseen = False
+            yield from emissions
 
     def _remembered_object(self, kind: Kind, uid: str) -> Mapping[str, Any]:
         """A stand-in for an object known only from memory (its uid and name)."""
@@ -290,7 +311,11 @@ class ClusterMirror:
             for pod in self._pods_of(podgroup)
         ):
             return []
-        data = {"uid": uid, "reason": "deleted"}
+        data: dict[str, Any] = {"uid": uid, "reason": "deleted"}
+        signal = self.evictions.match_unseen(_podgroup_key(podgroup), None, _run_start(podgroup))
+        if signal is not None:
+            data.update(reason="evicted", eviction=signal.wire())
+        self._released("none" if signal is None else signal.source)
         version = f"released-all/{mapping.version_of(podgroup)}"
         self._remember(PODGROUP_MEMORY, uid, {"ended": mapping.version_of(podgroup)})
         return [
@@ -364,29 +389,36 @@ class ClusterMirror:
             members.discard(uid)
         self._annotation_digests.pop(uid, None)
         if action == DELETED:
+            flushed = self._flush(uid)  # its held releases go before its deletion
+            self.evictions.forget_group(key, uid)
             if self._podgroups_by_name.get(key) == uid:
                 del self._podgroups_by_name[key]
             if self._deferred is not None:
                 self._deferred.discard(uid)
             if self._forget(PODGROUP_MEMORY, uid) is None:
-                return []
+                return flushed
             data = {"uid": uid}
-            return [self._emit("podgroups", EventType.PODGROUP_DELETED, data, obj, uid, "deleted")]
+            deleted = self._emit("podgroups", EventType.PODGROUP_DELETED, data, obj, uid, "deleted")
+            return [*flushed, deleted]
         self._podgroups_by_name[key] = uid
         priority_class = mapping.priority_class_name(obj)
         if priority_class is not None:
             self._podgroups_by_class.setdefault(priority_class, set()).add(uid)
-        return self._sync_podgroup(uid)
+        return self._eviction_stamp(uid, obj) + self._sync_podgroup(uid)
 
     def _pod(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         if action != DELETED:
             podgroup_uid = self._podgroup_of(obj)
             return [] if podgroup_uid is None else self._sync_podgroup(podgroup_uid, uid)
-        record = self._forget(POD_MEMORY, uid)
+        record = self._memory[POD_MEMORY].get(uid)
         if record is None or not record.get("allocated") or record.get("released"):
+            self._forget(POD_MEMORY, uid)
+            self.evictions.unlink(uid)
+            return []
+        if self.evictions.is_held(uid):
             return []
         name = mapping.name_of(obj) or str(record.get("name"))
-        return [self._release(str(record["podgroup"]), uid, name, obj, mapping.removed(obj))]
+        return self._ended(str(record["podgroup"]), uid, name, obj, mapping.removed(obj), record)
 
     def _index_pod(
         self, uid: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
@@ -415,7 +447,17 @@ class ClusterMirror:
 
     def _sync_podgroup(self, uid: str, pod_uid: str | None = None) -> list[Emission]:
         """Send what changed of a podgroup: its annotations, its shape, and the transitions of
-        one pod (``pod_uid``: the pod a watch event was about) or of all its pods."""
+        one pod (``pod_uid``: the pod a watch event was about) or of all its pods. Releases
+        held for an eviction signal go first when a pod (maybe of the same name) is submitted
+        or allocated: the service must see a pod's release before its successor's start."""
+        emissions = self._podgroup_changes(uid, pod_uid)
+        if self.evictions.is_holding(uid) and any(
+            emission.event.type in _AFTER_HELD for emission in emissions
+        ):
+            return [*self._flush(uid), *emissions]
+        return emissions
+
+    def _podgroup_changes(self, uid: str, pod_uid: str | None) -> list[Emission]:
         if self._deferred is not None:
             self._deferred.add(uid)
             return []
@@ -480,8 +522,8 @@ class ClusterMirror:
             del data["annotations"]
             digests = dict(remembered.get("annotations") or {})
         self._remember(PODGROUP_MEMORY, uid, {"shape": shape, "annotations": digests})
-        for member, name in members.items():
-            record = pod_memory.get(member) or _pod_record(uid, name)
+        for member in members:
+            record = pod_memory.get(member) or _pod_record(uid, pods[member])
             if not record.get("submitted"):
                 self._remember(POD_MEMORY, member, {**record, "submitted": True})
         created = [mapping.created_at(obj) for obj in (podgroup, *gang)]
@@ -533,7 +575,7 @@ class ClusterMirror:
     ) -> list[Emission]:
         pod_uid = mapping.uid_of(pod)
         name = mapping.name_of(pod)
-        record = self._memory[POD_MEMORY].get(pod_uid) or _pod_record(podgroup_uid, name)
+        record = self._memory[POD_MEMORY].get(pod_uid) or _pod_record(podgroup_uid, pod)
         node = mapping.pod_node(pod)
         emissions: list[Emission] = []
         if node is not None and not record.get("allocated"):
@@ -548,8 +590,139 @@ class ClusterMirror:
             )  # fmt: skip
         ended = mapping.finished(pod)
         if ended is not None and record.get("allocated") and not record.get("released"):
-            emissions.append(self._release(podgroup_uid, pod_uid, name, pod, ended))
+            if evictions.requested_at(pod) is None:  # ran to its end
+                emissions.append(self._release(podgroup_uid, pod_uid, name, pod, ended))
+            else:  # ended while terminating: its deletion ended it
+                emissions += self._ended(podgroup_uid, pod_uid, name, pod, ended, record)
         return emissions
+
+    # -- deletions and evictions (cluster.evictions) ----------------------------------------
+
+    def _ended(
+        self,
+        podgroup_uid: str,
+        pod_uid: str,
+        name: str,
+        pod: Mapping[str, Any],
+        release: mapping.Release,
+        record: Record,
+    ) -> list[Emission]:
+        """A bound pod ended by its deletion: released with the eviction signal it belongs
+        to, else held up to the window for one (gone unseen: the newest signal since it was
+        made, at once)."""
+        if self.evictions.is_held(pod_uid):
+            return []
+        podgroup = self._objects[Kind.POD_GROUP].get(podgroup_uid)
+        group = _podgroup_key(podgroup) if podgroup is not None else _group_key(pod)
+        created = mapping.created_at(pod) or mapping.parse_time(record.get("created"))
+        requested = evictions.requested_at(pod) or self._clock()
+        held = Held(
+            podgroup_uid, pod_uid, name, group, pod, release, requested, created, self._clock()
+        )
+        if self._unseen:
+            signal = self.evictions.match_unseen(group, created, _run_start(podgroup))
+            return [self._send(held, signal)]
+        signal = self.evictions.linked(pod_uid) or self.evictions.match(group, requested, created)
+        deadline = None if signal is not None else self.evictions.deadline(requested)
+        if deadline is None:
+            return [self._send(held, signal)]
+        overflow = self.evictions.hold(replace(held, deadline=deadline))
+        return [] if overflow is None else [self._send(overflow, None)]
+
+    def _send(self, held: Held, signal: Signal | None) -> Emission:
+        """The release of a pod ended by its deletion, attributed to ``signal`` (else to its
+        own DisruptionTarget condition, else to nothing)."""
+        self.evictions.unlink(held.pod_uid)
+        if signal is None:
+            signal = evictions.condition_signal(held.pod, self.evictions.tally)
+            if signal is None:
+                self.evictions.sent_plain(held.group, held.requested, held.created)
+        self._released("none" if signal is None else signal.source)
+        if held.pod_uid not in self._objects[Kind.POD]:  # gone: nothing more to remember
+            self._forget(POD_MEMORY, held.pod_uid)
+        return self._release(
+            held.podgroup_uid, held.pod_uid, held.name, held.pod, held.release, signal
+        )
+
+    def _flush(self, podgroup_uid: str) -> list[Emission]:
+        """Send a podgroup's held releases now, with the signals they belong to if any."""
+        emissions: list[Emission] = []
+        for held in self.evictions.held_of(podgroup_uid):
+            self.evictions.take(held.pod_uid)
+            signal = self.evictions.match(held.group, held.requested, held.created)
+            emissions.append(self._send(held, signal))
+        return emissions
+
+    def due(self) -> list[Emission]:
+        """The held releases whose window has passed, sent without a PodGroup signal."""
+        return [self._send(held, None) for held in self.evictions.due()]
+
+    def _signal(self, group: evictions.GroupKey, signal: Signal) -> list[Emission]:
+        """A PodGroup's eviction signal: kept for the deletions to come; the held releases it
+        belongs to are sent, the terminating pods it belongs to linked."""
+        podgroup_uid = self._podgroups_by_name.get(group)
+        podgroup = self._objects[Kind.POD_GROUP].get(podgroup_uid or "")
+        if not self.evictions.admit(signal, _run_start(podgroup)):
+            return []
+        self.evictions.remember(group, signal)
+        if podgroup is None or podgroup_uid is None:
+            return []
+        emissions: list[Emission] = []
+        for held in self.evictions.held_of(podgroup_uid):
+            matched = self.evictions.match(held.group, held.requested, held.created)
+            if matched is not None:
+                self.evictions.take(held.pod_uid)
+                emissions.append(self._send(held, matched))
+        for pod in self._pods_of(podgroup):
+            requested = evictions.requested_at(pod)
+            if requested is not None and mapping.pod_node(pod) is not None:
+                matched = self.evictions.match(group, requested, mapping.created_at(pod))
+                if matched is not None:
+                    self.evictions.link(mapping.uid_of(pod), matched)
+        return emissions
+
+    def _event(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
+        """An Evict Event of a PodGroup (each delivery; a higher count is the same eviction
+        said again, merged). The Event itself is not kept: its signal is, capped."""
+        self._objects[Kind.EVENT].pop(uid, None)
+        if action == DELETED:
+            self.evictions.forget_event(uid)
+            return []
+        tally = self.evictions.tally
+        read = evictions.read_event(obj, self._options.eviction_components, tally)
+        if read is None or self.evictions.seen_event(uid, read.version):
+            return []
+        known = self._podgroups_by_name.get(read.group)
+        if read.podgroup_uid is not None and known is not None and read.podgroup_uid != known:
+            tally(evictions.EVENT, evictions.STALE)  # about an earlier PodGroup of that name
+            return []
+        signal = read.signal
+        if signal.evictor is not None:
+            namespace, _, name = signal.evictor.partition("/")
+            evictor = self._objects[Kind.POD_GROUP].get(
+                self._podgroups_by_name.get((namespace, name)) or ""
+            )
+            queue = _queue_of(evictor) if evictor is not None else None
+            if queue is None:
+                tally(evictions.EVENT, evictions.UNKNOWN_EVICTOR)
+            else:
+                signal = replace(signal, evictor_queue=queue)
+        return self._signal(read.group, signal)
+
+    def _eviction_stamp(self, uid: str, podgroup: Mapping[str, Any]) -> list[Emission]:
+        """KAI's kai.scheduler/last-eviction-timestamp, when it changed, as a signal."""
+        stamp = mapping.annotations_of(podgroup).get(evictions.LAST_EVICTION_ANNOTATION)
+        stamps = self.evictions.stamps
+        if stamp is None or stamps.get(uid) == stamp:
+            if stamp is None:
+                stamps.pop(uid, None)
+            return []
+        stamps[uid] = stamp
+        at = mapping.parse_time(stamp)
+        if at is None:
+            self.evictions.tally(evictions.ANNOTATION, evictions.BAD_TIME)
+            return []
+        return self._signal(_podgroup_key(podgroup), Signal(evictions.ANNOTATION, at))
 
     def _release(
         self,
@@ -558,11 +731,22 @@ class ClusterMirror:
         name: str,
         pod: Mapping[str, Any],
         release: mapping.Release,
+        eviction: Signal | None = None,
     ) -> Emission:
         record = self._memory[POD_MEMORY].get(pod_uid)
         if record is not None:
             self._remember(POD_MEMORY, pod_uid, {**record, "released": True})
-        data = {"uid": podgroup_uid, "pods": [name], "reason": release.reason}
+        data: dict[str, Any] = {"uid": podgroup_uid, "pods": [name], "reason": release.reason}
+        if eviction is not None:
+            attributed = {**data, "reason": "evicted", "eviction": eviction.wire()}
+            try:
+                return self._emit(
+                    "podgroups", EventType.PODGROUP_RELEASED, attributed, pod, pod_uid,
+                    "released", time=release.time,
+                )  # fmt: skip
+            except ValueError as exc:  # sanitised before; never lose the release for it
+                log.warning("pod %s: eviction attribution not sent: %s", name, exc)
+                data["reason"] = "evicted"
         return self._emit(
             "podgroups", EventType.PODGROUP_RELEASED, data, pod, pod_uid, "released",
             time=release.time,
@@ -603,14 +787,42 @@ class ClusterMirror:
         return Emission(role, event)
 
 
-def _pod_record(podgroup_uid: str, name: str) -> Record:
-    return {
+def _pod_record(podgroup_uid: str, pod: Mapping[str, Any]) -> Record:
+    record: Record = {
         "podgroup": podgroup_uid,
-        "name": name,
+        "name": mapping.name_of(pod),
         "submitted": False,
         "allocated": False,
         "released": False,
     }
+    # When the pod was made: a term that finds it gone unseen matches eviction signals after it.
+    created = mapping.metadata(pod).get("creationTimestamp")
+    if isinstance(created, str):
+        record["created"] = created
+    return record
+
+
+def _podgroup_key(podgroup: Mapping[str, Any]) -> _GroupKey:
+    return (mapping.namespace_of(podgroup), mapping.name_of(podgroup))
+
+
+def _run_start(podgroup: Mapping[str, Any] | None) -> datetime | None:
+    """KAI's kai.scheduler/last-start-timestamp of the PodGroup (its run's start), if readable."""
+    if podgroup is None:
+        return None
+    return mapping.parse_time(mapping.annotations_of(podgroup).get(mapping.LAST_START_ANNOTATION))
+
+
+def _queue_of(podgroup: Mapping[str, Any]) -> str | None:
+    """A PodGroup's queue (spec.queue, else the queue label), when it is a bounded name."""
+    queue = mapping.podgroup_spec(podgroup).get("queue") or mapping.labels_of(podgroup).get(
+        mapping.QUEUE_LABEL
+    )
+    return queue if isinstance(queue, str) and 0 < len(queue) <= MAX_NAME else None
+
+
+# A podgroup's held releases go before these (a pod of the same name may be its successor).
+_AFTER_HELD: Final = frozenset({EventType.PODGROUP_SUBMITTED, EventType.PODGROUP_ALLOCATED})
 
 
 def _group_key(pod: Mapping[str, Any] | None) -> _GroupKey | None:
@@ -634,5 +846,6 @@ _HANDLERS: Final[Mapping[Kind, _Handler]] = {
     Kind.QUEUE: ClusterMirror._queue,
     Kind.NODE: ClusterMirror._node,
     Kind.POD_GROUP: ClusterMirror._podgroup,
+    Kind.EVENT: ClusterMirror._event,
     Kind.POD: ClusterMirror._pod,
 }
