@@ -52,6 +52,8 @@ from minruntime.cluster.api import (
     mirror_options,
     sources,
 )
+from minruntime.cluster.drift_metrics import DriftGauges
+from minruntime.cluster.drift_watch import DriftWatch, ServiceReader
 from minruntime.cluster.lease import Lease, LeaseKeeper, default_identity
 from minruntime.cluster.ledger import (
     META_KEY,
@@ -101,16 +103,24 @@ class Bridge:
         client: Any,
         clock: Callable[[], datetime] = _utcnow,
         registry: CollectorRegistry | None = None,
+        read_service: ServiceReader | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
         self.clock = clock
         self.keeper: LeaseKeeper | None = None  # the term in progress
+        registry = registry or CollectorRegistry()
         Gauge(
             "minruntime_kube_bridge_active",
             "1 while this bridge replica holds the Lease and sends the cluster's events, else 0.",
-            registry=registry or CollectorRegistry(),
+            registry=registry,
         ).set_function(self._holds)
+        # The drift check, when the command gives a way to read the service (cluster.drift_watch).
+        self.drift: DriftWatch | None = None
+        if read_service is not None and settings.kube_drift_seconds > 0:
+            gauges = DriftGauges(lambda: self._holds() == 1.0)
+            registry.register(gauges)
+            self.drift = DriftWatch(settings, client, read_service, gauges, clock)
         self.stop = threading.Event()
         self.lease = Lease(
             client,
@@ -167,6 +177,7 @@ class Bridge:
 
     async def _lead(self, keeper: LeaseKeeper) -> None:
         term = threading.Event()  # set: the watchers stop
+        drift: asyncio.Task[None] | None = None
         producer = await self._producer(keeper)
         if producer is None:
             return
@@ -208,6 +219,8 @@ class Bridge:
                 threading.Thread(
                     target=watcher.run, daemon=True, name=str(watcher.source.kind)
                 ).start()
+            if self.drift is not None:
+                drift = asyncio.create_task(self.drift.run(keeper))
             while keeper.holds() and not self.stop.is_set():
                 notes = await asyncio.to_thread(inbox.take, 0.5, _CHUNK)
                 if not notes:
@@ -219,6 +232,10 @@ class Bridge:
             pass
         finally:
             term.set()
+            if drift is not None:
+                drift.cancel()
+                with contextlib.suppress(BaseException):
+                    await drift
             with contextlib.suppress(Exception):
                 await producer.stop()
 
@@ -454,9 +471,10 @@ def _apply(mirror: ClusterMirror, note: Notification) -> Iterator[Emission]:
             yield from mirror.observe(note.kind, note.action, obj)
 
 
-def run_bridge(settings: Settings) -> None:
-    """`minruntime kube bridge`: run one replica until SIGINT/SIGTERM."""
-    bridge = Bridge(settings, api_client(settings), registry=REGISTRY)
+def run_bridge(settings: Settings, read_service: ServiceReader | None = None) -> None:
+    """`minruntime kube bridge`: run one replica until SIGINT/SIGTERM (with ``read_service``,
+    checking drift while active)."""
+    bridge = Bridge(settings, api_client(settings), registry=REGISTRY, read_service=read_service)
     health.serve_metrics(
         settings.metrics_host,
         settings.kube_bridge_metrics_port,
