@@ -16,7 +16,7 @@ from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests.conftest import free_ports
 from tests.e2e.harness import probe, wait_for
-from tests.e2e.kubeloop import KubeScene, kube_scene
+from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene
 
 pytestmark = pytest.mark.stack
 
@@ -47,24 +47,22 @@ def scene(
         yield found
 
 
-def test_the_active_bridge_exports_drift_and_a_standby_exports_none(scene: KubeScene) -> None:
-    active_port = free_ports()
-    standby_port = free_ports()
-    drift = {"MINRUNTIME_KUBE_DRIFT_SECONDS": "2"}
-    active = scene.kube(
+def _bridge(scene: KubeScene, role: str, port: int) -> KubeProcess:
+    """A bridge replica checking drift every two seconds, its metrics on `port`."""
+    return scene.kube(
         "bridge",
-        MINRUNTIME_KUBE_IDENTITY=f"active-{scene.suffix}",
-        MINRUNTIME_KUBE_BRIDGE_METRICS_PORT=str(active_port),
-        **drift,
+        MINRUNTIME_KUBE_IDENTITY=f"{role}-{scene.suffix}",
+        MINRUNTIME_KUBE_BRIDGE_METRICS_PORT=str(port),
+        MINRUNTIME_KUBE_DRIFT_SECONDS="2",
     ).start()
+
+
+def test_the_active_bridge_exports_drift_and_a_standby_exports_none(scene: KubeScene) -> None:
+    active_port, standby_port = free_ports(), free_ports()
+    active = _bridge(scene, "active", active_port)
     try:
         wait_for(lambda: "watching" in active.log_tail(), 90, "the bridge to list everything")
-        standby = scene.kube(
-            "bridge",
-            MINRUNTIME_KUBE_IDENTITY=f"standby-{scene.suffix}",
-            MINRUNTIME_KUBE_BRIDGE_METRICS_PORT=str(standby_port),
-            **drift,
-        ).start()
+        standby = _bridge(scene, "standby", standby_port)
         try:
             _drift_shows(scene, active_port, standby_port)
             assert "standing by" in standby.log_tail()
