@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from pydantic import ValidationError
 
 from minruntime.cluster.bridge import Bridge
 from minruntime.cluster.drift import Difference, Drift, ServicePodGroup
@@ -109,3 +111,10 @@ def test_a_bridge_checks_drift_only_when_given_the_service_and_a_period() -> Non
     assert bridge.drift.period == 300.0
     bridge.drift.gauges.record(DRIFT, AT)
     assert registry.get_sample_value("minruntime_kube_drift_checked_podgroups") is None  # standby
+
+
+@pytest.mark.parametrize("seconds", ["-1", "86401", "soon"])
+def test_the_drift_period_is_bounded(seconds: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MINRUNTIME_KUBE_DRIFT_SECONDS", seconds)
+    with pytest.raises(ValidationError, match="kube_drift_seconds"):
+        Settings()
