@@ -5,6 +5,7 @@ A fake Lease and a fake check; the real ones run in tests/e2e/test_kube_bridge_d
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -14,11 +15,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
+from minruntime.cluster import drift_watch
 from minruntime.cluster.bridge import Bridge
 from minruntime.cluster.drift import Difference, Drift, ServicePodGroup
 from minruntime.cluster.drift_metrics import CHECKED_AT, PODGROUPS, DriftGauges
 from minruntime.cluster.drift_watch import DriftWatch
 from minruntime.cluster.lease import LeaseKeeper
+from minruntime.cluster.mirror import Kind, MirrorOptions, kept
 from minruntime.commands.kube_diff import write_metrics
 from minruntime.settings import Settings
 
@@ -118,3 +121,23 @@ def test_the_drift_period_is_bounded(seconds: str, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("MINRUNTIME_KUBE_DRIFT_SECONDS", seconds)
     with pytest.raises(ValidationError, match="kube_drift_seconds"):
         Settings()
+
+
+def test_a_check_does_not_repeat_the_mappings_warnings(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An annotation over the bounds is said when the bridge sees the PodGroup change, not
+    again at every period's listing."""
+    huge = {"metadata": {"name": "huge", "namespace": "ns", "annotations": {"a": "x" * 70_000}}}
+
+    def listing(*args: object, **kwargs: object) -> dict[Kind, list[object]]:
+        kept(Kind.POD_GROUP, huge, MirrorOptions())
+        return {Kind.POD_GROUP: [], Kind.POD: []}
+
+    monkeypatch.setattr(drift_watch, "list_cluster", listing)
+    watch = DriftWatch(Settings(), None, lambda uids: [], DriftGauges(lambda: True))
+    with caplog.at_level(logging.WARNING):
+        assert watch.check()[0].checked == 0
+        assert not caplog.records
+        kept(Kind.POD_GROUP, huge, MirrorOptions())  # the bridge's own keeping still warns
+    assert "over the contract's bounds" in caplog.text

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +29,19 @@ from minruntime.settings import Settings
 log = logging.getLogger(__name__)
 
 ServiceReader = Callable[[Sequence[str]], list[ServicePodGroup]]
+
+# Set on the thread of a check while it lists: what the mapping warns about an object (an
+# annotation over the contract's bounds) was said when the bridge saw the object change, not
+# again every period.
+_checking = threading.local()
+
+
+class _NotWhileChecking(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_checking, "on", False)
+
+
+logging.getLogger("minruntime.cluster.mirror").addFilter(_NotWhileChecking())
 
 
 def _utcnow() -> datetime:
@@ -75,7 +89,11 @@ class DriftWatch:
     def check(self) -> tuple[Drift, datetime]:
         """One comparison, as `kube diff` makes it: the cluster listed first, then the service."""
         at = self.clock()
-        listing = list_cluster(self.client, self.settings, [Kind.POD_GROUP, Kind.POD])
+        _checking.on = True
+        try:
+            listing = list_cluster(self.client, self.settings, [Kind.POD_GROUP, Kind.POD])
+        finally:
+            _checking.on = False
         cluster = cluster_podgroups(listing[Kind.POD_GROUP], listing[Kind.POD])
         return compare(cluster, self.read_service(list(cluster))), at
 
