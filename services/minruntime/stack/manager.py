@@ -116,6 +116,8 @@ def stack_up(
     return once each really works. `brokers` and `pg_standby` (None: as remembered) choose
     one broker or a cluster of three, and a standby or none; `crds` which CRDs `kube` applies
     (the project's by default)."""
+    if crds is not None and not kube:
+        raise StackError("--kai-crds and --semi-preemptible go with --kube")
     remembered = read_topology(settings.stack_dir)
     topology = plan_topology(settings, remembered, brokers, pg_standby)
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
@@ -123,8 +125,6 @@ def stack_up(
     _refuse_to_switch_a_running_kafka(settings, remembered, topology)
 
     # Check every tool, port and file first, so a failure leaves nothing half-started.
-    if crds is not None and not kube:
-        raise StackError("--kai-crds and --semi-preemptible go with --kube")
     chosen = chosen_crds(crds or CrdChoice()) if kube else []
     if kube:
         KubeNode(settings).preflight()
