@@ -9,6 +9,7 @@ Running and, after the eviction, deleting the pod (`minruntime.cluster.standin`)
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from rich.table import Table
 from minruntime.cluster.api import api_client
 from minruntime.cluster.mapping import REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.cluster.standin import Cluster
+from minruntime.core import DEFAULT_NODE_POOL
 from minruntime.demo_process import DemoChild, wait_for
 from minruntime.demo_queries import KUBE_COMMITTED, KUBE_STATUS, ask, kube_podgroups
 from minruntime.settings import Settings
@@ -64,6 +66,7 @@ def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -
         )
         _story(console, engine, cluster, run, children, timeout)
     finally:
+        _clean_up(cluster, f"demo-gpu-{run}")
         for child in children:
             child.stop()
         engine.dispose()
@@ -81,24 +84,25 @@ def _story(
     def until(check: Callable[[], T | None], what: str) -> T:
         return wait_for(check, children, timeout, what)
 
-    queue, pool, node = f"demo-{run}", f"demo-{run}", f"demo-gpu-{run}"
+    # The default node pool: no kai.scheduler/node-pool label, so a default KAI schedules them.
+    queue, node = f"demo-{run}", f"demo-gpu-{run}"
     cluster.apply_queues(_QUEUES.format(run=run))
     cluster.priority_class(f"demo-low-{run}", 40)
     cluster.priority_class(f"demo-high-{run}", 90)
-    cluster.node(node, pool, 4)
-    urgent = cluster.podgroup("urgent", queue, f"demo-high-{run}", node_pool=pool)
+    cluster.node(node, DEFAULT_NODE_POOL, 4)
+    urgent = cluster.podgroup("urgent", queue, f"demo-high-{run}")
     cluster.pod("urgent-0", "urgent", 4)
     long = cluster.podgroup(
         "long",
         queue,
         f"demo-low-{run}",
-        node_pool=pool,
         annotations={"kai.scheduler/expected-runtime": "5s"},
     )
     cluster.pod("long-0", "long", 4)
     console.print(
         f"Created in the API server: Queue {queue} (preemptMinRuntime 0s), PriorityClasses "
-        f"demo-low/high-{run} (40, 90), Node {node} with 4 nvidia.com/gpu in node pool {pool}, "
+        f"demo-low/high-{run} (40, 90), Node {node} with 4 nvidia.com/gpu in the default node "
+        "pool (no node-pool label, as a default KAI schedules it), "
         f"PodGroup [bold]urgent[/] (priority 90, one 4-GPU pod, pending) and PodGroup "
         "[bold]long[/] (priority 40, one 4-GPU pod, kai.scheduler/expected-runtime: 5s)."
     )
@@ -132,6 +136,15 @@ def _story(
         f"{annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION)} (the cooldown); urgent may now be "
         "placed on the freed GPUs."
     )
+
+
+def _clean_up(cluster: Cluster, node: str) -> None:
+    """Delete the demo's Node, PodGroups and pods: in the default node pool, a free node or
+    a pending gang left behind would take part in the next run's (or anyone's) placement."""
+    with contextlib.suppress(Exception):
+        cluster.remove_everything()
+    with contextlib.suppress(Exception):
+        cluster.core.delete_node(node)
 
 
 def _deleting(pod: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -180,6 +180,9 @@ class Settings(BaseSettings):
     kube_eviction_components: str = ""
     # The bridge's ledger of what it sent: a compacted topic ("" = "<podgroups topic>.bridge").
     kube_ledger_topic: str = ""
+    # The active bridge compares the cluster with the service (as `kube diff`) this often and
+    # exports minruntime_kube_drift_* (0 = never; at most a day: the alert wants one an hour).
+    kube_drift_seconds: float = Field(default=300.0, ge=0, le=86_400)
 
     # Prometheus endpoints (0 = off).
     metrics_host: str = "127.0.0.1"

@@ -161,6 +161,9 @@ def test_every_value_reaches_the_manifests(everything: list[dict[str, Any]]) -> 
         "gpu-minrt-snapshotter",
         "gpu-minrt-migrate",
     }
+    # The bridge's drift check only reads: the reader role's URL (database.readerUrlKey).
+    reader = "gpu-minrt-kube-bridge"
+    assert envs[reader]["MINRUNTIME_DATABASE_URL"] == "secret pg-urls/reader"
     for name, env in envs.items():
         assert (env.get("MINRUNTIME_KAFKA_PASSWORD") == "secret kafka-user/pw") == (
             name in kafka_users
@@ -170,7 +173,9 @@ def test_every_value_reaches_the_manifests(everything: list[dict[str, Any]]) -> 
         )
         mounts = {m["mountPath"] for m in containers[name].get("volumeMounts", [])}
         assert ("/etc/minruntime/kafka-tls" in mounts) == (name in kafka_users), name
-        assert ("/etc/minruntime/postgres-tls" in mounts) == (name in database_users), name
+        assert ("/etc/minruntime/postgres-tls" in mounts) == (name in database_users | {reader}), (
+            name
+        )
     assert envs["gpu-minrt-kube-evictor"]["MINRUNTIME_KAFKA_USERNAME"] == "secret kafka-user/user"
     owner = {name for name, env in envs.items() if "MINRUNTIME_OWNER_DATABASE_URL" in env}
     assert owner == {"gpu-minrt-migrate"}

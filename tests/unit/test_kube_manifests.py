@@ -92,11 +92,8 @@ def test_the_podgroup_crd_types_the_fields_the_bridge_reads() -> None:
     assert properties["queue"]["type"] == "string"
     assert properties["minMember"]["type"] == "integer"
     assert properties["priorityClassName"]["type"] == "string"
-    assert properties["preemptibility"]["enum"] == [
-        "preemptible",
-        "non-preemptible",
-        "semi-preemptible",
-    ]
+    # KAI main's two values; semi-preemptible only through crds/variants/ (test_kai_crds.py).
+    assert properties["preemptibility"]["enum"] == ["preemptible", "non-preemptible"]
     subgroup = properties["subGroups"]["items"]
     assert subgroup["required"] == ["name"]
     assert subgroup["properties"]["minMember"]["type"] == "integer"

@@ -52,6 +52,8 @@ from minruntime.cluster.api import (
     mirror_options,
     sources,
 )
+from minruntime.cluster.drift_metrics import DriftGauges
+from minruntime.cluster.drift_watch import DriftWatch, ServiceReader
 from minruntime.cluster.eviction_metrics import EvictionMetrics
 from minruntime.cluster.lease import Lease, LeaseKeeper, default_identity
 from minruntime.cluster.ledger import (
@@ -102,6 +104,7 @@ class Bridge:
         client: Any,
         clock: Callable[[], datetime] = _utcnow,
         registry: CollectorRegistry | None = None,
+        read_service: ServiceReader | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
@@ -114,6 +117,12 @@ class Bridge:
             "1 while this bridge replica holds the Lease and sends the cluster's events, else 0.",
             registry=registry,
         ).set_function(self._holds)
+        # The drift check, when the command gives a way to read the service (cluster.drift_watch).
+        self.drift: DriftWatch | None = None
+        if read_service is not None and settings.kube_drift_seconds > 0:
+            gauges = DriftGauges(lambda: self._holds() == 1.0)
+            registry.register(gauges)
+            self.drift = DriftWatch(settings, client, read_service, gauges, clock)
         self.stop = threading.Event()
         self.lease = Lease(
             client,
@@ -170,6 +179,7 @@ class Bridge:
 
     async def _lead(self, keeper: LeaseKeeper) -> None:
         term = threading.Event()  # set: the watchers stop
+        drift: asyncio.Task[None] | None = None
         producer = await self._producer(keeper)
         if producer is None:
             return
@@ -214,6 +224,8 @@ class Bridge:
                 threading.Thread(
                     target=watcher.run, daemon=True, name=str(watcher.source.kind)
                 ).start()
+            if self.drift is not None:
+                drift = asyncio.create_task(self.drift.run(keeper))
             while keeper.holds() and not self.stop.is_set():
                 notes = await asyncio.to_thread(inbox.take, 0.5, _CHUNK)
                 # Folded also without notes: releases held for an eviction signal fall due.
@@ -225,6 +237,10 @@ class Bridge:
             pass
         finally:
             term.set()
+            if drift is not None:
+                drift.cancel()
+                with contextlib.suppress(BaseException):
+                    await drift
             with contextlib.suppress(Exception):
                 await producer.stop()
 
@@ -461,9 +477,10 @@ def _apply(mirror: ClusterMirror, note: Notification) -> Iterator[Emission]:
             yield from mirror.observe(note.kind, note.action, obj)
 
 
-def run_bridge(settings: Settings) -> None:
-    """`minruntime kube bridge`: run one replica until SIGINT/SIGTERM."""
-    bridge = Bridge(settings, api_client(settings), registry=REGISTRY)
+def run_bridge(settings: Settings, read_service: ServiceReader | None = None) -> None:
+    """`minruntime kube bridge`: run one replica until SIGINT/SIGTERM (with ``read_service``,
+    checking drift while active)."""
+    bridge = Bridge(settings, api_client(settings), registry=REGISTRY, read_service=read_service)
     health.serve_metrics(
         settings.metrics_host,
         settings.kube_bridge_metrics_port,

@@ -399,8 +399,10 @@ def submission_data(
         for group in spec.get("subGroups") or ()
         if isinstance(group, Mapping) and group.get("name")
     ]
+    # KAI: absent = 1, 0 = no gang (pkg/scheduler/api/podgroup_info/job_info.go, setSubGroups).
+    min_member = spec.get("minMember")
     sub_groups = declared or [
-        {"name": DEFAULT_SUBGROUP, "minAvailable": int(spec.get("minMember") or 1)}
+        {"name": DEFAULT_SUBGROUP, "minAvailable": 1 if min_member is None else int(min_member)}
     ]
     known = {str(group["name"]) for group in sub_groups}
     data: dict[str, Any] = {

@@ -17,9 +17,20 @@ import yaml
 
 from minruntime.cluster.api import KAI_GROUP, read_json
 from minruntime.cluster.mapping import LAST_START_ANNOTATION, NODE_POOL_LABEL, POD_GROUP_ANNOTATION
+from minruntime.core import DEFAULT_NODE_POOL
 
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
+
+
+def pool_labels(pool: str) -> dict[str, str]:
+    """The node-pool label of an object of `pool`: none for the default pool.
+
+    KAI's default scheduler (an empty `--partition-label-value`) sees only the Nodes, PodGroups
+    and Queues that carry no `kai.scheduler/node-pool` label: an object of the default pool
+    that carried `kai.scheduler/node-pool: default` would never be scheduled by it.
+    """
+    return {} if pool == DEFAULT_NODE_POOL else {NODE_POOL_LABEL: pool}
 
 
 def rfc3339(moment: datetime) -> str:
@@ -67,8 +78,7 @@ class Cluster:
 
     def node(self, name: str, pool: str, gpus: int) -> None:
         """A Node with GPUs in a node pool, without the not-ready taint (no kubelet here)."""
-        labels = {NODE_POOL_LABEL: pool}
-        self.core.create_node({"metadata": {"name": name, "labels": labels}})
+        self.core.create_node({"metadata": {"name": name, "labels": pool_labels(pool)}})
         capacity = {"nvidia.com/gpu": str(gpus), "cpu": "64", "pods": "110"}
         self.core.patch_node_status(
             name, {"status": {"capacity": capacity, "allocatable": capacity}}
@@ -77,7 +87,7 @@ class Cluster:
     def podgroup(self, name: str, queue: str, priority_class: str, **extra: Any) -> str:
         """A PodGroup; returns its uid."""
         annotations = extra.pop("annotations", {})
-        labels = {NODE_POOL_LABEL: extra.pop("node_pool")} if "node_pool" in extra else {}
+        labels = pool_labels(extra.pop("node_pool", DEFAULT_NODE_POOL))
         body = {
             "apiVersion": f"{KAI_GROUP}/v2alpha2",
             "kind": "PodGroup",
@@ -188,6 +198,21 @@ class Cluster:
                 pod,
                 self.namespace,
                 {"status": {"phase": "Running", "startTime": rfc3339(running_at)}},
+            )
+
+    def remove_everything(self) -> None:
+        """Delete the namespace's pods (grace 0) and PodGroups (the namespace itself would
+        stay Terminating: no controller finishes it here)."""
+        for pod in self.core.list_namespaced_pod(self.namespace).items:
+            self.core.delete_namespaced_pod(
+                pod.metadata.name, self.namespace, grace_period_seconds=0
+            )
+        podgroups = self.custom.list_namespaced_custom_object(
+            KAI_GROUP, "v2alpha2", self.namespace, "podgroups"
+        )
+        for podgroup in podgroups.get("items", []):
+            self.custom.delete_namespaced_custom_object(
+                KAI_GROUP, "v2alpha2", self.namespace, "podgroups", podgroup["metadata"]["name"]
             )
 
     def finish_eviction(self, pod: str) -> None:

@@ -11,11 +11,9 @@ writes the counts for node_exporter's textfile collector. docs/kubernetes.md,
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -29,7 +27,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from minruntime.cluster.drift import Drift, ServicePodGroup
-    from minruntime.cluster.mirror import Emission, Kind
+    from minruntime.cluster.mirror import Emission
     from minruntime.settings import Settings
 
 Repair = Annotated[
@@ -54,11 +52,8 @@ MetricsFile = Annotated[
     ),
 ]
 
-# One API call may take this long (connect, read) before the command gives up with one line.
-_REQUEST_TIMEOUT: Final = (10, 120)
+
 _ABSENT: Final = "-"
-# What is kept of an object of another namespace: nothing (no uid, so never compared).
-_ELSEWHERE: Final[Mapping[str, Any]] = {}
 
 
 def kube_diff_command(
@@ -67,6 +62,7 @@ def kube_diff_command(
     """Compare the cluster's podgroups with the service's; exit 1 when any differ."""
     from minruntime.cluster.api import api_client
     from minruntime.cluster.drift import cluster_podgroups, compare
+    from minruntime.cluster.listing import list_cluster
     from minruntime.cluster.mirror import Kind
 
     _notes_to_stderr()
@@ -101,58 +97,6 @@ def _notes_to_stderr() -> None:
 
 
 # -- the two sides ----------------------------------------------------------------------------
-
-
-def list_cluster(
-    client: Any, settings: Settings, kinds: Sequence[Kind], namespace: str | None = None
-) -> dict[Kind, list[Mapping[str, Any]]]:
-    """Every (kept) object of each kind, paged as the bridge lists; one line when it fails.
-
-    With ``namespace``, namespaced objects of other namespaces are listed but not kept.
-    """
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    from minruntime.cluster.api import list_all, sources
-
-    by_kind = {source.kind: source for source in sources(client, settings)}
-    listing: dict[Kind, list[Mapping[str, Any]]] = {}
-    for kind in kinds:
-        source = by_kind[kind]
-        timed = dataclasses.replace(
-            source,
-            call=functools.partial(source.call, _request_timeout=_REQUEST_TIMEOUT),
-            keep=_kept_in(namespace, source.keep),
-        )
-        try:
-            listing[kind], _ = list_all(timed, settings.kube_list_page_size)
-        except (ApiException, HTTPError, OSError, ValueError) as error:
-            raise UserError(
-                f"cannot list {kind} objects from the Kubernetes API server: {_api_error(error)}"
-            ) from error
-    return listing
-
-
-def _kept_in(
-    namespace: str | None, keep: Callable[[Mapping[str, Any]], Mapping[str, Any]]
-) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
-    if namespace is None:
-        return keep
-
-    def kept(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        metadata = obj.get("metadata") or {}
-        elsewhere = metadata.get("namespace") not in (None, namespace)
-        return _ELSEWHERE if elsewhere else keep(obj)
-
-    return kept
-
-
-def _api_error(error: BaseException) -> str:
-    status = getattr(error, "status", None)
-    if isinstance(status, int):
-        return f"the API server answered {status} {getattr(error, 'reason', '') or ''}".strip()
-    reason = getattr(error, "reason", None)  # urllib3's MaxRetryError: the last failure
-    return " ".join(str(reason or error).split())
 
 
 def read_service(
@@ -218,29 +162,10 @@ def render_drift(drift: Drift) -> RenderableType:
 
 def write_metrics(drift: Drift, path: Path, now: datetime) -> None:
     """The counts in Prometheus' text format, replaced atomically (a textfile collector)."""
-    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+    from minruntime.cluster.drift_metrics import write_textfile
 
-    registry = CollectorRegistry()
-    differing = Gauge(
-        "minruntime_kube_drift_podgroups",
-        "Podgroups whose field differs between the cluster and the service (kube diff).",
-        ["field"],
-        registry=registry,
-    )
-    for field, count in drift.podgroups_by_field().items():
-        differing.labels(field=field).set(count)
-    Gauge(
-        "minruntime_kube_drift_checked_podgroups",
-        "Podgroups compared by the last kube diff.",
-        registry=registry,
-    ).set(drift.checked)
-    Gauge(
-        "minruntime_kube_drift_checked_timestamp_seconds",
-        "When the last kube diff compared (Unix time): alert when it is old.",
-        registry=registry,
-    ).set(now.timestamp())
     try:
-        write_to_textfile(str(path), registry)
+        write_textfile(drift, path, now)
     except OSError as error:
         raise UserError(f"cannot write --metrics-file {path}: {error.strerror or error}") from None
 
@@ -259,6 +184,7 @@ def _repair(
     """Send what makes the service agree, for the differences a second listing confirms."""
     from minruntime.cluster.api import mirror_options
     from minruntime.cluster.drift import cluster_podgroups, compare, confirmed
+    from minruntime.cluster.listing import list_cluster
     from minruntime.cluster.mirror import Kind
     from minruntime.cluster.repair import mirrored, repair
 

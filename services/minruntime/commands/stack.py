@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -30,7 +31,7 @@ def up_command(
         bool,
         typer.Option(
             "--kube",
-            help="Also etcd + a real kube-apiserver with the Queue/PodGroup CRDs "
+            help="Also etcd + a real kube-apiserver with the CRDs a real KAI needs "
             "(built once with Go; docs/kubernetes.md).",
         ),
     ] = False,
@@ -50,12 +51,36 @@ def up_command(
             "Default: as the stack was last started.",
         ),
     ] = None,
+    kai_crds: Annotated[
+        Path | None,
+        option(
+            "--kai-crds",
+            metavar="PATH",
+            help="With --kube: apply these CRDs (a YAML file or a directory, e.g. KAI's "
+            "deployments/kai-scheduler/crds) in place of the project's of the same name.",
+        ),
+    ] = None,
+    semi_preemptible: Annotated[
+        bool,
+        typer.Option(
+            "--semi-preemptible",
+            help="With --kube: the PodGroup CRD also accepts preemptibility semi-preemptible "
+            "(KAI's feature branches; KAI main refuses it).",
+        ),
+    ] = False,
 ) -> None:
     """Start PostgreSQL and Kafka (idempotent); returns when both really work."""
     from minruntime.stack import stack_up
+    from minruntime.stack.crds import CrdChoice
 
+    crds = CrdChoice(kai_crds, semi_preemptible) if kai_crds or semi_preemptible else None
     status = stack_up(
-        current_settings(), say=console.print, kube=kube, brokers=brokers, pg_standby=pg_standby
+        current_settings(),
+        say=console.print,
+        kube=kube,
+        brokers=brokers,
+        pg_standby=pg_standby,
+        crds=crds,
     )
     print_connection(status)
 

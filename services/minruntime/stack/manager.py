@@ -15,12 +15,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from minruntime.errors import StackError
 from minruntime.pgurl import PgAddress
 from minruntime.settings import READER_ROLE, Settings, with_role, without_password
 from minruntime.stack.apiserver import KubeNode
-from minruntime.stack.crds import apply_crds, crd_directory
+from minruntime.stack.crds import CrdChoice, apply_crds, chosen_crds
 from minruntime.stack.kafka import KafkaNode
 from minruntime.stack.kafka_cluster import KafkaCluster, node_port
 from minruntime.stack.pg_standby import PostgresPair
@@ -109,17 +110,22 @@ def stack_up(
     kube: bool = False,
     brokers: int | None = None,
     pg_standby: bool | None = None,
+    crds: CrdChoice | None = None,
 ) -> StackStatus:
     """Start PostgreSQL and Kafka (and with `kube` etcd + kube-apiserver) unless they run;
     return once each really works. `brokers` and `pg_standby` (None: as remembered) choose
-    one broker or a cluster of three, and a standby or none."""
+    one broker or a cluster of three, and a standby or none; `crds` which CRDs `kube` applies
+    (the project's by default)."""
+    if crds is not None and not kube:
+        raise StackError("--kai-crds and --semi-preemptible go with --kube")
     remembered = read_topology(settings.stack_dir)
     topology = plan_topology(settings, remembered, brokers, pg_standby)
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
     settings = with_topology(settings, remembered, topology)
     _refuse_to_switch_a_running_kafka(settings, remembered, topology)
 
-    # Check every tool and port first, so a failure leaves nothing half-started.
+    # Check every tool, port and file first, so a failure leaves nothing half-started.
+    chosen = chosen_crds(crds or CrdChoice()) if kube else []
     if kube:
         KubeNode(settings).preflight()
     _postgres(settings, topology).preflight()
@@ -133,7 +139,7 @@ def stack_up(
     else:
         _kafka_up(settings, say, began)
     if kube:
-        kube_up(settings, say)
+        kube_up(settings, say, chosen)
     return stack_status(settings)
 
 
@@ -210,8 +216,11 @@ def _cluster_up(cluster: KafkaCluster, settings: Settings, say: Say, began: floa
         )
 
 
-def kube_up(settings: Settings, say: Say = _quiet) -> None:
-    """Start etcd and kube-apiserver (building them once), apply the CRDs, write the kubeconfig."""
+def kube_up(
+    settings: Settings, say: Say = _quiet, crds: list[dict[str, Any]] | None = None
+) -> None:
+    """Start etcd and kube-apiserver (building them once), apply the CRDs (the project's
+    unless given), write the kubeconfig."""
     node = KubeNode(settings)
     began = time.monotonic()
     if node.start(say, settings.stack_timeout_seconds):
@@ -221,7 +230,8 @@ def kube_up(settings: Settings, say: Say = _quiet) -> None:
         )
     else:
         say("Kubernetes API server already running")
-    names = apply_crds(node.kubeconfig, crd_directory(), settings.stack_timeout_seconds)
+    chosen = crds if crds is not None else chosen_crds(CrdChoice())
+    names = apply_crds(node.kubeconfig, chosen, settings.stack_timeout_seconds)
     say(f"CRDs established: {', '.join(names)}")
 
 

@@ -116,14 +116,19 @@ any other, never one the chart sets from its own values.
 
 {{/*
 A container's secret settings, by what it uses: (dict "root" $ "database" true "owner" true
-"kafka" true). Each one is a key of an existing Secret: a pod gets only what it needs.
+"reader" true "kafka" true; reader: it only reads, so database.readerUrlKey when set). Each
+one is a key of an existing Secret: a pod gets only what it needs.
 */}}
 {{- define "minruntime.secretEnv" -}}
 {{- $values := .root.Values -}}
 {{- if .database }}
+{{- $urlKey := $values.database.urlKey }}
+{{- if and .reader $values.database.readerUrlKey }}
+{{- $urlKey = $values.database.readerUrlKey }}
+{{- end }}
 - name: MINRUNTIME_DATABASE_URL
   valueFrom:
-    secretKeyRef: {name: {{ $values.database.existingSecret | quote }}, key: {{ $values.database.urlKey | quote }}}
+    secretKeyRef: {name: {{ $values.database.existingSecret | quote }}, key: {{ $urlKey | quote }}}
 {{- if and .owner $values.database.ownerUrlKey }}
 - name: MINRUNTIME_OWNER_DATABASE_URL
   valueFrom:
@@ -208,7 +213,7 @@ The pod template of every workload. A dict:
   name      the component's object name (its labels)
   values    the component's values (resources, nodeSelector, tolerations)
   container the container's name; args: its arguments after `minruntime`
-  database, owner, kafka   what it uses (secretEnv, tlsMounts); api: it calls the API server
+  database, owner, reader, kafka   what it uses (secretEnv, tlsMounts); api: it calls the API server
   fsGroup   a volume it writes; metricsPort: its port serving /metrics; ready: that port's
             /metrics is its readiness
   env, mounts, volumes, affinity   YAML of its own extras; job: a Job's pod (settings as env:
