@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare
-from minruntime.audit.violations import ViolationJson, find_violations
+from minruntime.audit.violations import find_violations
 from minruntime.commands.violations import render, write_json
 from minruntime.core import ExactVerdict, Verdict
 from minruntime.settings import Settings
