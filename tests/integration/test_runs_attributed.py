@@ -15,10 +15,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from rich.console import Console
 
+from minruntime.audit.explain import explain
 from minruntime.audit.replay import read_log, replay
+from minruntime.audit.timeline import podgroup_story
 from minruntime.audit.verify import compare
 from minruntime.audit.violations import find_violations
+from minruntime.commands.explain import render_explanation
 from minruntime.commands.violations import render, write_json
 from minruntime.core import ExactVerdict, Verdict
 from minruntime.settings import Settings
@@ -30,7 +34,7 @@ from minruntime.store.scratch import (
     drop_scratch_database,
     scratch_owner_url,
 )
-from minruntime.store.shadows import create_shadow
+from minruntime.store.shadows import LIVE, create_shadow
 from tests.cloudevents import (
     T0,
     Event,
@@ -275,3 +279,45 @@ def test_the_migration_rebuilds_the_runs_an_older_processor_applied_unattributed
             engine.dispose()
     finally:
         drop_scratch_database(settings, url)
+
+
+def test_explain_and_the_audit_show_the_action_and_the_evictor(
+    feed: Feed, engine: sa.Engine
+) -> None:
+    with repeatable_read(engine) as conn:
+        kfar = explain(conn, LIVE, "kfar")
+        # As the service had it before it applied the release (applied_at): no eviction yet.
+        before = explain(conn, LIVE, "kfar", T0 + s(50))
+        plain = explain(conn, LIVE, "plain")
+    assert before.last_eviction is None
+    assert plain.last_eviction is None
+    last = kfar.last_eviction
+    assert last is not None
+    assert (last.action, last.evictor, last.evictor_queue, last.exact_verdict) == (
+        "reclaim",
+        "team/urgent",
+        "leaf3",
+        "violated",
+    )
+    assert (last.applied_min_runtime, last.applied_cut_short) == (s(600), s(500))
+    console = Console(width=200, record=True, highlight=False)
+    console.print(render_explanation(kfar, as_of=False))
+    assert (
+        "run 2026-11-21T10:00:00Z → 2026-11-21T10:01:40Z by reclaim for team/urgent"
+        " (queue leaf3) [event]: violated, cut 8m20s short (its window 10m)"
+    ) in console.export_text()
+
+    (run,) = podgroup_story(engine, "kpre").runs
+    assert (run.ended_by, run.action, run.evictor, run.evictor_queue) == (
+        "evicted by preempt",
+        "preempt",
+        "team/urgent",
+        "leaf1",
+    )
+    assert (run.exact_verdict, run.applied_cut_short, run.protection) == (
+        "violated",
+        s(110),
+        "possible",
+    )
+    (plain_run,) = podgroup_story(engine, "plain").runs
+    assert (plain_run.ended_by, plain_run.exact_verdict) == ("released (deleted)", None)

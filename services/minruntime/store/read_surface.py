@@ -223,10 +223,31 @@ def judged_run(
     conn: Connection, shadow: Shadow, uid: str, source: str, event_id: str
 ) -> tuple[Any, ...] | None:
     """The run of ``uid`` that the event (``source``, ``event_id``) ended, as the runs view
-    judges it against every preemptor: (protection, eviction, cut_short); None: none."""
+    judges it against every preemptor, and under the rule the attributed eviction met:
+    (protection, eviction, cut_short, exact_verdict, applied_cut_short, eviction_action,
+    evictor, evictor_queue); None: none."""
     params = {"uid": uid, "source": source, "id": event_id}
     row = conn.execute(_judged_run(shadow.read_schema), params).first()
     return None if row is None else tuple(row)
+
+
+_LAST_EVICTION: Final = (
+    "SELECT r.run_start, r.run_end, r.ended_by, r.protection, r.eviction_source,"
+    " r.eviction_action, r.evictor, r.evictor_queue, r.evicted_at, r.exact_verdict,"
+    " r.applied_min_runtime, r.applied_cut_short"
+    f" FROM {READ_SCHEMA}.runs r"
+    f" JOIN {READ_SCHEMA}.event_log e ON e.source = r.end_source AND e.id = r.end_event_id"
+    " WHERE r.uid = :uid AND r.eviction AND e.applied_at <= :at"
+    " ORDER BY e.seq DESC LIMIT 1"
+)
+
+
+def last_eviction(conn: Connection, uid: str, at: datetime) -> sa.Row[Any] | None:
+    """The last run of ``uid`` an eviction ended, among the runs the service had ended by
+    ``at`` (live history: runs are never changed once written): run_start, run_end, ended_by,
+    protection, eviction_source, eviction_action, evictor, evictor_queue, evicted_at,
+    exact_verdict, applied_min_runtime, applied_cut_short; None: none."""
+    return conn.execute(sa.text(_LAST_EVICTION), {"uid": uid, "at": at}).first()
 
 
 # The timeline asks these after every boundary of a replay: each is made once per schema.
@@ -248,7 +269,8 @@ def _timeline_state(read: str) -> sa.TextClause:
 @lru_cache(maxsize=64)
 def _judged_run(read: str) -> sa.TextClause:
     return sa.text(
-        f"SELECT protection, eviction, cut_short FROM {read}.runs"
+        "SELECT protection, eviction, cut_short, exact_verdict, applied_cut_short,"
+        f" eviction_action, evictor, evictor_queue FROM {read}.runs"
         " WHERE uid = :uid AND end_source = :source AND end_event_id = :id"
     )
 
