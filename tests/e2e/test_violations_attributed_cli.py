@@ -10,10 +10,8 @@ that `replay --verify` rebuilds `run_log` equal.
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,19 +19,11 @@ import pytest
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests import cloudevents as ce
-from tests.conftest import free_ports, run_cli
-from tests.e2e.harness import Pipeline, running_pipeline, wait_for
+from tests.conftest import free_ports
+from tests.e2e.harness import running_pipeline, wait_for
+from tests.e2e.test_violations_cli import Ended
 
 pytestmark = pytest.mark.stack
-
-
-@dataclass(frozen=True)
-class Ended:
-    pipeline: Pipeline
-    metrics_port: int
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli(*args, env={**self.pipeline.env, "COLUMNS": "400"})
 
 
 def evicted(

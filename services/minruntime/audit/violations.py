@@ -227,6 +227,20 @@ def _readable(text: str) -> tuple[RuleWindow, ...]:
     return tuple(windows)
 
 
+def who_evicted(
+    action: str | None, evictor: str | None, evictor_queue: str | None, at: datetime | None
+) -> str:
+    """Who evicted, as the scheduler said it: ``by reclaim for ns/big (queue q) at T``."""
+    who = f"by {action}" if action else "by the scheduler"
+    if evictor:
+        who += f" for {evictor}"
+    if evictor_queue:
+        who += f" (queue {evictor_queue})"
+    if at is not None:
+        who += f" at {format_rfc3339(at)}"
+    return who
+
+
 def describe_rule(window: RuleWindow) -> str:
     """Who the rule is for and its window, in a few words: ``reclaim via LCA B: 10m (queue B)``."""
     return f"{whose(window)}: {format_duration(window.min_runtime)} ({_source(window)})"

@@ -275,13 +275,10 @@ def _last_eviction_text(last: LastEviction) -> str:
     """Who evicted the last evicted run, and the verdict under the rule that applied."""
     from rich.markup import escape
 
-    who = f"by {last.action}" if last.action else "by the scheduler"
-    if last.evictor:
-        who += f" for {last.evictor}"
-    if last.evictor_queue:
-        who += f" (queue {last.evictor_queue})"
-    at = f" at {rfc3339(last.evicted_at)}" if last.evicted_at is not None else ""
-    text = f"run {rfc3339(last.run_start)} → {rfc3339(last.run_end)} {who}{at} [{last.source}]"
+    from minruntime.audit.violations import who_evicted
+
+    who = who_evicted(last.action, last.evictor, last.evictor_queue, last.evicted_at)
+    text = f"run {rfc3339(last.run_start)} → {rfc3339(last.run_end)} {who} [{last.source}]"
     if last.exact_verdict is None:
         return escape(f"{text}: {last.protection} against every possible preemptor")
     cut = last.applied_cut_short

@@ -178,15 +178,13 @@ def _cells(violation: Violation) -> tuple[list[str], list[str]]:
 
 def _evicted_by(violation: Violation) -> str:
     """Who evicted, as the scheduler said it, and what the verdict rests on."""
+    from minruntime.audit.violations import who_evicted
+
     attribution = violation.attribution
     assert attribution is not None
-    who = f"by {attribution.action}" if attribution.action else "by the scheduler"
-    if attribution.evictor:
-        who += f" for {attribution.evictor}"
-    if attribution.evictor_queue:
-        who += f" (queue {attribution.evictor_queue})"
-    if attribution.at is not None:
-        who += f" at {rfc3339(attribution.at)}"
+    who = who_evicted(
+        attribution.action, attribution.evictor, attribution.evictor_queue, attribution.at
+    )
     why = violation.inexact
     if why is not None:
         return f"evicted {who} [{attribution.source}; {_INEXACT[why]}: every rule judged]"
