@@ -2,7 +2,8 @@
 
 The data comes from ``minruntime.audit.violations`` (what ``--json`` prints); this module
 parses the options, reads in one read-only transaction (a replica will do) and renders a plain
-table: one line per violation, the rules that protected it on continuation lines.
+table: one line per violation, the rules that protected it on continuation lines (for an
+attributed eviction: who evicted, then the one rule that applied).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def violations_command(
     schema: Schema = "minruntime",
     as_json: Json = False,
 ) -> None:
-    """Runs an eviction ended inside their protection window: definite or possible, and why."""
+    """Runs an eviction ended inside their protection window: definite or possible, and why;
+    violated / honoured / unguarded when the scheduler said who evicted."""
     from minruntime.audit.violations import find_violations
     from minruntime.store.read_transactions import read_only, repeatable_read
 
