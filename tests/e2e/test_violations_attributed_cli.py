@@ -10,7 +10,6 @@ that `replay --verify` rebuilds `run_log` equal.
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,9 +18,7 @@ import pytest
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests import cloudevents as ce
-from tests.conftest import free_ports
-from tests.e2e.harness import running_pipeline, wait_for
-from tests.e2e.test_violations_cli import Ended
+from tests.e2e.test_violations_cli import Ended, ended_runs, metric_samples
 
 pytestmark = pytest.mark.stack
 
@@ -51,34 +48,16 @@ def evicted(
 def runs(
     stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Ended]:
-    port = free_ports()
-    workdir = tmp_path_factory.mktemp("attributed")
-    with running_pipeline(settings, workdir, "va", processor_metrics_port=str(port)) as pipeline:
-        pipeline.produce_events(
-            "queues", [*ce.design_tree(), ce.config(defaultReclaimMinRuntime="120s")]
-        )
-        wait_for(
-            lambda: pipeline.scalar("SELECT count(*) FROM minruntime.queues") == 7,
-            60,
-            "the queue tree",
-        )
-        pipeline.produce_events(
-            "podgroups",
-            [
-                # leaf3 reclaims from leaf1 via B: B's 600s, cut 500s short.
-                *evicted("far", "leaf1", 100, "reclaim", "leaf3"),
-                # leaf2 reclaims from leaf1 via C: leaf1's 0s, honoured.
-                *evicted("near", "leaf1", 100, "reclaim", "leaf2"),
-                # Consolidation: KAI guards no minimum runtime.
-                *evicted("moved", "leaf3", 50, "consolidation", "leaf3"),
-            ],
-        )
-        wait_for(
-            lambda: pipeline.scalar("SELECT count(*) FROM minruntime.runs") == 3,
-            60,
-            "three runs",
-        )
-        yield Ended(pipeline, port)
+    events = [
+        # leaf3 reclaims from leaf1 via B: B's 600s, cut 500s short.
+        *evicted("far", "leaf1", 100, "reclaim", "leaf3"),
+        # leaf2 reclaims from leaf1 via C: leaf1's 0s, honoured.
+        *evicted("near", "leaf1", 100, "reclaim", "leaf2"),
+        # Consolidation: KAI guards no minimum runtime.
+        *evicted("moved", "leaf3", 50, "consolidation", "leaf3"),
+    ]
+    with ended_runs(settings, tmp_path_factory.mktemp("attributed"), "va", events, 3) as ended:
+        yield ended
 
 
 def test_violations_json_has_the_exact_verdicts_the_action_and_the_evictor(runs: Ended) -> None:
@@ -119,13 +98,7 @@ def test_the_audit_shows_who_evicted(runs: Ended) -> None:
 
 
 def test_the_processor_counts_evictions_by_action(runs: Ended) -> None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{runs.metrics_port}/metrics") as response:
-        text = response.read().decode()
-    samples = {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line and not line.startswith("#")
-    }
+    samples = metric_samples(runs.metrics_port)
     assert samples['minruntime_evictions_total{action="reclaim",verdict="violated"}'] == 1
     assert samples['minruntime_evictions_total{action="reclaim",verdict="honoured"}'] == 1
     assert samples['minruntime_evictions_total{action="consolidation",verdict="unguarded"}'] == 1
