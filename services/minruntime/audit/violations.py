@@ -159,8 +159,8 @@ def find_violations(
     rows = read_surface.violating_runs(conn, schema, since, queue)
     read: dict[str, tuple[RuleWindow, ...]] = {}
     violations = []
-    # Plain tuples, columns in Violation's order but for the last four: a long log has tens
-    # of thousands.
+    # Plain tuples, the first nine columns in Violation's order: a long log has tens of
+    # thousands.
     for row in rows:
         protection, cut_short, text, seq = row[_PROTECTION:_CORE]
         windows = read.get(text)
