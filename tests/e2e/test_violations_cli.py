@@ -12,6 +12,7 @@ import json
 import subprocess
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,13 +48,14 @@ def ended(uid: str, queue: str, seconds: float, reason: str) -> list[dict[str, A
     ]
 
 
-@pytest.fixture(scope="module")
-def runs(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+@contextmanager
+def ended_runs(
+    settings: Settings, workdir: Path, name: str, podgroup_events: list[dict[str, Any]], count: int
 ) -> Iterator[Ended]:
+    """A pipeline with the design tree (reclaim default 120s) and ``podgroup_events``, once its
+    ``count`` runs have ended."""
     port = free_ports()
-    workdir = tmp_path_factory.mktemp("violations")
-    with running_pipeline(settings, workdir, "vi", processor_metrics_port=str(port)) as pipeline:
+    with running_pipeline(settings, workdir, name, processor_metrics_port=str(port)) as pipeline:
         pipeline.produce_events(
             "queues", [*ce.design_tree(), ce.config(defaultReclaimMinRuntime="120s")]
         )
@@ -62,21 +64,39 @@ def runs(
             60,
             "the queue tree",
         )
-        pipeline.produce_events(
-            "podgroups",
-            [
-                *ended("def", "leaf3", 50, "evicted"),  # inside every window: definite
-                *ended("pos", "leaf1", 100, "preempted"),  # inside some: possible
-                *ended("late", "leaf3", 900, "evicted"),  # after every window
-                *ended("done", "leaf3", 50, "completed"),  # inside, but not evicted
-            ],
-        )
+        pipeline.produce_events("podgroups", podgroup_events)
         wait_for(
-            lambda: pipeline.scalar("SELECT count(*) FROM minruntime.runs") == 4,
+            lambda: pipeline.scalar("SELECT count(*) FROM minruntime.runs") == count,
             60,
-            "four runs",
+            f"{count} runs",
         )
         yield Ended(pipeline, port)
+
+
+def metric_samples(port: int) -> dict[str, float]:
+    """The processor's metrics, sample by sample (name with labels -> value)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
+        text = response.read().decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(
+    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Ended]:
+    events = [
+        *ended("def", "leaf3", 50, "evicted"),  # inside every window: definite
+        *ended("pos", "leaf1", 100, "preempted"),  # inside some: possible
+        *ended("late", "leaf3", 900, "evicted"),  # after every window
+        *ended("done", "leaf3", 50, "completed"),  # inside, but not evicted
+    ]
+    workdir = tmp_path_factory.mktemp("violations")
+    with ended_runs(settings, workdir, "vi", events, 4) as ended_:
+        yield ended_
 
 
 def test_the_json_lists_each_violation_with_its_rules(runs: Ended) -> None:
@@ -157,13 +177,7 @@ def test_the_audit_picture_marks_the_violation(runs: Ended, tmp_path: Path) -> N
 
 
 def test_the_processor_counts_the_work_lost(runs: Ended) -> None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{runs.metrics_port}/metrics") as response:
-        text = response.read().decode()
-    samples = {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line and not line.startswith("#")
-    }
+    samples = metric_samples(runs.metrics_port)
     assert samples['minruntime_run_seconds_lost_count{ended_by="evicted"}'] == 2
     assert samples['minruntime_run_seconds_lost_sum{ended_by="preempted"}'] == 100
     assert samples['minruntime_gpu_seconds_lost_total{queue="leaf3"}'] == 1900

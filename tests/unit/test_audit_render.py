@@ -24,11 +24,13 @@ from minruntime.audit.timeline_model import (
     Window,
     WindowSpan,
 )
+from minruntime.audit.timeline_text import describe_event
 from minruntime.cli import main
 from minruntime.commands.audit import render_story, story_json
 from minruntime.commands.audit_plot import plot_format, write_plot
 from minruntime.commands.common import print_json
 from minruntime.errors import UserError
+from minruntime.events import new_event
 from tests.cloudevents import T0
 
 H = timedelta(hours=1)
@@ -149,3 +151,27 @@ def test_the_cli_refuses_a_bad_suffix_before_reading_anything(
 def test_an_unwritable_picture_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cannot write it"):
         write_plot(story(), tmp_path / "missing-dir" / "s.png")
+
+
+def test_a_release_line_says_who_evicted_when_the_scheduler_did() -> None:
+    plain = new_event("podgroup.released", {"uid": "pg", "reason": "deleted"}, time=T0)
+    assert describe_event(plain, plain.type) == "released all pods (deleted)"
+    attributed = new_event(
+        "podgroup.released",
+        {
+            "uid": "pg",
+            "reason": "deleted",
+            "eviction": {
+                "source": "event",
+                "action": "Reclaim",
+                "evictor": "team/urgent",
+                "evictorQueue": "leaf3",
+                "at": "2026-11-21T10:01:40Z",
+            },
+        },
+        time=T0,
+    )
+    assert describe_event(attributed, attributed.type) == (
+        "released all pods (deleted), evicted by reclaim for team/urgent (queue leaf3)"
+        " at 2026-11-21T10:01:40Z [event]"
+    )

@@ -59,3 +59,37 @@ def test_queue_labels_are_capped_and_the_rest_is_other() -> None:
     metrics.observe("podgroups", BatchOutcome(lost_runs=[lost("q0")]), 0.1, {})
     assert registry.get_sample_value("minruntime_gpu_seconds_lost_total", {"queue": "q0"}) == 200
     assert registry.get_sample_value("minruntime_gpu_seconds_lost_total", {"queue": "other"}) == 500
+
+
+def test_attributed_evictions_are_counted_by_action_and_exact_verdict() -> None:
+    registry = CollectorRegistry()
+    metrics = ProcessorMetrics(registry)
+    outcome = BatchOutcome(
+        lost_runs=[
+            LostRun("team-a", True, "evicted", 60.0, 10.0, "possible", "reclaim", "violated"),
+            LostRun("team-a", True, "evicted", 30.0, 5.0, "definite", "reclaim", "honoured"),
+            LostRun(
+                "team-a", True, "evicted", 20.0, None, "definite", "consolidation", "unguarded"
+            ),
+            LostRun("team-a", True, "evicted", 10.0, 1.0, "definite", "backfill", None),
+            lost("team-b"),
+        ]
+    )
+    metrics.observe("podgroups", outcome, 0.1, {})
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    evictions = "minruntime_evictions_total"
+    assert value(evictions, action="reclaim", verdict="violated") == 1
+    assert value(evictions, action="reclaim", verdict="honoured") == 1
+    assert value(evictions, action="consolidation", verdict="unguarded") == 1
+    # Another scheduler's word, and an unattributed run: bounded label values.
+    assert value(evictions, action="other", verdict="definite") == 1
+    assert value(evictions, action="none", verdict="definite") == 1
+    assert value("minruntime_run_seconds_lost_by_action_total", action="reclaim") == 90
+    assert value("minruntime_gpu_seconds_lost_by_action_total", action="reclaim") == 15
+    # An exact verdict replaces definite / possible; honoured and unguarded are no violation.
+    assert value("minruntime_protection_violations_total", verdict="violated") == 1
+    assert value("minruntime_protection_violations_total", verdict="possible") == 0
+    assert value("minruntime_protection_violations_total", verdict="definite") == 2

@@ -9,7 +9,15 @@ from decimal import Decimal
 
 from minruntime.audit.violations import Violation, ViolationReport
 from minruntime.commands.violations import render, write_json
-from minruntime.core import ProtectionRule, Reclaimers, RuleWindow, Verdict, judge
+from minruntime.core import (
+    Attribution,
+    ProtectionRule,
+    Reclaimers,
+    RuleWindow,
+    Verdict,
+    judge,
+    judge_exact,
+)
 from tests.cloudevents import T0
 
 PREEMPT = RuleWindow(ProtectionRule.PREEMPT, Reclaimers.OWN_QUEUE, timedelta(minutes=10), "B")
@@ -103,3 +111,42 @@ def test_a_semi_preemptible_core_is_named_as_what_protected_it() -> None:
     assert lines[2].split()[4] == "definite"
     assert lines[2].endswith("semi-preemptible core: never evictable, by any preemptor")
     assert len(lines) == 3
+
+
+def attributed(uid: str, ran: timedelta, action: str, window: RuleWindow | None) -> Violation:
+    attribution = Attribution("event", action, "team/urgent", "leaf3", None)
+    exact = judge_exact(window, T0, T0 + ran, attribution)
+    return violation(uid, ran)._replace(attribution=attribution, exact=exact)
+
+
+def test_an_attributed_row_says_who_evicted_and_judges_the_one_rule() -> None:
+    violated = attributed("far", timedelta(seconds=100), "reclaim", PREEMPT)
+    unguarded = attributed("moved", timedelta(seconds=100), "consolidation", None)
+    shown = report(violation("pos", timedelta(seconds=100)), violated, unguarded)
+    lines = render(shown).splitlines()
+    assert lines[0] == (
+        "2 protection violations among 3 runs ended by an eviction: 0 definite, 1 possible,"
+        " 1 violated (also listed: 0 honoured, 1 unguarded)"
+    )
+    far = next(i for i, line in enumerate(lines) if " far " in line)
+    assert lines[far].split()[3:7] == ["evicted", "violated", "1m40s", "8m20s"]
+    assert lines[far].endswith("evicted by reclaim for team/urgent (queue leaf3) [event]")
+    assert lines[far + 1].strip() == "preempt: 10m (queue B), cut 8m20s short"
+    moved = next(i for i, line in enumerate(lines) if " moved " in line)
+    assert "unguarded" in lines[moved].split()
+    assert "not guarded by a minimum runtime" in lines[moved + 1]
+    out = io.StringIO()
+    write_json(shown, out)
+    document = json.loads(out.getvalue())
+    assert (document["violations"], document["violated"], document["unguarded"]) == (2, 1, 1)
+    rows = {row["uid"]: row for row in document["rows"]}
+    # Unattributed rows are as before: no new keys.
+    assert "eviction" not in rows["pos"]
+    assert rows["far"]["eviction"]["action"] == "reclaim"
+    assert (rows["far"]["verdict"], rows["far"]["cut_short"]) == ("violated", 500.0)
+    assert rows["moved"]["applied_rule"] is None
+
+
+def test_a_report_without_attributed_rows_keeps_its_summary_line() -> None:
+    head = render(report(violation("pos", timedelta(seconds=100)))).splitlines()[0]
+    assert head.endswith("0 definite, 1 possible")

@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from minruntime.audit.explain_model import (
     Elasticity,
     Explanation,
+    LastEviction,
     PodGroupFacts,
     PreemptionDelayFacts,
     Verdict,
@@ -78,7 +79,31 @@ class Explainer:
         force for it (SEMANTICS.md §10).
         """
         explanation = self._protection(uid, preemptor_queue)
-        return replace(explanation, requeue_cap=self._requeue_cap(explanation.podgroup))
+        return replace(
+            explanation,
+            requeue_cap=self._requeue_cap(explanation.podgroup),
+            last_eviction=self._last_eviction(uid),
+        )
+
+    def _last_eviction(self, uid: str) -> LastEviction | None:
+        """Who evicted its last evicted run, when the scheduler said so (None otherwise)."""
+        row = read_surface.last_eviction(self._conn, uid, self.at)
+        if row is None or row.eviction_source is None:
+            return None
+        return LastEviction(
+            run_start=row.run_start,
+            run_end=row.run_end,
+            ended_by=row.ended_by,
+            source=row.eviction_source,
+            action=row.eviction_action,
+            evictor=row.evictor,
+            evictor_queue=row.evictor_queue,
+            evicted_at=row.evicted_at,
+            exact_verdict=row.exact_verdict,
+            protection=row.protection,
+            applied_min_runtime=row.applied_min_runtime,
+            applied_cut_short=row.applied_cut_short,
+        )
 
     def _protection(self, uid: str, preemptor_queue: str | None) -> Explanation:
         facts, stored_elastic = self._podgroup(uid)

@@ -162,6 +162,29 @@ def delay_facts(window: DelayWindow, at: datetime) -> PreemptionDelayFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class LastEviction:
+    """The podgroup's last run an eviction ended, when the scheduler said who evicted it: the
+    action, the evicting podgroup and its queue, and the verdict under the one rule that
+    applied (docs/audit.md, violations)."""
+
+    run_start: datetime
+    run_end: datetime
+    ended_by: str
+    # event | annotation | condition: which of the scheduler's traces said it.
+    source: str
+    action: str | None
+    evictor: str | None
+    evictor_queue: str | None
+    evicted_at: datetime | None
+    # violated | honoured | unguarded; None: the attribution names no rule, and ``protection``
+    # (definite | possible | none, against every possible preemptor) stands.
+    exact_verdict: str | None
+    protection: str
+    applied_min_runtime: timedelta | None
+    applied_cut_short: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
 class Explanation:
     """Everything ``minruntime explain`` shows, as data (``--json`` prints ``describe`` of it)."""
 
@@ -178,6 +201,8 @@ class Explanation:
     preemption_delay: PreemptionDelayFacts | None = None
     # The requeue cap in force (SEMANTICS.md §10); None for a podgroup never submitted.
     requeue_cap: RequeueCapFacts | None = None
+    # Its last run an eviction ended, when the scheduler attributed it; None otherwise.
+    last_eviction: LastEviction | None = None
 
 
 def describe(explanation: Explanation) -> dict[str, Any]:

@@ -143,7 +143,7 @@ class _OpenRun:
     def closed(
         self, end: datetime | None, ended_by: str | None, judged: tuple[Any, ...] | None = None
     ) -> Run:
-        protection, eviction, cut_short = judged or (None, False, None)
+        protection, eviction, cut_short, *attributed = judged or (None, False, None)
         return Run(
             self.number,
             self.start,
@@ -153,6 +153,7 @@ class _OpenRun:
             protection,
             bool(eviction),
             cut_short,
+            *attributed,
         )
 
     def follow(self, since: datetime, window: Window | None) -> None:
@@ -384,7 +385,12 @@ def _ended_by(before: _State | None, event: Event | None) -> str:
     if isinstance(data, PodGroupDeletedData):
         return "deleted"
     reason = data.reason if isinstance(data, PodGroupReleasedData) else None
-    if (before is not None and before.awaiting_release) or reason == "requeued":
+    eviction = data.eviction if isinstance(data, PodGroupReleasedData) else None
+    awaiting = before is not None and before.awaiting_release
+    if eviction is not None and not awaiting and reason not in ("requeued", "preempted"):
+        # The scheduler said who evicted (core.evictions): an eviction whatever the reason.
+        return "evicted" + (f" by {eviction.action}" if eviction.action else "")
+    if awaiting or reason == "requeued":
         return "requeued"
     return f"released ({reason})" if reason else "released"
 

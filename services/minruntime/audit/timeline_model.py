@@ -106,6 +106,14 @@ class Run:
     protection: str | None = None
     eviction: bool = False
     cut_short: timedelta | None = None
+    # When the scheduler said who evicted it (docs/audit.md, violations): the verdict under the
+    # one rule that applied (violated | honoured | unguarded; None: no such verdict), what was
+    # left of that rule's window, the action, the evicting podgroup and its queue.
+    exact_verdict: str | None = None
+    applied_cut_short: timedelta | None = None
+    action: str | None = None
+    evictor: str | None = None
+    evictor_queue: str | None = None
 
     @property
     def protected_until(self) -> datetime | None:

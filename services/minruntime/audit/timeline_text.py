@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Final
 
+from minruntime.audit.violations import who_evicted
 from minruntime.core import format_duration, format_rfc3339
 from minruntime.events import (
     ConfigUpdatedData,
@@ -56,7 +57,8 @@ def describe_event(event: Event | None, event_type: str) -> str:
         return f"allocated {_count(len(data.pods), 'pod')} on {', '.join(nodes)}"
     if isinstance(data, PodGroupReleasedData):
         pods = "all pods" if data.pods is None else _count(len(data.pods), "pod")
-        return f"released {pods}" + (f" ({data.reason})" if data.reason else "")
+        released = f"released {pods}" + (f" ({data.reason})" if data.reason else "")
+        return released + _evicted_by(data)
     if isinstance(data, PodGroupAnnotatedData):
         return "annotated " + ", ".join(
             f"{key} removed" if value is None else f"{key}={value}"
@@ -144,3 +146,12 @@ def _list(names: Sequence[str]) -> str:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _evicted_by(data: PodGroupReleasedData) -> str:
+    """Who evicted, when the scheduler said so (nothing for a plain release)."""
+    eviction = data.eviction
+    if eviction is None:
+        return ""
+    who = who_evicted(eviction.action, eviction.evictor, eviction.evictor_queue, eviction.at)
+    return f", evicted {who} [{eviction.source}]"

@@ -9,6 +9,13 @@ live cluster. So it answers on a replica, as the reader role, or on a replayed d
 The verdict and the length cut short are the stored ones (the core judged the run when it
 ended); the rules are the stored windows judged again by the core (``core.judge``), so each
 row says which rules protected the run, their windows, and by how much each was cut short.
+
+A run whose eviction the scheduler attributed (``minruntime.runs.eviction_source``) carries
+who evicted it; when the attribution names the rule that applied, its exact verdict
+(``violated`` / ``honoured`` / ``unguarded``) replaces definite / possible, and its one rule is
+judged again by the core at the eviction's instant (``core.judge_exact``). The report lists
+the runs an eviction ended inside some window (as before) and the attributed ones whose rule
+was broken; honoured and unguarded ones are listed as such, never counted as violations.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ from typing import Any, Final, NamedTuple
 from sqlalchemy import Connection
 
 from minruntime.core import (
+    Attribution,
+    ExactJudgement,
+    ExactVerdict,
+    Inexact,
     ProtectionRule,
     Reclaimers,
     RuleVerdict,
@@ -30,7 +41,9 @@ from minruntime.core import (
     Verdict,
     format_duration,
     format_rfc3339,
+    inexact,
     judge,
+    judge_exact,
 )
 from minruntime.errors import UserError
 from minruntime.ingest.runs import window_json, windows_of
@@ -59,6 +72,25 @@ class Violation(NamedTuple):
     rules: tuple[RuleVerdict, ...]
     # The event-log entry that ended it (None: not in this database's log).
     seq: int | None
+    # Who evicted it, as the scheduler said (None: not attributed).
+    attribution: Attribution | None = None
+    # The verdict under the one rule that applied (None: no attribution names one).
+    exact: ExactJudgement | None = None
+
+    @property
+    def inexact(self) -> Inexact | None:
+        """Why its attribution names no rule (None: not attributed, or it names one)."""
+        return None if self.attribution is None else inexact(self.attribution)
+
+    @property
+    def shown_verdict(self) -> str:
+        """The exact verdict when there is one, else definite / possible."""
+        return self.verdict.value if self.exact is None else self.exact.verdict.value
+
+    @property
+    def is_violation(self) -> bool:
+        """A broken promise: definite / possible without an exact verdict, or violated."""
+        return self.exact is None or self.exact.verdict is ExactVerdict.VIOLATED
 
     @property
     def ran(self) -> timedelta:
@@ -81,9 +113,23 @@ class ViolationReport:
     evicted_runs: int
     violations: tuple[Violation, ...]
 
-    def count(self, verdict: Verdict) -> int:
-        """How many violations have ``verdict``."""
-        return sum(violation.verdict is verdict for violation in self.violations)
+    def count(self, verdict: Verdict | ExactVerdict) -> int:
+        """How many rows have ``verdict`` (an exact verdict replaces definite / possible)."""
+        if isinstance(verdict, ExactVerdict):
+            return sum(
+                row.exact is not None and row.exact.verdict is verdict for row in self.violations
+            )
+        return sum(row.exact is None and row.verdict is verdict for row in self.violations)
+
+    @property
+    def violation_count(self) -> int:
+        """The rows that are violations (honoured and unguarded evictions are not)."""
+        return sum(row.is_violation for row in self.violations)
+
+    @property
+    def attributed(self) -> bool:
+        """Some row has an exact verdict (the report then counts them too)."""
+        return any(row.exact is not None for row in self.violations)
 
 
 def find_violations(
@@ -113,22 +159,58 @@ def find_violations(
     rows = read_surface.violating_runs(conn, schema, since, queue)
     read: dict[str, tuple[RuleWindow, ...]] = {}
     violations = []
-    # Plain tuples, columns in Violation's order but for the last four: a long log has tens
-    # of thousands.
+    # Plain tuples, the first nine columns in Violation's order: a long log has tens of
+    # thousands.
     for row in rows:
-        protection, cut_short, text, seq = row[_PROTECTION:]
+        protection, cut_short, text, seq = row[_PROTECTION:_CORE]
         windows = read.get(text)
         if windows is None:
             windows = read[text] = _readable(text)
-        rules = judge(row[_START], row[_END], windows).rules
+        start, end = row[_START], row[_END]
+        rules = judge(start, end, windows).rules
+        attribution, exact = _attributed(start, end, row[_CORE:])
         violations.append(
-            Violation._make((*row[:_PROTECTION], Verdict(protection), cut_short, rules, seq))
+            Violation._make(
+                (
+                    *row[:_PROTECTION],
+                    Verdict(protection),
+                    cut_short,
+                    rules,
+                    seq,
+                    attribution,
+                    exact,
+                )
+            )
         )
     return ViolationReport(since, queue, int(evicted), tuple(violations))
 
 
-# Where run_start, run_end and protection are in a row of read_surface.violating_runs.
-_START, _END, _PROTECTION = 4, 5, 9
+# Where run_start, run_end, protection and core_pods are in a row of
+# read_surface.violating_runs.
+_START, _END, _PROTECTION, _CORE = 4, 5, 9, 13
+
+
+def _attributed(
+    start: datetime, end: datetime, columns: Sequence[Any]
+) -> tuple[Attribution | None, ExactJudgement | None]:
+    """Who evicted and the exact verdict from a row's last columns (core_pods, eviction_source,
+    eviction_action, evictor, evictor_queue, evicted_at, exact_verdict, applied_window): the
+    stored window judged again by the core, the verdict the stored one."""
+    core, source, action, evictor, evictor_queue, at, verdict, applied = columns
+    if source is None:
+        return None, None
+    attribution = Attribution(source, action, evictor, evictor_queue, at)
+    if verdict is None:
+        return attribution, None
+    window = None
+    if applied is not None:
+        # One window, stored as one item of ``windows``.
+        readable = _readable(f"[{applied}]")
+        if not readable:
+            return attribution, None
+        window = readable[0]
+    judged = judge_exact(window, start, end, attribution, core)
+    return attribution, judged._replace(verdict=ExactVerdict(verdict))
 
 
 def _readable(text: str) -> tuple[RuleWindow, ...]:
@@ -143,6 +225,20 @@ def _readable(text: str) -> tuple[RuleWindow, ...]:
         except (KeyError, TypeError, ValueError, ArithmeticError):
             continue
     return tuple(windows)
+
+
+def who_evicted(
+    action: str | None, evictor: str | None, evictor_queue: str | None, at: datetime | None
+) -> str:
+    """Who evicted, as the scheduler said it: ``by reclaim for ns/big (queue q) at T``."""
+    who = f"by {action}" if action else "by the scheduler"
+    if evictor:
+        who += f" for {evictor}"
+    if evictor_queue:
+        who += f" (queue {evictor_queue})"
+    if at is not None:
+        who += f" at {format_rfc3339(at)}"
+    return who
 
 
 def describe_rule(window: RuleWindow) -> str:
@@ -190,8 +286,10 @@ class ViolationJson:
             "run_end": format_rfc3339(violation.run_end),
             "ran": violation.ran.total_seconds(),
             "ended_by": violation.ended_by,
-            "verdict": violation.verdict.value,
-            "cut_short": _seconds(violation.cut_short),
+            "verdict": violation.shown_verdict,
+            "cut_short": _seconds(
+                violation.cut_short if violation.exact is None else violation.exact.cut_short
+            ),
             "gpus": _number(violation.gpus),
             "gpu_seconds": _number(violation.gpu_seconds),
             "seq": violation.seq,
@@ -205,6 +303,7 @@ class ViolationJson:
                 }
                 for rule in violation.rules
             ],
+            **_attribution_json(violation),
         }
 
     def _window(self, window: RuleWindow) -> dict[str, Any]:
@@ -212,6 +311,37 @@ class ViolationJson:
         if found is None:
             found = self._windows[id(window)] = window_json(window)
         return found
+
+
+def _attribution_json(violation: Violation) -> dict[str, Any]:
+    """Who evicted, and the one rule that applied: for attributed runs only (the rows of
+    unattributed runs are as they were)."""
+    attribution = violation.attribution
+    if attribution is None:
+        return {}
+    exact = violation.exact
+    rule = None if exact is None else exact.rule
+    return {
+        "eviction": {
+            "source": attribution.source,
+            "action": attribution.action,
+            "evictor": attribution.evictor,
+            "evictor_queue": attribution.evictor_queue,
+            "at": None if attribution.at is None else format_rfc3339(attribution.at),
+        },
+        # Why no exact verdict (null: there is one): the verdict is then definite / possible.
+        "inexact": None if violation.inexact is None else violation.inexact.value,
+        "judged_at": None if exact is None else format_rfc3339(exact.instant),
+        "applied_rule": None
+        if rule is None
+        else {
+            **window_json(rule.window),
+            "protected": rule.protected,
+            "cut_short": rule.cut_short.total_seconds(),
+        },
+        # Definite / possible over every possible preemptor, as for an unattributed run.
+        "protection": violation.verdict.value,
+    }
 
 
 def _seconds(value: timedelta | None) -> float | None:

@@ -134,12 +134,25 @@ def _runs_table(runs: tuple[Run, ...]) -> Table:
             str(run.number),
             rfc3339(run.start),
             rfc3339(run.end) if run.end else "",
-            run.ended_by or "still running",
+            _ended(run),
             _value(run.end - run.start) if run.end else "",
             Text("\n".join(windows)),
             rfc3339(run.protected_until) if run.protected_until else "",
         )
     return table
+
+
+def _ended(run: Run) -> str:
+    """How the run ended; for an attributed eviction, who evicted and the exact verdict."""
+    ended = run.ended_by or "still running"
+    if run.evictor:
+        ended += f" for {run.evictor}"
+    if run.evictor_queue:
+        ended += f" (queue {run.evictor_queue})"
+    if run.exact_verdict is not None:
+        cut = run.applied_cut_short
+        ended += f"\n{run.exact_verdict}" + (f", cut {_value(cut)} short" if cut else "")
+    return ended
 
 
 def _window(window: Window | None) -> str:

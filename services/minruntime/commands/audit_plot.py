@@ -161,6 +161,11 @@ def _draw_inside(axes: Axes, run: Run, end: datetime) -> None:
     axes.axvline(_x(end), color=_INSIDE, linestyle="-.", linewidth=1.8)
     cut = f", cut {format_duration(run.cut_short)} short" if run.cut_short else ""
     what = f"violation ({run.protection})" if run.eviction else "ended inside its window"
+    if run.exact_verdict is not None:
+        # The scheduler said who evicted: the verdict under the one rule that applied.
+        applied = run.applied_cut_short
+        cut = f", cut {format_duration(applied)} short" if applied else ""
+        what = f"{run.exact_verdict} ({run.action})"
     axes.text(_x(end), RUNS + 0.75, _text(f"{what}{cut}"), ha="right", va="bottom", color=_INSIDE)
 
 

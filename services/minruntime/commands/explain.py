@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from minruntime.audit.explain_model import (
         Elasticity,
         Explanation,
+        LastEviction,
         PreemptionDelayFacts,
         RulePath,
         Verdict,
@@ -261,11 +262,30 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
         grid.add_row("requeue cap", requeue_cap_text(explanation.requeue_cap, facts.node_pool))
         if explanation.requeue_cap.annotation_problem is not None:
             grid.add_row("note", escape(explanation.requeue_cap.annotation_problem))
+    if explanation.last_eviction is not None:
+        grid.add_row("last eviction", _last_eviction_text(explanation.last_eviction))
     for note in explanation.notes:
         grid.add_row("note", escape(note))
     for disagreement in explanation.disagreements:
         grid.add_row("[red]BUG[/]", f"[red]{escape(disagreement)}[/]")
     return grid
+
+
+def _last_eviction_text(last: LastEviction) -> str:
+    """Who evicted the last evicted run, and the verdict under the rule that applied."""
+    from rich.markup import escape
+
+    from minruntime.audit.violations import who_evicted
+
+    who = who_evicted(last.action, last.evictor, last.evictor_queue, last.evicted_at)
+    text = f"run {rfc3339(last.run_start)} → {rfc3339(last.run_end)} {who} [{last.source}]"
+    if last.exact_verdict is None:
+        return escape(f"{text}: {last.protection} against every possible preemptor")
+    cut = last.applied_cut_short
+    verdict = last.exact_verdict + (f", cut {_span(cut)} short" if cut else "")
+    if last.applied_min_runtime is not None:
+        verdict += f" (its window {_span(last.applied_min_runtime)})"
+    return escape(f"{text}: {verdict}")
 
 
 def _delay_text(delay: PreemptionDelayFacts) -> str:

@@ -2,7 +2,8 @@
 
 The data comes from ``minruntime.audit.violations`` (what ``--json`` prints); this module
 parses the options, reads in one read-only transaction (a replica will do) and renders a plain
-table: one line per violation, the rules that protected it on continuation lines.
+table: one line per violation, the rules that protected it on continuation lines (for an
+attributed eviction: who evicted, then the one rule that applied).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from minruntime.commands.common import Json, counted, engine, option, parse_at, 
 
 if TYPE_CHECKING:
     from minruntime.audit.violations import Violation, ViolationReport
-    from minruntime.core import RuleWindow
+    from minruntime.core import ExactJudgement, RuleWindow
 
 Since = Annotated[
     str | None,
@@ -60,7 +61,8 @@ def violations_command(
     schema: Schema = "minruntime",
     as_json: Json = False,
 ) -> None:
-    """Runs an eviction ended inside their protection window: definite or possible, and why."""
+    """Runs an eviction ended inside their protection window: definite or possible, and why;
+    violated / honoured / unguarded when the scheduler said who evicted."""
     from minruntime.audit.violations import find_violations
     from minruntime.store.read_transactions import read_only, repeatable_read
 
@@ -96,15 +98,19 @@ def write_json(report: ViolationReport, out: TextIO) -> None:
 
 def summary(report: ViolationReport) -> dict[str, Any]:
     """The counts of a report (the head of ``--json``)."""
-    from minruntime.core import Verdict
+    from minruntime.core import ExactVerdict, Verdict
 
     return {
         "since": None if report.since is None else rfc3339(report.since),
         "queue": report.queue,
         "evicted_runs": report.evicted_runs,
-        "violations": len(report.violations),
+        "violations": report.violation_count,
         "definite": report.count(Verdict.DEFINITE),
         "possible": report.count(Verdict.POSSIBLE),
+        # Runs whose attributed eviction named the rule that applied (docs/audit.md).
+        "violated": report.count(ExactVerdict.VIOLATED),
+        "honoured": report.count(ExactVerdict.HONOURED),
+        "unguarded": report.count(ExactVerdict.UNGUARDED),
     }
 
 
@@ -122,6 +128,11 @@ def render(report: ViolationReport) -> str:
         f"{counted(counts['evicted_runs'], 'run')} ended by an eviction{scope}: "
         f"{counts['definite']} definite, {counts['possible']} possible"
     )
+    if report.attributed:
+        head += (
+            f", {counts['violated']} violated"
+            f" (also listed: {counts['honoured']} honoured, {counts['unguarded']} unguarded)"
+        )
     if not report.violations:
         return head
     rows = [_cells(violation) for violation in report.violations]
@@ -137,25 +148,66 @@ def render(report: ViolationReport) -> str:
 
 
 def _cells(violation: Violation) -> tuple[list[str], list[str]]:
-    rules = [
-        f"{_rule(rule.window)}, cut {_duration(rule.cut_short)} short"
-        for rule in violation.protecting
-    ]
-    if violation.preemptibility == "semi-preemptible":
+    exact = violation.exact
+    if exact is None:
+        rules = [
+            f"{_rule(rule.window)}, cut {_duration(rule.cut_short)} short"
+            for rule in violation.protecting
+        ]
+        core = violation.preemptibility == "semi-preemptible"
+    else:
+        rules = [_applied(exact)]
+        violated = exact.verdict == "violated"
+        core = violated and violation.preemptibility == "semi-preemptible"
+    if core:
         # SEMANTICS.md §10: its core is protected by no window, against every preemptor.
         rules.insert(0, "semi-preemptible core: never evictable, by any preemptor")
     rules = rules or ["(the stored windows cannot be read by this version)"]
+    if violation.attribution is not None:
+        rules.insert(0, _evicted_by(violation))
     cells = [
         rfc3339(violation.run_end),
         violation.uid,
         violation.queue or "(unknown)",
         violation.ended_by,
-        violation.verdict.value,
+        violation.shown_verdict,
         _duration(violation.ran),
-        _duration(violation.cut_short),
+        _duration(violation.cut_short if exact is None else exact.cut_short),
         rules[0],
     ]
     return cells, rules[1:]
+
+
+def _evicted_by(violation: Violation) -> str:
+    """Who evicted, as the scheduler said it, and what the verdict rests on."""
+    from minruntime.audit.violations import who_evicted
+
+    attribution = violation.attribution
+    assert attribution is not None
+    who = who_evicted(
+        attribution.action, attribution.evictor, attribution.evictor_queue, attribution.at
+    )
+    why = violation.inexact
+    if why is not None:
+        return f"evicted {who} [{attribution.source}; {_INEXACT[why]}: every rule judged]"
+    return f"evicted {who} [{attribution.source}]"
+
+
+def _applied(exact: ExactJudgement) -> str:
+    """The one rule that applied and what became of it."""
+    rule = exact.rule
+    if rule is None:
+        return "not guarded by a minimum runtime (KAI checks it only in preempt and reclaim)"
+    if rule.protected:
+        return f"{_rule(rule.window)}, cut {_duration(rule.cut_short)} short"
+    return f"{_rule(rule.window)}, honoured"
+
+
+_INEXACT: Final = {
+    "no-action": "no action said",
+    "unknown-action": "an action KAI does not have",
+    "no-evictor-queue": "the evictor's queue is not known",
+}
 
 
 @cache

@@ -7,6 +7,18 @@ from minruntime.core.annotations import (
     REQUEUE_DELAY_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
 )
+from minruntime.core.attribution import (
+    GUARDED_ACTIONS,
+    UNGUARDED_ACTIONS,
+    ExactJudgement,
+    ExactVerdict,
+    Inexact,
+    applied_window,
+    eviction_instant,
+    exact_judgement,
+    inexact,
+    judge_exact,
+)
 from minruntime.core.config import (
     DEFAULT_NODE_POOL,
     DEFAULT_REQUEUE_DELAY,
@@ -44,6 +56,7 @@ from minruntime.core.errors import (
     NegativeDurationError,
     QueueCycleError,
 )
+from minruntime.core.evictions import Attribution, EvictionAction, EvictionSource
 from minruntime.core.gpus import GPU_UNITS_PER_GPU, MAX_GPUS_IN_PLAN, MAX_GPUS_PER_EVENT
 from minruntime.core.nomination import (
     NominationCandidate,
@@ -127,7 +140,7 @@ from minruntime.core.requeue_model import (
     exclusion_reason,
 )
 from minruntime.core.resolution import Resolution, ResolutionKind, ResolutionTrace, Resolver
-from minruntime.core.runs import EVICTIONS, EndedRun, ended_run
+from minruntime.core.runs import EVICTED, EVICTIONS, EndedRun, ended_run
 from minruntime.core.start_time import (
     NOT_STARTED,
     AllocationEvent,
@@ -155,10 +168,12 @@ __all__ = [
     "DEFAULT_NODE_POOL",
     "DEFAULT_REQUEUE_DELAY",
     "DEFAULT_SUBGROUP",
+    "EVICTED",
     "EVICTIONS",
     "EXPECTED_RUNTIME_ANNOTATION",
     "EXPECTED_RUNTIME_PLUGIN",
     "GPU_UNITS_PER_GPU",
+    "GUARDED_ACTIONS",
     "LAST_EVICTION_ANNOTATION",
     "MAX_DURATION",
     "MAX_GPUS_IN_PLAN",
@@ -170,11 +185,13 @@ __all__ = [
     "PREEMPTION_DELAY_ANNOTATION",
     "REQUEUE_DELAY_ANNOTATION",
     "REQUEUE_NOT_BEFORE_ANNOTATION",
+    "UNGUARDED_ACTIONS",
     "Allocation",
     "AllocationEvent",
     "AllocationKind",
     "AnnotatedCap",
     "Annotation",
+    "Attribution",
     "CapSource",
     "ClusterState",
     "CyclePlan",
@@ -183,10 +200,15 @@ __all__ = [
     "Deletion",
     "DuplicateQueueError",
     "EndedRun",
+    "EvictionAction",
+    "EvictionSource",
+    "ExactJudgement",
+    "ExactVerdict",
     "Exclusion",
     "ExclusionReason",
     "FreeCapacityLedger",
     "IgnoredValue",
+    "Inexact",
     "InvalidClusterStateError",
     "InvalidConfigError",
     "InvalidDurationError",
@@ -246,6 +268,7 @@ __all__ = [
     "VictimEviction",
     "above_core",
     "annotated_max_requeues",
+    "applied_window",
     "apply_allocated",
     "apply_released",
     "capped_podgroups",
@@ -256,6 +279,8 @@ __all__ = [
     "delay_window",
     "ended_run",
     "evictable_pods",
+    "eviction_instant",
+    "exact_judgement",
     "exclusion_reason",
     "expected_runtime_nominations",
     "fallback_subgroup",
@@ -267,9 +292,11 @@ __all__ = [
     "ignored_values",
     "in_cooldown",
     "in_delay_window",
+    "inexact",
     "is_elastic",
     "is_protected",
     "judge",
+    "judge_exact",
     "last_eviction",
     "last_eviction_annotation",
     "nominate",

@@ -36,7 +36,7 @@ from minruntime.core.config import DEFAULT_NODE_POOL, parse_max_requeues
 from minruntime.core.durations import parse_duration
 from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
-from minruntime.core.evictions import EVICTIONS, ended_by_reason
+from minruntime.core.evictions import EVICTIONS, Attribution, ended_by_reason
 from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.preemption_delay import (
     LAST_EVICTION_ANNOTATION,
@@ -263,6 +263,8 @@ class Release(NamedTuple):
     at: datetime
     # Why (free text: completed, failed, evicted, requeued, ...); what a run's end is called.
     reason: str | None = None
+    # Who evicted, when the scheduler said so: the run it ends is ``evicted`` (core.evictions).
+    eviction: Attribution | None = None
 
 
 class Annotation(NamedTuple):
@@ -415,7 +417,10 @@ def _release(state: PodGroupState, change: Release) -> PodGroupState:
     if state.allocated and not held:
         # The run ended: by an eviction, its end re-arms the preemption delay.
         ended_by = ended_by_reason(
-            change.reason, deleted=False, awaiting_release=state.awaiting_release
+            change.reason,
+            deleted=False,
+            awaiting_release=state.awaiting_release,
+            attributed=change.eviction is not None,
         )
         if ended_by in EVICTIONS:
             evicted_at = change.at

@@ -9,7 +9,10 @@ say:
   run was waiting for it (``awaiting_release``: the cluster carried the requeue out);
 - a deletion (``podgroup.deleted``, or a release with reason ``deleted``) is ``deleted``, or
   ``deleted-by-eviction`` when a committed requeue was waiting for it;
-- any other reason is kept as it came (``completed``, ``failed``, ``evicted``, ...).
+- any other reason is kept as it came (``completed``, ``failed``, ``evicted``, ...);
+- a release the scheduler attributed (``Release.eviction``) is ``evicted`` unless its reason
+  already names an eviction; the run carries the attribution (action, evictor, its queue,
+  when), which names the one rule that applied (``core.attribution``).
 
 A run ended by an eviction — ``evicted``, ``preempted``, ``requeued``,
 ``deleted-by-eviction`` — may be a protection violation (``core.violation``); completions,
@@ -25,10 +28,12 @@ from typing import Final, NamedTuple
 from minruntime.core.evictions import (
     DELETED,
     DELETED_BY_EVICTION,
+    EVICTED,
     EVICTION_REASONS,
     EVICTIONS,
     RELEASED,
     REQUEUED,
+    Attribution,
     ended_by_reason,
 )
 from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release
@@ -37,6 +42,7 @@ from minruntime.core.preemptibility import Preemptibility, core_pods
 __all__ = [
     "DELETED",
     "DELETED_BY_EVICTION",
+    "EVICTED",
     "EVICTIONS",
     "EVICTION_REASONS",
     "RELEASED",
@@ -69,6 +75,8 @@ class EndedRun(NamedTuple):
     gpus: Decimal | None
     # Semi-preemptible: the pods of its core it still held (§10); 0 for the other values.
     core: int = 0
+    # Who evicted it, when the scheduler said so (None: not known).
+    attribution: Attribution | None = None
 
     @property
     def eviction(self) -> bool:
@@ -106,14 +114,21 @@ def ended_run(
         ended_by=ended_by(change, awaiting_release=before.awaiting_release),
         gpus=held_gpus(before),
         core=held_core(before),
+        attribution=change.eviction if isinstance(change, Release) else None,
     )
 
 
 def ended_by(change: PodGroupChange, *, awaiting_release: bool) -> str:
     """Why a run ended: the release reason, refined as the module says."""
-    reason = change.reason if isinstance(change, Release) else None
+    if isinstance(change, Release):
+        reason, attributed = change.reason, change.eviction is not None
+    else:
+        reason, attributed = None, False
     return ended_by_reason(
-        reason, deleted=isinstance(change, Deletion), awaiting_release=awaiting_release
+        reason,
+        deleted=isinstance(change, Deletion),
+        awaiting_release=awaiting_release,
+        attributed=attributed,
     )
 
 

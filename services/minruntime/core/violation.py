@@ -236,6 +236,33 @@ class RunRules:
         self._by_pool[(node_pool, queue)] = found
         return found
 
+    def reclaim_window(
+        self, reclaimer: str, victim: str | None, node_pool: str | None
+    ) -> RuleWindow:
+        """The reclaim window a reclaimer in queue ``reclaimer`` met for a run of ``victim``
+        (None: a placeholder) in ``node_pool``: the ``Resolver``'s answer, in the class of
+        possible preemptors ``windows`` lists it under (a queue not in the tree: the pool's
+        default, as the unknown queue's class)."""
+        config = self._configs.for_pool(node_pool)
+        tree = self._tree
+        if victim is None or victim not in tree:
+            return _reclaim(Reclaimers.ANY, Resolution(config.default_reclaim_min_runtime, None))
+        if reclaimer not in tree:
+            return _reclaim(
+                Reclaimers.UNKNOWN, Resolution(config.default_reclaim_min_runtime, None)
+            )
+        resolution = self._resolver(config).reclaim_min_runtime(reclaimer, victim)
+        if config.reclaim_resolve_method == ReclaimResolveMethod.QUEUE:
+            return _reclaim(Reclaimers.ANY, resolution)
+        path, theirs = tree.path(victim), tree.path(reclaimer)
+        if path[0] != theirs[0]:
+            return _reclaim(Reclaimers.OTHER_ROOTS, resolution)
+        common = next(
+            (depth for depth, (a, b) in enumerate(zip(path, theirs, strict=False)) if a != b),
+            min(len(path), len(theirs)),
+        )
+        return _reclaim(Reclaimers.BELOW, resolution, path[common - 1])
+
     def _windows(self, resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
         config = resolver.config
         tree = self._tree

@@ -19,6 +19,7 @@ from minruntime.core import (
     PREEMPTION_DELAY_ANNOTATION,
     Allocation,
     Annotation,
+    Attribution,
     Deletion,
     PodGroupChange,
     PodGroupState,
@@ -45,7 +46,13 @@ def podgroup_change(data: EventData, at: datetime) -> PodGroupChange:
     if isinstance(data, PodGroupAllocatedData):
         return Allocation(tuple((pod.name, pod.node) for pod in data.pods), at)
     if isinstance(data, PodGroupReleasedData):
-        return Release(data.pods, at, data.reason)
+        eviction = data.eviction
+        if eviction is None:
+            return Release(data.pods, at, data.reason)
+        attribution = Attribution(
+            eviction.source, eviction.action, eviction.evictor, eviction.evictor_queue, eviction.at
+        )
+        return Release(data.pods, at, data.reason, attribution)
     if isinstance(data, PodGroupSubmittedData):
         return Submission(
             name=data.name,

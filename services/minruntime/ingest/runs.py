@@ -3,9 +3,10 @@
 The podgroup fold says which event ended a run (``core.ended_run``); the rules in force at
 that event — the queue tree and the node pools' configurations as the projection has them
 right then, which in a replay is the log's order and live is made the same by the tree lock
-(``store.queues.lock_tree``) — say how protected it still was (``core.RunRules``). Each run
-becomes one row; the ones an eviction ended are also handed to the processor's metrics
-(``LostRun``).
+(``store.queues.lock_tree``) — say how protected it still was (``core.RunRules``), and, for a
+run whose eviction the scheduler attributed, the one rule that applied and its verdict
+(``core.exact_judgement``). Each run becomes one row; the ones an eviction ended are also
+handed to the processor's metrics (``LostRun``).
 """
 
 from __future__ import annotations
@@ -14,18 +15,21 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, NamedTuple
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Connection
 
 from minruntime.core import (
     EndedRun,
+    ExactJudgement,
     ProtectionRule,
     Reclaimers,
     RuleSet,
     RuleWindow,
     RunRules,
     Verdict,
+    exact_judgement,
     run_verdict,
 )
 from minruntime.store.runs import append_runs
@@ -43,6 +47,10 @@ class LostRun(NamedTuple):
     gpu_seconds: float | None
     # definite | possible | none
     protection: str
+    # The scheduler's action, as it came (None: not attributed or not said).
+    action: str | None = None
+    # violated | honoured | unguarded (None: no exact verdict; ``protection`` stands).
+    exact_verdict: str | None = None
 
 
 class RunLog:
@@ -66,9 +74,10 @@ class RunLog:
                 [window_json(window) for window in rule_set.windows], separators=(",", ":")
             )
         gpu_seconds = run.gpu_seconds
-        self._rows.append(
-            run_row(run, gpu_seconds, rule_set, stored, verdict, cut_short, source, event_id)
-        )
+        exact = exact_judgement(rules, run)
+        row = run_row(run, gpu_seconds, rule_set, stored, verdict, cut_short, source, event_id)
+        row.update(attribution_columns(run, exact))
+        self._rows.append(row)
         if run.eviction:
             self.lost.append(
                 LostRun(
@@ -78,6 +87,8 @@ class RunLog:
                     run.duration.total_seconds(),
                     None if gpu_seconds is None else float(gpu_seconds),
                     verdict.value,
+                    None if run.attribution is None else run.attribution.action,
+                    None if exact is None else exact.verdict.value,
                 )
             )
 
@@ -119,6 +130,45 @@ def run_row(
         "protection": verdict.value,
         "cut_short": cut_short,
         "core_pods": run.core,
+    }
+
+
+_UNATTRIBUTED: Final[Mapping[str, Any]] = MappingProxyType(
+    dict.fromkeys(
+        (
+            "eviction_source",
+            "eviction_action",
+            "evictor",
+            "evictor_queue",
+            "evicted_at",
+            "exact_verdict",
+            "applied_window",
+            "applied_min_runtime",
+            "applied_cut_short",
+        )
+    )
+)
+
+
+def attribution_columns(run: EndedRun, exact: ExactJudgement | None) -> Mapping[str, Any]:
+    """The ``run_log`` columns of who evicted ``run`` and the exact verdict (all NULL for a run
+    without an attribution)."""
+    attribution = run.attribution
+    if attribution is None:
+        return _UNATTRIBUTED
+    rule = None if exact is None else exact.rule
+    return {
+        "eviction_source": attribution.source,
+        "eviction_action": attribution.action,
+        "evictor": attribution.evictor,
+        "evictor_queue": attribution.evictor_queue,
+        "evicted_at": attribution.at,
+        "exact_verdict": None if exact is None else exact.verdict.value,
+        "applied_window": None
+        if rule is None
+        else json.dumps(window_json(rule.window), separators=(",", ":")),
+        "applied_min_runtime": None if rule is None else rule.window.min_runtime,
+        "applied_cut_short": None if exact is None else exact.cut_short,
     }
 
 

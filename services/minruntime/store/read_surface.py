@@ -223,10 +223,31 @@ def judged_run(
     conn: Connection, shadow: Shadow, uid: str, source: str, event_id: str
 ) -> tuple[Any, ...] | None:
     """The run of ``uid`` that the event (``source``, ``event_id``) ended, as the runs view
-    judges it against every preemptor: (protection, eviction, cut_short); None: none."""
+    judges it against every preemptor, and under the rule the attributed eviction met:
+    (protection, eviction, cut_short, exact_verdict, applied_cut_short, eviction_action,
+    evictor, evictor_queue); None: none."""
     params = {"uid": uid, "source": source, "id": event_id}
     row = conn.execute(_judged_run(shadow.read_schema), params).first()
     return None if row is None else tuple(row)
+
+
+_LAST_EVICTION: Final = (
+    "SELECT r.run_start, r.run_end, r.ended_by, r.protection, r.eviction_source,"
+    " r.eviction_action, r.evictor, r.evictor_queue, r.evicted_at, r.exact_verdict,"
+    " r.applied_min_runtime, r.applied_cut_short"
+    f" FROM {READ_SCHEMA}.runs r"
+    f" JOIN {READ_SCHEMA}.event_log e ON e.source = r.end_source AND e.id = r.end_event_id"
+    " WHERE r.uid = :uid AND r.eviction AND e.applied_at <= :at"
+    " ORDER BY e.seq DESC LIMIT 1"
+)
+
+
+def last_eviction(conn: Connection, uid: str, at: datetime) -> sa.Row[Any] | None:
+    """The last run of ``uid`` an eviction ended, among the runs the service had ended by
+    ``at`` (live history: runs are never changed once written): run_start, run_end, ended_by,
+    protection, eviction_source, eviction_action, evictor, evictor_queue, evicted_at,
+    exact_verdict, applied_min_runtime, applied_cut_short; None: none."""
+    return conn.execute(sa.text(_LAST_EVICTION), {"uid": uid, "at": at}).first()
 
 
 # The timeline asks these after every boundary of a replay: each is made once per schema.
@@ -248,7 +269,8 @@ def _timeline_state(read: str) -> sa.TextClause:
 @lru_cache(maxsize=64)
 def _judged_run(read: str) -> sa.TextClause:
     return sa.text(
-        f"SELECT protection, eviction, cut_short FROM {read}.runs"
+        "SELECT protection, eviction, cut_short, exact_verdict, applied_cut_short,"
+        f" eviction_action, evictor, evictor_queue FROM {read}.runs"
         " WHERE uid = :uid AND end_source = :source AND end_event_id = :id"
     )
 
@@ -258,15 +280,28 @@ def _judged_run(read: str) -> sa.TextClause:
 _VIOLATIONS: Final = (
     "SELECT r.uid, r.queue, r.node_pool, r.preemptibility, r.run_start, r.run_end, r.ended_by,"
     # The windows as stored (text): runs of one queue share them, so each is read once.
-    " r.gpus, r.gpu_seconds, r.protection, r.cut_short, r.windows_text, e.seq"
+    " r.gpus, r.gpu_seconds, r.protection, r.cut_short, r.windows_text, e.seq, {attribution}"
     " FROM {schema}.runs r"
     # The log is the live schema's: a kept shadow's runs were replayed from it.
     f" LEFT JOIN {READ_SCHEMA}.event_log e ON e.source = r.end_source AND e.id = r.end_event_id"
     # Inlined, this is the partial index's predicate (run_log.ix_run_log_violations).
-    " WHERE r.eviction AND r.protection <> 'none'"
+    " WHERE r.eviction AND ({violating})"
     " AND (CAST(:since AS timestamptz) IS NULL OR r.run_end >= :since)"
     " AND (CAST(:queue AS text) IS NULL OR r.queue = :queue)"
     " ORDER BY r.run_end, r.uid, r.end_source, r.end_event_id"
+)
+# Who evicted, the exact verdict and the rule that applied (migration 0018); a read surface
+# kept before it (``replay --into``) has none: NULLs.
+_ATTRIBUTION: Final = (
+    "r.core_pods, r.eviction_source, r.eviction_action, r.evictor, r.evictor_queue,"
+    " r.evicted_at, r.exact_verdict, CAST(r.applied_window AS text)"
+)
+_NO_ATTRIBUTION: Final = "0, " + ", ".join(["NULL"] * 7)
+_VIOLATING: Final = "r.protection <> 'none' OR r.exact_verdict = 'violated'"
+_VIOLATING_0013: Final = "r.protection <> 'none'"
+_HAS_ATTRIBUTION: Final = (
+    "SELECT EXISTS (SELECT FROM pg_attribute"
+    " WHERE attrelid = to_regclass(:runs) AND attname = 'exact_verdict' AND NOT attisdropped)"
 )
 _EVICTED: Final = (
     "SELECT count(*) FROM {schema}.runs r WHERE r.eviction"
@@ -297,8 +332,16 @@ def evicted_runs(conn: Connection, schema: str, since: datetime | None, queue: s
 def violating_runs(
     conn: Connection, schema: str, since: datetime | None, queue: str | None
 ) -> Sequence[sa.Row[Any]]:
-    """The runs an eviction ended inside a window (at or after ``since``, in ``queue``), in the
-    order they ended: uid, queue, node_pool, preemptibility, run_start, run_end, ended_by,
-    gpus, gpu_seconds, protection, cut_short, windows_text, and the log seq of the end."""
+    """The runs an eviction ended inside a window, or whose attributed eviction broke the rule
+    that applied (at or after ``since``, in ``queue``), in the order they ended: uid, queue,
+    node_pool, preemptibility, run_start, run_end, ended_by, gpus, gpu_seconds, protection,
+    cut_short, windows_text, the log seq of the end, core_pods, eviction_source,
+    eviction_action, evictor, evictor_queue, evicted_at, exact_verdict, applied_window."""
     params = {"since": since, "queue": queue}
-    return conn.execute(sa.text(_VIOLATIONS.format(schema=schema)), params).all()
+    attributed = _scalar(conn, _HAS_ATTRIBUTION, runs=f"{schema}.runs")
+    query = _VIOLATIONS.format(
+        schema=schema,
+        attribution=_ATTRIBUTION if attributed else _NO_ATTRIBUTION,
+        violating=_VIOLATING if attributed else _VIOLATING_0013,
+    )
+    return conn.execute(sa.text(query), params).all()

@@ -32,6 +32,15 @@ RUN_COLUMNS: Final = {
     "protection": "text",
     "cut_short": "interval",
     "core_pods": "integer",
+    "eviction_source": "text",
+    "eviction_action": "text",
+    "evictor": "text",
+    "evictor_queue": "text",
+    "evicted_at": "timestamptz",
+    "exact_verdict": "text",
+    "applied_window": "text",
+    "applied_min_runtime": "interval",
+    "applied_cut_short": "interval",
 }
 
 

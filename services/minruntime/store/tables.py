@@ -246,12 +246,34 @@ run_log = sa.Table(
     sa.Column("cut_short", INTERVAL),
     # The semi-preemptible core it still held at its end (0: none; migration 0014).
     sa.Column("core_pods", sa.Integer, nullable=False, server_default="0"),
+    # Who evicted it, as the scheduler said (migration 0018; NULL: not known): which trace said
+    # it (event | annotation | condition), the action, the evicting podgroup "ns/name", its
+    # queue, and when the scheduler evicted.
+    sa.Column("eviction_source", sa.Text),
+    sa.Column("eviction_action", sa.Text),
+    sa.Column("evictor", sa.Text),
+    sa.Column("evictor_queue", sa.Text),
+    sa.Column("evicted_at", sa.DateTime(timezone=True)),
+    # The verdict under the one rule the attributed eviction met (core.attribution): violated |
+    # honoured | unguarded; NULL without an attribution that names a rule.
+    sa.Column("exact_verdict", sa.Text),
+    # That rule's window (one item as in ``windows``; NULL: none applied), its minimum runtime,
+    # and what was left of it at the eviction's instant (NULL: nothing).
+    sa.Column("applied_window", sa.Text),
+    sa.Column("applied_min_runtime", INTERVAL),
+    sa.Column("applied_cut_short", INTERVAL),
     sa.CheckConstraint("protection IN ('definite', 'possible', 'none')", name="protection"),
-    # What `minruntime violations` reads: the runs an eviction ended inside a window.
+    sa.CheckConstraint(
+        "exact_verdict IN ('violated', 'honoured', 'unguarded')", name="exact_verdict"
+    ),
+    # What `minruntime violations` reads: the runs an eviction ended inside a window, and the
+    # ones whose attributed eviction broke the rule that applied.
     sa.Index(
         "ix_run_log_violations",
         "run_end",
-        postgresql_where=sa.text("eviction AND protection <> 'none'"),
+        postgresql_where=sa.text(
+            "eviction AND (protection <> 'none' OR exact_verdict = 'violated')"
+        ),
     ),
 )
 

@@ -3,7 +3,9 @@ and the work evictions took away.
 
 Labels are finite: the topic role (not the configurable topic name), the event type and the
 dead-letter kind (both closed sets of the wire contract), the partition number, how a run was
-evicted (``core.EVICTIONS``) and its protection verdict (three values), and queue names bounded
+evicted (``core.EVICTIONS``), the scheduler's action that evicted it (KAI's four, ``other``
+for another word, ``none`` when not said: never the evictor's name) and its verdict (definite,
+possible, none; violated, honoured, unguarded for an exact one), and queue names bounded
 twice: only queues of the tree (a run of a queue the tree did not know is ``unknown``), and of
 those only the first ``MAX_QUEUE_LABELS`` this process saw (later ones are ``other``).
 """
@@ -16,7 +18,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from minruntime.core import IgnoredValue, Verdict
+from minruntime.core import EvictionAction, ExactVerdict, IgnoredValue, Verdict
 from minruntime.ingest import BatchOutcome
 from minruntime.ingest.runs import LostRun
 
@@ -25,9 +27,14 @@ from minruntime.ingest.runs import LostRun
 MAX_QUEUE_LABELS: Final = 100
 UNKNOWN_QUEUE: Final = "unknown"
 OTHER_QUEUES: Final = "other"
-VIOLATION_VERDICTS: Final = tuple(
-    verdict.value for verdict in Verdict if verdict is not Verdict.NONE
+VIOLATION_VERDICTS: Final = (
+    *(verdict.value for verdict in Verdict if verdict is not Verdict.NONE),
+    ExactVerdict.VIOLATED.value,
 )
+# The action label: KAI's actions, any other word, or none said (an unattributed run).
+ACTIONS: Final = frozenset(action.value for action in EvictionAction)
+OTHER_ACTION: Final = "other"
+NO_ACTION: Final = "none"
 
 
 class ProcessorMetrics:
@@ -80,10 +87,25 @@ class ProcessorMetrics:
             "Runs an eviction ended while a protection window still protected them.",
             ["verdict"],
         )
-        # Both verdicts exported from the start: increase() misses a series' first sample, and
+        # Every verdict exported from the start: increase() misses a series' first sample, and
         # the first violation is the one an alert must not miss.
         for verdict in VIOLATION_VERDICTS:
             self.violations.labels(verdict)
+        self.evictions = counter(
+            "minruntime_evictions",
+            "Runs an eviction ended, by the scheduler's action and the verdict.",
+            ["action", "verdict"],
+        )
+        self.run_seconds_lost_by_action = counter(
+            "minruntime_run_seconds_lost_by_action",
+            "How long the runs evictions ended had run, by the scheduler's action.",
+            ["action"],
+        )
+        self.gpu_seconds_lost_by_action = counter(
+            "minruntime_gpu_seconds_lost_by_action",
+            "GPU-seconds of the runs evictions ended, by the scheduler's action.",
+            ["action"],
+        )
         self.ignored_values = counter(
             "minruntime_ignored_values",
             "Applied events that carried a value the service ignored, as KAI does, with this"
@@ -122,8 +144,15 @@ class ProcessorMetrics:
         self.run_seconds_lost.labels(run.ended_by).observe(run.seconds)
         if run.gpu_seconds is not None:
             self.gpu_seconds_lost.labels(self.queue_label(run)).inc(max(run.gpu_seconds, 0.0))
-        if run.protection != "none":
-            self.violations.labels(run.protection).inc()
+        action = action_label(run.action)
+        verdict = run.protection if run.exact_verdict is None else run.exact_verdict
+        self.evictions.labels(action, verdict).inc()
+        self.run_seconds_lost_by_action.labels(action).inc(max(run.seconds, 0.0))
+        if run.gpu_seconds is not None:
+            self.gpu_seconds_lost_by_action.labels(action).inc(max(run.gpu_seconds, 0.0))
+        # An exact verdict replaces definite / possible: honoured and unguarded are no violation.
+        if verdict in VIOLATION_VERDICTS:
+            self.violations.labels(verdict).inc()
 
     def queue_label(self, run: LostRun) -> str:
         """The run's queue as a label value: bounded by the tree and by ``MAX_QUEUE_LABELS``."""
@@ -147,3 +176,10 @@ class ProcessorMetrics:
         for series in sorted(self._lag_series - keep):
             self.lag.remove(*series)
         self._lag_series &= keep
+
+
+def action_label(action: str | None) -> str:
+    """The scheduler's action as a label value: KAI's, ``other`` or ``none``."""
+    if not action:
+        return NO_ACTION
+    return action if action in ACTIONS else OTHER_ACTION

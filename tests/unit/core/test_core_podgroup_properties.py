@@ -172,8 +172,11 @@ class Model:
                     self.ended_at = change.at
                     # Evicted (or requeued): the gang waits to run again.
                     reason = change.reason or ("requeued" if self.awaiting_release else "")
-                    self.evicted = reason in {"evicted", "preempted", "requeued"} or (
-                        reason == "deleted" and self.awaiting_release
+                    self.evicted = (
+                        reason in {"evicted", "preempted", "requeued"}
+                        or (reason == "deleted" and self.awaiting_release)
+                        # The scheduler said who evicted: an eviction whatever the reason.
+                        or change.eviction is not None
                     )
             if not self.allocated:
                 self.awaiting_release = False
