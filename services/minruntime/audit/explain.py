@@ -78,7 +78,12 @@ class Explainer:
         force for it (SEMANTICS.md §10).
         """
         explanation = self._protection(uid, preemptor_queue)
-        return replace(explanation, requeue_cap=self._requeue_cap(explanation.podgroup))
+        shares = read_surface.newest_quota_shares(self._conn, self._shadow, uid, self.at)
+        return replace(
+            explanation,
+            requeue_cap=self._requeue_cap(explanation.podgroup),
+            requeue_shares=shares,
+        )
 
     def _protection(self, uid: str, preemptor_queue: str | None) -> Explanation:
         facts, stored_elastic = self._podgroup(uid)

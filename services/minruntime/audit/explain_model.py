@@ -178,6 +178,9 @@ class Explanation:
     preemption_delay: PreemptionDelayFacts | None = None
     # The requeue cap in force (SEMANTICS.md §10); None for a podgroup never submitted.
     requeue_cap: RequeueCapFacts | None = None
+    # Its newest requeue decision was rolled back for beneficiary_over_quota: the rule and
+    # the queues' shares that decided it (the decision event's quotaShares, camelCase).
+    requeue_shares: dict[str, Any] | None = None
 
 
 def describe(explanation: Explanation) -> dict[str, Any]:
