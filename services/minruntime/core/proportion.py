@@ -58,6 +58,11 @@ class QueueShare:
         return share if self.limit == UNLIMITED else min(self.limit, share)
 
 
+_NO_SHARE: Final = QueueShare(
+    deserved=UNLIMITED, limit=UNLIMITED, fair_share=0.0, allocated=0.0, requested=0.0
+)
+
+
 class _Division:
     """The mutable per-queue state of one division (KAI's ResourceShare for one resource)."""
 
@@ -284,15 +289,18 @@ class QuotaJudge:
         placed for the same victim. None: KAI keeps the beneficiary where it is.
         """
         tree = self._tree
-        if victim_queue not in tree or beneficiary_queue not in tree:
+        if beneficiary_queue not in tree:
             return None
         after = self._after(
             ((victim_queue, -victim_gpus), *placed, (beneficiary_queue, beneficiary_gpus))
         )
         for name in reversed(tree.path(beneficiary_queue)):
             limit = gpu_quota(tree.get(name)).limit
-            if not _at_most(after.get(name, 0.0), limit):
+            # KAI checks a limit only for a job that asks for the resource.
+            if beneficiary_gpus > 0 and not _at_most(after.get(name, 0.0), limit):
                 return self._verdict(QuotaRule.LIMIT, name, beneficiary_queue, victim_queue, after)
+        if victim_queue not in tree:
+            return None  # a queue KAI does not know has no share to reclaim with
         rule, where = self._reclaims_back(
             victim_queue, victim_demand, beneficiary_queue, beneficiary_gpus, after
         )
@@ -361,7 +369,8 @@ class QuotaJudge:
         )
 
     def _view(self, queue: str, after: Mapping[str, float]) -> ShareView:
-        share = self._shares[queue]
+        # A queue the tree does not know (a victim's) has no share: shown as unmanaged.
+        share = self._shares.get(queue, _NO_SHARE)
         return ShareView(
             queue=queue,
             deserved=share.deserved,

@@ -223,10 +223,19 @@ class _Planner:
         nominated_by: tuple[str, ...],
         reason: RequeueReason,
         outcome: RequeueOutcome = RequeueOutcome.SKIPPED,
+        *,
+        delay_ends_at: datetime | None = None,
+        quota: QuotaVerdict | None = None,
     ) -> RequeueDecision:
         """A decision that evicts nothing: skipped, or rolled back (``outcome``)."""
         return RequeueDecision(
-            uid=uid, outcome=outcome, reason=reason, nominated_by=nominated_by, decided_at=self._now
+            uid=uid,
+            outcome=outcome,
+            reason=reason,
+            nominated_by=nominated_by,
+            decided_at=self._now,
+            delay_ends_at=delay_ends_at,
+            quota=quota,
         )
 
     def _decide(self, uid: str, nominated_by: tuple[str, ...]) -> RequeueDecision:
@@ -265,25 +274,18 @@ class _Planner:
             return self._commit(victim, nominated_by, trial.placed, checkpoint)
         ledger.rollback(checkpoint)
         delayed = trial.delayed
+        rolled_back = RequeueOutcome.ROLLED_BACK
         if delayed is not None:
             # Every possible beneficiary is inside its preemption-delay window.
-            return RequeueDecision(
-                uid=victim.uid,
-                outcome=RequeueOutcome.ROLLED_BACK,
-                reason=RequeueReason.PREEMPTION_DELAY,
-                nominated_by=nominated_by,
-                decided_at=self._now,
-                delay_ends_at=delayed,
+            reason = RequeueReason.PREEMPTION_DELAY
+            return self._uncommitted(
+                victim.uid, nominated_by, reason, rolled_back, delay_ends_at=delayed
             )
         if trial.quota is not None:
             # Every beneficiary that would be placed is one KAI refuses or reclaims back.
-            return RequeueDecision(
-                uid=victim.uid,
-                outcome=RequeueOutcome.ROLLED_BACK,
-                reason=RequeueReason.BENEFICIARY_OVER_QUOTA,
-                nominated_by=nominated_by,
-                decided_at=self._now,
-                quota=trial.quota,
+            reason = RequeueReason.BENEFICIARY_OVER_QUOTA
+            return self._uncommitted(
+                victim.uid, nominated_by, reason, rolled_back, quota=trial.quota
             )
         if not trial.contenders:
             reason = RequeueReason.NO_HIGHER_PRIORITY_PENDING
@@ -291,7 +293,7 @@ class _Planner:
             reason = RequeueReason.PROTECTED
         else:
             reason = RequeueReason.NO_CONTENDER_FITS
-        return self._uncommitted(victim.uid, nominated_by, reason, RequeueOutcome.ROLLED_BACK)
+        return self._uncommitted(victim.uid, nominated_by, reason, rolled_back)
 
     def _serve(self, victim: RunningPodGroup, checkpoint: int) -> _Trial:
         """Place higher-priority contenders that need the capacity the victim freed.

@@ -17,7 +17,7 @@ from minruntime.core import (
     RequeueOutcome,
     RequeueReason,
 )
-from minruntime.core.proportion import QuotaJudge, QuotaRule, fair_shares
+from minruntime.core.proportion import QuotaJudge, QuotaRule, QuotaVerdict, fair_shares
 from minruntime.core.queue_quota import UNLIMITED, QueueResources, ResourceQuota
 
 
@@ -120,6 +120,19 @@ def test_bad_quota_values_are_refused() -> None:
 # --- the judge: would KAI keep the beneficiary? -----------------------------------------------
 
 
+def verdict_of(
+    judge: QuotaJudge, victim: str, beneficiary: str, gpus: float
+) -> QuotaVerdict | None:
+    """The verdict on a 4-GPU victim (its gang 4 GPUs too) for a beneficiary of ``gpus``."""
+    return judge.judge(
+        victim_queue=victim,
+        victim_gpus=4,
+        victim_demand=4,
+        beneficiary_queue=beneficiary,
+        beneficiary_gpus=gpus,
+    )
+
+
 def judge_of(tree: QueueTree, total: float, allocated: dict[str, float]) -> QuotaJudge:
     requested = {"train": 4.0, "burst": 4.0}
     return QuotaJudge(tree, fair_shares(tree, total, allocated, requested))
@@ -128,13 +141,7 @@ def judge_of(tree: QueueTree, total: float, allocated: dict[str, float]) -> Quot
 def test_the_issue_case_quota_zero_beneficiary_is_reclaimed_back() -> None:
     tree = QueueTree([queue("train", gpu(4)), queue("burst", gpu(0))])
     judge = judge_of(tree, 4, {"train": 4})
-    verdict = judge.judge(
-        victim_queue="train",
-        victim_gpus=4,
-        victim_demand=4,
-        beneficiary_queue="burst",
-        beneficiary_gpus=4,
-    )
+    verdict = verdict_of(judge, "train", "burst", 4)
     assert verdict is not None
     assert verdict.rule is QuotaRule.FAIR_SHARE
     assert verdict.queue == "burst"
@@ -147,32 +154,14 @@ def test_the_issue_case_quota_zero_beneficiary_is_reclaimed_back() -> None:
 def test_the_issue_case_within_quota_is_kept() -> None:
     tree = QueueTree([queue("train", gpu(4)), queue("burst", gpu(4))])
     judge = judge_of(tree, 4, {"train": 4})
-    assert (
-        judge.judge(
-            victim_queue="train",
-            victim_gpus=4,
-            victim_demand=4,
-            beneficiary_queue="burst",
-            beneficiary_gpus=4,
-        )
-        is None
-    )
+    assert verdict_of(judge, "train", "burst", 4) is None
 
 
 def test_a_victim_queue_over_its_own_share_cannot_reclaim() -> None:
     tree = QueueTree([queue("train", gpu(2)), queue("burst", gpu(2))])
     judge = judge_of(tree, 4, {"train": 4})
     # burst ends over its fair share 2, but train asking 4 back is over its own 2.
-    assert (
-        judge.judge(
-            victim_queue="train",
-            victim_gpus=4,
-            victim_demand=4,
-            beneficiary_queue="burst",
-            beneficiary_gpus=4,
-        )
-        is None
-    )
+    assert verdict_of(judge, "train", "burst", 4) is None
 
 
 def test_a_limit_on_the_beneficiarys_path_refuses_it() -> None:
@@ -180,13 +169,7 @@ def test_a_limit_on_the_beneficiarys_path_refuses_it() -> None:
         [queue("dept", gpu(8, limit=2)), queue("burst", gpu(8), parent="dept"), queue("train")]
     )
     judge = QuotaJudge(tree, fair_shares(tree, 8, {"train": 4}, {"train": 4, "burst": 4}))
-    verdict = judge.judge(
-        victim_queue="train",
-        victim_gpus=4,
-        victim_demand=4,
-        beneficiary_queue="burst",
-        beneficiary_gpus=4,
-    )
+    verdict = verdict_of(judge, "train", "burst", 4)
     assert verdict is not None
     assert (verdict.rule, verdict.queue) == (QuotaRule.LIMIT, "dept")
 
@@ -197,13 +180,7 @@ def test_deserved_quota_strategy_reclaims_from_a_queue_over_its_quota() -> None:
     # back is within its own: KAI's quota strategy takes them back.
     tree = QueueTree([queue("train", gpu(4)), queue("burst", gpu(0))])
     judge = QuotaJudge(tree, fair_shares(tree, 8, {"train": 4}, {"train": 4, "burst": 4}))
-    verdict = judge.judge(
-        victim_queue="train",
-        victim_gpus=4,
-        victim_demand=4,
-        beneficiary_queue="burst",
-        beneficiary_gpus=4,
-    )
+    verdict = verdict_of(judge, "train", "burst", 4)
     assert verdict is not None
     assert verdict.rule is QuotaRule.DESERVED_QUOTA
     assert verdict.beneficiary.fair_share == 4
@@ -212,16 +189,7 @@ def test_deserved_quota_strategy_reclaims_from_a_queue_over_its_quota() -> None:
 def test_same_queue_is_a_preempt_not_a_reclaim() -> None:
     tree = QueueTree([queue("train", gpu(0))])
     judge = QuotaJudge(tree, fair_shares(tree, 4, {"train": 4}, {"train": 8}))
-    assert (
-        judge.judge(
-            victim_queue="train",
-            victim_gpus=4,
-            victim_demand=4,
-            beneficiary_queue="train",
-            beneficiary_gpus=4,
-        )
-        is None
-    )
+    assert verdict_of(judge, "train", "train", 4) is None
 
 
 # --- the planner ----------------------------------------------------------------------------
@@ -295,3 +263,13 @@ def test_planner_counts_earlier_commits_of_the_cycle() -> None:
     outcomes = {d.uid: (d.outcome, d.reason) for d in decisions}
     assert outcomes["hog1"] == (RequeueOutcome.COMMITTED, None)
     assert outcomes["hog2"] == (RequeueOutcome.ROLLED_BACK, RequeueReason.BENEFICIARY_OVER_QUOTA)
+
+
+def test_a_limit_holds_even_for_a_victim_in_a_queue_the_tree_does_not_know() -> None:
+    tree = QueueTree([queue("burst", gpu(8, limit=2))])
+    judge = QuotaJudge(tree, fair_shares(tree, 8, {}, {"burst": 4}))
+    verdict = verdict_of(judge, "nowhere", "burst", 4)
+    assert verdict is not None
+    assert (verdict.rule, verdict.queue) == (QuotaRule.LIMIT, "burst")
+    # No reclaim back without the victim's queue, and no limit for a job asking for no GPUs.
+    assert verdict_of(QuotaJudge(tree, fair_shares(tree, 8, {}, {})), "nowhere", "burst", 0) is None
