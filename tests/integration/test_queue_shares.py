@@ -155,3 +155,26 @@ def describe_text(plan: Any) -> str:
     text = render(plan, at=None)
     assert "beneficiary queue burst: deserved 0, fair share 0, limit unlimited" in text
     return text
+
+
+def test_an_unusable_stored_resources_value_leaves_the_tree_out_and_nothing_crashes(
+    engine: sa.Engine, runtime: sa.Engine, feed: Feed
+) -> None:
+    story(feed, 0)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE minruntime_state.queue_nodes SET resources = '{\"gpu\": 5}'::jsonb"
+                " WHERE name = 'burst';"
+                " UPDATE minruntime_state.queue_tree_version SET version = gen_random_uuid()"
+            )
+        )
+    report = cycle(runtime)
+    # As for a bad minimum runtime: the tree, and so every podgroup judged by it, is left out.
+    assert [(e.what, e.name, e.reason.value) for e in report.excluded] == [
+        ("queue_tree", "queues", "invalid_queue_tree"),
+        ("podgroup", "hog", "invalid_queue_tree"),
+        ("podgroup", "lift", "invalid_queue_tree"),
+        ("node", "node-1", "hosts_excluded_podgroup"),
+    ]
+    assert report.plan.decisions == ()
