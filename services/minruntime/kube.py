@@ -48,6 +48,9 @@ QUEUE_SPEC_FIELDS: Final = frozenset(
     }
 )
 QUEUE_DURATION_FIELDS: Final = ("preemptMinRuntime", "reclaimMinRuntime")
+# KAI's spec.resources (pkg/apis/scheduling/v2/resources.go): resources and their settings.
+QUEUE_RESOURCES: Final = ("gpu", "cpu", "memory")
+QUEUE_RESOURCE_SETTINGS: Final = ("quota", "limit", "overQuotaWeight")
 CONFIG_MAP_KEY: Final = "config.yaml"
 PLUGIN_NAME: Final = "minruntime"
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
@@ -276,11 +279,47 @@ def _queue_upsert(manifest: Manifest) -> QueueUpsertedData:
         "name": name,
         "parentQueue": parent or None,
         **{field: _queue_duration(manifest, spec, field) for field in QUEUE_DURATION_FIELDS},
+        **_queue_shares(manifest, spec),
     }
     try:
         return QueueUpsertedData.model_validate(data)
     except ValidationError as exc:  # not reached with the checks above; kept as a guard
         raise manifest.error("", _first_problem(exc)) from exc
+
+
+def _queue_shares(manifest: Manifest, spec: Mapping[Any, Any]) -> dict[str, Any]:
+    """spec.priority and spec.resources as queue.upserted carries them (absent: left out).
+
+    A resource or setting the object leaves out is 0, as KAI reads it (its Go zero value,
+    pkg/apis/scheduling/v2/resources.go): the wire's own defaults never apply to a Queue.
+    """
+    shares: dict[str, Any] = {}
+    priority = spec.get("priority")
+    if priority is not None:
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise manifest.error("spec.priority", f"must be an integer, got {_described(priority)}")
+        shares["priority"] = priority
+    if spec.get("resources") is None:
+        return shares
+    # Fields KAI does not have (another version's, e.g. lendingLimit) are ignored, as KAI's
+    # scheduler ignores them.
+    resources = _mapping(manifest, spec["resources"], "spec.resources")
+    shares["resources"] = {
+        name: _queue_resource(manifest, resources.get(name), f"spec.resources.{name}")
+        for name in QUEUE_RESOURCES
+    }
+    return shares
+
+
+def _queue_resource(manifest: Manifest, value: Any, field: str) -> dict[str, float]:
+    settings = _mapping(manifest, value, field)
+    resource: dict[str, float] = {}
+    for key in QUEUE_RESOURCE_SETTINGS:
+        amount = settings.get(key, 0)
+        if isinstance(amount, bool) or not isinstance(amount, int | float):
+            raise manifest.error(f"{field}.{key}", f"must be a number, got {_described(amount)}")
+        resource[key] = float(amount)
+    return resource
 
 
 def _expect_queue(manifest: Manifest, body: Mapping[Any, Any]) -> None:

@@ -122,6 +122,33 @@ def test_a_queue_becomes_queue_upserted_through_the_queues_apply_parser() -> Non
     assert emission.event.source == mapping.SOURCE
 
 
+def test_a_queues_priority_and_resources_are_carried_as_kai_reads_them() -> None:
+    # KAI's own example shape: gpu fully set, cpu only a quota, memory left out.
+    [emission] = mirror().observe(
+        Kind.QUEUE,
+        ADDED,
+        queue(
+            "burst",
+            "q-2",
+            priority=150,
+            resources={
+                "gpu": {"quota": 0, "limit": -1, "overQuotaWeight": 2},
+                "cpu": {"quota": 500},
+            },
+        ),
+    )
+    zero = {"quota": 0.0, "limit": 0.0, "overQuotaWeight": 0.0}
+    assert data(emission) == {
+        "name": "burst",
+        "priority": 150,
+        "resources": {
+            "gpu": {"quota": 0.0, "limit": -1.0, "overQuotaWeight": 2.0},
+            "cpu": {"quota": 500.0, "limit": 0.0, "overQuotaWeight": 0.0},
+            "memory": zero,
+        },
+    }
+
+
 def test_a_queue_status_change_sends_nothing_and_a_spec_change_sends_a_new_id() -> None:
     view = mirror()
     [first] = view.observe(Kind.QUEUE, ADDED, queue("research", "q-1"))

@@ -149,6 +149,32 @@ def test_queue_upserted_unset_fields_inherit_and_empty_parent_is_a_root() -> Non
     assert event.data.to_queue() == Queue(name="q")
 
 
+def test_queue_upserted_priority_and_resources_reach_the_core() -> None:
+    data = {"name": "q", "priority": 7, "resources": {"gpu": {"quota": 0.5}}}
+    event = decode_event(ce.wire(ce.event("queue.upserted", "q", data)))
+    assert isinstance(event.data, QueueUpsertedData)
+    queue = event.data.to_queue()
+    assert queue.priority == 7
+    assert queue.resources is not None
+    assert queue.resources.gpu is not None
+    # The wire's defaults for a setting left out: limit -1 (none), weight 1.
+    assert (queue.resources.gpu.limit, queue.resources.gpu.over_quota_weight) == (-1, 1)
+    assert queue.resources.cpu is None
+
+
+def test_bad_queue_resources_are_rejected_with_one_line() -> None:
+    for resources in (
+        {"gpu": {"quota": -0.5}},
+        {"gpu": {"limit": 1e16}},
+        {"gpu": {"overQuotaWeight": -1}},
+        {"gpu": {"quota": "4"}},
+        {"gpu": 4},
+    ):
+        data = {"name": "q", "resources": resources}
+        error = rejected(ce.wire(ce.event("queue.upserted", "q", data)))
+        assert error.message.startswith("data.resources.gpu"), error.message
+
+
 def test_node_defaults_and_released_all_pods() -> None:
     node = decode_event(ce.wire(ce.event("node.upserted", "n", {"name": "n", "gpu": 4}))).data
     assert isinstance(node, NodeUpsertedData)

@@ -388,3 +388,22 @@ def test_a_disagreement_is_shown_and_fails_the_command(
     assert "SQL says 1" in captured.out
     (line,) = captured.err.strip().splitlines()
     assert line.startswith("minruntime: error: the rule engine and the SQL read surface disagree")
+
+
+def test_requeue_shares_read_as_one_line_per_queue() -> None:
+    from minruntime.commands.explain import requeue_shares_text
+
+    view = {"deserved": 0, "fairShare": 0, "limit": -1, "allocatedBefore": 0, "allocatedAfter": 4}
+    text = requeue_shares_text(
+        {
+            "rule": "fair_share",
+            "queue": "burst",
+            "beneficiary": {"queue": "burst", **view},
+            "victim": {"queue": "train", **view, "deserved": 4, "fairShare": 4, "limit": "?"},
+        }
+    )
+    assert text.splitlines() == [
+        "rolled back as beneficiary_over_quota: KAI's fair_share rule at queue burst",
+        "beneficiary queue burst: deserved 0, fair share 0, limit unlimited, allocated 0 → 4 GPU",
+        "victim queue train: deserved 4, fair share 4, limit ?, allocated 0 → 4 GPU",
+    ]

@@ -11,6 +11,7 @@ import pytest
 
 from minruntime.cli import main
 from minruntime.events import ConfigUpdatedData, QueueUpsertedData
+from minruntime.events.inputs import QueueResource, QueueResources
 from minruntime.kube import (
     Manifest,
     ManifestError,
@@ -119,9 +120,39 @@ def test_every_real_queue_spec_field_is_accepted() -> None:
         '  preemptMinRuntime: "1h30m"\n  reclaimMinRuntime: null\n'
     )
     [upsert] = queues(queue_yaml("team-a", spec) + "status:\n  childQueues: [x]\n")
+    # KAI's spec.priority and spec.resources are carried (issue 27); lendingLimit, a field of
+    # another KAI version, is ignored; what the object leaves out is KAI's zero value.
+    zero = QueueResource(quota=0, limit=0, over_quota_weight=0)
     assert upsert == QueueUpsertedData(
-        name="team-a", parent_queue="org", preempt_min_runtime=timedelta(minutes=90)
+        name="team-a",
+        parent_queue="org",
+        preempt_min_runtime=timedelta(minutes=90),
+        priority=100,
+        resources=QueueResources(
+            gpu=QueueResource(quota=4, limit=-1, over_quota_weight=1), cpu=zero, memory=zero
+        ),
     )
+
+
+def test_queue_priority_and_resources_reach_the_core_queue() -> None:
+    spec = "  priority: 50\n  resources:\n    gpu: {quota: 0.5, limit: 2}\n"
+    [upsert] = queues(queue_yaml("burst", spec))
+    queue = upsert.to_queue()
+    assert queue.priority == 50
+    assert queue.resources is not None
+    assert queue.resources.gpu is not None
+    assert (queue.resources.gpu.quota, queue.resources.gpu.limit) == (0.5, 2)
+    assert queue.resources.gpu.over_quota_weight == 0  # absent: KAI's zero value
+
+
+def test_bad_queue_priority_and_resources_are_one_line_errors() -> None:
+    for spec, said in (
+        ("  priority: high\n", "spec.priority: must be an integer"),
+        ("  resources: [1]\n", "spec.resources: must be a mapping"),
+        ("  resources:\n    gpu: {quota: many}\n", "spec.resources.gpu.quota: must be a number"),
+        ("  resources:\n    gpu: {limit: -5}\n", "greater than or equal to -1"),
+    ):
+        assert said in error_of(queues, queue_yaml("q", spec), "q.yaml")
 
 
 def test_an_empty_parent_and_a_missing_spec_make_a_plain_root() -> None:

@@ -79,9 +79,11 @@ class Explainer:
         force for it (SEMANTICS.md §10).
         """
         explanation = self._protection(uid, preemptor_queue)
+        shares = read_surface.newest_quota_shares(self._conn, self._shadow, uid, self.at)
         return replace(
             explanation,
             requeue_cap=self._requeue_cap(explanation.podgroup),
+            requeue_shares=shares,
             last_eviction=self._last_eviction(uid),
         )
 

@@ -203,6 +203,9 @@ class Explanation:
     requeue_cap: RequeueCapFacts | None = None
     # Its last run an eviction ended, when the scheduler attributed it; None otherwise.
     last_eviction: LastEviction | None = None
+    # Its newest requeue decision was rolled back for beneficiary_over_quota: the rule and
+    # the queues' shares that decided it (the decision event's quotaShares, camelCase).
+    requeue_shares: dict[str, Any] | None = None
 
 
 def describe(explanation: Explanation) -> dict[str, Any]:

@@ -264,6 +264,8 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
             grid.add_row("note", escape(explanation.requeue_cap.annotation_problem))
     if explanation.last_eviction is not None:
         grid.add_row("last eviction", _last_eviction_text(explanation.last_eviction))
+    if explanation.requeue_shares is not None:
+        grid.add_row("requeue shares", escape(requeue_shares_text(explanation.requeue_shares)))
     for note in explanation.notes:
         grid.add_row("note", escape(note))
     for disagreement in explanation.disagreements:
@@ -412,6 +414,32 @@ def verdict_text(verdict: Verdict, at: datetime, rule: RulePath | None) -> str:
         f"[bold red]NOT PROTECTED[/] since {rfc3339(verdict.protected_until)} "
         f"({_span(at - verdict.protected_until)} ago)"
     )
+
+
+def requeue_shares_text(shares: dict[str, Any]) -> str:
+    """Why the newest requeue was rolled back for beneficiary_over_quota: KAI's rule and the
+    shares of the beneficiary's and the victim's queues (docs/rule-engine.md)."""
+    lines = [
+        f"rolled back as beneficiary_over_quota: KAI's {shares.get('rule')} rule at queue "
+        f"{shares.get('queue')}"
+    ]
+    for side in ("beneficiary", "victim"):
+        view = shares.get(side)
+        if not isinstance(view, dict):
+            continue
+        lines.append(
+            f"{side} queue {view.get('queue')}: deserved {_amount(view.get('deserved'))}, "
+            f"fair share {_amount(view.get('fairShare'))}, limit {_amount(view.get('limit'))}, "
+            f"allocated {_amount(view.get('allocatedBefore'))} → "
+            f"{_amount(view.get('allocatedAfter'))} GPU"
+        )
+    return "\n".join(lines)
+
+
+def _amount(value: object) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "unlimited" if value < 0 else f"{value:g}"
+    return "?"
 
 
 def requeue_cap_text(cap: RequeueCapFacts, node_pool: str) -> str:

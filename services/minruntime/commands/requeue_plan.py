@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from minruntime.core import RequeueDecision
+    from minruntime.core.proportion import QuotaVerdict
     from minruntime.requeue import RequeuePreview
 
 NodePool = Annotated[
@@ -63,6 +64,7 @@ _SHOWN: Final = frozenset(
         "decided_at",
         "placements",
         "reservations",
+        "quota",
     }
 )
 
@@ -252,12 +254,37 @@ def _details(decision: RequeueDecision) -> list[str]:
         f"{placement.podgroup}/{placement.pod} -> {placement.node} ({_gpu(placement.gpu)} GPU)"
         for placement in decision.placements
     ]
+    if decision.quota is not None:
+        details.extend(share_lines(decision.quota))
     for field in fields(decision):
         value = getattr(decision, field.name)
         if field.name in _SHOWN or value is None or value in ((), {}, frozenset()):
             continue
         details.append(f"{field.name}: {_text(value)}")
     return details
+
+
+def share_lines(verdict: QuotaVerdict) -> list[str]:
+    """The shares that refused a beneficiary, one line per queue (docs/rule-engine.md)."""
+    lines = [f"KAI would {_RULE_TEXT[verdict.rule.value]} (at queue {verdict.queue})"]
+    for side, share in (("beneficiary", verdict.beneficiary), ("victim", verdict.victim)):
+        lines.append(
+            f"{side} queue {share.queue}: deserved {_amount(share.deserved)}, fair share "
+            f"{_gpu(share.fair_share)}, limit {_amount(share.limit)}, allocated "
+            f"{_gpu(share.allocated_before)} -> {_gpu(share.allocated_after)} GPU"
+        )
+    return lines
+
+
+_RULE_TEXT: Final = {
+    "limit": "refuse the beneficiary: its queue would exceed its GPU limit",
+    "fair_share": "reclaim the beneficiary back: over its fair share, victim's queue not",
+    "deserved_quota": "reclaim the beneficiary back: over its quota, victim's queue within",
+}
+
+
+def _amount(value: float) -> str:
+    return "unlimited" if value < 0 else _gpu(value)
 
 
 def _overrun(overrun: timedelta | None) -> str:

@@ -13,6 +13,7 @@ from minruntime.core.errors import (
     NegativeDurationError,
     QueueCycleError,
 )
+from minruntime.core.queue_quota import QueueResources
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -23,6 +24,10 @@ class Queue:
     parent: str | None = None
     preempt_min_runtime: timedelta | None = None
     reclaim_min_runtime: timedelta | None = None
+    # KAI's spec.priority (None: KAI's default 100) and spec.resources (None: not set); they
+    # only matter to the requeue planner's share rules (core.proportion).
+    priority: int | None = None
+    resources: QueueResources | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -41,6 +46,12 @@ class Queue:
                 raise InvalidQueueError(f"queue {self.name!r}: {label} must be a duration")
             if value < timedelta(0):
                 raise NegativeDurationError(f"queue {self.name!r}: {label} must not be negative")
+        if self.priority is not None and (
+            isinstance(self.priority, bool) or not isinstance(self.priority, int)
+        ):
+            raise InvalidQueueError(f"queue {self.name!r}: priority must be an integer")
+        if self.resources is not None and not isinstance(self.resources, QueueResources):
+            raise InvalidQueueError(f"queue {self.name!r}: resources must be QueueResources")
 
 
 @dataclass(frozen=True, slots=True)

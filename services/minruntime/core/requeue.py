@@ -18,11 +18,17 @@ from typing import Final
 from minruntime.core.annotations import REQUEUE_DELAY_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.core.config import NodePoolConfigs
 from minruntime.core.cooldown import in_cooldown, requeue_delay, requeue_not_before
-from minruntime.core.elastic import VictimEviction, passes_victim_filter, validate_scenario
+from minruntime.core.elastic import (
+    SubGroup,
+    VictimEviction,
+    passes_victim_filter,
+    validate_scenario,
+)
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.nomination import nominate
 from minruntime.core.placement import FreeCapacityLedger, gpu_units, units_to_gpu
 from minruntime.core.preemptibility import Preemptibility
+from minruntime.core.proportion import QuotaJudge, QuotaVerdict, fair_shares, manages_gpus
 from minruntime.core.protection import is_protected
 from minruntime.core.queue_tree import QueueTree
 from minruntime.core.requeue_cap import capped_podgroups
@@ -32,6 +38,7 @@ from minruntime.core.requeue_model import (
     Exclusion,
     ExclusionReason,
     PendingPodGroup,
+    Pod,
     PodPlacement,
     RequeueDecision,
     RequeueOutcome,
@@ -148,6 +155,10 @@ class _Planner:
         self._new_promises: dict[str, int] = {}
         # §10: the running podgroups that reached their requeue cap, decided once per cycle.
         self._capped = capped_podgroups(self._running, cluster.requeue_history, configs, now)
+        # KAI's queue shares, per pool, built on first use; never when no queue sets a GPU
+        # share, so such trees plan exactly as before.
+        self._quota_on = any(manages_gpus(queue) for queue in tree)
+        self._judges: dict[str, QuotaJudge] = {}
 
     def _free_nodes(self) -> list[tuple[str, str, int]]:
         cluster = self._cluster
@@ -212,10 +223,19 @@ class _Planner:
         nominated_by: tuple[str, ...],
         reason: RequeueReason,
         outcome: RequeueOutcome = RequeueOutcome.SKIPPED,
+        *,
+        delay_ends_at: datetime | None = None,
+        quota: QuotaVerdict | None = None,
     ) -> RequeueDecision:
         """A decision that evicts nothing: skipped, or rolled back (``outcome``)."""
         return RequeueDecision(
-            uid=uid, outcome=outcome, reason=reason, nominated_by=nominated_by, decided_at=self._now
+            uid=uid,
+            outcome=outcome,
+            reason=reason,
+            nominated_by=nominated_by,
+            decided_at=self._now,
+            delay_ends_at=delay_ends_at,
+            quota=quota,
         )
 
     def _decide(self, uid: str, nominated_by: tuple[str, ...]) -> RequeueDecision:
@@ -249,37 +269,39 @@ class _Planner:
         for pod in victim.pods:
             if pod.running and pod.node is not None:
                 ledger.release(pod.node, gpu_units(pod.gpu))
-        placed, contenders, protected_fit, delayed = self._serve(victim, checkpoint)
-        if placed:
-            return self._commit(victim, nominated_by, placed, checkpoint)
+        trial = self._serve(victim, checkpoint)
+        if trial.placed:
+            return self._commit(victim, nominated_by, trial.placed, checkpoint)
         ledger.rollback(checkpoint)
+        delayed = trial.delayed
+        rolled_back = RequeueOutcome.ROLLED_BACK
         if delayed is not None:
             # Every possible beneficiary is inside its preemption-delay window.
-            return RequeueDecision(
-                uid=victim.uid,
-                outcome=RequeueOutcome.ROLLED_BACK,
-                reason=RequeueReason.PREEMPTION_DELAY,
-                nominated_by=nominated_by,
-                decided_at=self._now,
-                delay_ends_at=delayed,
+            reason = RequeueReason.PREEMPTION_DELAY
+            return self._uncommitted(
+                victim.uid, nominated_by, reason, rolled_back, delay_ends_at=delayed
             )
-        if not contenders:
+        if trial.quota is not None:
+            # Every beneficiary that would be placed is one KAI refuses or reclaims back.
+            reason = RequeueReason.BENEFICIARY_OVER_QUOTA
+            return self._uncommitted(
+                victim.uid, nominated_by, reason, rolled_back, quota=trial.quota
+            )
+        if not trial.contenders:
             reason = RequeueReason.NO_HIGHER_PRIORITY_PENDING
-        elif protected_fit:
+        elif trial.protected_fit:
             reason = RequeueReason.PROTECTED
         else:
             reason = RequeueReason.NO_CONTENDER_FITS
-        return self._uncommitted(victim.uid, nominated_by, reason, RequeueOutcome.ROLLED_BACK)
+        return self._uncommitted(victim.uid, nominated_by, reason, rolled_back)
 
-    def _serve(
-        self, victim: RunningPodGroup, checkpoint: int
-    ) -> tuple[list[tuple[_Contender, tuple[str, ...]]], bool, bool, datetime | None]:
+    def _serve(self, victim: RunningPodGroup, checkpoint: int) -> _Trial:
         """Place higher-priority contenders that need the capacity the victim freed.
 
         Returns the placements, whether any contender was left to try, whether one would
-        have been placed but for the victim's minimum runtime, and the earliest end of the
+        have been placed but for the victim's minimum runtime, the earliest end of the
         preemption-delay windows that kept a possible beneficiary from being placed (None:
-        none did).
+        none did), and the first share verdict that kept one from being placed (None: none).
         """
         pool = victim.node_pool
         ledger = self._ledger
@@ -291,6 +313,9 @@ class _Planner:
         placed: list[tuple[_Contender, tuple[str, ...]]] = []
         contenders = protected_fit = False
         delayed: datetime | None = None
+        quota: QuotaVerdict | None = None
+        judge = self._judge(pool)
+        shares = _VictimShares(victim) if judge is not None else None
         now = self._now
         # Cheap bounds first: no pod larger than the largest hole, no gang above the total.
         largest, total = ledger.max_free(pool), ledger.total_free(pool)
@@ -326,14 +351,30 @@ class _Planner:
                 if delayed is None or delay_ends_at < delayed:
                     delayed = delay_ends_at
                 continue
+            if judge is not None and shares is not None:
+                verdict = shares.judge(judge, contender.queue, units_to_gpu(contender.total))
+                if verdict is not None:
+                    quota = quota or verdict
+                    continue
             nodes = ledger.place(pool, demands)
             assert nodes is not None  # it fitted an instant ago on the same ledger
             placed.append((contender, nodes))
+            if shares is not None:
+                shares.placed.append((contender.queue, units_to_gpu(contender.total)))
             if not ledger.gained_since(checkpoint, pool):
                 break  # nothing freed is left over: nobody else can need this eviction
             fits_freed.clear()
             largest, total = ledger.max_free(pool), ledger.total_free(pool)
-        return placed, contenders, protected_fit, delayed
+        return _Trial(placed, contenders, protected_fit, delayed, quota)
+
+    def _judge(self, pool: str) -> QuotaJudge | None:
+        """The pool's share judge (None when no queue sets a GPU share)."""
+        if not self._quota_on:
+            return None
+        judge = self._judges.get(pool)
+        if judge is None:
+            judge = self._judges[pool] = _pool_judge(self._cluster, self._tree, pool)
+        return judge
 
     def _commit(
         self,
@@ -359,6 +400,15 @@ class _Planner:
                 reserved[node] = reserved.get(node, 0) + units
         for node, units in reserved.items():
             self._new_promises[node] = self._new_promises.get(node, 0) + units
+        judge = self._judges.get(victim.node_pool)
+        if judge is not None:
+            freed = units_to_gpu(_running_units(victim))
+            judge.commit(
+                [
+                    (victim.queue, -freed),
+                    *((contender.queue, units_to_gpu(contender.total)) for contender, _ in placed),
+                ]
+            )
         return RequeueDecision(
             uid=victim.uid,
             outcome=RequeueOutcome.COMMITTED,
@@ -372,6 +422,87 @@ class _Planner:
             },
             placements=tuple(placements),
             delay_problem=problem,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Trial:
+    """What serving one victim's freed capacity found (see ``_Planner._serve``)."""
+
+    placed: list[tuple[_Contender, tuple[str, ...]]]
+    contenders: bool
+    protected_fit: bool
+    delayed: datetime | None
+    quota: QuotaVerdict | None
+
+
+def _running_units(podgroup: RunningPodGroup) -> int:
+    return sum(gpu_units(pod.gpu) for pod in podgroup.pods if pod.running and pod.node)
+
+
+def _gang_units(pods: tuple[Pod, ...], subgroups: tuple[SubGroup, ...]) -> int:
+    """The GPUs of each subgroup's first minAvailable pods (KAI's reclaimer request)."""
+    total = 0
+    for subgroup in subgroups:
+        members = [pod for pod in pods if pod.subgroup == subgroup.name]
+        total += sum(gpu_units(pod.gpu) for pod in members[: subgroup.min_available])
+    return total
+
+
+def _pool_judge(cluster: ClusterState, tree: QueueTree, pool: str) -> QuotaJudge:
+    """KAI's shares of ``pool``'s GPUs, with earlier commits counted as done."""
+    total = sum(gpu_units(node.gpu) for node in cluster.nodes if node.node_pool == pool)
+    allocated: dict[str, int] = {}
+    requested: dict[str, int] = {}
+    for running in cluster.running:
+        if running.node_pool != pool:
+            continue
+        requested[running.queue] = requested.get(running.queue, 0) + sum(
+            gpu_units(pod.gpu) for pod in running.pods
+        )
+        if running.uid not in cluster.awaiting_release:
+            allocated[running.queue] = allocated.get(running.queue, 0) + _running_units(running)
+    for pending in cluster.pending:
+        if pending.node_pool != pool:
+            continue
+        requested[pending.queue] = requested.get(pending.queue, 0) + sum(
+            gpu_units(pod.gpu) for pod in pending.pods
+        )
+        if pending.uid in cluster.promised_to:
+            gang = _gang_units(pending.pods, pending.subgroups)
+            allocated[pending.queue] = allocated.get(pending.queue, 0) + gang
+    shares = fair_shares(
+        tree,
+        units_to_gpu(total),
+        {queue: units_to_gpu(units) for queue, units in allocated.items()},
+        {queue: units_to_gpu(units) for queue, units in requested.items()},
+    )
+    return QuotaJudge(tree, shares)
+
+
+class _VictimShares:
+    """One victim's side of the share rules, and the beneficiaries placed for it so far."""
+
+    __slots__ = ("_demand", "_freed", "_victim", "placed")
+
+    def __init__(self, victim: RunningPodGroup) -> None:
+        self._victim = victim
+        self._freed = units_to_gpu(_running_units(victim))
+        self._demand = units_to_gpu(_gang_units(victim.pods, victim.subgroups))
+        self.placed: list[tuple[str, float]] = []
+
+    def judge(self, judge: QuotaJudge, queue: str, gpus: float) -> QuotaVerdict | None:
+        """The verdict on a beneficiary of ``queue`` needing ``gpus`` (None: allowed)."""
+        victim = self._victim
+        if not judge.applies((victim.queue, queue)):
+            return None
+        return judge.judge(
+            victim_queue=victim.queue,
+            victim_gpus=self._freed,
+            victim_demand=self._demand,
+            beneficiary_queue=queue,
+            beneficiary_gpus=gpus,
+            placed=self.placed,
         )
 
 

@@ -22,6 +22,7 @@ from minruntime.core.errors import MinRuntimeError
 from minruntime.core.gpus import MAX_GPUS_IN_PLAN
 from minruntime.core.nomination import NominationCandidate
 from minruntime.core.preemptibility import Preemptibility
+from minruntime.core.proportion import QuotaVerdict
 from minruntime.core.timestamps import require_aware
 
 
@@ -243,6 +244,9 @@ class RequeueReason(StrEnum):
     PREEMPTION_DELAY = "preemption_delay"
     # §10: the podgroup reached its requeue cap (maxRequeues within maxRequeuesWindow).
     REQUEUE_LIMIT = "requeue_limit"
+    # KAI's queue shares: every beneficiary that would be placed is one KAI refuses (its queue
+    # over a limit) or reclaims back for the recreated victim (docs/rule-engine.md).
+    BENEFICIARY_OVER_QUOTA = "beneficiary_over_quota"
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +278,8 @@ class RequeueDecision:
     delay_problem: str | None = None
     # Rolled back for preemption_delay: the earliest instant a beneficiary's window ends.
     delay_ends_at: datetime | None = None
+    # Rolled back for beneficiary_over_quota: the rule and the shares that decided it.
+    quota: QuotaVerdict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reservations", MappingProxyType(dict(self.reservations)))

@@ -27,6 +27,8 @@ from minruntime.core import (
     Queue,
     SubGroup,
 )
+from minruntime.core.queue_quota import QueueResources as CoreQueueResources
+from minruntime.core.queue_quota import ResourceQuota
 from minruntime.events.base import EventData, WireModel
 from minruntime.events.types import (
     MAX_ANNOTATIONS,
@@ -114,6 +116,12 @@ class QueueResource(WireModel):
     ] = 1.0
     """Its weight when the resource left over after quotas is shared out."""
 
+    def to_core(self) -> ResourceQuota:
+        """The rule engine's ``ResourceQuota``."""
+        return ResourceQuota(
+            quota=self.quota, limit=self.limit, over_quota_weight=self.over_quota_weight
+        )
+
 
 class QueueResources(WireModel):
     """A KAI Queue's spec.resources (scheduling.run.ai/v2); an absent resource has the defaults."""
@@ -128,6 +136,14 @@ class QueueResources(WireModel):
     @model_serializer(mode="wrap")
     def _absent_is_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return _without_unset(handler(self), _RESOURCE_KEYS)
+
+    def to_core(self) -> CoreQueueResources:
+        """The rule engine's ``QueueResources`` (an absent resource stays absent)."""
+        return CoreQueueResources(
+            gpu=None if self.gpu is None else self.gpu.to_core(),
+            cpu=None if self.cpu is None else self.cpu.to_core(),
+            memory=None if self.memory is None else self.memory.to_core(),
+        )
 
 
 class QueueUpsertedData(EventData):
@@ -170,6 +186,8 @@ class QueueUpsertedData(EventData):
             parent=self.parent_queue,
             preempt_min_runtime=self.preempt_min_runtime,
             reclaim_min_runtime=self.reclaim_min_runtime,
+            priority=self.priority,
+            resources=None if self.resources is None else self.resources.to_core(),
         )
 
 

@@ -32,6 +32,37 @@ class PromisedPod(WireModel):
     """The GPUs promised to it on that node."""
 
 
+class QueueShareView(WireModel):
+    """One queue's GPU share around a requeue, as KAI's proportion plugin counts it."""
+
+    queue: Name
+    """The queue."""
+    deserved: float = Field(ge=-1, allow_inf_nan=False)
+    """Its deserved GPUs (spec.resources.gpu.quota); -1 = unlimited."""
+    fair_share: float = Field(ge=0, allow_inf_nan=False)
+    """Its fair share of the node pool's GPUs (deserved, then over-quota by priority and weight)."""
+    limit: float = Field(ge=-1, allow_inf_nan=False)
+    """Its GPU limit; -1 = none."""
+    allocated_before: float = Field(allow_inf_nan=False)
+    """GPUs its podgroups hold before the requeue (earlier commits counted as done)."""
+    allocated_after: float = Field(allow_inf_nan=False)
+    """GPUs they would hold with the victim gone and the beneficiary placed."""
+
+
+class QuotaShares(WireModel):
+    """Why a beneficiary was refused: KAI's rule, the queue it held at, both queues' shares."""
+
+    rule: Literal["limit", "fair_share", "deserved_quota"]
+    """limit: a queue would exceed its limit; fair_share / deserved_quota: KAI's reclaim
+    strategy that would take the GPUs back for the recreated victim."""
+    queue: Name
+    """The limited queue, or the beneficiary's side of the reclaim (below the common ancestor)."""
+    beneficiary: QueueShareView
+    """The beneficiary's queue."""
+    victim: QueueShareView
+    """The victim's queue."""
+
+
 class RequeueCommittedData(EventData):
     """A requeue was committed: the cluster side evicts the podgroup."""
 
@@ -72,11 +103,13 @@ class RequeueRolledBackData(UncommittedDecisionData):
     """A requeue was attempted and rolled back (no contender fits): nothing changed."""
 
     reason: Name
-    """Why it was rolled back: no_higher_priority_pending, protected, no_contender_fits or
-    preemption_delay."""
+    """Why it was rolled back: no_higher_priority_pending, protected, no_contender_fits,
+    preemption_delay or beneficiary_over_quota."""
     delay_ends_at: Timestamp | None = None
     """preemption_delay only: the earliest instant a possible beneficiary's preemption-delay
     window ends (the candidate may be requeued for it from then on)."""
+    quota_shares: QuotaShares | None = None
+    """beneficiary_over_quota only: the rule and the shares that decided it."""
 
 
 class RequeueSkippedData(UncommittedDecisionData):

@@ -153,6 +153,7 @@ def _log_row(event: Event) -> dict[str, Any]:
         "delay_problem": None,
         "placements": [],
         "delay_ends_at": None,
+        "quota_shares": None,
     }
     if isinstance(data, RequeueCommittedData):
         row["beneficiaries"] = list(data.beneficiaries)
@@ -163,6 +164,8 @@ def _log_row(event: Event) -> dict[str, Any]:
         row["reason"] = data.reason
         if isinstance(data, RequeueRolledBackData):
             row["delay_ends_at"] = data.delay_ends_at
+            if data.quota_shares is not None:
+                row["quota_shares"] = data.quota_shares.model_dump(mode="json", by_alias=True)
     return row
 
 

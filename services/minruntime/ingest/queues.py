@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from minruntime.core import MinRuntimeConfig, Queue, QueueTree, Resolver
-from minruntime.store.queues import QueueRow, stored_tree, write_tree
+from minruntime.store.queues import QueueRow, resources_json, stored_tree, write_tree
 from minruntime.store.schema import StateTables
 
 
@@ -61,5 +61,7 @@ def resolved_rows(tree: QueueTree) -> dict[str, QueueRow]:
             preempt.source,
             reclaim.min_runtime if reclaim.source is not None else None,
             reclaim.source,
+            queue.priority,
+            resources_json(queue.resources),
         )
     return rows

@@ -40,6 +40,7 @@ from minruntime.core import (
     expected_runtime_nominations,
     plan_requeue_cycle,
 )
+from minruntime.core.proportion import QuotaVerdict, ShareView
 from minruntime.events import (
     Event,
     EventType,
@@ -50,6 +51,7 @@ from minruntime.events import (
     UncommittedDecisionData,
     new_event,
 )
+from minruntime.events.outputs import QueueShareView, QuotaShares
 from minruntime.ingest import record_decisions
 from minruntime.requeue.cycle_inputs import (
     CycleInputs,
@@ -212,6 +214,27 @@ def _repeats(
     )
 
 
+def quota_shares(verdict: QuotaVerdict) -> QuotaShares:
+    """The wire form of a share verdict (rolled back for beneficiary_over_quota)."""
+
+    def view(share: ShareView) -> QueueShareView:
+        return QueueShareView(
+            queue=share.queue,
+            deserved=share.deserved,
+            fair_share=share.fair_share,
+            limit=share.limit,
+            allocated_before=share.allocated_before,
+            allocated_after=share.allocated_after,
+        )
+
+    return QuotaShares(
+        rule=verdict.rule.value,
+        queue=verdict.queue,
+        beneficiary=view(verdict.beneficiary),
+        victim=view(verdict.victim),
+    )
+
+
 def decision_event(
     decision: RequeueDecision, run_start: datetime | None, shift: timedelta = timedelta(0)
 ) -> Event:
@@ -242,16 +265,19 @@ def decision_event(
         )
     assert decision.reason is not None
     event_type, model = _UNCOMMITTED[decision.outcome]
-    # Only a rollback for preemption_delay says until when (a rolled-back event's field).
-    until = (
-        {} if decision.delay_ends_at is None else {"delay_ends_at": decision.delay_ends_at + shift}
-    )
+    # Only a rollback for preemption_delay says until when, and one for
+    # beneficiary_over_quota which shares decided it (fields of a rolled-back event).
+    extra: dict[str, object] = {}
+    if decision.delay_ends_at is not None:
+        extra["delay_ends_at"] = decision.delay_ends_at + shift
+    if decision.quota is not None:
+        extra["quota_shares"] = quota_shares(decision.quota)
     data = model(
         uid=decision.uid,
         nominated_by=decision.nominated_by,
         reason=decision.reason.value,
         decided_at=decided_at,
         run_start=run_start,
-        **until,
+        **extra,
     )
     return new_event(event_type, data, time=decided_at, source=WORKER_SOURCE)

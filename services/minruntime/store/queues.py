@@ -8,6 +8,7 @@ rolled-back change leaves a token nobody else can ever write, so a stale cache i
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from typing import Any, Final, cast
 
 from sqlalchemy import Connection
 
-from minruntime.core import Queue, QueueTree
+from minruntime.core import InvalidQueueError, Queue, QueueTree
+from minruntime.core.queue_quota import QueueResources, ResourceQuota
 from minruntime.store.schema import StateTables
 
 _CACHE_KEY: Final = "minruntime.queue_tree"
@@ -32,6 +34,8 @@ _COLUMNS: Final = (
     "preempt_source",
     "reclaim_resolved",
     "reclaim_source",
+    "priority",
+    "resources",
 )
 QueueRow = tuple[
     str,
@@ -43,7 +47,21 @@ QueueRow = tuple[
     str | None,
     timedelta | None,
     str | None,
+    int | None,
+    dict[str, dict[str, float]] | None,
 ]
+# A resources column: resource -> its three settings, by their wire (Kubernetes) names.
+_RESOURCES: Final = ("gpu", "cpu", "memory")
+_SETTINGS: Final = (
+    ("quota", "quota"),
+    ("limit", "limit"),
+    ("over_quota_weight", "overQuotaWeight"),
+)
+
+
+def _placeholder(column: str) -> str:
+    return "CAST(:resources AS jsonb)" if column == "resources" else f":{column}"
+
 
 _LOCK_VERSION: Final = (
     "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton FOR UPDATE"
@@ -52,7 +70,8 @@ _READ_VERSION: Final = "SELECT version FROM minruntime_state.queue_tree_version 
 _LOAD: Final = f"SELECT {', '.join(_COLUMNS)} FROM minruntime_state.queue_nodes"
 _UPSERT: Final = (
     f"INSERT INTO minruntime_state.queue_nodes ({', '.join(_COLUMNS)})"
-    f" VALUES ({', '.join(f':{column}' for column in _COLUMNS)}) ON CONFLICT (name) DO UPDATE SET "
+    f" VALUES ({', '.join(_placeholder(column) for column in _COLUMNS)})"
+    " ON CONFLICT (name) DO UPDATE SET "
     + ", ".join(f"{column} = excluded.{column}" for column in _COLUMNS[1:])
     + ", updated_at = now()"
 )
@@ -107,7 +126,14 @@ def stored_tree(conn: Connection, tables: StateTables, *, lock: bool = False) ->
         return cached
     rows = {row[0]: _row_of(row) for row in conn.execute(tables.text(_LOAD))}
     tree = QueueTree(
-        Queue(name=r[0], parent=r[1], preempt_min_runtime=r[2], reclaim_min_runtime=r[3])
+        Queue(
+            name=r[0],
+            parent=r[1],
+            preempt_min_runtime=r[2],
+            reclaim_min_runtime=r[3],
+            priority=r[9],
+            resources=resources_of(r[10]),
+        )
         for r in rows.values()
     )
     return StoredTree(version or uuid.UUID(int=0), tree, rows)
@@ -139,10 +165,39 @@ def write_tree(
     conn.info[_cache_key(tables)] = StoredTree(version, tree, rows)
 
 
+def resources_json(resources: QueueResources | None) -> dict[str, dict[str, float]] | None:
+    """The resources column of ``resources`` (None: unset)."""
+    if resources is None:
+        return None
+    column: dict[str, dict[str, float]] = {}
+    for name in _RESOURCES:
+        quota = getattr(resources, name)
+        if quota is not None:
+            column[name] = {key: getattr(quota, field) for field, key in _SETTINGS}
+    return column
+
+
+def resources_of(column: object) -> QueueResources | None:
+    """The core's resources from a stored column; InvalidQueueError if it is not one."""
+    if column is None:
+        return None
+    if not isinstance(column, dict) or not set(column) <= set(_RESOURCES):
+        raise InvalidQueueError(f"stored queue resources are not a resources map: {column!r}")
+    quotas: dict[str, ResourceQuota] = {}
+    for name, settings in column.items():
+        if not isinstance(settings, dict) or set(settings) != {key for _, key in _SETTINGS}:
+            raise InvalidQueueError(f"stored queue resources.{name} are malformed: {settings!r}")
+        quotas[name] = ResourceQuota(**{field: settings[key] for field, key in _SETTINGS})
+    return QueueResources(**quotas)
+
+
 def _row_of(row: Any) -> QueueRow:
     # The path comes back as a list.
     return cast(QueueRow, (*row[:4], tuple(row[4]), *row[5:]))
 
 
 def _params(row: QueueRow) -> dict[str, Any]:
-    return {**dict(zip(_COLUMNS, row, strict=True)), "path": list(row[4])}
+    params: dict[str, Any] = dict(zip(_COLUMNS, row, strict=True))
+    params["path"] = list(row[4])
+    params["resources"] = None if row[10] is None else json.dumps(row[10], sort_keys=True)
+    return params

@@ -150,6 +150,21 @@ def committed_requeues(
     return list(conn.execute(sa.text(statement), {"uid": uid, "at": at, "most": most}).scalars())
 
 
+def newest_quota_shares(
+    conn: Connection, shadow: Shadow, uid: str, at: datetime
+) -> dict[str, Any] | None:
+    """The shares of ``uid``'s newest decision up to ``at`` if it was rolled back for
+    beneficiary_over_quota (None: it was not, or there is none)."""
+    statement = (
+        f"SELECT reason, quota_shares FROM {shadow.read_schema}.requeue_decisions"
+        " WHERE uid = :uid AND decided_at <= :at ORDER BY decided_at DESC, seq DESC LIMIT 1"
+    )
+    row = conn.execute(sa.text(statement), {"uid": uid, "at": at}).first()
+    if row is None or row[0] != "beneficiary_over_quota" or not isinstance(row[1], dict):
+        return None
+    return dict(row[1])
+
+
 def service_podgroups(
     conn: Connection, namespace: str | None, uids: Sequence[str]
 ) -> Sequence[sa.RowMapping]:

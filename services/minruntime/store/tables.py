@@ -45,6 +45,9 @@ queue_nodes = sa.Table(
     sa.Column("reclaim_resolved", INTERVAL),
     sa.Column("reclaim_source", sa.Text),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    # KAI's spec.priority and spec.resources as the wire carries them; NULL = unset (0019).
+    sa.Column("priority", sa.Integer),
+    sa.Column("resources", JSONB),
 )
 
 # One row: a random token replaced on every tree change, so a connection can tell whether
@@ -186,6 +189,8 @@ requeue_decision_log = sa.Table(
     sa.Column("placements", JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
     # Rolled back for preemption_delay: the earliest instant a beneficiary's window ends.
     sa.Column("delay_ends_at", sa.DateTime(timezone=True)),
+    # Rolled back for beneficiary_over_quota: the rule and both queues' shares (0019).
+    sa.Column("quota_shares", JSONB),
     sa.CheckConstraint("outcome IN ('committed', 'rolled_back', 'skipped')", name="outcome"),
     sa.UniqueConstraint("decision_id"),
     sa.Index("ix_requeue_decision_log_uid", "uid", "decided_at"),
