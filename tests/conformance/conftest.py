@@ -310,6 +310,8 @@ def kai_scene(
             scene.bridge = KubeProcess(
                 pipeline, "bridge", cluster.kubeconfig, scene.kube_env
             ).start()
+            # The scenarios' windows are seconds: start them once the bridge watches.
+            wait_until(lambda: "watching" in scene.bridge.log_tail(50), 90, "the bridge to watch")
             try:
                 yield scene
             finally:

@@ -48,10 +48,22 @@ HTTP_CONFLICT = 409
 # defaultSchedulerConf); `--scheduler-conf` replaces the whole tier list, so the suite writes
 # it out with the minruntime plugin's arguments.
 DEFAULT_ACTIONS = "allocate, consolidation, reclaim, preempt, stalegangeviction"
-_DEFAULT_PLUGINS = (
-    "predicates proportion priority elastic kubeflow ray nodeavailability gpusharingorder "
-    "gpupack resourcetype subgrouporder taskorder nominatednode dynamicresources"
-).split()
+_DEFAULT_PLUGINS = [
+    "predicates",
+    "proportion",
+    "priority",
+    "elastic",
+    "kubeflow",
+    "ray",
+    "nodeavailability",
+    "gpusharingorder",
+    "gpupack",
+    "resourcetype",
+    "subgrouporder",
+    "taskorder",
+    "nominatednode",
+    "dynamicresources",
+]
 _LATE_PLUGINS = ["topology", "snapshot", "sg-nodelocalgreedy", "sg-multinodegang"]
 
 
