@@ -372,6 +372,7 @@ class Eviction:
     action: str  # evictor-action-type: preempt, reclaim, ...
     evictor: str  # namespace/name of the evicting PodGroup
     evictor_queue: str
+    honoured: bool = True  # False: the service protected the run longer than KAI did
 
 
 def assert_attributed(scene: Scene, evictions: list[Eviction]) -> None:
@@ -383,22 +384,32 @@ def assert_attributed(scene: Scene, evictions: list[Eviction]) -> None:
             "minruntime.runs has no eviction attribution columns on this branch "
             "(issue 27 part 1: eviction_action / evictor / evictor_queue)"
         )
+    present = {
+        row[0]
+        for row in scene.pipeline.query(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = 'minruntime' AND table_name = 'runs'"
+        )
+    }
     queue_column = columns["evictor_queue"] or "NULL"
+    verdict_column = "exact_verdict" if "exact_verdict" in present else "NULL"
     for eviction in evictions:
         rows = wait_until(
             lambda e=eviction: scene.pipeline.query(
-                f"SELECT ended_by, {columns['action']}, {columns['evictor']}, {queue_column}"
-                " FROM minruntime.runs WHERE uid = %s AND ended_by = 'evicted'"
+                f"SELECT ended_by, {columns['action']}, {columns['evictor']}, {queue_column},"
+                f" {verdict_column} FROM minruntime.runs WHERE uid = %s AND ended_by = 'evicted'"
                 f" AND {columns['action']} IS NOT NULL ORDER BY run_end",
                 (e.uid,),
             ),
             30,
             f"an attributed evicted run of {eviction}",
         )
-        ended_by, action, evictor, queue = rows[0]
+        ended_by, action, evictor, queue, verdict = rows[0]
         assert (ended_by, action, evictor) == ("evicted", eviction.action, eviction.evictor)
         if columns["evictor_queue"]:
             assert queue == eviction.evictor_queue
+        if verdict_column != "NULL":
+            assert verdict == ("honoured" if eviction.honoured else "violated"), eviction
 
 
 def violations(scene: Scene, *args: str) -> list[dict[str, Any]]:

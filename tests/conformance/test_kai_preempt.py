@@ -127,7 +127,9 @@ def test_a_run_protected_longer_by_the_service_than_by_kai_is_a_violation(
     preemptor, _ = scene.gang("eager", queue, HIGH)
     evicted_at = scene.last_eviction(victim, timeout=20)
     assert evicted_at < start + timedelta(seconds=10)
-    EVICTIONS.append(Eviction(uid, "preempt", f"{scene.namespace}/{preemptor}", queue))
+    EVICTIONS.append(
+        Eviction(uid, "preempt", f"{scene.namespace}/{preemptor}", queue, honoured=False)
+    )
     scene.wait_bound(preemptor, 1)
 
     ended_by = wait_until(
