@@ -197,7 +197,7 @@ class Scene:
         except AssertionError as exc:
             raise AssertionError(
                 f"{exc}; pods: {sorted(self.kai.pods(self.namespace))}; kubelet errors: "
-                f"{self.cluster.kubelet.errors[-3:]}\n{self.scheduler.tail(8)}"
+                f"{self.cluster.kubelet.errors[-3:]}\n{self.scheduler.log_tail(8)}"
             ) from exc
 
     def last_start(self, podgroup: str, timeout: float = 15) -> tuple[str, datetime]:

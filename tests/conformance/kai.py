@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -30,6 +29,7 @@ from minruntime.cluster.api import KAI_GROUP, read_json
 from minruntime.settings import Settings
 from minruntime.stack.apiserver import KubeNode
 from minruntime.stack.crds import apply_crds
+from tests.e2e.harness import Subprocess
 
 KAI_CACHE = Path(os.environ.get("KAI_CACHE") or Path.home() / ".cache" / "kai")
 ENABLE = (
@@ -169,17 +169,17 @@ class ApiServer:
         self.node.stop()
 
 
-class Program:
-    """One KAI binary as a process: its log, a clean stop."""
+class Program(Subprocess):
+    """One KAI binary as a process (in its own session): its log, a clean stop."""
 
     def __init__(self, command: list[str], log: Path, env: Mapping[str, str]) -> None:
         self.command = command
-        self.log = log
+        self.log_path = log
         self.env = dict(env)
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Program:
-        with self.log.open("ab") as out:
+        with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(
                 self.command,
                 stdout=out,
@@ -192,23 +192,6 @@ class Program:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(15)
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
 
 
 def kai_scheduler(build: KaiBuild, kubeconfig: Path, conf: Path, log: Path, tz: str) -> Program:
@@ -631,7 +614,7 @@ def running_kai(
                 "kai-scheduler to bind a probe pod",
             )
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{scheduler.tail()}") from exc
+            raise AssertionError(f"{exc}\n{scheduler.log_tail(40)}") from exc
         finally:
             kai.clear_namespace(probe_ns)
             kai.delete_queue(queue)

@@ -96,30 +96,29 @@ def test_preemption_delay_ends_where_the_service_says(scene: Scene) -> None:
     scene.kai.delete_node(node)
 
 
+def service_preempt_window(scene: Scene, queue: str, seconds: int) -> None:
+    """Wait until the service holds `queue`'s preemptMinRuntime as `seconds`."""
+    wait_until(
+        lambda: scene.pipeline.scalar(
+            "SELECT preempt_min_runtime FROM minruntime.queues WHERE name = %s", (queue,)
+        ) == timedelta(seconds=seconds),
+        30,
+        f"the service to hold {queue}'s preemptMinRuntime as {seconds}s",
+    )  # fmt: skip
+
+
 def test_a_run_protected_longer_by_the_service_than_by_kai_is_a_violation(
     scene: Scene,
 ) -> None:
     # KAI protects the queue's runs for 2s; the service is told 60s.
     queue = scene.queue("lenient", preemptMinRuntime="2s")
-    wait_until(
-        lambda: scene.pipeline.scalar(
-            "SELECT preempt_min_runtime FROM minruntime.queues WHERE name = %s", (queue,)
-        ) == timedelta(seconds=2),
-        30,
-        "the bridge to send the queue",
-    )  # fmt: skip
+    service_preempt_window(scene, queue, 2)
     scene.pipeline.produce_events("queues", [{
         "specversion": "1.0", "id": str(uuid.uuid4()), "source": "conformance/told-longer",
         "type": "queue.upserted", "time": datetime.now(UTC).isoformat(), "subject": queue,
         "data": {"name": queue, "preemptMinRuntime": "60s"},
     }])  # fmt: skip
-    wait_until(
-        lambda: scene.pipeline.scalar(
-            "SELECT preempt_min_runtime FROM minruntime.queues WHERE name = %s", (queue,)
-        ) == timedelta(seconds=60),
-        30,
-        "the service to take the longer window",
-    )  # fmt: skip
+    service_preempt_window(scene, queue, 60)
     node = scene.node(4)
     victim, uid = scene.gang("victim", queue, LOW)
     scene.wait_bound(victim, 1)
