@@ -87,8 +87,11 @@ def test_preemption_delay_ends_where_the_service_says(scene: Scene) -> None:
     assert delay_end == created + timedelta(seconds=6)
     evicted_at = scene.last_eviction(victim, timeout=30)
     assert evicted_at >= delay_end, "KAI preempted inside the preemptor's delay"
-    removal = scene.removal(f"{victim}-0")
-    assert removal.seen_at <= delay_end + 6 * SECOND
+    # KAI's own time of the eviction (whole seconds); the pod is deleted then.
+    assert evicted_at <= delay_end + 5 * SECOND, (
+        "KAI did not preempt within a few periods of the delay's end"
+    )
+    assert scene.removal(f"{victim}-0").node is not None
     EVICTIONS.append(Eviction(uid, "preempt", f"{scene.namespace}/{preemptor}", queue))
     HONOURED.append(uid)
     assert scene.wait_bound(preemptor, 1) == {f"{preemptor}-0": node}

@@ -66,8 +66,9 @@ def test_start_time_is_kais_annotation_before_and_after_an_eviction_and_restart(
     wait_until(lambda: scene.kube_diff().returncode == 0, 30, "kube diff to find no drift")
     evicted_at = scene.last_eviction(victim, timeout=WINDOW.seconds + 20)
     assert evicted_at >= until, "KAI evicted before the service's protected_until"
-    removal = scene.removal(f"{victim}-0")
-    assert removal.seen_at <= until + 6 * SECOND, "KAI did not evict within a few periods"
+    # KAI's own time of the eviction (whole seconds); the pod is deleted then.
+    assert evicted_at <= until + 5 * SECOND, "KAI did not evict within a few periods"
+    assert scene.removal(f"{victim}-0").node is not None
     annotations = kai_eviction(scene, victim)
     assert annotations["evictor-action-type"] == "preempt"
     EVICTIONS.append(Eviction(uid, "preempt", f"{scene.namespace}/{preemptor}", queue))
