@@ -54,6 +54,7 @@ _COMMANDS: Final = (
     ("", "explain", "explain.explain_command"),
     ("", "audit", "audit.audit_command"),
     ("", "violations", "violations.violations_command"),
+    ("", "simulate", "simulate.simulate_command"),
     ("", "doctor", "doctor.doctor_command"),
     ("requeue", "plan", "requeue_plan.plan_command"),
     ("outbox", "", "outbox.outbox_app"),
