@@ -50,7 +50,7 @@ _COMMANDS: Final = (
     ("", "replay", "replay.replay_command"),
     ("", "snapshot", "snapshot.snapshot_command"),
     ("", "whatif", "whatif.whatif_command"),
-    ("", "protection", "explain.protection_command"),
+    ("protection", "", "forecast.protection_app"),
     ("", "explain", "explain.explain_command"),
     ("", "audit", "audit.audit_command"),
     ("", "violations", "violations.violations_command"),

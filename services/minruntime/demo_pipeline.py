@@ -283,9 +283,9 @@ def _audit_part(console: Console, run: str, output_dir: Path) -> None:
             ("whatif", "--queue", "longrun", "--preempt-min-runtime", "1h"),
         ),
         (
-            "And over the last three hours of the log? (replayed as recorded and with longrun "
+            "And over the last two hours of the log? (replayed as recorded and with longrun "
             "at 1h; nothing is written)",
-            ("simulate", "--since", "now-3h", "-f", str(change), "--html", str(report)),
+            ("simulate", "--since", "now-2h", "-f", str(change), "--html", str(report)),
         ),
         (
             "The whole story of the requeued job, as a table and as a picture:",

@@ -95,7 +95,7 @@ def render(data: dict[str, Any]) -> list[str]:
     lines = [
         f"Simulated {data['since']} .. {data['until']}"
         + (f" (queue {data['queue']})" if data["queue"] else "")
-        + f": {counted(log['read'], 'log entry')} read, {log['in_window']} in the window, "
+        + f": {log['read']} log entries read, {log['in_window']} in the window, "
         f"{log['skipped']} skipped, {log['dead_letters']} dead-lettered; nothing written",
         f"The change: {counted(len(data['change']), 'event')}",
     ]
