@@ -96,7 +96,8 @@ def lines(forecast: Forecast) -> list[str]:
     scope = f" in queue {forecast.queue}" if forecast.queue else ""
     head = (
         f"{len(forecast.expiries)} protection window(s) of {forecast.running} running "
-        f"podgroup(s){scope} end in the next {forecast.hours:g}h (from {format_rfc3339(forecast.at)})"
+        f"podgroup(s){scope} end in the next {forecast.hours:g}h "
+        f"(from {format_rfc3339(forecast.at)})"
     )
     rows = [["ENDS AT", "IN", "UID", "QUEUE", "RULE", "WINDOW", "FROM"]]
     for expiry in forecast.expiries:
