@@ -241,3 +241,16 @@ def test_the_simulation_returns_while_another_session_holds_every_lock(
 
     assert data["queues"] == expected["queues"]
     assert data["flips"] == expected["flips"]
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_in_parts_the_figures_are_the_same(engine: sa.Engine, feed: Feed, jobs: int) -> None:
+    story(engine, feed)
+    events = change(SHORT_2H, LONGRUN_1H)
+    alone = describe(run(engine, events, jobs=1))
+
+    parted = describe(run(engine, events, jobs=jobs))
+
+    for key in ("total", "queues", "flips", "notes", "log", "rules_differ"):
+        assert parted[key] == alone[key], key
+    assert alone["total"]["flips_from_committed"]["to_rolled_back"] == 1

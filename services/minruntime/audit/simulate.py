@@ -17,14 +17,15 @@ decided inside ``[since, until]`` (event time) is counted.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import Engine
 
+from minruntime.audit.parallel import MOST_PARTS, default_parts
 from minruntime.audit.replay import LogEntry, read_log
 from minruntime.audit.whatif import ChangeEvent
 from minruntime.core import (
@@ -62,7 +63,12 @@ from minruntime.events import (
 from minruntime.ingest import outcome_of
 from minruntime.ingest.decisions import decision_data
 from minruntime.ingest.podgroups import podgroup_change
-from minruntime.store.log_span import LogSpan, dead_letters_between, log_span
+from minruntime.store.log_span import (
+    LogSpan,
+    committed_beneficiaries,
+    dead_letters_between,
+    log_span,
+)
 from minruntime.store.read_transactions import read_only, repeatable_read
 from minruntime.store.schema import LIVE
 
@@ -125,8 +131,12 @@ def simulate(
     since: datetime,
     until: datetime,
     queue: str | None = None,
+    jobs: int | None = None,
 ) -> SimulationReport:
-    """Judge the log's window ``[since, until]`` as recorded and under ``change``."""
+    """Judge the log's window ``[since, until]`` as recorded and under ``change``, in
+    ``jobs`` processes (None: ``parallel.default_parts`` of the log's length)."""
+    from minruntime.audit.simulate_parts import fold_in_parts
+
     if not change:
         raise SimulationError("nothing to simulate: give -f FILE with a queue or config change")
     if until <= since:
@@ -135,23 +145,39 @@ def simulate(
         )
     if queue is not None and not queue:
         raise SimulationError("--queue '': name a queue")
+    if jobs is not None and not 1 <= jobs <= MOST_PARTS:
+        raise SimulationError(f"--jobs {jobs}: give 1 to {MOST_PARTS}")
     pinned = policy_change(change)
     try:
-        worlds = Worlds(pinned)
+        Worlds(pinned)
     except MinRuntimeError as error:
         raise SimulationError(f"the change cannot be applied: {error}") from None
+    window = Window(pinned, since, until, queue)
     started = time.perf_counter()
     with repeatable_read(engine) as conn:
         read_only(conn)
         span = log_span(conn, LIVE)
         _check_window(span, since, until)
-        simulation = Simulation(worlds, since, until, queue=queue)
-        report = SimulationReport(SimulationResult(since, until), queue, change, span)
-        folder = _Folder(simulation, report, until)
-        for entry in read_log(conn):
-            folder.entry(entry)
-        report.dead_letters = dead_letters_between(conn, LIVE, since, until)
-    report.result = simulation.result(folder.open_runs())
+        parts = jobs or default_parts(span.entries)
+        beneficiaries = committed_beneficiaries(conn, LIVE)
+        if parts == 1:
+            folded = [fold_part(read_log(conn), window, beneficiaries, shared=True)]
+        else:
+            folded = fold_in_parts(engine, conn, parts, window, beneficiaries)
+        dead_letters = dead_letters_between(conn, LIVE, since, until)
+    report = SimulationReport(_decided(folded, window), queue, change, span)
+    report.dead_letters = dead_letters
+    for part in folded:
+        report.entries += part.entries
+        report.in_window += part.in_window
+        report.skipped += part.skipped
+        report.skipped_lines.extend(part.skipped_lines)
+        report.result.absorb(part.result)
+    del report.skipped_lines[SHOWN_SKIPPED:]
+    worlds = Worlds(pinned)
+    for part in folded:
+        for _, what in part.shared:
+            _apply_shared(worlds, what)
     if queue is not None and queue not in report.result.queues and not _known(worlds, queue):
         raise SimulationError(f"--queue {queue!r}: no queue of that name in the log or the change")
     if report.in_window == 0:
@@ -161,9 +187,118 @@ def simulate(
         )
     if span.first is not None and since < span.first:
         report.missing = (since, span.first)
-    report.notes = _notes(report, worlds)
+    report.notes = _notes(report, sum(part.conflicts for part in folded))
     report.seconds = time.perf_counter() - started
     return report
+
+
+@dataclass(frozen=True)
+class Window:
+    """What every part simulates: the change, the window, the queue asked for."""
+
+    change: PolicyChange
+    since: datetime
+    until: datetime
+    queue: str | None
+
+
+# A queue or configuration entry of the log, as the worlds take it.
+Shared = tuple[str, Any]
+
+
+@dataclass
+class FoldedPart:
+    """What one part of the log gave: its runs' figures, the decisions (judged afterwards, in
+    log order, with every part's facts about their beneficiaries) and its counts."""
+
+    result: SimulationResult
+    decisions: list[tuple[int, RecordedDecision]] = field(default_factory=list)
+    # The queue and configuration entries (seq, entry): the first part's only.
+    shared: list[tuple[int, Shared]] = field(default_factory=list)
+    # Beneficiaries of a committed requeue that this part folds: each run start and its queue,
+    # and the queue they had last.
+    starts: dict[str, list[tuple[datetime, str | None]]] = field(default_factory=dict)
+    queues: dict[str, str | None] = field(default_factory=dict)
+    entries: int = 0
+    in_window: int = 0
+    skipped: int = 0
+    skipped_lines: list[str] = field(default_factory=list)
+    conflicts: int = 0
+
+
+def fold_part(
+    entries: Iterable[LogEntry],
+    window: Window,
+    beneficiaries: frozenset[str],
+    *,
+    shared: bool,
+) -> FoldedPart:
+    """Fold ``entries`` (the whole log, or one part's): the runs are judged as they end; the
+    decisions are kept for ``_decided`` (``shared``: this part reports the queue and config
+    entries, which every part applies)."""
+    worlds = Worlds(window.change)
+    simulation = Simulation(worlds, window.since, window.until, queue=window.queue)
+    folder = _Folder(simulation, window, beneficiaries, shared=shared)
+    for entry in entries:
+        folder.entry(entry)
+    part = folder.part
+    part.result = simulation.result(folder.open_runs())
+    part.conflicts = worlds.conflicts
+    return part
+
+
+def _decided(folded: Sequence[FoldedPart], window: Window) -> SimulationResult:
+    """Every decision judged in log order, with the rules in force at it and the facts the
+    parts found about its beneficiaries."""
+    starts: dict[str, list[tuple[datetime, str | None]]] = {}
+    queues: dict[str, str | None] = {}
+    for part in folded:
+        starts.update(part.starts)
+        queues.update(part.queues)
+    merged: list[tuple[int, int, Any]] = [
+        (seq, 0, what) for part in folded for seq, what in part.shared
+    ]
+    merged += [(seq, 1, decision) for part in folded for seq, decision in part.decisions]
+    merged.sort(key=lambda item: (item[0], item[1]))
+    worlds = Worlds(window.change)
+    simulation = Simulation(worlds, window.since, window.until, queue=window.queue)
+    for _, kind, what in merged:
+        if kind == 0:
+            try:
+                _apply_shared(worlds, what)
+            except MinRuntimeError:
+                continue  # the part that folded it counted it as skipped
+            continue
+        decision: RecordedDecision = what
+        facts = tuple(
+            _beneficiary(uid, decision.decided_at, starts.get(uid, ()), queues.get(uid))
+            for uid, _, _ in decision.beneficiaries
+        )
+        simulation.decision(decision._replace(beneficiaries=facts))
+    return simulation.result()
+
+
+def _beneficiary(
+    uid: str,
+    decided_at: datetime,
+    starts: Sequence[tuple[datetime, str | None]],
+    last_queue: str | None,
+) -> Beneficiary:
+    for start, queue in starts:
+        if start >= decided_at:
+            return Beneficiary(uid, queue, start)
+    return Beneficiary(uid, last_queue, None)
+
+
+def _apply_shared(worlds: Worlds, what: Shared) -> None:
+    kind, value = what
+    if kind == "upsert":
+        worlds.queue_upserted(value)
+    elif kind == "delete":
+        worlds.queue_deleted(value)
+    else:
+        pool, config = value
+        worlds.config_updated(pool, config)
 
 
 def _known(worlds: Worlds, queue: str) -> bool:
@@ -189,7 +324,7 @@ def _span_text(span: LogSpan) -> str:
     )
 
 
-def _notes(report: SimulationReport, worlds: Worlds) -> list[str]:
+def _notes(report: SimulationReport, conflicts: int) -> list[str]:
     notes = []
     if report.missing is not None:
         since, first = report.missing
@@ -209,9 +344,9 @@ def _notes(report: SimulationReport, worlds: Worlds) -> list[str]:
             "the change alters the rules, but no run, eviction or decision in the window is "
             "judged differently"
         )
-    if worlds.conflicts:
+    if conflicts:
         notes.append(
-            f"{worlds.conflicts} recorded queue event(s) would close a cycle with a queue of "
+            f"{conflicts} recorded queue event(s) would close a cycle with a queue of "
             "the change: the changed tree kept its shape there"
         )
     if report.skipped:
@@ -233,19 +368,31 @@ def _notes(report: SimulationReport, worlds: Worlds) -> list[str]:
 
 
 class _Folder:
-    """The log, entry by entry, into the podgroup fold and the simulation."""
+    """Log entries, one by one, into the podgroup fold, the worlds and the simulation."""
 
-    def __init__(self, simulation: Simulation, report: SimulationReport, until: datetime) -> None:
+    def __init__(
+        self,
+        simulation: Simulation,
+        window: Window,
+        beneficiaries: frozenset[str],
+        *,
+        shared: bool,
+    ) -> None:
         self._simulation = simulation
         self._worlds = simulation.worlds
-        self._report = report
-        self._until = until
-        self._since = report.result.since
+        self._until = window.until
+        self._since = window.since
+        self._beneficiaries = beneficiaries
+        self._shared = shared
         self._states: dict[str, PodGroupState] = {}
+        self.part = FoldedPart(SimulationResult(window.since, window.until))
 
     def entry(self, entry: LogEntry) -> None:
-        report = self._report
-        report.entries += 1
+        part = self.part
+        if entry.foreign:
+            return
+        if not entry.borrowed:
+            part.entries += 1
         try:
             event = decode_event(entry.value)
         except EventRejected as error:
@@ -254,28 +401,41 @@ class _Folder:
         at = event.time
         if at > self._until:
             return
-        if at >= self._since:
-            report.in_window += 1
+        if at >= self._since and not entry.borrowed:
+            part.in_window += 1
         data = event.data
         try:
             if entry.is_decision:
-                self._decision(event)
+                if not entry.borrowed:
+                    self._decision(entry.seq, event)
             elif isinstance(data, _FOLDED):
                 self._podgroup(data, at)
-            elif isinstance(data, QueueUpsertedData):
-                self._worlds.queue_upserted(data.to_queue())
-            elif isinstance(data, QueueDeletedData):
-                self._worlds.queue_deleted(data.name)
-            elif isinstance(data, ConfigUpdatedData):
-                self._worlds.config_updated(data.node_pool, data.to_config())
+            elif isinstance(data, QueueUpsertedData | QueueDeletedData | ConfigUpdatedData):
+                self._shared_entry(entry, data)
         except MinRuntimeError as error:
             self._skip(entry, f"not applied: {error.kind}: {error}")
 
+    def _shared_entry(
+        self, entry: LogEntry, data: QueueUpsertedData | QueueDeletedData | ConfigUpdatedData
+    ) -> None:
+        what: Shared
+        if isinstance(data, QueueUpsertedData):
+            what = ("upsert", data.to_queue())
+        elif isinstance(data, QueueDeletedData):
+            what = ("delete", data.name)
+        else:
+            what = ("config", (data.node_pool, data.to_config()))
+        _apply_shared(self._worlds, what)
+        if self._shared and not entry.borrowed:
+            self.part.shared.append((entry.seq, what))
+
     def _skip(self, entry: LogEntry, why: str) -> None:
-        report = self._report
-        report.skipped += 1
-        if len(report.skipped_lines) < SHOWN_SKIPPED:
-            report.skipped_lines.append(f"seq {entry.seq} ({entry.type}): {why}")
+        if entry.borrowed:
+            return  # the part that owns it counts it
+        part = self.part
+        part.skipped += 1
+        if len(part.skipped_lines) < SHOWN_SKIPPED:
+            part.skipped_lines.append(f"seq {entry.seq} ({entry.type}): {why}")
 
     def _podgroup(
         self,
@@ -293,15 +453,18 @@ class _Folder:
         ended = ended_run(before, after, change, at)
         if ended is not None:
             self._simulation.run_ended(ended)
-        if after.start_time is not None and after.start_time != before.start_time:
-            self._simulation.started(uid, after.start_time)
+        if uid in self._beneficiaries:
+            queue = _queue_of(after)
+            self.part.queues[uid] = queue
+            if after.start_time is not None and after.start_time != before.start_time:
+                self.part.starts.setdefault(uid, []).append((after.start_time, queue))
         if after.deleted and after.status != "running":
             # Nothing a deleted podgroup does later is a run: its memory is given back.
             self._states.pop(uid, None)
         else:
             self._states[uid] = after
 
-    def _decision(self, event: Event) -> None:
+    def _decision(self, seq: int, event: Event) -> None:
         data = decision_data(event)
         state = self._states.get(data.uid) or PodGroupState(data.uid)
         beneficiaries: tuple[Beneficiary, ...] = ()
@@ -311,24 +474,21 @@ class _Folder:
                 awaiting_release=state.status == "running" and state.start_time == data.run_start
             )
             self._states[data.uid] = state
-            beneficiaries = tuple(
-                Beneficiary(uid, _queue_of(self._states.get(uid))) for uid in data.beneficiaries
-            )
+            beneficiaries = tuple(Beneficiary(uid, None) for uid in data.beneficiaries)
         spec = state.spec
-        self._simulation.decision(
-            RecordedDecision(
-                uid=data.uid,
-                outcome=outcome_of(event),
-                reason=getattr(data, "reason", None),
-                decided_at=data.decided_at,
-                run_start=data.run_start,
-                queue=None if spec is None else spec.queue,
-                node_pool=state.node_pool,
-                gpus=held_gpus(state) if state.status == "running" else None,
-                beneficiaries=beneficiaries,
-                annotations=state.annotations,
-            )
+        decision = RecordedDecision(
+            uid=data.uid,
+            outcome=outcome_of(event),
+            reason=getattr(data, "reason", None),
+            decided_at=data.decided_at,
+            run_start=data.run_start,
+            queue=None if spec is None else spec.queue,
+            node_pool=state.node_pool,
+            gpus=held_gpus(state) if state.status == "running" else None,
+            beneficiaries=beneficiaries,
+            annotations=dict(state.annotations),
         )
+        self.part.decisions.append((seq, decision))
 
     def open_runs(self) -> list[tuple[str | None, str, datetime, Decimal | None]]:
         """The runs still going at the window's end: queue, node pool, start, GPUs."""

@@ -31,6 +31,8 @@ _COLOURS: Final = {
     "avoided": "#27ae60",
     "lost_before": "#7f8c8d",
     "lost_after": "#2980b9",
+    "protected_before": "#bdc3c7",
+    "protected_after": "#8e44ad",
     "to_committed": "#c0392b",
     "from_committed": "#27ae60",
 }
@@ -201,12 +203,22 @@ def _lost_after(figures: dict[str, Any]) -> float:
     return float(figures["gpu_hours_lost"]["after"])
 
 
+def _protected_before(figures: dict[str, Any]) -> float:
+    return float(figures["protection"]["gpu_hours_before"])
+
+
+def _protected_after(figures: dict[str, Any]) -> float:
+    return float(figures["protection"]["gpu_hours_after"])
+
+
 # Per-queue bars: (colour key, label, value); the first two are counts, the others GPU-hours.
 _SERIES: Final[tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...]] = (
     ("new", "violations added", _new),
     ("avoided", "violations avoided", _avoided),
     ("lost_before", "GPU-h lost, recorded", _lost_before),
     ("lost_after", "GPU-h lost, changed", _lost_after),
+    ("protected_before", "GPU-h protected, recorded", _protected_before),
+    ("protected_after", "GPU-h protected, changed", _protected_after),
 )
 
 

@@ -58,6 +58,15 @@ def simulate_command(
         str | None,
         option("--html", metavar="FILE", help="Also write the report as one HTML page."),
     ] = None,
+    jobs: Annotated[
+        int | None,
+        option(
+            "--jobs",
+            metavar="N",
+            help="Fold the log in N processes, each one part of the podgroups (default: one "
+            "per core for a log of 20,000 entries or more).",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Replay a window of the log as recorded and under a change: what it would have cost and
@@ -74,7 +83,7 @@ def simulate_command(
     if not files:
         raise UserError("-f FILE: give the change to simulate")
     change = read_change_files(files, node_pool or DEFAULT_NODE_POOL, now)
-    report = simulate(engine(), change, since=start, until=end, queue=queue)
+    report = simulate(engine(), change, since=start, until=end, queue=queue, jobs=jobs)
     data = describe(report)
     if html is not None:
         from minruntime.audit.simulate_html import render_page

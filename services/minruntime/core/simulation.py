@@ -152,10 +152,12 @@ class QueueFigures:
 
 
 class Beneficiary(NamedTuple):
-    """A podgroup a committed requeue promised capacity to, and its queue then."""
+    """A podgroup a committed requeue promised capacity to: its queue, and the start of its
+    first run at or after the decision (None: none by the end of the log read)."""
 
     uid: str
     queue: str | None
+    started: datetime | None = None
 
 
 class RecordedDecision(NamedTuple):
@@ -203,6 +205,15 @@ class SimulationResult:
     # does nothing there).
     rules_differ: bool = False
 
+    def absorb(self, other: SimulationResult) -> None:
+        """Add ``other``'s figures, flips and notes (another part of the same window)."""
+        for name, figures in other.queues.items():
+            self.queues.setdefault(name, QueueFigures()).add(figures)
+        self.flips.extend(other.flips)
+        self.flips.sort(key=lambda flip: (flip.at, flip.uid))
+        self.waiting_at_end += other.waiting_at_end
+        self.rules_differ = self.rules_differ or other.rules_differ
+
     @property
     def total(self) -> QueueFigures:
         """The sum over every queue."""
@@ -229,8 +240,6 @@ class Simulation:
         self._result = SimulationResult(since, until)
         # Committed requeue times per podgroup in each world (cooldown and cap).
         self._commits: tuple[dict[str, list[datetime]], dict[str, list[datetime]]] = ({}, {})
-        # Beneficiary uid -> decision instants of flipped-away commits it waits on.
-        self._waiting: dict[str, list[tuple[datetime, str]]] = {}
 
     def _in_window(self, at: datetime) -> bool:
         inside = self._since <= at <= self._until
@@ -341,16 +350,6 @@ class Simulation:
 
     # -- decisions ---------------------------------------------------------------------------
 
-    def started(self, uid: str, at: datetime) -> None:
-        """A podgroup's run started: the wait of a beneficiary of a flipped-away commit ends."""
-        waiting = self._waiting.pop(uid, None)
-        if not waiting:
-            return
-        for decided_at, queue in waiting:
-            figures = self._figures(queue)
-            if figures is not None and at >= decided_at:
-                figures.wait_added_seconds += (min(at, self._until) - decided_at).total_seconds()
-
     def decision(self, decision: RecordedDecision) -> None:
         """A recorded decision: what the change would have decided at its instant."""
         after, reason, confidence = self._changed_outcome(decision)
@@ -378,9 +377,13 @@ class Simulation:
                 figures.flips_to_skipped += 1
             figures.requeue_gpu_seconds_saved += work or 0.0
             for beneficiary in decision.beneficiaries:
-                self._waiting.setdefault(beneficiary.uid, []).append(
-                    (decision.decided_at, decision.queue or NO_QUEUE)
-                )
+                # The wait the requeue saved it: to its recorded start, or the window's end.
+                started = beneficiary.started
+                if started is None or started > self._until:
+                    started = self._until
+                    self._result.waiting_at_end += 1
+                if started > decision.decided_at:
+                    figures.wait_added_seconds += (started - decision.decided_at).total_seconds()
         self._result.flips.append(
             Flip(
                 decision.decided_at,
@@ -469,13 +472,6 @@ class Simulation:
         for queue, node_pool, start, gpus in open_runs:
             self.run_open(queue, node_pool, start, gpus)
         result = self._result
-        for waiting in self._waiting.values():
-            for decided_at, queue in waiting:
-                figures = self._figures(queue)
-                if figures is not None:
-                    figures.wait_added_seconds += (self._until - decided_at).total_seconds()
-                    result.waiting_at_end += 1
-        self._waiting = {}
         result.flips.sort(key=lambda flip: (flip.at, flip.uid))
         return result
 

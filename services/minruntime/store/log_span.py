@@ -14,6 +14,11 @@ from sqlalchemy import Connection
 from minruntime.store.schema import StateTables
 
 _SPAN: Final = "SELECT count(*), min(event_time), max(event_time) FROM minruntime_state.event_log"
+_BENEFICIARIES: Final = (
+    "SELECT DISTINCT b FROM minruntime_state.event_log,"
+    " jsonb_array_elements_text(payload->'data'->'beneficiaries') AS b"
+    " WHERE type = 'requeue.committed'"
+)
 _DEAD_LETTERS: Final = (
     "SELECT count(*) FROM minruntime_state.dead_letter_log WHERE at >= :since AND at <= :until"
 )
@@ -39,3 +44,8 @@ def dead_letters_between(
     """How many records were dead-lettered from ``since`` to ``until``."""
     found = conn.execute(tables.text(_DEAD_LETTERS), {"since": since, "until": until})
     return int(found.scalar_one())
+
+
+def committed_beneficiaries(conn: Connection, tables: StateTables) -> frozenset[str]:
+    """Every podgroup a committed requeue of the log promised capacity to."""
+    return frozenset(conn.execute(tables.text(_BENEFICIARIES)).scalars())

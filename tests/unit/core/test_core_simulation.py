@@ -58,7 +58,12 @@ def run(
 
 
 def commit(
-    uid: str, queue: str, at: timedelta, *beneficiaries: tuple[str, str], gpus: int = 2
+    uid: str,
+    queue: str,
+    at: timedelta,
+    *beneficiaries: tuple[str, str],
+    gpus: int = 2,
+    started: datetime | None = None,
 ) -> RecordedDecision:
     return RecordedDecision(
         uid,
@@ -69,7 +74,7 @@ def commit(
         queue,
         "default",
         Decimal(gpus),
-        tuple(Beneficiary(b, q) for b, q in beneficiaries),
+        tuple(Beneficiary(b, q, started) for b, q in beneficiaries),
     )
 
 
@@ -173,8 +178,7 @@ def test_a_run_still_going_counts_up_to_the_window_end() -> None:
 
 def test_a_commit_protected_against_every_beneficiary_rolls_back_exactly() -> None:
     sim = simulation(worlds(q("infer", 2 * H, None)))
-    sim.decision(commit("e", "infer", 30 * M, ("f", "infer")))
-    sim.started("f", T0 + 90 * M)
+    sim.decision(commit("e", "infer", 30 * M, ("f", "infer"), started=T0 + 90 * M))
 
     result = sim.result()
 
