@@ -9,12 +9,13 @@ processor's batches, as ``bench_violations`` builds it): the event log is the pr
 
 Then it times the simulation of a change of the default pool's defaults (preempt 1h, reclaim
 30m: every run's windows differ) over the whole log: in this process
-(``audit.simulate.simulate``: one read of the log, the fold, the difference), and as a user
-runs it (the installed CLI in a subprocess, ``--json`` to a file, interpreter start included),
-``--repeat`` times each (median and worst).
+(``audit.simulate.simulate``: one read of the log, the fold, the difference) in one part and
+in ``--jobs`` parts, alternately, and as a user runs it (the installed CLI in a subprocess,
+``--json`` to a file, interpreter start included, its default parts), ``--repeat`` times each
+(median and worst).
 
     .venv/bin/python benchmarks/bench_simulate.py [--podgroups 24000] [--repeat 3]
-        [--keep | --reuse] [--profile]
+        [--keep | --reuse] [--jobs 2] [--profile]
 
 Needs the local stack (``minruntime stack up``).
 """
@@ -97,11 +98,12 @@ def measure(url: str, args: argparse.Namespace) -> None:
     try:
         with engine.connect() as conn:
             events = conn.execute(sa.text("SELECT count(*) FROM minruntime.event_log")).scalar_one()
-        times = []
+        by_jobs: dict[int, list[float]] = {1: [], args.jobs: []}
         for _ in range(args.repeat):
-            started = time.perf_counter()
-            report = simulate(engine, change(), since=SINCE, until=UNTIL)
-            times.append(time.perf_counter() - started)
+            for jobs, times in by_jobs.items():
+                started = time.perf_counter()
+                report = simulate(engine, change(), since=SINCE, until=UNTIL, jobs=jobs)
+                times.append(time.perf_counter() - started)
         if args.profile:
             profile = cProfile.Profile()
             profile.runcall(simulate, engine, change(), since=SINCE, until=UNTIL)
@@ -114,11 +116,12 @@ def measure(url: str, args: argparse.Namespace) -> None:
         f"{total.avoided_definite + total.avoided_possible:,} violations avoided, "
         f"{total.new_definite + total.new_possible:,} new, {total.decisions:,} decisions"
     )
-    median = statistics.median(times)
-    print(
-        f"simulate in this process: median {median:.2f} s, worst {max(times):.2f} s over "
-        f"{args.repeat} ({events / median:,.0f} entries/s)"
-    )
+    for jobs, times in by_jobs.items():
+        median = statistics.median(times)
+        print(
+            f"simulate in this process, {jobs} part(s): median {median:.2f} s, worst "
+            f"{max(times):.2f} s over {args.repeat} ({events / median:,.0f} entries/s)"
+        )
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     change_file = out / "simulate-change.yaml"
@@ -141,6 +144,7 @@ def main() -> None:
     parser.add_argument("--evicted-share", type=float, default=0.2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="profile one in-process run")
+    parser.add_argument("--jobs", type=int, default=2, help="parts, against 1 (default 2)")
     args = parser.parse_args()
     settings = Settings()
     print(

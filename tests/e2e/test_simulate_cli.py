@@ -13,7 +13,6 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from minruntime.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import run_cli
 from tests.e2e.harness import Pipeline, one_error_line, running_pipeline, wait_for
+from tests.e2e.test_violations_cli import ended
 
 pytestmark = pytest.mark.stack
 
@@ -51,16 +51,6 @@ class Simulated:
         path = self.workdir / name
         path.write_text(text)
         return str(path)
-
-
-def ended(uid: str, queue: str, seconds: float, reason: str) -> list[dict[str, Any]]:
-    release = ce.released(uid, time=ce.at(seconds), reason="completed")
-    release["data"]["reason"] = reason
-    return [
-        ce.submitted(uid, queue, ("p0", "p1"), priority=50),
-        ce.allocated(uid, ("p0", "p1"), ce.at(0)),
-        release,
-    ]
 
 
 @pytest.fixture(scope="module")
