@@ -177,7 +177,10 @@ def simulate(
     worlds = Worlds(pinned)
     for part in folded:
         for _, what in part.shared:
-            _apply_shared(worlds, what)
+            try:
+                _apply_shared(worlds, what)
+            except MinRuntimeError:
+                continue  # skipped and counted by the fold
     if queue is not None and queue not in report.result.queues and not _known(worlds, queue):
         raise SimulationError(f"--queue {queue!r}: no queue of that name in the log or the change")
     if report.in_window == 0:

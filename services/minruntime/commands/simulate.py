@@ -83,7 +83,12 @@ def simulate_command(
     if not files:
         raise UserError("-f FILE: give the change to simulate")
     change = read_change_files(files, node_pool or DEFAULT_NODE_POOL, now)
-    report = simulate(engine(), change, since=start, until=end, queue=queue, jobs=jobs)
+    from minruntime.audit.parallel import PartFailedError
+
+    try:
+        report = simulate(engine(), change, since=start, until=end, queue=queue, jobs=jobs)
+    except PartFailedError as error:
+        raise UserError(str(error)) from None
     data = describe(report)
     if html is not None:
         from minruntime.audit.simulate_html import render_page
