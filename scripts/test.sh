@@ -20,6 +20,9 @@ minruntime stack up --kube
 minruntime stack tool helm >/dev/null
 # promtool for the alerting rules' tests (tests/unit/test_monitoring_rules.py), the same way.
 minruntime stack tool promtool >/dev/null
+# Chromium for the simulation report's browser test (apt-get when missing; the test skips,
+# saying why, when it cannot be installed).
+bash scripts/chromium.sh >/dev/null || echo "==> no chromium: the browser test will skip"
 
 echo "==> ruff format --check";  ruff format --check .
 echo "==> ruff check";           ruff check .

@@ -59,6 +59,14 @@ EXPECTED_RUNTIME: Final = "1h"
 # Queue of the protected job: still inside its minimum runtime after two hours.
 LONGRUN_QUEUE: Final = {"name": "longrun", "preemptMinRuntime": "4h"}
 VICTIM_PRIORITY, CONTENDER_PRIORITY = 50, 100
+# The change the demo simulates over its own log: longrun's preempt minimum at 1h.
+LONGRUN_1H_YAML: Final = """apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata:
+  name: longrun
+spec:
+  preemptMinRuntime: "1h"
+"""
 # The worker runs a cycle on start, then every second; the demo scrapes its metrics once a
 # cycle after the commit has run (the committed job is then skipped for its cooldown).
 WORKER_ENV: Final = {"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"}
@@ -258,6 +266,9 @@ def _audit_part(console: Console, run: str, output_dir: Path) -> None:
     console.rule("[bold]Part 4 — audit: why, what if, the whole story, and proof")
     output_dir.mkdir(parents=True, exist_ok=True)
     picture = output_dir / f"demo-{run}-contended.svg"
+    change = output_dir / f"demo-{run}-longrun-1h.yaml"
+    change.write_text(LONGRUN_1H_YAML, encoding="utf-8")
+    report = output_dir / f"demo-{run}-simulation.html"
     steps = (
         (
             "Why may nobody in its own queue preempt the protected job yet?",
@@ -272,6 +283,11 @@ def _audit_part(console: Console, run: str, output_dir: Path) -> None:
             ("whatif", "--queue", "longrun", "--preempt-min-runtime", "1h"),
         ),
         (
+            "And over the last two hours of the log? (replayed as recorded and with longrun "
+            "at 1h; nothing is written)",
+            ("simulate", "--since", "now-2h", "-f", str(change), "--html", str(report)),
+        ),
+        (
             "The whole story of the requeued job, as a table and as a picture:",
             ("audit", f"demo-{run}-contended", "--plot", str(picture)),
         ),
@@ -282,6 +298,10 @@ def _audit_part(console: Console, run: str, output_dir: Path) -> None:
     )
     show_commands(console, steps)
     console.print(f"\nThe timeline picture is in {picture}.")
+    console.print(
+        f"The simulation report is in {report} "
+        f"(a screenshot: bash scripts/simulate-screenshot.sh {report})."
+    )
 
 
 def _run_worker(

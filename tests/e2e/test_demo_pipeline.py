@@ -93,6 +93,14 @@ def _assert_audit_part(out: str, pictures: Path) -> None:
     assert len(svg) == 1, part
     assert svg[0].read_text().lstrip().startswith(("<?xml", "<svg"))
     assert "verify: the live state is exactly what the event log implies" in part
+    # The simulation of longrun at 1h over the demo's log: the rollback of the protected job
+    # would have committed (an estimate), and the report is next to the timeline picture.
+    assert re.search(
+        rf"{UID}-protected\s+longrun\s+rolled_back \(protected\)\s+committed\s+estimate", part
+    ), part
+    page = list(pictures.glob("demo-*-simulation.html"))
+    assert len(page) == 1, part
+    assert page[0].read_text().startswith("<!DOCTYPE html>")
 
 
 def _assert_layers_part(out: str, pipeline: Pipeline) -> None:

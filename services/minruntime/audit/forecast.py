@@ -1,0 +1,124 @@
+"""`minruntime protection forecast`: the running podgroups whose windows end in the next hours.
+
+Read from the live state in one REPEATABLE READ transaction made READ ONLY: the running
+podgroups (the read surface's protection rows give each one's queue, node pool and run
+start), the queue tree and the node pools' configurations; the windows are the core's
+(``core.forecast.expiring`` over ``core.RunRules``), per rule and class of preemptors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from sqlalchemy import Engine
+
+from minruntime.audit.violations import whose
+from minruntime.core import RunRules, format_duration, format_rfc3339
+from minruntime.core.forecast import Expiry, RunningRun, expiring
+from minruntime.errors import UserError
+from minruntime.store.read_surface import (
+    node_pool_configs,
+    protection_rows,
+    queue_exists,
+    queue_tree,
+)
+from minruntime.store.read_transactions import database_now, read_only, repeatable_read
+from minruntime.store.shadows import LIVE
+
+# The longest horizon a forecast takes (a window longer than this is protection for good).
+MAX_HOURS: Final = 24 * 366
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The windows that end in ``(at, at + hours]``, soonest first."""
+
+    at: datetime
+    hours: float
+    queue: str | None
+    running: int
+    expiries: tuple[Expiry, ...]
+
+
+def forecast(engine: Engine, *, hours: float, queue: str | None = None) -> Forecast:
+    """The live state's forecast for the next ``hours`` (only podgroups of ``queue``)."""
+    if not 0 < hours <= MAX_HOURS:
+        raise UserError(f"--hours {hours:g}: give a number of hours above 0, at most {MAX_HOURS}")
+    if queue is not None and not queue:
+        raise UserError("--queue '': name a queue")
+    live = LIVE
+    with repeatable_read(engine) as conn:
+        read_only(conn)
+        now = database_now(conn)
+        if queue is not None and not queue_exists(conn, live, queue):
+            raise UserError(f"--queue {queue!r}: no queue of that name")
+        rows = protection_rows(conn, live, now)
+        tree, _ = queue_tree(conn, live)
+        configs = node_pool_configs(conn, live)
+    runs = [
+        RunningRun(row.uid, row.queue, row.node_pool, row.start_time)
+        for row in rows
+        if row.start_time is not None and (queue is None or row.queue == queue)
+    ]
+    found = expiring(runs, RunRules(tree, configs), now, timedelta(hours=hours))
+    return Forecast(now, hours, queue, len(runs), tuple(found))
+
+
+def describe(forecast: Forecast) -> dict[str, Any]:
+    """The forecast as plain data (``--json``)."""
+    return {
+        "at": format_rfc3339(forecast.at),
+        "hours": forecast.hours,
+        "queue": forecast.queue,
+        "running": forecast.running,
+        "expiries": [
+            {
+                "uid": expiry.uid,
+                "queue": expiry.queue,
+                "node_pool": expiry.node_pool,
+                "run_start": format_rfc3339(expiry.start),
+                "rule": expiry.window.rule.value,
+                "preemptors": whose(expiry.window),
+                "min_runtime": expiry.window.min_runtime.total_seconds(),
+                "resolved_from": expiry.window.resolved_from,
+                "ends_at": format_rfc3339(expiry.ends_at),
+                "in": (expiry.ends_at - forecast.at).total_seconds(),
+            }
+            for expiry in forecast.expiries
+        ],
+    }
+
+
+def lines(forecast: Forecast) -> list[str]:
+    """The forecast for people: a summary line, then one line per window, soonest first."""
+    scope = f" in queue {forecast.queue}" if forecast.queue else ""
+    head = (
+        f"{len(forecast.expiries)} protection window(s) of {forecast.running} running "
+        f"podgroup(s){scope} end in the next {forecast.hours:g}h "
+        f"(from {format_rfc3339(forecast.at)})"
+    )
+    rows = [["ENDS AT", "IN", "UID", "QUEUE", "RULE", "WINDOW", "FROM"]]
+    for expiry in forecast.expiries:
+        window = expiry.window
+        rows.append(
+            [
+                format_rfc3339(expiry.ends_at),
+                format_duration(
+                    timedelta(seconds=round((expiry.ends_at - forecast.at).total_seconds()))
+                ),
+                expiry.uid,
+                expiry.queue or "-",
+                whose(window),
+                format_duration(window.min_runtime),
+                f"queue {window.resolved_from}" if window.resolved_from else "pool default",
+            ]
+        )
+    if len(rows) == 1:
+        return [head]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [head] + [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
