@@ -28,7 +28,7 @@ import yaml
 from minruntime.cluster.api import KAI_GROUP, read_json
 from minruntime.settings import Settings
 from minruntime.stack.apiserver import KubeNode
-from minruntime.stack.crds import apply_crds
+from minruntime.stack.crds import apply_crds, read_crds
 from tests.e2e.harness import Subprocess
 
 KAI_CACHE = Path(os.environ.get("KAI_CACHE") or Path.home() / ".cache" / "kai")
@@ -162,7 +162,7 @@ class ApiServer:
 
     def start(self, crds: Path) -> ApiServer:
         self.node.start(lambda line: print(line), timeout=120)
-        apply_crds(self.kubeconfig, crds, timeout=120)
+        apply_crds(self.kubeconfig, read_crds(crds), timeout=120)
         return self
 
     def stop(self) -> None:
