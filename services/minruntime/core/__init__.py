@@ -126,7 +126,13 @@ from minruntime.core.requeue_model import (
     RunningPodGroup,
     exclusion_reason,
 )
-from minruntime.core.resolution import Resolution, ResolutionKind, ResolutionTrace, Resolver
+from minruntime.core.resolution import (
+    PoolResolvers,
+    Resolution,
+    ResolutionKind,
+    ResolutionTrace,
+    Resolver,
+)
 from minruntime.core.runs import EVICTIONS, EndedRun, ended_run
 from minruntime.core.start_time import (
     NOT_STARTED,
@@ -212,6 +218,7 @@ __all__ = [
     "PodGroupSpec",
     "PodGroupState",
     "PodPlacement",
+    "PoolResolvers",
     "Preemptibility",
     "PreemptionDelay",
     "ProtectedRun",

@@ -170,6 +170,7 @@ class QueueUpsertedData(EventData):
             parent=self.parent_queue,
             preempt_min_runtime=self.preempt_min_runtime,
             reclaim_min_runtime=self.reclaim_min_runtime,
+            node_pool=self.node_pool,
         )
 
 
