@@ -145,10 +145,15 @@ WITH running AS (
 
 def _reclaim_protection(pools: bool) -> str:
     method = "COALESCE(c.reclaim_resolve_method, d.reclaim_resolve_method, 'lca')"
+    # Its estimates (a tree per pool in use) cross the JIT threshold even on a few rows, where
+    # compiling takes seconds and the query itself milliseconds: planned without JIT.
+    returns = (
+        _RETURNS.replace("SET search_path", "SET jit = off\nSET search_path") if pools else _RETURNS
+    )
     return f"""
 CREATE OR REPLACE FUNCTION minruntime.reclaim_protection(
     reclaimer_queue text, at timestamptz DEFAULT now())
-{_RETURNS}{_RECLAIM_TREES[pools]} walk AS (
+{returns}{_RECLAIM_TREES[pools]} walk AS (
     -- Per victim queue V of a tree: where the lca walk starts (path_V[k+1], k = the common
     -- prefix with the reclaimer's path, clamped to V), and that start's walk result.
     SELECT v.seen, v.name, v.reclaim_resolved AS queue_value, v.reclaim_source AS queue_source,
