@@ -106,7 +106,12 @@ $$;
 """
 
 
-# reclaim_protection: the running podgroups, and the tree each is resolved in (``seen``).
+# reclaim_protection: the running podgroups (the columns it reads), and the tree each is
+# resolved in (``seen``).
+_RUNNING = (
+    "p.uid, p.queue, p.node_pool, p.start_time, p.running_pods, p.protected_evictable_pods,"
+    " p.preemptibility"
+)
 _RECLAIM_TREES = {
     True: f"""
 WITH named AS (
@@ -114,7 +119,7 @@ WITH named AS (
     -- tree of the queues of no pool: '' below (a pool's name is never empty).
     SELECT DISTINCT node_pool FROM minruntime_state.queue_nodes WHERE node_pool IS NOT NULL
 ), running AS (
-    SELECT p.*, COALESCE(n.node_pool, '') AS seen
+    SELECT {_RUNNING}, COALESCE(n.node_pool, '') AS seen
       FROM minruntime_state.podgroup_state p
       LEFT JOIN named n ON n.node_pool = p.node_pool
      WHERE p.status = 'running'
@@ -131,9 +136,10 @@ WITH named AS (
 ), reclaimer AS (
     SELECT seen, path FROM nodes WHERE name = reclaimer_queue
 ),""",
-    False: """
+    False: f"""
 WITH running AS (
-    SELECT p.*, '' AS seen FROM minruntime_state.podgroup_state p WHERE p.status = 'running'
+    SELECT {_RUNNING}, '' AS seen FROM minruntime_state.podgroup_state p
+     WHERE p.status = 'running'
 ), nodes AS (
     SELECT '' AS seen, name, path, reclaim_resolved, reclaim_source
       FROM minruntime_state.queue_nodes
