@@ -106,46 +106,42 @@ $$;
 """
 
 
-# reclaim_protection: the running podgroups (the columns it reads), and the tree each is
-# resolved in (``seen``).
-_RUNNING = (
-    "p.uid, p.queue, p.node_pool, p.start_time, p.running_pods, p.protected_evictable_pods,"
-    " p.preemptibility"
-)
+# reclaim_protection: every tree in use, by ``seen`` (a pool that some queue names, or '' for
+# the tree of the queues of no pool, which every other pool sees), and each queue in it.
 _RECLAIM_TREES = {
     True: f"""
 WITH named AS (
     -- The pools some queue belongs to: each sees a tree of its own. Every other pool sees the
     -- tree of the queues of no pool: '' below (a pool's name is never empty).
     SELECT DISTINCT node_pool FROM minruntime_state.queue_nodes WHERE node_pool IS NOT NULL
-), running AS (
-    SELECT {_RUNNING}, COALESCE(n.node_pool, '') AS seen
-      FROM minruntime_state.podgroup_state p
-      LEFT JOIN named n ON n.node_pool = p.node_pool
-     WHERE p.status = 'running'
 ), nodes AS (
-    -- Every queue of every tree in use, as that tree sees it.
+    -- Every queue of every tree, as that tree sees it.
     SELECT t.seen, h.name,
            {_seen("path")} AS path,
            {_seen("reclaim_resolved")} AS reclaim_resolved,
            {_seen("reclaim_source")} AS reclaim_source
-      FROM (SELECT DISTINCT seen FROM running) t
+      FROM (SELECT '' AS seen UNION ALL SELECT node_pool FROM named) t
       JOIN minruntime_state.queue_nodes h ON h.node_pool IS NULL OR h.node_pool = t.seen
       LEFT JOIN minruntime_state.queue_nodes_in_pool o
         ON o.node_pool = t.seen AND o.name = h.name
 ), reclaimer AS (
     SELECT seen, path FROM nodes WHERE name = reclaimer_queue
 ),""",
-    False: f"""
-WITH running AS (
-    SELECT {_RUNNING}, '' AS seen FROM minruntime_state.podgroup_state p
-     WHERE p.status = 'running'
-), nodes AS (
+    False: """
+WITH nodes AS (
     SELECT '' AS seen, name, path, reclaim_resolved, reclaim_source
       FROM minruntime_state.queue_nodes
 ), reclaimer AS (
     SELECT seen, path FROM nodes WHERE name = reclaimer_queue
 ),""",
+}
+# The tree a running podgroup p is resolved in.
+_PODGROUP_TREE = {
+    True: """
+      LEFT JOIN named n ON n.node_pool = p.node_pool
+      LEFT JOIN walk w ON w.seen = COALESCE(n.node_pool, '') AND w.name = p.queue""",
+    False: """
+      LEFT JOIN walk w ON w.name = p.queue""",
 }
 
 
@@ -184,9 +180,9 @@ CREATE OR REPLACE FUNCTION minruntime.reclaim_protection(
                     interval '0')
            END AS min_runtime,
            CASE WHEN {method} = 'lca' THEN w.lca_source ELSE w.queue_source END AS resolved_from
-      FROM running p
-      LEFT JOIN walk w ON w.seen = p.seen AND w.name = p.queue
+      FROM minruntime_state.podgroup_state p{_PODGROUP_TREE[pools]}
       {_CONFIG_JOIN}
+     WHERE p.status = 'running'
 )
 SELECT uid, queue, start_time, min_runtime, resolved_from,
        start_time + min_runtime,
