@@ -228,7 +228,7 @@ class RunRules:
         key = (resolver, queue)
         found = self._cache.get(key)
         if found is None:
-            windows = _windows(resolver, queue)
+            windows = self._windows(resolver, queue)
             runtimes = [window.min_runtime for window in windows]
             reclaims = runtimes[1:]
             found = self._cache[key] = RuleSet(
@@ -237,40 +237,40 @@ class RunRules:
         self._by_pool[(node_pool, queue)] = found
         return found
 
-
-def _windows(resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
-    config = resolver.config
-    tree = resolver.tree
-    if victim is None or victim not in tree:
-        default = Resolution(config.default_reclaim_min_runtime, None)
-        return (
-            _preempt(Resolution(config.default_preempt_min_runtime, None)),
-            _reclaim(Reclaimers.ANY, default),
-        )
-    windows = [_preempt(resolver.preempt_min_runtime(victim))]
-    path = tree.path(victim)
-    if config.reclaim_resolve_method == ReclaimResolveMethod.QUEUE:
-        other = next((queue.name for queue in tree if queue.name != victim), None)
-        if other is not None:
-            resolution = resolver.reclaim_min_runtime(other, victim)
-            windows.append(_reclaim(Reclaimers.ANY, resolution))
-    else:
-        # One representative reclaimer per class: its resolution is the class's.
-        other_root = next((root for root in tree.roots() if root != path[0]), None)
-        if other_root is not None:
-            resolution = resolver.reclaim_min_runtime(other_root, victim)
-            windows.append(_reclaim(Reclaimers.OTHER_ROOTS, resolution))
-        # An ancestor of the victim is its own class's representative.
-        for ancestor in path[:-1]:
-            resolution = resolver.reclaim_min_runtime(ancestor, victim)
-            windows.append(_reclaim(Reclaimers.BELOW, resolution, ancestor))
-        children = tree.children_of(victim)
-        if children:
-            resolution = resolver.reclaim_min_runtime(children[0], victim)
-            windows.append(_reclaim(Reclaimers.BELOW, resolution, victim))
-    unknown = Resolution(config.default_reclaim_min_runtime, None)
-    windows.append(_reclaim(Reclaimers.UNKNOWN, unknown))
-    return tuple(windows)
+    @staticmethod
+    def _windows(resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
+        config = resolver.config
+        tree = resolver.tree
+        if victim is None or victim not in tree:
+            default = Resolution(config.default_reclaim_min_runtime, None)
+            return (
+                _preempt(Resolution(config.default_preempt_min_runtime, None)),
+                _reclaim(Reclaimers.ANY, default),
+            )
+        windows = [_preempt(resolver.preempt_min_runtime(victim))]
+        path = tree.path(victim)
+        if config.reclaim_resolve_method == ReclaimResolveMethod.QUEUE:
+            other = next((queue.name for queue in tree if queue.name != victim), None)
+            if other is not None:
+                resolution = resolver.reclaim_min_runtime(other, victim)
+                windows.append(_reclaim(Reclaimers.ANY, resolution))
+        else:
+            # One representative reclaimer per class: its resolution is the class's.
+            other_root = next((root for root in tree.roots() if root != path[0]), None)
+            if other_root is not None:
+                resolution = resolver.reclaim_min_runtime(other_root, victim)
+                windows.append(_reclaim(Reclaimers.OTHER_ROOTS, resolution))
+            # An ancestor of the victim is its own class's representative.
+            for ancestor in path[:-1]:
+                resolution = resolver.reclaim_min_runtime(ancestor, victim)
+                windows.append(_reclaim(Reclaimers.BELOW, resolution, ancestor))
+            children = tree.children_of(victim)
+            if children:
+                resolution = resolver.reclaim_min_runtime(children[0], victim)
+                windows.append(_reclaim(Reclaimers.BELOW, resolution, victim))
+        unknown = Resolution(config.default_reclaim_min_runtime, None)
+        windows.append(_reclaim(Reclaimers.UNKNOWN, unknown))
+        return tuple(windows)
 
 
 def _preempt(resolution: Resolution) -> RuleWindow:
