@@ -80,12 +80,15 @@ def queue(
     parent: str | None = None,
     preempt: timedelta | str | None = None,
     reclaim: timedelta | str | None = None,
+    node_pool: str | None = None,
     **attributes: Any,
 ) -> Event:
-    """queue.upserted."""
+    """queue.upserted (``node_pool`` None: no nodePool, the queue is in every pool's tree)."""
     data: dict[str, Any] = {"name": name}
     if parent is not None:
         data["parentQueue"] = parent
+    if node_pool is not None:
+        data["nodePool"] = node_pool
     if preempt is not None:
         data["preemptMinRuntime"] = _duration(preempt)
     if reclaim is not None:
@@ -209,7 +212,7 @@ def nominated(
 
 def queue_of(q: Queue) -> Event:
     """The queue.upserted of a core ``Queue``."""
-    return queue(q.name, q.parent, q.preempt_min_runtime, q.reclaim_min_runtime)
+    return queue(q.name, q.parent, q.preempt_min_runtime, q.reclaim_min_runtime, q.node_pool)
 
 
 def config_of(node_pool: str, c: MinRuntimeConfig) -> Event:

@@ -31,6 +31,7 @@ from minruntime.core import (
 )
 from minruntime.errors import UserError
 from minruntime.events import ConfigUpdatedData, EventType, QueueUpsertedData
+from minruntime.events.types import MAX_LABEL
 
 QUEUE_API_VERSION: Final = "scheduling.run.ai/v2"
 QUEUE_KIND: Final = "Queue"
@@ -51,6 +52,9 @@ QUEUE_DURATION_FIELDS: Final = ("preemptMinRuntime", "reclaimMinRuntime")
 # KAI's spec.resources (pkg/apis/scheduling/v2/resources.go): resources and their settings.
 QUEUE_RESOURCES: Final = ("gpu", "cpu", "memory")
 QUEUE_RESOURCE_SETTINGS: Final = ("quota", "limit", "overQuotaWeight")
+# KAI's default `--nodepool-label-key` (pkg/common/constants/constants.go): the label naming
+# the node pool (scheduler shard) of a Node, a PodGroup and a Queue.
+NODE_POOL_LABEL: Final = "kai.scheduler/node-pool"
 CONFIG_MAP_KEY: Final = "config.yaml"
 PLUGIN_NAME: Final = "minruntime"
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
@@ -213,16 +217,19 @@ def change_events(
     manifests: Sequence[Manifest],
     node_pool: str = DEFAULT_NODE_POOL,
     only: Literal["Queue", "config"] | None = None,
+    node_pool_label: str = NODE_POOL_LABEL,
 ) -> list[tuple[Manifest, EventType, ChangeData]]:
     """The events Queue objects and a scheduler config stand for, in order: the one translation
     of `queues apply`, `config apply` and `whatif -f`.
 
     The queues are checked as a set (a queue twice, parent cycles) and there is one config at
-    most. `only` reads every manifest as that kind, so a stray object is named as not one.
+    most. `only` reads every manifest as that kind, so a stray object is named as not one. A
+    Queue with the ``node_pool_label`` label is in that node pool; one without is in every
+    pool's tree (``node_pool`` is the config's pool, never a queue's).
     """
     queues = [m for m in manifests if only == "Queue" or (only is None and m.kind == "Queue")]
     configs = [m for m in manifests if only == "config" or (only is None and m.kind != "Queue")]
-    upserts = iter(queue_upserts(queues) if queues else [])
+    upserts = iter(queue_upserts(queues, node_pool_label) if queues else [])
     config = config_update(configs, node_pool) if configs else None
     events: list[tuple[Manifest, EventType, ChangeData]] = []
     for manifest in manifests:
@@ -236,16 +243,20 @@ def change_events(
 # -- Queue objects -> queue.upserted -------------------------------------------------------------
 
 
-def queue_upserts(manifests: Sequence[Manifest]) -> list[QueueUpsertedData]:
+def queue_upserts(
+    manifests: Sequence[Manifest], node_pool_label: str = "", unlabelled: str | None = None
+) -> list[QueueUpsertedData]:
     """One queue.upserted data per Queue object, in order; the first bad object raises.
 
+    ``nodePool`` is the value of the ``node_pool_label`` label (KAI's shard rule), else
+    ``unlabelled`` (None: the queue is in every pool's tree); no label key: None.
     Also refused: a queue defined twice, and parentQueue cycles among the given queues (the
     stream would dead-letter them one by one; here nothing is sent).
     """
     upserts: list[QueueUpsertedData] = []
     defined: dict[str, Manifest] = {}
     for manifest in manifests:
-        upsert = _queue_upsert(manifest)
+        upsert = _queue_upsert(manifest, node_pool_label, unlabelled)
         first = defined.setdefault(upsert.name, manifest)
         if first is not manifest:
             raise manifest.error(
@@ -260,10 +271,13 @@ def queue_upserts(manifests: Sequence[Manifest]) -> list[QueueUpsertedData]:
     return upserts
 
 
-def _queue_upsert(manifest: Manifest) -> QueueUpsertedData:
+def _queue_upsert(
+    manifest: Manifest, node_pool_label: str, unlabelled: str | None
+) -> QueueUpsertedData:
     body = _object(manifest)
     _expect_queue(manifest, body)
     name = _metadata_name(manifest, body)
+    node_pool = _node_pool(manifest, body, node_pool_label, unlabelled)
     spec = _mapping(manifest, body.get("spec"), "spec")
     unknown = sorted(str(field) for field in spec if field not in QUEUE_SPEC_FIELDS)
     if unknown:
@@ -280,6 +294,7 @@ def _queue_upsert(manifest: Manifest) -> QueueUpsertedData:
         "parentQueue": parent or None,
         **{field: _queue_duration(manifest, spec, field) for field in QUEUE_DURATION_FIELDS},
         **_queue_shares(manifest, spec),
+        "nodePool": node_pool,
     }
     try:
         return QueueUpsertedData.model_validate(data)
@@ -350,6 +365,23 @@ def _expect_queue(manifest: Manifest, body: Mapping[Any, Any]) -> None:
             f"{_described(api_version)} is not supported: use {QUEUE_API_VERSION} "
             "(the Queue version with preemptMinRuntime and reclaimMinRuntime)",
         )
+
+
+def _node_pool(
+    manifest: Manifest, body: Mapping[Any, Any], node_pool_label: str, unlabelled: str | None
+) -> str | None:
+    """The queue's node pool by KAI's shard rule: its label's value, else ``unlabelled``."""
+    if not node_pool_label:
+        return None
+    labels = _mapping(manifest, _mapping(manifest, body.get("metadata"), "metadata").get("labels"),
+                      "metadata.labels")  # fmt: skip
+    value = labels.get(node_pool_label)
+    if value is None or value == "":
+        return unlabelled
+    field = f"metadata.labels[{node_pool_label!r}]"
+    if not isinstance(value, str) or len(value) > MAX_LABEL:
+        raise manifest.error(field, f"must be a node pool name of at most {MAX_LABEL} characters")
+    return value
 
 
 def _metadata_name(manifest: Manifest, body: Mapping[Any, Any]) -> str:

@@ -161,6 +161,8 @@ class Settings(BaseSettings):
     kube_namespace: str = "minruntime"  # where the bridge's Lease lives
     kube_scheduler_config: str = "kai-scheduler/kai-scheduler-config"  # namespace/name
     kube_scheduler_node_pool: str = "default"  # the node pool that ConfigMap configures
+    # The label naming the node pool (KAI shard) of a Node, PodGroup and Queue: KAI's
+    # --nodepool-label-key ("" = KAI's every shard sees everything; docs/kubernetes.md).
     kube_node_pool_label: str = "kai.scheduler/node-pool"
     kube_lease_name: str = "minruntime-kube-bridge"
     kube_lease_seconds: float = Field(default=15.0, gt=0)

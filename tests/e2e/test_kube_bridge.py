@@ -75,26 +75,28 @@ def test_a_bound_running_podgroup_is_protected_and_a_patched_queue_changes_the_a
 ) -> None:
     cluster, root, team = loop.cluster, loop.name("kroot"), loop.name("kteam")
     other = loop.name("kother")  # a reclaimer's queue in another tree: the victim's top decides
+    node, pool = loop.name("gpu-a"), loop.name("pool-a")
+    # The queues of the pool's KAI shard carry its label (KAI's shard rule).
+    labels = f"labels: {{kai.scheduler/node-pool: {pool}}}"
     cluster.apply_queues(
         f"""
 apiVersion: scheduling.run.ai/v2
 kind: Queue
-metadata: {{name: {root}}}
+metadata: {{name: {root}, {labels}}}
 spec: {{preemptMinRuntime: "1h", reclaimMinRuntime: "30m"}}
 ---
 apiVersion: scheduling.run.ai/v2
 kind: Queue
-metadata: {{name: {team}}}
+metadata: {{name: {team}, {labels}}}
 spec: {{parentQueue: {root}}}
 ---
 apiVersion: scheduling.run.ai/v2
 kind: Queue
-metadata: {{name: {other}}}
+metadata: {{name: {other}, {labels}}}
 spec: {{}}
 """
     )
     cluster.priority_class(loop.name("train"), 50)
-    node, pool = loop.name("gpu-a"), loop.name("pool-a")
     cluster.node(node, pool, 8)
     uid = cluster.podgroup("steady", team, loop.name("train"), node_pool=pool)
     cluster.pod("steady-0", "steady", 2)
@@ -121,6 +123,7 @@ spec: {{}}
     assert reclaim == (timedelta(minutes=30), True)
     [submitted] = loop.logged("podgroup.submitted", uid)[-1:]
     assert submitted["data"]["nodePool"] == pool
+    assert [e["data"]["nodePool"] for e in loop.logged("queue.upserted", root)] == [pool]
 
     cluster.patch_queue(root, {"preemptMinRuntime": "0s"})
     wait_for(

@@ -23,6 +23,7 @@ from tests.cloudevents import message as as_message
 
 STATE_TABLES = (
     "queue_nodes",
+    "queue_nodes_in_pool",
     "queue_tree_version",
     "node_pool_configs",
     "podgroup_state",

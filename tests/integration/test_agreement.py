@@ -1,4 +1,5 @@
-"""The SQL read surface and the Python rule engine agree on random trees, configs and times."""
+"""The SQL read surface and the Python rule engine agree on random trees, configs and times;
+with queues of node pools too, each pool resolving in the tree its scheduler sees."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from tests.integration.helpers import Feed, database_examples, reset_state, rows
 
 NAMES = [f"q{i}" for i in range(10)]
 POOLS = ["default", "p1", "p2", "p3"]
+# A queue's node pool: none (every pool's tree), or one of the podgroups' pools.
+QUEUE_POOLS = [None, "default", "p1", "p2"]
 UNKNOWN = "unknown-q"
 
 durations = st.one_of(
@@ -42,7 +45,7 @@ class World:
 
 
 @st.composite
-def worlds(draw: st.DrawFn) -> World:
+def worlds(draw: st.DrawFn, pooled: bool = False) -> World:
     count = draw(st.integers(1, len(NAMES)))
     queues = []
     for index in range(count):
@@ -55,6 +58,7 @@ def worlds(draw: st.DrawFn) -> World:
                 parent=parent,
                 preempt_min_runtime=draw(durations),
                 reclaim_min_runtime=draw(durations),
+                node_pool=draw(st.sampled_from(QUEUE_POOLS)) if pooled else None,
             )
         )
     names = [q.name for q in queues]
@@ -101,12 +105,23 @@ def _feed_world(engine: sa.Engine, world: World) -> None:
 @database_examples(60)
 @given(world=worlds())
 def test_sql_agrees_with_the_core(engine: sa.Engine, world: World) -> None:
+    _check_agreement(engine, world)
+
+
+@database_examples(60)
+@given(world=worlds(pooled=True))
+def test_sql_agrees_with_the_core_in_each_node_pool_s_tree(engine: sa.Engine, world: World) -> None:
+    _check_agreement(engine, world)
+
+
+def _check_agreement(engine: sa.Engine, world: World) -> None:
     _feed_world(engine, world)
     tree = QueueTree(world.queues)
     for name in world.deleted:
         tree = tree.without_queue(name)
     configs = NodePoolConfigs(world.configs)
-    resolvers = {pool: Resolver(tree, configs.for_pool(pool)) for pool in POOLS}
+    # Each pool resolves in the tree its scheduler sees (the whole tree when no queue has a pool).
+    resolvers = {pool: Resolver(tree.for_pool(pool), configs.for_pool(pool)) for pool in POOLS}
     starts = {uid: T0 + timedelta(seconds=s) for uid, _, _, s in world.podgroups}
     where = {uid: (q, pool) for uid, q, pool, _ in world.podgroups}
 

@@ -46,6 +46,9 @@ def story(feed: Feed, engine: sa.Engine) -> None:
         queue("root", preempt="30m", reclaim="1h"),
         queue("team", parent="root", preempt="2h"),
         queue("other", parent="root"),
+        # A queue of node pool a100 with a queue of no pool below it: seen there differently.
+        queue("serving", parent="team", preempt="15m", node_pool="a100"),
+        queue("canary", parent="serving"),
         config(defaultPreemptMinRuntime="5m", reclaimResolveMethod="lca"),
         config("a100", defaultReclaimMinRuntime="10m", defaultRequeueDelay="2m"),
         node("node-1", gpu=8),

@@ -233,10 +233,10 @@ def test_the_queue_tree_is_written_and_loaded(store: Store) -> None:
             Queue(name="a", parent="root"),
         ]
     )
-    rows = resolved_rows(tree)
+    rows, pool_rows = resolved_rows(tree)
     before = queues.stored_tree(store.conn, store.tables, lock=True)
     assert len(before.tree) == 0
-    queues.write_tree(store.conn, store.tables, tree, rows, list(rows.values()), [])
+    queues.write_tree(store.conn, store.tables, before, tree, rows, pool_rows)
     store.conn.info.clear()  # read from the tables, not this connection's cache
     loaded = queues.load_tree(store.conn, store.tables)
     assert {q.name: q.parent for q in loaded} == {"root": None, "a": "root"}

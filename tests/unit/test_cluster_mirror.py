@@ -118,7 +118,8 @@ def test_a_queue_becomes_queue_upserted_through_the_queues_apply_parser() -> Non
     [emission] = mirror().observe(Kind.QUEUE, ADDED, queue("research", "q-1", parentQueue="ml"))
     assert emission.role == "queues"
     assert emission.event.type == "queue.upserted"
-    assert data(emission) == {"name": "research", "parentQueue": "ml"}
+    # Unlabelled: the default shard's queue (KAI's shard rule, docs/kubernetes.md).
+    assert data(emission) == {"name": "research", "parentQueue": "ml", "nodePool": "default"}
     assert emission.event.source == mapping.SOURCE
 
 

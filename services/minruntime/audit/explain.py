@@ -68,7 +68,7 @@ class Explainer:
         self._shadow = shadow
         self._as_of = at is not None
         self.at = instant(conn, at)
-        self._tree, self._stored_paths = read_surface.queue_tree(conn, shadow)
+        self._stored = read_surface.queue_tree(conn, shadow)
         self._configs = read_surface.node_pool_configs(conn, shadow)
 
     def explain(self, uid: str, preemptor_queue: str | None = None) -> Explanation:
@@ -113,12 +113,14 @@ class Explainer:
             return self._not_running(facts, preemptor_queue)
         reclaimer = None if preemptor_queue in (None, facts.queue) else preemptor_queue
         config, config_pool = self._config_for(facts.node_pool)
-        trace = trace_for(Resolver(self._tree, config), facts.queue, reclaimer)
+        # The tree the podgroup's pool sees: its scheduler's queues (KAI's shards).
+        tree = self._stored.tree.for_pool(facts.node_pool)
+        trace = trace_for(Resolver(tree, config), facts.queue, reclaimer)
         (row,) = protection_rows(self._conn, self._shadow, self.at, reclaimer, uid)
         sql_rule = self._sql_rule(facts, reclaimer)
         protected = self._sql_is_protected(facts, reclaimer, row)
         elastic = self._elasticity(uid, protected)
-        rule = rule_path(trace, row, config, config_pool, facts, reclaimer, self._tree)
+        rule = rule_path(trace, row, config, config_pool, facts, reclaimer, tree)
         verdict = Verdict(
             protected=protected,
             start_time=row.start_time,
@@ -135,7 +137,7 @@ class Explainer:
             elastic=elastic,
             sql_elastic=stored_elastic,
             at=self.at,
-            paths=self._path_checks(trace),
+            paths=self._path_checks(trace, facts.node_pool),
         )
         return Explanation(
             at=self.at,
@@ -221,14 +223,18 @@ class Explainer:
         )
         return allowance(podgroup, protected, state.preemptibility)
 
-    def _path_checks(self, trace: ResolutionTrace) -> list[tuple[str, tuple[str, ...] | None]]:
+    def _path_checks(
+        self, trace: ResolutionTrace, node_pool: str
+    ) -> list[tuple[str, tuple[str, ...] | None]]:
         return [
             (name, path)
             for name, path in (
                 (trace.victim_queue, trace.victim_path),
                 (trace.reclaimer_queue, trace.reclaimer_path),
             )
-            if name is not None and path is not None and self._stored_paths.get(name) != path
+            if name is not None
+            and path is not None
+            and self._stored.path_in(node_pool, name) != path
         ]
 
     def _not_running(self, facts: PodGroupFacts, preemptor_queue: str | None) -> Explanation:

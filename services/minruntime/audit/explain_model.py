@@ -318,13 +318,15 @@ def notes_for(facts: PodGroupFacts, trace: ResolutionTrace) -> tuple[str, ...]:
         )
     elif trace.victim_path is None:
         notes.append(
-            f"the podgroup's queue {facts.queue!r} is not in the queue tree: as in KAI, the "
-            "node pool's default applies"
+            f"the podgroup's queue {facts.queue!r} is not in the queue tree of node pool "
+            f"{facts.node_pool!r} (unknown, or another pool's): as in KAI, the node pool's "
+            "default applies"
         )
     if trace.reclaimer_queue is not None and trace.reclaimer_path is None:
         notes.append(
-            f"the reclaimer's queue {trace.reclaimer_queue!r} is not in the queue tree: as in "
-            "KAI, the node pool's default applies"
+            f"the reclaimer's queue {trace.reclaimer_queue!r} is not in the queue tree of node "
+            f"pool {facts.node_pool!r} (unknown, or another pool's): as in KAI, the node pool's "
+            "default applies"
         )
     return tuple(notes)
 

@@ -55,7 +55,7 @@ def forecast(engine: Engine, *, hours: float, queue: str | None = None) -> Forec
         if queue is not None and not queue_exists(conn, live, queue):
             raise UserError(f"--queue {queue!r}: no queue of that name")
         rows = protection_rows(conn, live, now)
-        tree, _ = queue_tree(conn, live)
+        tree = queue_tree(conn, live).tree
         configs = node_pool_configs(conn, live)
     runs = [
         RunningRun(row.uid, row.queue, row.node_pool, row.start_time)

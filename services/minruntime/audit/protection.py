@@ -13,7 +13,12 @@ from typing import Final
 
 from sqlalchemy import Connection
 
-from minruntime.store.read_surface import ProtectionRow, protection_rows, queue_exists
+from minruntime.store.read_surface import (
+    ProtectionRow,
+    protection_rows,
+    queue_exists,
+    queue_node_pool,
+)
 from minruntime.store.read_transactions import database_now
 from minruntime.store.shadows import Shadow
 
@@ -61,12 +66,20 @@ def protection_table(
                 f"queue {reclaimer_queue!r} is not in the queue tree: as in KAI, every "
                 "podgroup gets its node pool's defaultReclaimMinRuntime"
             )
-        elif any(row.queue == reclaimer_queue for row in rows):
-            notes.append(
-                f"podgroups in {reclaimer_queue!r} itself face the preempt rule from a "
-                "preemptor in their own queue (see `minruntime protection` without "
-                "--reclaimer-queue)"
-            )
+        else:
+            pool = queue_node_pool(conn, shadow, reclaimer_queue)
+            if pool is not None:
+                notes.append(
+                    f"queue {reclaimer_queue!r} belongs to node pool {pool!r}: podgroups of "
+                    "other pools get their pool's defaultReclaimMinRuntime (their scheduler "
+                    "does not see it)"
+                )
+            if any(row.queue == reclaimer_queue for row in rows):
+                notes.append(
+                    f"podgroups in {reclaimer_queue!r} itself face the preempt rule from a "
+                    "preemptor in their own queue (see `minruntime protection` without "
+                    "--reclaimer-queue)"
+                )
     return ProtectionTable(
         at=moment,
         rule=PREEMPT if reclaimer_queue is None else RECLAIM,

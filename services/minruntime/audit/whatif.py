@@ -321,6 +321,8 @@ def _queue_event(conn: Connection, shadow: Shadow, edit: QueueEdit, at: datetime
             "parentQueue": _kept(edit.parent, now.get("parent")),
             "preemptMinRuntime": _kept(edit.preempt_min_runtime, now.get("preempt_min_runtime")),
             "reclaimMinRuntime": _kept(edit.reclaim_min_runtime, now.get("reclaim_min_runtime")),
+            # An edit keeps the queue in its node pool.
+            "nodePool": now.get("node_pool"),
         }
     )
     return ChangeEvent(origin, _event(EventType.QUEUE_UPSERTED, data, at))

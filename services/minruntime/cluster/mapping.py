@@ -34,13 +34,13 @@ from minruntime.events.types import (
     MAX_ANNOTATIONS,
     MAX_TEXT,
 )
+from minruntime.kube import NODE_POOL_LABEL as NODE_POOL_LABEL  # the bridge's name for it
 from minruntime.kube import Manifest, config_update, queue_upserts
 
 SOURCE: Final = "minruntime/kube-bridge"
 POD_GROUP_ANNOTATION: Final = "pod-group-name"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_FRACTION_ANNOTATION: Final = "gpu-fraction"
-NODE_POOL_LABEL: Final = "kai.scheduler/node-pool"
 QUEUE_LABEL: Final = "kai.scheduler/queue"
 SUBGROUP_LABEL: Final = "kai.scheduler/subgroup-name"
 LAST_START_ANNOTATION: Final = "kai.scheduler/last-start-timestamp"
@@ -203,11 +203,21 @@ def deleted_at(obj: Mapping[str, Any]) -> datetime | None:
 # -- queues, the scheduler config, nodes ---------------------------------------------------------
 
 
-def queue_data(obj: Mapping[str, Any]) -> QueueUpsertedData:
-    """queue.upserted data of a Queue object, through `minruntime queues apply`'s own parser."""
+def node_pool_of(obj: Mapping[str, Any], node_pool_label: str) -> str | None:
+    """The node pool whose KAI scheduler (shard) sees ``obj``, by KAI's shard rule: the value
+    of its ``node_pool_label`` label, else the default shard's (``default``). An empty label
+    key (KAI: every shard sees every object) names no pool: None."""
+    if not node_pool_label:
+        return None
+    return labels_of(obj).get(node_pool_label) or DEFAULT_NODE_POOL
+
+
+def queue_data(obj: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> QueueUpsertedData:
+    """queue.upserted data of a Queue object, through `minruntime queues apply`'s own parser,
+    with the node pool of KAI's shard rule (``node_pool_of``; no label key: every pool)."""
     manifest = Manifest(f"Queue {name_of(obj)}", 1, _without_status(obj))
     try:
-        return queue_upserts([manifest])[0]
+        return queue_upserts([manifest], node_pool_label, DEFAULT_NODE_POOL)[0]
     except (UserError, ValueError) as exc:
         raise ObjectError(str(exc)) from exc
 
@@ -235,7 +245,7 @@ def node_data(obj: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) ->
     capacity = _mapping(_mapping(obj.get("status")).get("capacity"))
     return {
         "name": name_of(obj),
-        "nodePool": labels_of(obj).get(node_pool_label) or DEFAULT_NODE_POOL,
+        "nodePool": node_pool_of(obj, node_pool_label) or DEFAULT_NODE_POOL,
         "gpu": quantity(capacity.get(GPU_RESOURCE, 0)),
     }
 
@@ -410,7 +420,8 @@ def submission_data(
         "name": name_of(podgroup),
         "namespace": namespace_of(podgroup),
         "queue": queue,
-        "nodePool": labels.get(node_pool_label) or DEFAULT_NODE_POOL,
+        # KAI's shard rule reads the PodGroup's own labels (its pods are not listed by pool).
+        "nodePool": node_pool_of(podgroup, node_pool_label) or DEFAULT_NODE_POOL,
         "priority": priority,
         **_preemptibility_fields(preemptibility(podgroup, priority)),
         "subGroups": sub_groups,

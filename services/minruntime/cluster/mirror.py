@@ -330,7 +330,9 @@ class ClusterMirror:
     def _queue(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         if action == DELETED:
             return self._named_deleted(QUEUE_MEMORY, "queues", EventType.QUEUE_DELETED, obj, uid)
-        upsert = mapping.queue_data(obj).model_dump(mode="json", by_alias=True)
+        upsert = mapping.queue_data(obj, self._options.node_pool_label).model_dump(
+            mode="json", by_alias=True
+        )
         if not self._changed_content(QUEUE_MEMORY, uid, upsert, mapping.name_of(obj)):
             return []
         version = f"upserted/{mapping.generation_of(obj)}"

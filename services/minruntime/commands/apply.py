@@ -37,7 +37,8 @@ def queues_apply_command(files: ManifestFiles, dry_run: DryRun = False) -> None:
     from minruntime.events import QueueUpsertedData
     from minruntime.kube import change_events, read_manifests
 
-    events = change_events(read_manifests(files), only="Queue")
+    label = current_settings().kube_node_pool_label
+    events = change_events(read_manifests(files), only="Queue", node_pool_label=label)
     topic = _send_events(events, dry_run=dry_run)
     if topic is not None:
         names = [data.name for _, _, data in events if isinstance(data, QueueUpsertedData)]

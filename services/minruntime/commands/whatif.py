@@ -313,7 +313,8 @@ def _translated(
     from minruntime.kube import Manifest, change_events
 
     manifests = [slot for slot in slots if isinstance(slot, Manifest)]
-    translated = iter(change_events(manifests, node_pool))
+    label = current_settings().kube_node_pool_label
+    translated = iter(change_events(manifests, node_pool, node_pool_label=label))
     events = []
     for slot in slots:
         if not isinstance(slot, Manifest):

@@ -139,7 +139,13 @@ from minruntime.core.requeue_model import (
     RunningPodGroup,
     exclusion_reason,
 )
-from minruntime.core.resolution import Resolution, ResolutionKind, ResolutionTrace, Resolver
+from minruntime.core.resolution import (
+    PoolResolvers,
+    Resolution,
+    ResolutionKind,
+    ResolutionTrace,
+    Resolver,
+)
 from minruntime.core.runs import EVICTED, EVICTIONS, EndedRun, ended_run
 from minruntime.core.start_time import (
     NOT_STARTED,
@@ -234,6 +240,7 @@ __all__ = [
     "PodGroupSpec",
     "PodGroupState",
     "PodPlacement",
+    "PoolResolvers",
     "Preemptibility",
     "PreemptionDelay",
     "ProtectedRun",

@@ -16,6 +16,9 @@ can be announced when it ends (the requeue worker's ``protection.expired`` event
 - a placeholder (queue not known yet) or a queue not in the tree: the node-pool defaults, one
   window per rule (KAI falls back to the defaults for an unknown queue).
 
+Every window of a run is resolved in the tree of its node pool (``QueueTree.for_pool``): a
+queue of another pool is not in it, as KAI's scheduler of the pool does not see it.
+
 Only windows with a positive minimum runtime protect anything; the others are left out. A
 reclaimer whose own queue is unknown resolves to the default reclaim value (§4), which is a
 window only when the default happens to be one of the resolutions above.
@@ -29,7 +32,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from functools import cache, partial
 from typing import Final
 
 from minruntime.core.config import (
@@ -40,7 +42,7 @@ from minruntime.core.config import (
 from minruntime.core.durations import format_duration
 from minruntime.core.protection import protected_until
 from minruntime.core.queue_tree import QueueTree
-from minruntime.core.resolution import Resolution, Resolver
+from minruntime.core.resolution import PoolResolvers, Resolution, Resolver
 from minruntime.core.timestamps import format_rfc3339, require_aware
 
 # Window ids are UUIDv5 in this namespace: the same window always gets the same id.
@@ -105,14 +107,13 @@ class ProtectionWindow:
 class ProtectionWindows:
     """The protection windows of runs under one queue tree and one set of node-pool configs."""
 
-    __slots__ = ("_configs", "_paths", "_resolver", "_tree")
+    __slots__ = ("_configs", "_resolvers", "_tree")
 
     def __init__(self, tree: QueueTree, configs: NodePoolConfigs) -> None:
         self._tree = tree
         self._configs = configs
-        self._paths = tree.paths()
-        # One resolver per configuration, made on first use.
-        self._resolver = cache(partial(Resolver, tree))
+        # One resolver per (node pool's tree, configuration), made on first use.
+        self._resolvers = PoolResolvers(tree, configs)
 
     @property
     def tree(self) -> QueueTree:
@@ -126,10 +127,10 @@ class ProtectionWindows:
 
     def of(self, run: ProtectedRun) -> tuple[ProtectionWindow, ...]:
         """Every window that protects ``run`` (positive minimum runtime): preempt first."""
-        resolver = self._resolver(self._configs.for_pool(run.node_pool))
+        resolver = self._resolvers(run.node_pool)
         config = resolver.config
         method = ReclaimResolveMethod(config.reclaim_resolve_method)
-        path = None if run.queue is None else self._paths.get(run.queue)
+        path = None if run.queue is None else resolver.tree.paths().get(run.queue)
         preempt_rule, reclaim_rule = ProtectionRule.PREEMPT, ProtectionRule.RECLAIM
         if run.queue is None or path is None:
             windows = [
@@ -165,13 +166,16 @@ class ProtectionWindows:
 
     def spans(self) -> frozenset[timedelta]:
         """Every positive minimum runtime a window of any run can have (a superset)."""
-        configs = {self._configs.for_pool(pool) for pool in self._configs}
-        configs.add(self._configs.for_pool(None))
+        tree, configs = self._tree, self._configs
+        pools = {*configs, *tree.node_pools(), DEFAULT_NODE_POOL}
+        seen = {(tree.for_pool(pool), configs.for_pool(pool)) for pool in pools}
+        # A pool named by no configuration and no queue: the shared tree, the default config.
+        seen.add((tree.shared(), configs.for_pool(None)))
         spans: set[timedelta] = set()
-        for config in configs:
-            resolver = self._resolver(config)
+        for pool_tree, config in seen:
+            resolver = self._resolvers.resolver(pool_tree, config)
             spans.update((config.default_preempt_min_runtime, config.default_reclaim_min_runtime))
-            for name in self._paths:
+            for name in pool_tree.paths():
                 spans.add(resolver.preempt_min_runtime(name).min_runtime)
                 spans.add(resolver.reclaim_min_runtime(name, name).min_runtime)
         spans.discard(timedelta(0))

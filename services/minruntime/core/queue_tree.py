@@ -1,4 +1,10 @@
-"""Queues and the immutable queue tree they form (SEMANTICS.md §2)."""
+"""Queues and the immutable queue tree they form (SEMANTICS.md §2).
+
+A queue may belong to one node pool: KAI runs one scheduler per node pool (a shard), and a
+shard sees only the queues of its pool (docs/kubernetes.md, "Node pools are KAI's shards").
+A queue of no pool is in every pool's tree. ``QueueTree.for_pool`` is the tree one pool's
+scheduler sees; every resolution for a pool is made in it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
 
+from minruntime.core.config import DEFAULT_NODE_POOL
 from minruntime.core.errors import (
     DuplicateQueueError,
     InvalidQueueError,
@@ -28,6 +35,8 @@ class Queue:
     # only matter to the requeue planner's share rules (core.proportion).
     priority: int | None = None
     resources: QueueResources | None = None
+    # The node pool whose scheduler sees this queue; None: every pool's (KAI's shards).
+    node_pool: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -35,6 +44,12 @@ class Queue:
         if self.parent is not None and (not isinstance(self.parent, str) or not self.parent):
             raise InvalidQueueError(
                 f"queue {self.name!r}: parent must be a non-empty queue name or absent"
+            )
+        if self.node_pool is not None and (
+            not isinstance(self.node_pool, str) or not self.node_pool
+        ):
+            raise InvalidQueueError(
+                f"queue {self.name!r}: node pool must be a non-empty name or absent"
             )
         for label, value in (
             ("preemptMinRuntime", self.preempt_min_runtime),
@@ -69,10 +84,13 @@ class QueueTree:
     """An immutable forest of queues with every queue's root-to-queue path precomputed.
 
     A queue whose parent is absent or not (yet) in the tree is a root; when the parent is
-    added later the queue attaches under it.
+    added later the queue attaches under it. Parent cycles are refused across node pools
+    too, so the tree of every pool (``for_pool``) is a forest.
     """
 
-    __slots__ = ("_shape",)
+    # The shape, and what is derived from it on first use: the hash, the node pools the
+    # queues name, the roots, and the tree of each pool (a tree is immutable, so none can go stale).
+    __slots__ = ("_by_pool", "_hash", "_pools", "_roots", "_shape")
 
     def __init__(self, queues: Iterable[Queue] = ()) -> None:
         by_name: dict[str, Queue] = {}
@@ -80,14 +98,21 @@ class QueueTree:
             if queue.name in by_name:
                 raise DuplicateQueueError(queue.name)
             by_name[queue.name] = queue
-        self._shape = _Shape(
-            queues=by_name, paths=_compute_paths(by_name), children=_children_of(by_name)
+        self._set_shape(
+            _Shape(queues=by_name, paths=_compute_paths(by_name), children=_children_of(by_name))
         )
+
+    def _set_shape(self, shape: _Shape) -> None:
+        self._shape = shape
+        self._hash: int | None = None
+        self._pools: frozenset[str] | None = None
+        self._roots: tuple[str, ...] | None = None
+        self._by_pool: dict[str | None, QueueTree] = {}
 
     @classmethod
     def _from_shape(cls, shape: _Shape) -> QueueTree:
         tree = cls.__new__(cls)
-        tree._shape = shape
+        tree._set_shape(shape)
         return tree
 
     def __contains__(self, name: object) -> bool:
@@ -105,7 +130,9 @@ class QueueTree:
         return dict(self._shape.queues) == dict(other._shape.queues)
 
     def __hash__(self) -> int:
-        return hash(frozenset(self._shape.queues.values()))
+        if self._hash is None:
+            self._hash = hash(frozenset(self._shape.queues.values()))
+        return self._hash
 
     def __repr__(self) -> str:
         return f"QueueTree({list(self._shape.queues.values())!r})"
@@ -133,7 +160,41 @@ class QueueTree:
 
     def roots(self) -> tuple[str, ...]:
         """Return the names of the top-level queues."""
-        return tuple(name for name, path in self._shape.paths.items() if len(path) == 1)
+        if self._roots is None:
+            self._roots = tuple(name for name, path in self._shape.paths.items() if len(path) == 1)
+        return self._roots
+
+    def node_pools(self) -> frozenset[str]:
+        """Return the node pools some queue of the tree belongs to."""
+        if self._pools is None:
+            self._pools = frozenset(q.node_pool for q in self if q.node_pool is not None)
+        return self._pools
+
+    def for_pool(self, node_pool: str | None) -> QueueTree:
+        """Return the tree the scheduler of ``node_pool`` sees (None or "": ``default``).
+
+        It holds the queues of that pool and the queues of no pool; a queue whose parent is
+        not among them is a root there (an unknown parent, §2). A tree whose queues name no
+        pool is every pool's tree: it is returned itself.
+        """
+        pools = self.node_pools()
+        if not pools:
+            return self
+        pool = node_pool or DEFAULT_NODE_POOL
+        # Every pool no queue names sees the same tree: one entry for all of them.
+        return self._pool_tree(pool if pool in pools else None)
+
+    def shared(self) -> QueueTree:
+        """Return the queues of no node pool: the tree of every pool that no queue names."""
+        return self._pool_tree(None) if self.node_pools() else self
+
+    def _pool_tree(self, pool: str | None) -> QueueTree:
+        found = self._by_pool.get(pool)
+        if found is None:
+            found = QueueTree(q for q in self if q.node_pool is None or q.node_pool == pool)
+            found._by_pool[pool] = found  # a pool's tree is its own tree for that pool
+            self._by_pool[pool] = found
+        return found
 
     def with_queue(self, queue: Queue) -> QueueTree:
         """Return a new tree with ``queue`` added or replaced; QueueCycleError leaves self as is."""

@@ -45,7 +45,7 @@ from minruntime.core.requeue_model import (
     RequeueReason,
     RunningPodGroup,
 )
-from minruntime.core.resolution import Resolver
+from minruntime.core.resolution import PoolResolvers, Resolver
 from minruntime.core.timestamps import parse_rfc3339, require_aware
 
 _FAR_FUTURE: Final = datetime.max.replace(tzinfo=UTC)
@@ -132,11 +132,10 @@ class _Planner:
         self, cluster: ClusterState, tree: QueueTree, configs: NodePoolConfigs, now: datetime
     ) -> None:
         self._cluster = cluster
-        self._tree = tree
         self._configs = configs
         self._now = now
         self._running = {pg.uid: pg for pg in cluster.running}
-        self._resolvers: dict[str, Resolver] = {}
+        self._resolvers = PoolResolvers(tree, configs)
         self._ledger = FreeCapacityLedger(self._free_nodes())
         by_pool: dict[str, list[PendingPodGroup]] = {}
         for podgroup in cluster.pending:
@@ -257,11 +256,8 @@ class _Planner:
         return self._attempt(podgroup, nominated_by)
 
     def _resolver(self, pool: str) -> Resolver:
-        resolver = self._resolvers.get(pool)
-        if resolver is None:
-            resolver = Resolver(self._tree, self._configs.for_pool(pool))
-            self._resolvers[pool] = resolver
-        return resolver
+        # In the tree the pool's scheduler sees: its queues and the queues of no pool.
+        return self._resolvers(pool)
 
     def _attempt(self, victim: RunningPodGroup, nominated_by: tuple[str, ...]) -> RequeueDecision:
         ledger = self._ledger
@@ -373,7 +369,9 @@ class _Planner:
             return None
         judge = self._judges.get(pool)
         if judge is None:
-            judge = self._judges[pool] = _pool_judge(self._cluster, self._tree, pool)
+            # KAI divides shares per shard: among the queues the pool's scheduler sees.
+            tree = self._resolvers(pool).tree
+            judge = self._judges[pool] = _pool_judge(self._cluster, tree, pool)
         return judge
 
     def _commit(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
-from minruntime.core.config import MinRuntimeConfig, ReclaimResolveMethod
+from minruntime.core.config import MinRuntimeConfig, NodePoolConfigs, ReclaimResolveMethod
 from minruntime.core.queue_tree import Queue, QueueTree
 
 
@@ -211,6 +211,40 @@ class Resolver:
             walked,
             reason,
         )
+
+
+class PoolResolvers:
+    """The resolver of each node pool: the pool's tree (``QueueTree.for_pool``, the queues its
+    scheduler sees) and the pool's configuration.
+
+    One ``Resolver`` per (tree, configuration), made on first use and kept: pools that see the
+    same tree under the same configuration share one, and its caches.
+    """
+
+    __slots__ = ("_by_pool", "_configs", "_resolvers", "_tree")
+
+    def __init__(self, tree: QueueTree, configs: NodePoolConfigs) -> None:
+        self._tree = tree
+        self._configs = configs
+        self._resolvers: dict[tuple[QueueTree, MinRuntimeConfig], Resolver] = {}
+        # By node pool name in front: a cheaper key than (tree, configuration).
+        self._by_pool: dict[str | None, Resolver] = {}
+
+    def __call__(self, node_pool: str | None) -> Resolver:
+        """The resolver of ``node_pool`` (None or "": ``default``)."""
+        found = self._by_pool.get(node_pool)
+        if found is None:
+            found = self.resolver(self._tree.for_pool(node_pool), self._configs.for_pool(node_pool))
+            self._by_pool[node_pool] = found
+        return found
+
+    def resolver(self, tree: QueueTree, config: MinRuntimeConfig) -> Resolver:
+        """The one resolver of (``tree``, ``config``)."""
+        key = (tree, config)
+        found = self._resolvers.get(key)
+        if found is None:
+            found = self._resolvers[key] = Resolver(tree, config)
+        return found
 
 
 def _common_prefix_length(first: tuple[str, ...], second: tuple[str, ...]) -> int:

@@ -15,6 +15,9 @@ A run ended at instant T faced, at T, one rule per kind of possible preemptor:
 A run in a queue the tree does not know (or a placeholder's) meets the defaults only: the
 preempt default, and the reclaim default from any reclaimer.
 
+"The tree" is the tree of the run's node pool (``QueueTree.for_pool``): the queues KAI's
+scheduler of that pool sees. A queue of another pool is a queue the tree does not know.
+
 Each class's window is resolved by the one ``Resolver`` (for one representative reclaimer of
 the class), never by rules of its own. The verdict at T (strict, §5: protected iff
 ``T < start + min runtime``): **definite** when every window still protected the run,
@@ -33,14 +36,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from functools import cache, partial
 from typing import NamedTuple
 
-from minruntime.core.config import MinRuntimeConfig, NodePoolConfigs, ReclaimResolveMethod
+from minruntime.core.config import NodePoolConfigs, ReclaimResolveMethod
 from minruntime.core.protection import FOREVER, protected_until
 from minruntime.core.protection_windows import ProtectionRule
 from minruntime.core.queue_tree import QueueTree
-from minruntime.core.resolution import Resolution, Resolver
+from minruntime.core.resolution import PoolResolvers, Resolution, Resolver
 from minruntime.core.runs import EndedRun
 from minruntime.core.timestamps import require_aware
 
@@ -149,7 +151,8 @@ def run_verdict(rules: RuleSet, run: EndedRun) -> tuple[Verdict, timedelta | Non
 class RuleSet:
     """The rule windows a run of one queue in one node pool meets, and their extremes.
 
-    Made once per (configuration, queue) by ``RunRules`` and shared: compared by identity.
+    Made once per (node pool's tree and configuration, queue) by ``RunRules`` and shared:
+    compared by identity.
     """
 
     windows: tuple[RuleWindow, ...]
@@ -186,20 +189,18 @@ class RuleSet:
 class RunRules:
     """The rule windows of runs under one queue tree and one set of node-pool configs.
 
-    Computed once per (node pool's config, queue) and kept: the tree and the configs are
-    immutable, so a change means a new ``RunRules`` (as for ``Resolver``).
+    Computed once per (node pool's tree and config, queue) and kept: the tree and the configs
+    are immutable, so a change means a new ``RunRules`` (as for ``Resolver``).
     """
 
-    __slots__ = ("_by_pool", "_cache", "_configs", "_resolver", "_roots", "_tree")
+    __slots__ = ("_by_pool", "_cache", "_resolvers", "_tree")
 
     def __init__(self, tree: QueueTree, configs: NodePoolConfigs) -> None:
         self._tree = tree
-        self._configs = configs
-        self._roots = tree.roots()
-        # One resolver per configuration, made on first use.
-        self._resolver = cache(partial(Resolver, tree))
-        # By (configuration, queue); and by (node pool, queue) in front, a cheaper key.
-        self._cache: dict[tuple[MinRuntimeConfig, str | None], RuleSet] = {}
+        # One resolver per (node pool's tree, configuration), made on first use.
+        self._resolvers = PoolResolvers(tree, configs)
+        # By (resolver, queue); and by (node pool, queue) in front, a cheaper key.
+        self._cache: dict[tuple[Resolver, str | None], RuleSet] = {}
         self._by_pool: dict[tuple[str | None, str | None], RuleSet] = {}
 
     @property
@@ -219,15 +220,15 @@ class RunRules:
         return self.rules(queue, node_pool).windows
 
     def rules(self, queue: str | None, node_pool: str | None) -> RuleSet:
-        """``windows`` with their extremes, made once per (configuration, queue)."""
+        """``windows`` with their extremes, made once per (pool tree and configuration, queue)."""
         found = self._by_pool.get((node_pool, queue))
         if found is not None:
             return found
-        config = self._configs.for_pool(node_pool)
-        key = (config, queue)
+        resolver = self._resolvers(node_pool)
+        key = (resolver, queue)
         found = self._cache.get(key)
         if found is None:
-            windows = self._windows(self._resolver(config), queue)
+            windows = self._windows(resolver, queue)
             runtimes = [window.min_runtime for window in windows]
             reclaims = runtimes[1:]
             found = self._cache[key] = RuleSet(
@@ -243,15 +244,15 @@ class RunRules:
         (None: a placeholder) in ``node_pool``: the ``Resolver``'s answer, in the class of
         possible preemptors ``windows`` lists it under (a queue not in the tree: the pool's
         default, as the unknown queue's class)."""
-        config = self._configs.for_pool(node_pool)
-        tree = self._tree
+        resolver = self._resolvers(node_pool)
+        config, tree = resolver.config, resolver.tree
         if victim is None or victim not in tree:
             return _reclaim(Reclaimers.ANY, Resolution(config.default_reclaim_min_runtime, None))
         if reclaimer not in tree:
             return _reclaim(
                 Reclaimers.UNKNOWN, Resolution(config.default_reclaim_min_runtime, None)
             )
-        resolution = self._resolver(config).reclaim_min_runtime(reclaimer, victim)
+        resolution = resolver.reclaim_min_runtime(reclaimer, victim)
         if config.reclaim_resolve_method == ReclaimResolveMethod.QUEUE:
             return _reclaim(Reclaimers.ANY, resolution)
         path, theirs = tree.path(victim), tree.path(reclaimer)
@@ -263,9 +264,10 @@ class RunRules:
         )
         return _reclaim(Reclaimers.BELOW, resolution, path[common - 1])
 
-    def _windows(self, resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
+    @staticmethod
+    def _windows(resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
         config = resolver.config
-        tree = self._tree
+        tree = resolver.tree
         if victim is None or victim not in tree:
             default = Resolution(config.default_reclaim_min_runtime, None)
             return (
@@ -281,7 +283,7 @@ class RunRules:
                 windows.append(_reclaim(Reclaimers.ANY, resolution))
         else:
             # One representative reclaimer per class: its resolution is the class's.
-            other_root = next((root for root in self._roots if root != path[0]), None)
+            other_root = next((root for root in tree.roots() if root != path[0]), None)
             if other_root is not None:
                 resolution = resolver.reclaim_min_runtime(other_root, victim)
                 windows.append(_reclaim(Reclaimers.OTHER_ROOTS, resolution))

@@ -188,6 +188,7 @@ class QueueUpsertedData(EventData):
             reclaim_min_runtime=self.reclaim_min_runtime,
             priority=self.priority,
             resources=None if self.resources is None else self.resources.to_core(),
+            node_pool=self.node_pool,
         )
 
 

@@ -1,15 +1,25 @@
 """The queue tree projection: the core's QueueTree in memory, maintained rows in PostgreSQL.
 
 Tree changes are rare, so each change re-resolves every queue with the core (a few ms for
-thousands of queues) and ``store.queues`` writes only the rows that differ.
+thousands of queues), in the tree of its node pool (``QueueTree.for_pool``), and
+``store.queues`` writes only the rows that differ.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from sqlalchemy import Connection
 
-from minruntime.core import MinRuntimeConfig, Queue, QueueTree, Resolver
-from minruntime.store.queues import QueueRow, resources_json, stored_tree, write_tree
+from minruntime.core import (
+    MinRuntimeConfig,
+    NodePoolConfigs,
+    PoolResolvers,
+    Queue,
+    QueueTree,
+    Resolver,
+)
+from minruntime.store.queues import PoolRow, QueueRow, resources_json, stored_tree, write_tree
 from minruntime.store.schema import StateTables
 
 
@@ -34,34 +44,57 @@ class QueueProjection:
         """Write the rows that changed and a new version token; nothing when nothing changed."""
         if self.tree is self._base.tree:
             return
-        rows = resolved_rows(self.tree)
-        old = self._base.rows
-        changed = [row for name, row in rows.items() if old.get(name) != row]
-        removed = [name for name in old if name not in rows]
-        write_tree(self._conn, self._tables, self.tree, rows, changed, removed)
+        rows, pool_rows = resolved_rows(self.tree)
+        write_tree(self._conn, self._tables, self._base, self.tree, rows, pool_rows)
 
 
-def resolved_rows(tree: QueueTree) -> dict[str, QueueRow]:
-    """Every queue's maintained row: its path and where each upward walk starting there ends."""
+_Walks = tuple[tuple[str, ...], timedelta | None, str | None, timedelta | None, str | None]
+
+
+def resolved_rows(
+    tree: QueueTree,
+) -> tuple[dict[str, QueueRow], dict[tuple[str, str], PoolRow]]:
+    """Every queue's maintained row: its path and where each upward walk starting there ends,
+    in its node pool's tree (a queue of no pool: in the tree of the queues of no pool); and the
+    rows of the queues of no pool in each pool's tree where those differ."""
     # The defaults are irrelevant: a walk that finds no value is stored as (NULL, NULL) and
     # the SQL substitutes the node-pool default at query time.
-    resolver = Resolver(tree, MinRuntimeConfig())
+    resolvers = PoolResolvers(tree, NodePoolConfigs())
+    config = MinRuntimeConfig()
+    shared = resolvers.resolver(tree.shared(), config)
     rows: dict[str, QueueRow] = {}
     for queue in tree:
-        preempt = resolver.preempt_min_runtime(queue.name)
-        # Reclaimer == victim: both methods start the walk at the victim's own queue.
-        reclaim = resolver.reclaim_min_runtime(queue.name, queue.name)
+        pool = queue.node_pool
+        resolver = shared if pool is None else resolvers(pool)
         rows[queue.name] = (
             queue.name,
             queue.parent,
             queue.preempt_min_runtime,
             queue.reclaim_min_runtime,
-            tree.path(queue.name),
-            preempt.min_runtime if preempt.source is not None else None,
-            preempt.source,
-            reclaim.min_runtime if reclaim.source is not None else None,
-            reclaim.source,
+            *_walks(resolver, queue.name),
             queue.priority,
             resources_json(queue.resources),
+            pool,
         )
-    return rows
+    pool_rows: dict[tuple[str, str], PoolRow] = {}
+    for pool in sorted(tree.node_pools()):
+        resolver = resolvers(pool)
+        for queue in resolver.tree:
+            if queue.node_pool is None:
+                walks = _walks(resolver, queue.name)
+                if walks != rows[queue.name][4:9]:
+                    pool_rows[(pool, queue.name)] = (pool, queue.name, *walks)
+    return rows, pool_rows
+
+
+def _walks(resolver: Resolver, name: str) -> _Walks:
+    preempt = resolver.preempt_min_runtime(name)
+    # Reclaimer == victim: both methods start the walk at the victim's own queue.
+    reclaim = resolver.reclaim_min_runtime(name, name)
+    return (
+        resolver.tree.path(name),
+        preempt.min_runtime if preempt.source is not None else None,
+        preempt.source,
+        reclaim.min_runtime if reclaim.source is not None else None,
+        reclaim.source,
+    )

@@ -1,7 +1,10 @@
 """The queue tree as stored: its one loader (cached per connection by version) and writer.
 
 Tree changes are rare; the projection (``ingest.queues``) re-resolves every queue with the
-core on each change and writes only the rows that differ. The tree is cached per database
+core on each change and writes only the rows that differ. A queue's row holds it as its node
+pool sees it (a queue of no pool: as the pools that no queue names see it); a queue of no pool
+that another pool sees differently (one of the pool's queues above it) has a row of
+``queue_nodes_in_pool`` for that pool too (docs/storage.md). The tree is cached per database
 connection and schema, keyed by a random version token the writer replaces on every change: a
 rolled-back change leaves a token nobody else can ever write, so a stale cache is reloaded.
 """
@@ -10,8 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final, cast
 
@@ -36,6 +38,7 @@ _COLUMNS: Final = (
     "reclaim_source",
     "priority",
     "resources",
+    "node_pool",
 )
 QueueRow = tuple[
     str,
@@ -49,6 +52,26 @@ QueueRow = tuple[
     str | None,
     int | None,
     dict[str, dict[str, float]] | None,
+    str | None,
+]
+# A queue_nodes_in_pool row: its columns, in this order.
+_POOL_COLUMNS: Final = (
+    "node_pool",
+    "name",
+    "path",
+    "preempt_resolved",
+    "preempt_source",
+    "reclaim_resolved",
+    "reclaim_source",
+)
+PoolRow = tuple[
+    str,
+    str,
+    tuple[str, ...],
+    timedelta | None,
+    str | None,
+    timedelta | None,
+    str | None,
 ]
 # A resources column: resource -> its three settings, by their wire (Kubernetes) names.
 _RESOURCES: Final = ("gpu", "cpu", "memory")
@@ -76,6 +99,18 @@ _UPSERT: Final = (
     + ", updated_at = now()"
 )
 _DELETE: Final = "DELETE FROM minruntime_state.queue_nodes WHERE name = ANY(:names)"
+_LOAD_POOLS: Final = f"SELECT {', '.join(_POOL_COLUMNS)} FROM minruntime_state.queue_nodes_in_pool"
+_UPSERT_POOLS: Final = (
+    f"INSERT INTO minruntime_state.queue_nodes_in_pool ({', '.join(_POOL_COLUMNS)})"
+    f" VALUES ({', '.join(f':{column}' for column in _POOL_COLUMNS)})"
+    " ON CONFLICT (node_pool, name) DO UPDATE SET "
+    + ", ".join(f"{column} = excluded.{column}" for column in _POOL_COLUMNS[2:])
+)
+_DELETE_POOLS: Final = (
+    "DELETE FROM minruntime_state.queue_nodes_in_pool"
+    " WHERE (node_pool, name) IN (SELECT * FROM unnest(CAST(:pools AS text[]),"
+    " CAST(:names AS text[])))"
+)
 _SET_VERSION: Final = (
     "INSERT INTO minruntime_state.queue_tree_version (singleton, version) VALUES (true, :v)"
     " ON CONFLICT (singleton) DO UPDATE SET version = excluded.version"
@@ -107,11 +142,21 @@ def _cache_key(tables: StateTables) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class StoredTree:
-    """The queue tree as stored: its version token, the tree, and every queue's row."""
+    """The queue tree as stored: its version token, the tree, every queue's row, and the rows
+    of the queues of no pool that a pool sees differently, by (pool, name)."""
 
     version: uuid.UUID
     tree: QueueTree
     rows: dict[str, QueueRow]
+    pool_rows: dict[tuple[str, str], PoolRow] = field(default_factory=dict)
+
+    def path_in(self, node_pool: str, name: str) -> tuple[str, ...] | None:
+        """The stored path of queue ``name`` in ``node_pool``'s tree (None: not in it)."""
+        row = self.rows.get(name)
+        if row is None or row[11] not in (None, node_pool):
+            return None
+        seen = self.pool_rows.get((node_pool, name))
+        return row[4] if seen is None else seen[2]
 
 
 def stored_tree(conn: Connection, tables: StateTables, *, lock: bool = False) -> StoredTree:
@@ -125,6 +170,9 @@ def stored_tree(conn: Connection, tables: StateTables, *, lock: bool = False) ->
     if isinstance(cached, StoredTree) and version is not None and cached.version == version:
         return cached
     rows = {row[0]: _row_of(row) for row in conn.execute(tables.text(_LOAD))}
+    pool_rows = {
+        (row[0], row[1]): _pool_row_of(row) for row in conn.execute(tables.text(_LOAD_POOLS))
+    }
     tree = QueueTree(
         Queue(
             name=r[0],
@@ -133,10 +181,11 @@ def stored_tree(conn: Connection, tables: StateTables, *, lock: bool = False) ->
             reclaim_min_runtime=r[3],
             priority=r[9],
             resources=resources_of(r[10]),
+            node_pool=r[11],
         )
         for r in rows.values()
     )
-    return StoredTree(version or uuid.UUID(int=0), tree, rows)
+    return StoredTree(version or uuid.UUID(int=0), tree, rows, pool_rows)
 
 
 def load_tree(conn: Connection, tables: StateTables) -> QueueTree:
@@ -150,19 +199,31 @@ def load_tree(conn: Connection, tables: StateTables) -> QueueTree:
 def write_tree(
     conn: Connection,
     tables: StateTables,
+    base: StoredTree,
     tree: QueueTree,
     rows: dict[str, QueueRow],
-    changed: Sequence[QueueRow],
-    removed: Sequence[str],
+    pool_rows: dict[tuple[str, str], PoolRow],
 ) -> None:
-    """Write the changed rows, delete the removed queues, and replace the version token."""
+    """Write the rows that differ from ``base``'s, delete the ones gone, and replace the
+    version token."""
+    removed = [name for name in base.rows if name not in rows]
+    changed = [row for name, row in rows.items() if base.rows.get(name) != row]
     if removed:
-        conn.execute(tables.text(_DELETE), {"names": list(removed)})
+        conn.execute(tables.text(_DELETE), {"names": removed})
     if changed:
         conn.execute(tables.text(_UPSERT), [_params(row) for row in changed])
+    pools_removed = [key for key in base.pool_rows if key not in pool_rows]
+    pools_changed = [row for key, row in pool_rows.items() if base.pool_rows.get(key) != row]
+    if pools_removed:
+        conn.execute(
+            tables.text(_DELETE_POOLS),
+            {"pools": [pool for pool, _ in pools_removed], "names": [n for _, n in pools_removed]},
+        )
+    if pools_changed:
+        conn.execute(tables.text(_UPSERT_POOLS), [_pool_params(row) for row in pools_changed])
     version = uuid.uuid4()
     conn.execute(tables.text(_SET_VERSION), {"v": version})
-    conn.info[_cache_key(tables)] = StoredTree(version, tree, rows)
+    conn.info[_cache_key(tables)] = StoredTree(version, tree, rows, pool_rows)
 
 
 def resources_json(resources: QueueResources | None) -> dict[str, dict[str, float]] | None:
@@ -194,6 +255,14 @@ def resources_of(column: object) -> QueueResources | None:
 def _row_of(row: Any) -> QueueRow:
     # The path comes back as a list.
     return cast(QueueRow, (*row[:4], tuple(row[4]), *row[5:]))
+
+
+def _pool_row_of(row: Any) -> PoolRow:
+    return cast(PoolRow, (row[0], row[1], tuple(row[2]), *row[3:]))
+
+
+def _pool_params(row: PoolRow) -> dict[str, Any]:
+    return {**dict(zip(_POOL_COLUMNS, row, strict=True)), "path": list(row[2])}
 
 
 def _params(row: QueueRow) -> dict[str, Any]:

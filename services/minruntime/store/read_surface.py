@@ -22,10 +22,10 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.exc import ProgrammingError
 
-from minruntime.core import NodePoolConfigs, QueueTree
+from minruntime.core import NodePoolConfigs
 from minruntime.store.failures import sqlstate
 from minruntime.store.node_pools import read_node_pool_configs
-from minruntime.store.queues import stored_tree
+from minruntime.store.queues import StoredTree, stored_tree
 from minruntime.store.shadows import Shadow
 from minruntime.store.tables import READ_SCHEMA, pod_state
 
@@ -203,10 +203,10 @@ def held_pods(conn: Connection, uids: Sequence[str] | None) -> dict[str, list[st
 # -- the tree and the configuration -------------------------------------------------------
 
 
-def queue_tree(conn: Connection, shadow: Shadow) -> tuple[QueueTree, dict[str, tuple[str, ...]]]:
-    """The shadow's queue tree, and every queue's stored path from the root."""
-    stored = stored_tree(conn, shadow.tables)
-    return stored.tree, {name: row[4] for name, row in stored.rows.items()}
+def queue_tree(conn: Connection, shadow: Shadow) -> StoredTree:
+    """The shadow's queue tree, with every queue's stored path from the root in each node
+    pool's tree (``StoredTree.path_in``)."""
+    return stored_tree(conn, shadow.tables)
 
 
 def node_pool_configs(conn: Connection, shadow: Shadow) -> NodePoolConfigs:
@@ -215,11 +215,19 @@ def node_pool_configs(conn: Connection, shadow: Shadow) -> NodePoolConfigs:
     return read_node_pool_configs(conn, shadow.tables)[0]
 
 
+def queue_node_pool(conn: Connection, shadow: Shadow, name: str) -> str | None:
+    """The node pool queue ``name`` belongs to (None: every pool's, or no such queue)."""
+    found = _row(
+        conn, f"SELECT node_pool FROM {shadow.read_schema}.queues WHERE name = :name", name=name
+    )
+    return None if found is None else found["node_pool"]
+
+
 def queue_row(conn: Connection, shadow: Shadow, name: str) -> Mapping[str, Any] | None:
-    """Queue ``name``'s parent and own min-runtimes (None: no such queue)."""
+    """Queue ``name``'s parent, own min-runtimes and node pool (None: no such queue)."""
     return _row(
         conn,
-        "SELECT parent, preempt_min_runtime, reclaim_min_runtime"
+        "SELECT parent, preempt_min_runtime, reclaim_min_runtime, node_pool"
         f" FROM {shadow.read_schema}.queues WHERE name = :name",
         name=name,
     )

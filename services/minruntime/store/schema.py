@@ -32,6 +32,7 @@ class StateTables:
         self._sql: dict[str, str] = {}
         tables = self.metadata.tables
         self.queue_nodes = tables[f"{schema}.queue_nodes"]
+        self.queue_nodes_in_pool = tables[f"{schema}.queue_nodes_in_pool"]
         self.queue_tree_version = tables[f"{schema}.queue_tree_version"]
         self.node_pool_configs = tables[f"{schema}.node_pool_configs"]
         self.podgroup_state = tables[f"{schema}.podgroup_state"]

@@ -38,6 +38,7 @@ STATE_SUFFIX: Final = "_state"
 # token) and records of rejected input (dead_letter_log) that never reach the event log.
 PROJECTIONS: Final[dict[str, tuple[str, ...]]] = {
     "queue_nodes": ("name",),
+    "queue_nodes_in_pool": ("node_pool", "name"),
     "node_pool_configs": ("node_pool",),
     "node_state": ("name",),
     "podgroup_state": ("uid",),

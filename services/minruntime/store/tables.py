@@ -48,6 +48,24 @@ queue_nodes = sa.Table(
     # KAI's spec.priority and spec.resources as the wire carries them; NULL = unset (0019).
     sa.Column("priority", sa.Integer),
     sa.Column("resources", JSONB),
+    # The node pool whose scheduler sees the queue (migration 0020); NULL = every pool. The
+    # maintained columns above are the queue's in its pool's tree (for a queue of no pool:
+    # in the tree of the queues of no pool, which is what a pool no queue names sees).
+    sa.Column("node_pool", sa.Text),
+)
+
+# Maintained with queue_nodes (migration 0020): a queue of no pool as one node pool sees it,
+# where that differs from its queue_nodes row (an ancestor of that pool above it).
+queue_nodes_in_pool = sa.Table(
+    "queue_nodes_in_pool",
+    metadata,
+    sa.Column("node_pool", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("path", ARRAY(sa.Text), nullable=False),
+    sa.Column("preempt_resolved", INTERVAL),
+    sa.Column("preempt_source", sa.Text),
+    sa.Column("reclaim_resolved", INTERVAL),
+    sa.Column("reclaim_source", sa.Text),
 )
 
 # One row: a random token replaced on every tree change, so a connection can tell whether
