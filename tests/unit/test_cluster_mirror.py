@@ -147,6 +147,7 @@ def test_a_queues_priority_and_resources_are_carried_as_kai_reads_them() -> None
             "cpu": {"quota": 500.0, "limit": 0.0, "overQuotaWeight": 0.0},
             "memory": zero,
         },
+        "nodePool": "default",
     }
 
 
