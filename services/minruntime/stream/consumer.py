@@ -42,6 +42,7 @@ from minruntime.health.outage import waiting_status
 from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, start_client
 from minruntime.retry import Backoff
+from minruntime.stream.backlog import behind_after
 from minruntime.stream.sink import stop_loudly
 from minruntime.stream.topics import TopicRole
 
@@ -58,6 +59,8 @@ FETCH_WAIT_MS: Final = 200
 FULL_POLL_MS: Final = 10
 # How long a revocation waits for a batch in flight on a revoked partition.
 REVOKE_WAIT_SECONDS: Final = 30.0
+# How long the lag figure waits for a partition's position (only after a reset).
+POSITION_WAIT_SECONDS: Final = 1.0
 # How long a Kafka offset commit may take (a failed one is harmless: see the module doc).
 COMMIT_TIMEOUT_SECONDS: Final = 10.0
 
@@ -236,6 +239,35 @@ class BatchedConsumer:
                 continue
             if highwater is not None:
                 found[partition] = int(highwater)
+        return found
+
+    async def behind(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """Partition -> records still to apply (fetched and buffered, or not fetched yet).
+
+        In records, not offsets: the fetcher's position is past every transaction marker it
+        read, so a partition applied to its end is 0 behind (stream.backlog).
+        """
+        found: dict[int, int] = {}
+        client = self._client
+        if client is None:
+            return found
+        wanted = set(partitions)
+        buffered = dict.fromkeys(wanted, 0)
+        for record in self._lanes[topic].buffer:
+            if record.partition in buffered:
+                buffered[record.partition] += 1
+        for partition in sorted(wanted):
+            tp = TopicPartition(topic, partition)
+            try:
+                end = client.last_stable_offset(tp)
+                if end is None or end < 0:  # read_uncommitted, or an old broker
+                    end = client.highwater(tp)
+                position = await asyncio.wait_for(client.position(tp), POSITION_WAIT_SECONDS)
+            except Exception:  # not assigned any more (a rebalance): no figure now
+                continue
+            behind = behind_after(position, end, buffered[partition])
+            if behind is not None:
+                found[partition] = behind
         return found
 
     async def _started_client(self) -> Any:
