@@ -71,7 +71,7 @@ def test_a_partition_applied_to_its_commit_marker_is_zero_records_behind(
             async def apply(role: TopicRole, batch: list[InboundRecord]) -> None:
                 applied.extend(record.offset for record in batch)
                 assert consumer is not None
-                lags.append(await consumer.behind(topic, {0}))
+                lags.append(consumer.behind(topic, {0}))
 
             consumer = BatchedConsumer(
                 access,
@@ -87,7 +87,7 @@ def test_a_partition_applied_to_its_commit_marker_is_zero_records_behind(
             try:
                 await _until(lambda: len(applied) == records, "every record applied")
                 await asyncio.sleep(0.3)
-                behind_now = await consumer.behind(topic, {0})
+                behind_now = consumer.behind(topic, {0})
                 highwater = consumer.highwaters(topic, [0])[0]
             finally:
                 await consumer.stop()

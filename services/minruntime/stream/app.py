@@ -114,7 +114,7 @@ def build_app(
             )
         if on_outcome is not None:
             seconds = time.perf_counter() - started
-            on_outcome(role, outcome, seconds, await reader.behind(topic, _partitions(records)))
+            on_outcome(role, outcome, seconds, reader.behind(topic, _partitions(records)))
 
     consumer = BatchedConsumer(
         access,

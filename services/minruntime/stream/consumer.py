@@ -61,8 +61,6 @@ FETCH_WAIT_MS: Final = 200
 FULL_POLL_MS: Final = 10
 # How long a revocation waits for a batch in flight on a revoked partition.
 REVOKE_WAIT_SECONDS: Final = 30.0
-# How long the lag figure waits for a partition's position (only after a reset).
-POSITION_WAIT_SECONDS: Final = 1.0
 # How long a Kafka offset commit may take (a failed one is harmless: see the module doc).
 COMMIT_TIMEOUT_SECONDS: Final = 10.0
 
@@ -248,34 +246,40 @@ class BatchedConsumer:
                 found[partition] = int(highwater)
         return found
 
-    async def behind(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    def behind(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Partition -> records still to apply (fetched and buffered, or not fetched yet).
 
         In records, not offsets: the fetcher's position is past every transaction marker it
-        read, so a partition applied to its end is 0 behind (stream.backlog).
+        read, so a partition applied to its end is 0 behind (stream.backlog). A partition
+        without a figure now (not assigned any more, its position being reset) is left out.
         """
-        found: dict[int, int] = {}
-        client = self._client
-        if client is None:
-            return found
         wanted = set(partitions)
         buffered = dict.fromkeys(wanted, 0)
         for record in self._lanes[topic].buffer:
             if record.partition in buffered:
                 buffered[record.partition] += 1
+        found: dict[int, int] = {}
         for partition in sorted(wanted):
-            tp = TopicPartition(topic, partition)
-            try:
-                end = client.last_stable_offset(tp)
-                if end is None or end < 0:  # read_uncommitted, or an old broker
-                    end = client.highwater(tp)
-                position = await asyncio.wait_for(client.position(tp), POSITION_WAIT_SECONDS)
-            except Exception:  # not assigned any more (a rebalance): no figure now
-                continue
+            position, end = self._fetch_state(TopicPartition(topic, partition))
             behind = behind_after(position, end, buffered[partition])
             if behind is not None:
                 found[partition] = behind
         return found
+
+    def _fetch_state(self, tp: TopicPartition) -> tuple[int | None, int | None]:
+        """(the fetcher's next offset, the last stable offset) of ``tp``; None: not known now.
+
+        Reads aiokafka's partition state, private API (its ``position`` is async only to wait
+        for a position being reset): anything unexpected counts as "not known".
+        """
+        try:
+            state = self._client._subscription.subscription.assignment.state_value(tp)
+            # read_committed: the last stable offset; else (-1, None) the high watermark
+            end = state.lso if state.lso is not None and state.lso >= 0 else state.highwater
+            position = state.position if state.has_valid_position else None
+        except (AttributeError, KeyError, TypeError):
+            return None, None
+        return position, end
 
     async def _started_client(self) -> Any:
         """The started aiokafka consumer, subscribed; waits while Kafka is unreachable."""
@@ -366,21 +370,12 @@ class BatchedConsumer:
                     lane.arrived.set()
 
     def _read_to_end(self, lane: _Lane) -> bool:
-        """True when the fetcher's position is at the end of every partition ``lane`` buffers.
-
-        Reads aiokafka's partition state (``position`` is async only to wait for a reset
-        position): anything unexpected counts as "more may come", the ``within`` wait.
-        """
-        client = self._client
-        try:
-            assignment = client._subscription.subscription.assignment
-            for partition in {record.partition for record in lane.buffer}:
-                state = assignment.state_value(TopicPartition(lane.topic, partition))
-                end = state.lso if state.lso is not None and state.lso >= 0 else state.highwater
-                if end is None or not state.has_valid_position or state.position < end:
-                    return False
-        except (AttributeError, KeyError, TypeError):
-            return False
+        """True when the fetcher's position is at the end of every partition ``lane`` buffers
+        (anything not known counts as "more may come": the ``within`` wait)."""
+        for partition in {record.partition for record in lane.buffer}:
+            position, end = self._fetch_state(TopicPartition(lane.topic, partition))
+            if position is None or end is None or position < end:
+                return False
         return True
 
     async def _apply_lane(self, lane: _Lane) -> None:
