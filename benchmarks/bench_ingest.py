@@ -265,7 +265,8 @@ def run_processor(
         sampler = subprocess.Popen(
             [
                 *("py-spy", "record", "-p", str(pipe.process.pid), "-r", "100", "--idle"),
-                *("--format", "raw", "-o", py_spy),
+                # FILE.svg: a flame graph (docs/profiles/); else collapsed stacks.
+                *("--format", "flamegraph" if py_spy.endswith(".svg") else "raw", "-o", py_spy),
             ],
             stdout=subprocess.DEVNULL,
         )

@@ -21,6 +21,7 @@ from minruntime.errors import UserError
 
 if TYPE_CHECKING:
     from minruntime.settings import Settings
+    from minruntime.stream.backlog import Behind
     from minruntime.stream.topic_identity import KafkaTopic
 
 offsets_app = typer.Typer(
@@ -31,6 +32,13 @@ offsets_app = typer.Typer(
 
 class NothingToRebaselineError(UserError):
     """The topic's stored offsets already belong to its current life."""
+
+
+def _behind(settings: Settings, nexts: dict[tuple[str, int], int]) -> dict[tuple[str, int], Behind]:
+    from minruntime.kafka_access import kafka_access
+    from minruntime.stream.backlog import records_behind
+
+    return asyncio.run(records_behind(kafka_access(settings), nexts))
 
 
 def _describe(settings: Settings, topics: list[str]) -> dict[str, KafkaTopic]:
@@ -54,7 +62,8 @@ def status_of(topic: str, stored: list[StoredOffset], kafka: KafkaTopic | None) 
 
 @offsets_app.command("show")
 def show_command(as_json: Json = False) -> None:
-    """Stored next offsets per partition, with the topic IDs and log ends Kafka has now."""
+    """Stored next offsets per partition, the topic IDs and log ends Kafka has now, and the
+    records still to apply (a transaction's commit marker takes an offset but is no record)."""
     from minruntime.bootstrap import input_topic_roles
     from minruntime.store.offsets import stored_offsets
     from minruntime.store.schema import LIVE
@@ -64,6 +73,14 @@ def show_command(as_json: Json = False) -> None:
         stored = stored_offsets(conn, LIVE, settings.processor_group)
     topics = sorted(set(stored) | set(input_topic_roles(settings)))
     kafka = _describe(settings, topics)
+    nexts = {
+        (topic, row.partition): row.next_offset
+        for topic in topics
+        if status_of(topic, stored.get(topic, []), kafka.get(topic)) in _READABLE
+        for row in stored.get(topic, [])
+        if row.partition in kafka[topic].log_ends
+    }
+    behind = _behind(settings, nexts)
     rows: list[dict[str, Any]] = []
     for topic in topics:
         status = status_of(topic, stored.get(topic, []), kafka.get(topic))
@@ -75,6 +92,7 @@ def show_command(as_json: Json = False) -> None:
         by_partition = {row.partition: row for row in stored.get(topic, [])}
         for partition in partitions:
             row = by_partition.get(partition)
+            counted = behind.get((topic, partition))
             rows.append(
                 {
                     "topic": topic,
@@ -84,6 +102,8 @@ def show_command(as_json: Json = False) -> None:
                     "kafka_topic_id": described.topic_id if described else None,
                     "log_start": described.log_starts.get(partition) if described else None,
                     "log_end": described.log_ends.get(partition) if described else None,
+                    "behind": counted.records if counted else None,
+                    "behind_exact": counted.exact if counted else None,
                     "status": status,
                 }
             )
@@ -104,11 +124,22 @@ def show_command(as_json: Json = False) -> None:
             print(
                 f"  partition {item['partition']}: next offset {_dash(item['next_offset'])}, "
                 f"log {_dash(item['log_start'])}..{_dash(item['log_end'])}"
+                f"{_behind_text(item['behind'], item['behind_exact'])}"
             )
+
+
+# Statuses whose stored offsets belong to the topic Kafka holds now (a backlog means something).
+_READABLE = frozenset({"ok", "untied (tied at the next batch)"})
 
 
 def _dash(value: object) -> str:
     return "-" if value is None else str(value)
+
+
+def _behind_text(records: int | None, exact: bool | None) -> str:
+    if records is None:
+        return ""
+    return f", {'' if exact else 'at most '}{records} record(s) to apply"
 
 
 @offsets_app.command("rebaseline")

@@ -32,7 +32,7 @@ from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, topic_names
 
-# (role, what the batch did, seconds it took, partition -> records still behind it)
+# (role, what the batch did, seconds it took, partition -> records it can still apply)
 OutcomeListener = Callable[[TopicRole, BatchOutcome, float, Mapping[int, int]], None]
 
 
@@ -114,7 +114,7 @@ def build_app(
             )
         if on_outcome is not None:
             seconds = time.perf_counter() - started
-            on_outcome(role, outcome, seconds, _lags(reader, topic, records))
+            on_outcome(role, outcome, seconds, reader.behind(topic, _partitions(records)))
 
     consumer = BatchedConsumer(
         access,
@@ -155,12 +155,6 @@ def _firsts(records: list[InboundRecord]) -> dict[int, int]:
     return firsts
 
 
-def _lags(consumer: BatchedConsumer, topic: str, records: list[InboundRecord]) -> dict[int, int]:
-    """Partition -> records after the last one of this batch (from the fetcher's watermark)."""
-    last: dict[int, int] = {}
-    for record in records:
-        last[record.partition] = record.offset
-    return {
-        partition: max(highwater - last[partition] - 1, 0)
-        for partition, highwater in consumer.highwaters(topic, last).items()
-    }
+def _partitions(records: list[InboundRecord]) -> set[int]:
+    """The partitions of a batch."""
+    return {record.partition for record in records}

@@ -9,7 +9,9 @@ by its batches stops only its own lane; once the lane holds ``buffered_max`` rec
 partitions are no longer fetched (backpressure) while the others are.
 
 Kafka's committed offsets follow the database, never lead it: after ``apply`` returned (the
-batch's transaction committed) the next offsets of its partitions are committed to Kafka.
+batch's transaction committed) the next offsets of its partitions are committed to Kafka, in
+the background and in order (the next batch does not wait for that round trip; a rebalance
+and a stop wait for it).
 The database's stored offsets stay the authority: a record read again (a failed Kafka commit,
 a crash, a rebalance) is skipped there. ``apply`` must not raise: whatever escapes it stops
 the process loudly (``stop_loudly``), before any offset past the batch is committed.
@@ -42,6 +44,7 @@ from minruntime.health.outage import waiting_status
 from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, start_client
 from minruntime.retry import Backoff
+from minruntime.stream.backlog import behind_after
 from minruntime.stream.sink import stop_loudly
 from minruntime.stream.topics import TopicRole
 
@@ -95,6 +98,11 @@ class _Lane:
         self.idle = asyncio.Event()
         self.idle.set()
         self.buffered_max = buffered_max
+        # True while the fetcher has read every buffered partition to its end: nothing more
+        # is on its way, so a small batch is applied at once instead of waiting for more.
+        self.at_end = False
+        # The Kafka commit of the last applied batch, running while the next one is applied.
+        self.committing: asyncio.Task[None] | None = None
 
     @property
     def full(self) -> bool:
@@ -238,6 +246,41 @@ class BatchedConsumer:
                 found[partition] = int(highwater)
         return found
 
+    def behind(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """Partition -> records still to apply (fetched and buffered, or not fetched yet).
+
+        In records, not offsets: the fetcher's position is past every transaction marker it
+        read, so a partition applied to its end is 0 behind (stream.backlog). A partition
+        without a figure now (not assigned any more, its position being reset) is left out.
+        """
+        wanted = set(partitions)
+        buffered = dict.fromkeys(wanted, 0)
+        for record in self._lanes[topic].buffer:
+            if record.partition in buffered:
+                buffered[record.partition] += 1
+        found: dict[int, int] = {}
+        for partition in sorted(wanted):
+            position, end = self._fetch_state(TopicPartition(topic, partition))
+            behind = behind_after(position, end, buffered[partition])
+            if behind is not None:
+                found[partition] = behind
+        return found
+
+    def _fetch_state(self, tp: TopicPartition) -> tuple[int | None, int | None]:
+        """(the fetcher's next offset, the last stable offset) of ``tp``; None: not known now.
+
+        Reads aiokafka's partition state, private API (its ``position`` is async only to wait
+        for a position being reset): anything unexpected counts as "not known".
+        """
+        try:
+            state = self._client._subscription.subscription.assignment.state_value(tp)
+            # read_committed: the last stable offset; else (-1, None) the high watermark
+            end = state.lso if state.lso is not None and state.lso >= 0 else state.highwater
+            position = state.position if state.has_valid_position else None
+        except (AttributeError, KeyError, TypeError):
+            return None, None
+        return position, end
+
     async def _started_client(self) -> Any:
         """The started aiokafka consumer, subscribed; waits while Kafka is unreachable."""
         backoff = Backoff()
@@ -302,9 +345,11 @@ class BatchedConsumer:
             if failing:
                 status.back()
                 backoff, failing = Backoff(), False
+            filled: set[_Lane] = set()
             for tp, messages in fetched.items():
                 if tp not in self._assigned:
                     continue  # revoked while the fetch was answered: the next owner reads it
+                filled.add(self._lanes[tp.topic])
                 self._lanes[tp.topic].add(
                     [
                         InboundRecord(
@@ -319,12 +364,26 @@ class BatchedConsumer:
                         for message in messages
                     ]
                 )
+            for lane in filled:
+                lane.at_end = self._read_to_end(lane)
+                if lane.at_end:
+                    lane.arrived.set()
+
+    def _read_to_end(self, lane: _Lane) -> bool:
+        """True when the fetcher's position is at the end of every partition ``lane`` buffers
+        (anything not known counts as "more may come": the ``within`` wait)."""
+        for partition in {record.partition for record in lane.buffer}:
+            position, end = self._fetch_state(TopicPartition(lane.topic, partition))
+            if position is None or end is None or position < end:
+                return False
+        return True
 
     async def _apply_lane(self, lane: _Lane) -> None:
         """Apply the lane's batches one at a time, committing Kafka offsets after each."""
         while True:
             batch = await self._next_batch(lane)
             if batch is None:
+                await self._committed([lane])
                 return
             lane.in_flight = frozenset(record.partition for record in batch)
             lane.idle.clear()
@@ -338,7 +397,24 @@ class BatchedConsumer:
             finally:
                 lane.in_flight = frozenset()
                 lane.idle.set()
-            await self._commit(lane.topic, batch)
+            # Off the batch's path (a round trip to the group coordinator): the next batch is
+            # taken at once; commits stay in order, each after the one before it.
+            lane.committing = asyncio.create_task(
+                self._commit_after(lane.committing, lane.topic, batch)
+            )
+
+    async def _commit_after(
+        self, previous: asyncio.Task[None] | None, topic: str, batch: list[InboundRecord]
+    ) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])  # in order; its own failure is its own (logged)
+        await self._commit(topic, batch)
+
+    async def _committed(self, lanes: Iterable[_Lane]) -> None:
+        """Wait for the Kafka commits under way of ``lanes`` (bounded like a commit)."""
+        pending = [lane.committing for lane in lanes if lane.committing is not None]
+        if pending:
+            await asyncio.wait(pending, timeout=COMMIT_TIMEOUT_SECONDS)
 
     async def _next_batch(self, lane: _Lane) -> list[InboundRecord] | None:
         """Up to a full batch once it is full or its oldest record waited long enough."""
@@ -347,7 +423,7 @@ class BatchedConsumer:
             timeout: float | None = None
             if lane.buffer:
                 waited = time.monotonic() - lane.since
-                if len(lane.buffer) >= most or waited >= within:
+                if len(lane.buffer) >= most or waited >= within or lane.at_end:
                     return lane.take(most)
                 timeout = within - waited
             lane.arrived.clear()
@@ -362,7 +438,7 @@ class BatchedConsumer:
             nexts[TopicPartition(topic, record.partition)] = record.offset + 1
         ours = self._assigned | self._revoking
         owned = {tp: offset for tp, offset in nexts.items() if tp in ours}
-        if not owned:
+        if not owned or self._client is None:  # nothing of ours, or stopped meanwhile
             return
         try:
             await asyncio.wait_for(self._client.commit(owned), COMMIT_TIMEOUT_SECONDS)
@@ -398,6 +474,11 @@ class BatchedConsumer:
                     "offset locks in the database keep it from applying anything twice",
                     REVOKE_WAIT_SECONDS,
                 )
+        # The offsets of what was applied on the revoked partitions reach Kafka before the
+        # group re-joins (the next owner starts from them).
+        await self._committed(
+            lane for lane in self._lanes.values() if any(tp.topic == lane.topic for tp in revoked)
+        )
         self._revoking = set()
 
     def assigned(self, assigned: set[TopicPartition]) -> None:

@@ -61,7 +61,7 @@ class ProcessorMetrics:
         )
         self.lag = gauge(
             "minruntime_consumer_lag",
-            "Records in the partition after the last one applied (high watermark - next offset).",
+            "Records of the partition the processor can still apply (a commit marker is none).",
             ["role", "partition"],
         )
         self._lag_series: set[tuple[str, str]] = set()

@@ -1,0 +1,80 @@
+"""A lane applies what it holds at once when nothing more is coming (issue 30, part 5).
+
+``batch_within_seconds`` gathers records that are already on their way; on an idle consumer
+(the fetcher at the end of every partition) a small batch no longer waits for it. Here the
+window is an hour: the records are applied long before it, and records that arrive while
+more is still to be fetched are still gathered into full batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from minruntime.ingest import InboundRecord
+from minruntime.kafka_access import kafka_access, start_client
+from minruntime.settings import Settings
+from minruntime.stack import StackStatus
+from minruntime.stream.consumer import BatchedConsumer, ConsumerOptions
+from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
+from tests.integration.helpers import kafka_admin
+
+pytestmark = pytest.mark.stack
+
+AN_HOUR = 3600.0
+
+
+async def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def test_an_idle_consumer_applies_a_small_batch_without_waiting_for_the_window(
+    settings: Settings, stack: StackStatus
+) -> None:
+    access = kafka_access(settings)
+    topic = f"test.idle.{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        await ensure_topics(access, [TopicSpec(TopicRole.NODES, topic, 1, FOREVER)])
+        producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
+        await start_client(producer, access)
+        batches: list[list[int]] = []
+
+        async def apply(role: TopicRole, records: list[InboundRecord]) -> None:
+            batches.append([record.offset for record in records])
+
+        consumer = BatchedConsumer(
+            access,
+            {topic: TopicRole.NODES},
+            apply,
+            ConsumerOptions(
+                f"test-idle-{uuid.uuid4().hex[:8]}",
+                batch_max_events=1000,
+                batch_within_seconds=AN_HOUR,
+            ),
+        )
+        run = asyncio.create_task(consumer.run())
+        try:
+            for i in range(3):
+                await producer.send_and_wait(topic, b"{}", key=f"k{i}".encode(), partition=0)
+            # Well within the hour-long window: nothing else was coming.
+            await _until(lambda: sum(map(len, batches)) == 3, "the three records applied")
+            await producer.send_and_wait(topic, b"{}", key=b"k3", partition=0)
+            await _until(lambda: sum(map(len, batches)) == 4, "the fourth record applied")
+        finally:
+            await producer.stop()
+            await consumer.stop()
+            await run
+            async with kafka_admin(access) as admin:
+                await admin.delete_topics([topic])
+        assert [offset for batch in batches for offset in batch] == [0, 1, 2, 3]
+
+    asyncio.run(scenario())
