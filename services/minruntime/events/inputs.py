@@ -500,6 +500,33 @@ class NodeDeletedData(EventData):
     """The node's name."""
 
 
+ABANDON_REASONS: Final = ("pdb", "forbidden", "not_found", "api_error", "expired")
+"""Why the evictor gave a committed requeue up: a PodDisruptionBudget kept refusing (429),
+the API server forbade it (403), the PodGroup is gone (404), the API server kept failing, or
+its deadline passed while no evictor ran (read again after it, not carried out)."""
+
+
+class RequeueAbandonedData(EventData):
+    """The evictor gave up a committed requeue it could not carry out by its deadline."""
+
+    uid: BoundedName
+    """The podgroup's uid."""
+    decision: BoundedName
+    """The ``requeue.committed`` event's id."""
+    reason: Literal["pdb", "forbidden", "not_found", "api_error", "expired"]
+    """What kept it from being carried out (``ABANDON_REASONS``)."""
+    nominated_by: tuple[BoundedName, ...] = Field(min_length=1, max_length=MAX_SUBGROUPS)
+    """The decision's nominators (carried so the decision log row needs nothing else)."""
+    requeue_not_before: Timestamp
+    """The cooldown the decision wrote: cleared again unless a later decision replaced it."""
+    decided_at: Timestamp
+    """When the decision was committed."""
+    deadline: Timestamp
+    """By when it had to be carried out."""
+    message: Text | None = None
+    """The API server's last answer, one line."""
+
+
 class RequeueNominatedData(EventData):
     """A component asks for a running podgroup to be requeued (if that lets better work run)."""
 

@@ -191,7 +191,9 @@ requeue_decision_log = sa.Table(
     sa.Column("delay_ends_at", sa.DateTime(timezone=True)),
     # Rolled back for beneficiary_over_quota: the rule and both queues' shares (0019).
     sa.Column("quota_shares", JSONB),
-    sa.CheckConstraint("outcome IN ('committed', 'rolled_back', 'skipped')", name="outcome"),
+    sa.CheckConstraint(
+        "outcome IN ('committed', 'rolled_back', 'skipped', 'abandoned')", name="outcome"
+    ),
     sa.UniqueConstraint("decision_id"),
     sa.Index("ix_requeue_decision_log_uid", "uid", "decided_at"),
     # The requeue cap's count: a podgroup's newest commits (migration 0016).

@@ -1,0 +1,42 @@
+"""Abandoned requeues: a decision log row may say the cluster gave a committed requeue up.
+
+Revision ID: 0021
+Revises: 0019
+Create Date: 2026-11-29
+
+``requeue_decision_log.outcome`` gains ``abandoned``: the evictor could not carry a committed
+requeue out by its deadline and sent ``requeue.abandoned`` (docs/events.md); the processor
+logs it beside the decision it ends (``reason``: pdb, forbidden, not_found, api_error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0021"
+down_revision: str | None = "0019"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+SCHEMA = "minruntime_state"
+# 0001 named it explicitly, and the naming convention prefixed it once more.
+_CONSTRAINT = "ck_requeue_decision_log_ck_requeue_decision_log_outcome"
+
+
+def _outcomes(outcomes: str) -> None:
+    op.execute(f"ALTER TABLE {SCHEMA}.requeue_decision_log DROP CONSTRAINT IF EXISTS {_CONSTRAINT}")
+    op.execute(
+        f"ALTER TABLE {SCHEMA}.requeue_decision_log ADD CONSTRAINT {_CONSTRAINT}"
+        f" CHECK (outcome IN ({outcomes}))"
+    )
+
+
+def upgrade() -> None:
+    _outcomes("'committed', 'rolled_back', 'skipped', 'abandoned'")
+
+
+def downgrade() -> None:
+    op.execute(f"DELETE FROM {SCHEMA}.requeue_decision_log WHERE outcome = 'abandoned'")
+    _outcomes("'committed', 'rolled_back', 'skipped'")
