@@ -9,10 +9,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from minruntime.audit.explain import explain
+from minruntime.audit.explain_model import AbandonedRequeue
+from minruntime.audit.timeline import podgroup_story
 from minruntime.core.annotations import REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.core.timestamps import format_rfc3339
 from minruntime.store.decisions import commit_cooldowns
 from minruntime.store.schema import LIVE
+from minruntime.store.shadows import LIVE as LIVE_SHADOW
 from tests.cloudevents import T0, Message, allocated, event, submitted, wire
 from tests.integration.helpers import Feed, rows
 
@@ -89,6 +93,18 @@ def test_an_abandoned_requeue_clears_its_cooldown_and_the_wait_for_the_release(
 
     feed.send(abandoned("x", not_before))  # sent again (an evictor restarted): applied once
     assert len(rows(engine, "SELECT 1 FROM minruntime.requeue_decisions WHERE uid = 'x'")) == 1
+
+    # explain and audit say so.
+    with engine.connect() as conn:
+        explanation = explain(conn, LIVE_SHADOW, "x", T0 + timedelta(minutes=20), None)
+    assert explanation.requeue_abandoned == AbandonedRequeue(
+        T0 + timedelta(minutes=16), "pdb", not_before
+    )
+    [row] = [row for row in podgroup_story(engine, "x").rows if row.type == "requeue.abandoned"]
+    assert row.kind == "decision"
+    assert row.decision is not None
+    assert (row.decision.outcome, row.decision.reason) == ("abandoned", "pdb")
+    assert row.summary.startswith("requeue abandoned: pdb (decision d-1, not carried out by")
 
 
 def test_a_later_decisions_cooldown_stands(engine: sa.Engine, feed: Feed) -> None:
