@@ -9,6 +9,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
+from minruntime.core.disruption import DisruptionPolicy
 from minruntime.core.durations import format_duration, parse_duration
 from minruntime.core.errors import InvalidConfigError, MinRuntimeError
 
@@ -102,6 +103,17 @@ class MinRuntimeConfig:
     # every committed requeue of the podgroup (its whole life).
     max_requeues: int | None = None
     max_requeues_window: timedelta | None = None
+    # Disruption budgets and pacing (core.disruption): None = off.
+    max_evictions_per_window: int | None = None
+    eviction_window: timedelta | None = None
+    min_eviction_gap: timedelta | None = None
+
+    @property
+    def disruption(self) -> DisruptionPolicy:
+        """The pool's disruption budget and pacing."""
+        return DisruptionPolicy(
+            self.max_evictions_per_window, self.eviction_window, self.min_eviction_gap
+        )
 
     def __post_init__(self) -> None:
         for label, value in (
@@ -128,6 +140,7 @@ class MinRuntimeConfig:
             check_max_requeues(self.max_requeues)
         if self.max_requeues_window is not None:
             check_requeues_window(self.max_requeues_window)
+        _ = self.disruption  # checks the budget and the gap (one-line errors)
         # Normalise to the enum member so comparisons and repr are uniform.
         object.__setattr__(
             self, "reclaim_resolve_method", ReclaimResolveMethod(self.reclaim_resolve_method)
