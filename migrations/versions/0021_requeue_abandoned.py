@@ -1,4 +1,4 @@
-"""Abandoned requeues: a decision log row may say the cluster gave a committed requeue up.
+"""Abandoned requeues and disruption budgets (issue 28).
 
 Revision ID: 0021
 Revises: 0019
@@ -6,7 +6,9 @@ Create Date: 2026-11-29
 
 ``requeue_decision_log.outcome`` gains ``abandoned``: the evictor could not carry a committed
 requeue out by its deadline and sent ``requeue.abandoned`` (docs/events.md); the processor
-logs it beside the decision it ends (``reason``: pdb, forbidden, not_found, api_error).
+logs it beside the decision it ends (``reason``: pdb, forbidden, not_found, api_error,
+expired). ``node_pool_configs`` gains ``max_evictions_per_window``, ``eviction_window`` and
+``min_eviction_gap`` (core.disruption; NULL = off).
 """
 
 from __future__ import annotations
@@ -33,10 +35,21 @@ def _outcomes(outcomes: str) -> None:
     )
 
 
+_BUDGET_COLUMNS = (
+    ("max_evictions_per_window", "integer"),
+    ("eviction_window", "interval"),
+    ("min_eviction_gap", "interval"),
+)
+
+
 def upgrade() -> None:
     _outcomes("'committed', 'rolled_back', 'skipped', 'abandoned'")
+    for column, kind in _BUDGET_COLUMNS:
+        op.execute(f"ALTER TABLE {SCHEMA}.node_pool_configs ADD COLUMN {column} {kind}")
 
 
 def downgrade() -> None:
+    for column, _ in _BUDGET_COLUMNS:
+        op.execute(f"ALTER TABLE {SCHEMA}.node_pool_configs DROP COLUMN {column}")
     op.execute(f"DELETE FROM {SCHEMA}.requeue_decision_log WHERE outcome = 'abandoned'")
     _outcomes("'committed', 'rolled_back', 'skipped'")

@@ -9,7 +9,13 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
-from minruntime.core.disruption import DisruptionPolicy
+from minruntime.core.disruption import (
+    ARG_EVICTION_WINDOW,
+    ARG_MAX_EVICTIONS_PER_WINDOW,
+    ARG_MIN_EVICTION_GAP,
+    DisruptionPolicy,
+    parse_max_evictions,
+)
 from minruntime.core.durations import format_duration, parse_duration
 from minruntime.core.errors import InvalidConfigError, MinRuntimeError
 
@@ -48,6 +54,9 @@ KNOWN_ARGUMENTS: Final = frozenset(
         ARG_DEFAULT_REQUEUE_DELAY,
         ARG_MAX_REQUEUES,
         ARG_MAX_REQUEUES_WINDOW,
+        ARG_MAX_EVICTIONS_PER_WINDOW,
+        ARG_EVICTION_WINDOW,
+        ARG_MIN_EVICTION_GAP,
     }
 )
 
@@ -84,6 +93,11 @@ def parse_max_requeues(text: str, label: str = ARG_MAX_REQUEUES) -> int:
             f"{label} must be a whole number from 1 to {MAX_REQUEUES}, got {_shown(text)}"
         )
     return check_max_requeues(int(stripped), label)
+
+
+def _optional_duration(arguments: Mapping[str, str | None], argument: str) -> timedelta | None:
+    text = arguments.get(argument)
+    return None if text is None else _duration_argument(argument, text)
 
 
 def _shown(value: object) -> str:
@@ -164,6 +178,7 @@ class MinRuntimeConfig:
         method = arguments.get(ARG_RECLAIM_RESOLVE_METHOD)
         cap = arguments.get(ARG_MAX_REQUEUES)
         window = arguments.get(ARG_MAX_REQUEUES_WINDOW)
+        budget = arguments.get(ARG_MAX_EVICTIONS_PER_WINDOW)
         return cls(
             default_preempt_min_runtime=duration(
                 ARG_DEFAULT_PREEMPT_MIN_RUNTIME, defaults.default_preempt_min_runtime
@@ -179,6 +194,9 @@ class MinRuntimeConfig:
             max_requeues_window=None
             if window is None
             else _duration_argument(ARG_MAX_REQUEUES_WINDOW, window),
+            max_evictions_per_window=None if budget is None else parse_max_evictions(budget),
+            eviction_window=_optional_duration(arguments, ARG_EVICTION_WINDOW),
+            min_eviction_gap=_optional_duration(arguments, ARG_MIN_EVICTION_GAP),
         )
 
     def to_arguments(self) -> dict[str, str]:
@@ -196,6 +214,14 @@ class MinRuntimeConfig:
             arguments[ARG_MAX_REQUEUES] = str(self.max_requeues)
         if self.max_requeues_window is not None:
             arguments[ARG_MAX_REQUEUES_WINDOW] = format_duration(self.max_requeues_window)
+        if self.max_evictions_per_window is not None:
+            arguments[ARG_MAX_EVICTIONS_PER_WINDOW] = str(self.max_evictions_per_window)
+        for argument, value in (
+            (ARG_EVICTION_WINDOW, self.eviction_window),
+            (ARG_MIN_EVICTION_GAP, self.min_eviction_gap),
+        ):
+            if value is not None:
+                arguments[argument] = format_duration(value)
         return arguments
 
 

@@ -52,7 +52,18 @@ from minruntime.events.types import (
 
 _DEFAULT_MIN_AVAILABLE = SubGroup().min_available
 # The requeue cap's fields, by Python and wire name: omitted from a dump when unset.
-_CAP_KEYS: Final = ("max_requeues", "max_requeues_window", "maxRequeues", "maxRequeuesWindow")
+_CAP_KEYS: Final = (
+    "max_requeues",
+    "max_requeues_window",
+    "maxRequeues",
+    "maxRequeuesWindow",
+    "max_evictions_per_window",
+    "eviction_window",
+    "min_eviction_gap",
+    "maxEvictionsPerWindow",
+    "evictionWindow",
+    "minEvictionGap",
+)
 # Fields added to a type after its first events, by Python and wire name: omitted from a dump
 # when unset, so an event of before them dumps (and checksums) as it always did.
 _QUEUE_LATER_KEYS: Final = ("node_pool", "nodePool", "priority", "resources")
@@ -221,6 +232,12 @@ class ConfigUpdatedData(EventData):
     """The requeue cap: most committed requeues of a podgroup in the window; absent = none."""
     max_requeues_window: RequeuesWindow | None = None
     """The requeue cap's rolling window; absent = the podgroup's whole life."""
+    max_evictions_per_window: int | None = Field(default=None, ge=1, le=100_000)
+    """Disruption budget: most evictions of one queue's podgroups per evictionWindow."""
+    eviction_window: PositiveDuration | None = None
+    """The disruption budget's rolling window (with maxEvictionsPerWindow; at most 744h)."""
+    min_eviction_gap: PositiveDuration | None = None
+    """Least time between two evictions of gangs of one top owner (at most 168h)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -249,6 +266,9 @@ class ConfigUpdatedData(EventData):
             default_requeue_delay=self.default_requeue_delay,
             max_requeues=self.max_requeues,
             max_requeues_window=self.max_requeues_window,
+            max_evictions_per_window=self.max_evictions_per_window,
+            eviction_window=self.eviction_window,
+            min_eviction_gap=self.min_eviction_gap,
         )
 
     @classmethod
@@ -260,6 +280,7 @@ class ConfigUpdatedData(EventData):
                 **config.to_arguments(),
                 # Plugin arguments are strings; on the wire the cap is a JSON integer.
                 "maxRequeues": config.max_requeues,
+                "maxEvictionsPerWindow": config.max_evictions_per_window,
             }
         )
 

@@ -155,6 +155,9 @@ class Projections:
                 "delay": config.default_requeue_delay,
                 "max_requeues": config.max_requeues,
                 "max_requeues_window": config.max_requeues_window,
+                "max_evictions": config.max_evictions_per_window,
+                "eviction_window": config.eviction_window,
+                "min_eviction_gap": config.min_eviction_gap,
             }
         elif isinstance(data, NodeUpsertedData):
             self._nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}

@@ -72,6 +72,10 @@ node_pool_configs = sa.Table(
     # The requeue cap (migration 0016); NULL = unlimited / no window.
     sa.Column("max_requeues", sa.Integer),
     sa.Column("max_requeues_window", INTERVAL),
+    # Disruption budget and pacing (migration 0021); NULL = off.
+    sa.Column("max_evictions_per_window", sa.Integer),
+    sa.Column("eviction_window", INTERVAL),
+    sa.Column("min_eviction_gap", INTERVAL),
     sa.CheckConstraint("reclaim_resolve_method IN ('lca', 'queue')", name="method"),
 )
 
