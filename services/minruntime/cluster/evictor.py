@@ -122,6 +122,8 @@ class Evictor:
         self.stop = stop
         # PodGroup uid -> its node pool (label), as last read: which deadline applies.
         self.pools: dict[str, str] = {}
+        self._index: dict[str, tuple[str, str]] = {}
+        self._index_lock = threading.Lock()
 
     def carry_out(
         self, decision_id: str, decision: RequeueCommittedData, *, evict: bool = True
@@ -170,14 +172,47 @@ class Evictor:
         return Outcome(decision_id, evicted)
 
     def _podgroup(self, uid: str) -> Mapping[str, Any] | None:
-        # A custom resource cannot be selected by uid: list them, page by page, and pick it.
+        """The PodGroup with this uid, read fresh (None: gone).
+
+        A custom resource cannot be selected by uid: the evictor keeps an index uid ->
+        (namespace, name) from one cluster-wide listing, lists again only for a uid it does
+        not know (one listing serves every decision read with it, instead of one listing per
+        decision), and reads the PodGroup itself by name (its annotations as they are now).
+        """
+        with self._index_lock:
+            known = self._index.get(uid)
+            if known is None:
+                self._relist()
+                known = self._index.get(uid)
+        if known is None:
+            return None
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            podgroup: Mapping[str, Any] = self.custom.get_namespaced_custom_object(
+                KAI_GROUP, PODGROUP_VERSION, known[0], "podgroups", known[1]
+            )
+        except ApiException as error:
+            if error.status != HTTP_NOT_FOUND:
+                raise
+            with self._index_lock:
+                self._index.pop(uid, None)
+            return None
+        if mapping.metadata(podgroup).get("uid") != uid:  # deleted and created again
+            return None
+        return podgroup
+
+    def _relist(self) -> None:
         listing = functools.partial(
             self.custom.list_cluster_custom_object, KAI_GROUP, PODGROUP_VERSION, "podgroups"
         )
-        for podgroup in list_all(Source(Kind.POD_GROUP, listing), LIST_PAGE_SIZE)[0]:
-            if mapping.metadata(podgroup).get("uid") == uid:
-                return podgroup
-        return None
+        self._index = {
+            str(mapping.metadata(podgroup).get("uid")): (
+                mapping.namespace_of(podgroup),
+                mapping.name_of(podgroup),
+            )
+            for podgroup in list_all(Source(Kind.POD_GROUP, listing), LIST_PAGE_SIZE)[0]
+        }
 
     def _pods(self, namespace: str, podgroup: str) -> list[Mapping[str, Any]]:
         listing = functools.partial(self.core.list_namespaced_pod, namespace)
