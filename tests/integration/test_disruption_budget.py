@@ -122,3 +122,30 @@ def test_the_owner_gap_reads_the_top_owner_of_past_evictions(engine: sa.Engine, 
     with engine.connect() as conn:
         history = load_cycle_inputs(conn, NOW + MINUTE).cluster.disruption_history
     assert history.by_owner == {"js-1": (NOW,)}
+
+
+def test_runs_know_their_top_owner_and_sql_answers_gpu_hours_lost_per_jobset(
+    engine: sa.Engine, feed: Feed
+) -> None:
+    owned = {TOP_OWNER_ANNOTATION: OWNER}
+    feed.send(
+        queue("team"),
+        node("node-1", gpu=8),
+        submitted("a", "team", 2, priority=50, annotations=owned),
+        allocated("a", 2, time=T0),
+        released("a", time=T0 + timedelta(hours=1), reason="evicted"),
+        submitted("b", "team", 1, priority=50),
+        allocated("b", 1, time=T0),
+        released("b", time=T0 + timedelta(hours=1), reason="evicted"),
+    )
+    lost = rows(
+        engine,
+        "SELECT owner_kind, owner_name, owner_uid, sum(gpu_seconds) / 3600 AS gpu_hours"
+        " FROM minruntime.runs WHERE eviction AND run_end > :since"
+        " GROUP BY 1, 2, 3 ORDER BY 2 NULLS LAST",
+        since=T0,
+    )
+    assert [tuple(row) for row in lost] == [
+        ("JobSet", "train", "js-1", 2),
+        (None, None, None, 1),
+    ]

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Final, NamedTuple
 
-from minruntime.core.disruption import read_top_owner
+from minruntime.core.disruption import TopOwner, read_top_owner
 from minruntime.core.evictions import (
     DELETED,
     DELETED_BY_EVICTION,
@@ -78,8 +78,13 @@ class EndedRun(NamedTuple):
     core: int = 0
     # Who evicted it, when the scheduler said so (None: not known).
     attribution: Attribution | None = None
-    # Its top owner's kind (kai.scheduler/top-owner-metadata: JobSet, RayJob, ...; None: none).
-    owner_kind: str | None = None
+    # Its top owner (kai.scheduler/top-owner-metadata: a JobSet, a RayJob, ...; None: none).
+    owner: TopOwner | None = None
+
+    @property
+    def owner_kind(self) -> str | None:
+        """The top owner's kind (None: no top owner known)."""
+        return None if self.owner is None else self.owner.kind
 
     @property
     def eviction(self) -> bool:
@@ -118,13 +123,8 @@ def ended_run(
         gpus=held_gpus(before),
         core=held_core(before),
         attribution=change.eviction if isinstance(change, Release) else None,
-        owner_kind=_owner_kind(before),
+        owner=read_top_owner(before.annotations).owner,
     )
-
-
-def _owner_kind(state: PodGroupState) -> str | None:
-    owner = read_top_owner(state.annotations).owner
-    return None if owner is None else owner.kind
 
 
 def ended_by(change: PodGroupChange, *, awaiting_release: bool) -> str:

@@ -132,6 +132,9 @@ def run_row(
         "windows": windows,
         "protection": verdict.value,
         "cut_short": cut_short,
+        "owner_kind": None if run.owner is None else run.owner.kind,
+        "owner_name": None if run.owner is None else run.owner.name,
+        "owner_uid": None if run.owner is None else run.owner.uid,
         "core_pods": run.core,
     }
 

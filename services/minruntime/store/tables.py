@@ -257,6 +257,10 @@ run_log = sa.Table(
     sa.Column("cut_short", INTERVAL),
     # The semi-preemptible core it still held at its end (0: none; migration 0014).
     sa.Column("core_pods", sa.Integer, nullable=False, server_default="0"),
+    # The run's top owner (kai.scheduler/top-owner-metadata when it ended; migration 0021).
+    sa.Column("owner_kind", sa.Text),
+    sa.Column("owner_name", sa.Text),
+    sa.Column("owner_uid", sa.Text),
     # Who evicted it, as the scheduler said (migration 0018; NULL: not known): which trace said
     # it (event | annotation | condition), the action, the evicting podgroup "ns/name", its
     # queue, and when the scheduler evicted.
