@@ -233,3 +233,14 @@ def test_property_commits_never_exceed_the_budget_left_in_the_window(
         for d in cycle.decisions
         if d.outcome is not RequeueOutcome.COMMITTED
     )
+
+
+def test_the_budget_round_trips_through_plugin_arguments_and_bad_ones_are_one_line() -> None:
+    arguments = {"maxEvictionsPerWindow": "3", "evictionWindow": "2h", "minEvictionGap": "5m"}
+    config = MinRuntimeConfig.from_arguments(arguments)
+    assert config.disruption == DisruptionPolicy(3, 2 * HOUR, 5 * MIN)
+    assert MinRuntimeConfig.from_arguments(config.to_arguments()) == config
+    for bad in ({"maxEvictionsPerWindow": "0", "evictionWindow": "1h"}, {"evictionWindow": "1h"}):
+        with pytest.raises(InvalidConfigError) as error:
+            MinRuntimeConfig.from_arguments(bad)
+        assert "\n" not in str(error.value)
