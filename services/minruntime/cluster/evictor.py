@@ -29,7 +29,7 @@ import signal
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -67,6 +67,9 @@ log = logging.getLogger(__name__)
 HTTP_FORBIDDEN = 403
 HTTP_NOT_FOUND = 404
 ABANDON_SOURCE: Final = "minruntime/kube-evictor"
+# A namespace's pod listing serves the decisions decided this long before it (the worker's
+# and the evictor's clocks may differ by that much).
+LISTING_MARGIN: Final = timedelta(seconds=1)
 LIST_PAGE_SIZE = 500
 HTTP_TOO_MANY_REQUESTS = 429
 
@@ -124,6 +127,8 @@ class Evictor:
         self.pools: dict[str, str] = {}
         self._index: dict[str, tuple[str, str]] = {}
         self._index_lock = threading.Lock()
+        # Namespace -> (when listed, PodGroup name -> its pods).
+        self._namespace_pods: dict[str, tuple[datetime, dict[str, list[Mapping[str, Any]]]]] = {}
 
     def carry_out(
         self, decision_id: str, decision: RequeueCommittedData, *, evict: bool = True
@@ -149,7 +154,7 @@ class Evictor:
         namespace, name = mapping.namespace_of(podgroup), mapping.name_of(podgroup)
         evicted = tuple(
             mapping.name_of(pod)
-            for pod in self._pods(namespace, name)
+            for pod in self._pods(namespace, name, decision.decided_at)
             if _of_this_run(pod, decision.decided_at) and self._evict(pod)
         )
         self.custom.patch_namespaced_custom_object(
@@ -214,13 +219,24 @@ class Evictor:
             for podgroup in list_all(Source(Kind.POD_GROUP, listing), LIST_PAGE_SIZE)[0]
         }
 
-    def _pods(self, namespace: str, podgroup: str) -> list[Mapping[str, Any]]:
-        listing = functools.partial(self.core.list_namespaced_pod, namespace)
-        return [
-            pod
-            for pod in list_all(Source(Kind.POD, listing), LIST_PAGE_SIZE)[0]
-            if mapping.pod_group_name(pod) == podgroup
-        ]
+    def _pods(self, namespace: str, podgroup: str, decided_at: datetime) -> list[Mapping[str, Any]]:
+        """The PodGroup's pods, from a listing of its namespace made after ``decided_at``
+        (plus a margin for the clocks): every pod of the decided run exists in it, so one
+        listing serves every decision of that namespace decided before it, instead of one
+        listing per decision. A pod it shows as not deleted may be going already: its
+        eviction is then answered 404 (gone) or accepted again (it is going anyway)."""
+        with self._index_lock:
+            cached = self._namespace_pods.get(namespace)
+            if cached is None or cached[0] <= decided_at + LISTING_MARGIN:
+                listed_at = datetime.now(UTC)
+                listing = functools.partial(self.core.list_namespaced_pod, namespace)
+                by_podgroup: dict[str, list[Mapping[str, Any]]] = {}
+                for pod in list_all(Source(Kind.POD, listing), LIST_PAGE_SIZE)[0]:
+                    name = mapping.pod_group_name(pod)
+                    if name is not None:
+                        by_podgroup.setdefault(name, []).append(pod)
+                cached = self._namespace_pods[namespace] = (listed_at, by_podgroup)
+            return list(cached[1].get(podgroup, ()))
 
     def _evict(self, pod: Mapping[str, Any]) -> bool:
         """Evict one pod; False when it is already going or gone. A PDB's 429 raises
