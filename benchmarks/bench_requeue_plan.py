@@ -44,6 +44,7 @@ from minruntime.core import (
     expected_runtime_nominations,
     plan_requeue_cycle,
 )
+from minruntime.core.disruption import TOP_OWNER_ANNOTATION, DisruptionHistory
 
 T = TypeVar("T")
 
@@ -183,6 +184,53 @@ def with_layers(snapshot: ClusterState, rng: random.Random) -> tuple[ClusterStat
     return layered, configs
 
 
+def with_disruption(
+    snapshot: ClusterState, configs: NodePoolConfigs, rng: random.Random
+) -> tuple[ClusterState, NodePoolConfigs]:
+    """The same cluster with disruption budgets and pacing on (issue 28).
+
+    Every pool: at most 25 evictions per queue per hour, 5 minutes between two evictions of
+    one top owner; half the running podgroups carry KAI's top-owner metadata (four gangs per
+    owner); every queue has up to 20 evictions in the last hour, each owner one in the last
+    ten minutes with probability 1/4.
+    """
+    running = []
+    owners: list[str] = []
+    for index, pg in enumerate(snapshot.running):
+        if rng.random() < 0.5:
+            owner = f"js-{index // 4}"
+            owners.append(owner)
+            metadata = f"name: {owner}\nuid: {owner}\nkind: JobSet\n"
+            pg = replace(pg, annotations={**pg.annotations, TOP_OWNER_ANNOTATION: metadata})
+        running.append(pg)
+    queues = sorted({pg.queue for pg in snapshot.running})
+    history = DisruptionHistory(
+        by_queue={
+            queue: tuple(
+                NOW - timedelta(minutes=rng.randrange(1, 60)) for _ in range(rng.randint(0, 20))
+            )
+            for queue in queues
+        },
+        by_owner={
+            owner: (NOW - timedelta(minutes=rng.randrange(1, 10)),)
+            for owner in sorted(set(owners))
+            if rng.random() < 0.25
+        },
+    )
+    budgeted = NodePoolConfigs(
+        {
+            pool: replace(
+                config,
+                max_evictions_per_window=25,
+                eviction_window=timedelta(hours=1),
+                min_eviction_gap=timedelta(minutes=5),
+            )
+            for pool, config in configs.by_pool.items()
+        }
+    )
+    return replace(snapshot, running=tuple(running), disruption_history=history), budgeted
+
+
 def timed(action: Callable[[], T]) -> tuple[float, T]:
     started = time.perf_counter()
     result = action()
@@ -213,6 +261,11 @@ def main() -> None:
         action="store_true",
         help="switch on the preemption delay, the semi-preemptible core and the requeue cap",
     )
+    parser.add_argument(
+        "--disruption",
+        action="store_true",
+        help="switch on disruption budgets per queue and the eviction gap per top owner",
+    )
     args = parser.parse_args()
 
     rng = random.Random(SEED)
@@ -226,6 +279,8 @@ def main() -> None:
     )
     if args.layers:
         snapshot, configs = with_layers(snapshot, random.Random(SEED + 1))
+    if args.disruption:
+        snapshot, configs = with_disruption(snapshot, configs, random.Random(SEED + 2))
 
     nominate_seconds, report = timed(lambda: expected_runtime_nominations(snapshot.running, NOW))
     nominated = list(report.nominated)
@@ -255,6 +310,7 @@ def main() -> None:
 
     print(f"python {platform.python_version()} on {platform.machine()}")
     print(f"anti-thrash layers (delay, semi-preemptible, cap): {'on' if args.layers else 'off'}")
+    print(f"disruption budgets and gaps: {'on' if args.disruption else 'off'}")
     print(
         f"cluster: {len(snapshot.nodes):,} nodes in {args.pools} pools, "
         f"{len(snapshot.running):,} running podgroups ({pods:,} pods), "

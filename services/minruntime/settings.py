@@ -7,6 +7,7 @@ no configuration at all.
 from __future__ import annotations
 
 import socket
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -169,6 +170,15 @@ class Settings(BaseSettings):
     kube_identity: str = ""  # the Lease holder's name; "" = hostname-pid
     kube_watch_seconds: int = Field(default=30, gt=0)  # server-side timeout of one watch call
     evictor_group: str = "minruntime-evictor"
+    # The evictor (docs/kubernetes.md#the-evictor): decisions are carried out in one lane per
+    # podgroup, at most this many API calls at once; a decision not carried out within its
+    # node pool's deadline (else the default) is abandoned (requeue.abandoned).
+    evictor_concurrency: int = Field(default=16, ge=1, le=256)
+    evictor_deadline_seconds: float = Field(default=900.0, ge=1, le=86_400)
+    # Node pool -> deadline in seconds (JSON, e.g. {"train": 1800}); each 1 s .. 1 day.
+    evictor_pool_deadlines: dict[str, float] = Field(default_factory=dict, max_length=1_000)
+    # Decisions read and not yet at an end, at most (then reading waits for the lanes).
+    evictor_max_open: int = Field(default=10_000, ge=1, le=1_000_000)
     kube_backoff_max_seconds: float = Field(default=MAX_BACKOFF_SECONDS, gt=0)
     # Only pods of this scheduler are watched (a field selector; "" = every pod).
     kube_scheduler_name: str = "kai-scheduler"
@@ -191,6 +201,7 @@ class Settings(BaseSettings):
     processor_metrics_port: int = Field(default=9400, ge=0, le=65535)
     worker_metrics_port: int = Field(default=9401, ge=0, le=65535)
     kube_bridge_metrics_port: int = Field(default=9402, ge=0, le=65535)
+    kube_evictor_metrics_port: int = Field(default=9403, ge=0, le=65535)
 
     @model_validator(mode="after")
     def _replication_names_known_roles(self) -> Settings:
@@ -201,6 +212,22 @@ class Settings(BaseSettings):
                 f"known: {', '.join(REPLICATED_ROLES)}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _pool_deadlines_bounded(self) -> Settings:
+        for pool, seconds in self.evictor_pool_deadlines.items():
+            if not 1 <= seconds <= 86_400 or seconds != seconds:
+                raise ValueError(
+                    f"MINRUNTIME_EVICTOR_POOL_DEADLINES: the deadline of node pool {pool!r}"
+                    f" must be 1 to 86400 seconds, not {seconds}"
+                )
+        return self
+
+    def evictor_deadline_for(self, pool: str) -> timedelta:
+        """How long a committed requeue in ``pool`` may take before it is abandoned."""
+        return timedelta(
+            seconds=self.evictor_pool_deadlines.get(pool, self.evictor_deadline_seconds)
+        )
 
     @model_validator(mode="after")
     def _default_url_reads_the_stack_passfile(self) -> Settings:

@@ -173,6 +173,7 @@ class Pipeline(Subprocess):
             "MINRUNTIME_PROCESSOR_METRICS_PORT": "0",
             "MINRUNTIME_WORKER_METRICS_PORT": "0",
             "MINRUNTIME_KUBE_BRIDGE_METRICS_PORT": "0",
+            "MINRUNTIME_KUBE_EVICTOR_METRICS_PORT": "0",
             **{TOPIC_ENV[role]: topic for role, topic in self.topics.items()},
             **{f"MINRUNTIME_{k.upper()}": v for k, v in (overrides or {}).items()},
         }

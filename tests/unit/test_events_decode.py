@@ -450,6 +450,7 @@ def test_topics_per_contract() -> None:
             "podgroup.released",
             "podgroup.annotated",
             "podgroup.deleted",
+            "requeue.abandoned",  # the evictor's: the podgroup's requeue given up
         },
         "kai.nodes": {"node.upserted", "node.deleted"},
         "kai.nominations": {"requeue.nominated"},

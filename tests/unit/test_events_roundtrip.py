@@ -128,6 +128,17 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         requeueNotBefore=times,
         decidedAt=times,
     ),
+    "requeue.abandoned": st.builds(
+        without_none,
+        uid=names,
+        decision=names,
+        reason=st.sampled_from(["pdb", "forbidden", "not_found", "api_error", "expired"]),
+        nominatedBy=st.lists(names, min_size=1, max_size=3),
+        requeueNotBefore=times,
+        decidedAt=times,
+        deadline=times,
+        message=optional(names),
+    ),
     "requeue.rolled-back": not_committed,
     "requeue.skipped": not_committed,
     "protection.expired": st.builds(

@@ -416,7 +416,8 @@ ARGS = "config.yaml document 1: tiers[0].plugins[1].arguments"
             plugin_config('      preemptMinRuntime: "10m"\n'),
             f"{ARGS}: unknown minruntime argument(s) preemptMinRuntime; known:"
             " defaultPreemptMinRuntime, defaultReclaimMinRuntime, defaultRequeueDelay,"
-            " maxRequeues, maxRequeuesWindow, reclaimResolveMethod",
+            " evictionWindow, maxEvictionsPerWindow, maxRequeues, maxRequeuesWindow,"
+            " minEvictionGap, reclaimResolveMethod",
         ),
         (
             plugin_config('      maxRequeues: "0"\n'),

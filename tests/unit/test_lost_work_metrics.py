@@ -93,3 +93,26 @@ def test_attributed_evictions_are_counted_by_action_and_exact_verdict() -> None:
     assert value("minruntime_protection_violations_total", verdict="violated") == 1
     assert value("minruntime_protection_violations_total", verdict="possible") == 0
     assert value("minruntime_protection_violations_total", verdict="definite") == 2
+
+
+def test_evicted_runs_are_counted_by_queue_owner_kind_and_protection_for_the_slo() -> None:
+    registry = CollectorRegistry()
+    metrics = ProcessorMetrics(registry)
+    runs = [
+        LostRun("team-a", True, "evicted", 60.0, 10.0, "definite", owner_kind="JobSet"),
+        LostRun("team-a", True, "evicted", 60.0, 10.0, "none", "reclaim", "honoured", "JobSet"),
+        LostRun("team-a", True, "evicted", 60.0, 10.0, "none", "reclaim", "violated", "RayJob"),
+        LostRun("team-a", True, "evicted", 60.0, 10.0, "possible", owner_kind="MyOperatorKind"),
+        LostRun("team-b", True, "requeued", 60.0, 10.0, "none"),
+    ]
+    metrics.observe("podgroups", BatchOutcome(lost_runs=runs), 0.1, {})
+
+    def value(queue: str, kind: str, protection: str) -> float | None:
+        labels = {"queue": queue, "owner_kind": kind, "protection": protection}
+        return registry.get_sample_value("minruntime_evicted_runs_total", labels)
+
+    assert value("team-a", "JobSet", "inside") == 1
+    assert value("team-a", "JobSet", "outside") == 1  # an exact verdict replaces "none"
+    assert value("team-a", "RayJob", "inside") == 1
+    assert value("team-a", "other", "maybe") == 1  # a kind not known: never its name
+    assert value("team-b", "none", "outside") == 1

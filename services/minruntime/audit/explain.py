@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection
 
 from minruntime.audit.explain_model import (
+    AbandonedRequeue,
     Elasticity,
     Explanation,
     LastEviction,
@@ -80,8 +81,10 @@ class Explainer:
         """
         explanation = self._protection(uid, preemptor_queue)
         shares = read_surface.newest_quota_shares(self._conn, self._shadow, uid, self.at)
+        abandoned = read_surface.newest_abandoned(self._conn, self._shadow, uid, self.at)
         return replace(
             explanation,
+            requeue_abandoned=None if abandoned is None else AbandonedRequeue(*abandoned),
             requeue_cap=self._requeue_cap(explanation.podgroup),
             requeue_shares=shares,
             last_eviction=self._last_eviction(uid),

@@ -206,6 +206,18 @@ class Explanation:
     # Its newest requeue decision was rolled back for beneficiary_over_quota: the rule and
     # the queues' shares that decided it (the decision event's quotaShares, camelCase).
     requeue_shares: dict[str, Any] | None = None
+    # Its newest requeue decision was abandoned by the evictor (requeue.abandoned): when,
+    # why (pdb, forbidden, not_found, api_error, expired) and the cooldown it cleared.
+    requeue_abandoned: AbandonedRequeue | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonedRequeue:
+    """A committed requeue the cluster side gave up at its deadline."""
+
+    at: datetime
+    reason: str
+    cleared_not_before: datetime | None
 
 
 def describe(explanation: Explanation) -> dict[str, Any]:

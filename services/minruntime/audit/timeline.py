@@ -43,6 +43,7 @@ from minruntime.events import (
     EventRejected,
     PodGroupDeletedData,
     PodGroupReleasedData,
+    RequeueAbandonedData,
     RequeueCommittedData,
     RequeueNominatedData,
     RequeueRolledBackData,
@@ -347,7 +348,10 @@ def _kind(event: Event | None) -> str:
     data = event.data
     if isinstance(data, RequeueNominatedData):
         return "nomination"
-    if isinstance(data, RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData):
+    if isinstance(
+        data,
+        RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData | RequeueAbandonedData,
+    ):
         return "decision"
     if event.type.startswith("podgroup."):
         return "podgroup"
@@ -362,6 +366,17 @@ def _nomination(event: Event | None) -> Nomination | None:
 
 def _decision(event: Event | None) -> Decision | None:
     data = event.data if event is not None else None
+    if event is not None and isinstance(data, RequeueAbandonedData):
+        return Decision(
+            decision_id=event.id,
+            outcome="abandoned",
+            reason=data.reason,
+            nominated_by=tuple(data.nominated_by),
+            beneficiaries=(),
+            requeue_not_before=data.requeue_not_before,
+            delay_problem=None,
+            run_start=None,
+        )
     if event is None or not isinstance(
         data, RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData
     ):

@@ -22,6 +22,7 @@ from minruntime.events import (
     PodGroupSubmittedData,
     QueueDeletedData,
     QueueUpsertedData,
+    RequeueAbandonedData,
     RequeueCommittedData,
     RequeueNominatedData,
     RequeueRolledBackData,
@@ -79,6 +80,13 @@ def describe_event(event: Event | None, event_type: str) -> str:
         return f"requeue rolled back: {data.reason} ({_by(data.nominated_by)})"
     if isinstance(data, RequeueSkippedData):
         return f"requeue skipped: {data.reason} ({_by(data.nominated_by)})"
+    if isinstance(data, RequeueAbandonedData):
+        return (
+            f"requeue abandoned: {data.reason} (decision {data.decision}, not carried out by"
+            f" {format_rfc3339(data.deadline)}); cooldown until"
+            f" {format_rfc3339(data.requeue_not_before)} cleared"
+            + (f"; {data.message}" if data.message else "")
+        )
     return event_type
 
 

@@ -1,27 +1,40 @@
 """`minruntime kube evictor`: carries out `requeue.committed` decisions in the cluster.
 
 For each decision read from the decisions topic: find the PodGroup by uid, evict every pod of
-it through the Eviction API (policy/v1; a PodDisruptionBudget's 429 is retried with backoff),
-then write `kai.scheduler/requeue-not-before` and the decision id on the PodGroup, and only
-then commit the consumer offset. Idempotent by decision id: a PodGroup that already carries
-the decision's id is done; a pod already being deleted (deletionTimestamp) is not evicted
-again; a pod created after the decision belongs to a later run and is left alone. So a
-redelivered decision, or an evictor restarted mid-way, evicts nothing twice.
+it through the Eviction API (policy/v1), then write `kai.scheduler/requeue-not-before` and the
+decision id on the PodGroup. Idempotent by decision id: a PodGroup that already carries the
+decision's id is done; a pod already being deleted (deletionTimestamp) is not evicted again; a
+pod created after the decision belongs to a later run and is left alone. So a redelivered
+decision, or an evictor restarted mid-way, evicts nothing twice.
+
+Nothing blocks the others (`Lanes`): decisions are carried out concurrently, one lane per
+podgroup (its decisions in order), at most `evictor_concurrency` API calls at once. A refusal
+(a PodDisruptionBudget's 429, a 403, the API server away) delays only its own lane, retried
+with backoff until the decision's deadline (`decidedAt` + the node pool's eviction deadline);
+then the decision ends as `requeue.abandoned` (sent to the podgroups topic, the id derived
+from the decision's, so a repeat is applied once) with the reason. A decision whose PodGroup
+is gone is abandoned at once (`not_found`). A partition's offset is committed only up to the
+first decision that has not reached an end: a restart reads the rest again, and the marks on
+the PodGroups make each of them happen exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from minruntime import health
 from minruntime.cluster import mapping
 from minruntime.cluster.api import (
     KAI_GROUP,
@@ -30,22 +43,47 @@ from minruntime.cluster.api import (
     api_client,
     list_all,
 )
+from minruntime.cluster.evictor_metrics import EvictorMetrics
+from minruntime.cluster.lanes import Lanes, Offsets
+from minruntime.cluster.mapping import NODE_POOL_LABEL
 from minruntime.cluster.mirror import Kind
-from minruntime.core import format_rfc3339
-from minruntime.events import EventRejected, RequeueCommittedData, decode_event
+from minruntime.core import DEFAULT_NODE_POOL, format_rfc3339
+from minruntime.events import (
+    Event,
+    EventRejected,
+    EventType,
+    RequeueAbandonedData,
+    RequeueCommittedData,
+    decode_event,
+    encode_event,
+    new_event,
+)
 from minruntime.kafka_access import kafka_access
-from minruntime.retry import retry, retry_async
+from minruntime.retry import Backoff, Outage, one_line, retry_async
 from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
 
+HTTP_FORBIDDEN = 403
 HTTP_NOT_FOUND = 404
+ABANDON_SOURCE: Final = "minruntime/kube-evictor"
+# A namespace's pod listing serves the decisions decided this long before it (the worker's
+# and the evictor's clocks may differ by that much).
+LISTING_MARGIN: Final = timedelta(seconds=1)
 LIST_PAGE_SIZE = 500
 HTTP_TOO_MANY_REQUESTS = 429
 
 
 class EvictionRefusedError(Exception):
     """The Eviction API's 429: a PodDisruptionBudget allows no disruption now (it passes)."""
+
+
+class PodGroupGoneError(Exception):
+    """The decision's PodGroup no longer exists: nothing is left to carry out."""
+
+
+class DeadlinePassedError(Exception):
+    """Read again after its deadline and not done: the decision is abandoned, not attempted."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +93,24 @@ class Outcome:
     decision: str
     evicted: tuple[str, ...] = ()
     skipped: str | None = None
+
+
+def abandon_reason(error: BaseException | None) -> str:
+    """The `requeue.abandoned` reason of the last error (ABANDON_REASONS)."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(error, EvictionRefusedError):
+        return "pdb"
+    if isinstance(error, PodGroupGoneError):
+        return "not_found"
+    if isinstance(error, DeadlinePassedError):
+        return "expired"
+    if isinstance(error, ApiException):
+        if error.status == HTTP_FORBIDDEN:
+            return "forbidden"
+        if error.status == HTTP_NOT_FOUND:
+            return "not_found"
+    return "api_error"
 
 
 class Evictor:
@@ -67,19 +123,38 @@ class Evictor:
         self.custom = k8s.CustomObjectsApi(client)
         self.backoff_max = backoff_max
         self.stop = stop
+        # PodGroup uid -> its node pool (label), as last read: which deadline applies.
+        self.pools: dict[str, str] = {}
+        self._index: dict[str, tuple[str, str]] = {}
+        self._index_lock = threading.Lock()
+        # Namespace -> (when listed, PodGroup name -> its pods).
+        self._namespace_pods: dict[str, tuple[datetime, dict[str, list[Mapping[str, Any]]]]] = {}
 
-    def carry_out(self, decision_id: str, decision: RequeueCommittedData) -> Outcome:
-        """Evict the podgroup's pods and mark the PodGroup (see the module docstring)."""
+    def carry_out(
+        self, decision_id: str, decision: RequeueCommittedData, *, evict: bool = True
+    ) -> Outcome:
+        """Evict the podgroup's pods and mark the PodGroup (see the module docstring).
+
+        One attempt: a refusal raises (EvictionRefusedError, the API's errors), a PodGroup
+        gone raises PodGroupGoneError; with `evict` False (past its deadline) a decision
+        not done yet raises DeadlinePassedError instead of evicting anything.
+        """
         podgroup = self._podgroup(decision.uid)
         if podgroup is None:
-            return Outcome(decision_id, skipped="podgroup_gone")
-        annotations = mapping.metadata(podgroup).get("annotations") or {}
+            raise PodGroupGoneError(f"PodGroup {decision.uid} not found")
+        metadata = mapping.metadata(podgroup)
+        self.pools[decision.uid] = (metadata.get("labels") or {}).get(
+            NODE_POOL_LABEL, DEFAULT_NODE_POOL
+        )
+        annotations = metadata.get("annotations") or {}
         if annotations.get(mapping.REQUEUE_DECISION_ANNOTATION) == decision_id:
             return Outcome(decision_id, skipped="already_done")
+        if not evict:
+            raise DeadlinePassedError(f"decision {decision_id} read again after its deadline")
         namespace, name = mapping.namespace_of(podgroup), mapping.name_of(podgroup)
         evicted = tuple(
             mapping.name_of(pod)
-            for pod in self._pods(namespace, name)
+            for pod in self._pods(namespace, name, decision.decided_at)
             if _of_this_run(pod, decision.decided_at) and self._evict(pod)
         )
         self.custom.patch_namespaced_custom_object(
@@ -102,25 +177,70 @@ class Evictor:
         return Outcome(decision_id, evicted)
 
     def _podgroup(self, uid: str) -> Mapping[str, Any] | None:
-        # A custom resource cannot be selected by uid: list them, page by page, and pick it.
+        """The PodGroup with this uid, read fresh (None: gone).
+
+        A custom resource cannot be selected by uid: the evictor keeps an index uid ->
+        (namespace, name) from one cluster-wide listing, lists again only for a uid it does
+        not know (one listing serves every decision read with it, instead of one listing per
+        decision), and reads the PodGroup itself by name (its annotations as they are now).
+        """
+        with self._index_lock:
+            known = self._index.get(uid)
+            if known is None:
+                self._relist()
+                known = self._index.get(uid)
+        if known is None:
+            return None
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            podgroup: Mapping[str, Any] = self.custom.get_namespaced_custom_object(
+                KAI_GROUP, PODGROUP_VERSION, known[0], "podgroups", known[1]
+            )
+        except ApiException as error:
+            if error.status != HTTP_NOT_FOUND:
+                raise
+            with self._index_lock:
+                self._index.pop(uid, None)
+            return None
+        if mapping.metadata(podgroup).get("uid") != uid:  # deleted and created again
+            return None
+        return podgroup
+
+    def _relist(self) -> None:
         listing = functools.partial(
             self.custom.list_cluster_custom_object, KAI_GROUP, PODGROUP_VERSION, "podgroups"
         )
-        for podgroup in list_all(Source(Kind.POD_GROUP, listing), LIST_PAGE_SIZE)[0]:
-            if mapping.metadata(podgroup).get("uid") == uid:
-                return podgroup
-        return None
+        self._index = {
+            str(mapping.metadata(podgroup).get("uid")): (
+                mapping.namespace_of(podgroup),
+                mapping.name_of(podgroup),
+            )
+            for podgroup in list_all(Source(Kind.POD_GROUP, listing), LIST_PAGE_SIZE)[0]
+        }
 
-    def _pods(self, namespace: str, podgroup: str) -> list[Mapping[str, Any]]:
-        listing = functools.partial(self.core.list_namespaced_pod, namespace)
-        return [
-            pod
-            for pod in list_all(Source(Kind.POD, listing), LIST_PAGE_SIZE)[0]
-            if mapping.pod_group_name(pod) == podgroup
-        ]
+    def _pods(self, namespace: str, podgroup: str, decided_at: datetime) -> list[Mapping[str, Any]]:
+        """The PodGroup's pods, from a listing of its namespace made after ``decided_at``
+        (plus a margin for the clocks): every pod of the decided run exists in it, so one
+        listing serves every decision of that namespace decided before it, instead of one
+        listing per decision. A pod it shows as not deleted may be going already: its
+        eviction is then answered 404 (gone) or accepted again (it is going anyway)."""
+        with self._index_lock:
+            cached = self._namespace_pods.get(namespace)
+            if cached is None or cached[0] <= decided_at + LISTING_MARGIN:
+                listed_at = datetime.now(UTC)
+                listing = functools.partial(self.core.list_namespaced_pod, namespace)
+                by_podgroup: dict[str, list[Mapping[str, Any]]] = {}
+                for pod in list_all(Source(Kind.POD, listing), LIST_PAGE_SIZE)[0]:
+                    name = mapping.pod_group_name(pod)
+                    if name is not None:
+                        by_podgroup.setdefault(name, []).append(pod)
+                cached = self._namespace_pods[namespace] = (listed_at, by_podgroup)
+            return list(cached[1].get(podgroup, ()))
 
     def _evict(self, pod: Mapping[str, Any]) -> bool:
-        """Evict one pod; False when it is already going or gone. Retries a PDB's 429."""
+        """Evict one pod; False when it is already going or gone. A PDB's 429 raises
+        EvictionRefusedError (the decision's lane retries it), other API errors propagate."""
         from kubernetes.client.exceptions import ApiException
 
         if mapping.deleted_at(pod) is not None:
@@ -131,28 +251,18 @@ class Evictor:
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-
-        def attempt() -> bool:
-            try:
-                self.core.create_namespaced_pod_eviction(name, namespace, body)
-            except ApiException as error:
-                if error.status == HTTP_NOT_FOUND:
-                    return False
-                if error.status == HTTP_TOO_MANY_REQUESTS:
-                    raise EvictionRefusedError("refused by a disruption budget (429)") from error
-                raise
-            log.info("evicted pod %s/%s", namespace, name)
-            return True
-
-        # Until the budget allows it or the evictor stops (InterruptedError: done again later).
-        return retry(
-            attempt,
-            what=f"eviction of pod {namespace}/{name}",
-            stop=self.stop,
-            transient=lambda error: isinstance(error, EvictionRefusedError),
-            logger=log,
-            cap=self.backoff_max,
-        )
+        try:
+            self.core.create_namespaced_pod_eviction(name, namespace, body)
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return False
+            if error.status == HTTP_TOO_MANY_REQUESTS:
+                raise EvictionRefusedError(
+                    f"eviction of pod {namespace}/{name} refused by a disruption budget (429)"
+                ) from error
+            raise
+        log.info("evicted pod %s/%s", namespace, name)
+        return True
 
 
 def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:
@@ -160,78 +270,229 @@ def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:
     return created is None or created <= decided_at
 
 
-async def consume(settings: Settings, evictor: Evictor, stop: threading.Event) -> None:
-    """Read decisions and carry out each committed one; commit each offset after it is done."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+class DecisionRunner:
+    """Carries out one decision until it reaches an end: done, or abandoned at its deadline."""
 
+    def __init__(
+        self,
+        settings: Settings,
+        evictor: Evictor,
+        publish: Callable[[Event], Awaitable[None]],
+        stopping: asyncio.Event,
+        metrics: EvictorMetrics,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        executor: concurrent.futures.Executor | None = None,
+    ) -> None:
+        self.settings, self.evictor, self.publish = settings, evictor, publish
+        self.stopping, self.metrics, self.clock = stopping, metrics, clock
+        self.executor = executor
+        self.calls = asyncio.Semaphore(settings.evictor_concurrency)
+
+    def deadline(self, decision: RequeueCommittedData) -> datetime:
+        """decidedAt + its node pool's eviction deadline (the default while the pool is unknown)."""
+        pool = self.evictor.pools.get(decision.uid, DEFAULT_NODE_POOL)
+        return decision.decided_at + self.settings.evictor_deadline_for(pool)
+
+    async def run(self, event_id: str, decision: RequeueCommittedData) -> None:
+        """Until done or abandoned; CancelledError when the evictor stops first (stays open)."""
+        backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
+        outage = Outage(f"decision {event_id}", log)
+        evict = self.clock() < self.deadline(decision)
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.stopping.is_set():
+                raise asyncio.CancelledError
+            try:
+                async with self.calls:
+                    outcome = await loop.run_in_executor(
+                        self.executor,
+                        functools.partial(self.evictor.carry_out, event_id, decision, evict=evict),
+                    )
+            except (PodGroupGoneError, DeadlinePassedError) as error:
+                await self._abandon(event_id, decision, error)
+                return
+            except Exception as error:  # refused, forbidden, API away: this lane waits
+                outage.failed(error)
+                left = (self.deadline(decision) - self.clock()).total_seconds()
+                if left <= 0:
+                    await self._abandon(event_id, decision, error)
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), min(backoff.next(), left))
+                continue
+            outage.back()
+            self.metrics.decided(outcome.skipped or "carried_out")
+            log.warning(
+                "decision %s for %s: %s",
+                event_id,
+                decision.uid,
+                outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}",
+            )
+            return
+
+    async def _abandon(
+        self, event_id: str, decision: RequeueCommittedData, error: BaseException
+    ) -> None:
+        reason = abandon_reason(error)
+        now = self.clock()
+        event = new_event(
+            str(EventType.REQUEUE_ABANDONED),
+            RequeueAbandonedData(
+                uid=decision.uid,
+                decision=event_id,
+                reason=reason,
+                nominated_by=decision.nominated_by,
+                requeue_not_before=decision.requeue_not_before,
+                decided_at=decision.decided_at,
+                deadline=self.deadline(decision),
+                message=one_line(error),
+            ),
+            time=now,
+            source=ABANDON_SOURCE,
+            id=f"{event_id}.abandoned",
+        )
+        await self.publish(event)
+        self.metrics.abandoned(reason)
+        log.warning(
+            "decision %s for %s: abandoned (%s): %s",
+            event_id,
+            decision.uid,
+            reason,
+            one_line(error),
+        )
+
+
+async def consume(
+    settings: Settings,
+    evictor: Evictor,
+    stop: threading.Event,
+    metrics: EvictorMetrics | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> None:
+    """Read decisions and carry each committed one out in its podgroup's lane; commit each
+    partition's offset up to the first decision not yet at an end."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    metrics = metrics or EvictorMetrics(CollectorRegistry())
+    access = kafka_access(settings)
     consumer = AIOKafkaConsumer(
         settings.topic_requeue_decisions,
-        **kafka_access(settings).client_kwargs(),
+        **access.client_kwargs(),
         group_id=settings.evictor_group,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
     )
+    producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    threading.Thread(
+        target=lambda: (stop.wait(), loop.call_soon_threadsafe(stopping.set)), daemon=True
+    ).start()
+
+    async def publish(event: Event) -> None:
+        await retry_async(
+            lambda: producer.send_and_wait(
+                settings.topic_podgroups, encode_event(event), key=event.subject.encode()
+            ),
+            what=f"Kafka at {settings.kafka_bootstrap}",
+            stop=stopping,
+            logger=log,
+            cap=settings.kube_backoff_max_seconds,
+        )
+
+    offsets: Offsets[Any] = Offsets()
+    lanes = Lanes()
+    executor = concurrent.futures.ThreadPoolExecutor(
+        settings.evictor_concurrency, thread_name_prefix="evictor"
+    )
+    runner = DecisionRunner(
+        settings, evictor, publish, stopping, metrics, clock=clock, executor=executor
+    )
+
+    def job(partition: Any, offset: int, event_id: str, decision: RequeueCommittedData) -> Any:
+        async def carry_out() -> None:
+            try:
+                await runner.run(event_id, decision)
+            except InterruptedError:
+                return  # stopped while publishing: stays open
+            offsets.finish(partition, offset)
+
+        return carry_out
+
     try:
         with contextlib.suppress(InterruptedError):  # stopped before Kafka was reached
-            await retry_async(
-                consumer.start,
-                what=f"Kafka at {settings.kafka_bootstrap}",
-                stop=stop,
-                logger=log,
-                cap=settings.kube_backoff_max_seconds,
-            )
+            for client in (consumer, producer):
+                await retry_async(
+                    client.start,
+                    what=f"Kafka at {settings.kafka_bootstrap}",
+                    stop=stop,
+                    logger=log,
+                    cap=settings.kube_backoff_max_seconds,
+                )
         while not stop.is_set():
-            batches = await consumer.getmany(timeout_ms=500)
+            if offsets.open_count < settings.evictor_max_open:
+                batches = await consumer.getmany(timeout_ms=200, max_records=500)
+            else:  # enough read and not done: let the lanes catch up first
+                batches = {}
+                await asyncio.sleep(0.2)
             for partition, records in batches.items():
                 for record in records:
-                    await _handle(evictor, record.value, stop, settings.kube_backoff_max_seconds)
-                    await consumer.commit(
-                        {TopicPartition(partition.topic, partition.partition): record.offset + 1}
-                    )
+                    offsets.read(partition, record.offset)
+                    decision = _decision(record.value)
+                    if decision is None:
+                        offsets.finish(partition, record.offset)
+                    else:
+                        event_id, data = decision
+                        lanes.add(data.uid, job(partition, record.offset, event_id, data))
+            metrics.open.set(offsets.open_count)
+            moved = offsets.committable()
+            if moved:
+                await consumer.commit(
+                    {TopicPartition(p.topic, p.partition): o for p, o in moved.items()}
+                )
     finally:
+        stopping.set()
+        await lanes.close()
+        executor.shutdown(wait=True, cancel_futures=True)
+        with contextlib.suppress(Exception):
+            moved = offsets.committable()
+            if moved:
+                await consumer.commit(
+                    {TopicPartition(p.topic, p.partition): o for p, o in moved.items()}
+                )
         await consumer.stop()
+        await producer.stop()
 
 
-async def _handle(evictor: Evictor, value: bytes | None, stop: threading.Event, cap: float) -> None:
+def _decision(value: bytes | None) -> tuple[str, RequeueCommittedData] | None:
     try:
         event = decode_event(value)
     except EventRejected as error:
         log.warning("ignored a record that is not a decision event: %s", error)
-        return
+        return None
     if not isinstance(event.data, RequeueCommittedData):
-        return
-    decision = event.data
-    try:
-        outcome = await retry_async(
-            lambda: asyncio.to_thread(evictor.carry_out, event.id, decision),
-            what=f"decision {event.id}",
-            stop=stop,
-            transient=lambda error: not isinstance(error, InterruptedError),
-            logger=log,
-            cap=cap,
-        )
-    except InterruptedError:
-        raise asyncio.CancelledError from None  # stopped before done: the offset stays uncommitted
-    log.warning(
-        "decision %s for %s: %s",
-        event.id,
-        decision.uid,
-        outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}",
-    )
+        return None
+    return event.id, event.data
 
 
 def run_evictor(settings: Settings) -> None:
     """`minruntime kube evictor`: run until SIGINT/SIGTERM."""
     stop = threading.Event()
     evictor = Evictor(api_client(settings), settings.kube_backoff_max_seconds, stop)
+    metrics = EvictorMetrics(REGISTRY)
+    health.serve_metrics(
+        settings.metrics_host,
+        settings.kube_evictor_metrics_port,
+        "KUBE_EVICTOR_METRICS_PORT",
+        "kube-evictor",
+    )
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        try:
-            await consume(settings, evictor, stop)
-        except asyncio.CancelledError:
-            log.warning("stopped with a decision not yet carried out (it is read again)")
+        await consume(settings, evictor, stop, metrics)
+        log.warning("stopped; decisions not yet at an end are read again at the next start")
 
     asyncio.run(main())

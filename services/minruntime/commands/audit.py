@@ -33,7 +33,12 @@ Plot = Annotated[
 
 # Wide enough that a piped table is not wrapped; a terminal keeps its own width.
 _PIPE_WIDTH: Final = 220
-_OUTCOME_STYLES: Final = {"committed": "green", "rolled_back": "yellow", "skipped": "dim"}
+_OUTCOME_STYLES: Final = {
+    "committed": "green",
+    "rolled_back": "yellow",
+    "skipped": "dim",
+    "abandoned": "red",
+}
 
 
 def audit_command(uid: Uid, as_json: Json = False, plot: Plot = None) -> None:

@@ -266,6 +266,15 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
         grid.add_row("last eviction", _last_eviction_text(explanation.last_eviction))
     if explanation.requeue_shares is not None:
         grid.add_row("requeue shares", escape(requeue_shares_text(explanation.requeue_shares)))
+    if explanation.requeue_abandoned is not None:
+        abandoned = explanation.requeue_abandoned
+        cleared = abandoned.cleared_not_before
+        grid.add_row(
+            "requeue abandoned",
+            f"{rfc3339(abandoned.at)}: {escape(abandoned.reason)} (the evictor could not carry"
+            " it out by its deadline; the run goes on"
+            + (f", its cooldown until {rfc3339(cleared)} cleared)" if cleared else ")"),
+        )
     for note in explanation.notes:
         grid.add_row("note", escape(note))
     for disagreement in explanation.disagreements:

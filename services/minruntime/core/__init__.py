@@ -70,6 +70,7 @@ from minruntime.core.placement import (
     units_to_gpu,
 )
 from minruntime.core.podgroup import (
+    Abandonment,
     Allocation,
     Annotation,
     Deletion,
@@ -192,6 +193,7 @@ __all__ = [
     "REQUEUE_DELAY_ANNOTATION",
     "REQUEUE_NOT_BEFORE_ANNOTATION",
     "UNGUARDED_ACTIONS",
+    "Abandonment",
     "Allocation",
     "AllocationEvent",
     "AllocationKind",

@@ -9,6 +9,13 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
+from minruntime.core.disruption import (
+    ARG_EVICTION_WINDOW,
+    ARG_MAX_EVICTIONS_PER_WINDOW,
+    ARG_MIN_EVICTION_GAP,
+    DisruptionPolicy,
+    parse_max_evictions,
+)
 from minruntime.core.durations import format_duration, parse_duration
 from minruntime.core.errors import InvalidConfigError, MinRuntimeError
 
@@ -47,6 +54,9 @@ KNOWN_ARGUMENTS: Final = frozenset(
         ARG_DEFAULT_REQUEUE_DELAY,
         ARG_MAX_REQUEUES,
         ARG_MAX_REQUEUES_WINDOW,
+        ARG_MAX_EVICTIONS_PER_WINDOW,
+        ARG_EVICTION_WINDOW,
+        ARG_MIN_EVICTION_GAP,
     }
 )
 
@@ -85,6 +95,11 @@ def parse_max_requeues(text: str, label: str = ARG_MAX_REQUEUES) -> int:
     return check_max_requeues(int(stripped), label)
 
 
+def _optional_duration(arguments: Mapping[str, str | None], argument: str) -> timedelta | None:
+    text = arguments.get(argument)
+    return None if text is None else _duration_argument(argument, text)
+
+
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 64 else f"{text[:61]}..."
@@ -102,6 +117,17 @@ class MinRuntimeConfig:
     # every committed requeue of the podgroup (its whole life).
     max_requeues: int | None = None
     max_requeues_window: timedelta | None = None
+    # Disruption budgets and pacing (core.disruption): None = off.
+    max_evictions_per_window: int | None = None
+    eviction_window: timedelta | None = None
+    min_eviction_gap: timedelta | None = None
+
+    @property
+    def disruption(self) -> DisruptionPolicy:
+        """The pool's disruption budget and pacing."""
+        return DisruptionPolicy(
+            self.max_evictions_per_window, self.eviction_window, self.min_eviction_gap
+        )
 
     def __post_init__(self) -> None:
         for label, value in (
@@ -128,6 +154,7 @@ class MinRuntimeConfig:
             check_max_requeues(self.max_requeues)
         if self.max_requeues_window is not None:
             check_requeues_window(self.max_requeues_window)
+        _ = self.disruption  # checks the budget and the gap (one-line errors)
         # Normalise to the enum member so comparisons and repr are uniform.
         object.__setattr__(
             self, "reclaim_resolve_method", ReclaimResolveMethod(self.reclaim_resolve_method)
@@ -151,6 +178,7 @@ class MinRuntimeConfig:
         method = arguments.get(ARG_RECLAIM_RESOLVE_METHOD)
         cap = arguments.get(ARG_MAX_REQUEUES)
         window = arguments.get(ARG_MAX_REQUEUES_WINDOW)
+        budget = arguments.get(ARG_MAX_EVICTIONS_PER_WINDOW)
         return cls(
             default_preempt_min_runtime=duration(
                 ARG_DEFAULT_PREEMPT_MIN_RUNTIME, defaults.default_preempt_min_runtime
@@ -166,6 +194,9 @@ class MinRuntimeConfig:
             max_requeues_window=None
             if window is None
             else _duration_argument(ARG_MAX_REQUEUES_WINDOW, window),
+            max_evictions_per_window=None if budget is None else parse_max_evictions(budget),
+            eviction_window=_optional_duration(arguments, ARG_EVICTION_WINDOW),
+            min_eviction_gap=_optional_duration(arguments, ARG_MIN_EVICTION_GAP),
         )
 
     def to_arguments(self) -> dict[str, str]:
@@ -183,6 +214,14 @@ class MinRuntimeConfig:
             arguments[ARG_MAX_REQUEUES] = str(self.max_requeues)
         if self.max_requeues_window is not None:
             arguments[ARG_MAX_REQUEUES_WINDOW] = format_duration(self.max_requeues_window)
+        if self.max_evictions_per_window is not None:
+            arguments[ARG_MAX_EVICTIONS_PER_WINDOW] = str(self.max_evictions_per_window)
+        for argument, value in (
+            (ARG_EVICTION_WINDOW, self.eviction_window),
+            (ARG_MIN_EVICTION_GAP, self.min_eviction_gap),
+        ):
+            if value is not None:
+                arguments[argument] = format_duration(value)
         return arguments
 
 

@@ -280,6 +280,15 @@ class Deletion:
     """``podgroup.deleted``."""
 
 
+class Abandonment(NamedTuple):
+    """``requeue.abandoned``: the cluster gave up a committed requeue (its deadline passed).
+
+    The run is no longer awaiting its release, and the cooldown the decision wrote
+    (``not_before``) is cleared, unless a later decision or the cluster replaced it."""
+
+    not_before: datetime
+
+
 def fallback_subgroup(subgroups: tuple[SubGroup, ...]) -> str:
     """``default`` when it is declared or nothing is; else the first declared subgroup."""
     if not subgroups or any(sub.name == DEFAULT_SUBGROUP for sub in subgroups):
@@ -287,7 +296,7 @@ def fallback_subgroup(subgroups: tuple[SubGroup, ...]) -> str:
     return subgroups[0].name
 
 
-PodGroupChange = Submission | Allocation | Release | Annotation | Deletion
+PodGroupChange = Submission | Allocation | Release | Annotation | Deletion | Abandonment
 
 
 class _Keep:
@@ -307,6 +316,8 @@ def fold(state: PodGroupState, change: PodGroupChange) -> PodGroupState:
         return _submit(state, change)
     if isinstance(change, Annotation):
         return _annotate(state, change)
+    if isinstance(change, Abandonment):
+        return _abandon(state, change)
     if state.deleted:
         return state
     return _with(state, deleted=True)
@@ -431,6 +442,17 @@ def _release(state: PodGroupState, change: Release) -> PodGroupState:
         awaiting_release=awaiting,
         evicted_at=evicted_at,
     )
+
+
+def _abandon(state: PodGroupState, change: Abandonment) -> PodGroupState:
+    if state.requeue_not_before != change.not_before:
+        return state  # a later decision's cooldown (and its release) stands
+    annotations = {
+        key: value
+        for key, value in state.annotations.items()
+        if key != REQUEUE_NOT_BEFORE_ANNOTATION
+    }
+    return _with(state, annotations=annotations, awaiting_release=False)
 
 
 def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Final
@@ -18,6 +18,12 @@ from typing import Final
 from minruntime.core.annotations import REQUEUE_DELAY_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.core.config import NodePoolConfigs
 from minruntime.core.cooldown import in_cooldown, requeue_delay, requeue_not_before
+from minruntime.core.disruption import (
+    DisruptionLedger,
+    DisruptionPolicy,
+    queue_policy,
+    read_top_owner,
+)
 from minruntime.core.elastic import (
     SubGroup,
     VictimEviction,
@@ -154,6 +160,9 @@ class _Planner:
         self._new_promises: dict[str, int] = {}
         # §10: the running podgroups that reached their requeue cap, decided once per cycle.
         self._capped = capped_podgroups(self._running, cluster.requeue_history, configs, now)
+        # Disruption budgets and pacing: off (no ledger) unless a pool or a queue sets one.
+        self._disruption = DisruptionLedger(cluster.disruption_history)
+        self._queue_policies: dict[tuple[str, str], DisruptionPolicy] = {}
         # KAI's queue shares, per pool, built on first use; never when no queue sets a GPU
         # share, so such trees plan exactly as before.
         self._quota_on = any(manages_gpus(queue) for queue in tree)
@@ -253,7 +262,27 @@ class _Planner:
             return self._uncommitted(uid, nominated_by, RequeueReason.SEMI_PREEMPTIBLE)
         if uid in self._capped:
             return self._uncommitted(uid, nominated_by, RequeueReason.REQUEUE_LIMIT)
+        policy = self._disruption_policy(podgroup)
+        if policy.active:
+            owner = read_top_owner(podgroup.annotations).owner
+            refusal = self._disruption.refusal(podgroup.queue, owner, policy, self._now)
+            if refusal is not None:
+                return replace(
+                    self._uncommitted(uid, nominated_by, RequeueReason(refusal.rule)),
+                    frees_at=refusal.frees_at,
+                )
         return self._attempt(podgroup, nominated_by)
+
+    def _disruption_policy(self, podgroup: RunningPodGroup) -> DisruptionPolicy:
+        """The victim's queue's disruption policy in its pool (once per queue and pool)."""
+        key = (podgroup.node_pool, podgroup.queue)
+        policy = self._queue_policies.get(key)
+        if policy is None:
+            pool = self._configs.for_pool(podgroup.node_pool).disruption
+            annotations = self._cluster.queue_annotations.get(podgroup.queue, {})
+            policy = queue_policy(pool, annotations).policy if annotations else pool
+            self._queue_policies[key] = policy
+        return policy
 
     def _resolver(self, pool: str) -> Resolver:
         # In the tree the pool's scheduler sees: its queues and the queues of no pool.
@@ -398,6 +427,7 @@ class _Planner:
                 reserved[node] = reserved.get(node, 0) + units
         for node, units in reserved.items():
             self._new_promises[node] = self._new_promises.get(node, 0) + units
+        self._disruption.record(victim.queue, read_top_owner(victim.annotations).owner, self._now)
         judge = self._judges.get(victim.node_pool)
         if judge is not None:
             freed = units_to_gpu(_running_units(victim))

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import ClassVar, Final
 
 from minruntime.core.config import DEFAULT_NODE_POOL
+from minruntime.core.disruption import DisruptionHistory
 from minruntime.core.elastic import DEFAULT_SUBGROUP, PodGroupPods, SubGroup
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.gpus import MAX_GPUS_IN_PLAN
@@ -191,6 +192,11 @@ class ClusterState:
     # Podgroup uid -> the times of its committed requeues the requeue cap may count (§10):
     # at least those inside the window in force; older ones are ignored.
     requeue_history: Mapping[str, tuple[datetime, ...]] = field(default_factory=dict)
+    # Past evictions (committed requeues and the scheduler's observed evictions) per queue
+    # and per top owner, which the disruption budget and the eviction gap count.
+    disruption_history: DisruptionHistory = field(default_factory=DisruptionHistory)
+    # Queue name -> its annotations (a budget overridden per queue).
+    queue_annotations: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("nodes", "running", "pending"):
@@ -247,6 +253,10 @@ class RequeueReason(StrEnum):
     # KAI's queue shares: every beneficiary that would be placed is one KAI refuses (its queue
     # over a limit) or reclaims back for the recreated victim (docs/rule-engine.md).
     BENEFICIARY_OVER_QUOTA = "beneficiary_over_quota"
+    # core.disruption: the victim's queue has used its evictions of the window, or its top
+    # owner was evicted less than minEvictionGap ago.
+    DISRUPTION_BUDGET = "disruption_budget"
+    EVICTION_GAP = "eviction_gap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +290,8 @@ class RequeueDecision:
     delay_ends_at: datetime | None = None
     # Rolled back for beneficiary_over_quota: the rule and the shares that decided it.
     quota: QuotaVerdict | None = None
+    # Skipped for disruption_budget or eviction_gap: when the rule frees up.
+    frees_at: datetime | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reservations", MappingProxyType(dict(self.reservations)))

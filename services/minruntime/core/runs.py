@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Final, NamedTuple
 
+from minruntime.core.disruption import TopOwner, read_top_owner
 from minruntime.core.evictions import (
     DELETED,
     DELETED_BY_EVICTION,
@@ -77,6 +78,13 @@ class EndedRun(NamedTuple):
     core: int = 0
     # Who evicted it, when the scheduler said so (None: not known).
     attribution: Attribution | None = None
+    # Its top owner (kai.scheduler/top-owner-metadata: a JobSet, a RayJob, ...; None: none).
+    owner: TopOwner | None = None
+
+    @property
+    def owner_kind(self) -> str | None:
+        """The top owner's kind (None: no top owner known)."""
+        return None if self.owner is None else self.owner.kind
 
     @property
     def eviction(self) -> bool:
@@ -115,6 +123,7 @@ def ended_run(
         gpus=held_gpus(before),
         core=held_core(before),
         attribution=change.eviction if isinstance(change, Release) else None,
+        owner=read_top_owner(before.annotations).owner,
     )
 
 

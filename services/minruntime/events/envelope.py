@@ -22,6 +22,7 @@ from minruntime.events.inputs import (
     PodGroupSubmittedData,
     QueueDeletedData,
     QueueUpsertedData,
+    RequeueAbandonedData,
     RequeueNominatedData,
 )
 from minruntime.events.outputs import (
@@ -47,6 +48,7 @@ class EventType(StrEnum):
     NODE_UPSERTED = "node.upserted"
     NODE_DELETED = "node.deleted"
     REQUEUE_NOMINATED = "requeue.nominated"
+    REQUEUE_ABANDONED = "requeue.abandoned"
     REQUEUE_COMMITTED = "requeue.committed"
     REQUEUE_ROLLED_BACK = "requeue.rolled-back"
     REQUEUE_SKIPPED = "requeue.skipped"
@@ -151,6 +153,10 @@ class RequeueNominatedEvent(CloudEvent[RequeueNominatedData]):
     type: Literal["requeue.nominated"] = "requeue.nominated"
 
 
+class RequeueAbandonedEvent(CloudEvent[RequeueAbandonedData]):
+    type: Literal["requeue.abandoned"] = "requeue.abandoned"
+
+
 class RequeueCommittedEvent(CloudEvent[RequeueCommittedData]):
     type: Literal["requeue.committed"] = "requeue.committed"
 
@@ -179,6 +185,7 @@ _EVENT_CLASSES: dict[EventType, type[Event]] = {
     EventType.NODE_UPSERTED: NodeUpsertedEvent,
     EventType.NODE_DELETED: NodeDeletedEvent,
     EventType.REQUEUE_NOMINATED: RequeueNominatedEvent,
+    EventType.REQUEUE_ABANDONED: RequeueAbandonedEvent,
     EventType.REQUEUE_COMMITTED: RequeueCommittedEvent,
     EventType.REQUEUE_ROLLED_BACK: RequeueRolledBackEvent,
     EventType.REQUEUE_SKIPPED: RequeueSkippedEvent,

@@ -52,7 +52,18 @@ from minruntime.events.types import (
 
 _DEFAULT_MIN_AVAILABLE = SubGroup().min_available
 # The requeue cap's fields, by Python and wire name: omitted from a dump when unset.
-_CAP_KEYS: Final = ("max_requeues", "max_requeues_window", "maxRequeues", "maxRequeuesWindow")
+_CAP_KEYS: Final = (
+    "max_requeues",
+    "max_requeues_window",
+    "maxRequeues",
+    "maxRequeuesWindow",
+    "max_evictions_per_window",
+    "eviction_window",
+    "min_eviction_gap",
+    "maxEvictionsPerWindow",
+    "evictionWindow",
+    "minEvictionGap",
+)
 # Fields added to a type after its first events, by Python and wire name: omitted from a dump
 # when unset, so an event of before them dumps (and checksums) as it always did.
 _QUEUE_LATER_KEYS: Final = ("node_pool", "nodePool", "priority", "resources")
@@ -222,6 +233,12 @@ class ConfigUpdatedData(EventData):
     """The requeue cap: most committed requeues of a podgroup in the window; absent = none."""
     max_requeues_window: RequeuesWindow | None = None
     """The requeue cap's rolling window; absent = the podgroup's whole life."""
+    max_evictions_per_window: int | None = Field(default=None, ge=1, le=100_000)
+    """Disruption budget: most evictions of one queue's podgroups per evictionWindow."""
+    eviction_window: PositiveDuration | None = None
+    """The disruption budget's rolling window (with maxEvictionsPerWindow; at most 744h)."""
+    min_eviction_gap: PositiveDuration | None = None
+    """Least time between two evictions of gangs of one top owner (at most 168h)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -250,6 +267,9 @@ class ConfigUpdatedData(EventData):
             default_requeue_delay=self.default_requeue_delay,
             max_requeues=self.max_requeues,
             max_requeues_window=self.max_requeues_window,
+            max_evictions_per_window=self.max_evictions_per_window,
+            eviction_window=self.eviction_window,
+            min_eviction_gap=self.min_eviction_gap,
         )
 
     @classmethod
@@ -261,6 +281,7 @@ class ConfigUpdatedData(EventData):
                 **config.to_arguments(),
                 # Plugin arguments are strings; on the wire the cap is a JSON integer.
                 "maxRequeues": config.max_requeues,
+                "maxEvictionsPerWindow": config.max_evictions_per_window,
             }
         )
 
@@ -499,6 +520,33 @@ class NodeDeletedData(EventData):
 
     name: BoundedName
     """The node's name."""
+
+
+ABANDON_REASONS: Final = ("pdb", "forbidden", "not_found", "api_error", "expired")
+"""Why the evictor gave a committed requeue up: a PodDisruptionBudget kept refusing (429),
+the API server forbade it (403), the PodGroup is gone (404), the API server kept failing, or
+its deadline passed while no evictor ran (read again after it, not carried out)."""
+
+
+class RequeueAbandonedData(EventData):
+    """The evictor gave up a committed requeue it could not carry out by its deadline."""
+
+    uid: BoundedName
+    """The podgroup's uid."""
+    decision: BoundedName
+    """The ``requeue.committed`` event's id."""
+    reason: Literal["pdb", "forbidden", "not_found", "api_error", "expired"]
+    """What kept it from being carried out (``ABANDON_REASONS``)."""
+    nominated_by: tuple[BoundedName, ...] = Field(min_length=1, max_length=MAX_SUBGROUPS)
+    """The decision's nominators (carried so the decision log row needs nothing else)."""
+    requeue_not_before: Timestamp
+    """The cooldown the decision wrote: cleared again unless a later decision replaced it."""
+    decided_at: Timestamp
+    """When the decision was committed."""
+    deadline: Timestamp
+    """By when it had to be carried out."""
+    message: Text | None = None
+    """The API server's last answer, one line."""
 
 
 class RequeueNominatedData(EventData):

@@ -40,6 +40,7 @@ ROLE_TYPES: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
             EventType.PODGROUP_RELEASED,
             EventType.PODGROUP_ANNOTATED,
             EventType.PODGROUP_DELETED,
+            EventType.REQUEUE_ABANDONED,
         ),
         "nodes": _types(EventType.NODE_UPSERTED, EventType.NODE_DELETED),
         "nominations": _types(EventType.REQUEUE_NOMINATED),

@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 
 from minruntime.core import (
     PREEMPTION_DELAY_ANNOTATION,
+    Abandonment,
     Allocation,
     Annotation,
     Attribution,
@@ -34,6 +35,7 @@ from minruntime.events import (
     PodGroupDeletedData,
     PodGroupReleasedData,
     PodGroupSubmittedData,
+    RequeueAbandonedData,
 )
 from minruntime.store.podgroups import load_podgroups, write_nominations, write_podgroups
 from minruntime.store.schema import StateTables
@@ -76,6 +78,8 @@ def podgroup_change(data: EventData, at: datetime) -> PodGroupChange:
         return Annotation(data.annotations, at)
     if isinstance(data, PodGroupDeletedData):
         return _DELETION
+    if isinstance(data, RequeueAbandonedData):
+        return Abandonment(data.requeue_not_before)
     raise TypeError(f"{type(data).__name__} is not a podgroup event")
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import Connection
@@ -44,11 +45,13 @@ from minruntime.events import (
     PodGroupSubmittedData,
     QueueDeletedData,
     QueueUpsertedData,
+    RequeueAbandonedData,
     RequeueNominatedData,
 )
 from minruntime.ingest.podgroups import PodGroupProjection, podgroup_change
 from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.runs import RunLog
+from minruntime.store import decisions as stored_decisions
 from minruntime.store.node_pools import read_node_pool_configs, upsert_configs, write_nodes
 from minruntime.store.queues import load_tree, lock_tree
 from minruntime.store.schema import StateTables
@@ -60,6 +63,7 @@ PODGROUP_TYPES: Final = (
     PodGroupAnnotatedData,
     PodGroupDeletedData,
     RequeueNominatedData,
+    RequeueAbandonedData,
 )
 QUEUE_TYPES: Final = (QueueUpsertedData, QueueDeletedData)
 _RUN_RULES: Final = "minruntime.run_rules"
@@ -76,6 +80,8 @@ class Projections:
         self._configs: dict[str, dict[str, Any]] = {}
         self._nodes: dict[str, dict[str, Any] | None] = {}
         self.runs = RunLog(conn, tables)
+        # requeue.abandoned events of this run: their decision log rows (written by flush).
+        self._abandoned: dict[str, dict[str, Any]] = {}
         # The rules in force for the runs that end (the tree and configs as of now); None:
         # to be read (again) before the next run's end. The configs this run of events set.
         self._rules: RunRules | None = None
@@ -125,6 +131,8 @@ class Projections:
                 change = podgroup_change(data, event.time)
                 before = self.podgroups.apply(data.uid, change)
                 self.ignored.update(ignored_values(before, change))
+                if isinstance(data, RequeueAbandonedData):
+                    self._abandoned[event.id] = abandoned_row(event.id, data, event.time)
                 ended = ended_run(before, self.podgroups.state(data.uid), change, event.time)
                 if ended is not None:
                     self.runs.record(ended, event.source, event.id, self._run_rules())
@@ -147,6 +155,9 @@ class Projections:
                 "delay": config.default_requeue_delay,
                 "max_requeues": config.max_requeues,
                 "max_requeues_window": config.max_requeues_window,
+                "max_evictions": config.max_evictions_per_window,
+                "eviction_window": config.eviction_window,
+                "min_eviction_gap": config.min_eviction_gap,
             }
         elif isinstance(data, NodeUpsertedData):
             self._nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}
@@ -154,6 +165,17 @@ class Projections:
             self._nodes[data.name] = None
         else:  # pragma: no cover - decode_event only returns input types on input topics
             raise MinRuntimeError(f"{event.type} events are not applied by the processor")
+
+    def _log_abandoned(self) -> None:
+        """The decision log rows of the abandoned requeues (once per event id)."""
+        if self._abandoned:
+            seen = stored_decisions.recorded_decision_ids(self._conn, self._tables, self._abandoned)
+            stored_decisions.insert_decisions(
+                self._conn,
+                self._tables,
+                [row for key, row in self._abandoned.items() if key not in seen],
+            )
+            self._abandoned = {}
 
     def _queue_tree(self) -> QueueProjection:
         if self._queues is None:  # nothing of the run touched the tree yet: it is as stored
@@ -206,9 +228,30 @@ class Projections:
         upsert_configs(self._conn, self._tables, list(self._configs.values()))
         write_nodes(self._conn, self._tables, self._nodes)
         self.runs.flush()
+        self._log_abandoned()
         if keep:
             self._queues = None
             self._configs = {}
             self._nodes = {}
             self._pool_configs = {}
             self._rules = None
+
+
+def abandoned_row(event_id: str, data: RequeueAbandonedData, at: datetime) -> dict[str, Any]:
+    """The ``requeue_decision_log`` row of a ``requeue.abandoned`` event (decided at ``at``,
+    when the evictor gave up; the reason; the cooldown the abandoned decision had written)."""
+    return {
+        "decision_id": event_id,
+        "uid": data.uid,
+        "decided_at": at,
+        "outcome": "abandoned",
+        "nominated_by": list(data.nominated_by),
+        "run_start": None,
+        "reason": data.reason,
+        "beneficiaries": [],
+        "requeue_not_before": data.requeue_not_before,
+        "delay_problem": None,
+        "placements": [],
+        "delay_ends_at": None,
+        "quota_shares": None,
+    }

@@ -51,6 +51,8 @@ class LostRun(NamedTuple):
     action: str | None = None
     # violated | honoured | unguarded (None: no exact verdict; ``protection`` stands).
     exact_verdict: str | None = None
+    # The top owner's kind (JobSet, RayJob, ...; None: no top-owner metadata).
+    owner_kind: str | None = None
 
 
 class RunLog:
@@ -89,6 +91,7 @@ class RunLog:
                     verdict.value,
                     None if run.attribution is None else run.attribution.action,
                     None if exact is None else exact.verdict.value,
+                    run.owner_kind,
                 )
             )
 
@@ -129,6 +132,9 @@ def run_row(
         "windows": windows,
         "protection": verdict.value,
         "cut_short": cut_short,
+        "owner_kind": None if run.owner is None else run.owner.kind,
+        "owner_name": None if run.owner is None else run.owner.name,
+        "owner_uid": None if run.owner is None else run.owner.uid,
         "core_pods": run.core,
     }
 

@@ -44,8 +44,14 @@ from minruntime.core import (
     exclusion_reason,
     requeue_cap,
 )
+from minruntime.core.disruption import TOP_OWNER_ANNOTATION, DisruptionHistory, read_top_owner
 from minruntime.store.queues import load_tree
-from minruntime.store.requeue import last_decision_rows, read_cycle_rows, requeue_history_rows
+from minruntime.store.requeue import (
+    disruption_rows,
+    last_decision_rows,
+    read_cycle_rows,
+    requeue_history_rows,
+)
 from minruntime.store.schema import LIVE, StateTables
 
 log = logging.getLogger(__name__)
@@ -236,6 +242,7 @@ def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIV
         awaiting_release=frozenset(awaiting),
         promised_to=frozenset(promised_to),
         requeue_history=requeue_history(conn, tables, running, configs, now),
+        disruption_history=disruption_history(conn, tables, configs, now),
     )
     return CycleInputs(
         cluster,
@@ -323,6 +330,34 @@ def requeue_history(
     for uid, decided_at in requeue_history_rows(conn, tables, asks):
         history.setdefault(uid, []).append(decided_at)
     return {uid: tuple(times) for uid, times in history.items()}
+
+
+def disruption_history(
+    conn: Connection, tables: StateTables, configs: NodePoolConfigs, now: datetime
+) -> DisruptionHistory:
+    """The evictions the disruption budgets and gaps count: since the longest window or gap
+    any node pool sets (nothing read when none sets one)."""
+    spans = [
+        span
+        for config in configs.by_pool.values()
+        for span in (config.eviction_window, config.min_eviction_gap)
+        if span is not None
+    ]
+    if not spans:
+        return DisruptionHistory()
+    by_queue: dict[str, list[datetime]] = {}
+    by_owner: dict[str, list[datetime]] = {}
+    for queue, owner_text, moment in disruption_rows(conn, tables, now - max(spans)):
+        if queue is not None:
+            by_queue.setdefault(queue, []).append(moment)
+        if owner_text is not None:
+            owner = read_top_owner({TOP_OWNER_ANNOTATION: owner_text}).owner
+            if owner is not None:
+                by_owner.setdefault(owner.uid, []).append(moment)
+    return DisruptionHistory(
+        {queue: tuple(times) for queue, times in by_queue.items()},
+        {owner: tuple(times) for owner, times in by_owner.items()},
+    )
 
 
 def _number(value: Any) -> float:

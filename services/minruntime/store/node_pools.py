@@ -14,15 +14,20 @@ from minruntime.store.schema import StateTables
 _UPSERT_CONFIG: Final = (
     "INSERT INTO minruntime_state.node_pool_configs (node_pool, default_preempt_min_runtime,"
     " default_reclaim_min_runtime, reclaim_resolve_method, default_requeue_delay,"
-    " max_requeues, max_requeues_window)"
+    " max_requeues, max_requeues_window, max_evictions_per_window, eviction_window,"
+    " min_eviction_gap)"
     " VALUES (:node_pool, :preempt, :reclaim, :method, :delay, :max_requeues,"
-    " :max_requeues_window) ON CONFLICT (node_pool)"
+    " :max_requeues_window, :max_evictions, :eviction_window, :min_eviction_gap)"
+    " ON CONFLICT (node_pool)"
     " DO UPDATE SET default_preempt_min_runtime = excluded.default_preempt_min_runtime,"
     " default_reclaim_min_runtime = excluded.default_reclaim_min_runtime,"
     " reclaim_resolve_method = excluded.reclaim_resolve_method,"
     " default_requeue_delay = excluded.default_requeue_delay,"
     " max_requeues = excluded.max_requeues,"
-    " max_requeues_window = excluded.max_requeues_window, updated_at = now()"
+    " max_requeues_window = excluded.max_requeues_window,"
+    " max_evictions_per_window = excluded.max_evictions_per_window,"
+    " eviction_window = excluded.eviction_window,"
+    " min_eviction_gap = excluded.min_eviction_gap, updated_at = now()"
 )
 _UPSERT_NODE: Final = (
     "INSERT INTO minruntime_state.node_state (name, node_pool, gpu) VALUES (:name, :pool, :gpu)"
@@ -39,11 +44,14 @@ _CONFIG_OK: Final = " AND ".join(
         "default_reclaim_min_runtime",
         "default_requeue_delay",
         "max_requeues_window",
+        "eviction_window",
+        "min_eviction_gap",
     )
 )
 _CONFIGS: Final = (
     "SELECT node_pool, default_preempt_min_runtime, default_reclaim_min_runtime,"
-    " reclaim_resolve_method, default_requeue_delay, max_requeues, max_requeues_window"
+    " reclaim_resolve_method, default_requeue_delay, max_requeues, max_requeues_window,"
+    " max_evictions_per_window, eviction_window, min_eviction_gap"
     f" FROM minruntime_state.node_pool_configs WHERE {_CONFIG_OK}"
 )
 _BAD_CONFIGS: Final = (
@@ -55,7 +63,7 @@ def upsert_configs(
     conn: Connection, tables: StateTables, configs: Sequence[Mapping[str, Any]]
 ) -> None:
     """Write node-pool configs (node_pool, preempt, reclaim, method, delay, max_requeues,
-    max_requeues_window), last one wins."""
+    max_requeues_window, max_evictions, eviction_window, min_eviction_gap), last one wins."""
     if configs:
         conn.execute(tables.text(_UPSERT_CONFIG), list(configs))
 
@@ -85,7 +93,8 @@ def read_configs(cursor: Any, tables: StateTables) -> tuple[NodePoolConfigs, set
     cursor.execute(tables.sql(_CONFIGS))
     configs: dict[str, MinRuntimeConfig] = {}
     bad_pools: set[str] = set()
-    for pool, preempt, reclaim, method, delay, cap, window in cursor.fetchall():
+    for row in cursor.fetchall():
+        pool, preempt, reclaim, method, delay, cap, window, budget, budget_window, gap = row
         try:
             configs[pool] = MinRuntimeConfig(
                 default_preempt_min_runtime=preempt,
@@ -94,6 +103,9 @@ def read_configs(cursor: Any, tables: StateTables) -> tuple[NodePoolConfigs, set
                 default_requeue_delay=delay,
                 max_requeues=cap,
                 max_requeues_window=window,
+                max_evictions_per_window=budget,
+                eviction_window=budget_window,
+                min_eviction_gap=gap,
             )
         except MinRuntimeError:
             bad_pools.add(pool)

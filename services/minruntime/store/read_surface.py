@@ -165,6 +165,22 @@ def newest_quota_shares(
     return dict(row[1])
 
 
+def newest_abandoned(
+    conn: Connection, shadow: Shadow, uid: str, at: datetime
+) -> tuple[datetime, str, datetime | None] | None:
+    """When and why ``uid``'s newest decision up to ``at`` was abandoned by the evictor, and
+    the cooldown it cleared (None: the newest decision is not an abandonment, or none)."""
+    statement = (
+        f"SELECT outcome, decided_at, reason, requeue_not_before FROM {shadow.read_schema}"
+        ".requeue_decisions WHERE uid = :uid AND decided_at <= :at"
+        " ORDER BY decided_at DESC, seq DESC LIMIT 1"
+    )
+    row = conn.execute(sa.text(statement), {"uid": uid, "at": at}).first()
+    if row is None or row[0] != "abandoned":
+        return None
+    return row[1], str(row[2]), row[3]
+
+
 def service_podgroups(
     conn: Connection, namespace: str | None, uids: Sequence[str]
 ) -> Sequence[sa.RowMapping]:

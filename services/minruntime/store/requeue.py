@@ -175,6 +175,35 @@ def requeue_history_rows(
         return _rows(cursor, tables, _REQUEUE_HISTORY, params)
 
 
+# Disruption budgets and pacing (core.disruption): every eviction since a window start, with
+# the podgroup's queue and top-owner annotation: the service's committed requeues (not those
+# the evictor abandoned) and the scheduler's evictions it observed (runs an eviction ended,
+# other than its own requeues, which the first part counts).
+_DISRUPTIONS: Final = (
+    "SELECT p.queue, p.annotations ->> 'kai.scheduler/top-owner-metadata', d.decided_at"
+    " FROM minruntime_state.requeue_decision_log d"
+    " JOIN minruntime_state.podgroup_state p ON p.uid = d.uid"
+    " WHERE d.outcome = 'committed' AND d.decided_at > %(since)s"
+    f" AND d.decided_at {_SANE_TIME} AND NOT EXISTS ("
+    "  SELECT 1 FROM minruntime_state.requeue_decision_log a"
+    "  WHERE a.decision_id = d.decision_id || '.abandoned')"
+    " UNION ALL"
+    " SELECT r.queue, p.annotations ->> 'kai.scheduler/top-owner-metadata', r.run_end"
+    " FROM minruntime_state.run_log r"
+    " LEFT JOIN minruntime_state.podgroup_state p ON p.uid = r.uid"
+    " WHERE r.eviction AND r.ended_by <> 'requeued' AND r.run_end > %(since)s"
+    f" AND r.run_end {_SANE_TIME}"
+)
+
+
+def disruption_rows(
+    conn: Connection, tables: StateTables, since: datetime
+) -> list[tuple[Any, ...]]:
+    """(queue, top-owner annotation, when) of every eviction after ``since``."""
+    with driver_cursor(conn) as cursor:
+        return _rows(cursor, tables, _DISRUPTIONS, {"since": since})
+
+
 def lock_podgroups(conn: Connection, tables: StateTables, uids: Sequence[str]) -> None:
     """Lock these podgroups' rows until commit (in uid order: no deadlock between lockers)."""
     conn.execute(tables.text(_LOCK_PODGROUPS), {"uids": list(uids)})

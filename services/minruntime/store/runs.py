@@ -41,6 +41,9 @@ RUN_COLUMNS: Final = {
     "applied_window": "text",
     "applied_min_runtime": "interval",
     "applied_cut_short": "interval",
+    "owner_kind": "text",
+    "owner_name": "text",
+    "owner_uid": "text",
 }
 
 

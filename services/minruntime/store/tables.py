@@ -90,6 +90,10 @@ node_pool_configs = sa.Table(
     # The requeue cap (migration 0016); NULL = unlimited / no window.
     sa.Column("max_requeues", sa.Integer),
     sa.Column("max_requeues_window", INTERVAL),
+    # Disruption budget and pacing (migration 0021); NULL = off.
+    sa.Column("max_evictions_per_window", sa.Integer),
+    sa.Column("eviction_window", INTERVAL),
+    sa.Column("min_eviction_gap", INTERVAL),
     sa.CheckConstraint("reclaim_resolve_method IN ('lca', 'queue')", name="method"),
 )
 
@@ -209,7 +213,9 @@ requeue_decision_log = sa.Table(
     sa.Column("delay_ends_at", sa.DateTime(timezone=True)),
     # Rolled back for beneficiary_over_quota: the rule and both queues' shares (0019).
     sa.Column("quota_shares", JSONB),
-    sa.CheckConstraint("outcome IN ('committed', 'rolled_back', 'skipped')", name="outcome"),
+    sa.CheckConstraint(
+        "outcome IN ('committed', 'rolled_back', 'skipped', 'abandoned')", name="outcome"
+    ),
     sa.UniqueConstraint("decision_id"),
     sa.Index("ix_requeue_decision_log_uid", "uid", "decided_at"),
     # The requeue cap's count: a podgroup's newest commits (migration 0016).
@@ -269,6 +275,10 @@ run_log = sa.Table(
     sa.Column("cut_short", INTERVAL),
     # The semi-preemptible core it still held at its end (0: none; migration 0014).
     sa.Column("core_pods", sa.Integer, nullable=False, server_default="0"),
+    # The run's top owner (kai.scheduler/top-owner-metadata when it ended; migration 0021).
+    sa.Column("owner_kind", sa.Text),
+    sa.Column("owner_name", sa.Text),
+    sa.Column("owner_uid", sa.Text),
     # Who evicted it, as the scheduler said (migration 0018; NULL: not known): which trace said
     # it (event | annotation | condition), the action, the evicting podgroup "ns/name", its
     # queue, and when the scheduler evicted.

@@ -35,6 +35,33 @@ VIOLATION_VERDICTS: Final = (
 ACTIONS: Final = frozenset(action.value for action in EvictionAction)
 OTHER_ACTION: Final = "other"
 NO_ACTION: Final = "none"
+# The owner_kind label: the kinds of top owners KAI's podgrouper knows well; any other kind
+# is "other", no top-owner metadata "none" (never a name: the labels stay finite).
+OWNER_KINDS: Final = frozenset(
+    {
+        "JobSet",
+        "RayJob",
+        "RayCluster",
+        "PyTorchJob",
+        "TFJob",
+        "MPIJob",
+        "XGBoostJob",
+        "Job",
+        "CronJob",
+        "Deployment",
+        "StatefulSet",
+        "ReplicaSet",
+        "Pod",
+        "Notebook",
+        "Workflow",
+        "LeaderWorkerSet",
+    }
+)
+# The protection-honoured SLO's outcome of an evicted run: inside a window every rule (or
+# the one the scheduler's eviction met) still protected (the SLO's bad events), possibly
+# inside one, or outside protection (good).
+INSIDE_VERDICTS: Final = frozenset({Verdict.DEFINITE.value, ExactVerdict.VIOLATED.value})
+MAYBE_VERDICTS: Final = frozenset({Verdict.POSSIBLE.value})
 
 
 class ProcessorMetrics:
@@ -106,6 +133,12 @@ class ProcessorMetrics:
             "GPU-seconds of the runs evictions ended, by the scheduler's action.",
             ["action"],
         )
+        self.evicted_runs = counter(
+            "minruntime_evicted_runs",
+            "Runs an eviction ended, by queue, top owner's kind and whether the run was inside"
+            " protection (inside | maybe | outside): the protection-honoured SLO's events.",
+            ["queue", "owner_kind", "protection"],
+        )
         self.ignored_values = counter(
             "minruntime_ignored_values",
             "Applied events that carried a value the service ignored, as KAI does, with this"
@@ -150,6 +183,9 @@ class ProcessorMetrics:
         self.run_seconds_lost_by_action.labels(action).inc(max(run.seconds, 0.0))
         if run.gpu_seconds is not None:
             self.gpu_seconds_lost_by_action.labels(action).inc(max(run.gpu_seconds, 0.0))
+        self.evicted_runs.labels(
+            self.queue_label(run), owner_kind_label(run.owner_kind), protection_label(verdict)
+        ).inc()
         # An exact verdict replaces definite / possible: honoured and unguarded are no violation.
         if verdict in VIOLATION_VERDICTS:
             self.violations.labels(verdict).inc()
@@ -176,6 +212,20 @@ class ProcessorMetrics:
         for series in sorted(self._lag_series - keep):
             self.lag.remove(*series)
         self._lag_series &= keep
+
+
+def owner_kind_label(kind: str | None) -> str:
+    """The top owner's kind as a label value: a known kind, ``other`` or ``none``."""
+    if not kind:
+        return "none"
+    return kind if kind in OWNER_KINDS else "other"
+
+
+def protection_label(verdict: str) -> str:
+    """inside | maybe | outside: where an evicted run ended relative to its protection."""
+    if verdict in INSIDE_VERDICTS:
+        return "inside"
+    return "maybe" if verdict in MAYBE_VERDICTS else "outside"
 
 
 def action_label(action: str | None) -> str:
