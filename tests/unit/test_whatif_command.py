@@ -130,7 +130,14 @@ def test_files_become_the_events_apply_and_produce_would_send(tmp_path: Path) ->
         "parentQueue": "research",
         "preemptMinRuntime": "1h30m",
         "reclaimMinRuntime": None,
+        # No spec.resources: KAI's zero quota and limit (it schedules nothing in the queue).
+        "resources": {
+            name: {"quota": 0.0, "limit": 0.0, "overQuotaWeight": 0.0}
+            for name in ("gpu", "cpu", "memory")
+        },
     }
+    # A hand-written queue.upserted without resources still means an unmanaged queue.
+    assert "resources" not in events[3].event.data.model_dump(mode="json", by_alias=True)
     config = events[4].event.data.model_dump(mode="json", by_alias=True)
     assert config["defaultPreemptMinRuntime"] == "10m"
     assert config["defaultReclaimMinRuntime"] == "0s"  # absent: the default, as config apply
