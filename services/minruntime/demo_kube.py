@@ -34,7 +34,7 @@ T = TypeVar("T")
 _QUEUES = """
 apiVersion: scheduling.run.ai/v2
 kind: Queue
-metadata: {{name: demo-{run}, labels: {{kai.scheduler/node-pool: demo-{run}}}}}
+metadata: {{name: demo-{run}}}
 spec:
   preemptMinRuntime: "0s"
   reclaimMinRuntime: "10m"

@@ -279,7 +279,10 @@ def test_the_kube_demo_runs_the_loop(loop: Loop) -> None:
     # podgroups too (one service per cluster), so only the demo's own processes run.
     for process in (loop.bridge, loop.evictor, *loop.pipeline.workers):
         process.stop()
-    result = run_cli("demo", "--kube", env={"KUBECONFIG": str(loop.kubeconfig)}, timeout=300)
+    # On the scene's own database and topics: the stack's default database may be another
+    # branch's (a migration numbered differently there makes `upgrade` fail).
+    env = {**loop.pipeline.env, "KUBECONFIG": str(loop.kubeconfig)}
+    result = run_cli("demo", "--kube", env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "The bridge's events, applied" in result.stdout
     assert "kai.scheduler/requeue-not-before=" in result.stdout
