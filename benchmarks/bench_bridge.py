@@ -254,7 +254,15 @@ class Cluster:
             "apiVersion": f"{KAI_GROUP}/v2",
             "kind": "Queue",
             "metadata": {"name": self.queue, "labels": {RUN_LABEL: self.suffix}},
-            "spec": {"preemptMinRuntime": "10m", "reclaimMinRuntime": "5m"},
+            "spec": {
+                "preemptMinRuntime": "10m",
+                "reclaimMinRuntime": "5m",
+                # Without resources KAI gives a queue quota 0 and limit 0 (nothing scheduled).
+                "resources": {
+                    name: {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+                    for name in ("gpu", "cpu", "memory")
+                },
+            },
         }
         api.call(api.custom.create_cluster_custom_object, KAI_GROUP, "v2", "queues", queue)
         priority = {

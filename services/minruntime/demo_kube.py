@@ -34,8 +34,15 @@ T = TypeVar("T")
 _QUEUES = """
 apiVersion: scheduling.run.ai/v2
 kind: Queue
-metadata: {{name: demo-{run}, labels: {{kai.scheduler/node-pool: demo-{run}}}}}
-spec: {{preemptMinRuntime: "0s", reclaimMinRuntime: "10m"}}
+metadata: {{name: demo-{run}}}
+spec:
+  preemptMinRuntime: "0s"
+  reclaimMinRuntime: "10m"
+  # Without resources KAI gives the queue quota 0 and limit 0: it would schedule nothing.
+  resources:
+    gpu: {{quota: -1, limit: -1, overQuotaWeight: 1}}
+    cpu: {{quota: -1, limit: -1, overQuotaWeight: 1}}
+    memory: {{quota: -1, limit: -1, overQuotaWeight: 1}}
 """
 
 

@@ -66,12 +66,17 @@ metadata:
   name: longrun
 spec:
   preemptMinRuntime: "1h"
+  resources:
+    gpu: {quota: -1, limit: -1, overQuotaWeight: 1}
+    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
+    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
 """
 # The worker runs a cycle on start, then every second; the demo scrapes its metrics once a
 # cycle after the commit has run (the committed job is then skipped for its cooldown).
 WORKER_ENV: Final = {"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"}
 SCRAPE_WAIT_SECONDS: Final = 15.0
-# The design document's examples (seeds/000), kept verbatim in schemas/examples.
+# The design document's examples (seeds/000), kept in schemas/examples: the config verbatim, the
+# Queue with unlimited spec.resources added (without them KAI schedules nothing in the queue).
 SEED_QUEUE_YAML: Final = "queue.production.yaml"
 SEED_SCHEDULER_CONFIG: Final = "scheduler-config.yaml"
 # The demo's processor serves no metrics: a processor already running on this machine may
@@ -335,8 +340,9 @@ def _apply_seed_manifests(console: Console) -> int:
         ("config", "apply", "-f", str(examples / SEED_SCHEDULER_CONFIG)),
     )
     console.print(
-        "The design document's Kubernetes objects, verbatim: a Queue with "
-        "preemptMinRuntime 20s / reclaimMinRuntime 30s, and the scheduler config's "
+        "The design document's Kubernetes objects: a Queue with "
+        "preemptMinRuntime 20s / reclaimMinRuntime 30s (and unlimited resources, which KAI "
+        "needs to schedule in it), and the scheduler config's "
         "minruntime plugin arguments (defaults 10m/10m, lca) for node pool default."
     )
     for command in commands:

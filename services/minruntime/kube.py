@@ -303,10 +303,13 @@ def _queue_upsert(
 
 
 def _queue_shares(manifest: Manifest, spec: Mapping[Any, Any]) -> dict[str, Any]:
-    """spec.priority and spec.resources as queue.upserted carries them (absent: left out).
+    """spec.priority (absent: left out) and spec.resources as queue.upserted carries them.
 
     A resource or setting the object leaves out is 0, as KAI reads it (its Go zero value,
     pkg/apis/scheduling/v2/resources.go): the wire's own defaults never apply to a Queue.
+    A Queue without spec.resources (absent or null) gets KAI's zero quota, limit and weight
+    for every resource (pkg/scheduler/api/queue_info/queue_info.go getQueueQuota), never
+    "unmanaged": KAI schedules nothing in it.
     """
     shares: dict[str, Any] = {}
     priority = spec.get("priority")
@@ -314,11 +317,9 @@ def _queue_shares(manifest: Manifest, spec: Mapping[Any, Any]) -> dict[str, Any]
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise manifest.error("spec.priority", f"must be an integer, got {_described(priority)}")
         shares["priority"] = priority
-    if spec.get("resources") is None:
-        return shares
     # Fields KAI does not have (another version's, e.g. lendingLimit) are ignored, as KAI's
     # scheduler ignores them.
-    resources = _mapping(manifest, spec["resources"], "spec.resources")
+    resources = _mapping(manifest, spec.get("resources"), "spec.resources")
     shares["resources"] = {
         name: _queue_resource(manifest, resources.get(name), f"spec.resources.{name}")
         for name in QUEUE_RESOURCES

@@ -140,8 +140,10 @@ class Scene:
         return name
 
     def queue(self, base: str, parent: str | None = None, **spec: Any) -> str:
-        """A Queue (default resources: no quota, no limit)."""
+        """A Queue (default resources: no quota, no limit; `resources=None`: none at all)."""
         spec.setdefault("resources", gpu_resources(0))
+        if spec["resources"] is None:
+            del spec["resources"]
         name = self.kai.queue(unique(base), parent, **spec)
         self.queues.append(name)
         return name

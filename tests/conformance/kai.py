@@ -598,7 +598,7 @@ def running_kai(
     scheduler.start()
     try:
         probe_ns = kai.namespace("kai-probe")
-        queue = kai.queue(unique("probe"))
+        queue = kai.queue(unique("probe"), resources=gpu_resources(0))
         name = unique("probe")
         kai.podgroup(probe_ns, name, queue, "kai-probe")
         body = Kai.pod_body(name, name, queue, 0)

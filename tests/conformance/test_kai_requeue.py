@@ -144,3 +144,31 @@ def test_a_requeue_kai_would_undo_rolls_back_for_quota(scene: Scene) -> None:
     assert pod["metadata"]["uid"] == pod_uid
     assert not scene.bound(beneficiary)
     cleanup(scene, node, victim, beneficiary)
+
+
+def test_a_beneficiary_in_a_queue_without_resources_rolls_back_for_quota(scene: Scene) -> None:
+    """KAI gives a Queue without spec.resources limit 0 (getQueueQuota): it never places the
+    beneficiary, so the service must not evict the victim for it."""
+    node, victim, uid, pod_uid = over_runner(scene, scene.queue("funded"))
+    beneficiary, _ = scene.gang("bare", scene.queue("bare", resources=None), HIGH)
+    # (A cycle before the service knew the beneficiary may have rolled back otherwise first.)
+    wait_until(
+        lambda: scene.pipeline.query(
+            "SELECT 1 FROM minruntime.requeue_decisions WHERE uid = %s AND outcome = %s"
+            " AND reason = %s",
+            (uid, "rolled_back", "beneficiary_over_quota"),
+        ),
+        60,
+        "a beneficiary_over_quota rollback",
+    )
+    time.sleep(3)
+    assert not scene.pipeline.query(
+        "SELECT 1 FROM minruntime.requeue_decisions WHERE uid = %s AND outcome = 'committed'",
+        (uid,),
+    )
+    pod = scene.kai.pod(scene.namespace, f"{victim}-0")
+    assert pod is not None
+    assert pod["metadata"]["uid"] == pod_uid
+    assert not scene.removals(f"{victim}-0")
+    assert not scene.bound(beneficiary)
+    cleanup(scene, node, victim, beneficiary)

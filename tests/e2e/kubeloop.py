@@ -4,6 +4,7 @@ namespace of its own on the stack's API server."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
@@ -12,11 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from minruntime.cluster.standin import Cluster
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests.e2e.harness import Pipeline, Subprocess
 from tests.e2e.kubeapi import admin_client
+
+# A Queue's spec.resources as KAI's quick-start Queues have them: -1 (unlimited) everywhere.
+UNLIMITED_RESOURCES: dict[str, dict[str, float]] = {
+    resource: {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    for resource in ("gpu", "cpu", "memory")
+}
 
 
 class KubeProcess(Subprocess):
@@ -55,10 +64,14 @@ class KubeScene:
         }
 
     def apply_queue(self, name: str, spec: str = "{}") -> None:
-        """Create (or patch) the KAI Queue `name` with `spec` (a YAML flow mapping)."""
+        """Create (or patch) the KAI Queue `name` with `spec` (a YAML flow mapping). A spec
+        without `resources` gets unlimited ones: a Queue without them has quota 0 and limit 0
+        in KAI (which schedules nothing in it) and in the service's planner."""
+        body = yaml.safe_load(spec) or {}
+        body.setdefault("resources", UNLIMITED_RESOURCES)
         self.cluster.apply_queues(
             "apiVersion: scheduling.run.ai/v2\nkind: Queue\n"
-            f"metadata: {{name: {name}}}\nspec: {spec}\n"
+            f"metadata: {{name: {name}}}\nspec: {json.dumps(body)}\n"
         )
 
     def logged(self, event_type: str, subject: str) -> list[dict[str, Any]]:

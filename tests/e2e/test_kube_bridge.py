@@ -9,6 +9,7 @@ kubelet, so the test deletes an evicted pod with grace 0).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -21,7 +22,7 @@ from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests.conftest import run_cli
 from tests.e2e.harness import wait_for
-from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene
+from tests.e2e.kubeloop import UNLIMITED_RESOURCES, KubeProcess, KubeScene, kube_scene
 
 pytestmark = pytest.mark.stack
 
@@ -78,22 +79,23 @@ def test_a_bound_running_podgroup_is_protected_and_a_patched_queue_changes_the_a
     node, pool = loop.name("gpu-a"), loop.name("pool-a")
     # The queues of the pool's KAI shard carry its label (KAI's shard rule).
     labels = f"labels: {{kai.scheduler/node-pool: {pool}}}"
+    resources = json.dumps(UNLIMITED_RESOURCES)  # without them KAI schedules nothing there
     cluster.apply_queues(
         f"""
 apiVersion: scheduling.run.ai/v2
 kind: Queue
 metadata: {{name: {root}, {labels}}}
-spec: {{preemptMinRuntime: "1h", reclaimMinRuntime: "30m"}}
+spec: {{preemptMinRuntime: "1h", reclaimMinRuntime: "30m", resources: {resources}}}
 ---
 apiVersion: scheduling.run.ai/v2
 kind: Queue
 metadata: {{name: {team}, {labels}}}
-spec: {{parentQueue: {root}}}
+spec: {{parentQueue: {root}, resources: {resources}}}
 ---
 apiVersion: scheduling.run.ai/v2
 kind: Queue
 metadata: {{name: {other}, {labels}}}
-spec: {{}}
+spec: {{resources: {resources}}}
 """
     )
     cluster.priority_class(loop.name("train"), 50)
@@ -277,7 +279,10 @@ def test_the_kube_demo_runs_the_loop(loop: Loop) -> None:
     # podgroups too (one service per cluster), so only the demo's own processes run.
     for process in (loop.bridge, loop.evictor, *loop.pipeline.workers):
         process.stop()
-    result = run_cli("demo", "--kube", env={"KUBECONFIG": str(loop.kubeconfig)}, timeout=300)
+    # On the scene's own database and topics: the stack's default database may be another
+    # branch's (a migration numbered differently there makes `upgrade` fail).
+    env = {**loop.pipeline.env, "KUBECONFIG": str(loop.kubeconfig)}
+    result = run_cli("demo", "--kube", env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "The bridge's events, applied" in result.stdout
     assert "kai.scheduler/requeue-not-before=" in result.stdout

@@ -31,7 +31,7 @@ from tests.e2e.kubeapi import (
     service_account_token,
     token_kubeconfig,
 )
-from tests.e2e.kubeloop import KubeProcess
+from tests.e2e.kubeloop import UNLIMITED_RESOURCES, KubeProcess
 
 pytestmark = pytest.mark.stack
 
@@ -345,7 +345,12 @@ def test_the_bridge_and_the_evictor_run_on_the_service_accounts_own_token(
         GROUP,
         "v2",
         "queues",
-        {"apiVersion": f"{GROUP}/v2", "kind": "Queue", "metadata": {"name": queue}, "spec": {}},
+        {
+            "apiVersion": f"{GROUP}/v2",
+            "kind": "Queue",
+            "metadata": {"name": queue},
+            "spec": {"resources": UNLIMITED_RESOURCES},
+        },
     )
     podgroup, pod = f"pg-run-{suffix}", f"pod-run-{suffix}"
     uid = podgroup_with_a_bound_pod(admin, podgroup, pod, queue)

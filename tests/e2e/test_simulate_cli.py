@@ -138,7 +138,12 @@ def test_dead_letters_of_the_window_are_counted(log: Simulated) -> None:
 
 def test_bad_input_is_one_line(log: Simulated) -> None:
     broken = log.change("broken.yaml", LEAF3_2H.replace('"2h"', '"2h-30m"'))
-    same = log.change("same.yaml", LEAF3_2H.replace('  preemptMinRuntime: "2h"\n', ""))
+    # The log's own leaf3 (a hand-written event: no resources, unmanaged). A Queue YAML without
+    # spec.resources would not be the same: it carries KAI's zero quota and limit.
+    same = log.change(
+        "same.jsonl",
+        '{"type": "queue.upserted", "data": {"name": "leaf3", "parentQueue": "D"}}\n',
+    )
 
     refused = log.cli("simulate", "--since", SINCE, "--until", UNTIL, "-f", broken)
     # The file, the document and the field, as `apply` names them.

@@ -114,13 +114,33 @@ def data(emission: Emission) -> dict[str, Any]:
     return emission.event.data.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+# A Queue without spec.resources as KAI reads it (pkg/scheduler/api/queue_info/queue_info.go,
+# getQueueQuota): quota, limit and weight 0 for every resource; KAI schedules nothing there.
+KAI_ZERO = {
+    name: {"quota": 0.0, "limit": 0.0, "overQuotaWeight": 0.0} for name in ("gpu", "cpu", "memory")
+}
+
+
 def test_a_queue_becomes_queue_upserted_through_the_queues_apply_parser() -> None:
     [emission] = mirror().observe(Kind.QUEUE, ADDED, queue("research", "q-1", parentQueue="ml"))
     assert emission.role == "queues"
     assert emission.event.type == "queue.upserted"
     # Unlabelled: the default shard's queue (KAI's shard rule, docs/kubernetes.md).
-    assert data(emission) == {"name": "research", "parentQueue": "ml", "nodePool": "default"}
+    assert data(emission) == {
+        "name": "research",
+        "parentQueue": "ml",
+        "resources": KAI_ZERO,
+        "nodePool": "default",
+    }
     assert emission.event.source == mapping.SOURCE
+
+
+def test_a_queue_without_resources_is_sent_with_kais_zero_quota_and_limit() -> None:
+    # Absent or null spec.resources: never "unmanaged", which the planner reads as unlimited.
+    view = mirror()
+    [absent] = view.observe(Kind.QUEUE, ADDED, queue("plain", "q-1"))
+    [null] = view.observe(Kind.QUEUE, ADDED, queue("nulled", "q-2", resources=None))
+    assert data(absent)["resources"] == data(null)["resources"] == KAI_ZERO
 
 
 def test_a_queues_priority_and_resources_are_carried_as_kai_reads_them() -> None:

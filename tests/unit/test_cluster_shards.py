@@ -15,7 +15,7 @@ import pytest
 from minruntime.cluster import mapping
 from minruntime.cluster.mirror import ADDED, MODIFIED, ClusterMirror, Kind, MirrorOptions
 from minruntime.kube import ManifestError, change_events, parse_manifests, queue_upserts
-from tests.unit.test_cluster_mirror import clock, data, meta, pod, podgroup, queue
+from tests.unit.test_cluster_mirror import KAI_ZERO, clock, data, meta, pod, podgroup, queue
 
 CUSTOM = "example.com/pool"
 
@@ -58,9 +58,10 @@ def test_a_queue_is_in_the_pool_its_label_names_else_the_default_shard_s() -> No
     [labelled_queue] = view.observe(
         Kind.QUEUE, ADDED, labelled(queue("vision", "q-1"), **{mapping.NODE_POOL_LABEL: "a100"})
     )
-    assert data(labelled_queue) == {"name": "vision", "nodePool": "a100"}
+    # (Without spec.resources: KAI's zero quota and limit, as KAI reads such a queue.)
+    assert data(labelled_queue) == {"name": "vision", "resources": KAI_ZERO, "nodePool": "a100"}
     [plain] = view.observe(Kind.QUEUE, ADDED, queue("org", "q-2"))
-    assert data(plain) == {"name": "org", "nodePool": "default"}
+    assert data(plain) == {"name": "org", "resources": KAI_ZERO, "nodePool": "default"}
 
 
 def test_a_queue_moved_to_another_pool_is_sent_again() -> None:
@@ -78,7 +79,7 @@ def test_the_label_key_is_the_bridge_s_setting_for_queues_too() -> None:
     assert data(emission)["nodePool"] == "h100"
     # No key: KAI's schedulers all see every queue; so does every pool here.
     [everywhere] = mirror("").observe(Kind.QUEUE, ADDED, queue("org", "q-2"))
-    assert data(everywhere) == {"name": "org"}
+    assert data(everywhere) == {"name": "org", "resources": KAI_ZERO}
     assert "nodePool" not in everywhere.event.data.model_dump(by_alias=True, mode="json")
 
 
@@ -118,6 +119,7 @@ def test_queues_apply_keeps_an_unlabelled_queue_in_every_pool_s_tree() -> None:
     assert [(u.name, u.node_pool) for u in upserts] == [("org", None), ("vision", "a100")]
     dumped = upserts[0].model_dump(mode="json", by_alias=True)
     assert "nodePool" not in dumped  # as before node pools on queues existed
+    assert dumped["resources"] == KAI_ZERO  # no spec.resources: KAI's zero quota and limit
     # The key is MINRUNTIME_KUBE_NODE_POOL_LABEL's; another key leaves both in every pool.
     other = change_events(parse_manifests("q.yaml", QUEUES), only="Queue", node_pool_label=CUSTOM)
     assert [data.node_pool for _, _, data in other] == [None, None]

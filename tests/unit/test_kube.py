@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from minruntime.cli import main
+from minruntime.cluster.mapping import queue_data
+from minruntime.core import ClusterState, Node, QueueTree, RequeueOutcome, RequeueReason
 from minruntime.events import ConfigUpdatedData, QueueUpsertedData
 from minruntime.events.inputs import QueueResource, QueueResources
 from minruntime.kube import (
@@ -21,6 +23,7 @@ from minruntime.kube import (
     read_manifests,
 )
 from tests.conftest import ROOT
+from tests.unit.core.core_testkit import nominated, pending_pg, plan, running_pg
 from tests.unit.test_cli import one_error_line
 
 EXAMPLES = ROOT / "schemas" / "examples"
@@ -60,6 +63,23 @@ def config(text: str, node_pool: str = "default", file: str = "config.yaml") -> 
     return config_update(parse_manifests(file, text), node_pool)
 
 
+# A Queue without spec.resources, as KAI reads it (getQueueQuota,
+# pkg/scheduler/api/queue_info/queue_info.go): quota, limit and weight 0 everywhere.
+KAI_ZERO = QueueResources(
+    **{
+        name: QueueResource(quota=0, limit=0, over_quota_weight=0)
+        for name in ("gpu", "cpu", "memory")
+    }
+)
+ZERO_JSON = {
+    name: {"quota": 0.0, "limit": 0.0, "overQuotaWeight": 0.0} for name in ("gpu", "cpu", "memory")
+}
+UNLIMITED_JSON = {
+    name: {"quota": -1.0, "limit": -1.0, "overQuotaWeight": 1.0}
+    for name in ("gpu", "cpu", "memory")
+}
+
+
 def error_of(read: Callable[..., object], *args: str) -> str:
     """The one-line ManifestError of `read(*args)` (`queues` or `config`)."""
     with pytest.raises(ManifestError) as caught:
@@ -73,11 +93,13 @@ def error_of(read: Callable[..., object], *args: str) -> str:
 
 
 def test_the_seed_queue_becomes_one_upsert() -> None:
+    # It has no spec.resources: KAI gives it quota 0 and limit 0 (it schedules nothing there).
     assert queues(SEED_QUEUE) == [
         QueueUpsertedData(
             name="production",
             preempt_min_runtime=timedelta(seconds=20),
             reclaim_min_runtime=timedelta(seconds=30),
+            resources=KAI_ZERO,
         )
     ]
 
@@ -92,7 +114,12 @@ def test_the_seed_scheduler_config_becomes_one_config_update() -> None:
 
 
 def test_the_examples_hold_the_seed_text_verbatim() -> None:
-    assert (EXAMPLES / "queue.production.yaml").read_text() == SEED_QUEUE
+    # The seed's Queue plus unlimited resources: without them KAI would schedule nothing in it.
+    [example] = queue_upserts(read_manifests([str(EXAMPLES / "queue.production.yaml")]))
+    [seed] = queues(SEED_QUEUE)
+    assert example == seed.model_copy(
+        update={"resources": QueueResources.model_validate(UNLIMITED_JSON)}
+    )
     assert (EXAMPLES / "scheduler-config.yaml").read_text() == SEED_CONFIG
 
 
@@ -107,10 +134,15 @@ def test_the_tree_example_is_several_documents_in_file_order() -> None:
         ("nlp", "research"),
         ("nlp-interactive", "nlp"),
     ]
-    # displayName, priority, resources and labels are accepted and ignored.
+    # displayName and labels are accepted and ignored.
     assert upserts[0].reclaim_min_runtime == timedelta(minutes=10)
     assert upserts[0].preempt_min_runtime is None
     assert upserts[3].preempt_min_runtime == timedelta(0)  # 0s is set, not unset
+    # Every example queue states all three resources: KAI schedules in each of them.
+    for upsert in upserts:
+        assert upsert.resources is not None
+        assert None not in (upsert.resources.gpu, upsert.resources.cpu, upsert.resources.memory)
+        assert upsert.resources.cpu == QueueResource(quota=-1, limit=-1, over_quota_weight=1)
 
 
 def test_every_real_queue_spec_field_is_accepted() -> None:
@@ -132,6 +164,44 @@ def test_every_real_queue_spec_field_is_accepted() -> None:
             gpu=QueueResource(quota=4, limit=-1, over_quota_weight=1), cpu=zero, memory=zero
         ),
     )
+
+
+def test_a_beneficiary_in_a_queue_without_resources_rolls_back_over_quota(
+    tmp_path: Path,
+) -> None:
+    # `queues apply -f` and the bridge (its mapping) read the same Queue: KAI would never place
+    # the beneficiary (limit 0), so the planner must not evict the victim for it.
+    path = tmp_path / "queues.yaml"
+    path.write_text(
+        queue_yaml("train") + "---\n" + queue_yaml("burst", '  preemptMinRuntime: "0s"\n')
+    )
+    applied = [upsert.to_queue() for upsert in queue_upserts(read_manifests([str(path)]))]
+    bridged = [
+        queue_data(
+            {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}}
+        ).to_queue()
+        for name in ("train", "burst")
+    ]
+    cluster = ClusterState(
+        nodes=(Node(name="n1", gpu=4.0),),
+        running=(running_pg("hog", queue="train"),),
+        pending=(pending_pg("lift", queue="burst", priority=10),),
+    )
+    for queues_read in (applied, bridged):
+        (decision,) = plan(cluster, nominated("hog"), tree=QueueTree(queues_read)).decisions
+        assert decision.outcome is RequeueOutcome.ROLLED_BACK
+        assert decision.reason is RequeueReason.BENEFICIARY_OVER_QUOTA
+        assert decision.quota is not None
+        assert decision.quota.queue == "burst"
+    # The same queues with KAI's quick-start resources: the requeue commits.
+    unlimited = QueueResources.model_validate(UNLIMITED_JSON)
+    managed = [
+        upsert.model_copy(update={"resources": unlimited}).to_queue()
+        for upsert in queue_upserts(read_manifests([str(path)]))
+    ]
+    (decision,) = plan(cluster, nominated("hog"), tree=QueueTree(managed)).decisions
+    assert decision.outcome is RequeueOutcome.COMMITTED
+    assert decision.beneficiaries == ("lift",)
 
 
 def test_queue_priority_and_resources_reach_the_core_queue() -> None:
@@ -156,8 +226,22 @@ def test_bad_queue_priority_and_resources_are_one_line_errors() -> None:
 
 
 def test_an_empty_parent_and_a_missing_spec_make_a_plain_root() -> None:
-    assert queues(queue_yaml("a", '  parentQueue: ""\n')) == [QueueUpsertedData(name="a")]
-    assert queues(queue_yaml("b")) == [QueueUpsertedData(name="b")]
+    assert queues(queue_yaml("a", '  parentQueue: ""\n')) == [
+        QueueUpsertedData(name="a", resources=KAI_ZERO)
+    ]
+    assert queues(queue_yaml("b")) == [QueueUpsertedData(name="b", resources=KAI_ZERO)]
+
+
+def test_a_queue_without_resources_gets_kais_zero_quota_and_limit() -> None:
+    # Absent or null: KAI's getQueueQuota returns its zero QueueQuota, never "unmanaged".
+    for spec in ('  preemptMinRuntime: "1m"\n', "  resources: null\n", "  resources: {}\n"):
+        [upsert] = queues(queue_yaml("q", spec))
+        assert upsert.resources == KAI_ZERO, spec
+        assert upsert.model_dump(mode="json", by_alias=True)["resources"] == ZERO_JSON
+        queue = upsert.to_queue()
+        assert queue.resources is not None
+        assert queue.resources.gpu is not None
+        assert (queue.resources.gpu.quota, queue.resources.gpu.limit) == (0, 0)
 
 
 def test_empty_documents_are_skipped_but_counted() -> None:
@@ -565,6 +649,7 @@ def test_queues_apply_dry_run_prints_json_lines(
         "name": "production",
         "preemptMinRuntime": "20s",
         "reclaimMinRuntime": "30s",
+        "resources": UNLIMITED_JSON,
     }
     # The output is valid input for `minruntime produce` (checked without sending).
     from minruntime.produce import prepare_files

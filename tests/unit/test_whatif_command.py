@@ -17,6 +17,7 @@ from minruntime.commands.whatif import read_change_files, report_lines
 from minruntime.events import new_event
 from tests.cloudevents import T0
 from tests.unit.test_cli import one_error_line
+from tests.unit.test_cluster_mirror import KAI_ZERO
 
 NOW = datetime(2026, 11, 21, 10, 7, tzinfo=UTC)
 QUEUES_YAML = """\
@@ -130,7 +131,11 @@ def test_files_become_the_events_apply_and_produce_would_send(tmp_path: Path) ->
         "parentQueue": "research",
         "preemptMinRuntime": "1h30m",
         "reclaimMinRuntime": None,
+        # No spec.resources: KAI's zero quota and limit (it schedules nothing in the queue).
+        "resources": KAI_ZERO,
     }
+    # A hand-written queue.upserted without resources still means an unmanaged queue.
+    assert "resources" not in events[3].event.data.model_dump(mode="json", by_alias=True)
     config = events[4].event.data.model_dump(mode="json", by_alias=True)
     assert config["defaultPreemptMinRuntime"] == "10m"
     assert config["defaultReclaimMinRuntime"] == "0s"  # absent: the default, as config apply

@@ -229,6 +229,39 @@ def test_planner_without_resources_commits_as_before() -> None:
     assert decision.outcome is RequeueOutcome.COMMITTED
 
 
+def kai_zero() -> QueueResources:
+    """What a KAI Queue without spec.resources carries: quota, limit and weight 0 for all
+    three resources (KAI's getQueueQuota, pkg/scheduler/api/queue_info/queue_info.go)."""
+    zero = ResourceQuota(quota=0, limit=0, over_quota_weight=0)
+    return QueueResources(gpu=zero, cpu=zero, memory=zero)
+
+
+def test_planner_rolls_back_a_beneficiary_in_a_queue_without_resources() -> None:
+    # KAI never places anything in such a queue (limit 0): evicting hog would help no one.
+    tree = QueueTree([queue("train"), queue("burst", kai_zero())])
+    (decision,) = plan(issue_cluster(), nominated("hog"), tree=tree).decisions
+    assert decision.outcome is RequeueOutcome.ROLLED_BACK
+    assert decision.reason is RequeueReason.BENEFICIARY_OVER_QUOTA
+    assert decision.quota is not None
+    assert (decision.quota.rule, decision.quota.queue) == (QuotaRule.LIMIT, "burst")
+    assert decision.beneficiaries == ()
+
+
+def test_planner_skips_a_queue_without_resources_for_a_placeable_contender() -> None:
+    tree = QueueTree([queue("train"), queue("burst", kai_zero()), queue("fair")])
+    cluster = ClusterState(
+        nodes=(Node(name="n1", gpu=4.0),),
+        running=(running_pg("hog", queue="train"),),
+        pending=(
+            pending_pg("lift", queue="burst", priority=20),
+            pending_pg("ok", queue="fair", priority=10),
+        ),
+    )
+    (decision,) = plan(cluster, nominated("hog"), tree=tree).decisions
+    assert decision.outcome is RequeueOutcome.COMMITTED
+    assert decision.beneficiaries == ("ok",)
+
+
 def test_planner_skips_the_refused_contender_for_the_next_one() -> None:
     tree = QueueTree([queue("train", gpu(4)), queue("burst", gpu(0)), queue("fair", gpu(4))])
     cluster = ClusterState(
