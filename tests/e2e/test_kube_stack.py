@@ -207,7 +207,11 @@ def test_kube_lifecycle_down_kube_then_down(
     up = run_cli("stack", "up", "--kube", env=env)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "Kubernetes API server v1.33.13 ready at https://127.0.0.1:" in up.stdout
-    assert "CRDs established: podgroups.scheduling.run.ai, queues.scheduling.run.ai" in up.stdout
+    # The four CRDs a real KAI needs: ours of Queue and PodGroup, BindRequest and Topology.
+    assert (
+        "CRDs established: bindrequests.scheduling.run.ai, podgroups.scheduling.run.ai, "
+        "queues.scheduling.run.ai, topologies.kai.scheduler"
+    ) in up.stdout
     assert f"KUBECONFIG={kubeconfig}" in up.stdout.splitlines()
     with api_client(kubeconfig) as api:
         client.CustomObjectsApi(api).create_cluster_custom_object(

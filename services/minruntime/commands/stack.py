@@ -23,7 +23,9 @@ from minruntime.errors import UserError
 if TYPE_CHECKING:
     from minruntime.stack import StackStatus
 
-console = Console(highlight=False)
+# Progress lines are log lines: never wrapped at a terminal width (a piped `stack up` kept
+# its long lines whole only by chance: "CRDs established: ..." with four CRDs was cut in two).
+console = Console(highlight=False, soft_wrap=True)
 
 
 def up_command(
