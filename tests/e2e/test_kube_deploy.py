@@ -222,6 +222,11 @@ def test_the_service_account_may_do_what_the_evictor_does(cluster: Cluster) -> N
     objects, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     listed = objects.list_cluster_custom_object(GROUP, "v2alpha2", "podgroups")
     assert cluster.podgroup in {item["metadata"]["name"] for item in listed["items"]}
+    # Reads one PodGroup before acting on its decision (its mark, its pool's deadline).
+    one = objects.get_namespaced_custom_object(
+        GROUP, "v2alpha2", WORKLOADS, "podgroups", cluster.podgroup
+    )
+    assert one["metadata"]["name"] == cluster.podgroup
     pods = core.list_namespaced_pod(WORKLOADS)
     assert cluster.pod in {p.metadata.name for p in pods.items}
 

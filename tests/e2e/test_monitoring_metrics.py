@@ -32,7 +32,7 @@ from tests.monitoring import targets as dashboard_targets
 
 pytestmark = pytest.mark.stack
 
-COMPONENTS = ("processor", "requeue-worker", "kube-bridge")
+COMPONENTS = ("processor", "requeue-worker", "kube-bridge", "kube-evictor")
 
 
 @dataclass
@@ -42,6 +42,7 @@ class Service:
     pipeline: Pipeline
     worker: Worker
     bridge: KubeProcess
+    evictor: KubeProcess
     ports: dict[str, int]
     textfile: Path
 
@@ -65,8 +66,8 @@ def service(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
     workdir = tmp_path_factory.mktemp("monitoring")
-    port = free_ports(3)
-    ports = dict(zip(COMPONENTS, (port, port + 1, port + 2), strict=True))
+    port = free_ports(len(COMPONENTS))
+    ports = dict(zip(COMPONENTS, range(port, port + len(COMPONENTS)), strict=True))
     with kube_scene(
         KubeScene,
         kube_stack,
@@ -83,19 +84,25 @@ def service(
             MINRUNTIME_KUBE_BRIDGE_METRICS_PORT=str(ports["kube-bridge"]),
             MINRUNTIME_KUBE_DRIFT_SECONDS="1",
         )
+        # The evictor exports what the requeue-abandoned alert reads.
+        evictor = scene.kube(
+            "evictor", MINRUNTIME_KUBE_EVICTOR_METRICS_PORT=str(ports["kube-evictor"])
+        )
         try:
             worker = pipeline.start_worker(
                 "w", env={"MINRUNTIME_WORKER_METRICS_PORT": str(ports["requeue-worker"])}
             )
             bridge.start()
+            evictor.start()
             for component in COMPONENTS:
                 wait_for(_ready(ports[component]), 120, f"the {component} to be ready")
             textfile = workdir / "minruntime_drift.prom"
             diff = ("kube", "diff", "--namespace", namespace, "--metrics-file", str(textfile))
             done = run_cli(*diff, env=bridge.env)
             assert done.returncode == 0, done.stdout + done.stderr
-            yield Service(pipeline, worker, bridge, ports, textfile)
+            yield Service(pipeline, worker, bridge, evictor, ports, textfile)
         finally:
+            evictor.stop()
             bridge.stop()
 
 
