@@ -206,6 +206,10 @@ def test_node_pools_and_nodes_are_written_and_loaded(store: Store) -> None:
         "delay": timedelta(minutes=1),
         "max_requeues": 3,
         "max_requeues_window": timedelta(hours=1),
+        # The disruption budget and the eviction gap (migration 0021): unset.
+        "max_evictions": None,
+        "eviction_window": None,
+        "min_eviction_gap": None,
     }
     node_pools.upsert_configs(store.conn, store.tables, [config])
     node_pools.write_nodes(
