@@ -25,7 +25,7 @@ import multiprocessing
 import os
 import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from multiprocessing.connection import Connection as Pipe
 from typing import Any, Final
@@ -178,6 +178,31 @@ def _check_alive(
         )
 
 
+def run_part(
+    url: str,
+    index: int,
+    inbox: Pipe,
+    outbox: multiprocessing.Queue[tuple[str, int, Any]],
+    work: Callable[[Connection], Any],
+) -> None:
+    """One part's body in its forked process: import the exported snapshot into a repeatable
+    read, ``work`` on it, send ("done", index, result), or ("failed", index, one line)."""
+    try:
+        exported = inbox.recv()
+        engine = engine_from(url, pool_pre_ping=False)
+        with repeatable_read(engine) as conn:
+            import_snapshot(conn, exported)
+            result = work(conn)
+        engine.dispose()
+        outbox.put(("done", index, result))
+    except BaseException as error:
+        reason = needs_the_primary(error) or f"{type(error).__name__}: {error}".splitlines()[0]
+        outbox.put(("failed", index, reason))
+    finally:
+        outbox.close()
+        outbox.join_thread()
+
+
 def _replay_part(
     url: str,
     part: Part,
@@ -187,26 +212,19 @@ def _replay_part(
     outbox: multiprocessing.Queue[tuple[str, int, Any]],
 ) -> None:
     """One part, in its forked process: import the snapshot, replay, compare, report."""
-    try:
-        exported = inbox.recv()
-        engine = engine_from(url, pool_pre_ping=False)
-        with repeatable_read(engine) as conn:
-            import_snapshot(conn, exported)
-            result = replay_part(
-                conn,
-                part,
-                verify=verify,
-                until=until,
-                progress=lambda done: outbox.put(("progress", part.index, done)),
-            )
-        engine.dispose()
-        outbox.put(("done", part.index, result))
-    except BaseException as error:
-        reason = needs_the_primary(error) or f"{type(error).__name__}: {error}".splitlines()[0]
-        outbox.put(("failed", part.index, reason))
-    finally:
-        outbox.close()
-        outbox.join_thread()
+    run_part(
+        url,
+        part.index,
+        inbox,
+        outbox,
+        lambda conn: replay_part(
+            conn,
+            part,
+            verify=verify,
+            until=until,
+            progress=lambda done: outbox.put(("progress", part.index, done)),
+        ),
+    )
 
 
 def replay_part(

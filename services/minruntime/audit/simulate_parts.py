@@ -19,17 +19,13 @@ from typing import Any, Final
 
 from sqlalchemy import Connection, Engine
 
-from minruntime.audit.parallel import PartFailedError
+from minruntime.audit.parallel import PartFailedError, run_part
 from minruntime.audit.replay import read_log
 from minruntime.audit.simulate import FoldedPart, Window, fold_part
-from minruntime.store import engine_from
-from minruntime.store.failures import needs_the_primary
 from minruntime.store.parts import Part
 from minruntime.store.read_transactions import (
     export_snapshot,
-    import_snapshot,
     read_only,
-    repeatable_read,
 )
 
 _POLL_SECONDS: Final = 0.2
@@ -98,18 +94,9 @@ def _fold_part(
     outbox: multiprocessing.Queue[tuple[str, int, Any]],
 ) -> None:
     """One part, in its forked process: import the snapshot, fold, send the result."""
-    try:
-        exported = inbox.recv()
-        engine = engine_from(url, pool_pre_ping=False)
-        with repeatable_read(engine) as conn:
-            import_snapshot(conn, exported)
-            read_only(conn)
-            folded = fold_part(read_log(conn, part=part), window, beneficiaries, shared=part.first)
-        engine.dispose()
-        outbox.put(("done", part.index, folded))
-    except BaseException as error:
-        reason = needs_the_primary(error) or f"{type(error).__name__}: {error}".splitlines()[0]
-        outbox.put(("failed", part.index, reason))
-    finally:
-        outbox.close()
-        outbox.join_thread()
+
+    def fold(conn: Connection) -> FoldedPart:
+        read_only(conn)
+        return fold_part(read_log(conn, part=part), window, beneficiaries, shared=part.first)
+
+    run_part(url, part.index, inbox, outbox, fold)
