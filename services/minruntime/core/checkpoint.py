@@ -1,0 +1,101 @@
+"""The checkpoint handshake's contract and the work a run has at risk (issue 28).
+
+A workload opts in per podgroup: the PodGroup carries ``minruntime.kai.scheduler/
+checkpoint-grace: <duration>`` (more than 0, at most ``MAX_CHECKPOINT_GRACE``). Before it evicts
+such a podgroup, the evictor writes ``checkpoint-requested-at: <RFC3339>`` on the PodGroup and
+waits until the workload writes ``checkpointed-at: <t >= requested-at>`` (acknowledged) or the
+grace runs out (timed out), then evicts. A workload that never answers costs exactly its grace.
+
+The workload may write ``checkpointed-at`` at any time (after every save, not only when asked):
+it is the run's **last checkpoint**, and the work an eviction would lose is the time since it
+(since the run's start when there is none), times the run's GPUs. A value that is not RFC3339,
+lies in the future of the event that carries it, or before the run started is ignored (a
+workload wrote it: ignored and counted, as KAI ignores a bad annotation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from minruntime.core.durations import parse_duration
+from minruntime.core.errors import MinRuntimeError
+from minruntime.core.timestamps import parse_rfc3339
+
+CHECKPOINT_GRACE_ANNOTATION: Final = "minruntime.kai.scheduler/checkpoint-grace"
+# Written by the evictor when it asks for a checkpoint before an eviction.
+CHECKPOINT_REQUESTED_AT_ANNOTATION: Final = "minruntime.kai.scheduler/checkpoint-requested-at"
+# Written by the workload (or `minruntime checkpoint ack`) after it saved a checkpoint.
+CHECKPOINTED_AT_ANNOTATION: Final = "minruntime.kai.scheduler/checkpointed-at"
+# The longest wait a podgroup may ask for: a requeue exists to let better work run soon.
+MAX_CHECKPOINT_GRACE: Final = timedelta(minutes=30)
+# The handshake's outcomes (the requeue.checkpoint event's ``outcome``): the workload wrote a
+# checkpointed-at at or after the request; the grace ran out first; the PodGroup was deleted
+# during the wait (the wait ends at once, nothing is left to evict).
+CHECKPOINT_OUTCOMES: Final = ("acknowledged", "timed_out", "gone")
+
+
+@dataclass(frozen=True, slots=True)
+class GraceReading:
+    """The checkpoint-grace annotation read: the grace, or why not (both None: absent)."""
+
+    grace: timedelta | None = None
+    problem: str | None = None
+
+
+def read_checkpoint_grace(annotations: Mapping[str, str | None]) -> GraceReading:
+    """The podgroup's checkpoint grace: a duration in (0, MAX_CHECKPOINT_GRACE]."""
+    text = annotations.get(CHECKPOINT_GRACE_ANNOTATION)
+    if text is None:
+        return GraceReading()
+    try:
+        grace = parse_duration(text)
+    except MinRuntimeError as error:
+        return GraceReading(problem=f"{CHECKPOINT_GRACE_ANNOTATION}: {error}")
+    if grace <= timedelta(0) or grace > MAX_CHECKPOINT_GRACE:
+        return GraceReading(
+            problem=f"{CHECKPOINT_GRACE_ANNOTATION} {text!r} is not in (0, 30m]",
+        )
+    return GraceReading(grace)
+
+
+def read_checkpoint_time(
+    text: str | None, not_before: datetime | None, not_after: datetime | None
+) -> datetime | None:
+    """A checkpoint time annotation's value, or None when absent or ignored: not RFC3339,
+    before ``not_before`` (the run's start, or the request), after ``not_after`` (the event
+    that carries it: a checkpoint cannot be in the future)."""
+    if text is None:
+        return None
+    try:
+        moment = parse_rfc3339(text)
+    except MinRuntimeError:
+        return None
+    if not_before is not None and moment < not_before:
+        return None
+    if not_after is not None and moment > not_after:
+        return None
+    return moment
+
+
+def last_checkpoint(
+    annotations: Mapping[str, str | None], run_start: datetime | None, at: datetime
+) -> datetime | None:
+    """The run's last checkpoint as the annotations say it at ``at`` (None: none usable)."""
+    return read_checkpoint_time(annotations.get(CHECKPOINTED_AT_ANNOTATION), run_start, at)
+
+
+def acknowledged(annotations: Mapping[str, str | None], requested_at: datetime) -> datetime | None:
+    """The ``checkpointed-at`` that answers a request made at ``requested_at`` (None: not yet)."""
+    return read_checkpoint_time(annotations.get(CHECKPOINTED_AT_ANNOTATION), requested_at, None)
+
+
+def work_at_risk(
+    run_start: datetime, checkpoint: datetime | None, gpus: float, now: datetime
+) -> float:
+    """GPU-seconds an eviction at ``now`` loses: the time since the last checkpoint (the
+    run's start when none is known, or when it is older than the start), times the GPUs."""
+    since = run_start if checkpoint is None or checkpoint < run_start else checkpoint
+    return max(0.0, (now - since).total_seconds()) * gpus
