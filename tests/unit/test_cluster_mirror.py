@@ -747,3 +747,20 @@ def test_preemptibility_is_mapped_to_the_wire(
     group = podgroup(preemptibility=said)
     data = mapping.submission_data(group, [pod("w", "p-w")], priority)
     assert {k: v for k, v in data.items() if k.startswith("preempt")} == expected
+
+
+def test_the_first_submission_is_the_podgroups_creation_even_when_its_pods_come_later() -> None:
+    # KAI anchors spec.preemptionDelay at the PodGroup's creationTimestamp (PreemptionDelayEnd,
+    # pkg/scheduler/api/podgroup_info/job_info.go), not at its pods'; a later submission (the
+    # gang changed shape) is its newest pod's.
+    view = mirror()
+    view.observe(Kind.PRIORITY_CLASS, ADDED, {"metadata": meta("train", "pc-1"), "value": 50})
+    view.observe(Kind.POD_GROUP, ADDED, podgroup())  # created 10:00:00
+    [submitted] = view.observe(
+        Kind.POD, ADDED, pod("train-0", "p-0", creationTimestamp="2026-11-24T10:00:01Z")
+    )
+    assert submitted.event.time == datetime(2026, 11, 24, 10, 0, tzinfo=UTC)
+    [again] = view.observe(
+        Kind.POD, ADDED, pod("train-1", "p-1", creationTimestamp="2026-11-24T10:00:05Z")
+    )
+    assert again.event.time == datetime(2026, 11, 24, 10, 0, 5, tzinfo=UTC)
