@@ -23,8 +23,9 @@
 # PostgreSQL 5433, metrics 9400-9409): MINRUNTIME_COMPOSE_CHECK_KAFKA_PORT (29092),
 # _POSTGRES_PORT (25433), _PROCESSOR_PORT (29400), _WORKER_PORT (29401).
 # MINRUNTIME_COMPOSE_CHECK_REBUILD=1 rebuilds the stand-ins; MINRUNTIME_DEBIAN_MIRROR names the
-# Debian mirror (default: the one apt uses); MINRUNTIME_COMPOSE_CHECK_KEEP=1 (debugging only)
-# leaves the containers running.
+# Debian mirror (default: the one apt's sources name; no host is written here, so with neither
+# the check stops with one line); MINRUNTIME_COMPOSE_CHECK_KEEP=1 (debugging only) leaves the
+# containers running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -279,7 +280,10 @@ mirror=${MINRUNTIME_DEBIAN_MIRROR:-$(
 )}
 mirror=${mirror:-$(sed -n "s/^deb[[:space:]]\+\(http[^[:space:]]*\)[[:space:]]\+${SUITE}[[:space:]].*/\1/p" \
   /etc/apt/sources.list 2>/dev/null | head -n 1)}
-mirror=${mirror:-http://deb.debian.org/debian}
+if [[ -z $mirror ]]; then
+  echo "compose-check: no Debian mirror: set MINRUNTIME_DEBIAN_MIRROR or name one in apt's sources (/etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list)" >&2
+  exit 2
+fi
 
 # debootstrap's minimal Debian, made to look like debian:bookworm-slim: apt's sources with the
 # updates and security suites, no documentation, no recommended packages.
