@@ -143,7 +143,8 @@ class ProcessorMetrics:
             "minruntime_ignored_values",
             "Applied events that carried a value the service ignored, as KAI does, with this"
             " warning (an invalid or negative preemption delay, an unusable"
-            " last-eviction-timestamp), by field.",
+            " last-eviction-timestamp, a bad max-requeues, checkpoint-grace or"
+            " checkpointed-at), by field.",
             ["field"],
         )
         # Every field exported from the start (zero until one is ignored); a new field is a

@@ -1,16 +1,27 @@
 """The checkpoint handshake's contract (core.checkpoint): the grace's bounds, reading a
-checkpoint time, the run's last checkpoint and the work an eviction puts at risk."""
+checkpoint time, the run's last checkpoint, the work an eviction puts at risk, and the podgroup
+fold ignoring (and counting) an invalid grace or checkpoint."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from core_testkit import running, submission
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.cloudevents import T0
 
-from minruntime.core import format_duration, format_rfc3339
+from minruntime.core import (
+    Annotation,
+    IgnoredValue,
+    PodGroupState,
+    Release,
+    fold,
+    format_duration,
+    format_rfc3339,
+    ignored_values,
+)
 from minruntime.core.checkpoint import (
     CHECKPOINT_GRACE_ANNOTATION,
     CHECKPOINTED_AT_ANNOTATION,
@@ -70,7 +81,8 @@ def test_a_grace_in_bounds_is_read(text: str, grace: timedelta) -> None:
 def test_a_grace_out_of_bounds_or_unreadable_is_a_problem(text: str) -> None:
     grace, problem = _grace(text)
     assert grace is None
-    assert problem is not None and CHECKPOINT_GRACE_ANNOTATION in problem
+    assert problem is not None
+    assert CHECKPOINT_GRACE_ANNOTATION in problem
     # The problem names the value at most once, bounded: a log line, not the whole input.
     assert len(problem) < 400
 
@@ -81,7 +93,8 @@ def test_a_grace_is_accepted_exactly_inside_zero_to_thirty_minutes(duration: tim
     if timedelta(0) < duration <= MAX_CHECKPOINT_GRACE:
         assert (grace, problem) == (duration, None)
     else:
-        assert grace is None and problem is not None
+        assert grace is None
+        assert problem is not None
 
 
 # --- checkpointed-at ------------------------------------------------------------------------
@@ -179,3 +192,96 @@ def test_a_later_checkpoint_never_puts_more_at_risk(start: datetime, run: timede
     now = start + run
     earlier, later = start + run / 3, start + run / 2
     assert work_at_risk(start, later, 1.0, now) <= work_at_risk(start, earlier, 1.0, now)
+
+
+# --- the podgroup fold: ignored and counted -------------------------------------------------
+
+
+def _started(at: datetime = T0) -> PodGroupState:
+    """A submitted podgroup whose run started at ``at``."""
+    return running(fold(PodGroupState("u"), submission(at=at - HOUR)), at)
+
+
+def _checkpoint_at(moment: datetime, at: datetime) -> Annotation:
+    return Annotation({CHECKPOINTED_AT_ANNOTATION: format_rfc3339(moment)}, at)
+
+
+def test_a_valid_checkpoint_is_held_and_not_counted() -> None:
+    state = _started()
+    change = _checkpoint_at(T0 + HOUR, T0 + HOUR)
+    assert ignored_values(state, change) == frozenset()
+    after = fold(state, change)
+    assert after.annotations[CHECKPOINTED_AT_ANNOTATION] == format_rfc3339(T0 + HOUR)
+
+
+@pytest.mark.parametrize(
+    ("text", "at"),
+    [
+        ("not a time", T0 + HOUR),
+        ("2026-11-21T10:00:00", T0 + HOUR),  # no offset
+        (format_rfc3339(T0 + 2 * HOUR), T0 + HOUR),  # in the future of its event
+        (format_rfc3339(T0 - timedelta(seconds=1)), T0 + HOUR),  # before the run started
+    ],
+)
+def test_an_invalid_checkpoint_is_ignored_counted_and_the_previous_one_stays(
+    text: str, at: datetime
+) -> None:
+    held = fold(_started(), _checkpoint_at(T0 + timedelta(minutes=10), T0 + timedelta(minutes=10)))
+    change = Annotation({CHECKPOINTED_AT_ANNOTATION: text}, at)
+    assert ignored_values(held, change) == {IgnoredValue.CHECKPOINTED_AT}
+    after = fold(held, change)
+    assert after.annotations[CHECKPOINTED_AT_ANNOTATION] == format_rfc3339(
+        T0 + timedelta(minutes=10)
+    )
+    # Without one before, none is held.
+    assert CHECKPOINTED_AT_ANNOTATION not in fold(_started(), change).annotations
+    # The same in a submission (the bridge sends every annotation on each change).
+    resubmitted = submission(annotations={CHECKPOINTED_AT_ANNOTATION: text}, at=at)
+    assert ignored_values(held, resubmitted) == {IgnoredValue.CHECKPOINTED_AT}
+    assert fold(held, resubmitted).annotations[CHECKPOINTED_AT_ANNOTATION] == format_rfc3339(
+        T0 + timedelta(minutes=10)
+    )
+
+
+def test_a_checkpoint_held_already_is_not_news_and_a_removal_is_taken() -> None:
+    held = fold(_started(), _checkpoint_at(T0 + HOUR, T0 + HOUR))
+    text = held.annotations[CHECKPOINTED_AT_ANNOTATION]
+    # Re-sent unchanged after the run ended and another began: not counted again.
+    later = running(fold(held, Release(None, T0 + 2 * HOUR, "evicted")), T0 + 3 * HOUR)
+    again = submission(annotations={CHECKPOINTED_AT_ANNOTATION: text}, at=T0 + 4 * HOUR)
+    assert ignored_values(later, again) == frozenset()
+    assert fold(later, again).annotations[CHECKPOINTED_AT_ANNOTATION] == text
+    removal = Annotation({CHECKPOINTED_AT_ANNOTATION: None}, T0 + 4 * HOUR)
+    assert ignored_values(held, removal) == frozenset()
+    assert CHECKPOINTED_AT_ANNOTATION not in fold(held, removal).annotations
+
+
+def test_a_checkpoint_of_a_pending_podgroup_has_no_start_to_be_before() -> None:
+    pending = fold(PodGroupState("u"), submission(at=T0))
+    change = _checkpoint_at(T0 - HOUR, T0)
+    assert ignored_values(pending, change) == frozenset()
+    assert CHECKPOINTED_AT_ANNOTATION in fold(pending, change).annotations
+
+
+@pytest.mark.parametrize("text", ["0", "-5m", "31m", "1h", "abc", "", "5"])
+def test_an_invalid_grace_is_counted_in_a_submission_or_an_annotation(text: str) -> None:
+    state = fold(PodGroupState("u"), submission())
+    change = Annotation({CHECKPOINT_GRACE_ANNOTATION: text}, T0)
+    assert ignored_values(state, change) == {IgnoredValue.CHECKPOINT_GRACE}
+    resubmitted = submission(annotations={CHECKPOINT_GRACE_ANNOTATION: text})
+    assert ignored_values(state, resubmitted) == {IgnoredValue.CHECKPOINT_GRACE}
+    assert ignored_values(state, Annotation({CHECKPOINT_GRACE_ANNOTATION: "5m"}, T0)) == set()
+    assert ignored_values(state, Annotation({CHECKPOINT_GRACE_ANNOTATION: None}, T0)) == set()
+
+
+@given(st.timedeltas(min_value=timedelta(hours=-3), max_value=timedelta(hours=3)))
+def test_a_new_checkpoint_is_held_iff_between_the_run_start_and_its_event(
+    offset: timedelta,
+) -> None:
+    at = T0 + HOUR
+    state = _started()
+    change = _checkpoint_at(T0 + offset, at)
+    held = CHECKPOINTED_AT_ANNOTATION in fold(state, change).annotations
+    counted = IgnoredValue.CHECKPOINTED_AT in ignored_values(state, change)
+    assert held == (T0 <= T0 + offset <= at)
+    assert counted == (not held)
