@@ -230,7 +230,7 @@ class _Planner:
             return (1, 0, 0.0, timedelta(0), uid)
         overrun = nominate(podgroup.nomination_candidate(), self._now).overrun
         saved_at = podgroup.last_checkpoint(self._now)
-        risk = podgroup.work_at_risk(self._now)
+        risk = podgroup.work_at_risk(self._now, saved_at)
         self._at_risk[uid] = (risk, saved_at)
         return (
             0,

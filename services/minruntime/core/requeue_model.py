@@ -133,13 +133,19 @@ class RunningPodGroup:
         """Its run's last checkpoint at ``now`` (core.checkpoint; None: none usable)."""
         return last_checkpoint(self.annotations, self.start_time, now)
 
-    def work_at_risk(self, now: datetime) -> float | None:
-        """GPU-seconds an eviction at ``now`` would lose: since its last checkpoint, else since
-        its start, times the GPUs its pods hold (None: no start time known)."""
+    @property
+    def running_gpus(self) -> float:
+        """The GPUs its running pods hold."""
+        return math.fsum(pod.gpu for pod in self.pods if pod.running)
+
+    def work_at_risk(self, now: datetime, checkpoint: datetime | None = None) -> float | None:
+        """GPU-seconds an eviction at ``now`` would lose: since its last checkpoint (``checkpoint``
+        when the caller has read it already), else since its start, times the GPUs its pods
+        hold (None: no start time known)."""
         if self.start_time is None:
             return None
-        gpus = math.fsum(pod.gpu for pod in self.pods if pod.running)
-        return work_at_risk(self.start_time, self.last_checkpoint(now), gpus, now)
+        saved = self.last_checkpoint(now) if checkpoint is None else checkpoint
+        return work_at_risk(self.start_time, saved, self.running_gpus, now)
 
     def nomination_candidate(self) -> NominationCandidate:
         """The view of this podgroup that the expected-runtime nominator judges."""

@@ -206,3 +206,23 @@ def test_ties_in_work_at_risk_keep_the_overrun_order() -> None:
     decisions = plan(snapshot, nominated("a-later", "b-over")).decisions
     assert decisions[0].work_at_risk == decisions[1].work_at_risk
     assert [d.uid for d in decisions] == ["b-over", "a-later"]
+
+
+def test_the_worked_example_of_the_docs() -> None:
+    # docs/rule-engine.md, "Checkpoint preference": now is T0 (12:00).
+    snapshot = ClusterState(
+        nodes=(node("n1", 8.0), node("n2", 4.0)),
+        running=(
+            running_pg("train-a", start=T0 - s(7200), annotations=_saved(T0 - s(3600))),
+            running_pg("train-b", start=T0 - s(7200), annotations=_saved(T0 - s(300))),
+            running_pg("train-c", gpus=(("n2", 4.0),), start=T0 - s(1800)),
+        ),
+        pending=(pending_pg("urgent", priority=10),),
+    )
+    decisions = plan(snapshot, nominated("train-a", "train-b", "train-c")).decisions
+    assert [(d.uid, d.work_at_risk, d.outcome, d.beneficiaries) for d in decisions] == [
+        ("train-b", 1200.0, COMMITTED, ("urgent",)),
+        ("train-c", 7200.0, RequeueOutcome.ROLLED_BACK, ()),
+        ("train-a", 14400.0, RequeueOutcome.ROLLED_BACK, ()),
+    ]
+    assert decisions[1].reason is RequeueReason.NO_HIGHER_PRIORITY_PENDING
