@@ -24,8 +24,17 @@ inputs once in a transaction it rolls back (what a running worker's previous cyc
 behind: warm catalog and buffer caches; ``--cold`` skips it), then the measured cycle runs
 as the worker runs it: ``run_cycle`` in a REPEATABLE READ transaction, then COMMIT.
 
+With ``--disruption on``, every node pool also sets a disruption budget and an eviction gap
+(``maxEvictionsPerWindow`` 100,000 per ``evictionWindow`` 1h, ``minEvictionGap`` 1s: evaluated
+for every candidate, never binding, so the decisions stay comparable) and every running
+podgroup carries a top owner (``kai.scheduler/top-owner-metadata``, one JobSet each) and a
+``minruntime.kai.scheduler/checkpointed-at`` somewhere in its run, so the planner's checkpoint
+preference orders the candidates by their work at risk. ``--disruption both`` seeds both
+states from the same random cluster and times their cycles alternately, side by side.
+
     .venv/bin/python benchmarks/bench_requeue_cycle.py [--nodes 2000] [--candidates 1000]
         [--pending 5000] [--queues 5000] [--runs 5] [--cold] [--profile] [--keep]
+        [--disruption off|on|both]
 
 Needs the local stack (``minruntime stack up``). Prints figures, asserts no timings.
 """
@@ -34,10 +43,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import platform
 import random
 import statistics
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -58,6 +69,8 @@ from minruntime.core import (
     RunningPodGroup,
     format_rfc3339,
 )
+from minruntime.core.checkpoint import CHECKPOINTED_AT_ANNOTATION
+from minruntime.core.disruption import TOP_OWNER_ANNOTATION
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.requeue import CycleReport, run_cycle
 from minruntime.requeue.cycle_inputs import load_cycle_inputs
@@ -115,19 +128,43 @@ class Scenario:
         self.nominated_pending = rng.sample(pending, counts["not_running"])
         self.counts = counts
 
-    def annotations(self, rng: random.Random, podgroup: RunningPodGroup) -> dict[str, str]:
+    def annotations(
+        self, rng: random.Random, podgroup: RunningPodGroup, disruption: bool = False
+    ) -> dict[str, str]:
         role = self.role.get(podgroup.uid)
         assert podgroup.start_time is not None  # build_snapshot starts every run
         ran = minutes(NOW - podgroup.start_time)
+        # Not drawn from ``rng``: both states of ``--disruption both`` are the same cluster.
+        extra = disruption_annotations(podgroup) if disruption else {}
         if role in (None, "external_only"):
             # Half without an expected runtime, half not over it yet.
             if rng.random() < 0.5:
-                return {}
-            return {EXPECTED_RUNTIME_ANNOTATION: f"{ran + rng.randint(5, 240)}m"}
-        return {EXPECTED_RUNTIME_ANNOTATION: f"{rng.randint(max(1, ran // 4), ran)}m"}
+                return extra
+            return {EXPECTED_RUNTIME_ANNOTATION: f"{ran + rng.randint(5, 240)}m", **extra}
+        return {EXPECTED_RUNTIME_ANNOTATION: f"{rng.randint(max(1, ran // 4), ran)}m", **extra}
 
     def external(self, uid: str) -> bool:
         return self.role.get(uid) in ("both", "external_only", "cooldown", "not_preemptible")
+
+
+def disruption_annotations(podgroup: RunningPodGroup) -> dict[str, str]:
+    """A top owner of its own and a checkpoint at a point of its run fixed by its uid."""
+    assert podgroup.start_time is not None
+    fraction = zlib.crc32(podgroup.uid.encode()) / 2**32
+    saved = podgroup.start_time + (NOW - podgroup.start_time) * fraction
+    owner = {"kind": "JobSet", "name": podgroup.uid, "uid": f"owner-{podgroup.uid}"}
+    return {
+        TOP_OWNER_ANNOTATION: json.dumps(owner),
+        CHECKPOINTED_AT_ANNOTATION: format_rfc3339(saved),
+    }
+
+
+# The budget and the gap of ``--disruption on``: checked for every candidate, never binding.
+DISRUPTION_CONFIG: Final = {
+    "maxEvictionsPerWindow": 100_000,
+    "evictionWindow": "1h",
+    "minEvictionGap": "1s",
+}
 
 
 def records(
@@ -136,6 +173,7 @@ def records(
     tree: list[tuple[str, str | None, int]],
     snapshot: ClusterState,
     scenario: Scenario,
+    disruption: bool = False,
 ) -> Iterator[list[InboundRecord]]:
     """Batches of input records: queues, configs, nodes, podgroups, annotations, nominations."""
     batches = RecordBatches(BATCH)
@@ -152,6 +190,8 @@ def records(
             "defaultReclaimMinRuntime": rng.choice(["0s", "5m", "30m"]),
             "reclaimResolveMethod": "lca" if index % 2 == 0 else "queue",
         }
+        if disruption:
+            data.update(DISRUPTION_CONFIG)
         full.append(emit("kai.queues", f"config/{pool}", "config.updated", data, seeded))
     for node in snapshot.nodes:
         data = {"name": node.name, "nodePool": node.node_pool, "gpu": node.gpu}
@@ -169,7 +209,7 @@ def records(
             "preemptible": role != "not_preemptible",
             "subGroups": [{"name": "default", "minAvailable": podgroup.subgroups[0].min_available}],
             "pods": [{"name": f"{uid}-{i}", "gpu": pod.gpu} for i, pod in enumerate(podgroup.pods)],
-            "annotations": scenario.annotations(rng, podgroup),
+            "annotations": scenario.annotations(rng, podgroup, disruption),
         }
         start = podgroup.start_time
         assert start is not None
@@ -215,8 +255,9 @@ def records(
     yield from batches.rest()
 
 
-def seed(url: str, args: argparse.Namespace) -> None:
-    """Build the cluster, feed it through apply_batch, VACUUM ANALYZE."""
+def seed(url: str, args: argparse.Namespace, disruption: bool = False) -> None:
+    """Build the cluster, feed it through apply_batch, VACUUM ANALYZE (``disruption``: with
+    budgets, gaps, owners and checkpoints)."""
     rng = random.Random(SEED)
     # The planner benchmark's cluster, in leaf-ish queues (depth >= 3) of the big tree.
     tree = build_tree(rng, args.queues)
@@ -227,7 +268,7 @@ def seed(url: str, args: argparse.Namespace) -> None:
     engine = engine_from(url)
     applied = dead = 0
     try:
-        for batch in records(rng, args, tree, snapshot, scenario):
+        for batch in records(rng, args, tree, snapshot, scenario, disruption):
             with engine.begin() as conn:
                 outcome = apply_batch(conn, batch, consumer_group="bench")
             applied += outcome.applied
@@ -248,7 +289,8 @@ def seed(url: str, args: argparse.Namespace) -> None:
     assert counts is not None
     assert pods is not None
     print(
-        f"seeded {applied:,} events through apply_batch (batches of {BATCH}) in {seconds:.1f} s: "
+        f"seeded {'with' if disruption else 'without'} disruption rules: "
+        f"{applied:,} events through apply_batch (batches of {BATCH}) in {seconds:.1f} s: "
         f"{args.queues:,} queues, {len(snapshot.nodes):,} nodes in {args.pools} pools, "
         f"{counts[0]:,} running and {counts[1]:,} pending podgroups ({pods[0]:,} pods)"
     )
@@ -338,17 +380,80 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true", help="no warm-up read before the cycle")
     parser.add_argument("--profile", action="store_true", help="cProfile the cycles (slower)")
     parser.add_argument("--keep", action="store_true", help="keep the template database")
+    parser.add_argument(
+        "--disruption",
+        choices=("off", "on", "both"),
+        default="off",
+        help="budgets, gaps and checkpoint preference: off, on, or both side by side",
+    )
     args = parser.parse_args()
     settings = Settings()
-    with scratch_database(settings, "minruntime_test_bench_cycle", keep=args.keep) as template:
-        measure_copies(settings, template, args)
+    if args.disruption != "both":
+        name = "minruntime_test_bench_cycle"
+        with scratch_database(settings, name, keep=args.keep) as template:
+            seed(template, args, args.disruption == "on")
+            measure_copies(settings, template, args)
+        return
+    with (
+        scratch_database(settings, "minruntime_test_bench_cycle", keep=args.keep) as off,
+        scratch_database(settings, "minruntime_test_bench_cycle_on", keep=args.keep) as on,
+    ):
+        seed(off, args)
+        seed(on, args, disruption=True)
+        side_by_side(settings, off, on, args)
+
+
+def side_by_side(settings: Settings, off: str, on: str, args: argparse.Namespace) -> None:
+    """Time ``--runs`` cycles of each state, alternately (off, on, off, on, ...), each on a
+    fresh copy, and print the ratio of the medians."""
+    totals: dict[str, list[float]] = {"off": [], "on": []}
+    plans: dict[str, list[float]] = {"off": [], "on": []}
+    decided: dict[str, Counter[str]] = {}
+    copies: list[str] = []
+    try:
+        for run in range(args.runs):
+            for label, template in (("off", off), ("on", on)):
+                url = copy_url(template, f"r{run}")
+                copies.append(url)
+                copy_database(settings, template, url)
+                timings, report, _ = measure(url, args.cold, None)
+                drop_database(settings, url)
+                copies.remove(url)
+                totals[label].append(timings["total"])
+                plans[label].append(timings["plan"])
+                decided[label] = outcome_counts(report.plan)
+                print(
+                    f"run {run + 1} {label:>3}: {timings['total']:.3f} s (load "
+                    f"{timings['load']:.3f}, plan {timings['plan']:.3f}, write "
+                    f"{timings['write']:.3f}, commit {timings['commit']:.3f})"
+                )
+    finally:
+        for url in copies:
+            drop_database(settings, url)
+    print()
+    print(f"python {platform.python_version()} on {platform.machine()}")
+    for label in ("off", "on"):
+        print(
+            f"decisions {label}: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(decided[label].items()))
+        )
+    off_total, on_total = statistics.median(totals["off"]), statistics.median(totals["on"])
+    off_plan, on_plan = statistics.median(plans["off"]), statistics.median(plans["on"])
+    print(
+        f"cycle (run_cycle + COMMIT), median of {args.runs}: off {off_total:.3f} s, "
+        f"on {on_total:.3f} s, on/off {on_total / off_total:.3f}"
+    )
+    print(
+        f"plan step alone, median: off {off_plan:.3f} s, on {on_plan:.3f} s, "
+        f"on/off {on_plan / off_plan:.3f}"
+    )
+    print(f"target: on within 10 % of off ({'met' if on_total <= 1.1 * off_total else 'missed'})")
 
 
 def measure_copies(settings: Settings, template: str, args: argparse.Namespace) -> None:
-    """Seed ``template``, then time ``--runs`` cycles, each on a fresh copy of it."""
+    """Time ``--runs`` cycles on the seeded ``template``, each on a fresh copy of it."""
     copies: list[str] = []
     try:
-        seed(template, args)
         profile = cProfile.Profile() if args.profile else None
         results: list[dict[str, float]] = []
         reports: list[tuple[CycleReport, tuple[int, ...]]] = []

@@ -774,11 +774,13 @@ def test_one_contender_two_candidates_one_commit(
     s.prepare({"n1": 4, "n2": 4})
     with rq.paused():
         contender = s.pend(s.job("hi", 4, priority=100, min_available=4))
-        # Same priority; `a` is further over its expected runtime, so it goes first.
-        first = s.start(
+        # Same priority and GPUs; `b` started 30 minutes after `a`, so evicting it loses less
+        # work and it goes first (docs/rule-engine.md, "Checkpoint preference"): `a` is the
+        # one further over its expected runtime, which is now only the tie-break.
+        second = s.start(
             s.job("a", 4, priority=50, annotations=OVERRUN), "n1", s.base - timedelta(minutes=30)
         )
-        second = s.start(s.job("b", 4, priority=50, annotations=OVERRUN), "n2")
+        first = s.start(s.job("b", 4, priority=50, annotations=OVERRUN), "n2")
 
     wait_decisions(rq.pipeline, first)
     wait_decisions(rq.pipeline, second)

@@ -99,7 +99,8 @@ def test_the_dry_run_decides_what_the_workers_next_cycle_decides(
     # As of `first`: the state before the worker's commit, planned at `first`.
     as_of = dry_run(engine, at=first, now=datetime.now(UTC))
 
-    # The worker's order: lowest priority first, then the largest overrun, then uid.
+    # The worker's order: lowest priority first, then the least work at risk, then the
+    # largest overrun, then uid.
     assert outcomes(live) == [
         ("u", "rolled_back", "protected", ()),
         ("v", "committed", None, ("hi",)),

@@ -116,3 +116,27 @@ def test_evicted_runs_are_counted_by_queue_owner_kind_and_protection_for_the_slo
     assert value("team-a", "RayJob", "inside") == 1
     assert value("team-a", "other", "maybe") == 1  # a kind not known: never its name
     assert value("team-b", "none", "outside") == 1
+
+
+def test_a_known_checkpoint_makes_the_lost_figures_the_work_since_it() -> None:
+    registry = CollectorRegistry()
+    metrics = ProcessorMetrics(registry)
+    saved = LostRun("team-a", True, "evicted", 7200.0, 14400.0, "none", "reclaim", None, None)
+    outcome = BatchOutcome(
+        lost_runs=[
+            # Ran 2h on 2 GPUs, checkpointed 10 minutes before the eviction.
+            saved._replace(seconds_since_checkpoint=600.0, gpu_seconds_since_checkpoint=1200.0),
+            # No checkpoint known: the whole run.
+            saved,
+        ]
+    )
+    metrics.observe("podgroups", outcome, 0.1, {})
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("minruntime_gpu_seconds_lost_total", queue="team-a") == 1200 + 14400
+    assert value("minruntime_gpu_seconds_lost_by_action_total", action="reclaim") == 1200 + 14400
+    assert value("minruntime_run_seconds_lost_by_action_total", action="reclaim") == 600 + 7200
+    assert value("minruntime_run_seconds_lost_bucket", ended_by="evicted", le="600.0") == 1
+    assert value("minruntime_run_seconds_lost_sum", ended_by="evicted") == 600 + 7200

@@ -51,6 +51,8 @@ def committed() -> RequeueDecision:
             PodPlacement("hi", "hi-1", "node-1", 1.0),
         ),
         delay_problem="kai.scheduler/requeue-delay '-5m': negative",
+        work_at_risk=4 * 3600.0,
+        last_checkpoint=NOW - timedelta(hours=1),
     )
 
 
@@ -92,24 +94,26 @@ def test_the_table_has_a_row_per_decision_its_placements_and_every_other_field()
         "not nominated by expectedruntime (invalid_duration): 7: s0, s1, s2, s3, s4 and 2 more"
     )
     assert lines[2].split() == [
-        "UID", "OUTCOME", "REASON", "NOMINATED", "BY", "OVERRUN", "BENEFICIARIES", "COOLDOWN",
-        "UNTIL", "RECORDED",
+        "UID", "OUTCOME", "REASON", "NOMINATED", "BY", "OVERRUN", "WORK", "AT", "RISK",
+        "BENEFICIARIES", "COOLDOWN", "UNTIL", "RECORDED",
     ]  # fmt: skip
     assert lines[3].split() == [
-        "v", "committed", "-", "expectedruntime,proportion", "1h5s", "hi", "2026-11-21T12:05:00Z",
-        "yes",
+        "v", "committed", "-", "expectedruntime,proportion", "1h5s", "4.00", "GPU-h", "hi",
+        "2026-11-21T12:05:00Z", "yes",
     ]  # fmt: skip
     detail = lines[3].index("committed")
-    assert [line[detail:] for line in lines[4:7]] == [
+    assert [line[detail:] for line in lines[4:8]] == [
         "hi/hi-0 -> node-1 (1 GPU)",
         "hi/hi-1 -> node-1 (1 GPU)",
         "delay_problem: kai.scheduler/requeue-delay '-5m': negative",
+        "last_checkpoint: 2026-11-21T11:00:00Z",
     ]
-    assert lines[7].split() == [
-        "w", "rolled_back", "no_contender_fits", "expectedruntime", "2m", "-", "-", "no", "(repeat)"
+    assert lines[8].split() == [
+        "w", "rolled_back", "no_contender_fits", "expectedruntime", "2m", "-", "-", "-", "no",
+        "(repeat)",
     ]  # fmt: skip
-    assert lines[8][detail:] == "delay_ends_at: 2026-11-21T12:03:00Z"
-    assert lines[9:] == [
+    assert lines[9][detail:] == "delay_ends_at: 2026-11-21T12:03:00Z"
+    assert lines[10:] == [
         "the worker would record 1 of 2 decision(s); a repeat of the newest recorded decision "
         "for the same run is not recorded again",
         "promised after the cycle: node-1 2 GPU",
@@ -144,6 +148,9 @@ def test_json_has_every_field_of_every_decision(capsys: pytest.CaptureFixture[st
     assert first["placements"][0] == {"podgroup": "hi", "pod": "hi-0", "node": "node-1", "gpu": 1.0}
     assert (first["reservations"], first["recorded"]) == ({"node-1": 2.0}, True)
     assert first["requeue_not_before"] == "2026-11-21T12:05:00Z"
+    # The work at risk in GPU-seconds, and the checkpoint it is counted from.
+    assert (first["work_at_risk"], first["last_checkpoint"]) == (14400.0, "2026-11-21T11:00:00Z")
+    assert (second["work_at_risk"], second["last_checkpoint"]) == (None, None)
     assert (second["reason"], second["recorded"]) == ("no_contender_fits", False)
     assert second["delay_ends_at"] == "2026-11-21T12:03:00Z"
     assert document["excluded"] == [

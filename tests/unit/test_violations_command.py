@@ -15,6 +15,7 @@ from minruntime.core import (
     Reclaimers,
     RuleWindow,
     Verdict,
+    format_rfc3339,
     judge,
     judge_exact,
 )
@@ -150,3 +151,33 @@ def test_an_attributed_row_says_who_evicted_and_judges_the_one_rule() -> None:
 def test_a_report_without_attributed_rows_keeps_its_summary_line() -> None:
     head = render(report(violation("pos", timedelta(seconds=100)))).splitlines()[0]
     assert head.endswith("0 definite, 1 possible")
+
+
+def test_a_checkpointed_run_shows_the_work_lost_since_its_checkpoint() -> None:
+    saved = violation("saved", timedelta(seconds=100))._replace(
+        last_checkpoint=T0 + timedelta(seconds=70), gpu_seconds_since_checkpoint=Decimal("60.000")
+    )
+    lines = render(report(saved, violation("plain", timedelta(seconds=100)))).splitlines()
+    row = next(i for i, line in enumerate(lines) if " saved " in line)
+    plain = next(i for i, line in enumerate(lines) if " plain " in line)
+    rest = [line.strip() for line in lines[row + 1 : plain] if line.startswith(" ")]
+    assert rest[-1] == (
+        f"checkpointed at {format_rfc3339(T0 + timedelta(seconds=70))}:"
+        " lost 0.02 of the run's 0.06 GPU-h"
+    )
+    assert not any("checkpointed" in line for line in lines[plain:])
+    out = io.StringIO()
+    write_json(report(saved, violation("plain", timedelta(seconds=100))), out)
+    rows = {row["uid"]: row for row in json.loads(out.getvalue())["rows"]}
+    assert (
+        rows["saved"]["gpu_seconds"],
+        rows["saved"]["gpu_seconds_since_checkpoint"],
+        rows["saved"]["gpu_seconds_lost"],
+        rows["saved"]["last_checkpoint"],
+    ) == (200.0, 60.0, 60.0, format_rfc3339(T0 + timedelta(seconds=70)))
+    # No checkpoint known: the whole run is the work lost.
+    assert (
+        rows["plain"]["gpu_seconds_since_checkpoint"],
+        rows["plain"]["gpu_seconds_lost"],
+        rows["plain"]["last_checkpoint"],
+    ) == (None, 200.0, None)

@@ -76,6 +76,16 @@ class Violation(NamedTuple):
     attribution: Attribution | None = None
     # The verdict under the one rule that applied (None: no attribution names one).
     exact: ExactJudgement | None = None
+    # The run's last checkpoint and the GPU-seconds since it (None: no checkpoint known).
+    last_checkpoint: datetime | None = None
+    gpu_seconds_since_checkpoint: Decimal | None = None
+
+    @property
+    def gpu_seconds_lost(self) -> Decimal | None:
+        """The work the eviction lost: since the last checkpoint when one is known, else the
+        whole run's GPU-seconds."""
+        since = self.gpu_seconds_since_checkpoint
+        return self.gpu_seconds if since is None else since
 
     @property
     def inexact(self) -> Inexact | None:
@@ -168,7 +178,7 @@ def find_violations(
             windows = read[text] = _readable(text)
         start, end = row[_START], row[_END]
         rules = judge(start, end, windows).rules
-        attribution, exact = _attributed(start, end, row[_CORE:])
+        attribution, exact = _attributed(start, end, row[_CORE:_CHECKPOINT])
         violations.append(
             Violation._make(
                 (
@@ -179,6 +189,7 @@ def find_violations(
                     seq,
                     attribution,
                     exact,
+                    *row[_CHECKPOINT:],
                 )
             )
         )
@@ -188,6 +199,8 @@ def find_violations(
 # Where run_start, run_end, protection and core_pods are in a row of
 # read_surface.violating_runs.
 _START, _END, _PROTECTION, _CORE = 4, 5, 9, 13
+# Where last_checkpoint and gpu_seconds_since_checkpoint start (after the attribution's eight).
+_CHECKPOINT: Final = _CORE + 8
 
 
 def _attributed(
@@ -292,6 +305,12 @@ class ViolationJson:
             ),
             "gpus": _number(violation.gpus),
             "gpu_seconds": _number(violation.gpu_seconds),
+            # The work lost: since the last checkpoint when one is known (docs/audit.md).
+            "last_checkpoint": None
+            if violation.last_checkpoint is None
+            else format_rfc3339(violation.last_checkpoint),
+            "gpu_seconds_since_checkpoint": _number(violation.gpu_seconds_since_checkpoint),
+            "gpu_seconds_lost": _number(violation.gpu_seconds_lost),
             "seq": violation.seq,
             "rules": [
                 # The window's end is run_start + min_runtime: not written out per rule

@@ -49,6 +49,7 @@ _COLUMNS: Final = (
     "reason",
     "nominated by",
     "overrun",
+    "work at risk",
     "beneficiaries",
     "cooldown until",
     "recorded",
@@ -65,6 +66,7 @@ _SHOWN: Final = frozenset(
         "placements",
         "reservations",
         "quota",
+        "work_at_risk",
     }
 )
 
@@ -243,6 +245,7 @@ def _cells(result: RequeuePreview, decision: RequeueDecision) -> list[str]:
         "-" if decision.reason is None else decision.reason.value,
         ",".join(decision.nominated_by),
         _overrun(result.overruns.get(decision.uid)),
+        _at_risk(decision.work_at_risk),
         ",".join(decision.beneficiaries) or "-",
         rfc3339(decision.requeue_not_before),
         "yes" if result.recorded(decision) else "no (repeat)",
@@ -290,6 +293,12 @@ def _amount(value: float) -> str:
 def _overrun(overrun: timedelta | None) -> str:
     # For people, to the second; ``--json`` has it exactly.
     return "-" if overrun is None else _duration(timedelta(seconds=round(overrun.total_seconds())))
+
+
+def _at_risk(gpu_seconds: float | None) -> str:
+    # GPU-hours for people (since the last checkpoint, else the run's start: the decision's
+    # last_checkpoint line says which); ``--json`` has the GPU-seconds.
+    return "-" if gpu_seconds is None else f"{gpu_seconds / 3600:.2f} GPU-h"
 
 
 def _line(cells: list[str], widths: list[int]) -> str:

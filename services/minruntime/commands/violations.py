@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import timedelta
+from decimal import Decimal
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, Final, TextIO
 
@@ -165,6 +166,8 @@ def _cells(violation: Violation) -> tuple[list[str], list[str]]:
     rules = rules or ["(the stored windows cannot be read by this version)"]
     if violation.attribution is not None:
         rules.insert(0, _evicted_by(violation))
+    if violation.last_checkpoint is not None:
+        rules.append(_since_checkpoint(violation))
     cells = [
         rfc3339(violation.run_end),
         violation.uid,
@@ -176,6 +179,20 @@ def _cells(violation: Violation) -> tuple[list[str], list[str]]:
         rules[0],
     ]
     return cells, rules[1:]
+
+
+def _since_checkpoint(violation: Violation) -> str:
+    """The work lost since the run's last checkpoint, beside the whole run's."""
+    assert violation.last_checkpoint is not None
+    line = f"checkpointed at {rfc3339(violation.last_checkpoint)}"
+    since, whole = violation.gpu_seconds_since_checkpoint, violation.gpu_seconds
+    if since is not None and whole is not None:
+        line += f": lost {_gpu_hours(since)} of the run's {_gpu_hours(whole)} GPU-h"
+    return line
+
+
+def _gpu_hours(gpu_seconds: Decimal) -> str:
+    return f"{float(gpu_seconds) / 3600:.2f}"
 
 
 def _evicted_by(violation: Violation) -> str:

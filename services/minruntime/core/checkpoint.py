@@ -99,3 +99,30 @@ def work_at_risk(
     run's start when none is known, or when it is older than the start), times the GPUs."""
     since = run_start if checkpoint is None or checkpoint < run_start else checkpoint
     return max(0.0, (now - since).total_seconds()) * gpus
+
+
+def refused_checkpoint(
+    changes: Mapping[str, str | None],
+    previous: Mapping[str, str],
+    at: datetime | None,
+    run_start: datetime | None,
+) -> bool:
+    """True when ``changes`` (an event at ``at``) carry a new ``checkpointed-at`` the podgroup
+    fold ignores: not RFC3339, after ``at``, or before the running run's start. The value
+    already held is not news (the bridge sends every annotation on each change), and a
+    removal (None) is always taken."""
+    text = changes.get(CHECKPOINTED_AT_ANNOTATION)
+    if text is None or text == previous.get(CHECKPOINTED_AT_ANNOTATION):
+        return False
+    return read_checkpoint_time(text, run_start, at) is None
+
+
+def kept_checkpoint(annotations: dict[str, str], previous: Mapping[str, str]) -> dict[str, str]:
+    """``annotations`` with the ``checkpointed-at`` of ``previous`` put back (or none): what
+    the fold keeps when it ignores a new one."""
+    held = previous.get(CHECKPOINTED_AT_ANNOTATION)
+    if held is None:
+        annotations.pop(CHECKPOINTED_AT_ANNOTATION, None)
+    else:
+        annotations[CHECKPOINTED_AT_ANNOTATION] = held
+    return annotations

@@ -15,7 +15,9 @@ Rules (SEMANTICS.md §5 and §6, docs/storage.md):
   its annotations win over ones seen before, others stay; ``submitted_at`` is the first one's;
 - 0 -> 1+ allocated pods starts a run at the event's time; scale-up keeps the start;
   releasing the last pod ends the run (and clears ``awaiting_release``);
-- a null annotation value removes the key; deleted is sticky.
+- a null annotation value removes the key; deleted is sticky;
+- a new ``checkpointed-at`` that is not RFC3339, after the event's time or before the running
+  run's start is ignored: the one held before stays (core.checkpoint).
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ from minruntime.core.annotations import (
     EXPECTED_RUNTIME_ANNOTATION,
     MAX_REQUEUES_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
+)
+from minruntime.core.checkpoint import (
+    kept_checkpoint,
+    read_checkpoint_grace,
+    refused_checkpoint,
 )
 from minruntime.core.config import DEFAULT_NODE_POOL, parse_max_requeues
 from minruntime.core.durations import parse_duration
@@ -384,11 +391,14 @@ def _submit(state: PodGroupState, change: Submission) -> PodGroupState:
         eviction = last_eviction_annotation(
             change.annotations[LAST_EVICTION_ANNOTATION], change.at, submitted_at
         )
+    annotations = {**state.annotations, **change.annotations}
+    if refused_checkpoint(change.annotations, state.annotations, change.at, state.start_time):
+        annotations = kept_checkpoint(annotations, state.annotations)
     return _with(
         state,
         spec=spec,
         pods=pods,
-        annotations={**state.annotations, **change.annotations},
+        annotations=annotations,
         submitted_at=submitted_at,
         eviction_annotated_at=eviction,
     )
@@ -462,6 +472,8 @@ def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:
             annotations.pop(key, None)
         else:
             annotations[key] = value
+    if refused_checkpoint(change.changes, state.annotations, change.at, state.start_time):
+        annotations = kept_checkpoint(annotations, state.annotations)
     eviction: datetime | _Keep | None = _KEEP
     if LAST_EVICTION_ANNOTATION in change.changes:
         eviction = last_eviction_annotation(
@@ -473,7 +485,8 @@ def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:
 def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[IgnoredValue]:
     """The values ``change`` carries that the fold of it into ``state`` ignores (invalid or
     negative delays, an unusable last-eviction-timestamp, a max-requeues annotation that is not
-    a count in range): each counted once per event."""
+    a count in range, a checkpoint-grace out of (0, 30m], a new checkpointed-at that is not
+    RFC3339, in the event's future or before the run's start): each counted once per event."""
     if isinstance(change, Submission):
         delays: list[str | None] = [change.preemption_delay]
         delays += [text for _, text in change.pod_preemption_delays]
@@ -497,4 +510,8 @@ def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[Ig
             parse_max_requeues(cap, MAX_REQUEUES_ANNOTATION)
         except MinRuntimeError:
             ignored.add(IgnoredValue.MAX_REQUEUES)
+    if read_checkpoint_grace(annotations).problem is not None:
+        ignored.add(IgnoredValue.CHECKPOINT_GRACE)
+    if refused_checkpoint(annotations, state.annotations, at, state.start_time):
+        ignored.add(IgnoredValue.CHECKPOINTED_AT)
     return frozenset(ignored)

@@ -43,6 +43,12 @@ class IgnoredValue(StrEnum):
     # minruntime.kai.scheduler/max-requeues that is not a count in [1, MAX_REQUEUES] (the node
     # pool's cap applies; core.requeue_cap).
     MAX_REQUEUES = "max_requeues"
+    # minruntime.kai.scheduler/checkpoint-grace that is not a duration in (0, 30m]
+    # (core.checkpoint: the podgroup is evicted without a handshake).
+    CHECKPOINT_GRACE = "checkpoint_grace"
+    # minruntime.kai.scheduler/checkpointed-at that is not RFC3339, lies in the future of the
+    # event carrying it, or before the run's start (core.checkpoint: the previous one stands).
+    CHECKPOINTED_AT = "checkpointed_at"
 
 
 class DelaySource(StrEnum):

@@ -8,6 +8,7 @@ placement, when an eviction is justified) are written down in docs/rule-engine.m
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
@@ -155,6 +156,8 @@ class _Planner:
             self._pending[pool] = [_contender(pg) for pg in podgroups]
             self._ranks[pool] = [-pg.priority for pg in podgroups]
         self._taken: set[str] = set()
+        # Candidate uid -> (work at risk, last checkpoint) at ``now``, for its decision.
+        self._at_risk: dict[str, tuple[float | None, datetime | None]] = {}
         # Per pool: gang shape -> fits without any eviction, valid until the next commit.
         self._fits_now: dict[str, dict[tuple[int, ...], bool]] = {}
         self._new_promises: dict[str, int] = {}
@@ -190,7 +193,7 @@ class _Planner:
 
     def plan(self, candidates: Mapping[str, Collection[str]]) -> CyclePlan:
         excluded: list[Exclusion] = []
-        order: dict[str, tuple[int, int, timedelta, str]] = {}
+        order: dict[str, tuple[int, int, float, timedelta, str]] = {}
         for uid in candidates:
             try:
                 order[uid] = self._candidate_order(uid)
@@ -217,13 +220,25 @@ class _Planner:
             tuple(excluded),
         )
 
-    def _candidate_order(self, uid: str) -> tuple[int, int, timedelta, str]:
-        # Lowest priority first, then the largest overrun, then uid; unknown podgroups last.
+    def _candidate_order(self, uid: str) -> tuple[int, int, float, timedelta, str]:
+        # Lowest priority first, then the least work at risk (checkpoint preference), then the
+        # largest overrun, then uid; unknown podgroups last. Among victims of one priority
+        # that could serve the same beneficiary, the first one tried serves it: the one whose
+        # eviction loses the least work.
         podgroup = self._running.get(uid)
         if podgroup is None:
-            return (1, 0, timedelta(0), uid)
+            return (1, 0, 0.0, timedelta(0), uid)
         overrun = nominate(podgroup.nomination_candidate(), self._now).overrun
-        return (0, podgroup.priority, -(overrun or timedelta(0)), uid)
+        saved_at = podgroup.last_checkpoint(self._now)
+        risk = podgroup.work_at_risk(self._now, saved_at)
+        self._at_risk[uid] = (risk, saved_at)
+        return (
+            0,
+            podgroup.priority,
+            math.inf if risk is None else risk,
+            -(overrun or timedelta(0)),
+            uid,
+        )
 
     def _uncommitted(
         self,
@@ -236,6 +251,7 @@ class _Planner:
         quota: QuotaVerdict | None = None,
     ) -> RequeueDecision:
         """A decision that evicts nothing: skipped, or rolled back (``outcome``)."""
+        risk, saved_at = self._at_risk.get(uid, (None, None))
         return RequeueDecision(
             uid=uid,
             outcome=outcome,
@@ -244,6 +260,8 @@ class _Planner:
             decided_at=self._now,
             delay_ends_at=delay_ends_at,
             quota=quota,
+            work_at_risk=risk,
+            last_checkpoint=saved_at,
         )
 
     def _decide(self, uid: str, nominated_by: tuple[str, ...]) -> RequeueDecision:
@@ -416,6 +434,7 @@ class _Planner:
         not_before = requeue_not_before(self._now, delay)
         for pool in self._ledger.pools_changed_since(checkpoint):
             self._fits_now.pop(pool, None)
+        risk, saved_at = self._at_risk.get(victim.uid, (None, None))
         reserved: dict[str, int] = {}
         placements: list[PodPlacement] = []
         for contender, nodes in placed:
@@ -450,6 +469,8 @@ class _Planner:
             },
             placements=tuple(placements),
             delay_problem=problem,
+            work_at_risk=risk,
+            last_checkpoint=saved_at,
         )
 
 

@@ -16,6 +16,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import ClassVar, Final
 
+from minruntime.core.checkpoint import last_checkpoint, work_at_risk
 from minruntime.core.config import DEFAULT_NODE_POOL
 from minruntime.core.disruption import DisruptionHistory
 from minruntime.core.elastic import DEFAULT_SUBGROUP, PodGroupPods, SubGroup
@@ -127,6 +128,24 @@ class RunningPodGroup:
     def running_pods(self) -> int:
         """The number of pods holding resources."""
         return len(self.pod_set.running)
+
+    def last_checkpoint(self, now: datetime) -> datetime | None:
+        """Its run's last checkpoint at ``now`` (core.checkpoint; None: none usable)."""
+        return last_checkpoint(self.annotations, self.start_time, now)
+
+    @property
+    def running_gpus(self) -> float:
+        """The GPUs its running pods hold."""
+        return math.fsum(pod.gpu for pod in self.pods if pod.running)
+
+    def work_at_risk(self, now: datetime, checkpoint: datetime | None = None) -> float | None:
+        """GPU-seconds an eviction at ``now`` would lose: since its last checkpoint (``checkpoint``
+        when the caller has read it already), else since its start, times the GPUs its pods
+        hold (None: no start time known)."""
+        if self.start_time is None:
+            return None
+        saved = self.last_checkpoint(now) if checkpoint is None else checkpoint
+        return work_at_risk(self.start_time, saved, self.running_gpus, now)
 
     def nomination_candidate(self) -> NominationCandidate:
         """The view of this podgroup that the expected-runtime nominator judges."""
@@ -292,6 +311,11 @@ class RequeueDecision:
     quota: QuotaVerdict | None = None
     # Skipped for disruption_budget or eviction_gap: when the rule frees up.
     frees_at: datetime | None = None
+    # GPU-seconds the eviction would lose at decided_at (RunningPodGroup.work_at_risk: since the
+    # last checkpoint, else the run's start), and that checkpoint (None: none known); both
+    # None for a candidate not running.
+    work_at_risk: float | None = None
+    last_checkpoint: datetime | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reservations", MappingProxyType(dict(self.reservations)))

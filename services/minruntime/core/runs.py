@@ -16,7 +16,9 @@ say:
 
 A run ended by an eviction — ``evicted``, ``preempted``, ``requeued``,
 ``deleted-by-eviction`` — may be a protection violation (``core.violation``); completions,
-failures and deletions that no eviction caused never are.
+failures and deletions that no eviction caused never are. Its work lost is the GPU-seconds
+since its last checkpoint when the workload wrote one during the run
+(``minruntime.kai.scheduler/checkpointed-at``, core.checkpoint), else the whole run's.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Final, NamedTuple
 
+from minruntime.core.checkpoint import last_checkpoint
 from minruntime.core.disruption import TopOwner, read_top_owner
 from minruntime.core.evictions import (
     DELETED,
@@ -80,6 +83,9 @@ class EndedRun(NamedTuple):
     attribution: Attribution | None = None
     # Its top owner (kai.scheduler/top-owner-metadata: a JobSet, a RayJob, ...; None: none).
     owner: TopOwner | None = None
+    # Its last checkpoint when it ended (core.checkpoint: minruntime.kai.scheduler/
+    # checkpointed-at, not before its start nor after its end; None: none known).
+    checkpoint: datetime | None = None
 
     @property
     def owner_kind(self) -> str | None:
@@ -104,6 +110,31 @@ class EndedRun(NamedTuple):
         seconds = Decimal(self.duration // timedelta(microseconds=1)) / 1_000_000
         return _scaled(self.gpus * seconds, _GPU_SECONDS_SCALE)
 
+    @property
+    def since_checkpoint(self) -> timedelta | None:
+        """For a run an eviction ended, the time from its last checkpoint to its end (None:
+        not ended by an eviction, or no checkpoint known)."""
+        if self.checkpoint is None or not self.eviction:
+            return None
+        return max(self.end - max(self.start, self.checkpoint), timedelta(0))
+
+    @property
+    def gpu_seconds_since_checkpoint(self) -> Decimal | None:
+        """The work an eviction really lost: GPUs times the seconds from its last checkpoint
+        to its end (None: not ended by an eviction, no checkpoint known, or GPUs unknown)."""
+        lost = self.since_checkpoint
+        if lost is None or self.gpus is None:
+            return None
+        seconds = Decimal(lost // timedelta(microseconds=1)) / 1_000_000
+        return _scaled(self.gpus * seconds, _GPU_SECONDS_SCALE)
+
+    @property
+    def gpu_seconds_lost(self) -> Decimal | None:
+        """The work an eviction lost, as the metrics and ``violations`` count it: since the
+        last checkpoint when one is known, else the whole run's GPU-seconds."""
+        since = self.gpu_seconds_since_checkpoint
+        return self.gpu_seconds if since is None else since
+
 
 def ended_run(
     before: PodGroupState, after: PodGroupState, change: PodGroupChange, at: datetime
@@ -124,6 +155,7 @@ def ended_run(
         core=held_core(before),
         attribution=change.eviction if isinstance(change, Release) else None,
         owner=read_top_owner(before.annotations).owner,
+        checkpoint=last_checkpoint(before.annotations, before.start_time, at),
     )
 
 

@@ -53,6 +53,22 @@ class LostRun(NamedTuple):
     exact_verdict: str | None = None
     # The top owner's kind (JobSet, RayJob, ...; None: no top-owner metadata).
     owner_kind: str | None = None
+    # Seconds and GPU-seconds since the run's last checkpoint (None: none known; ``seconds``
+    # and ``gpu_seconds`` stand).
+    seconds_since_checkpoint: float | None = None
+    gpu_seconds_since_checkpoint: float | None = None
+
+    @property
+    def seconds_lost(self) -> float:
+        """The run time lost the metrics count: since the last checkpoint when one is known."""
+        since = self.seconds_since_checkpoint
+        return self.seconds if since is None else since
+
+    @property
+    def gpu_seconds_lost(self) -> float | None:
+        """The work lost the metrics count: since the last checkpoint when one is known."""
+        since = self.gpu_seconds_since_checkpoint
+        return self.gpu_seconds if since is None else since
 
 
 class RunLog:
@@ -81,6 +97,7 @@ class RunLog:
         row.update(attribution_columns(run, exact))
         self._rows.append(row)
         if run.eviction:
+            since, since_gpu = run.since_checkpoint, run.gpu_seconds_since_checkpoint
             self.lost.append(
                 LostRun(
                     run.queue,
@@ -92,6 +109,8 @@ class RunLog:
                     None if run.attribution is None else run.attribution.action,
                     None if exact is None else exact.verdict.value,
                     run.owner_kind,
+                    None if since is None else since.total_seconds(),
+                    None if since_gpu is None else float(since_gpu),
                 )
             )
 
@@ -136,6 +155,8 @@ def run_row(
         "owner_name": None if run.owner is None else run.owner.name,
         "owner_uid": None if run.owner is None else run.owner.uid,
         "core_pods": run.core,
+        "last_checkpoint": run.checkpoint,
+        "gpu_seconds_since_checkpoint": run.gpu_seconds_since_checkpoint,
     }
 
 

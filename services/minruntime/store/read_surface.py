@@ -319,7 +319,8 @@ def _judged_run(read: str) -> sa.TextClause:
 _VIOLATIONS: Final = (
     "SELECT r.uid, r.queue, r.node_pool, r.preemptibility, r.run_start, r.run_end, r.ended_by,"
     # The windows as stored (text): runs of one queue share them, so each is read once.
-    " r.gpus, r.gpu_seconds, r.protection, r.cut_short, r.windows_text, e.seq, {attribution}"
+    " r.gpus, r.gpu_seconds, r.protection, r.cut_short, r.windows_text, e.seq, {attribution},"
+    " {checkpoint}"
     " FROM {schema}.runs r"
     # The log is the live schema's: a kept shadow's runs were replayed from it.
     f" LEFT JOIN {READ_SCHEMA}.event_log e ON e.source = r.end_source AND e.id = r.end_event_id"
@@ -336,11 +337,18 @@ _ATTRIBUTION: Final = (
     " r.evicted_at, r.exact_verdict, CAST(r.applied_window AS text)"
 )
 _NO_ATTRIBUTION: Final = "0, " + ", ".join(["NULL"] * 7)
+# The run's last checkpoint and the GPU-seconds since it (migration 0022); NULLs before it.
+_CHECKPOINT: Final = "r.last_checkpoint, r.gpu_seconds_since_checkpoint"
+_NO_CHECKPOINT: Final = "CAST(NULL AS timestamptz), CAST(NULL AS numeric)"
 _VIOLATING: Final = "r.protection <> 'none' OR r.exact_verdict = 'violated'"
 _VIOLATING_0013: Final = "r.protection <> 'none'"
 _HAS_ATTRIBUTION: Final = (
     "SELECT EXISTS (SELECT FROM pg_attribute"
     " WHERE attrelid = to_regclass(:runs) AND attname = 'exact_verdict' AND NOT attisdropped)"
+)
+_HAS_CHECKPOINT: Final = (
+    "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(:runs)"
+    " AND attname = 'gpu_seconds_since_checkpoint' AND NOT attisdropped)"
 )
 _EVICTED: Final = (
     "SELECT count(*) FROM {schema}.runs r WHERE r.eviction"
@@ -375,12 +383,15 @@ def violating_runs(
     that applied (at or after ``since``, in ``queue``), in the order they ended: uid, queue,
     node_pool, preemptibility, run_start, run_end, ended_by, gpus, gpu_seconds, protection,
     cut_short, windows_text, the log seq of the end, core_pods, eviction_source,
-    eviction_action, evictor, evictor_queue, evicted_at, exact_verdict, applied_window."""
+    eviction_action, evictor, evictor_queue, evicted_at, exact_verdict, applied_window,
+    last_checkpoint, gpu_seconds_since_checkpoint."""
     params = {"since": since, "queue": queue}
     attributed = _scalar(conn, _HAS_ATTRIBUTION, runs=f"{schema}.runs")
+    checkpointed = _scalar(conn, _HAS_CHECKPOINT, runs=f"{schema}.runs")
     query = _VIOLATIONS.format(
         schema=schema,
         attribution=_ATTRIBUTION if attributed else _NO_ATTRIBUTION,
+        checkpoint=_CHECKPOINT if checkpointed else _NO_CHECKPOINT,
         violating=_VIOLATING if attributed else _VIOLATING_0013,
     )
     return conn.execute(sa.text(query), params).all()

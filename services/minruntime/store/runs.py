@@ -44,6 +44,8 @@ RUN_COLUMNS: Final = {
     "owner_kind": "text",
     "owner_name": "text",
     "owner_uid": "text",
+    "last_checkpoint": "timestamptz",
+    "gpu_seconds_since_checkpoint": "numeric",
 }
 
 

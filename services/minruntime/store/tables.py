@@ -279,6 +279,11 @@ run_log = sa.Table(
     sa.Column("owner_kind", sa.Text),
     sa.Column("owner_name", sa.Text),
     sa.Column("owner_uid", sa.Text),
+    # Its last checkpoint when it ended (minruntime.kai.scheduler/checkpointed-at; NULL: none
+    # known) and, for a run an eviction ended, the GPU-seconds since it: the work really lost
+    # (migration 0022).
+    sa.Column("last_checkpoint", sa.DateTime(timezone=True)),
+    sa.Column("gpu_seconds_since_checkpoint", sa.Numeric),
     # Who evicted it, as the scheduler said (migration 0018; NULL: not known): which trace said
     # it (event | annotation | condition), the action, the evicting podgroup "ns/name", its
     # queue, and when the scheduler evicted.

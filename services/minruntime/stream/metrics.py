@@ -100,13 +100,15 @@ class ProcessorMetrics:
         )
         self.run_seconds_lost = histogram(
             "minruntime_run_seconds_lost",
-            "How long the runs that evictions and requeues ended had run (work lost).",
+            "How long the runs that evictions and requeues ended had run since their last"
+            " checkpoint (the whole run when none is known): the run time lost.",
             ["ended_by"],
             buckets=(60, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, 259200),
         )
         self.gpu_seconds_lost = counter(
             "minruntime_gpu_seconds_lost",
-            "GPU-seconds of the runs that evictions and requeues ended, by queue.",
+            "GPU-seconds the runs that evictions and requeues ended lost (since their last"
+            " checkpoint when one is known, else the whole run), by queue.",
             ["queue"],
         )
         self.violations = counter(
@@ -125,12 +127,14 @@ class ProcessorMetrics:
         )
         self.run_seconds_lost_by_action = counter(
             "minruntime_run_seconds_lost_by_action",
-            "How long the runs evictions ended had run, by the scheduler's action.",
+            "How long the runs evictions ended had run since their last checkpoint (the whole"
+            " run when none is known), by the scheduler's action.",
             ["action"],
         )
         self.gpu_seconds_lost_by_action = counter(
             "minruntime_gpu_seconds_lost_by_action",
-            "GPU-seconds of the runs evictions ended, by the scheduler's action.",
+            "GPU-seconds the runs evictions ended lost (since their last checkpoint when one is"
+            " known), by the scheduler's action.",
             ["action"],
         )
         self.evicted_runs = counter(
@@ -143,7 +147,8 @@ class ProcessorMetrics:
             "minruntime_ignored_values",
             "Applied events that carried a value the service ignored, as KAI does, with this"
             " warning (an invalid or negative preemption delay, an unusable"
-            " last-eviction-timestamp), by field.",
+            " last-eviction-timestamp, a bad max-requeues, checkpoint-grace or"
+            " checkpointed-at), by field.",
             ["field"],
         )
         # Every field exported from the start (zero until one is ignored); a new field is a
@@ -174,15 +179,17 @@ class ProcessorMetrics:
 
     def lost(self, run: LostRun) -> None:
         """Count a run an eviction ended."""
-        self.run_seconds_lost.labels(run.ended_by).observe(run.seconds)
-        if run.gpu_seconds is not None:
-            self.gpu_seconds_lost.labels(self.queue_label(run)).inc(max(run.gpu_seconds, 0.0))
+        self.run_seconds_lost.labels(run.ended_by).observe(run.seconds_lost)
+        # The work really lost: since the run's last checkpoint when one is known.
+        lost = run.gpu_seconds_lost
+        if lost is not None:
+            self.gpu_seconds_lost.labels(self.queue_label(run)).inc(max(lost, 0.0))
         action = action_label(run.action)
         verdict = run.protection if run.exact_verdict is None else run.exact_verdict
         self.evictions.labels(action, verdict).inc()
-        self.run_seconds_lost_by_action.labels(action).inc(max(run.seconds, 0.0))
-        if run.gpu_seconds is not None:
-            self.gpu_seconds_lost_by_action.labels(action).inc(max(run.gpu_seconds, 0.0))
+        self.run_seconds_lost_by_action.labels(action).inc(max(run.seconds_lost, 0.0))
+        if lost is not None:
+            self.gpu_seconds_lost_by_action.labels(action).inc(max(lost, 0.0))
         self.evicted_runs.labels(
             self.queue_label(run), owner_kind_label(run.owner_kind), protection_label(verdict)
         ).inc()

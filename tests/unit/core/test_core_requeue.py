@@ -310,20 +310,31 @@ def test_two_candidates_one_contender_commits_exactly_once() -> None:
     assert result.promised == {"n1": 4.0}
 
 
-def test_candidates_go_lowest_priority_then_largest_overrun_then_uid() -> None:
+def test_candidates_go_lowest_priority_then_least_at_risk_then_largest_overrun_then_uid() -> None:
+    # Equal work at risk (same start, same GPUs): e-over is further over a shorter estimate.
+    over = {EXPECTED_RUNTIME_ANNOTATION: "30m"}
     snapshot = ClusterState(
-        nodes=(node("n1", 16.0),),
+        nodes=(node("n1", 20.0),),
         running=(
             running_pg("c-high", priority=5),
             running_pg("b-long", start=T0 - s(5 * 3600)),
             running_pg("a-short"),
             running_pg("d-short"),
+            running_pg("e-over", annotations=over),
         ),
         pending=(pending_pg("urgent"),),
     )
-    result = plan(snapshot, nominated("a-short", "b-long", "c-high", "d-short", "ghost"))
-    assert [d.uid for d in result.decisions] == ["b-long", "a-short", "d-short", "c-high", "ghost"]
-    assert result.committed()[0].uid == "b-long"
+    result = plan(snapshot, nominated("a-short", "b-long", "c-high", "d-short", "e-over", "ghost"))
+    # b-long has run 5h: its eviction would lose the most work (no checkpoint is known).
+    assert [d.uid for d in result.decisions] == [
+        "e-over",
+        "a-short",
+        "d-short",
+        "b-long",
+        "c-high",
+        "ghost",
+    ]
+    assert result.committed()[0].uid == "e-over"
 
 
 def test_contenders_go_highest_priority_then_oldest_then_uid() -> None:

@@ -23,7 +23,9 @@ from minruntime.core import (
     SubGroup,
     ended_run,
     fold,
+    format_rfc3339,
 )
+from minruntime.core.checkpoint import CHECKPOINTED_AT_ANNOTATION
 
 
 def submitted(
@@ -138,3 +140,68 @@ def test_gpus_no_count_can_be_are_unknown_not_an_error(gpu: str) -> None:
     assert run is not None
     assert run.gpus is None
     assert run.gpu_seconds is None
+
+
+# --- the work lost since the last checkpoint --------------------------------------------------
+
+
+def _checkpointed(at: datetime) -> Annotation:
+    return Annotation({CHECKPOINTED_AT_ANNOTATION: format_rfc3339(at)}, at)
+
+
+def test_an_evicted_run_loses_only_the_work_since_its_last_checkpoint() -> None:
+    state = fold(running(submitted(gpus=(1, 0.5))), _checkpointed(T0 + s(400)))
+    at = T0 + s(600)
+    run = end(state, Release(None, at, "evicted"), at)
+    assert run is not None
+    assert run.checkpoint == T0 + s(400)
+    assert run.gpu_seconds == Decimal("900.000")
+    assert run.gpu_seconds_since_checkpoint == Decimal("300.000")
+    assert run.gpu_seconds_lost == Decimal("300.000")
+
+
+def test_no_checkpoint_or_no_eviction_means_no_figure_since_checkpoint() -> None:
+    plain = running(submitted())
+    run = end(plain, Release(None, T0 + s(60), "evicted"), T0 + s(60))
+    assert run is not None
+    assert (run.checkpoint, run.gpu_seconds_since_checkpoint) == (None, None)
+    assert run.gpu_seconds_lost == run.gpu_seconds == Decimal("120.000")
+    saved = fold(plain, _checkpointed(T0 + s(30)))
+    done = end(saved, Release(None, T0 + s(60), "completed"), T0 + s(60))
+    assert done is not None
+    # A completion loses nothing: the checkpoint is kept, no figure since it.
+    assert done.checkpoint == T0 + s(30)
+    assert done.gpu_seconds_since_checkpoint is None
+
+
+def test_a_previous_runs_checkpoint_is_not_this_runs() -> None:
+    state = fold(running(submitted()), _checkpointed(T0 + s(30)))
+    state = fold(state, Release(None, T0 + s(60), "evicted"))
+    again = fold(state, Allocation((("p0", "n1"), ("p1", "n1")), T0 + s(120)))
+    run = end(again, Release(None, T0 + s(180), "evicted"), T0 + s(180))
+    assert run is not None
+    assert (run.checkpoint, run.gpu_seconds_since_checkpoint) == (None, None)
+
+
+@given(
+    st.integers(min_value=1, max_value=10**6),
+    st.integers(min_value=0, max_value=10**6),
+    st.sampled_from(["evicted", "preempted", "requeued", "completed", "failed"]),
+)
+def test_the_work_lost_since_a_checkpoint_never_exceeds_the_runs(
+    ran: int, saved: int, reason: str
+) -> None:
+    state = running(submitted(gpus=(2, 0.25)))
+    saved = min(saved, ran)
+    state = fold(state, _checkpointed(T0 + s(saved)))
+    run = end(state, Release(None, T0 + s(ran), reason), T0 + s(ran))
+    assert run is not None
+    assert run.gpu_seconds is not None
+    since = run.gpu_seconds_since_checkpoint
+    if reason in EVICTIONS:
+        assert since == Decimal(str(2.25 * (ran - saved))).quantize(Decimal("0.001"))
+        assert since <= run.gpu_seconds
+        assert run.gpu_seconds_lost == since
+    else:
+        assert since is None
+        assert run.gpu_seconds_lost == run.gpu_seconds
