@@ -531,10 +531,10 @@ class ClusterMirror:
         # The first submission is the PodGroup's creation, KAI's anchor of the preemption
         # delay (PreemptionDelayEnd in pkg/scheduler/api/podgroup_info/job_info.go), even
         # when its pods came later; a later one (the gang's shape changed) is its newest pod.
-        first = mapping.created_at(podgroup) if remembered is None else None
+        anchor = mapping.created_at(podgroup) if remembered is None else None
         created = [mapping.created_at(obj) for obj in (podgroup, *gang)]
         known = [moment for moment in created if moment is not None]
-        time = first or (max(known) if known else None)
+        time = anchor or (max(known) if known else None)
         return [
             self._emit(
                 "podgroups", EventType.PODGROUP_SUBMITTED, data, podgroup, uid, "submitted",

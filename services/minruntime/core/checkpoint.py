@@ -9,8 +9,9 @@ grace runs out (timed out), then evicts. A workload that never answers costs exa
 The workload may write ``checkpointed-at`` at any time (after every save, not only when asked):
 it is the run's **last checkpoint**, and the work an eviction would lose is the time since it
 (since the run's start when there is none), times the run's GPUs. A value that is not RFC3339,
-lies in the future of the event that carries it, or before the run started is ignored (a
-workload wrote it: ignored and counted, as KAI ignores a bad annotation).
+lies in the future of the event that carries it (by more than CLOCK_TOLERANCE), or before the
+run started is ignored (a workload wrote it: ignored and counted, as KAI ignores a bad
+annotation).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ MAX_CHECKPOINT_GRACE: Final = timedelta(minutes=30)
 # checkpointed-at at or after the request; the grace ran out first; the PodGroup was deleted
 # during the wait (the wait ends at once, nothing is left to evict).
 CHECKPOINT_OUTCOMES: Final = ("acknowledged", "timed_out", "gone")
+# How far a workload's checkpoint time may lie after the event that carries it, or before the
+# evictor's request, and still count: the API server keeps change times in whole seconds
+# (managedFields: a checkpoint at 10:00:00.6 arrives in an event of 10:00:00), and the
+# workload's clock is not the API server's nor the evictor's.
+CLOCK_TOLERANCE: Final = timedelta(seconds=2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +89,17 @@ def read_checkpoint_time(
 def last_checkpoint(
     annotations: Mapping[str, str | None], run_start: datetime | None, at: datetime
 ) -> datetime | None:
-    """The run's last checkpoint as the annotations say it at ``at`` (None: none usable)."""
-    return read_checkpoint_time(annotations.get(CHECKPOINTED_AT_ANNOTATION), run_start, at)
+    """The run's last checkpoint as the annotations say it at ``at`` (None: none usable; a
+    time at most CLOCK_TOLERANCE after ``at`` counts)."""
+    text = annotations.get(CHECKPOINTED_AT_ANNOTATION)
+    return read_checkpoint_time(text, run_start, at + CLOCK_TOLERANCE)
 
 
 def acknowledged(annotations: Mapping[str, str | None], requested_at: datetime) -> datetime | None:
-    """The ``checkpointed-at`` that answers a request made at ``requested_at`` (None: not yet)."""
-    return read_checkpoint_time(annotations.get(CHECKPOINTED_AT_ANNOTATION), requested_at, None)
+    """The ``checkpointed-at`` that answers a request made at ``requested_at`` (None: not yet;
+    a checkpoint at most CLOCK_TOLERANCE before the request answers it)."""
+    text = annotations.get(CHECKPOINTED_AT_ANNOTATION)
+    return read_checkpoint_time(text, requested_at - CLOCK_TOLERANCE, None)
 
 
 def work_at_risk(
@@ -108,13 +118,15 @@ def refused_checkpoint(
     run_start: datetime | None,
 ) -> bool:
     """True when ``changes`` (an event at ``at``) carry a new ``checkpointed-at`` the podgroup
-    fold ignores: not RFC3339, after ``at``, or before the running run's start. The value
-    already held is not news (the bridge sends every annotation on each change), and a
-    removal (None) is always taken."""
+    fold ignores: not RFC3339, more than CLOCK_TOLERANCE after ``at``, or before the running
+    run's start. The value already held is not news (the bridge sends every annotation on each
+    change), and a removal (None) is always taken."""
     text = changes.get(CHECKPOINTED_AT_ANNOTATION)
     if text is None or text == previous.get(CHECKPOINTED_AT_ANNOTATION):
         return False
-    return read_checkpoint_time(text, run_start, at) is None
+    return (
+        read_checkpoint_time(text, run_start, None if at is None else at + CLOCK_TOLERANCE) is None
+    )
 
 
 def kept_checkpoint(annotations: dict[str, str], previous: Mapping[str, str]) -> dict[str, str]:

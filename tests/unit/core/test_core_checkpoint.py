@@ -25,6 +25,7 @@ from minruntime.core import (
 from minruntime.core.checkpoint import (
     CHECKPOINT_GRACE_ANNOTATION,
     CHECKPOINTED_AT_ANNOTATION,
+    CLOCK_TOLERANCE,
     MAX_CHECKPOINT_GRACE,
     acknowledged,
     last_checkpoint,
@@ -144,8 +145,9 @@ def test_the_last_checkpoint_is_bounded_by_the_run_start_and_now() -> None:
     assert last_checkpoint(annotations, T0, T0 + 2 * HOUR) == T0 + HOUR
     # Written before this run started: a previous run's checkpoint.
     assert last_checkpoint(annotations, T0 + 2 * HOUR, T0 + 3 * HOUR) is None
-    # In the future of now.
-    assert last_checkpoint(annotations, T0, T0 + HOUR - timedelta(seconds=1)) is None
+    # In the future of now, by more than the clock tolerance (whole-second change times).
+    assert last_checkpoint(annotations, T0, T0 + HOUR - timedelta(seconds=3)) is None
+    assert last_checkpoint(annotations, T0, T0 + HOUR - CLOCK_TOLERANCE) == T0 + HOUR
     assert last_checkpoint({}, T0, T0 + HOUR) is None
     # No run start known: only the future bound applies.
     assert last_checkpoint(annotations, None, T0 + 2 * HOUR) == T0 + HOUR
@@ -154,7 +156,9 @@ def test_the_last_checkpoint_is_bounded_by_the_run_start_and_now() -> None:
 def test_an_acknowledgement_is_a_checkpoint_at_or_after_the_request() -> None:
     annotations = {CHECKPOINTED_AT_ANNOTATION: format_rfc3339(T0)}
     assert acknowledged(annotations, T0) == T0
-    assert acknowledged(annotations, T0 + timedelta(microseconds=1)) is None
+    # A checkpoint just before the request (other clocks) answers it; an older one does not.
+    assert acknowledged(annotations, T0 + CLOCK_TOLERANCE) == T0
+    assert acknowledged(annotations, T0 + CLOCK_TOLERANCE + timedelta(microseconds=1)) is None
     assert acknowledged({CHECKPOINTED_AT_ANNOTATION: "soon"}, T0) is None
     assert acknowledged({}, T0) is None
 
