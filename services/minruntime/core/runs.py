@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Final, NamedTuple
 
-from minruntime.core.disruption import TopOwner, read_top_owner
+from minruntime.core.disruption import TopOwner
 from minruntime.core.evictions import (
     DELETED,
     DELETED_BY_EVICTION,
@@ -37,7 +37,7 @@ from minruntime.core.evictions import (
     Attribution,
     ended_by_reason,
 )
-from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release
+from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release, owner_of
 from minruntime.core.preemptibility import Preemptibility, core_pods
 
 __all__ = [
@@ -78,7 +78,8 @@ class EndedRun(NamedTuple):
     core: int = 0
     # Who evicted it, when the scheduler said so (None: not known).
     attribution: Attribution | None = None
-    # Its top owner (kai.scheduler/top-owner-metadata: a JobSet, a RayJob, ...; None: none).
+    # Its top owner (the submission's topOwner, else kai.scheduler/top-owner-metadata: a
+    # JobSet, a RayJob, ...; None: none).
     owner: TopOwner | None = None
 
     @property
@@ -123,7 +124,7 @@ def ended_run(
         gpus=held_gpus(before),
         core=held_core(before),
         attribution=change.eviction if isinstance(change, Release) else None,
-        owner=read_top_owner(before.annotations).owner,
+        owner=owner_of(before),
     )
 
 
