@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from minruntime.core.disruption import (
@@ -146,3 +147,52 @@ def test_the_wire_top_owner_is_stored_and_preferred_to_the_annotation(
     assert history.by_owner == {"rj-9": (NOW - 10 * MINUTE,)}
     (decision,) = [d for d in cycle(engine, NOW).plan.decisions if d.uid == "b"]
     assert (decision.reason, decision.frees_at) == ("eviction_gap", NOW + 20 * MINUTE)
+
+
+def test_explain_shows_the_queues_budget_and_when_it_frees_up(
+    engine: sa.Engine, feed: Feed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+    import json
+
+    from rich.console import Console
+
+    from minruntime.audit.explain import explain
+    from minruntime.audit.explain_model import describe
+    from minruntime.commands.common import print_json
+    from minruntime.commands.explain import render_explanation
+    from minruntime.store.shadows import LIVE as LIVE_SHADOW
+
+    tight = {MAX_EVICTIONS_ANNOTATION: "1", EVICTION_WINDOW_ANNOTATION: "30m"}
+    feed.send(
+        budget_config(maxEvictionsPerWindow=5, evictionWindow="1h", minEvictionGap="5m"),
+        with_data(queue("team"), annotations=tight),
+        node("node-1", gpu=8),
+        *evicted_ten_minutes_ago("team"),
+        with_data(submitted("v1", "team", 8, priority=50), topOwner=WIRE_OWNER),
+        allocated("v1", 8, time=T0 + MINUTE),
+    )
+    with engine.connect() as conn:
+        explanation = explain(conn, LIVE_SHADOW, "v1", NOW, None)
+    facts = explanation.disruption
+    assert facts is not None
+    assert (facts.max_evictions_per_window, facts.eviction_window, facts.counted) == (
+        1,
+        30 * MINUTE,
+        1,
+    )
+    assert facts.min_eviction_gap == 5 * MINUTE  # the pool's: the queue does not set one
+    assert facts.overridden_by == (MAX_EVICTIONS_ANNOTATION, EVICTION_WINDOW_ANNOTATION)
+    assert (facts.refused_by, facts.frees_at) == ("disruption_budget", NOW + 20 * MINUTE)
+    assert facts.owner is not None
+    assert facts.owner.uid == "rj-9"
+    console = Console(file=io.StringIO(), width=200)
+    console.print(render_explanation(explanation, as_of=False))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "budget 1 per 30m (1 eviction of the queue in it)" in text
+    assert "from the queue's max-evictions-per-window, eviction-window" in text
+    assert "skipped (disruption_budget) until 2026-11-21T12:20:00Z" in text
+    print_json(describe(explanation))
+    document = json.loads(capsys.readouterr().out)
+    assert document["disruption"]["frees_at"] == "2026-11-21T12:20:00Z"
+    assert document["disruption"]["refused_by"] == "disruption_budget"

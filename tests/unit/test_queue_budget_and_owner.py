@@ -167,3 +167,33 @@ def test_an_owner_reference_beyond_the_wire_bounds_is_not_sent() -> None:
     too_long = {**OWNER_REFERENCE, "name": "n" * 300}
     assert mapping.top_owner(owned({}, [too_long])) is None
     assert mapping.top_owner({"metadata": meta("x", "u", ownerReferences="junk")}) is None
+
+
+def test_requeue_plan_shows_when_a_budget_skip_frees_up_in_the_table_and_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from minruntime.commands.common import print_json
+    from minruntime.commands.requeue_plan import describe, render
+    from minruntime.core import RequeueDecision, RequeueOutcome, RequeueReason
+    from tests.unit.test_requeue_plan_command import NOW, preview
+
+    skipped = RequeueDecision(
+        uid="v",
+        outcome=RequeueOutcome.SKIPPED,
+        reason=RequeueReason.DISRUPTION_BUDGET,
+        nominated_by=("expectedruntime",),
+        decided_at=NOW,
+        frees_at=NOW + timedelta(minutes=50),
+    )
+    lines = render(preview(skipped), at=None).splitlines()
+    (row,) = [line for line in lines if line.split()[:3] == ["v", "skipped", "disruption_budget"]]
+    detail = lines[lines.index(row) + 1]
+    assert detail.strip() == "frees_at: 2026-11-21T12:50:00Z"
+    print_json(describe(preview(skipped), at=None))
+    (decision,) = json.loads(capsys.readouterr().out)["decisions"]
+    assert (decision["reason"], decision["frees_at"]) == (
+        "disruption_budget",
+        "2026-11-21T12:50:00Z",
+    )
