@@ -54,6 +54,7 @@ def test_ignored_values_are_counted_by_field_and_every_field_is_exported_from_th
         "preemption_delay": 0,
         "last_eviction_timestamp": 0,
         "max_requeues": 0,
+        "top_owner_metadata": 0,
     }
     outcome = BatchOutcome(ignored_values=Counter({"preemption_delay": 2}))
     outcome.add(BatchOutcome(ignored_values=Counter({"last_eviction_timestamp": 1})))

@@ -33,7 +33,7 @@ from minruntime.core.annotations import (
     REQUEUE_NOT_BEFORE_ANNOTATION,
 )
 from minruntime.core.config import DEFAULT_NODE_POOL, parse_max_requeues
-from minruntime.core.disruption import TopOwner, read_top_owner
+from minruntime.core.disruption import TOP_OWNER_ANNOTATION, TopOwner, read_top_owner
 from minruntime.core.durations import parse_duration
 from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
@@ -512,4 +512,16 @@ def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[Ig
             parse_max_requeues(cap, MAX_REQUEUES_ANNOTATION)
         except MinRuntimeError:
             ignored.add(IgnoredValue.MAX_REQUEUES)
+    owner = annotations.get(TOP_OWNER_ANNOTATION)
+    carried = change.owner if isinstance(change, Submission) else _carried_owner(state)
+    if (
+        owner is not None
+        and carried is None
+        and read_top_owner({TOP_OWNER_ANNOTATION: owner}).problem is not None
+    ):
+        ignored.add(IgnoredValue.TOP_OWNER_METADATA)
     return frozenset(ignored)
+
+
+def _carried_owner(state: PodGroupState) -> TopOwner | None:
+    return None if state.spec is None else state.spec.owner

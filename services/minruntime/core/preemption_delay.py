@@ -43,6 +43,10 @@ class IgnoredValue(StrEnum):
     # minruntime.kai.scheduler/max-requeues that is not a count in [1, MAX_REQUEUES] (the node
     # pool's cap applies; core.requeue_cap).
     MAX_REQUEUES = "max_requeues"
+    # kai.scheduler/top-owner-metadata that does not read (not YAML/JSON fields, too long, a
+    # field missing), on a podgroup whose submission carried no topOwner (no owner, no gap;
+    # core.disruption.read_top_owner).
+    TOP_OWNER_METADATA = "top_owner_metadata"
 
 
 class DelaySource(StrEnum):

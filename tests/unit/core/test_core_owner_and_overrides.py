@@ -121,3 +121,21 @@ def test_the_planners_gap_uses_the_stored_owner_before_the_annotation() -> None:
         for d in plan(snapshot, nominated("job-0", "job-1"), configs=configs).decisions
     )
     assert reasons == ["None", str(RequeueReason.EVICTION_GAP)]
+
+
+def test_an_unreadable_owner_annotation_is_an_ignored_value_unless_the_wire_carried_one() -> None:
+    from minruntime.core import Annotation
+    from minruntime.core.podgroup import ignored_values
+    from minruntime.core.preemption_delay import IgnoredValue
+
+    bad = {TOP_OWNER_ANNOTATION: "[not, fields]"}
+    empty = PodGroupState("pg")
+    assert IgnoredValue.TOP_OWNER_METADATA in ignored_values(empty, submission(annotations=bad))
+    good = {TOP_OWNER_ANNOTATION: ANNOTATED}
+    assert not ignored_values(empty, submission(annotations=good))
+    # The submission's topOwner is what counts: the annotation is not read, not ignored.
+    assert not ignored_values(empty, submission(annotations=bad, owner=WIRE))
+    carried = fold(empty, submission(owner=WIRE))
+    assert not ignored_values(carried, Annotation(bad, T0))
+    plain = fold(empty, submission())
+    assert ignored_values(plain, Annotation(bad, T0)) == {IgnoredValue.TOP_OWNER_METADATA}
