@@ -45,7 +45,7 @@ from minruntime.core import (
     format_rfc3339,
     remaining_protection,
 )
-from minruntime.core.disruption import TOP_OWNER_ANNOTATION, queue_policy, read_top_owner
+from minruntime.core.disruption import owner_uid, queue_policy
 from minruntime.core.podgroup import owner_of
 from minruntime.errors import UnknownPodGroupError
 from minruntime.store import read_surface
@@ -192,13 +192,11 @@ class Explainer:
         evictions = []
         if spans:
             since = self.at - max(spans)
-            for queue_name, owner_uid, owner_text, moment in disruption_rows(
-                self._conn, self._shadow.tables, since
-            ):
-                if owner_uid is None and owner_text is not None:
-                    read = read_top_owner({TOP_OWNER_ANNOTATION: owner_text}).owner
-                    owner_uid = None if read is None else read.uid
-                evictions.append((queue_name, owner_uid, moment))
+            rows = disruption_rows(self._conn, self._shadow.tables, since)
+            evictions = [
+                (queue_name, owner_uid(stored, annotation), moment)
+                for queue_name, stored, annotation, moment in rows
+            ]
         return disruption_facts(
             config.disruption, facts.queue, annotations, owner, evictions, self.at
         )

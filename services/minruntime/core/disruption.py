@@ -218,6 +218,15 @@ def read_top_owner(annotations: Mapping[str, str]) -> OwnerReading:
     return OwnerReading(TopOwner(kind, name, uid))
 
 
+def owner_uid(stored: str | None, annotation: str | None) -> str | None:
+    """The uid of an eviction's top owner: the one stored from the submission, else the one
+    its top-owner annotation names (None: neither)."""
+    if stored is not None or annotation is None:
+        return stored
+    owner = read_top_owner({TOP_OWNER_ANNOTATION: annotation}).owner
+    return None if owner is None else owner.uid
+
+
 def _owner_fields(text: str) -> dict[str, str] | None:
     stripped = text.strip()
     if stripped.startswith("{"):

@@ -45,12 +45,11 @@ from minruntime.core import (
     requeue_cap,
 )
 from minruntime.core.disruption import (
-    TOP_OWNER_ANNOTATION,
     DisruptionHistory,
     DisruptionPolicy,
     TopOwner,
+    owner_uid,
     queue_policy,
-    read_top_owner,
 )
 from minruntime.store.queues import load_tree
 from minruntime.store.requeue import (
@@ -375,14 +374,12 @@ def disruption_history(
     since = now - max(spans)
     by_queue: dict[str, list[datetime]] = {}
     by_owner: dict[str, list[datetime]] = {}
-    for queue, owner_uid, owner_text, moment in disruption_rows(conn, tables, since):
+    for queue, stored, annotation, moment in disruption_rows(conn, tables, since):
         if queue is not None:
             by_queue.setdefault(queue, []).append(moment)
-        if owner_uid is None and owner_text is not None:
-            owner = read_top_owner({TOP_OWNER_ANNOTATION: owner_text}).owner
-            owner_uid = None if owner is None else owner.uid
-        if owner_uid is not None:
-            by_owner.setdefault(owner_uid, []).append(moment)
+        owner = owner_uid(stored, annotation)
+        if owner is not None:
+            by_owner.setdefault(owner, []).append(moment)
     return DisruptionHistory(
         {queue: tuple(times) for queue, times in by_queue.items()},
         {owner: tuple(times) for owner, times in by_owner.items()},
