@@ -6,6 +6,7 @@ else the PodGroup's ownerReference (issue 28, parts 3 and 4)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -196,4 +197,18 @@ def test_requeue_plan_shows_when_a_budget_skip_frees_up_in_the_table_and_json(
     assert (decision["reason"], decision["frees_at"]) == (
         "disruption_budget",
         "2026-11-21T12:50:00Z",
+    )
+
+
+def test_the_queues_apply_command_refuses_a_bad_override_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.unit.test_cli import one_error_line
+
+    bad = tmp_path / "q.yaml"
+    bad.write_text(annotated_queue({MAX_EVICTIONS_ANNOTATION: "0"}))
+    line = one_error_line(["queues", "apply", "-f", str(bad), "--dry-run"], capsys)
+    assert line == (
+        f'minruntime: error: {bad} document 1 (Queue "team"): metadata.annotations'
+        f"['{MAX_EVICTIONS_ANNOTATION}']: must be from 1 to 100000 (unset = unlimited), got 0"
     )
