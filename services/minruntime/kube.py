@@ -23,14 +23,17 @@ from pydantic import ValidationError
 
 from minruntime.core import (
     DEFAULT_NODE_POOL,
+    InvalidConfigError,
     MinRuntimeConfig,
     MinRuntimeError,
     QueueCycleError,
     QueueTree,
     parse_duration,
 )
+from minruntime.core.disruption import QUEUE_DISRUPTION_ANNOTATIONS, check_queue_annotation
 from minruntime.errors import UserError
 from minruntime.events import ConfigUpdatedData, EventType, QueueUpsertedData
+from minruntime.events.inputs import MAX_QUEUE_ANNOTATION_VALUE
 from minruntime.events.types import MAX_LABEL
 
 QUEUE_API_VERSION: Final = "scheduling.run.ai/v2"
@@ -244,19 +247,26 @@ def change_events(
 
 
 def queue_upserts(
-    manifests: Sequence[Manifest], node_pool_label: str = "", unlabelled: str | None = None
+    manifests: Sequence[Manifest],
+    node_pool_label: str = "",
+    unlabelled: str | None = None,
+    ignored: list[str] | None = None,
 ) -> list[QueueUpsertedData]:
     """One queue.upserted data per Queue object, in order; the first bad object raises.
 
     ``nodePool`` is the value of the ``node_pool_label`` label (KAI's shard rule), else
     ``unlabelled`` (None: the queue is in every pool's tree); no label key: None.
+    The disruption annotations (``minruntime.kai.scheduler/max-evictions-per-window``,
+    ``eviction-window``, ``min-eviction-gap``) are checked against their bounds: a bad one
+    raises, unless ``ignored`` is given (the bridge): then it is left out and its one-line
+    problem appended there.
     Also refused: a queue defined twice, and parentQueue cycles among the given queues (the
     stream would dead-letter them one by one; here nothing is sent).
     """
     upserts: list[QueueUpsertedData] = []
     defined: dict[str, Manifest] = {}
     for manifest in manifests:
-        upsert = _queue_upsert(manifest, node_pool_label, unlabelled)
+        upsert = _queue_upsert(manifest, node_pool_label, unlabelled, ignored)
         first = defined.setdefault(upsert.name, manifest)
         if first is not manifest:
             raise manifest.error(
@@ -272,7 +282,7 @@ def queue_upserts(
 
 
 def _queue_upsert(
-    manifest: Manifest, node_pool_label: str, unlabelled: str | None
+    manifest: Manifest, node_pool_label: str, unlabelled: str | None, ignored: list[str] | None
 ) -> QueueUpsertedData:
     body = _object(manifest)
     _expect_queue(manifest, body)
@@ -295,11 +305,42 @@ def _queue_upsert(
         **{field: _queue_duration(manifest, spec, field) for field in QUEUE_DURATION_FIELDS},
         **_queue_shares(manifest, spec),
         "nodePool": node_pool,
+        "annotations": _queue_disruption(manifest, body, ignored),
     }
     try:
         return QueueUpsertedData.model_validate(data)
     except ValidationError as exc:  # not reached with the checks above; kept as a guard
         raise manifest.error("", _first_problem(exc)) from exc
+
+
+def _queue_disruption(
+    manifest: Manifest, body: Mapping[Any, Any], ignored: list[str] | None
+) -> dict[str, str] | None:
+    """The Queue's valid disruption annotations (None: none); a bad one raises, or with
+    ``ignored`` is left out and named there."""
+    metadata = _mapping(manifest, body.get("metadata"), "metadata")
+    annotations = _mapping(manifest, metadata.get("annotations"), "metadata.annotations")
+    kept: dict[str, str] = {}
+    for key in QUEUE_DISRUPTION_ANNOTATIONS:
+        value = annotations.get(key)
+        if value is None:
+            continue
+        field = f"metadata.annotations[{key!r}]"
+        try:
+            if not isinstance(value, str):
+                raise InvalidConfigError(f"must be a string (quote it), got {_described(value)}")
+            if len(value) > MAX_QUEUE_ANNOTATION_VALUE:
+                raise InvalidConfigError(f"longer than {MAX_QUEUE_ANNOTATION_VALUE} characters")
+            check_queue_annotation(key, value)
+        except InvalidConfigError as exc:
+            # The field names the annotation already.
+            problem = str(exc).removeprefix(f"{key}: ").removeprefix(f"{key} ")
+            if ignored is None:
+                raise manifest.error(field, problem) from exc
+            ignored.append(f"{manifest.where}: {field}: {problem}; ignored")
+            continue
+        kept[key] = value
+    return kept or None
 
 
 def _queue_shares(manifest: Manifest, spec: Mapping[Any, Any]) -> dict[str, Any]:

@@ -150,6 +150,7 @@ def test_every_value_reaches_the_manifests(everything: list[dict[str, Any]]) -> 
     assert settings.kube_lease_name == "gpu-minrt-kube-bridge"
     assert (settings.batch_max_events, settings.topic_podgroups) == (500, "team-a.podgroups")
     assert settings.processor_metrics_port == 9500
+    assert settings.kube_evictor_metrics_port == 9503
 
     # Each Secret goes only where it is used; TLS files are mounted where they are named.
     envs = {name: environment(everything, c) for name, c in containers.items()}
@@ -246,9 +247,16 @@ def test_components_switched_off_leave_nothing_behind(
         "-f", EVERYTHING, *OPERATOR, "--set", ",".join(switches), namespace=EVERYTHING_NAMESPACE
     )
     rendered = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    scraped = {("Service", "gpu-minrt-processor"), ("ServiceMonitor", "gpu-minrt")}
+    services = {
+        "processor": ("Service", "gpu-minrt-processor"),
+        "evictor": ("Service", "gpu-minrt-kube-evictor"),
+    }
+    monitor = ("ServiceMonitor", "gpu-minrt")
+    scraped = {*services.values(), monitor}
     assert rendered - {("PrometheusRule", "gpu-minrt")} - scraped == kinds
-    assert (scraped <= rendered) == ("processor" in switched_on)
+    for component, service in services.items():
+        assert (service in rendered) == (component in switched_on), component
+    assert (monitor in rendered) == bool(set(services) & set(switched_on))
 
 
 def test_monitoring_needs_the_operator_and_its_switch(helm: Helm) -> None:
@@ -270,6 +278,7 @@ SCRAPED = {
     "gpu-minrt-processor": "MINRUNTIME_PROCESSOR_METRICS_PORT",
     "gpu-minrt-requeue-worker": "MINRUNTIME_WORKER_METRICS_PORT",
     "gpu-minrt-kube-bridge": "MINRUNTIME_KUBE_BRIDGE_METRICS_PORT",
+    "gpu-minrt-kube-evictor": "MINRUNTIME_KUBE_EVICTOR_METRICS_PORT",
 }
 
 

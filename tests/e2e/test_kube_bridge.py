@@ -139,6 +139,66 @@ spec: {{resources: {resources}}}
     ) == [(timedelta(0), False)]
 
 
+def test_a_queues_overrides_and_a_podgroups_owner_reference_reach_the_service(
+    loop: Loop,
+) -> None:
+    """Issue 28: a Queue's disruption annotations travel on queue.upserted (a bad one left
+    out, the Queue still sent); a PodGroup without KAI's top-owner annotation gets its
+    ownerReference as topOwner, stored and read by the runs."""
+    cluster, queue = loop.cluster, loop.name("kbudget")
+    resources = json.dumps(UNLIMITED_RESOURCES)
+    annotations = (
+        '{minruntime.kai.scheduler/max-evictions-per-window: "0",'
+        ' minruntime.kai.scheduler/eviction-window: "1h",'
+        ' minruntime.kai.scheduler/min-eviction-gap: "10m"}'
+    )
+    cluster.apply_queues(
+        f"""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {queue}, annotations: {annotations}}}
+spec: {{resources: {resources}}}
+"""
+    )
+    (upserted,) = wait_for(
+        lambda: loop.logged("queue.upserted", queue),
+        60,
+        "the bridge to send the Queue without its bad annotation",
+    )
+    assert upserted["data"]["annotations"] == {
+        "minruntime.kai.scheduler/eviction-window": "1h",
+        "minruntime.kai.scheduler/min-eviction-gap": "10m",
+    }
+    # A real object as the owner (no garbage collector runs here, but keep it honest).
+    owner = cluster.core.create_namespaced_config_map(
+        cluster.namespace, {"metadata": {"name": loop.name("owner")}}
+    )
+    reference = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": owner.metadata.name,
+        "uid": owner.metadata.uid,
+    }
+    cluster.priority_class(loop.name("owned"), 50)
+    name = loop.name("owned")
+    uid = cluster.podgroup(name, queue, loop.name("owned"))
+    cluster.custom.patch_namespaced_custom_object(
+        "scheduling.run.ai", "v2alpha2", cluster.namespace, "podgroups", name,
+        {"metadata": {"ownerReferences": [reference]}},
+    )  # fmt: skip
+    cluster.pod(f"{name}-0", name, 1)
+    submitted = wait_for(
+        lambda: [e for e in loop.logged("podgroup.submitted", uid) if "topOwner" in e["data"]],
+        60,
+        "a podgroup.submitted with the PodGroup's ownerReference as topOwner",
+    )
+    assert submitted[-1]["data"]["topOwner"] == {
+        "kind": "ConfigMap",
+        "name": owner.metadata.name,
+        "uid": owner.metadata.uid,
+    }
+
+
 def test_an_over_running_podgroup_is_requeued_evicted_and_released(loop: Loop) -> None:
     cluster, queue = loop.cluster, loop.name("kfast")
     loop.apply_queue(queue, '{preemptMinRuntime: "0s", reclaimMinRuntime: "0s"}')

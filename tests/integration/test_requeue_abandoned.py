@@ -113,3 +113,35 @@ def test_a_later_decisions_cooldown_stands(engine: sa.Engine, feed: Feed) -> Non
     commit(engine, "y", later)
     feed.send(abandoned("y", T0 + timedelta(minutes=6)))
     assert state(engine, "y")[1:] == (later, True, "running")
+
+
+def test_violations_and_the_runs_view_show_the_abandoned_requeue(
+    engine: sa.Engine, feed: Feed
+) -> None:
+    from minruntime.audit.violations import find_violations
+    from minruntime.commands.violations import render, summary
+    from tests.cloudevents import queue, released
+
+    feed.send(queue("q"), submitted("z", "q", pods=1), allocated("z", 1, time=T0))
+    commit(engine, "z", T0 + timedelta(minutes=6))
+    feed.send(abandoned("z", T0 + timedelta(minutes=6)))
+    feed.send(released("z", time=T0 + timedelta(hours=1), reason="evicted"))
+    with engine.connect() as conn:
+        report = find_violations(conn, since=T0, queue="q")
+    (row,) = report.abandoned
+    assert (row.at, row.uid, row.queue, row.reason) == (T0 + timedelta(minutes=16), "z", "q", "pdb")
+    assert summary(report)["abandoned_requeues"] == [
+        {"at": "2026-11-21T10:16:00Z", "uid": "z", "queue": "q", "reason": "pdb"}
+    ]
+    text = render(report)
+    assert "1 requeue abandoned by the evictor" in text
+    assert text.splitlines()[-1].split()[1:] == ["z", "q", "pdb"]
+    with engine.connect() as conn:
+        later = find_violations(conn, since=T0 + timedelta(minutes=17))
+    assert later.abandoned == ()
+    (run,) = rows(
+        engine,
+        "SELECT requeues_abandoned, last_abandoned_at, last_abandoned_reason FROM minruntime.runs"
+        " WHERE uid = 'z'",
+    )
+    assert tuple(run) == (1, T0 + timedelta(minutes=16), "pdb")

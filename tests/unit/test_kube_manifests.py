@@ -61,6 +61,23 @@ def test_every_setting_the_manifests_give_is_a_real_setting() -> None:
     assert names <= SETTINGS, names - SETTINGS
 
 
+def test_each_declared_metrics_port_is_the_port_its_setting_gives() -> None:
+    """A container that declares a metrics port serves /metrics there: the ConfigMap's
+    MINRUNTIME_*_METRICS_PORT (the evictor's too, for its lanes and abandoned requeues)."""
+    (config,) = [o for o in _deployed() if o["kind"] == "ConfigMap"]
+    settings = {
+        "minruntime-processor": "MINRUNTIME_PROCESSOR_METRICS_PORT",
+        "minruntime-requeue-worker": "MINRUNTIME_WORKER_METRICS_PORT",
+        "minruntime-kube-evictor": "MINRUNTIME_KUBE_EVICTOR_METRICS_PORT",
+    }
+    for name, setting in settings.items():
+        (container,) = workloads(_deployed())[name]["containers"]
+        declared = [
+            p["containerPort"] for p in container.get("ports", []) if p["name"] == "metrics"
+        ]
+        assert declared == [int(config["data"][setting])], name
+
+
 def test_only_the_bridge_and_the_evictor_hold_an_api_token() -> None:
     (account,) = [o for o in _deployed() if o["kind"] == "ServiceAccount"]
     bound = {

@@ -56,6 +56,7 @@ def test_ignored_values_are_counted_by_field_and_every_field_is_exported_from_th
         "max_requeues": 0,
         "checkpoint_grace": 0,
         "checkpointed_at": 0,
+        "top_owner_metadata": 0,
     }
     outcome = BatchOutcome(ignored_values=Counter({"preemption_delay": 2}))
     outcome.add(BatchOutcome(ignored_values=Counter({"last_eviction_timestamp": 1})))

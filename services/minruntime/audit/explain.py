@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
+from minruntime.audit.disruption import DisruptionFacts, disruption_facts
 from minruntime.audit.explain_model import (
     AbandonedRequeue,
     Elasticity,
@@ -44,9 +45,12 @@ from minruntime.core import (
     format_rfc3339,
     remaining_protection,
 )
+from minruntime.core.disruption import owner_uid, queue_policy
+from minruntime.core.podgroup import owner_of
 from minruntime.errors import UnknownPodGroupError
 from minruntime.store import read_surface
 from minruntime.store.podgroups import load_podgroups
+from minruntime.store.requeue import disruption_rows
 from minruntime.store.shadows import Shadow
 
 
@@ -86,6 +90,7 @@ class Explainer:
             explanation,
             requeue_abandoned=None if abandoned is None else AbandonedRequeue(*abandoned),
             requeue_cap=self._requeue_cap(explanation.podgroup),
+            disruption=self._disruption(explanation.podgroup),
             requeue_shares=shares,
             last_eviction=self._last_eviction(uid),
         )
@@ -168,6 +173,33 @@ class Explainer:
             else {}
         )
         return requeue_cap_facts(config, config_pool, strings, committed, self.at)
+
+    def _disruption(self, facts: PodGroupFacts) -> DisruptionFacts | None:
+        """The disruption budget and gap in force for its queue, and whether one more
+        eviction would be skipped now (None: never submitted, or no rule on)."""
+        if facts.queue is None:
+            return None
+        config, _ = self._config_for(facts.node_pool)
+        queue = self._stored.tree.get(facts.queue)
+        annotations = dict(queue.disruption) if queue is not None else {}
+        policy = queue_policy(config.disruption, annotations).policy
+        spans = [s for s in (policy.eviction_window, policy.min_eviction_gap) if s is not None]
+        if not spans and not annotations:
+            return None
+        state = load_podgroups(self._conn, self._shadow.tables, [facts.uid], lock=False)
+        found = state.states.get(facts.uid)
+        owner = None if found is None else owner_of(found)
+        evictions = []
+        if spans:
+            since = self.at - max(spans)
+            rows = disruption_rows(self._conn, self._shadow.tables, since)
+            evictions = [
+                (queue_name, owner_uid(stored, annotation), moment)
+                for queue_name, stored, annotation, moment in rows
+            ]
+        return disruption_facts(
+            config.disruption, facts.queue, annotations, owner, evictions, self.at
+        )
 
     # -- reading the shadow ----------------------------------------------------------------
 

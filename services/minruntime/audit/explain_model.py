@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from minruntime.audit.disruption import DisruptionFacts
 from minruntime.audit.protection import ProtectionRow
 from minruntime.audit.requeue_cap import RequeueCapFacts
 from minruntime.core import (
@@ -201,6 +202,9 @@ class Explanation:
     preemption_delay: PreemptionDelayFacts | None = None
     # The requeue cap in force (SEMANTICS.md §10); None for a podgroup never submitted.
     requeue_cap: RequeueCapFacts | None = None
+    # The disruption budget and gap in force for its queue (None: none on, or never
+    # submitted), and whether one more eviction would be skipped now and until when.
+    disruption: DisruptionFacts | None = None
     # Its last run an eviction ended, when the scheduler attributed it; None otherwise.
     last_eviction: LastEviction | None = None
     # Its newest requeue decision was rolled back for beneficiary_over_quota: the rule and

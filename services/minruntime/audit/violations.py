@@ -113,6 +113,15 @@ class Violation(NamedTuple):
         return tuple(rule for rule in self.rules if rule.protected)
 
 
+class AbandonedRequeue(NamedTuple):
+    """A committed requeue the evictor could not carry out by its deadline."""
+
+    at: datetime
+    uid: str
+    queue: str | None
+    reason: str
+
+
 @dataclass(frozen=True, slots=True)
 class ViolationReport:
     """Every violation in the range asked for, and what they are out of."""
@@ -122,6 +131,8 @@ class ViolationReport:
     # Runs an eviction ended in the same range (violations or not).
     evicted_runs: int
     violations: tuple[Violation, ...]
+    # Requeues the evictor gave up in the same range (requeue.abandoned), oldest first.
+    abandoned: tuple[AbandonedRequeue, ...] = ()
 
     def count(self, verdict: Verdict | ExactVerdict) -> int:
         """How many rows have ``verdict`` (an exact verdict replaces definite / possible)."""
@@ -193,7 +204,11 @@ def find_violations(
                 )
             )
         )
-    return ViolationReport(since, queue, int(evicted), tuple(violations))
+    abandoned = tuple(
+        AbandonedRequeue(row[0], row[1], row[2], str(row[3]))
+        for row in read_surface.abandoned_requeues(conn, schema, since, queue)
+    )
+    return ViolationReport(since, queue, int(evicted), tuple(violations), abandoned)
 
 
 # Where run_start, run_end, protection and core_pods are in a row of

@@ -187,7 +187,12 @@ class Bridge:
             memory = await self._read_ledger(keeper)
             counts = self.eviction_metrics
             mirror = ClusterMirror(
-                self.options, self.clock, memory, tally=counts.signal, released=counts.release
+                self.options,
+                self.clock,
+                memory,
+                tally=counts.signal,
+                released=counts.release,
+                ignored=counts.ignore,
             )
             log.warning(
                 "bridge %s: %d ledger records; listing the cluster",

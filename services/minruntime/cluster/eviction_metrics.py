@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from minruntime.cluster.evictions import ATTRIBUTIONS, OUTCOMES, SIGNALS
+from minruntime.cluster.evictions import ATTRIBUTIONS, IGNORED_VALUES, OUTCOMES, SIGNALS
 
 
 class EvictionMetrics:
@@ -28,6 +28,15 @@ class EvictionMetrics:
             ["attribution"],
             registry=registry,
         )
+        self.ignored = Counter(
+            "minruntime_kube_bridge_ignored_values",
+            "Values the bridge left out of the events it sent, by which: a Queue's disruption "
+            "annotation out of bounds, a top-owner-metadata annotation that does not read.",
+            ["value"],
+            registry=registry,
+        )
+        for value in IGNORED_VALUES:
+            self.ignored.labels(value)
         self.held = Gauge(
             "minruntime_kube_bridge_held_releases",
             "Releases of deleted pods waiting (up to the eviction window) for their PodGroup's "
@@ -44,6 +53,11 @@ class EvictionMetrics:
         """Count one signal's outcome."""
         if signal in SIGNALS and outcome in OUTCOMES:
             self.signals.labels(signal, outcome).inc()
+
+    def ignore(self, value: str) -> None:
+        """Count one value left out."""
+        if value in IGNORED_VALUES:
+            self.ignored.labels(value).inc()
 
     def release(self, attribution: str) -> None:
         """Count one deletion's release."""

@@ -104,6 +104,10 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 GroupKey = tuple[str, str]  # (namespace, PodGroup name)
 Tally = Callable[[str, str], None]  # (signal, outcome)
+# Values the mirror leaves out of what it sends (minruntime_kube_bridge_ignored_values_total).
+QUEUE_DISRUPTION: Final = "queue_disruption"
+TOP_OWNER_METADATA: Final = "top_owner_metadata"
+IGNORED_VALUES: Final = (QUEUE_DISRUPTION, TOP_OWNER_METADATA)
 
 
 def no_tally(signal: str, outcome: str) -> None:

@@ -26,12 +26,15 @@ from minruntime.core import (
     format_rfc3339,
     parse_rfc3339,
 )
+from minruntime.core.disruption import TOP_OWNER_ANNOTATION, read_top_owner
 from minruntime.errors import UserError
 from minruntime.events import ConfigUpdatedData, QueueUpsertedData
 from minruntime.events.types import (
     MAX_ANNOTATION_KEY,
     MAX_ANNOTATION_VALUE,
     MAX_ANNOTATIONS,
+    MAX_LABEL,
+    MAX_NAME,
     MAX_TEXT,
 )
 from minruntime.kube import NODE_POOL_LABEL as NODE_POOL_LABEL  # the bridge's name for it
@@ -54,6 +57,8 @@ NON_PREEMPTIBLE_PRIORITY: Final = 100
 # kubectl's bookkeeping copy of the whole object: never a scheduling annotation.
 _IGNORED_ANNOTATION_PREFIXES: Final = ("kubectl.kubernetes.io/",)
 _KAI_PREFIX: Final = "kai.scheduler/"
+# A PodGroup's ownerReferences the bridge keeps (KAI writes one: its top owner).
+_MAX_OWNER_REFERENCES: Final = 8
 _ID_NAMESPACE: Final = uuid.UUID("5d0c0b8e-7a44-4f0e-9b55-6b7562652d31")
 
 
@@ -212,12 +217,20 @@ def node_pool_of(obj: Mapping[str, Any], node_pool_label: str) -> str | None:
     return labels_of(obj).get(node_pool_label) or DEFAULT_NODE_POOL
 
 
-def queue_data(obj: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> QueueUpsertedData:
+def queue_data(
+    obj: Mapping[str, Any],
+    node_pool_label: str = NODE_POOL_LABEL,
+    ignored: list[str] | None = None,
+) -> QueueUpsertedData:
     """queue.upserted data of a Queue object, through `minruntime queues apply`'s own parser,
-    with the node pool of KAI's shard rule (``node_pool_of``; no label key: every pool)."""
+    with the node pool of KAI's shard rule (``node_pool_of``; no label key: every pool). A
+    disruption annotation out of bounds is left out, its problem appended to ``ignored`` (an
+    operator's typo must not stop the whole Queue; `queues apply` refuses it instead)."""
     manifest = Manifest(f"Queue {name_of(obj)}", 1, _without_status(obj))
     try:
-        return queue_upserts([manifest], node_pool_label, DEFAULT_NODE_POOL)[0]
+        return queue_upserts(
+            [manifest], node_pool_label, DEFAULT_NODE_POOL, [] if ignored is None else ignored
+        )[0]
     except (UserError, ValueError) as exc:
         raise ObjectError(str(exc)) from exc
 
@@ -389,13 +402,50 @@ def _preemptibility_fields(value: Preemptibility) -> dict[str, Any]:
     return {"preemptible": value.preemptible}
 
 
+def top_owner(
+    podgroup: Mapping[str, Any], ignored: list[str] | None = None
+) -> dict[str, str] | None:
+    """The PodGroup's top owner for ``topOwner``: KAI's ``kai.scheduler/top-owner-metadata``
+    when present and valid, else the PodGroup's controller ownerReference (KAI's podgrouper
+    makes the PodGroup's one ownerReference its pods' top owner, without the controller flag:
+    that one then). None: neither. An annotation that does not read is named in ``ignored``."""
+    text = annotations_of(podgroup).get(TOP_OWNER_ANNOTATION)
+    if text is not None:
+        reading = read_top_owner({TOP_OWNER_ANNOTATION: text})
+        if reading.owner is not None:
+            owner = reading.owner
+            if _fits_owner(owner.kind, owner.name, owner.uid):
+                return {"kind": owner.kind, "name": owner.name, "uid": owner.uid}
+        if ignored is not None:
+            ignored.append(reading.problem or f"{TOP_OWNER_ANNOTATION}: a field is too long")
+    references = [
+        ref for ref in metadata(podgroup).get("ownerReferences") or () if isinstance(ref, Mapping)
+    ]
+    controllers = [ref for ref in references if ref.get("controller") is True]
+    chosen = controllers or (references if len(references) == 1 else [])
+    if not chosen:
+        return None
+    kind, name, uid = (chosen[0].get(key) for key in ("kind", "name", "uid"))
+    strings = isinstance(kind, str) and isinstance(name, str) and isinstance(uid, str)
+    if strings and _fits_owner(str(kind), str(name), str(uid)):
+        return {"kind": str(kind), "name": str(name), "uid": str(uid)}
+    return None
+
+
+def _fits_owner(kind: str, name: str, uid: str) -> bool:
+    # The wire's bounds (events.inputs.TopOwner): a kind is a label, the others names.
+    return 0 < len(kind) <= MAX_LABEL and 0 < len(name) <= MAX_NAME and 0 < len(uid) <= MAX_NAME
+
+
 def submission_data(
     podgroup: Mapping[str, Any],
     pods: Iterable[Mapping[str, Any]],
     priority: int,
     node_pool_label: str = NODE_POOL_LABEL,
+    ignored: list[str] | None = None,
 ) -> dict[str, Any]:
-    """podgroup.submitted data of a PodGroup and the pods that name it (at least one)."""
+    """podgroup.submitted data of a PodGroup and the pods that name it (at least one);
+    a top-owner annotation that does not read is named in ``ignored``."""
     spec = podgroup_spec(podgroup)
     members = sorted(pods, key=name_of)
     if not members:
@@ -430,6 +480,9 @@ def submission_data(
     }
     if "preemptionDelay" in spec and spec["preemptionDelay"] is not None:
         data["preemptionDelay"] = ignorable(spec["preemptionDelay"], MAX_TEXT)
+    owner = top_owner(podgroup, ignored)
+    if owner is not None:
+        data["topOwner"] = owner
     return data
 
 
@@ -568,11 +621,20 @@ def kept_pod(pod: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> 
 def kept_podgroup(
     podgroup: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL
 ) -> dict[str, Any]:
-    """What the bridge keeps of a PodGroup: its spec and annotations, not its status."""
-    return {
+    """What the bridge keeps of a PodGroup: its spec, annotations and owners (kind, name,
+    uid, controller), not its status."""
+    kept = {
         "metadata": _kept_metadata(podgroup, (QUEUE_LABEL, node_pool_label), None),
         "spec": dict(podgroup_spec(podgroup)),
     }
+    references = metadata(podgroup).get("ownerReferences")
+    if isinstance(references, list) and references:
+        kept["metadata"]["ownerReferences"] = [
+            {key: ref[key] for key in ("kind", "name", "uid", "controller") if key in ref}
+            for ref in references[:_MAX_OWNER_REFERENCES]
+            if isinstance(ref, Mapping)
+        ]
+    return kept
 
 
 def kept_node(node: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:

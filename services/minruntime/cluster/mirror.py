@@ -30,7 +30,15 @@ from enum import StrEnum
 from typing import Any, Final
 
 from minruntime.cluster import evictions, mapping
-from minruntime.cluster.evictions import Evictions, Held, Signal, Tally, no_tally
+from minruntime.cluster.evictions import (
+    QUEUE_DISRUPTION,
+    TOP_OWNER_METADATA,
+    Evictions,
+    Held,
+    Signal,
+    Tally,
+    no_tally,
+)
 from minruntime.cluster.mapping import ObjectError
 from minruntime.core import format_rfc3339
 from minruntime.events import Event, EventType, new_event
@@ -132,8 +140,10 @@ class ClusterMirror:
         *,
         tally: Tally = no_tally,
         released: Callable[[str], None] = lambda attribution: None,
+        ignored: Callable[[str], None] = lambda value: None,
     ) -> None:
         self._options = options
+        self._ignored = ignored  # counts a value left out (IGNORED_VALUES)
         self._clock = clock
         self.evictions = Evictions(options.eviction_window, clock, tally)
         self._released = released  # counts deletions' releases by attribution
@@ -330,9 +340,13 @@ class ClusterMirror:
     def _queue(self, action: str, obj: Mapping[str, Any], uid: str) -> list[Emission]:
         if action == DELETED:
             return self._named_deleted(QUEUE_MEMORY, "queues", EventType.QUEUE_DELETED, obj, uid)
-        upsert = mapping.queue_data(obj, self._options.node_pool_label).model_dump(
+        problems: list[str] = []
+        upsert = mapping.queue_data(obj, self._options.node_pool_label, problems).model_dump(
             mode="json", by_alias=True
         )
+        for problem in problems:
+            log.warning("%s", problem)
+            self._ignored(QUEUE_DISRUPTION)
         if not self._changed_content(QUEUE_MEMORY, uid, upsert, mapping.name_of(obj)):
             return []
         version = f"upserted/{mapping.generation_of(obj)}"
@@ -506,7 +520,11 @@ class ClusterMirror:
         pods = self._objects[Kind.POD]
         first = pods[min(members, key=lambda member: members[member])]
         head = mapping.submission_data(podgroup, [first], priority, label)  # the pods aside
-        shape = mapping.digest({k: v for k, v in head.items() if k not in ("annotations", "pods")})
+        # Not the top owner: KAI sets it once, at creation, and a ledger written before the
+        # field must not resubmit every podgroup (the processor reads the annotation then).
+        shape = mapping.digest(
+            {k: v for k, v in head.items() if k not in ("annotations", "pods", "topOwner")}
+        )
         pod_memory = self._memory[POD_MEMORY]
         remembered = self._submitted(uid)
         new_pod = any(
@@ -515,7 +533,14 @@ class ClusterMirror:
         if remembered is not None and remembered.get("shape") == shape and not new_pod:
             return []
         gang = [pods[member] for member in members]
-        data = mapping.submission_data(podgroup, gang, priority, label)
+        problems: list[str] = []
+        data = mapping.submission_data(podgroup, gang, priority, label, problems)
+        for problem in problems:
+            log.warning(
+                "PodGroup %s/%s: %s; ignored (its ownerReference is used)",
+                mapping.namespace_of(podgroup), mapping.name_of(podgroup), problem,
+            )  # fmt: skip
+            self._ignored(TOP_OWNER_METADATA)
         if remembered is None:
             # Annotations travel with the first submission; later changes are
             # podgroup.annotated (sent before this), so a later submission carries none.

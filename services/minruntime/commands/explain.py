@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from sqlalchemy import Connection
 
+    from minruntime.audit.disruption import DisruptionFacts
     from minruntime.audit.explain_model import (
         Elasticity,
         Explanation,
@@ -262,6 +263,10 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
         grid.add_row("requeue cap", requeue_cap_text(explanation.requeue_cap, facts.node_pool))
         if explanation.requeue_cap.annotation_problem is not None:
             grid.add_row("note", escape(explanation.requeue_cap.annotation_problem))
+    if explanation.disruption is not None:
+        grid.add_row("disruption", escape(disruption_text(explanation.disruption)))
+        for problem in explanation.disruption.problems:
+            grid.add_row("note", escape(problem))
     if explanation.last_eviction is not None:
         grid.add_row("last eviction", _last_eviction_text(explanation.last_eviction))
     if explanation.requeue_shares is not None:
@@ -470,6 +475,31 @@ def requeue_cap_text(cap: RequeueCapFacts, node_pool: str) -> str:
         return text
     until = f" until {rfc3339(cap.frees_at)}" if cap.frees_at is not None else " for good"
     return f"{text}: [bold red]REACHED[/], skipped as requeue_limit{until}"
+
+
+def disruption_text(facts: DisruptionFacts) -> str:
+    """The budget and the gap in force, where from, what they count, and whether one more
+    eviction would be skipped now and until when (plain text)."""
+    parts = []
+    if facts.max_evictions_per_window is not None and facts.eviction_window is not None:
+        parts.append(
+            f"budget {facts.max_evictions_per_window} per {_span(facts.eviction_window)}"
+            f" ({counted(facts.counted or 0, 'eviction')} of the queue in it)"
+        )
+    if facts.min_eviction_gap is not None:
+        owner = facts.owner
+        whose = "no top owner known" if owner is None else f"owner {owner.kind}/{owner.name}"
+        if owner is not None and facts.owner_last_evicted is not None:
+            whose += f", last evicted {rfc3339(facts.owner_last_evicted)}"
+        parts.append(f"gap {_span(facts.min_eviction_gap)} per owner ({whose})")
+    text = "; ".join(parts) or "off"
+    source = ", ".join(name.rpartition("/")[2] for name in facts.overridden_by)
+    text += f"; from the queue's {source}" if source else "; from the node pool"
+    if facts.refused_by is not None and facts.frees_at is not None:
+        text += (
+            f": one more eviction is skipped ({facts.refused_by}) until {rfc3339(facts.frees_at)}"
+        )
+    return text
 
 
 def _span(span: timedelta) -> str:

@@ -112,6 +112,11 @@ def summary(report: ViolationReport) -> dict[str, Any]:
         "violated": report.count(ExactVerdict.VIOLATED),
         "honoured": report.count(ExactVerdict.HONOURED),
         "unguarded": report.count(ExactVerdict.UNGUARDED),
+        # Requeues the evictor gave up in the range (requeue.abandoned), oldest first.
+        "abandoned_requeues": [
+            {"at": rfc3339(row.at), "uid": row.uid, "queue": row.queue, "reason": row.reason}
+            for row in report.abandoned
+        ],
     }
 
 
@@ -135,7 +140,7 @@ def render(report: ViolationReport) -> str:
             f" (also listed: {counts['honoured']} honoured, {counts['unguarded']} unguarded)"
         )
     if not report.violations:
-        return head
+        return "\n".join([head, *_abandoned_lines(report)])
     rows = [_cells(violation) for violation in report.violations]
     widths = [
         max(len(_COLUMNS[i]), *(len(row[0][i]) for row in rows)) for i in range(len(_COLUMNS) - 1)
@@ -145,7 +150,22 @@ def render(report: ViolationReport) -> str:
     for cells, more in rows:
         lines.append(_line(cells, widths))
         lines.extend(" " * indent + rule for rule in more)
-    return "\n".join(lines)
+    return "\n".join([*lines, *_abandoned_lines(report)])
+
+
+def _abandoned_lines(report: ViolationReport) -> list[str]:
+    """The requeues the evictor abandoned in the range: a count, then one line each."""
+    if not report.abandoned:
+        return []
+    lines = [
+        f"{counted(len(report.abandoned), 'requeue')} abandoned by the evictor (not carried out"
+        " by its deadline; the run went on):"
+    ]
+    lines += [
+        f"  {rfc3339(row.at)}  {row.uid}  {row.queue or '(unknown)'}  {row.reason}"
+        for row in report.abandoned
+    ]
+    return lines
 
 
 def _cells(violation: Violation) -> tuple[list[str], list[str]]:

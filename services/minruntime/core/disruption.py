@@ -7,8 +7,10 @@ Two rules, each off unless configured (docs/rule-engine.md, "Disruption budgets 
   ``minruntime.kai.scheduler/max-evictions-per-window`` and ``.../eviction-window`` override
   them for that queue). A requeue that would exceed it is skipped: ``disruption_budget``.
 - **Gap per owner**: at least ``minEvictionGap`` between two evictions of gangs of the same
-  top owner (KAI's ``kai.scheduler/top-owner-metadata``: a JobSet, a RayJob, ...). A requeue
-  that would come sooner is skipped: ``eviction_gap``.
+  top owner (``podgroup.submitted``'s ``topOwner``, else KAI's
+  ``kai.scheduler/top-owner-metadata``: a JobSet, a RayJob, ...; the victim's Queue's
+  ``minruntime.kai.scheduler/min-eviction-gap`` overrides the pool's gap). A requeue that
+  would come sooner is skipped: ``eviction_gap``.
 
 Both count the service's own committed requeues and the evictions it observed from the
 scheduler (runs ended by an eviction), passed in as ``DisruptionHistory``; the planner adds
@@ -36,6 +38,13 @@ ARG_EVICTION_WINDOW: Final = "evictionWindow"
 ARG_MIN_EVICTION_GAP: Final = "minEvictionGap"
 MAX_EVICTIONS_ANNOTATION: Final = "minruntime.kai.scheduler/max-evictions-per-window"
 EVICTION_WINDOW_ANNOTATION: Final = "minruntime.kai.scheduler/eviction-window"
+MIN_EVICTION_GAP_ANNOTATION: Final = "minruntime.kai.scheduler/min-eviction-gap"
+# The Queue annotations that override the node pool's rules for that queue (in this order).
+QUEUE_DISRUPTION_ANNOTATIONS: Final = (
+    MAX_EVICTIONS_ANNOTATION,
+    EVICTION_WINDOW_ANNOTATION,
+    MIN_EVICTION_GAP_ANNOTATION,
+)
 TOP_OWNER_ANNOTATION: Final = "kai.scheduler/top-owner-metadata"
 
 MAX_EVICTIONS_PER_WINDOW: Final = 100_000
@@ -88,6 +97,21 @@ def parse_bounded_duration(text: str, label: str, most: timedelta) -> timedelta:
     except ValueError as error:
         raise InvalidConfigError(f"{label}: {error}") from None
     return check_duration(value, label, most)
+
+
+def check_queue_annotation(key: str, text: str) -> None:
+    """InvalidConfigError (one line) unless ``text`` is a valid value of the Queue
+    annotation ``key`` (one of QUEUE_DISRUPTION_ANNOTATIONS)."""
+    if key == MAX_EVICTIONS_ANNOTATION:
+        parse_max_evictions(text, key)
+    elif key == EVICTION_WINDOW_ANNOTATION:
+        parse_bounded_duration(text, key, MAX_EVICTION_WINDOW)
+    elif key == MIN_EVICTION_GAP_ANNOTATION:
+        parse_bounded_duration(text, key, MAX_EVICTION_GAP)
+    else:
+        raise InvalidConfigError(
+            f"{key} is not a disruption annotation ({', '.join(QUEUE_DISRUPTION_ANNOTATIONS)})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,13 +167,20 @@ def queue_policy(pool: DisruptionPolicy, annotations: Mapping[str, str]) -> Queu
             window = parse_bounded_duration(text, EVICTION_WINDOW_ANNOTATION, MAX_EVICTION_WINDOW)
         except MinRuntimeError as error:
             problems.append(f"{error}; ignored")
+    gap = pool.min_eviction_gap
+    text = annotations.get(MIN_EVICTION_GAP_ANNOTATION)
+    if text is not None:
+        try:
+            gap = parse_bounded_duration(text, MIN_EVICTION_GAP_ANNOTATION, MAX_EVICTION_GAP)
+        except MinRuntimeError as error:
+            problems.append(f"{error}; ignored")
     if (limit is None) != (window is None):
         problems.append(
             f"{MAX_EVICTIONS_ANNOTATION} and {EVICTION_WINDOW_ANNOTATION} need each other"
             " (the node pool sets neither); ignored"
         )
         limit, window = pool.max_evictions_per_window, pool.eviction_window
-    policy = DisruptionPolicy(limit, window, pool.min_eviction_gap)
+    policy = DisruptionPolicy(limit, window, gap)
     return QueuePolicy(policy, tuple(problems))
 
 
@@ -185,6 +216,15 @@ def read_top_owner(annotations: Mapping[str, str]) -> OwnerReading:
     if not (kind and name and uid) or max(len(kind), len(name), len(uid)) > _OWNER_FIELD:
         return OwnerReading(problem=f"{TOP_OWNER_ANNOTATION} lacks a kind, a name or a uid")
     return OwnerReading(TopOwner(kind, name, uid))
+
+
+def owner_uid(stored: str | None, annotation: str | None) -> str | None:
+    """The uid of an eviction's top owner: the one stored from the submission, else the one
+    its top-owner annotation names (None: neither)."""
+    if stored is not None or annotation is None:
+        return stored
+    owner = read_top_owner({TOP_OWNER_ANNOTATION: annotation}).owner
+    return None if owner is None else owner.uid
 
 
 def _owner_fields(text: str) -> dict[str, str] | None:

@@ -40,6 +40,7 @@ from minruntime.core.checkpoint import (
     refused_checkpoint,
 )
 from minruntime.core.config import DEFAULT_NODE_POOL, parse_max_requeues
+from minruntime.core.disruption import TOP_OWNER_ANNOTATION, TopOwner, read_top_owner
 from minruntime.core.durations import parse_duration
 from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
@@ -93,6 +94,9 @@ class PodGroupSpec(NamedTuple):
     # The preemption delay the submission set apart from the podgroup annotation: its spec's
     # valid value, else its pods' first valid annotation (core.preemption_delay).
     submitted_delay: PreemptionDelay | None = None
+    # Its top owner as the submission said it (``topOwner``; None: not said, the
+    # kai.scheduler/top-owner-metadata annotation is read instead: ``owner_of``).
+    owner: TopOwner | None = None
 
 
 class PodGroupState(NamedTuple):
@@ -227,6 +231,14 @@ class PodGroupState(NamedTuple):
         )
 
 
+def owner_of(state: PodGroupState) -> TopOwner | None:
+    """The podgroup's top owner: the submission's ``topOwner``, else KAI's
+    ``kai.scheduler/top-owner-metadata`` annotation when it reads (None: neither)."""
+    if state.spec is not None and state.spec.owner is not None:
+        return state.spec.owner
+    return read_top_owner(state.annotations).owner
+
+
 def _parsed(text: str | None, parse: Callable[[str], _T]) -> _T | None:
     if text is None:
         return None
@@ -254,6 +266,8 @@ class Submission(NamedTuple):
     preemption_delay: str | None = None
     # (pod name, its preemption-delay annotation) for the pods that carry one, in pod order.
     pod_preemption_delays: tuple[tuple[str, str], ...] = ()
+    # topOwner as sent (None: absent).
+    owner: TopOwner | None = None
 
 
 class Allocation(NamedTuple):
@@ -376,6 +390,7 @@ def _submit(state: PodGroupState, change: Submission) -> PodGroupState:
         change.preemptibility,
         subgroups,
         submitted_delay(change.preemption_delay, change.pod_preemption_delays),
+        change.owner,
     )
     pods = {name: MemberPod(subgroup, gpu) for name, subgroup, gpu in change.pods}
     # Pods allocated before the submission named them stay, in the fallback subgroup:
@@ -514,4 +529,16 @@ def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[Ig
         ignored.add(IgnoredValue.CHECKPOINT_GRACE)
     if refused_checkpoint(annotations, state.annotations, at, state.start_time):
         ignored.add(IgnoredValue.CHECKPOINTED_AT)
+    owner = annotations.get(TOP_OWNER_ANNOTATION)
+    carried = change.owner if isinstance(change, Submission) else _carried_owner(state)
+    if (
+        owner is not None
+        and carried is None
+        and read_top_owner({TOP_OWNER_ANNOTATION: owner}).problem is not None
+    ):
+        ignored.add(IgnoredValue.TOP_OWNER_METADATA)
     return frozenset(ignored)
+
+
+def _carried_owner(state: PodGroupState) -> TopOwner | None:
+    return None if state.spec is None else state.spec.owner

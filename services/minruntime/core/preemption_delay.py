@@ -49,6 +49,10 @@ class IgnoredValue(StrEnum):
     # minruntime.kai.scheduler/checkpointed-at that is not RFC3339, lies in the future of the
     # event carrying it, or before the run's start (core.checkpoint: the previous one stands).
     CHECKPOINTED_AT = "checkpointed_at"
+    # kai.scheduler/top-owner-metadata that does not read (not YAML/JSON fields, too long, a
+    # field missing), on a podgroup whose submission carried no topOwner (no owner, no gap;
+    # core.disruption.read_top_owner).
+    TOP_OWNER_METADATA = "top_owner_metadata"
 
 
 class DelaySource(StrEnum):

@@ -37,6 +37,9 @@ class Queue:
     resources: QueueResources | None = None
     # The node pool whose scheduler sees this queue; None: every pool's (KAI's shards).
     node_pool: str | None = None
+    # Its disruption overrides, (annotation name, value) in name order (core.disruption's
+    # QUEUE_DISRUPTION_ANNOTATIONS; the planner ignores an invalid value, counted).
+    disruption: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

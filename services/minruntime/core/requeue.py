@@ -22,6 +22,7 @@ from minruntime.core.cooldown import in_cooldown, requeue_delay, requeue_not_bef
 from minruntime.core.disruption import (
     DisruptionLedger,
     DisruptionPolicy,
+    TopOwner,
     queue_policy,
     read_top_owner,
 )
@@ -282,7 +283,7 @@ class _Planner:
             return self._uncommitted(uid, nominated_by, RequeueReason.REQUEUE_LIMIT)
         policy = self._disruption_policy(podgroup)
         if policy.active:
-            owner = read_top_owner(podgroup.annotations).owner
+            owner = _owner(podgroup)
             refusal = self._disruption.refusal(podgroup.queue, owner, policy, self._now)
             if refusal is not None:
                 return replace(
@@ -446,7 +447,7 @@ class _Planner:
                 reserved[node] = reserved.get(node, 0) + units
         for node, units in reserved.items():
             self._new_promises[node] = self._new_promises.get(node, 0) + units
-        self._disruption.record(victim.queue, read_top_owner(victim.annotations).owner, self._now)
+        self._disruption.record(victim.queue, _owner(victim), self._now)
         judge = self._judges.get(victim.node_pool)
         if judge is not None:
             freed = units_to_gpu(_running_units(victim))
@@ -583,3 +584,10 @@ class _Exclusion:
             protected = is_protected(victim.start_time, resolution.min_runtime, self._now)
             cached = self._cache[contender_queue] = protected and not self._elastic_ok
         return cached
+
+
+def _owner(podgroup: RunningPodGroup) -> TopOwner | None:
+    """The victim's top owner: as stored from its submission, else its annotation's."""
+    if podgroup.owner is not None:
+        return podgroup.owner
+    return read_top_owner(podgroup.annotations).owner

@@ -18,7 +18,7 @@ from typing import ClassVar, Final
 
 from minruntime.core.checkpoint import last_checkpoint, work_at_risk
 from minruntime.core.config import DEFAULT_NODE_POOL
-from minruntime.core.disruption import DisruptionHistory
+from minruntime.core.disruption import DisruptionHistory, TopOwner
 from minruntime.core.elastic import DEFAULT_SUBGROUP, PodGroupPods, SubGroup
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.gpus import MAX_GPUS_IN_PLAN
@@ -113,6 +113,9 @@ class RunningPodGroup:
     preemptibility: Preemptibility = Preemptibility.PREEMPTIBLE
     annotations: Mapping[str, str] = field(default_factory=dict)
     subgroups: tuple[SubGroup, ...] = (SubGroup(),)
+    # Its top owner as stored from the submission's topOwner (None: the planner reads
+    # kai.scheduler/top-owner-metadata from the annotations instead).
+    owner: TopOwner | None = None
     # Derived: the elastic view of the pods (§6), built once.
     pod_set: PodGroupPods = field(init=False, repr=False, compare=False)
 

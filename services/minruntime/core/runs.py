@@ -28,7 +28,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Final, NamedTuple
 
 from minruntime.core.checkpoint import last_checkpoint
-from minruntime.core.disruption import TopOwner, read_top_owner
+from minruntime.core.disruption import TopOwner
 from minruntime.core.evictions import (
     DELETED,
     DELETED_BY_EVICTION,
@@ -40,7 +40,7 @@ from minruntime.core.evictions import (
     Attribution,
     ended_by_reason,
 )
-from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release
+from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release, owner_of
 from minruntime.core.preemptibility import Preemptibility, core_pods
 
 __all__ = [
@@ -81,7 +81,8 @@ class EndedRun(NamedTuple):
     core: int = 0
     # Who evicted it, when the scheduler said so (None: not known).
     attribution: Attribution | None = None
-    # Its top owner (kai.scheduler/top-owner-metadata: a JobSet, a RayJob, ...; None: none).
+    # Its top owner (the submission's topOwner, else kai.scheduler/top-owner-metadata: a
+    # JobSet, a RayJob, ...; None: none).
     owner: TopOwner | None = None
     # Its last checkpoint when it ended (core.checkpoint: minruntime.kai.scheduler/
     # checkpointed-at, not before its start nor after its end; None: none known).
@@ -154,7 +155,7 @@ def ended_run(
         gpus=held_gpus(before),
         core=held_core(before),
         attribution=change.eviction if isinstance(change, Release) else None,
-        owner=read_top_owner(before.annotations).owner,
+        owner=owner_of(before),
         checkpoint=last_checkpoint(before.annotations, before.start_time, at),
     )
 

@@ -66,7 +66,19 @@ _CAP_KEYS: Final = (
 )
 # Fields added to a type after its first events, by Python and wire name: omitted from a dump
 # when unset, so an event of before them dumps (and checksums) as it always did.
-_QUEUE_LATER_KEYS: Final = ("node_pool", "nodePool", "priority", "resources")
+_QUEUE_LATER_KEYS: Final = ("node_pool", "nodePool", "priority", "resources", "annotations")
+_SUBMITTED_LATER_KEYS: Final = ("top_owner", "topOwner")
+# A Queue annotation's value the service reads: a count or a duration, short.
+MAX_QUEUE_ANNOTATION_VALUE: Final = 64
+QueueAnnotationKey = Literal[
+    "minruntime.kai.scheduler/max-evictions-per-window",
+    "minruntime.kai.scheduler/eviction-window",
+    "minruntime.kai.scheduler/min-eviction-gap",
+]
+"""The Queue annotations queue.upserted carries (core.disruption.QUEUE_DISRUPTION_ANNOTATIONS)."""
+QueueAnnotationValue = Annotated[
+    str, Strict(), Field(min_length=1, max_length=MAX_QUEUE_ANNOTATION_VALUE)
+]
 _RESOURCE_KEYS: Final = ("gpu", "cpu", "memory")
 _RELEASE_LATER_KEYS: Final = ("eviction",)
 
@@ -179,6 +191,12 @@ class QueueUpsertedData(EventData):
     first to queues of higher priority, and they are reclaimed last."""
     resources: QueueResources | None = None
     """The Queue's spec.resources: quotas, limits and over-quota weights; absent = none set."""
+    annotations: Mapping[QueueAnnotationKey, QueueAnnotationValue] | None = None
+    """The Queue's disruption overrides, by annotation name (max-evictions-per-window,
+    eviction-window, min-eviction-gap under minruntime.kai.scheduler/): they replace the node
+    pool's maxEvictionsPerWindow, evictionWindow and minEvictionGap for this queue. Absent =
+    the pool's. A value out of bounds is ignored by the planner (counted); the bridge and
+    `queues apply` check them first (docs/rule-engine.md)."""
 
     @model_serializer(mode="wrap")
     def _unset_is_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -200,6 +218,7 @@ class QueueUpsertedData(EventData):
             priority=self.priority,
             resources=None if self.resources is None else self.resources.to_core(),
             node_pool=self.node_pool,
+            disruption=tuple(sorted((self.annotations or {}).items())),
         )
 
 
@@ -318,6 +337,18 @@ class PodSpec(WireModel):
 _DEFAULT_SUBGROUPS = (SubGroupSpec(name=DEFAULT_SUBGROUP),)
 
 
+class TopOwner(WireModel):
+    """A podgroup's top owner: the object at the top of its pods' owner chain (a JobSet, a
+    RayJob, a PyTorchJob, a Deployment, ...), as KAI's podgrouper finds it."""
+
+    kind: Label
+    """Its kind, e.g. JobSet."""
+    name: BoundedName
+    """Its name (in the podgroup's namespace)."""
+    uid: BoundedName
+    """Its uid: the identity the eviction gap counts by."""
+
+
 class PodGroupSubmittedData(EventData):
     """A podgroup (a gang of pods scheduled together) was submitted and is pending."""
 
@@ -354,6 +385,14 @@ class PodGroupSubmittedData(EventData):
     """KAI's spec.preemptibility: preemptible, non-preemptible or semi-preemptible (each
     subgroup's minAvailable pods are never evicted). Absent: what preemptible says; both
     given, they must agree."""
+    top_owner: TopOwner | None = None
+    """Its top owner (the bridge: kai.scheduler/top-owner-metadata when valid, else the
+    pods' controller ownerReference); absent = not known (the processor then reads the
+    annotation itself)."""
+
+    @model_serializer(mode="wrap")
+    def _unset_is_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset(handler(self), _SUBMITTED_LATER_KEYS)
 
     @model_validator(mode="after")
     def _preemptible_agrees(self) -> PodGroupSubmittedData:

@@ -28,6 +28,7 @@ from minruntime.core import (
     Submission,
     fold,
 )
+from minruntime.core.disruption import TopOwner
 from minruntime.events import (
     EventData,
     PodGroupAllocatedData,
@@ -73,6 +74,9 @@ def podgroup_change(data: EventData, at: datetime) -> PodGroupChange:
                 for pod in data.pods
                 if pod.annotations and PREEMPTION_DELAY_ANNOTATION in pod.annotations
             ),
+            owner=None
+            if data.top_owner is None
+            else TopOwner(data.top_owner.kind, data.top_owner.name, data.top_owner.uid),
         )
     if isinstance(data, PodGroupAnnotatedData):
         return Annotation(data.annotations, at)

@@ -75,6 +75,7 @@ def resolved_rows(
             queue.priority,
             resources_json(queue.resources),
             pool,
+            dict(queue.disruption) or None,
         )
     pool_rows: dict[tuple[str, str], PoolRow] = {}
     for pool in sorted(tree.node_pools()):

@@ -44,7 +44,13 @@ from minruntime.core import (
     exclusion_reason,
     requeue_cap,
 )
-from minruntime.core.disruption import TOP_OWNER_ANNOTATION, DisruptionHistory, read_top_owner
+from minruntime.core.disruption import (
+    DisruptionHistory,
+    DisruptionPolicy,
+    TopOwner,
+    owner_uid,
+    queue_policy,
+)
 from minruntime.store.queues import load_tree
 from minruntime.store.requeue import (
     disruption_rows,
@@ -97,6 +103,9 @@ class _Row(NamedTuple):
     bad_submitted: bool
     delay_ends_at: datetime | None
     bad_delay_ends: bool
+    owner_kind: str | None
+    owner_name: str | None
+    owner_uid: str | None
 
 
 class _Reader:
@@ -234,6 +243,7 @@ def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIV
     kept_nodes = reader.certain(nodes)
     external = reader.external(stored.nominations)
     kept = {node.name for node in kept_nodes}
+    overrides = queue_overrides(tree)
     cluster = ClusterState(
         nodes=tuple(kept_nodes),
         running=tuple(running),
@@ -242,7 +252,8 @@ def load_cycle_inputs(conn: Connection, now: datetime, tables: StateTables = LIV
         awaiting_release=frozenset(awaiting),
         promised_to=frozenset(promised_to),
         requeue_history=requeue_history(conn, tables, running, configs, now),
-        disruption_history=disruption_history(conn, tables, configs, now),
+        disruption_history=disruption_history(conn, tables, configs, now, overrides),
+        queue_annotations=overrides,
     )
     return CycleInputs(
         cluster,
@@ -291,6 +302,7 @@ def _podgroup(
                 node_pool=row.pool,
                 preemptibility=Preemptibility(row.preemptibility),
                 annotations={str(k): str(v) for k, v in (row.annotations or {}).items()},
+                owner=_stored_owner(row),
                 **shape,
             )
         return PendingPodGroup(
@@ -332,32 +344,54 @@ def requeue_history(
     return {uid: tuple(times) for uid, times in history.items()}
 
 
+def queue_overrides(tree: QueueTree | None) -> dict[str, dict[str, str]]:
+    """Queue name -> its disruption annotations (only the queues that carry some)."""
+    if tree is None:
+        return {}
+    return {queue.name: dict(queue.disruption) for queue in tree if queue.disruption}
+
+
 def disruption_history(
-    conn: Connection, tables: StateTables, configs: NodePoolConfigs, now: datetime
+    conn: Connection,
+    tables: StateTables,
+    configs: NodePoolConfigs,
+    now: datetime,
+    overrides: Mapping[str, Mapping[str, str]] | None = None,
 ) -> DisruptionHistory:
     """The evictions the disruption budgets and gaps count: since the longest window or gap
-    any node pool sets (nothing read when none sets one)."""
+    any node pool or queue sets (nothing read when none sets one)."""
     spans = [
         span
         for config in configs.by_pool.values()
         for span in (config.eviction_window, config.min_eviction_gap)
         if span is not None
     ]
+    for overridden in (overrides or {}).values():
+        policy = queue_policy(DisruptionPolicy(), overridden).policy
+        spans += [s for s in (policy.eviction_window, policy.min_eviction_gap) if s is not None]
     if not spans:
         return DisruptionHistory()
+    since = now - max(spans)
     by_queue: dict[str, list[datetime]] = {}
     by_owner: dict[str, list[datetime]] = {}
-    for queue, owner_text, moment in disruption_rows(conn, tables, now - max(spans)):
+    for queue, stored, annotation, moment in disruption_rows(conn, tables, since):
         if queue is not None:
             by_queue.setdefault(queue, []).append(moment)
-        if owner_text is not None:
-            owner = read_top_owner({TOP_OWNER_ANNOTATION: owner_text}).owner
-            if owner is not None:
-                by_owner.setdefault(owner.uid, []).append(moment)
+        owner = owner_uid(stored, annotation)
+        if owner is not None:
+            by_owner.setdefault(owner, []).append(moment)
     return DisruptionHistory(
         {queue: tuple(times) for queue, times in by_queue.items()},
         {owner: tuple(times) for owner, times in by_owner.items()},
     )
+
+
+def _stored_owner(row: _Row) -> TopOwner | None:
+    """The top owner the submission carried (None: not carried; the planner reads the
+    annotation instead)."""
+    if row.owner_kind and row.owner_name and row.owner_uid:
+        return TopOwner(row.owner_kind, row.owner_name, row.owner_uid)
+    return None
 
 
 def _number(value: Any) -> float:

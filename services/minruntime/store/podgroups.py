@@ -29,6 +29,7 @@ from minruntime.core import (
     PreemptionDelay,
     SubGroup,
 )
+from minruntime.core.disruption import TopOwner
 from minruntime.store.bulk import delete_many, insert_many, json_list, update_many
 from minruntime.store.engine import driver_cursor
 from minruntime.store.schema import StateTables
@@ -63,6 +64,9 @@ class _StateRow(NamedTuple):
     submitted_preemption_delay_pod: str | None
     evicted_at: datetime | None
     eviction_annotated_at: datetime | None
+    owner_kind: str | None
+    owner_name: str | None
+    owner_uid: str | None
 
 
 _LOAD_STATES: Final = (
@@ -73,7 +77,7 @@ _LOAD_STATES: Final = (
     # PodGroupSpec's fields, in its order (its subgroups aside).
     " name, namespace, queue, node_pool, priority, preemptibility,"
     " submitted_preemption_delay, submitted_preemption_delay_pod,"
-    " evicted_at, eviction_annotated_at"
+    " evicted_at, eviction_annotated_at, owner_kind, owner_name, owner_uid"
     " FROM minruntime_state.podgroup_state WHERE uid IN " + _UIDS
 )
 # The live rows are locked until the batch commits, in uid order (as the requeue worker locks
@@ -117,6 +121,9 @@ _STATE_COLUMNS: Final = {
     "evicted_at": "timestamptz",
     "eviction_annotated_at": "timestamptz",
     "preemption_delay_ends_at": "timestamptz",
+    "owner_kind": "text",
+    "owner_name": "text",
+    "owner_uid": "text",
 }
 _PLACEHOLDER_CONFLICT: Final = "ON CONFLICT (uid) DO NOTHING"
 _STATE_CONFLICT: Final = (
@@ -211,6 +218,7 @@ def load_podgroups(
                 _submitted_delay(
                     row.submitted_preemption_delay, row.submitted_preemption_delay_pod
                 ),
+                _stored_owner(row.owner_kind, row.owner_name, row.owner_uid),
             )
         states[uid] = PodGroupState(
             uid,
@@ -360,10 +368,16 @@ def _submitted_delay(delay: timedelta | None, pod: str | None) -> PreemptionDela
     return PreemptionDelay(delay, DelaySource.POD, pod)
 
 
+def _stored_owner(kind: str | None, name: str | None, uid: str | None) -> TopOwner | None:
+    return TopOwner(kind, name, uid) if kind and name and uid else None
+
+
 def _state_row(state: PodGroupState) -> dict[str, Any]:
     elastic, protected_evictable = state.elasticity()
     spec = state.spec
     submitted_delay = None if spec is None else spec.submitted_delay
+    # The submission's topOwner only: what a replay of the log folds again.
+    owner = None if spec is None else spec.owner
     window = state.delay_window()
     return {
         "uid": state.uid,
@@ -395,4 +409,7 @@ def _state_row(state: PodGroupState) -> dict[str, Any]:
         "eviction_annotated_at": state.eviction_annotated_at,
         "preemption_delay_ends_at": None if window is None else window.ends_at,
         "preemptibility": state.preemptibility.value,
+        "owner_kind": None if owner is None else owner.kind,
+        "owner_name": None if owner is None else owner.name,
+        "owner_uid": None if owner is None else owner.uid,
     }

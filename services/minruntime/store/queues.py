@@ -39,6 +39,7 @@ _COLUMNS: Final = (
     "priority",
     "resources",
     "node_pool",
+    "disruption",
 )
 QueueRow = tuple[
     str,
@@ -53,6 +54,7 @@ QueueRow = tuple[
     int | None,
     dict[str, dict[str, float]] | None,
     str | None,
+    dict[str, str] | None,
 ]
 # A queue_nodes_in_pool row: its columns, in this order.
 _POOL_COLUMNS: Final = (
@@ -83,7 +85,9 @@ _SETTINGS: Final = (
 
 
 def _placeholder(column: str) -> str:
-    return "CAST(:resources AS jsonb)" if column == "resources" else f":{column}"
+    if column in ("resources", "disruption"):
+        return f"CAST(:{column} AS jsonb)"
+    return f":{column}"
 
 
 _LOCK_VERSION: Final = (
@@ -182,6 +186,7 @@ def stored_tree(conn: Connection, tables: StateTables, *, lock: bool = False) ->
             priority=r[9],
             resources=resources_of(r[10]),
             node_pool=r[11],
+            disruption=disruption_of(r[12]),
         )
         for r in rows.values()
     )
@@ -252,6 +257,18 @@ def resources_of(column: object) -> QueueResources | None:
     return QueueResources(**quotas)
 
 
+def disruption_of(column: object) -> tuple[tuple[str, str], ...]:
+    """A queue's disruption overrides from a stored column (NULL: none); InvalidQueueError
+    if it is not a map of strings."""
+    if column is None:
+        return ()
+    if not isinstance(column, dict) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in column.items()
+    ):
+        raise InvalidQueueError(f"stored queue disruption overrides are not a map: {column!r}")
+    return tuple(sorted(column.items()))
+
+
 def _row_of(row: Any) -> QueueRow:
     # The path comes back as a list.
     return cast(QueueRow, (*row[:4], tuple(row[4]), *row[5:]))
@@ -269,4 +286,5 @@ def _params(row: QueueRow) -> dict[str, Any]:
     params: dict[str, Any] = dict(zip(_COLUMNS, row, strict=True))
     params["path"] = list(row[4])
     params["resources"] = None if row[10] is None else json.dumps(row[10], sort_keys=True)
+    params["disruption"] = None if row[12] is None else json.dumps(row[12], sort_keys=True)
     return params

@@ -395,3 +395,21 @@ def violating_runs(
         violating=_VIOLATING if attributed else _VIOLATING_0013,
     )
     return conn.execute(sa.text(query), params).all()
+
+
+_ABANDONED: Final = (
+    "SELECT d.decided_at, d.uid, p.queue, d.reason FROM {schema}.requeue_decisions d"
+    " LEFT JOIN {schema}.podgroups p ON p.uid = d.uid WHERE d.outcome = 'abandoned'"
+    " AND (CAST(:since AS timestamptz) IS NULL OR d.decided_at >= :since)"
+    " AND (CAST(:queue AS text) IS NULL OR p.queue = :queue)"
+    " ORDER BY d.decided_at, d.seq"
+)
+
+
+def abandoned_requeues(
+    conn: Connection, schema: str, since: datetime | None, queue: str | None
+) -> list[tuple[Any, ...]]:
+    """The requeues the evictor abandoned at or after ``since`` (podgroups of ``queue``; None:
+    all), oldest first: when, uid, queue, reason (pdb, forbidden, not_found, ...)."""
+    query = _ABANDONED.format(schema=schema)
+    return [tuple(row) for row in conn.execute(sa.text(query), {"since": since, "queue": queue})]

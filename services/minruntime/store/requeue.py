@@ -39,7 +39,8 @@ def _guarded_time(column: str) -> str:
 _PODGROUPS: Final = (
     "SELECT uid, queue, node_pool, priority, preemptibility, status,"
     f" {_guarded_time('start_time')}, annotations, awaiting_release,"
-    f" {_guarded_time('submitted_at')}, {_guarded_time('preemption_delay_ends_at')}"
+    f" {_guarded_time('submitted_at')}, {_guarded_time('preemption_delay_ends_at')},"
+    " owner_kind, owner_name, owner_uid"
     " FROM minruntime_state.podgroup_state"
     " WHERE submitted AND status IN ('running', 'pending') ORDER BY uid"
 )
@@ -180,7 +181,9 @@ def requeue_history_rows(
 # the evictor abandoned) and the scheduler's evictions it observed (runs an eviction ended,
 # other than its own requeues, which the first part counts).
 _DISRUPTIONS: Final = (
-    "SELECT p.queue, p.annotations ->> 'kai.scheduler/top-owner-metadata', d.decided_at"
+    # The stored top owner's uid (the submission's topOwner), else the annotation to read.
+    "SELECT p.queue, p.owner_uid, p.annotations ->> 'kai.scheduler/top-owner-metadata',"
+    " d.decided_at"
     " FROM minruntime_state.requeue_decision_log d"
     " JOIN minruntime_state.podgroup_state p ON p.uid = d.uid"
     " WHERE d.outcome = 'committed' AND d.decided_at > %(since)s"
@@ -188,7 +191,8 @@ _DISRUPTIONS: Final = (
     "  SELECT 1 FROM minruntime_state.requeue_decision_log a"
     "  WHERE a.decision_id = d.decision_id || '.abandoned')"
     " UNION ALL"
-    " SELECT r.queue, p.annotations ->> 'kai.scheduler/top-owner-metadata', r.run_end"
+    " SELECT r.queue, coalesce(r.owner_uid, p.owner_uid),"
+    " p.annotations ->> 'kai.scheduler/top-owner-metadata', r.run_end"
     " FROM minruntime_state.run_log r"
     " LEFT JOIN minruntime_state.podgroup_state p ON p.uid = r.uid"
     " WHERE r.eviction AND r.ended_by <> 'requeued' AND r.run_end > %(since)s"
@@ -199,7 +203,8 @@ _DISRUPTIONS: Final = (
 def disruption_rows(
     conn: Connection, tables: StateTables, since: datetime
 ) -> list[tuple[Any, ...]]:
-    """(queue, top-owner annotation, when) of every eviction after ``since``."""
+    """(queue, stored top-owner uid, top-owner annotation, when) of every eviction after
+    ``since``."""
     with driver_cursor(conn) as cursor:
         return _rows(cursor, tables, _DISRUPTIONS, {"since": since})
 

@@ -52,6 +52,8 @@ queue_nodes = sa.Table(
     # maintained columns above are the queue's in its pool's tree (for a queue of no pool:
     # in the tree of the queues of no pool, which is what a pool no queue names sees).
     sa.Column("node_pool", sa.Text),
+    # The Queue's disruption overrides, annotation name -> value (migration 0023); NULL = none.
+    sa.Column("disruption", JSONB),
 )
 
 # Maintained with queue_nodes (migration 0020): a queue of no pool as one node pool sees it,
@@ -139,6 +141,10 @@ podgroup_state = sa.Table(
     sa.Column("evicted_at", sa.DateTime(timezone=True)),
     sa.Column("eviction_annotated_at", sa.DateTime(timezone=True)),
     sa.Column("preemption_delay_ends_at", sa.DateTime(timezone=True)),
+    # The submission's topOwner (migration 0023); NULL = not carried (the annotation is read).
+    sa.Column("owner_kind", sa.Text),
+    sa.Column("owner_name", sa.Text),
+    sa.Column("owner_uid", sa.Text),
     sa.CheckConstraint("status IN ('pending', 'running', 'finished', 'deleted')", name="status"),
     sa.CheckConstraint(
         "preemptibility IN ('preemptible', 'non-preemptible', 'semi-preemptible')",

@@ -74,6 +74,7 @@ any other, never one the chart sets from its own values.
     "MINRUNTIME_PROCESSOR_METRICS_PORT" (toJson .Values.metrics.processorPort)
     "MINRUNTIME_WORKER_METRICS_PORT" (toJson .Values.metrics.workerPort)
     "MINRUNTIME_KUBE_BRIDGE_METRICS_PORT" (toJson .Values.metrics.bridgePort)
+    "MINRUNTIME_KUBE_EVICTOR_METRICS_PORT" (toJson .Values.metrics.evictorPort)
     "MINRUNTIME_KUBE_NAMESPACE" .Release.Namespace
     "MINRUNTIME_KUBE_LEASE_NAME" (include "minruntime.leaseName" .)
     "MINRUNTIME_KUBE_SCHEDULER_CONFIG" (printf "%s/%s" $kai.namespace $kai.name)
