@@ -23,6 +23,8 @@ from minruntime.cluster.api import api_client
 from minruntime.cluster.mapping import REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.cluster.standin import Cluster
 from minruntime.core import DEFAULT_NODE_POOL
+from minruntime.demo_gentle import Until, gentle_env, run_gentle
+from minruntime.demo_gentle import nodes as gentle_nodes
 from minruntime.demo_process import DemoChild, wait_for
 from minruntime.demo_queries import KUBE_COMMITTED, KUBE_STATUS, ask, kube_podgroups
 from minruntime.settings import Settings
@@ -47,7 +49,8 @@ spec:
 
 
 def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -> None:
-    """Queue YAML, a running gang, a requeue carried out by the evictor, the release."""
+    """Queue YAML, a running gang, a requeue carried out by the evictor, the release; then
+    gentler evictions (a blocked gang, a checkpoint, a budget: ``demo_gentle``)."""
     console.rule("[bold]Kubernetes — the cluster's own objects in, an eviction out")
     client = api_client(settings)
     upgrade(settings)
@@ -63,6 +66,7 @@ def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -
         "MINRUNTIME_KUBE_LEASE_NAME": f"demo-bridge-{run}",
         "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
         "MINRUNTIME_EVICTOR_GROUP": f"demo-evictor-{run}",
+        **gentle_env(),
     }
     children = [DemoChild.start(command, env) for command in ("processor", "requeue-worker")]
     children += [DemoChild.start(command, env) for command in ("kube bridge", "kube evictor")]
@@ -71,9 +75,14 @@ def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -
             "Started `minruntime processor`, `requeue-worker`, `kube bridge`, `kube evictor` "
             f"(pids {', '.join(str(child.pid) for child in children)})."
         )
-        _story(console, engine, cluster, run, children, timeout)
+
+        def until(check: Callable[[], T | None], what: str) -> T:
+            return wait_for(check, children, timeout, what)
+
+        _story(console, engine, cluster, run, until)
+        run_gentle(console, engine, cluster, run, until)
     finally:
-        _clean_up(cluster, f"demo-gpu-{run}")
+        _clean_up(cluster, [f"demo-gpu-{run}", *gentle_nodes(run)])
         for child in children:
             child.stop()
         engine.dispose()
@@ -81,16 +90,8 @@ def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -
 
 
 def _story(
-    console: Console,
-    engine: sa.Engine,
-    cluster: Cluster,
-    run: str,
-    children: list[DemoChild],
-    timeout: float,
+    console: Console, engine: sa.Engine, cluster: Cluster, run: str, until: Until[Any]
 ) -> None:
-    def until(check: Callable[[], T | None], what: str) -> T:
-        return wait_for(check, children, timeout, what)
-
     # The default node pool: no kai.scheduler/node-pool label, so a default KAI schedules them.
     queue, node = f"demo-{run}", f"demo-gpu-{run}"
     cluster.apply_queues(_QUEUES.format(run=run))
@@ -145,13 +146,14 @@ def _story(
     )
 
 
-def _clean_up(cluster: Cluster, node: str) -> None:
-    """Delete the demo's Node, PodGroups and pods: in the default node pool, a free node or
-    a pending gang left behind would take part in the next run's (or anyone's) placement."""
+def _clean_up(cluster: Cluster, nodes: list[str]) -> None:
+    """Delete the demo's Nodes, PodGroups, pods and disruption budget: a free node or a
+    pending gang left behind would take part in the next run's (or anyone's) placement."""
     with contextlib.suppress(Exception):
         cluster.remove_everything()
-    with contextlib.suppress(Exception):
-        cluster.core.delete_node(node)
+    for node in nodes:
+        with contextlib.suppress(Exception):
+            cluster.core.delete_node(node)
 
 
 def _deleting(pod: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -346,4 +346,9 @@ def test_the_kube_demo_runs_the_loop(loop: Loop) -> None:
     assert result.returncode == 0, result.stderr
     assert "The bridge's events, applied" in result.stdout
     assert "kai.scheduler/requeue-not-before=" in result.stdout
+    # Issue 28's part: the blocked gang abandoned while the others were carried out, the
+    # checkpoint answered before the eviction, the budget's skip with when it frees up.
+    assert "blocked was abandoned at its deadline" in result.stdout
+    assert "checkpointed-at" in result.stdout
+    assert "was skipped (disruption_budget)" in result.stdout
     assert "The four processes are stopped." in result.stdout

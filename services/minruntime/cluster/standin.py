@@ -201,8 +201,13 @@ class Cluster:
             )
 
     def remove_everything(self) -> None:
-        """Delete the namespace's pods (grace 0) and PodGroups (the namespace itself would
-        stay Terminating: no controller finishes it here)."""
+        """Delete the namespace's disruption budgets, pods (grace 0) and PodGroups (the
+        namespace itself would stay Terminating: no controller finishes it here)."""
+        from kubernetes import client
+
+        policy = client.PolicyV1Api(self.api)
+        for budget in policy.list_namespaced_pod_disruption_budget(self.namespace).items:
+            policy.delete_namespaced_pod_disruption_budget(budget.metadata.name, self.namespace)
         for pod in self.core.list_namespaced_pod(self.namespace).items:
             self.core.delete_namespaced_pod(
                 pod.metadata.name, self.namespace, grace_period_seconds=0
