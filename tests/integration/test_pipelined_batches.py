@@ -180,6 +180,7 @@ def test_a_crash_in_batch_n_s_write_with_n_plus_1_decoded_loses_and_repeats_noth
     async def scenario() -> None:
         async with _topic(access) as topic:
             crashed = asyncio.Event()
+            in_flight: list[int] = []
 
             async def crash(records: list[InboundRecord], ahead: DecodedAhead | None) -> None:
                 # The process dies in the middle of batch N's transaction: everything it wrote
@@ -196,6 +197,7 @@ def test_a_crash_in_batch_n_s_write_with_n_plus_1_decoded_loses_and_repeats_noth
                         transaction.rollback()
 
                 await asyncio.to_thread(write_then_die)
+                in_flight.append(len(records))
                 crashed.set()
                 await asyncio.Event().wait()  # dead: never returns
 
@@ -207,6 +209,9 @@ def test_a_crash_in_batch_n_s_write_with_n_plus_1_decoded_loses_and_repeats_noth
             assert first.next_prepared.is_set()
             applied_before = first.outcome.applied
             assert applied_before >= FAILING - 1  # batches 1 and 2 (of one record at least)
+            # The lag counts the batch decoded ahead: it is not applied yet.
+            behind = first.consumer.behind(topic, range(PARTITIONS))
+            assert sum(behind.values()) == 3 * PODGROUPS - applied_before - in_flight[0]
             await first.consumer.stop(wait_seconds=0.5)  # the dead process's batch never ends
             await run
 

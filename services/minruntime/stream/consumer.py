@@ -108,13 +108,13 @@ class _Lane:
         self.committing: asyncio.Task[None] | None = None
         # True while a batch of the lane is being applied (the next one may be prepared).
         self.applying = False
-        # Records taken into the next batch while one is applied (counted in the bound).
-        self.ahead = 0
+        # The next batch, taken while one is applied (in the bound and the lag until applied).
+        self.ahead: list[InboundRecord] = []
 
     @property
     def full(self) -> bool:
         """True while the lane holds as many records as it may (its partitions wait)."""
-        return len(self.buffer) + self.ahead >= self.buffered_max
+        return len(self.buffer) + len(self.ahead) >= self.buffered_max
 
     def add(self, records: list[InboundRecord]) -> None:
         if not self.buffer:
@@ -256,7 +256,7 @@ class BatchedConsumer:
         return found
 
     def behind(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-        """Partition -> records still to apply (fetched and buffered, or not fetched yet).
+        """Partition -> records still to apply (fetched: buffered or taken ahead; not fetched yet).
 
         In records, not offsets: the fetcher's position is past every transaction marker it
         read, so a partition applied to its end is 0 behind (stream.backlog). A partition
@@ -264,7 +264,8 @@ class BatchedConsumer:
         """
         wanted = set(partitions)
         buffered = dict.fromkeys(wanted, 0)
-        for record in self._lanes[topic].buffer:
+        lane = self._lanes[topic]
+        for record in (*lane.ahead, *lane.buffer):
             if record.partition in buffered:
                 buffered[record.partition] += 1
         found: dict[int, int] = {}
@@ -406,7 +407,7 @@ class BatchedConsumer:
                 except BaseException as exc:  # PrepareBatch must not raise either
                     stop_loudly(exc)
                     raise
-                lane.ahead = 0
+                lane.ahead = []
                 if taken is None or self._stopping:  # a stop: no new batch (one prepared waits)
                     await self._committed([lane])
                     return
@@ -447,7 +448,7 @@ class BatchedConsumer:
             return None
         if self._prepare is None or not lane.applying:
             return batch, self._apply
-        lane.ahead = len(batch)  # until it is applied
+        lane.ahead = batch  # until it is applied
         return batch, await self._prepare(lane.role, batch)
 
     def _owned(self, lane: _Lane, batch: list[InboundRecord]) -> list[InboundRecord]:
