@@ -163,19 +163,30 @@ def _assert_once_and_in_order(engine: sa.Engine, topic: str) -> None:
     assert statuses[0][0] != "running"
 
 
-def _with_a_queue(engine: sa.Engine, group: str) -> None:
-    """The podgroups' queue, applied as any other event."""
+@pytest.fixture
+def group(engine: sa.Engine) -> str:
+    """A fresh consumer group, and the podgroups' queue applied as any other event."""
+    name = f"test-pipelined-{uuid.uuid4().hex[:8]}"
     record = InboundRecord("kai.queues", 0, 0, b"q", wire(queue("q")), None)
     with engine.begin() as conn:
-        apply_batch(conn, [record], consumer_group=group)
+        apply_batch(conn, [record], consumer_group=name)
+    return name
+
+
+async def _run_until_stored(pipeline: Pipeline, engine: sa.Engine, topic: str, group: str) -> None:
+    """Run the pipeline's consumer until every record of ``topic`` is stored, then stop it."""
+    run = asyncio.create_task(pipeline.consumer.run())
+    try:
+        await _until(lambda: _all_stored(engine, topic, group), "every record stored")
+    finally:
+        await pipeline.consumer.stop()
+        await run
 
 
 def test_a_crash_in_batch_n_s_write_with_n_plus_1_decoded_loses_and_repeats_nothing(
-    settings: Settings, stack: StackStatus, engine: sa.Engine
+    settings: Settings, stack: StackStatus, engine: sa.Engine, group: str
 ) -> None:
     access = kafka_access(settings)
-    group = f"test-pipelined-{uuid.uuid4().hex[:8]}"
-    _with_a_queue(engine, group)
 
     async def scenario() -> None:
         async with _topic(access) as topic:
@@ -217,12 +228,7 @@ def test_a_crash_in_batch_n_s_write_with_n_plus_1_decoded_loses_and_repeats_noth
 
             # The restart: the same group reads on from Kafka's committed offsets.
             second = Pipeline(access, topic, group, _sink(engine, topic, group))
-            run = asyncio.create_task(second.consumer.run())
-            try:
-                await _until(lambda: _all_stored(engine, topic, group), "every record stored")
-            finally:
-                await second.consumer.stop()
-                await run
+            await _run_until_stored(second, engine, topic, group)
             assert second.outcome.applied == 3 * PODGROUPS - applied_before
             assert second.outcome.dead_lettered == 0
             _assert_once_and_in_order(engine, topic)
@@ -257,11 +263,9 @@ class _FailsAtCommitOnce:
 
 
 def test_a_failed_write_of_batch_n_is_retried_before_the_decoded_n_plus_1_applies(
-    settings: Settings, stack: StackStatus, engine: sa.Engine
+    settings: Settings, stack: StackStatus, engine: sa.Engine, group: str
 ) -> None:
     access = kafka_access(settings)
-    group = f"test-pipelined-{uuid.uuid4().hex[:8]}"
-    _with_a_queue(engine, group)
 
     async def scenario() -> None:
         async with _topic(access) as topic:
@@ -274,12 +278,7 @@ def test_a_failed_write_of_batch_n_is_retried_before_the_decoded_n_plus_1_applie
                 pipeline.outcome.add(await asyncio.to_thread(sink, records, None, ahead))
 
             pipeline.failing = fail_once
-            run = asyncio.create_task(pipeline.consumer.run())
-            try:
-                await _until(lambda: _all_stored(engine, topic, group), "every record stored")
-            finally:
-                await pipeline.consumer.stop()
-                await run
+            await _run_until_stored(pipeline, engine, topic, group)
             assert failing_engine.failed == 1
             assert pipeline.next_prepared.is_set()
             assert pipeline.outcome.applied == 3 * PODGROUPS
@@ -290,13 +289,11 @@ def test_a_failed_write_of_batch_n_is_retried_before_the_decoded_n_plus_1_applie
 
 
 def test_the_next_batch_is_decoded_while_the_current_one_is_written(
-    settings: Settings, stack: StackStatus, engine: sa.Engine
+    settings: Settings, stack: StackStatus, engine: sa.Engine, group: str
 ) -> None:
     """The overlap itself: batch N+1's decoding starts before batch N's write ends, and
     batches still apply one at a time, in order."""
     access = kafka_access(settings)
-    group = f"test-pipelined-{uuid.uuid4().hex[:8]}"
-    _with_a_queue(engine, group)
 
     async def scenario() -> None:
         async with _topic(access) as topic:
@@ -323,12 +320,7 @@ def test_the_next_batch_is_decoded_while_the_current_one_is_written(
                 return decode(records)
 
             pipeline.sink = _Recording(write, decoding)  # type: ignore[assignment]
-            run = asyncio.create_task(pipeline.consumer.run())
-            try:
-                await _until(lambda: _all_stored(engine, topic, group), "every record stored")
-            finally:
-                await pipeline.consumer.stop()
-                await run
+            await _run_until_stored(pipeline, engine, topic, group)
             # Decoded ahead only while a batch is being written (a batch of an idle lane is
             # decoded by its apply); the write sleeps, so most decodes start inside it.
             assert sum(overlapping) >= 2, overlapping
