@@ -142,7 +142,7 @@ def build_app(
             heartbeat_interval_seconds=settings.processor_heartbeat_interval_seconds,
         ),
         on_assigned=on_assigned,
-        prepare=prepare,
+        prepare=prepare if settings.decode_ahead else None,
     )
 
     async def consume() -> None:  # faust names its tasks after the function
