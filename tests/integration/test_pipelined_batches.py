@@ -164,6 +164,12 @@ def _assert_once_and_in_order(engine: sa.Engine, topic: str) -> None:
 
 
 @pytest.fixture
+def access(settings: Settings, stack: StackStatus) -> KafkaAccess:
+    """The local stack's broker."""
+    return kafka_access(settings)
+
+
+@pytest.fixture
 def group(engine: sa.Engine) -> str:
     """A fresh consumer group, and the podgroups' queue applied as any other event."""
     name = f"test-pipelined-{uuid.uuid4().hex[:8]}"
@@ -184,10 +190,8 @@ async def _run_until_stored(pipeline: Pipeline, engine: sa.Engine, topic: str, g
 
 
 def test_a_crash_in_batch_n_s_write_with_n_plus_1_decoded_loses_and_repeats_nothing(
-    settings: Settings, stack: StackStatus, engine: sa.Engine, group: str
+    access: KafkaAccess, engine: sa.Engine, group: str
 ) -> None:
-    access = kafka_access(settings)
-
     async def scenario() -> None:
         async with _topic(access) as topic:
             crashed = asyncio.Event()
@@ -263,10 +267,8 @@ class _FailsAtCommitOnce:
 
 
 def test_a_failed_write_of_batch_n_is_retried_before_the_decoded_n_plus_1_applies(
-    settings: Settings, stack: StackStatus, engine: sa.Engine, group: str
+    access: KafkaAccess, engine: sa.Engine, group: str
 ) -> None:
-    access = kafka_access(settings)
-
     async def scenario() -> None:
         async with _topic(access) as topic:
             failing_engine = _FailsAtCommitOnce(engine)
@@ -289,11 +291,10 @@ def test_a_failed_write_of_batch_n_is_retried_before_the_decoded_n_plus_1_applie
 
 
 def test_the_next_batch_is_decoded_while_the_current_one_is_written(
-    settings: Settings, stack: StackStatus, engine: sa.Engine, group: str
+    access: KafkaAccess, engine: sa.Engine, group: str
 ) -> None:
     """The overlap itself: batch N+1's decoding starts before batch N's write ends, and
     batches still apply one at a time, in order."""
-    access = kafka_access(settings)
 
     async def scenario() -> None:
         async with _topic(access) as topic:
