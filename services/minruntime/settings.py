@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     processor_group: str = "minruntime-processor"
     batch_max_events: int = 2000
     batch_within_seconds: float = 0.05
+    # Decode a topic's next full batch while the current one is written (docs/pipeline.md).
+    decode_ahead: bool = True
     outbox_poll_seconds: float = 0.25
     # How often a topic refused for offsets of another life is re-checked (docs/pipeline.md).
     topic_recheck_seconds: float = Field(default=5.0, gt=0)

@@ -57,6 +57,10 @@ _UNSTORABLE_CHARS: Final = re.compile("[\x00\ud800-\udfff]")
 # equivalent structured event for a binary-mode one (``events.structured_value``). A plain
 # tuple: one is made for every record applied.
 Decoded = tuple[InboundRecord, Event, bytes]
+# A record that cannot be applied: (record, dead-letter kind, message, its event if it decoded).
+Rejected = tuple[InboundRecord, str, str, Event | None]
+# What ``decode_ahead`` made of a batch: (topic, partition, offset) -> decoded or rejected.
+DecodedAhead = Mapping[tuple[str, int, int], Decoded | Rejected]
 
 
 class _Batch:
@@ -106,30 +110,25 @@ class _Batch:
         store_offsets(self.conn, self.tables, self.group, changed)
         return fresh
 
-    def decode(self, records: list[InboundRecord]) -> list[Decoded]:
-        """Decode every record; rejected ones become dead letters."""
+    def decode(
+        self, records: list[InboundRecord], ahead: DecodedAhead | None = None
+    ) -> list[Decoded]:
+        """Decode every record (or take what ``decode_ahead`` made of it); rejected ones become
+        dead letters."""
         decoded = []
         for record in records:
-            value = record.value
-            try:
-                if record.headers:  # a binary-mode record becomes its structured event
-                    value = structured_value(value, record.headers)
-                event = decode_event(value, record.topic, topic_types=self.topic_types)
-            except EventRejected as rejected:
-                self.dead_letter(record, rejected.kind, rejected.message)
-                continue
-            assert value is not None  # decoded events always have a value
-            # One-byte search first: most events hold no escape at all.
-            if b"\\" in value and b"\\u" in value and _unstorable(value):
-                self.dead_letter(
-                    record,
-                    UNSTORABLE_TEXT,
-                    "a string contains NUL (\\u0000) or an unpaired surrogate (\\ud800-\\udfff), "
-                    "which PostgreSQL cannot store; remove it",
-                    event,
-                )
-                continue
-            decoded.append((record, event, value))
+            found = (
+                None
+                if ahead is None
+                else ahead.get((record.topic, record.partition, record.offset))
+            )
+            if found is None or found[0] is not record:  # not decoded ahead: decode it now
+                found = _decoded(record, self.topic_types)
+            if len(found) == 3:
+                decoded.append(found)
+            else:
+                _, kind, message, event = found
+                self.dead_letter(record, kind, message, event)
         return decoded
 
     def dead_letter(
@@ -217,6 +216,49 @@ class _Batch:
         enqueue(self.conn, self.tables, messages)
 
 
+def decode_ahead(
+    records: Sequence[InboundRecord], topic_roles: Mapping[str, str] | None = None
+) -> DecodedAhead:
+    """Decode and validate ``records`` outside any transaction (the pure part of
+    ``apply_batch``): what ``apply_batch(..., ahead=...)`` would decode, keyed by where each
+    record was consumed.
+
+    The processor decodes the next batch of a topic while the current one is written
+    (stream.consumer): decoding reads nothing but the record's bytes, so doing it early
+    changes nothing but when it happens; which of these records are applied (their offsets,
+    their ids) is still decided inside the batch's transaction.
+    """
+    topic_types = topic_types_for(topic_roles)
+    return {
+        (record.topic, record.partition, record.offset): _decoded(record, topic_types)
+        for record in records
+    }
+
+
+def _decoded(
+    record: InboundRecord, topic_types: Mapping[str, frozenset[str]]
+) -> Decoded | Rejected:
+    """The record decoded, or why it cannot be (its dead letter's kind and message)."""
+    value = record.value
+    try:
+        if record.headers:  # a binary-mode record becomes its structured event
+            value = structured_value(value, record.headers)
+        event = decode_event(value, record.topic, topic_types=topic_types)
+    except EventRejected as rejected:
+        return (record, rejected.kind, rejected.message, None)
+    assert value is not None  # decoded events always have a value
+    # One-byte search first: most events hold no escape at all.
+    if b"\\" in value and b"\\u" in value and _unstorable(value):
+        return (
+            record,
+            UNSTORABLE_TEXT,
+            "a string contains NUL (\\u0000) or an unpaired surrogate (\\ud800-\\udfff), "
+            "which PostgreSQL cannot store; remove it",
+            event,
+        )
+    return (record, event, value)
+
+
 def topic_types_for(topic_roles: Mapping[str, str] | None) -> Mapping[str, frozenset[str]]:
     """Topic name -> event types it may carry, from topic name -> role (None: default names)."""
     if topic_roles is None:
@@ -233,6 +275,7 @@ def apply_batch(
     dead_letter_topic: str = DEAD_LETTER_TOPIC,
     topic_lives: Mapping[str, TopicLife] | None = None,
     tables: StateTables = LIVE,
+    ahead: DecodedAhead | None = None,
 ) -> BatchOutcome:
     """Apply one Kafka batch inside the caller's transaction and store the next offsets.
 
@@ -243,9 +286,11 @@ def apply_batch(
     holds now) ties the stored offsets to each topic's life: a batch of a topic whose offsets
     came from another life raises TopicLifeChangedError and stores nothing (None: no check).
     ``tables``: the state tables to apply to (a shadow's for replays and what-ifs).
+    ``ahead``: the records already decoded by ``decode_ahead`` (any record it lacks is decoded
+    here); only the records at offsets not applied yet are used, as without it.
     """
     batch = _Batch(conn, tables, consumer_group, topic_roles, dead_letter_topic, topic_lives)
-    decoded = batch.decode(batch.fresh_records(records))
+    decoded = batch.decode(batch.fresh_records(records), ahead)
     seen = batch.unseen(decoded)
     conflicts = batch.conflicts(decoded, seen)
     applied_here: dict[tuple[str, str], Decoded] = {}

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine
 
 from minruntime.core.topic_life import TopicLife
 from minruntime.events import DEAD_LETTER_TOPIC
-from minruntime.ingest.batch import apply_batch, dead_letter_alone
+from minruntime.ingest.batch import DecodedAhead, apply_batch, dead_letter_alone
 from minruntime.ingest.records import BatchOutcome, InboundRecord
 from minruntime.store.failures import describe, is_permanent
 
@@ -44,9 +44,11 @@ def apply_isolated(
     topic_roles: Mapping[str, str] | None = None,
     dead_letter_topic: str = DEAD_LETTER_TOPIC,
     topic_lives: Mapping[str, TopicLife] | None = None,
+    ahead: DecodedAhead | None = None,
 ) -> BatchOutcome:
     """Apply ``records`` (transactions of its own); dead-letter any record that fails for good.
 
+    ``ahead``: the records decoded already (``decode_ahead``), for every part of a split too.
     Raises what is not permanent (a lost connection, a deadlock, a bug) for the caller to retry
     or to stop on; outcomes of halves committed before such an error are not reported.
     """
@@ -59,6 +61,7 @@ def apply_isolated(
             topic_roles=topic_roles,
             dead_letter_topic=dead_letter_topic,
             topic_lives=topic_lives,
+            ahead=ahead,
         )
 
     def dead_letter(conn: Connection, record: InboundRecord, message: str) -> BatchOutcome:

@@ -25,9 +25,15 @@ import faust
 from faust.app.base import BootStrategy
 
 from minruntime.ingest import BatchOutcome, InboundRecord
+from minruntime.ingest.batch import DecodedAhead
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
-from minruntime.stream.consumer import AssignmentListener, BatchedConsumer, ConsumerOptions
+from minruntime.stream.consumer import (
+    ApplyBatch,
+    AssignmentListener,
+    BatchedConsumer,
+    ConsumerOptions,
+)
 from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topics import INPUT_ROLES, TopicRole, topic_names
@@ -94,13 +100,15 @@ def build_app(
     roles = {names[role]: role for role in INPUT_ROLES}
     consumer: BatchedConsumer | None = None
 
-    async def apply(role: TopicRole, records: list[InboundRecord]) -> None:
+    async def apply(
+        role: TopicRole, records: list[InboundRecord], ahead: DecodedAhead | None = None
+    ) -> None:
         reader = consumer
         assert reader is not None  # set below, before anything runs
         topic = names[role]
         started = time.perf_counter()
         if guard is None:
-            outcome = await asyncio.to_thread(sink, records)
+            outcome = await asyncio.to_thread(sink, records, None, ahead)
         else:
             firsts = _firsts(records)
             # Stored offsets must belong to the topic's current life (topic_guard).
@@ -109,12 +117,17 @@ def build_app(
                 role.value,
                 firsts,
                 functools.partial(reader.highwaters, topic, firsts),
-                functools.partial(asyncio.to_thread, sink, records),
+                functools.partial(asyncio.to_thread, sink, records, ahead=ahead),
                 lambda: reader.stopping or bool(app.should_stop),
             )
         if on_outcome is not None:
             seconds = time.perf_counter() - started
             on_outcome(role, outcome, seconds, reader.behind(topic, _partitions(records)))
+
+    async def prepare(role: TopicRole, records: list[InboundRecord]) -> ApplyBatch:
+        # The next batch of a lane, decoded while the lane's current batch is written.
+        ahead = await asyncio.to_thread(sink.decode, records)
+        return functools.partial(apply, ahead=ahead)
 
     consumer = BatchedConsumer(
         access,
@@ -129,6 +142,7 @@ def build_app(
             heartbeat_interval_seconds=settings.processor_heartbeat_interval_seconds,
         ),
         on_assigned=on_assigned,
+        prepare=prepare if settings.decode_ahead else None,
     )
 
     async def consume() -> None:  # faust names its tasks after the function

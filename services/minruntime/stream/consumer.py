@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 
 # Applies one batch of one topic; returns once its transaction committed. Must not raise.
 ApplyBatch = Callable[[TopicRole, list[InboundRecord]], Awaitable[None]]
+# Prepares a batch (the Python work that needs no database: decoding) while the batch before
+# it is written; returns how to apply what it prepared. Must not raise.
+PrepareBatch = Callable[[TopicRole, list[InboundRecord]], Awaitable[ApplyBatch]]
 # (role, partition) of every input partition this process owns after a rebalance
 AssignmentListener = Callable[[set[tuple[TopicRole, int]]], None]
 
@@ -103,11 +106,15 @@ class _Lane:
         self.at_end = False
         # The Kafka commit of the last applied batch, running while the next one is applied.
         self.committing: asyncio.Task[None] | None = None
+        # True while a batch of the lane is being applied (the next one may be prepared).
+        self.applying = False
+        # The next batch, taken while one is applied (in the bound and the lag until applied).
+        self.ahead: list[InboundRecord] = []
 
     @property
     def full(self) -> bool:
         """True while the lane holds as many records as it may (its partitions wait)."""
-        return len(self.buffer) >= self.buffered_max
+        return len(self.buffer) + len(self.ahead) >= self.buffered_max
 
     def add(self, records: list[InboundRecord]) -> None:
         if not self.buffer:
@@ -140,9 +147,11 @@ class BatchedConsumer:
         options: ConsumerOptions,
         *,
         on_assigned: AssignmentListener | None = None,
+        prepare: PrepareBatch | None = None,
     ) -> None:
         self._access = access
         self._apply = apply
+        self._prepare = prepare
         self._options = options
         self._on_assigned = on_assigned
         self._lanes = {
@@ -247,7 +256,7 @@ class BatchedConsumer:
         return found
 
     def behind(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-        """Partition -> records still to apply (fetched and buffered, or not fetched yet).
+        """Partition -> records still to apply (fetched: buffered or taken ahead; not fetched yet).
 
         In records, not offsets: the fetcher's position is past every transaction marker it
         read, so a partition applied to its end is 0 behind (stream.backlog). A partition
@@ -255,7 +264,8 @@ class BatchedConsumer:
         """
         wanted = set(partitions)
         buffered = dict.fromkeys(wanted, 0)
-        for record in self._lanes[topic].buffer:
+        lane = self._lanes[topic]
+        for record in (*lane.ahead, *lane.buffer):
             if record.partition in buffered:
                 buffered[record.partition] += 1
         found: dict[int, int] = {}
@@ -379,29 +389,75 @@ class BatchedConsumer:
         return True
 
     async def _apply_lane(self, lane: _Lane) -> None:
-        """Apply the lane's batches one at a time, committing Kafka offsets after each."""
-        while True:
-            batch = await self._next_batch(lane)
-            if batch is None:
-                await self._committed([lane])
-                return
-            lane.in_flight = frozenset(record.partition for record in batch)
-            lane.idle.clear()
-            try:
-                await self._apply(lane.role, batch)
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:  # ApplyBatch must not raise: see the module doc
-                stop_loudly(exc)
-                raise
-            finally:
-                lane.in_flight = frozenset()
-                lane.idle.set()
-            # Off the batch's path (a round trip to the group coordinator): the next batch is
-            # taken at once; commits stay in order, each after the one before it.
-            lane.committing = asyncio.create_task(
-                self._commit_after(lane.committing, lane.topic, batch)
-            )
+        """Apply the lane's batches one at a time, committing Kafka offsets after each.
+
+        Pipelined: while a batch is applied, the next full batch is taken and prepared
+        (``prepare``: decoded, no database), so the Python work of batch N+1 overlaps
+        PostgreSQL's work on batch N. Only one batch of a lane is ever being applied, in
+        order, and a prepared batch applies nothing until the one before it committed; one
+        prepared but not applied (a stop, a crash) was never written, so it is read again.
+        """
+        upcoming = asyncio.create_task(self._upcoming(lane), name=f"next batch {lane.topic}")
+        try:
+            while True:
+                try:
+                    taken = await upcoming
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # PrepareBatch must not raise either
+                    stop_loudly(exc)
+                    raise
+                lane.ahead = []
+                if taken is None or self._stopping:  # a stop: no new batch (one prepared waits)
+                    await self._committed([lane])
+                    return
+                batch, apply = taken
+                batch = self._owned(lane, batch)
+                if not batch:  # every partition of it revoked while it was prepared
+                    upcoming = asyncio.create_task(self._upcoming(lane))
+                    continue
+                lane.in_flight = frozenset(record.partition for record in batch)
+                lane.idle.clear()
+                lane.applying = True
+                upcoming = asyncio.create_task(self._upcoming(lane))
+                try:
+                    await apply(lane.role, batch)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # ApplyBatch must not raise: see the module doc
+                    stop_loudly(exc)
+                    raise
+                finally:
+                    lane.in_flight = frozenset()
+                    lane.applying = False
+                    lane.idle.set()
+                    lane.arrived.set()  # the next batch may now be taken without filling up
+                # Off the batch's path (a round trip to the group coordinator): the next batch
+                # is taken at once; commits stay in order, each after the one before it.
+                lane.committing = asyncio.create_task(
+                    self._commit_after(lane.committing, lane.topic, batch)
+                )
+        finally:
+            upcoming.cancel()
+
+    async def _upcoming(self, lane: _Lane) -> tuple[list[InboundRecord], ApplyBatch] | None:
+        """The lane's next batch and how to apply it: prepared ahead when it was taken while
+        the batch before it was being applied (else the apply does all the work at once)."""
+        batch = await self._next_batch(lane)
+        if batch is None:
+            return None
+        if self._prepare is None or not lane.applying:
+            return batch, self._apply
+        lane.ahead = batch  # until it is applied
+        return batch, await self._prepare(lane.role, batch)
+
+    def _owned(self, lane: _Lane, batch: list[InboundRecord]) -> list[InboundRecord]:
+        """``batch`` without the records of partitions revoked since it was taken (the next
+        owner reads them from the committed offset, as buffered records are dropped)."""
+        owned = {tp.partition for tp in self._assigned if tp.topic == lane.topic}
+        if all(record.partition in owned for record in batch):
+            return batch
+        return [record for record in batch if record.partition in owned]
 
     async def _commit_after(
         self, previous: asyncio.Task[None] | None, topic: str, batch: list[InboundRecord]
@@ -417,15 +473,21 @@ class BatchedConsumer:
             await asyncio.wait(pending, timeout=COMMIT_TIMEOUT_SECONDS)
 
     async def _next_batch(self, lane: _Lane) -> list[InboundRecord] | None:
-        """Up to a full batch once it is full or its oldest record waited long enough."""
+        """Up to a full batch once it is full or its oldest record waited long enough (or
+        nothing more is coming); while the lane applies a batch, only a full one (a smaller
+        one is taken once the lane is free: it can still grow meanwhile)."""
         most, within = self._options.batch_max_events, self._options.batch_within_seconds
+        early = self._prepare is not None  # else nothing is taken while the lane applies
         while not self._stopping:
             timeout: float | None = None
-            if lane.buffer:
-                waited = time.monotonic() - lane.since
-                if len(lane.buffer) >= most or waited >= within or lane.at_end:
+            if lane.buffer and (early or not lane.applying):
+                if len(lane.buffer) >= most:
                     return lane.take(most)
-                timeout = within - waited
+                if not lane.applying:
+                    waited = time.monotonic() - lane.since
+                    if waited >= within or lane.at_end:
+                        return lane.take(most)
+                    timeout = within - waited
             lane.arrived.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(lane.arrived.wait(), timeout)

@@ -41,6 +41,7 @@ from minruntime.core.topic_life import TopicLife
 from minruntime.health import Condition, one_line
 from minruntime.health.outage import storage_transient, waiting_status
 from minruntime.ingest import BatchOutcome, InboundRecord
+from minruntime.ingest.batch import DecodedAhead, decode_ahead
 from minruntime.ingest.isolation import apply_isolated
 from minruntime.retry import BATCH_FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff, retry
 from minruntime.store.engine import IDLE_TRANSACTION_SECONDS
@@ -113,14 +114,21 @@ class BatchSink:
                 ", ".join(map(str, ended)),
             )
 
+    def decode(self, records: Sequence[InboundRecord]) -> DecodedAhead:
+        """Decode and validate a batch ahead of applying it (no database): the processor does
+        it for a topic's next batch while the current one is written (``decode_ahead``)."""
+        return decode_ahead(records, self._options["topic_roles"])
+
     def __call__(
         self,
         records: Sequence[InboundRecord],
         topic_lives: Mapping[str, TopicLife] | None = None,
+        ahead: DecodedAhead | None = None,
     ) -> BatchOutcome:
         """Apply the batch, retrying transient storage errors for as long as they last.
 
         ``topic_lives``: see ``apply_batch`` (its TopicLifeChangedError propagates).
+        ``ahead``: what ``decode`` made of the records, if it was called (each retry uses it).
         """
         what = f"batch of {len(records)} records not stored"
 
@@ -132,7 +140,7 @@ class BatchSink:
         try:
             outcome = retry(
                 lambda: apply_isolated(
-                    self._engine, records, topic_lives=topic_lives, **self._options
+                    self._engine, records, topic_lives=topic_lives, ahead=ahead, **self._options
                 ),
                 what=what,
                 transient=_storage_transient,
