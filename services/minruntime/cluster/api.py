@@ -10,21 +10,25 @@ import functools
 import json
 import logging
 import os
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from minruntime.cluster.evictions import EVICT_EVENT_SELECTOR
 from minruntime.cluster.mirror import Kind, MirrorOptions, kept
+from minruntime.cluster.wire import decode_pod_list
 from minruntime.errors import UserError
 from minruntime.retry import Backoff, Outage
 from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 KAI_GROUP: Final = "scheduling.run.ai"
 QUEUE_VERSION: Final = "v2"
@@ -66,10 +70,11 @@ def is_gone(error: BaseException) -> bool:
     return getattr(error, "status", None) == HTTP_GONE
 
 
-def read_json(response: Any) -> Any:
-    """The JSON body of a call made with _preload_content=False (an error status raises)."""
+def read_json(response: Any, decode: Callable[[bytes], Any] = json.loads) -> Any:
+    """The JSON body of a call made with _preload_content=False (an error status raises),
+    decoded by ``decode``."""
     raise_for_status(response)
-    return json.loads(response.data)
+    return decode(response.data)
 
 
 def raise_for_status(response: Any) -> None:
@@ -83,12 +88,14 @@ def raise_for_status(response: Any) -> None:
 
 @dataclass(frozen=True)
 class Source:
-    """One watched kind, the list call that lists and watches it, and what to keep of each
-    object (``mirror.kept``: only the fields the mapping reads)."""
+    """One watched kind, the list call that lists and watches it, what to keep of each
+    object (``mirror.kept``: only the fields the mapping reads), and how a list page is
+    decoded (pods: only the fields kept, ``cluster.wire``)."""
 
     kind: Kind
     call: Callable[..., Any]
     keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict
+    decode: Callable[[bytes], Any] = json.loads
 
 
 def mirror_options(settings: Settings) -> MirrorOptions:
@@ -154,7 +161,13 @@ def sources(client: Any, settings: Settings) -> list[Source]:
         (Kind.POD, pods),
     ]
     return [
-        Source(kind, call, functools.partial(kept, kind, options=options)) for kind, call in calls
+        Source(
+            kind,
+            call,
+            functools.partial(kept, kind, options=options),
+            decode_pod_list if kind == Kind.POD else json.loads,
+        )
+        for kind, call in calls
     ]
 
 
@@ -207,7 +220,7 @@ def list_pages(source: Source, page_size: int) -> Iterator[Page]:
         if token:
             kwargs["_continue"] = token
         try:
-            body = read_json(source.call(**kwargs))
+            body = read_json(source.call(**kwargs), source.decode)
         except Exception as error:
             if token and is_gone(error):
                 raise ListingExpiredError(f"{source.kind}: continue token expired") from error
@@ -221,6 +234,57 @@ def list_pages(source: Source, page_size: int) -> Iterator[Page]:
         yield Page(objects, str(meta.get("resourceVersion") or ""), token is None)
         if token is None:
             return
+
+
+# Pages a listing fetches ahead of the one being folded (each at most a page of kept objects).
+PREFETCH_PAGES: Final = 2
+_DONE: Final = object()
+
+
+def prefetched(pages: Iterator[T], depth: int = PREFETCH_PAGES) -> Iterator[T]:
+    """``pages`` produced on a thread of their own, up to ``depth`` ahead of the consumer.
+
+    The API server makes the next page (and the socket read waits for it) while the consumer
+    folds this one: the two overlap instead of taking turns. An error of the producer is
+    raised here, in order; closing this iterator stops the producer at its next page.
+    """
+    ready: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(item: Any, error: BaseException | None = None) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put((item, error), timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for page in pages:
+                if not put(page):
+                    return
+        except BaseException as error:
+            put(None, error)
+        else:
+            put(_DONE)
+        finally:
+            close = getattr(pages, "close", None)
+            if close is not None:
+                close()
+
+    threading.Thread(target=produce, daemon=True, name="listing").start()
+    try:
+        while True:
+            item, error = ready.get()
+            if error is not None:
+                raise error
+            if item is _DONE:
+                return
+            yield item
+    finally:
+        stop.set()
 
 
 def list_all(source: Source, page_size: int = 500) -> tuple[list[Mapping[str, Any]], str]:
@@ -305,7 +369,7 @@ class Watcher:
         started = False
         while True:
             try:
-                for page in list_pages(self.source, self.page_size):
+                for page in prefetched(list_pages(self.source, self.page_size)):
                     if not started:  # once the API server answered: a failed call hands nothing
                         yield Notification(self.source.kind, LIST_START)
                         started = True

@@ -189,10 +189,10 @@ class Bridge:
             mirror = ClusterMirror(
                 self.options, self.clock, memory, tally=counts.signal, released=counts.release
             )
+            records = len(memory)
+            del memory  # the mirror holds what it needs of it
             log.warning(
-                "bridge %s: %d ledger records; listing the cluster",
-                self.lease.identity,
-                len(memory),
+                "bridge %s: %d ledger records; listing the cluster", self.lease.identity, records
             )
             inbox = Inbox(_INBOX_OBJECTS)
             watchers = [
@@ -312,10 +312,10 @@ class Bridge:
         """Shared by every replica of one bridge deployment (its Lease): the fencing key."""
         return f"minruntime-kube-bridge/{self.settings.kube_namespace}/{self.lease.name}"
 
-    async def _read_ledger(self, keeper: LeaseKeeper) -> dict[str, Record]:
+    async def _read_ledger(self, keeper: LeaseKeeper) -> Mapping[str, Record]:
         access = kafka_access(self.settings)
 
-        async def read() -> dict[str, Record]:
+        async def read() -> Mapping[str, Record]:
             self._check(keeper)
             ids = await topic_ids(access, [self.topics[role] for role in _ROLES])
             self.input_topic_ids = ids

@@ -23,7 +23,7 @@ the same state is a true duplicate, never a ``conflicting_duplicate``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -32,6 +32,7 @@ from typing import Any, Final
 from minruntime.cluster import evictions, mapping
 from minruntime.cluster.evictions import Evictions, Held, Signal, Tally, no_tally
 from minruntime.cluster.mapping import ObjectError
+from minruntime.cluster.packed import Packed
 from minruntime.core import format_rfc3339
 from minruntime.events import Event, EventType, new_event
 from minruntime.events.types import MAX_NAME
@@ -138,16 +139,25 @@ class ClusterMirror:
         self.evictions = Evictions(options.eviction_window, clock, tally)
         self._released = released  # counts deletions' releases by attribution
         self._unseen = False  # handling deletions found missing from a listing
-        self._objects: dict[Kind, dict[str, Mapping[str, Any]]] = {kind: {} for kind in Kind}
+        # Held packed (cluster.packed): a tenth of the memory of the kept dicts.
+        self._objects: dict[Kind, MutableMapping[str, Mapping[str, Any]]] = {
+            kind: Packed(Kept) for kind in Kind
+        }
         self._pods_by_group: dict[_GroupKey, dict[str, str]] = {}  # pod uid -> pod name
         self._podgroups_by_name: dict[_GroupKey, str] = {}
         self._podgroups_by_class: dict[str, set[str]] = {}
         self._priorities: dict[str, int] = {}
-        self._memory: dict[str, dict[str, Record]] = {kind: {} for kind in MEMORY_KINDS}
-        for key, record in (memory or {}).items():
-            parts = split_key(key)
-            if parts is not None:
-                self._memory[parts[0]][parts[1]] = dict(record)
+        self._memory: dict[str, Packed[Record]] = {kind: Packed(dict) for kind in MEMORY_KINDS}
+        if isinstance(memory, Packed):  # as read from the ledger: moved, not unpacked
+            for key, item in memory.packed_items():
+                parts = split_key(key)
+                if parts is not None:
+                    self._memory[parts[0]].put_packed(parts[1], item)
+        else:
+            for key, record in (memory or {}).items():
+                parts = split_key(key)
+                if parts is not None:
+                    self._memory[parts[0]][parts[1]] = dict(record)
         self._changed: set[str] = set()
         self._annotation_digests: dict[str, tuple[str, dict[str, str]]] = {}
         # A listing in progress: the uids seen per kind, the podgroups to sync at its end.
