@@ -207,14 +207,8 @@ class Bridge:
                 for source in sources(self.client, self.settings)
             ]
             listing = self._list_everything(mirror, watchers, keeper)
-            first = True
             with long_lived_listing():
-                while True:
-                    chunk, changes = await asyncio.to_thread(_next_chunk, listing, mirror)
-                    if not chunk and not changes and not first:
-                        break
-                    await self._commit(producer, chunk, changes, keeper, meta=first)
-                    first = False
+                await self._send_listing(producer, listing, mirror, keeper)
             log.warning(
                 "bridge %s: listed everything; watching (%d events sent)",
                 self.lease.identity,
@@ -243,6 +237,31 @@ class Bridge:
                     await drift
             with contextlib.suppress(Exception):
                 await producer.stop()
+
+    async def _send_listing(
+        self,
+        producer: Any,
+        listing: Iterator[Emission],
+        mirror: ClusterMirror,
+        keeper: LeaseKeeper,
+    ) -> None:
+        """Send the first listing a chunk at a time, each in its transaction (the first with
+        the ledger's meta record, even when empty). The next chunk is made on a worker thread
+        while this one is sent: the mapping and Kafka's round trips overlap, and a chunk is
+        still sent only once the one before it is committed."""
+        chunk, changes = await asyncio.to_thread(_next_chunk, listing, mirror)
+        first = True
+        while first or chunk or changes:
+            following = asyncio.ensure_future(asyncio.to_thread(_next_chunk, listing, mirror))
+            try:
+                await self._commit(producer, chunk, changes, keeper, meta=first)
+            except BaseException:
+                # The worker still folds into the mirror: let it finish before the term ends.
+                with contextlib.suppress(BaseException):
+                    await following
+                raise
+            first = False
+            chunk, changes = await following
 
     def _list_everything(
         self, mirror: ClusterMirror, watchers: list[Watcher], keeper: LeaseKeeper

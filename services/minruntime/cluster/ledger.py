@@ -89,7 +89,7 @@ async def read_ledger(
         max_partition_fetch_bytes=8 * 1024 * 1024,
     )
     await start_client(consumer, access)
-    records: Packed[Record] = Packed(dict)
+    records: Packed[Record] = Packed()
     meta: Any = None
     skipped = 0
     try:

@@ -147,7 +147,7 @@ class ClusterMirror:
         self._podgroups_by_name: dict[_GroupKey, str] = {}
         self._podgroups_by_class: dict[str, set[str]] = {}
         self._priorities: dict[str, int] = {}
-        self._memory: dict[str, Packed[Record]] = {kind: Packed(dict) for kind in MEMORY_KINDS}
+        self._memory: dict[str, Packed[Record]] = {kind: Packed() for kind in MEMORY_KINDS}
         if isinstance(memory, Packed):  # as read from the ledger: moved, not unpacked
             for key, item in memory.packed_items():
                 parts = split_key(key)
@@ -514,7 +514,8 @@ class ClusterMirror:
         priority = self._priorities.get(priority_class or "", mapping.DEFAULT_PRIORITY)
         label = self._options.node_pool_label
         pods = self._objects[Kind.POD]
-        first = pods[min(members, key=lambda member: members[member])]
+        first_uid = min(members, key=lambda member: members[member])
+        first = pods[first_uid]
         head = mapping.submission_data(podgroup, [first], priority, label)  # the pods aside
         shape = mapping.digest({k: v for k, v in head.items() if k not in ("annotations", "pods")})
         pod_memory = self._memory[POD_MEMORY]
@@ -524,8 +525,9 @@ class ClusterMirror:
         )
         if remembered is not None and remembered.get("shape") == shape and not new_pod:
             return []
-        gang = [pods[member] for member in members]
-        data = mapping.submission_data(podgroup, gang, priority, label)
+        # Each pod read (unpacked) once: the first again for nothing.
+        gang = {member: first if member == first_uid else pods[member] for member in members}
+        data = mapping.submission_data(podgroup, list(gang.values()), priority, label)
         if remembered is None:
             # Annotations travel with the first submission; later changes are
             # podgroup.annotated (sent before this), so a later submission carries none.
@@ -535,10 +537,10 @@ class ClusterMirror:
             digests = dict(remembered.get("annotations") or {})
         self._remember(PODGROUP_MEMORY, uid, {"shape": shape, "annotations": digests})
         for member in members:
-            record = pod_memory.get(member) or _pod_record(uid, pods[member])
+            record = pod_memory.get(member) or _pod_record(uid, gang[member])
             if not record.get("submitted"):
                 self._remember(POD_MEMORY, member, {**record, "submitted": True})
-        created = [mapping.created_at(obj) for obj in (podgroup, *gang)]
+        created = [mapping.created_at(obj) for obj in (podgroup, *gang.values())]
         known = [moment for moment in created if moment is not None]
         time = max(known) if known else None
         return [

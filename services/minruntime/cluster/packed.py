@@ -34,18 +34,19 @@ def pack(value: Mapping[str, Any]) -> bytes | Mapping[str, Any]:
 
 class Packed(MutableMapping[str, V], Generic[V]):
     """A dict of JSON-shaped mappings, each held packed (``pack``); ``wrap`` makes what is
-    read back (e.g. the ``Kept`` marker type), given the unpacked dict."""
+    read back (e.g. the ``Kept`` marker type) of the unpacked dict (None: the dict itself)."""
 
     __slots__ = ("_items", "_wrap")
 
-    def __init__(self, wrap: Callable[[dict[str, Any]], V]) -> None:
+    def __init__(self, wrap: Callable[[dict[str, Any]], V] | None = None) -> None:
         self._items: dict[str, bytes | Mapping[str, Any]] = {}
         self._wrap = wrap
 
     def _unpack(self, item: bytes | Mapping[str, Any]) -> V:
-        if type(item) is bytes:
-            return self._wrap(marshal.loads(item))
-        return item  # type: ignore[return-value]  # held as it is (see pack)
+        if type(item) is not bytes:
+            return item  # type: ignore[return-value]  # held as it is (see pack)
+        value = marshal.loads(item)
+        return value if self._wrap is None else self._wrap(value)
 
     def __getitem__(self, key: str) -> V:
         return self._unpack(self._items[key])
