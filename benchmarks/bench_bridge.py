@@ -42,6 +42,11 @@ Then a table per N, and per pod listed (N + the pods the cluster held already) t
 the smallest N (1.0 = linear) and the marginal CPU per extra pod. ``--bridge-src DIR`` runs
 the bridge from another checkout's ``services/`` (e.g. ``git archive <commit> services | tar
 -x -C DIR``), the processor staying this checkout's: before/after figures on one machine.
+``--compare-src DIR`` measures two bridges on the same cluster objects, one setup for both:
+first DIR's ("before"), then this checkout's ("after"), each on a fresh pipeline and lease,
+side by side in one table. ``--quick-setup`` makes each pod bound at creation (``spec.nodeName``)
+and each PodGroup with its start annotation: 5 API calls per gang instead of 14, the pods
+padded with env vars to about the same JSON size (what the bridge reads of them is the same).
 Everything
 is cleaned up: the bridge and the processor stopped, the namespace's pods (grace 0) and
 podgroups, the nodes, queue, priority class and lease deleted, the pipeline dropped
@@ -50,7 +55,7 @@ objects of other namespaces are listed and sent too (counted at the start).
 
     .venv/bin/python benchmarks/bench_bridge.py [--pods 1000 5000] [--churn-seconds 60]
         [--max-rate] [--skip-churn] [--skip-restart] [--keep] [--json FILE]
-        [--bridge-src DIR] [--threads 24]
+        [--bridge-src DIR] [--compare-src DIR] [--quick-setup] [--threads 24]
 
 Needs the local stack with the API server (``minruntime stack up --kube``).
 """
