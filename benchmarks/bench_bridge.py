@@ -42,6 +42,11 @@ Then a table per N, and per pod listed (N + the pods the cluster held already) t
 the smallest N (1.0 = linear) and the marginal CPU per extra pod. ``--bridge-src DIR`` runs
 the bridge from another checkout's ``services/`` (e.g. ``git archive <commit> services | tar
 -x -C DIR``), the processor staying this checkout's: before/after figures on one machine.
+``--compare-src DIR`` measures two bridges on the same cluster objects, one setup for both:
+first DIR's ("before"), then this checkout's ("after"), each on a fresh pipeline and lease,
+side by side in one table. ``--quick-setup`` makes each pod bound at creation (``spec.nodeName``)
+and each PodGroup with its start annotation: 5 API calls per gang instead of 14, the pods
+padded with env vars to about the same JSON size (what the bridge reads of them is the same).
 Everything
 is cleaned up: the bridge and the processor stopped, the namespace's pods (grace 0) and
 podgroups, the nodes, queue, priority class and lease deleted, the pipeline dropped
@@ -50,7 +55,7 @@ objects of other namespaces are listed and sent too (counted at the start).
 
     .venv/bin/python benchmarks/bench_bridge.py [--pods 1000 5000] [--churn-seconds 60]
         [--max-rate] [--skip-churn] [--skip-restart] [--keep] [--json FILE]
-        [--bridge-src DIR] [--threads 24]
+        [--bridge-src DIR] [--compare-src DIR] [--quick-setup] [--threads 24]
 
 Needs the local stack with the API server (``minruntime stack up --kube``).
 """
@@ -97,6 +102,7 @@ GPUS_PER_NODE = 8
 RETRY_STATUSES = frozenset({0, 429, 500, 502, 503, 504})
 POLL_SECONDS = 0.02
 LATENCY_BOUND = 1.0  # seconds: the p99 a sustained churn rate must keep
+QUICK_PAD_VARS = 2  # --quick-setup: env vars standing for the bytes of the kubelet's status
 
 
 def rfc3339(moment: datetime) -> str:
@@ -211,6 +217,7 @@ class Cluster:
     api: Api
     suffix: str
     pods: int
+    quick: bool = False  # pods made bound (spec.nodeName), no status write: 1 call per pod
     namespace: str = ""
     queue: str = ""
     priority_class: str = ""
@@ -223,10 +230,13 @@ class Cluster:
         self.queue = self.priority_class = self.pool = f"bench-{self.suffix}"
 
     # -- bodies ---------------------------------------------------------------------------------
-    def pod_body(self, gang: str, name: str, rank: int) -> dict[str, Any]:
-        """A training pod of a gang, about 2.4 KB of JSON once stored, bound and Running."""
+    def pod_body(self, gang: str, name: str, rank: int, node: str | None = None) -> dict[str, Any]:
+        """A training pod of a gang, about 2.4 KB of JSON once stored, bound and Running
+        (made bound on ``node``: as many bytes, in env vars, as the kubelet's status adds)."""
         env = {"RANK": str(rank), "WORLD_SIZE": str(GANG)}
-        return {
+        if node is not None:
+            env.update({f"PAD_{k}": f"{name}-{k:02d}-padding" for k in range(QUICK_PAD_VARS)})
+        body: dict[str, Any] = {
             "metadata": {
                 "name": name,
                 "labels": {"app": gang, "kai.scheduler/queue": self.queue, RUN_LABEL: self.suffix},
@@ -244,6 +254,9 @@ class Cluster:
                 ],
             },
         }
+        if node is not None:
+            body["spec"]["nodeName"] = node
+        return body
 
     # -- setup ----------------------------------------------------------------------------------
     def create_base(self) -> None:
@@ -301,10 +314,20 @@ class Cluster:
             },
         }
         args = (KAI_GROUP, "v2alpha2", ns, "podgroups")
+        started = datetime.now(UTC)
+        start = {LAST_START_ANNOTATION: rfc3339(started)}
+        if self.quick:  # KAI's start written with the PodGroup
+            body["metadata"]["annotations"].update(start)
         created = api.call(api.custom.create_namespaced_custom_object, *args, body, accept=[409])
         if created is None:  # created by a try whose reply was lost
             created = api.call(api.custom.get_namespaced_custom_object, *args, name)
         pods = [f"{name}-{rank}" for rank in range(GANG)]
+        node = self.nodes[index * GANG // GPUS_PER_NODE]
+        if self.quick:
+            for rank, pod in enumerate(pods):
+                body = self.pod_body(name, pod, rank, node)
+                api.call(api.core.create_namespaced_pod, ns, body, accept=[409])
+            return Gang(name, str(created["metadata"]["uid"]), pods)
         for rank, pod in enumerate(pods):
             api.call(
                 api.core.create_namespaced_pod, ns, self.pod_body(name, pod, rank), accept=[409]
@@ -312,7 +335,6 @@ class Cluster:
         started = datetime.now(UTC)
         annotation = {"metadata": {"annotations": {LAST_START_ANNOTATION: rfc3339(started)}}}
         api.call(api.custom.patch_namespaced_custom_object, *args, name, annotation)
-        node = self.nodes[index * GANG // GPUS_PER_NODE]
         for pod in pods:
             binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}}  # fmt: skip
@@ -363,7 +385,7 @@ class Cluster:
         )  # fmt: skip
 
     # -- cleanup --------------------------------------------------------------------------------
-    def delete(self, lease: str) -> None:
+    def delete(self, leases: Sequence[str]) -> None:
         """Every object of the run; each step on its own (one failing does not stop the rest).
 
         A delete-collection of 20,000 pods outlasts the API server's request timeout (504,
@@ -398,7 +420,8 @@ class Cluster:
             ("queue", api.custom.delete_cluster_custom_object,
              (KAI_GROUP, "v2", "queues", self.queue), {}),
             ("priority class", api.scheduling.delete_priority_class, (self.priority_class,), {}),
-            ("lease", api.coordination.delete_namespaced_lease, (lease, ns), {}),
+            *(("lease", api.coordination.delete_namespaced_lease, (lease, ns), {})
+              for lease in leases),
             ("namespace", api.core.delete_namespace, (ns,), {}),
             # No namespace controller here: empty, it would stay Terminating. Finalize it.
             ("namespace's finalizers", api.core.replace_namespace_finalize,
@@ -636,25 +659,32 @@ class Run:
     def __post_init__(self) -> None:
         self.suffix = uuid.uuid4().hex[:6]
         self.api = Api(self.kubeconfig, self.args.threads)
-        self.cluster = Cluster(self.api, self.suffix, self.pods)
-        self.metrics_port = free_ports()
-        self.pipeline = BenchPipeline("bridge", processor_metrics_port=str(self.metrics_port))
-        self.env = {
-            "MINRUNTIME_KUBE_NAMESPACE": self.cluster.namespace,
-            "MINRUNTIME_KUBE_LEASE_NAME": f"bench-bridge-{self.suffix}",
-            "MINRUNTIME_KUBE_IDENTITY": f"bench-bridge-{self.suffix}",
-            "MINRUNTIME_KUBE_SCHEDULER_CONFIG": f"{self.cluster.namespace}/scheduler-config",
-        }
-        if self.args.bridge_src:  # another version of the package, for the bridge only
-            services = str(Path(self.args.bridge_src).resolve() / "services")
-            self.env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (services, os.environ.get("PYTHONPATH")) if p
-            )
+        self.cluster = Cluster(self.api, self.suffix, self.pods, self.args.quick_setup)
         self.bridge: Bridge | None = None
         self.offsets: Offsets | None = None
         self.sql: Sql | None = None
         self.next_gang = 0  # the churn's round robin over the gangs
         self.counter = 0  # the last `bench/churn` value written
+        self.leases: list[str] = []
+
+    def begin_variant(self, label: str, bridge_src: str | None) -> None:
+        """A fresh pipeline (database, topics, processor) and lease for one bridge version."""
+        self.metrics_port = free_ports()
+        self.pipeline = BenchPipeline("bridge", processor_metrics_port=str(self.metrics_port))
+        lease = f"bench-bridge-{self.suffix}{'-' + label if label else ''}"
+        self.leases.append(lease)
+        self.env = {
+            "MINRUNTIME_KUBE_NAMESPACE": self.cluster.namespace,
+            "MINRUNTIME_KUBE_LEASE_NAME": lease,
+            "MINRUNTIME_KUBE_IDENTITY": lease,
+            "MINRUNTIME_KUBE_SCHEDULER_CONFIG": f"{self.cluster.namespace}/scheduler-config",
+        }
+        if bridge_src:  # another version of the package, for the bridge only
+            services = str(Path(bridge_src).resolve() / "services")
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (services, os.environ.get("PYTHONPATH")) if p
+            )
+        self.bridge = self.offsets = self.sql = None
 
     def spawn_bridge(self) -> Bridge:
         process = KubeProcess(self.pipeline, "bridge", self.kubeconfig, self.env)
@@ -669,7 +699,14 @@ class Run:
         return self.offsets.ends([role])[role]
 
     # -- phases ---------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def variants(self) -> list[tuple[str, str | None]]:
+        """(label, bridge source) of each bridge version measured on this N's objects."""
+        if self.args.compare_src:
+            return [("before", self.args.compare_src), ("after", self.args.bridge_src)]
+        return [("", self.args.bridge_src)]
+
+    def run(self) -> dict[str, dict[str, Any]]:
+        """Every version's figures, by label ("" without --compare-src)."""
         print(f"\n== N = {self.pods:,} pods ({self.pods // GANG:,} gangs), run {self.suffix}")
         others = {
             "pods": self.api.count(self.api.core.list_pod_for_all_namespaces),
@@ -678,34 +715,49 @@ class Run:
             ),
             "nodes": self.api.count(self.api.core.list_node),
         }
-        self.figures["cluster before"] = others
         print(f"  the cluster holds already: {others} (listed by the bridge too)")
+        results: dict[str, dict[str, Any]] = {}
+        setup: dict[str, float] | None = None
         try:
-            self.pipeline.create()
-            print(
-                f"  pipeline: {self.pipeline.database_url.split('?')[0].rsplit('/', 1)[-1]}, "
-                f"topics *.{self.pipeline.suffix}, work dir {self.pipeline.workdir}"
-            )
-            self.setup()
-            self.cold_start()
-            if not self.args.skip_churn:
-                self.churn()
-            if self.args.max_rate:
-                self.max_rate()
-            if not self.args.skip_restart:
-                self.restart()
+            for label, source in self.variants():
+                self.figures = {"cluster before": others}
+                if label:
+                    print(f"  -- {label}: the bridge {bridge_version(source)}")
+                self.begin_variant(label, source)
+                try:
+                    self.pipeline.create()
+                    print(
+                        f"  pipeline: {self.pipeline.database_url.split('?')[0].rsplit('/', 1)[-1]}"
+                        f", topics *.{self.pipeline.suffix}, work dir {self.pipeline.workdir}"
+                    )
+                    if setup is None:
+                        setup = self.setup()
+                    self.figures["setup"] = setup
+                    self.start_processor()
+                    self.cold_start()
+                    if not self.args.skip_churn:
+                        self.churn()
+                    if self.args.max_rate:
+                        self.max_rate()
+                    if not self.args.skip_restart:
+                        self.restart()
+                finally:
+                    self.end_variant()
+                results[label] = self.figures
         finally:
             self.cleanup()
-        return self.figures
+        return results
 
-    def setup(self) -> None:
+    def setup(self) -> dict[str, float]:
         print(f"  setup: creating {self.pods:,} pods with {self.args.threads} threads")
         setup = self.cluster.create(self.args.threads)
-        self.figures["setup"] = setup
         print(
             f"  setup: {setup['setup s']:.1f} s ({setup['pods/s']:.0f} pods/s, "
             f"{setup['API calls/s']:.0f} API calls/s), pod {setup['pod JSON bytes']:,} bytes"
         )
+        return setup
+
+    def start_processor(self) -> None:
         self.pipeline.start()
         deadline = time.monotonic() + 120
         while probe(self.metrics_port, "/readyz")[0] != 200 and time.monotonic() < deadline:
@@ -939,6 +991,7 @@ class Run:
         new_rows = self.sql.count("event_log") - event_log
         _, running, pods = self.sql.progress()
         self.figures["restart"] = {
+            "active s": bridge.seen.get("active", (math.nan, math.nan))[0],
             "watching s": watching,
             "watching CPU s": watching_cpu,
             "listing CPU s": watching_cpu - bridge.seen.get("active", (math.nan, math.nan))[1],
@@ -967,8 +1020,12 @@ class Run:
             f"{r['ledger records']:,} ledger records"
         )
 
-    def cleanup(self) -> None:
-        keep = self.args.keep_last and self.pods == self.args.pods[-1]
+    def keep(self) -> bool:
+        return bool(self.args.keep_last and self.pods == self.args.pods[-1])
+
+    def end_variant(self) -> None:
+        """Stop this version's bridge and drop its pipeline (the cluster's objects stay)."""
+        keep = self.keep()
         if self.bridge is not None:
             self.figures.setdefault("bridge peak RSS MB at the end", self.bridge.peak_rss_mb())
             self.bridge.process.stop()
@@ -976,20 +1033,22 @@ class Run:
             if closer is not None:
                 with suppress(Exception):
                     closer.close()
-        if keep:
-            print(f"  kept namespace {self.cluster.namespace} and its cluster objects")
-        else:
-            started = time.monotonic()
-            try:
-                self.cluster.delete(self.env["MINRUNTIME_KUBE_LEASE_NAME"])
-                print(f"  cleanup: cluster objects deleted in {time.monotonic() - started:.1f} s")
-            except Exception as error:
-                print(f"  cleanup: deleting {self.cluster.namespace}'s objects failed: {error}")
         try:
             self.pipeline.drop(keep=keep)  # stops the processor first
         except Exception as error:
             print(f"  cleanup: dropping the pipeline failed: {error}")
             self.pipeline.stop()
+
+    def cleanup(self) -> None:
+        if self.keep():
+            print(f"  kept namespace {self.cluster.namespace} and its cluster objects")
+        else:
+            started = time.monotonic()
+            try:
+                self.cluster.delete(self.leases)
+                print(f"  cleanup: cluster objects deleted in {time.monotonic() - started:.1f} s")
+            except Exception as error:
+                print(f"  cleanup: deleting {self.cluster.namespace}'s objects failed: {error}")
         self.api.close()
 
 
@@ -1053,6 +1112,7 @@ ROWS: Sequence[tuple[str, str, int]] = (
     ("churn: max ms", "churn: max s", 3),
     ("churn: unseen", "churn: unseen", 0),
     ("max rate: sustained changes/s (p99 <= 1 s)", "max rate: sustained changes/s", 0),
+    ("restart: lease taken, s", "restart: active s", 1),
     ("restart: watching, s", "restart: watching s", 1),
     ("restart: watching, bridge CPU s", "restart: watching CPU s", 2),
     ("restart: bridge CPU from lease to watching, s", "restart: listing CPU s", 2),
@@ -1068,29 +1128,31 @@ ROWS: Sequence[tuple[str, str, int]] = (
 )
 
 
-def report(results: dict[int, dict[str, Any]]) -> None:
-    sizes = sorted(results)
-    print("\n| figure | " + " | ".join(f"N = {n:,}" for n in sizes) + " |")
-    print("|---|" + "---:|" * len(sizes))
+def report(results: dict[str, dict[str, Any]]) -> None:
+    """A table with a column per run (N, and the bridge's version with --compare-src)."""
+    columns = list(results)
+    print("\n| figure | " + " | ".join(columns) + " |")
+    print("|---|" + "---:|" * len(columns))
     for label, path, digits in ROWS:
-        values = [dig(results[n], path) for n in sizes]
+        values = [dig(results[column], path) for column in columns]
         if all(v is None for v in values):
             continue
         if label.endswith(" ms") and "churn" in label:
             values = [None if v is None else v * 1000 for v in values]
             digits = 0
         print(f"| {label} | " + " | ".join(fmt(v, digits) for v in values) + " |")
-    if len(sizes) < 2:
-        return
+    if len(columns) < 2 or any(" " in column.removeprefix("N = ") for column in columns):
+        return  # versions side by side: no ratios between sizes
 
-    def listed(n: int) -> int:
-        value = dig(results[n], "cold: pods listed")
-        return int(value) if isinstance(value, int) else n
+    def listed(column: str) -> int:
+        value = dig(results[column], "cold: pods listed")
+        return int(value) if isinstance(value, int) else 1
 
-    print(f"\nPer pod listed (N + the cluster's other pods), as a ratio to N = {sizes[0]:,}:")
+    first = columns[0]
+    print(f"\nPer pod listed (N + the cluster's other pods), as a ratio to {first}:")
     print("1.0 = linear; the first rows include the interpreter's start (~1-2 s of CPU).")
-    print("\n| per pod listed | " + " | ".join(f"N = {n:,}" for n in sizes) + " |")
-    print("|---|" + "---:|" * len(sizes))
+    print("\n| per pod listed | " + " | ".join(columns) + " |")
+    print("|---|" + "---:|" * len(columns))
     ratios = (
         ("bridge CPU to all in SQL", "cold: all in SQL CPU s"),
         ("bridge CPU to watching", "cold: watching CPU s"),
@@ -1101,24 +1163,25 @@ def report(results: dict[int, dict[str, Any]]) -> None:
         ("restart: records re-sent", "restart: re-sent"),
     )
     for label, path in ratios:
-        base = dig(results[sizes[0]], path)
+        base = dig(results[first], path)
         if not isinstance(base, int | float) or not base or math.isnan(base):
             continue
         cells = []
-        for n in sizes:
-            value = dig(results[n], path)
+        for column in columns:
+            value = dig(results[column], path)
             ok = isinstance(value, int | float) and not math.isnan(value)
-            cells.append(fmt((value / listed(n)) / (base / listed(sizes[0])), 2) if ok else "—")
+            ratio = (value / listed(column)) / (base / listed(first)) if ok else None
+            cells.append(fmt(ratio, 2))
         print(f"| {label} | " + " | ".join(cells) + " |")
     cells = ["—"]
-    for n in sizes[1:]:
+    for column in columns[1:]:
         now, then = (
-            dig(results[n], "cold: watching CPU s"),
-            dig(results[sizes[0]], "cold: watching CPU s"),
+            dig(results[column], "cold: watching CPU s"),
+            dig(results[first], "cold: watching CPU s"),
         )
-        ok = isinstance(now, float) and isinstance(then, float) and listed(n) > listed(sizes[0])
-        marginal = (now - then) / (listed(n) - listed(sizes[0])) * 1e6 if ok else None
-        cells.append(fmt(marginal, 0))
+        extra = listed(column) - listed(first)
+        ok = isinstance(now, float) and isinstance(then, float) and extra > 0
+        cells.append(fmt((now - then) / extra * 1e6 if ok else None, 0))
     print("| marginal bridge CPU to watching per extra pod, us | " + " | ".join(cells) + " |")
 
 
@@ -1193,6 +1256,18 @@ def main(argv: list[str] | None = None) -> None:
         "with `git archive`); default: this checkout",
     )
     parser.add_argument(
+        "--compare-src",
+        help="measure two bridges on the same cluster objects, each on a fresh pipeline: "
+        "first the one from this checkout's services/ (e.g. main unpacked with `git archive`), "
+        "then this checkout's (or --bridge-src's)",
+    )
+    parser.add_argument(
+        "--quick-setup",
+        action="store_true",
+        help="make each pod bound at creation (spec.nodeName, the kubelet's status bytes as env "
+        "vars) and each PodGroup with its start: 5 API calls per gang instead of 14",
+    )
+    parser.add_argument(
         "--keep",
         dest="keep_last",
         action="store_true",
@@ -1205,10 +1280,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"bench_bridge {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {machine()}")
     print(f"command: {' '.join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])])}")
     print(f"bridge: {bridge_version(args.bridge_src)}")
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[str, dict[str, Any]] = {}
     with timed("whole run"):
         for n in args.pods:
-            results[n] = Run(args, n, kubeconfig).run()
+            for label, figures in Run(args, n, kubeconfig).run().items():
+                results[f"N = {n:,}{' ' + label if label else ''}"] = figures
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     report(results)
     if args.json:

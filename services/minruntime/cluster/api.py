@@ -10,21 +10,25 @@ import functools
 import json
 import logging
 import os
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from minruntime.cluster.evictions import EVICT_EVENT_SELECTOR
 from minruntime.cluster.mirror import Kind, MirrorOptions, kept
+from minruntime.cluster.wire import decode_pod_list
 from minruntime.errors import UserError
 from minruntime.retry import Backoff, Outage
 from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 KAI_GROUP: Final = "scheduling.run.ai"
 QUEUE_VERSION: Final = "v2"
@@ -66,10 +70,11 @@ def is_gone(error: BaseException) -> bool:
     return getattr(error, "status", None) == HTTP_GONE
 
 
-def read_json(response: Any) -> Any:
-    """The JSON body of a call made with _preload_content=False (an error status raises)."""
+def read_json(response: Any, decode: Callable[[bytes], Any] = json.loads) -> Any:
+    """The JSON body of a call made with _preload_content=False (an error status raises),
+    decoded by ``decode``."""
     raise_for_status(response)
-    return json.loads(response.data)
+    return decode(response.data)
 
 
 def raise_for_status(response: Any) -> None:
@@ -83,12 +88,16 @@ def raise_for_status(response: Any) -> None:
 
 @dataclass(frozen=True)
 class Source:
-    """One watched kind, the list call that lists and watches it, and what to keep of each
-    object (``mirror.kept``: only the fields the mapping reads)."""
+    """One watched kind, the list call that lists and watches it, what to keep of each
+    object (``mirror.kept``: only the fields the mapping reads), and how a list page is
+    decoded (pods: only the fields kept, ``cluster.wire``)."""
 
     kind: Kind
     call: Callable[..., Any]
     keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict
+    decode: Callable[[bytes], Any] = json.loads
+    # Listed by the bridge from the API server's watch cache (``cached_pages``): pods.
+    from_cache: bool = False
 
 
 def mirror_options(settings: Settings) -> MirrorOptions:
@@ -154,7 +163,14 @@ def sources(client: Any, settings: Settings) -> list[Source]:
         (Kind.POD, pods),
     ]
     return [
-        Source(kind, call, functools.partial(kept, kind, options=options)) for kind, call in calls
+        Source(
+            kind,
+            call,
+            functools.partial(kept, kind, options=options),
+            decode_pod_list if kind == Kind.POD else json.loads,
+            from_cache=kind == Kind.POD,
+        )
+        for kind, call in calls
     ]
 
 
@@ -207,7 +223,7 @@ def list_pages(source: Source, page_size: int) -> Iterator[Page]:
         if token:
             kwargs["_continue"] = token
         try:
-            body = read_json(source.call(**kwargs))
+            body = read_json(source.call(**kwargs), source.decode)
         except Exception as error:
             if token and is_gone(error):
                 raise ListingExpiredError(f"{source.kind}: continue token expired") from error
@@ -221,6 +237,134 @@ def list_pages(source: Source, page_size: int) -> Iterator[Page]:
         yield Page(objects, str(meta.get("resourceVersion") or ""), token is None)
         if token is None:
             return
+
+
+# A listing from the watch cache is read and decoded this many bytes at a time (a page).
+CACHE_READ_BYTES: Final = 1 << 20
+CACHE_READ_AHEAD: Final = 8  # blocks read ahead of the decoding, at most
+_ITEMS: Final = b'"items":['
+# Between two items of a typed list (pods): Go writes an item's metadata first. Inside an
+# item the bytes can only be a nested object's (never a string's: its quotes are escaped),
+# and a block cut there is not JSON: refused, never misread.
+_BETWEEN: Final = b'},{"metadata":{'
+_HEAD_LIMIT: Final = 64 * 1024
+
+
+class CacheListingError(ValueError):
+    """A listing from the watch cache that cannot be read in blocks: list in pages instead."""
+
+
+def cached_pages(source: Source) -> Iterator[Page]:
+    """A kind's objects from the API server's watch cache (``resourceVersion=0``), as
+    client-go's reflectors list: no etcd read, a quarter of the API server's work of a paged
+    consistent list (docs/benchmarks.md, "The bridge at 100,000 pods").
+
+    The cache ignores ``limit``: the answer is the whole kind in one body (250 MB at 100,000
+    pods). It is read ``CACHE_READ_BYTES`` at a time and cut between items, each block
+    decoded and kept as a page: memory holds one block, never the body. Its resourceVersion
+    may lag etcd's by the cache's delay; the watch resumes from it, so what changed since is
+    watched (as an informer does). A body that cannot be cut so raises CacheListingError.
+    """
+    response = source.call(resource_version="0", _preload_content=False)
+    try:
+        raise_for_status(response)
+        buffer = b""
+        version: str | None = None
+        # Read on a thread of its own, ahead of the decoding: the server writes while we decode.
+        read = iter(functools.partial(response.read, CACHE_READ_BYTES), b"")
+        for chunk in prefetched(read, CACHE_READ_AHEAD):
+            buffer += chunk
+            if version is None:
+                at = buffer.find(_ITEMS)
+                if at < 0:
+                    if len(buffer) > _HEAD_LIMIT:
+                        raise CacheListingError(f"{source.kind}: no items in the cache's list")
+                    continue
+                version = _list_version(source.kind, buffer[:at])
+                buffer = buffer[at + len(_ITEMS) :]
+            cut = buffer.rfind(_BETWEEN)
+            if cut >= 0:
+                block, buffer = buffer[: cut + 1], buffer[cut + 2 :]
+                yield Page(_block(source, block), version, False)
+        tail = buffer.rstrip()
+        if version is None or not tail.endswith(b"]}"):
+            raise CacheListingError(f"{source.kind}: the cache's list ended early")
+        yield Page(_block(source, tail[:-2]) if tail[:-2] else (), version, True)
+    finally:
+        response.close()
+        response.release_conn()
+
+
+def _list_version(kind: Kind, head: bytes) -> str:
+    """The list's resourceVersion, from its head (``{"kind":..,"metadata":{..},``)."""
+    try:
+        meta = json.loads(head.rstrip().removesuffix(b",") + b"}").get("metadata") or {}
+    except (ValueError, AttributeError) as error:
+        raise CacheListingError(f"{kind}: the cache's list has no readable head") from error
+    version = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
+    if not version:
+        raise CacheListingError(f"{kind}: the cache's list has no resourceVersion")
+    return version
+
+
+def _block(source: Source, block: bytes) -> tuple[Mapping[str, Any], ...]:
+    """The kept objects of a block of whole items (cut by ``cached_pages``)."""
+    try:
+        items = source.decode(b'{"items":[' + block + b"]}").get("items") or []
+    except ValueError as error:
+        raise CacheListingError(f"{source.kind}: a block of the cache's list: {error}") from error
+    return tuple(source.keep(item) for item in items if isinstance(item, Mapping))
+
+
+# Pages a listing fetches ahead of the one being folded (each at most a page of kept objects).
+PREFETCH_PAGES: Final = 2
+_DONE: Final = object()
+
+
+def prefetched(pages: Iterator[T], depth: int = PREFETCH_PAGES) -> Iterator[T]:
+    """``pages`` produced on a thread of their own, up to ``depth`` ahead of the consumer.
+
+    The API server makes the next page (and the socket read waits for it) while the consumer
+    folds this one: the two overlap instead of taking turns. An error of the producer is
+    raised here, in order; closing this iterator stops the producer at its next page.
+    """
+    ready: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(item: Any, error: BaseException | None = None) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put((item, error), timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for page in pages:
+                if not put(page):
+                    return
+        except BaseException as error:
+            put(None, error)
+        else:
+            put(_DONE)
+        finally:
+            close = getattr(pages, "close", None)
+            if close is not None:
+                close()
+
+    threading.Thread(target=produce, daemon=True, name="listing").start()
+    try:
+        while True:
+            item, error = ready.get()
+            if error is not None:
+                raise error
+            if item is _DONE:
+                return
+            yield item
+    finally:
+        stop.set()
 
 
 def list_all(source: Source, page_size: int = 500) -> tuple[list[Mapping[str, Any]], str]:
@@ -297,6 +441,8 @@ class Watcher:
     page_size: int = 500
     # Where the watch resumes: the listing's resourceVersion, then each event's (None: list).
     resource_version: str | None = field(default=None, init=False)
+    # Listed from the watch cache (the source's from_cache) until such a listing fails.
+    from_cache: bool = field(default=True, init=False)
 
     def pages(self) -> Iterator[Notification]:
         """One whole listing as notifications (LIST_START, pages, LIST_END); sets the
@@ -304,8 +450,12 @@ class Watcher:
         other error propagates (a listing begun again begins with LIST_START again)."""
         started = False
         while True:
+            cached = self.from_cache and self.source.from_cache
+            listing = (
+                cached_pages(self.source) if cached else list_pages(self.source, self.page_size)
+            )
             try:
-                for page in list_pages(self.source, self.page_size):
+                for page in prefetched(listing):
                     if not started:  # once the API server answered: a failed call hands nothing
                         yield Notification(self.source.kind, LIST_START)
                         started = True
@@ -316,6 +466,11 @@ class Watcher:
             except ListingExpiredError as error:
                 log.warning("%s; listing again from the start", error)
                 yield Notification(self.source.kind, LIST_RESTART)
+            except CacheListingError as error:
+                log.warning("%s; listing in pages from now on", error)
+                self.from_cache = False
+                if started:
+                    yield Notification(self.source.kind, LIST_RESTART)
         yield Notification(self.source.kind, LIST_END)
 
     def relist(self) -> None:

@@ -194,10 +194,10 @@ class Bridge:
                 released=counts.release,
                 ignored=counts.ignore,
             )
+            records = len(memory)
+            del memory  # the mirror holds what it needs of it
             log.warning(
-                "bridge %s: %d ledger records; listing the cluster",
-                self.lease.identity,
-                len(memory),
+                "bridge %s: %d ledger records; listing the cluster", self.lease.identity, records
             )
             inbox = Inbox(_INBOX_OBJECTS)
             watchers = [
@@ -212,14 +212,8 @@ class Bridge:
                 for source in sources(self.client, self.settings)
             ]
             listing = self._list_everything(mirror, watchers, keeper)
-            first = True
             with long_lived_listing():
-                while True:
-                    chunk, changes = await asyncio.to_thread(_next_chunk, listing, mirror)
-                    if not chunk and not changes and not first:
-                        break
-                    await self._commit(producer, chunk, changes, keeper, meta=first)
-                    first = False
+                await self._send_listing(producer, listing, mirror, keeper)
             log.warning(
                 "bridge %s: listed everything; watching (%d events sent)",
                 self.lease.identity,
@@ -248,6 +242,31 @@ class Bridge:
                     await drift
             with contextlib.suppress(Exception):
                 await producer.stop()
+
+    async def _send_listing(
+        self,
+        producer: Any,
+        listing: Iterator[Emission],
+        mirror: ClusterMirror,
+        keeper: LeaseKeeper,
+    ) -> None:
+        """Send the first listing a chunk at a time, each in its transaction (the first with
+        the ledger's meta record, even when empty). The next chunk is made on a worker thread
+        while this one is sent: the mapping and Kafka's round trips overlap, and a chunk is
+        still sent only once the one before it is committed."""
+        chunk, changes = await asyncio.to_thread(_next_chunk, listing, mirror)
+        first = True
+        while first or chunk or changes:
+            following = asyncio.ensure_future(asyncio.to_thread(_next_chunk, listing, mirror))
+            try:
+                await self._commit(producer, chunk, changes, keeper, meta=first)
+            except BaseException:
+                # The worker still folds into the mirror: let it finish before the term ends.
+                with contextlib.suppress(BaseException):
+                    await following
+                raise
+            first = False
+            chunk, changes = await following
 
     def _list_everything(
         self, mirror: ClusterMirror, watchers: list[Watcher], keeper: LeaseKeeper
@@ -317,10 +336,10 @@ class Bridge:
         """Shared by every replica of one bridge deployment (its Lease): the fencing key."""
         return f"minruntime-kube-bridge/{self.settings.kube_namespace}/{self.lease.name}"
 
-    async def _read_ledger(self, keeper: LeaseKeeper) -> dict[str, Record]:
+    async def _read_ledger(self, keeper: LeaseKeeper) -> Mapping[str, Record]:
         access = kafka_access(self.settings)
 
-        async def read() -> dict[str, Record]:
+        async def read() -> Mapping[str, Record]:
             self._check(keeper)
             ids = await topic_ids(access, [self.topics[role] for role in _ROLES])
             self.input_topic_ids = ids

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from minruntime.cluster.mirror import Record, split_key
+from minruntime.cluster.packed import Packed
 from minruntime.kafka_access import KafkaAccess, start_client
 from minruntime.settings import Settings
 from minruntime.stream.topic_identity import describe_topics
@@ -75,9 +76,10 @@ async def topic_ids(access: KafkaAccess, topics: Sequence[str]) -> dict[str, str
 
 async def read_ledger(
     access: KafkaAccess, topic: str, current_ids: Mapping[str, str]
-) -> dict[str, Record]:
+) -> Mapping[str, Record]:
     """The ledger's records (committed ones only), read to the end; {} when it belongs to
-    other input topics than ``current_ids`` (see the module docstring)."""
+    other input topics than ``current_ids`` (see the module docstring). Held packed as they
+    are read (``cluster.packed``): the mirror takes them over as they are."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(
@@ -87,7 +89,7 @@ async def read_ledger(
         max_partition_fetch_bytes=8 * 1024 * 1024,
     )
     await start_client(consumer, access)
-    records: dict[str, Record] = {}
+    records: Packed[Record] = Packed()
     meta: Any = None
     skipped = 0
     try:

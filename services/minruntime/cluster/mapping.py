@@ -60,6 +60,7 @@ _KAI_PREFIX: Final = "kai.scheduler/"
 # A PodGroup's ownerReferences the bridge keeps (KAI writes one: its top owner).
 _MAX_OWNER_REFERENCES: Final = 8
 _ID_NAMESPACE: Final = uuid.UUID("5d0c0b8e-7a44-4f0e-9b55-6b7562652d31")
+_ID_PREFIX: Final = _ID_NAMESPACE.bytes
 
 
 class ObjectError(UserError, ValueError):
@@ -77,7 +78,14 @@ def event_id(uid: str, transition: str, version: str = "", content: str = "") ->
     ``conflicting_duplicate``; a transition sent again with other content (a time that the
     cluster only knew later) is another id, applied as the no-op it is.
     """
-    return str(uuid.uuid5(_ID_NAMESPACE, f"{uid}/{transition}/{version}/{content}"))
+    # uuid.uuid5's own steps (SHA-1 of the namespace and the name; version 5, RFC 4122
+    # variant) without building a UUID object: the same string, a third of the CPU.
+    name = f"{uid}/{transition}/{version}/{content}".encode()
+    raw = bytearray(hashlib.sha1(_ID_PREFIX + name).digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x50
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def content_digest(event_type: str, data: Any, time: datetime) -> str:
@@ -87,15 +95,19 @@ def content_digest(event_type: str, data: Any, time: datetime) -> str:
 
 def digest(value: Any) -> str:
     """A short stable digest of JSON-able content (for ids of content-defined transitions)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    text = _DIGEST_JSON.encode(value)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# json.dumps(value, sort_keys=True, separators=(",", ":"), default=str), built once.
+_DIGEST_JSON: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
 
 # -- object metadata -----------------------------------------------------------------------------
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict) or isinstance(value, Mapping) else {}  # noqa: SIM101
 
 
 def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:

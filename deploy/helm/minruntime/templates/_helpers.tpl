@@ -304,12 +304,12 @@ spec:
 
 {{/*
 The bridge's values with its memory sized from bridge.clusterPods (values.yaml): request =
-100 Mi + 5 Ki per pod, limit = 1.5 x that, unless resources set a memory themselves.
+100 Mi + 4 Ki per pod, limit = 1.5 x that, unless resources set a memory themselves.
 */}}
 {{- define "minruntime.bridgeValues" -}}
 {{- $pods := int .Values.bridge.clusterPods -}}
 {{- if lt $pods 1 }}{{ fail "bridge.clusterPods must be a number of pods, at least 1" }}{{ end -}}
-{{- $peak := add 100 (div (mul 5 $pods) 1024) -}}
+{{- $peak := add 100 (div (mul 4 $pods) 1024) -}}
 {{- $resources := deepCopy (default (dict) .Values.bridge.resources) -}}
 {{- $requests := deepCopy (default (dict) $resources.requests) -}}
 {{- if not (hasKey $requests "memory") }}{{ $_ := set $requests "memory" (printf "%dMi" $peak) }}{{ end -}}
