@@ -20,10 +20,17 @@ from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import state_at
 from minruntime.audit.parallel import PartFailedError, ReplayInParts
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.verify import compare
+from minruntime.audit.verify import compare, compare_schemas
+from minruntime.store.checksums import checksum, unmatched
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.schema import LIVE
-from minruntime.store.shadows import PROJECTIONS, Shadow, create_shadow, drop_shadow
+from minruntime.store.shadows import (
+    PROJECTIONS,
+    Shadow,
+    create_shadow,
+    drop_shadow,
+    scratch_state,
+)
 from tests.cloudevents import (
     T0,
     allocated,
@@ -386,3 +393,41 @@ def test_an_existing_shadow_is_not_overwritten(engine: sa.Engine) -> None:
 def test_replay_refuses_the_live_schema(engine: sa.Engine) -> None:
     with repeatable_read(engine) as conn, pytest.raises(RuntimeError, match="shadow"):
         replay(conn, read_log(conn), into=LIVE)
+
+
+def test_sides_are_equal_or_not_by_one_set_operation(engine: sa.Engine) -> None:
+    """``unmatched``: rows each side lacks, counted by PostgreSQL (no digest to collide);
+    equal sides share one checksum, computed once; unequal ones list their rows."""
+    nodes = ("('n1', 'default', 8), ('n2', 'default', 4), ('n3', 'a100', 1)",)
+    with (
+        engine.begin() as conn,
+        scratch_state(conn, ["node_state"]) as left,
+        scratch_state(conn, ["node_state"]) as right,
+    ):
+        for side in (left, right):
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {side.schema}.node_state (name, node_pool, gpu) VALUES {nodes[0]}"
+                )
+            )
+        assert unmatched(conn, left, right, "node_state") == (3, 3, 0)
+        [check] = compare_schemas(conn, left, right, ["node_state"])
+        assert check.equal
+        assert (
+            check.live_checksum == check.replay_checksum == checksum(conn, right, "node_state")[1]
+        )
+        # 1.0 and 1 are one value (as EXCEPT lists differences): equal, not a text diff.
+        conn.execute(sa.text(f"UPDATE {right.schema}.node_state SET gpu = 1.0 WHERE name = 'n3'"))
+        assert unmatched(conn, left, right, "node_state") == (3, 3, 0)
+        conn.execute(sa.text(f"UPDATE {right.schema}.node_state SET gpu = 2 WHERE name = 'n2'"))
+        conn.execute(sa.text(f"DELETE FROM {right.schema}.node_state WHERE name = 'n1'"))
+        # n1 only on the left; n2 once on each side with other content.
+        assert unmatched(conn, left, right, "node_state") == (3, 2, 3)
+        [check] = compare_schemas(conn, left, right, ["node_state"])
+        assert not check.equal
+        assert check.unmatched_rows == 3
+        assert check.replay_checksum != check.live_checksum
+        assert [(d.key, d.replay is None) for d in check.differences] == [
+            ("n1", True),
+            ("n2", False),
+        ]
