@@ -8,9 +8,11 @@ code, and ``compare`` checks every projection table row by row.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -21,6 +23,7 @@ from minruntime.audit.asof import state_at
 from minruntime.audit.parallel import PartFailedError, ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare, compare_schemas
+from minruntime.store import event_log
 from minruntime.store.checksums import checksum, unmatched
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.schema import LIVE
@@ -431,3 +434,35 @@ def test_sides_are_equal_or_not_by_one_set_operation(engine: sa.Engine) -> None:
             ("n1", True),
             ("n2", False),
         ]
+
+
+def test_the_next_page_of_the_log_is_read_while_this_one_is_applied(
+    lived: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader is one page ahead of the caller (the read overlaps the fold), and the
+    entries are the same, in the same order, as page by page."""
+    monkeypatch.setattr(replay_module, "PAGE_SIZE", 3)
+    asked: list[int] = []
+    second_read = threading.Event()
+    read_page = event_log.read_page
+
+    def recorded(*args: Any, **kwargs: Any) -> list[event_log.LoggedRow]:
+        asked.append(kwargs["after"])
+        rows = read_page(*args, **kwargs)
+        if len(asked) == 2:
+            second_read.set()
+        return rows
+
+    monkeypatch.setattr(event_log, "read_page", recorded)
+    with repeatable_read(lived) as conn:
+        entries = read_log(conn)
+        first = next(entries)
+        # The caller holds the first entry of the first page: the second page is read now.
+        assert second_read.wait(10)
+        assert asked == [0, asked[1]]
+        assert asked[1] > first.seq
+        rest = [first, *entries]
+        monkeypatch.setattr(event_log, "read_page", read_page)
+        monkeypatch.setattr(replay_module, "PAGE_SIZE", 10**9)
+        assert [entry.seq for entry in rest] == [entry.seq for entry in read_log(conn)]
+    assert len(rest) > 6
