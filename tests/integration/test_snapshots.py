@@ -428,6 +428,12 @@ def test_the_command_takes_one_when_due_and_lists_them(
     assert command()["taken"] is False
     feed.send(*steps(now)[2])
     assert "entries since the newest snapshot (every 5)" in command()["reason"]
+    # By cost: one entry whose payload outweighs the byte budget is enough.
+    monkeypatch.setenv("MINRUNTIME_SNAPSHOT_EVERY_BYTES", "100")
+    feed.send(queue("by-cost", preempt="1h"))
+    reason = command()["reason"]
+    assert reason.startswith("1 entries of ")
+    assert reason.endswith(" bytes since the newest snapshot (every 100 bytes)")
 
 
 @pytest.fixture
