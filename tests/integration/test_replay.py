@@ -8,9 +8,11 @@ code, and ``compare`` checks every projection table row by row.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -20,10 +22,18 @@ from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import state_at
 from minruntime.audit.parallel import PartFailedError, ReplayInParts
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.verify import compare
+from minruntime.audit.verify import compare, compare_schemas
+from minruntime.store import event_log
+from minruntime.store.checksums import checksum, unmatched
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.schema import LIVE
-from minruntime.store.shadows import PROJECTIONS, Shadow, create_shadow, drop_shadow
+from minruntime.store.shadows import (
+    PROJECTIONS,
+    Shadow,
+    create_shadow,
+    drop_shadow,
+    scratch_state,
+)
 from tests.cloudevents import (
     T0,
     allocated,
@@ -386,3 +396,73 @@ def test_an_existing_shadow_is_not_overwritten(engine: sa.Engine) -> None:
 def test_replay_refuses_the_live_schema(engine: sa.Engine) -> None:
     with repeatable_read(engine) as conn, pytest.raises(RuntimeError, match="shadow"):
         replay(conn, read_log(conn), into=LIVE)
+
+
+def test_sides_are_equal_or_not_by_one_set_operation(engine: sa.Engine) -> None:
+    """``unmatched``: rows each side lacks, counted by PostgreSQL (no digest to collide);
+    equal sides share one checksum, computed once; unequal ones list their rows."""
+    nodes = ("('n1', 'default', 8), ('n2', 'default', 4), ('n3', 'a100', 1)",)
+    with (
+        engine.begin() as conn,
+        scratch_state(conn, ["node_state"]) as left,
+        scratch_state(conn, ["node_state"]) as right,
+    ):
+        for side in (left, right):
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {side.schema}.node_state (name, node_pool, gpu) VALUES {nodes[0]}"
+                )
+            )
+        assert unmatched(conn, left, right, "node_state") == (3, 3, 0)
+        [check] = compare_schemas(conn, left, right, ["node_state"])
+        assert check.equal
+        assert (
+            check.live_checksum == check.replay_checksum == checksum(conn, right, "node_state")[1]
+        )
+        # 1.0 and 1 are one value (as EXCEPT lists differences): equal, not a text diff.
+        conn.execute(sa.text(f"UPDATE {right.schema}.node_state SET gpu = 1.0 WHERE name = 'n3'"))
+        assert unmatched(conn, left, right, "node_state") == (3, 3, 0)
+        conn.execute(sa.text(f"UPDATE {right.schema}.node_state SET gpu = 2 WHERE name = 'n2'"))
+        conn.execute(sa.text(f"DELETE FROM {right.schema}.node_state WHERE name = 'n1'"))
+        # n1 only on the left; n2 once on each side with other content.
+        assert unmatched(conn, left, right, "node_state") == (3, 2, 3)
+        [check] = compare_schemas(conn, left, right, ["node_state"])
+        assert not check.equal
+        assert check.unmatched_rows == 3
+        assert check.replay_checksum != check.live_checksum
+        assert [(d.key, d.replay is None) for d in check.differences] == [
+            ("n1", True),
+            ("n2", False),
+        ]
+
+
+def test_the_next_page_of_the_log_is_read_while_this_one_is_applied(
+    lived: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader is one page ahead of the caller (the read overlaps the fold), and the
+    entries are the same, in the same order, as page by page."""
+    monkeypatch.setattr(replay_module, "PAGE_SIZE", 3)
+    asked: list[int] = []
+    second_read = threading.Event()
+    read_page = event_log.read_page
+
+    def recorded(*args: Any, **kwargs: Any) -> list[event_log.LoggedRow]:
+        asked.append(kwargs["after"])
+        rows = read_page(*args, **kwargs)
+        if len(asked) == 2:
+            second_read.set()
+        return rows
+
+    monkeypatch.setattr(event_log, "read_page", recorded)
+    with repeatable_read(lived) as conn:
+        entries = read_log(conn)
+        first = next(entries)
+        # The caller holds the first entry of the first page: the second page is read now.
+        assert second_read.wait(10)
+        assert asked == [0, asked[1]]
+        assert asked[1] > first.seq
+        rest = [first, *entries]
+        monkeypatch.setattr(event_log, "read_page", read_page)
+        monkeypatch.setattr(replay_module, "PAGE_SIZE", 10**9)
+        assert [entry.seq for entry in rest] == [entry.seq for entry in read_log(conn)]
+    assert len(rest) > 6

@@ -8,6 +8,7 @@ replay do). The change is given as the command's own files become (``ChangeEvent
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,10 +24,13 @@ from minruntime.events import (
     ConfigUpdatedData,
     QueueUpsertedData,
     RequeueCommittedData,
+    decode_event,
     new_event,
 )
 from minruntime.ingest import apply_decisions, log_decisions
-from minruntime.store import engine_from
+from minruntime.ingest.records import event_log_row
+from minruntime.store import engine_from, event_log
+from minruntime.store.schema import LIVE
 from tests.cloudevents import T0, allocated, config, queue, released, submitted
 from tests.integration.helpers import TOPIC, Feed
 from tests.integration.test_requeue_plan import contents, held_by_another_session
@@ -254,3 +258,69 @@ def test_in_parts_the_figures_are_the_same(engine: sa.Engine, feed: Feed, jobs: 
     for key in ("total", "queues", "flips", "notes", "log", "rules_differ"):
         assert parted[key] == alone[key], key
     assert alone["total"]["flips_from_committed"]["to_rolled_back"] == 1
+
+
+def log_refused_entry(engine: sa.Engine, document: dict[str, Any], offset: int) -> int:
+    """Append ``document`` (valid on the wire) to the live log as applied, without the core's
+    check (what a log an earlier version of the service wrote may hold): its seq."""
+    payload = json.dumps(document).encode()
+    row = event_log_row(decode_event(payload), payload, "kai.queues", 0, offset)
+    with engine.begin() as conn:
+        event_log.append(conn, LIVE, [row])
+        return int(
+            conn.execute(sa.text("SELECT max(seq) FROM minruntime_state.event_log")).scalar_one()
+        )
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_entry_the_core_refuses_is_skipped_counted_and_changes_no_figure(
+    engine: sa.Engine, feed: Feed, jobs: int
+) -> None:
+    story(engine, feed)
+    events = change(SHORT_2H, LONGRUN_1H)
+    clean = describe(run(engine, events, jobs=jobs))
+    # A queue that is its own parent: the core refuses it (queue_cycle) in either world.
+    seq = log_refused_entry(engine, queue("loop", parent="loop", time=T0 + 2 * H), 1_000)
+
+    report = run(engine, events, jobs=jobs)
+
+    assert report.skipped == 1  # once, though every part folds the queue tree's entries
+    [line] = report.skipped_lines
+    assert line.startswith(f"seq {seq} (queue.upserted): not applied: queue_cycle: ")
+    assert "loop -> loop" in line
+    assert any("1 log entry was skipped as a replay skips them" in n for n in report.notes)
+    data = describe(report)
+    assert data["log"]["skipped"] == 1
+    assert data["log"]["skipped_entries"] == [line]
+    for key in ("total", "queues", "flips", "rules_differ"):
+        assert data[key] == clean[key], key
+    # The refused queue is in neither world: asking for it is a one-line error.
+    with pytest.raises(SimulationError, match="--queue 'loop'"):
+        run(engine, events, queue="loop", jobs=jobs)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_recorded_entry_only_the_changed_world_refuses_keeps_that_worlds_tree(
+    engine: sa.Engine, feed: Feed, jobs: int
+) -> None:
+    """The change puts ``short`` under ``longrun``; the log later puts ``longrun`` under
+    ``short``: the recorded world takes it, the changed one would close a cycle."""
+    story(engine, feed)
+    under = upserted("short", parentQueue="longrun", preemptMinRuntime="10m")
+    seq = log_refused_entry(
+        engine, queue("longrun", parent="short", preempt="4h", reclaim="4h", time=T0 + H), 1_000
+    )
+
+    report = run(engine, change(under), jobs=jobs)
+
+    assert report.skipped == 0, report.skipped_lines  # not refused by the recorded world
+    assert any(
+        "1 recorded queue event(s) would close a cycle with a queue of the change: the "
+        "changed tree kept its shape there" in note
+        for note in report.notes
+    ), (seq, report.notes)
+    # longrun keeps its 4h under the change (the entry changed only its parent), and the
+    # recorded world judged it too: a's eviction at 2h is a possible violation in both.
+    longrun = describe(report)["queues"]["longrun"]
+    assert longrun["violations"]["before"] == longrun["violations"]["after"]
+    assert longrun["violations"]["before"] == {"definite": 0, "possible": 1}

@@ -30,10 +30,11 @@ from minruntime.audit.snapshots import ACTIVE_LIST, SnapshotPolicy, due, snapsho
 from minruntime.cli import main
 from minruntime.commands.explain import describe_row
 from minruntime.ingest import apply_batch
+from minruntime.store import snapshots as stored_snapshots
 from minruntime.store.checksums import checksum
 from minruntime.store.shadows import SNAPSHOTTED
 from minruntime.store.snapshots import LogPosition, Snapshot
-from tests.cloudevents import allocated, queue, released, submitted
+from tests.cloudevents import T0, allocated, queue, released, submitted
 from tests.integration.helpers import Feed, execute, rows, scalar
 from tests.integration.test_explain_asof import (
     PREEMPTORS,
@@ -365,6 +366,37 @@ def test_a_snapshot_is_due_after_n_entries_or_m_minutes() -> None:
     assert due(previous, LogPosition(50, 50, t0), policy, t0 + timedelta(days=1)) is None
 
 
+def test_a_snapshot_is_due_when_the_tail_costs_more_than_its_bytes() -> None:
+    """Spacing by what an answer's tail costs to replay: a few large entries (a gang of
+    thousands of pods) are due as soon as many small ones."""
+    policy = SnapshotPolicy(every_events=100, every_minutes=30, every_bytes=40_000)
+    t0 = datetime.fromisoformat("2026-11-25T08:00:00+00:00")
+    previous = Snapshot(1, 50, t0, 50, t0)
+    assert due(previous, LogPosition(99, 99, t0, 39_999), policy, t0) is None
+    assert due(previous, LogPosition(53, 53, t0, 40_000), policy, t0) == (
+        "3 entries of 40,000 bytes since the newest snapshot (every 40,000 bytes)"
+    )
+    # Without a byte budget, count and minutes alone.
+    by_count = SnapshotPolicy(every_events=100, every_minutes=30)
+    assert due(previous, LogPosition(53, 53, t0, 10**9), by_count, t0) is None
+
+
+def test_the_log_position_counts_the_bytes_of_the_tail(engine: sa.Engine, feed: Feed) -> None:
+    feed.send(queue("team", preempt="1h"), submitted("a", "team", 1), allocated("a", 1, time=T0))
+    with engine.connect() as conn:
+        sizes = conn.execute(
+            sa.text(
+                "SELECT seq, pg_column_size(payload) FROM minruntime_state.event_log ORDER BY seq"
+            )
+        ).all()
+        whole = stored_snapshots.position(conn)
+        first_seq = sizes[0][0]
+        after_first = stored_snapshots.position(conn, Snapshot(1, first_seq, T0, 1, T0))
+    assert whole.bytes == sum(size for _, size in sizes) > 0
+    assert after_first.bytes == sum(size for _, size in sizes[1:])
+    assert (after_first.events, after_first.seq) == (3, sizes[-1][0])
+
+
 @pytest.mark.usefixtures("cli")
 def test_the_command_takes_one_when_due_and_lists_them(
     engine: sa.Engine,
@@ -396,6 +428,12 @@ def test_the_command_takes_one_when_due_and_lists_them(
     assert command()["taken"] is False
     feed.send(*steps(now)[2])
     assert "entries since the newest snapshot (every 5)" in command()["reason"]
+    # By cost: one entry whose payload outweighs the byte budget is enough.
+    monkeypatch.setenv("MINRUNTIME_SNAPSHOT_EVERY_BYTES", "100")
+    feed.send(queue("by-cost", preempt="1h"))
+    reason = command()["reason"]
+    assert reason.startswith("1 entries of ")
+    assert reason.endswith(" bytes since the newest snapshot (every 100 bytes)")
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, NamedTuple, Protocol
@@ -171,7 +172,8 @@ def read_log(
     part: Part | None = None,
     positions: Collection[int] = (),
 ) -> Iterator[LogEntry]:
-    """The live event log in order (pages by ``seq``, in the caller's transaction).
+    """The live event log in order (pages by ``seq``, in the caller's transaction; each page
+    read while the caller applies the one before).
 
     ``about`` keeps only the entries about one subject (and the shared ones); ``after``
     starts after that ``seq`` (the position of a snapshot). Without ``full`` the entries'
@@ -190,8 +192,9 @@ def read_log(
         marked = event_log.marks(conn, LIVE, of_part)
         foreign, borrowed = marked.foreign, marked.borrowed
         shared_here = () if part.first else SHARED_TYPES
-    while True:
-        rows = event_log.read_page(
+
+    def page(after: int) -> list[event_log.LoggedRow]:
+        return event_log.read_page(
             conn,
             LIVE,
             after=after,
@@ -201,23 +204,32 @@ def read_log(
             full=full,
             of_part=of_part,
         )
-        for seq, topic, partition, offset, type_, subject, event_time, applied_at, text in rows:
-            yield LogEntry(
-                seq=seq,
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                type=type_,
-                subject=subject,
-                value=text.encode(),
-                event_time=event_time,
-                applied_at=applied_at,
-                foreign=seq in foreign,
-                borrowed=seq in borrowed or type_ in shared_here,
-            )
-        if len(rows) < PAGE_SIZE:
-            return
-        after = rows[-1][0]
+
+    # The next page is read while the caller applies this one: the server turns its payloads
+    # into text (most of a read) while this process folds. The caller's connection serves
+    # both (psycopg serialises them; the page reads only the live log, which nothing in the
+    # transaction writes); the reader is waited for before the generator ends, however.
+    with ThreadPoolExecutor(1, thread_name_prefix="minruntime-log-reader") as reader:
+        rows = page(after)
+        while True:
+            ahead = reader.submit(page, rows[-1][0]) if len(rows) == PAGE_SIZE else None
+            for seq, topic, partition, offset, type_, subject, event_time, applied_at, text in rows:
+                yield LogEntry(
+                    seq=seq,
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                    type=type_,
+                    subject=subject,
+                    value=text.encode(),
+                    event_time=event_time,
+                    applied_at=applied_at,
+                    foreign=seq in foreign,
+                    borrowed=seq in borrowed or type_ in shared_here,
+                )
+            if ahead is None:
+                return
+            rows = ahead.result()
 
 
 def replay(

@@ -246,7 +246,8 @@ def fold_part(
         folder.entry(entry)
     part = folder.part
     part.result = simulation.result(folder.open_runs())
-    part.conflicts = worlds.conflicts
+    # Every part folds the queue tree's entries; the one that reports them counts conflicts.
+    part.conflicts = worlds.conflicts if shared else 0
     return part
 
 

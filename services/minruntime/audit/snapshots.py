@@ -52,10 +52,14 @@ from minruntime.store.snapshots import LogPosition, Snapshot
 
 @dataclass(frozen=True)
 class SnapshotPolicy:
-    """When a snapshot is due: after this many new log entries, or minutes (and >= 1 entry)."""
+    """When a snapshot is due: when an answer starting from the newest one would replay
+    more than ``every_bytes`` of log payloads or ``every_events`` entries, or after
+    ``every_minutes`` (and >= 1 entry)."""
 
     every_events: int
     every_minutes: float
+    # What a tail costs to replay grows with its payloads' size, not only their number.
+    every_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,11 @@ def due(
         return None
     if new >= policy.every_events:
         return f"{new:,} entries since the newest snapshot (every {policy.every_events:,})"
+    if policy.every_bytes is not None and at.bytes >= policy.every_bytes:
+        return (
+            f"{new:,} entries of {at.bytes:,} bytes since the newest snapshot "
+            f"(every {policy.every_bytes:,} bytes)"
+        )
     if now - previous.taken_at >= timedelta(minutes=policy.every_minutes):
         return f"{policy.every_minutes:g} minutes since the newest snapshot, {new:,} new entries"
     return None

@@ -14,7 +14,7 @@ from typing import Final
 
 from sqlalchemy import Connection
 
-from minruntime.store.checksums import checksum, differences
+from minruntime.store.checksums import checksum, differences, unmatched
 from minruntime.store.parts import Part
 from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import PROJECTIONS, Shadow
@@ -43,10 +43,16 @@ class TableCheck:
     differences: list[RowDifference] = field(default_factory=list)
     # How many keys differ in all (the list shows at most SHOWN_ROWS).
     differing_keys: int = 0
+    # Content rows of either side that the other side lacks (the set operation's count).
+    unmatched_rows: int = 0
 
     @property
     def equal(self) -> bool:
-        return self.live_checksum == self.replay_checksum and self.live_rows == self.replay_rows
+        return (
+            not self.unmatched_rows
+            and self.live_checksum == self.replay_checksum
+            and self.live_rows == self.replay_rows
+        )
 
 
 def compare(
@@ -64,7 +70,8 @@ def compare_schemas(
     uids: Sequence[str] | None = None,
     part: Part | None = None,
 ) -> list[TableCheck]:
-    """Compare the projection tables of two state schemas (the first on the "live" side).
+    """Compare the projection tables of two state schemas (the first on the "live" side):
+    equal or not by one set operation per table in PostgreSQL (``checksums.unmatched``).
 
     ``uids``: only those podgroups' rows of the podgroup tables (``tables`` must be those).
     ``part``: only the rows of that part of the state (``store.parts``); the tables of the
@@ -74,14 +81,22 @@ def compare_schemas(
     for table in tables or list(PROJECTIONS):
         if part is not None and part.rows_of(table) is None:
             continue
-        live_rows, live_sum = checksum(conn, live, table, uids, part)
-        replay_rows, replay_sum = checksum(conn, replay, table, uids, part)
+        # Equal or not: one set operation over both sides (exact). Equal sides have one
+        # checksum, computed once; different ones each their own, and the differing rows.
+        live_rows, replay_rows, unmatched_rows = unmatched(conn, live, replay, table, uids, part)
+        live_sum = checksum(conn, live, table, uids, part)[1]
+        replay_sum = live_sum
         found: list[RowDifference] = []
         total = 0
-        if (live_rows, live_sum) != (replay_rows, replay_sum):
+        if unmatched_rows:
+            replay_sum = checksum(conn, replay, table, uids, part)[1]
             differing, total = differences(conn, live, replay, table, SHOWN_ROWS, uids, part)
             found = [RowDifference(*difference) for difference in differing]
-        checks.append(TableCheck(table, live_rows, replay_rows, live_sum, replay_sum, found, total))
+        checks.append(
+            TableCheck(
+                table, live_rows, replay_rows, live_sum, replay_sum, found, total, unmatched_rows
+            )
+        )
     return checks
 
 
@@ -114,6 +129,7 @@ def _merged(parts: list[TableCheck]) -> TableCheck:
         _of_sums(check.replay_checksum for check in parts),
         differences[:SHOWN_ROWS],
         sum(check.differing_keys for check in parts),
+        sum(check.unmatched_rows for check in parts),
     )
 
 

@@ -66,7 +66,11 @@ def snapshot_command(
             ]
             _show(rows, as_json)
             return
-        policy = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_minutes)
+        policy = SnapshotPolicy(
+            settings.snapshot_every_events,
+            settings.snapshot_every_minutes,
+            settings.snapshot_every_bytes,
+        )
         taken = take(database, policy, force=force)
         while every is not None:
             if taken.snapshot is not None:

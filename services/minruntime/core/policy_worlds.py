@@ -92,10 +92,23 @@ class Worlds:
         # Recorded queue events the changed tree could not take (they would close a cycle
         # with a pinned queue): the changed tree keeps its shape then.
         self.conflicts = 0
-        # Whether the worlds differ now (the simulation notes it whenever it judges).
-        self.differ = False
+        # Whether the worlds differ now (``differ``): found when first asked after a change,
+        # not at every recorded queue event (a log opens with its whole queue tree, each
+        # event a comparison of both trees).
+        self._differ: bool | None = None
         self._changed_tree = self._pinned(QueueTree(), initial=True)
         self._sync()
+
+    @property
+    def differ(self) -> bool:
+        """Whether the worlds differ now (the simulation notes it whenever it judges)."""
+        if self._differ is None:
+            recorded, changed = self.recorded.configs, self.changed.configs
+            pools = {DEFAULT_NODE_POOL, *recorded.by_pool, *changed.by_pool}
+            self._differ = self._tree != self._changed_tree or any(
+                recorded.for_pool(pool) != changed.for_pool(pool) for pool in pools
+            )
+        return self._differ
 
     def queue_upserted(self, queue: Queue) -> None:
         """A recorded queue.upserted (QueueCycleError propagates: the recorded world keeps
@@ -135,7 +148,4 @@ class Worlds:
         changed = NodePoolConfigs({**self._configs, **self._change.configs})
         self.recorded.set(self._tree, recorded)
         self.changed.set(self._changed_tree, changed)
-        pools = {DEFAULT_NODE_POOL, *recorded.by_pool, *changed.by_pool}
-        self.differ = self._tree != self._changed_tree or any(
-            recorded.for_pool(pool) != changed.for_pool(pool) for pool in pools
-        )
+        self._differ = None

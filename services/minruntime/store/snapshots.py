@@ -41,7 +41,8 @@ SNAPSHOT_LOCK_KEY: Final = int.from_bytes(b"minrtsnp", "big", signed=True)
 _LEVEL: Final = 1
 
 _POSITION: Final = (
-    "SELECT max(seq) AS seq, count(*) AS events, max(applied_at) AS applied_until"
+    "SELECT max(seq) AS seq, count(*) AS events, max(applied_at) AS applied_until,"
+    " COALESCE(sum(pg_column_size(payload)), 0) AS bytes"
     " FROM minruntime_state.event_log WHERE seq > :after"
 )
 _INSERT_SNAPSHOT: Final = (
@@ -114,6 +115,10 @@ class LogPosition:
     seq: int
     events: int
     applied_until: datetime | None
+    # The stored size of the payloads after the snapshot it was counted from (all of them
+    # without one): what a replay of those entries costs, as decoding and applying them grows
+    # with their size (a gang of 2,000 pods is one entry and the work of hundreds).
+    bytes: int = 0
 
 
 # How long a taker waits for the lock: the writers that come after it wait behind it, so a
@@ -143,13 +148,16 @@ def position(conn: Connection, after: Snapshot | None = None) -> LogPosition:
         .one()
     )
     if after is None:
-        return LogPosition(int(row["seq"] or 0), int(row["events"]), row["applied_until"])
+        return LogPosition(
+            int(row["seq"] or 0), int(row["events"]), row["applied_until"], int(row["bytes"])
+        )
     if row["seq"] is None:
         return LogPosition(after.log_seq, after.events, after.applied_until)
     return LogPosition(
         int(row["seq"]),
         after.events + int(row["events"]),
         max(after.applied_until, row["applied_until"]),
+        int(row["bytes"]),
     )
 
 

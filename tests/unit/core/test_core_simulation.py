@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from minruntime.core import EndedRun, MinRuntimeConfig, Queue
 from minruntime.core.policy_worlds import PolicyChange, Worlds
+from minruntime.core.queue_tree import QueueTree
 from minruntime.core.simulation import (
     CONFIDENCE,
     Beneficiary,
@@ -334,3 +336,28 @@ def test_a_violation_is_avoided_iff_the_changed_windows_ended_before_the_evictio
     assert train.violations_before_definite == (minutes < 240)
     assert train.avoided_definite == (minutes < 240 and minutes >= window)
     assert train.new_definite == (minutes >= 240 and minutes < window)
+
+
+def test_the_worlds_compare_their_trees_when_asked_not_at_every_queue_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A log opens with its whole queue tree: 200 recorded queues, then one question."""
+    compared = 0
+    equal = QueueTree.__eq__
+
+    def counted(self: QueueTree, other: object) -> bool:
+        nonlocal compared
+        compared += 1
+        return equal(self, other)
+
+    monkeypatch.setattr(QueueTree, "__eq__", counted)
+    worlds = Worlds(PolicyChange({"q7": Queue(name="q7", preempt_min_runtime=timedelta(hours=1))}))
+    for number in range(200):
+        worlds.queue_upserted(Queue(name=f"q{number}"))
+    assert compared == 0
+    assert worlds.differ  # q7 is pinned with a window the log's q7 has not
+    assert worlds.differ
+    assert compared == 1
+    worlds.queue_upserted(Queue(name="q7", preempt_min_runtime=timedelta(hours=1)))
+    assert not worlds.differ  # the log now has what the change pins
+    assert compared == 2
