@@ -35,6 +35,9 @@ from minruntime.core.checkpoint import (
     CHECKPOINT_REQUESTED_AT_ANNOTATION,
 )
 from minruntime.demo_process import run_cli_as_user
+from minruntime.demo_queries import GENTLE_DECISIONS as DECISIONS
+from minruntime.demo_queries import GENTLE_OUTCOME as OUTCOME
+from minruntime.demo_queries import GENTLE_RUN_LOST as RUN_LOST
 from minruntime.demo_queries import ask
 
 T = TypeVar("T")
@@ -71,17 +74,6 @@ spec:
     cpu: {{quota: -1, limit: -1, overQuotaWeight: 1}}
     memory: {{quota: -1, limit: -1, overQuotaWeight: 1}}
 """
-
-DECISIONS = (
-    "SELECT p.name, d.outcome, coalesce(d.reason, '-'), d.decided_at"
-    " FROM minruntime.requeue_decisions d JOIN minruntime.podgroups p USING (uid)"
-    " WHERE d.uid = ANY(:uids) ORDER BY d.seq"
-)
-OUTCOME = "SELECT outcome FROM minruntime.requeue_decisions WHERE uid = :uid ORDER BY seq"
-RUN_LOST = (
-    "SELECT gpu_seconds, gpu_seconds_since_checkpoint, last_checkpoint"
-    " FROM minruntime.runs WHERE uid = :uid ORDER BY run_end DESC LIMIT 1"
-)
 
 
 def gentle_env() -> dict[str, str]:

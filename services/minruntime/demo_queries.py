@@ -121,6 +121,19 @@ KUBE_COMMITTED = (
 )
 
 
+# demo --kube's second part (demo_gentle): each gang's decisions, its outcomes, a run's work lost.
+GENTLE_DECISIONS = (
+    "SELECT p.name, d.outcome, coalesce(d.reason, '-'), d.decided_at"
+    " FROM minruntime.requeue_decisions d JOIN minruntime.podgroups p USING (uid)"
+    " WHERE d.uid = ANY(:uids) ORDER BY d.seq"
+)
+GENTLE_OUTCOME = "SELECT outcome FROM minruntime.requeue_decisions WHERE uid = :uid ORDER BY seq"
+GENTLE_RUN_LOST = (
+    "SELECT gpu_seconds, gpu_seconds_since_checkpoint, last_checkpoint"
+    " FROM minruntime.runs WHERE uid = :uid ORDER BY run_end DESC LIMIT 1"
+)
+
+
 def kube_podgroups(columns: tuple[str, ...]) -> str:
     """Part 4's shown rows: ``columns`` of the podgroups ``:uids``, by name."""
     return (
