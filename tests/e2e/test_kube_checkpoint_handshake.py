@@ -1,0 +1,267 @@
+"""The checkpoint handshake on the real API server: the evictor asks a PodGroup that declares
+`minruntime.kai.scheduler/checkpoint-grace` for a checkpoint before evicting it, and waits.
+
+- acknowledged: the workload (`minruntime checkpoint ack`'s client, on a thread) writes
+  `checkpointed-at`; the eviction follows it, long before the grace;
+- timed out: nobody answers; the eviction happens at requested-at + the grace, not before and
+  not much later;
+- the PodGroup deleted mid-wait: the wait ends at once (`gone`), the decision is abandoned
+  (`not_found`), nothing is evicted;
+- the evictor restarted mid-wait: the second one resumes the first one's request (one
+  request, one eviction, one `requeue.checkpoint`), timed out on the first request's clock.
+
+Graces of a few seconds. The evictor runs in-process (as in test_kube_evictor_lanes.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from minruntime.cluster.checkpoint_ack import acknowledge
+from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
+from minruntime.cluster.standin import Cluster
+from minruntime.core import parse_rfc3339
+from minruntime.core.checkpoint import (
+    CHECKPOINT_GRACE_ANNOTATION,
+    CHECKPOINT_REQUESTED_AT_ANNOTATION,
+)
+from minruntime.events import RequeueCheckpointData
+from minruntime.kafka_access import kafka_access
+from minruntime.settings import Settings
+from minruntime.stack import StackStatus
+from minruntime.stream.topics import ensure_topics, topic_specs
+from tests.e2e.harness import wait_for
+from tests.e2e.kubeapi import admin_client
+from tests.e2e.test_kube_evictor_lanes import (
+    RunningEvictor,
+    abandoned_events,
+    committed,
+    produce,
+)
+
+pytestmark = pytest.mark.stack
+
+
+class EvictionWatch:
+    """Polls a pod every 50 ms and notes when it first carries a deletionTimestamp."""
+
+    def __init__(self, cluster: Cluster, pod: str) -> None:
+        self.cluster, self.pod = cluster, pod
+        self.at: datetime | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.at is None:
+            found = self.cluster.get_pod(self.pod)
+            if found is None or found["metadata"].get("deletionTimestamp"):
+                self.at = datetime.now(UTC)
+            self._stop.wait(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def scene(kube_stack: StackStatus, settings: Settings) -> Iterator[tuple[Settings, Cluster]]:
+    assert kube_stack.kubeconfig is not None
+    suffix = uuid.uuid4().hex[:6]
+    scoped = settings.model_copy(
+        update={
+            "topic_requeue_decisions": f"ckpt-{suffix}.decisions",
+            "topic_podgroups": f"ckpt-{suffix}.podgroups",
+            "evictor_group": f"ckpt-{suffix}",
+            "decision_partitions": 1,
+            "kube_backoff_max_seconds": 1.0,
+            "evictor_checkpoint_poll_seconds": 0.2,
+        }
+    )
+    specs = [
+        spec
+        for spec in topic_specs(scoped)
+        if spec.name in (scoped.topic_requeue_decisions, scoped.topic_podgroups)
+    ]
+    asyncio.run(ensure_topics(kafka_access(scoped), specs))
+    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"ckpt-{suffix}")
+    cluster.priority_class(f"{cluster.namespace}-low", 10)
+    cluster.node(f"{cluster.namespace}-gpu", "default", 4)
+    try:
+        yield scoped, cluster
+    finally:
+        cluster.remove_everything()
+        cluster.core.delete_node(f"{cluster.namespace}-gpu")
+
+
+def running_gang(cluster: Cluster, name: str, grace: str) -> str:
+    """A running two-pod gang whose PodGroup declares `grace`; its uid."""
+    uid = cluster.podgroup(
+        name, "train", f"{cluster.namespace}-low", annotations={CHECKPOINT_GRACE_ANNOTATION: grace}
+    )
+    pods = [f"{name}-0", f"{name}-1"]
+    for pod in pods:
+        cluster.pod(pod, name, 1)
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    cluster.start(name, pods, f"{cluster.namespace}-gpu", start, start)
+    return uid
+
+
+def annotations(cluster: Cluster, name: str) -> dict[str, str]:
+    return dict(cluster.get_podgroup(name)["metadata"].get("annotations") or {})
+
+
+def requested_at(cluster: Cluster, name: str) -> datetime | None:
+    value = annotations(cluster, name).get(CHECKPOINT_REQUESTED_AT_ANNOTATION)
+    return None if value is None else parse_rfc3339(value)
+
+
+def evicted(cluster: Cluster, pod: str) -> bool:
+    found = cluster.get_pod(pod)
+    return found is None or bool(found["metadata"].get("deletionTimestamp"))
+
+
+def handshakes(settings: Settings) -> list[Any]:
+    return [e for e in asyncio.run(abandoned_events(settings)) if e.type == "requeue.checkpoint"]
+
+
+def test_an_acknowledged_checkpoint_is_followed_by_the_eviction(
+    scene: tuple[Settings, Cluster],
+) -> None:
+    settings, cluster = scene
+    uid = running_gang(cluster, "saver", "30s")
+    decision = committed(uid, 0, datetime.now(UTC))
+    acked: list[str] = []
+
+    def workload() -> None:  # the training script's sidecar, after its save
+        asked = wait_for(lambda: requested_at(cluster, "saver"), 30, "the checkpoint request")
+        time.sleep(1.0)
+        assert not evicted(cluster, "saver-0")  # the evictor waits for the answer
+        acked.append(acknowledge(cluster.api, cluster.namespace, "saver", datetime.now(UTC)))
+        assert parse_rfc3339(acked[0]) >= asked
+
+    sidecar = threading.Thread(target=workload, daemon=True)
+    sidecar.start()
+    watch = EvictionWatch(cluster, "saver-0")
+    asyncio.run(produce(settings, [decision]))
+    evictor = RunningEvictor(settings)
+    try:
+        wait_for(lambda: evictor.count("carried_out") == 1, 30, "the eviction")
+    finally:
+        evictor.stop()
+        watch.stop()
+        sidecar.join(10)
+    [event] = handshakes(settings)
+    data = event.data
+    assert isinstance(data, RequeueCheckpointData)
+    assert event.id == f"{decision.id}.checkpoint"
+    assert event.source == "minruntime/kube-evictor"
+    assert (data.uid, data.decision, data.outcome) == (uid, decision.id, "acknowledged")
+    assert data.checkpointed_at == parse_rfc3339(acked[0])
+    assert data.requested_at == requested_at(cluster, "saver")
+    assert data.grace == timedelta(seconds=30)
+    assert watch.at is not None
+    assert data.checkpointed_at <= watch.at  # evicted after the acknowledgement
+    assert watch.at - data.requested_at < timedelta(seconds=10)  # not the 30 s grace
+    assert evicted(cluster, "saver-1")
+    assert annotations(cluster, "saver")[REQUEUE_DECISION_ANNOTATION] == decision.id
+    assert evictor.metrics.ack_seconds._sum.get() > 0
+    assert evictor.metrics.checkpoints.labels("acknowledged")._value.get() == 1
+
+
+def test_a_workload_that_never_answers_is_evicted_when_its_grace_ends(
+    scene: tuple[Settings, Cluster],
+) -> None:
+    settings, cluster = scene
+    uid = running_gang(cluster, "silent", "3s")
+    decision = committed(uid, 0, datetime.now(UTC))
+    watch = EvictionWatch(cluster, "silent-0")
+    asyncio.run(produce(settings, [decision]))
+    evictor = RunningEvictor(settings)
+    try:
+        wait_for(lambda: evictor.count("carried_out") == 1, 30, "the eviction")
+    finally:
+        evictor.stop()
+        watch.stop()
+    [event] = handshakes(settings)
+    data = event.data
+    assert isinstance(data, RequeueCheckpointData)
+    assert (data.outcome, data.checkpointed_at) == ("timed_out", None)
+    ends = data.requested_at + timedelta(seconds=3)
+    assert ends <= data.ended_at < ends + timedelta(seconds=1.5)
+    assert watch.at is not None
+    assert ends <= watch.at < ends + timedelta(seconds=3)  # at its grace's end, not later
+    assert evictor.metrics.checkpoints.labels("timed_out")._value.get() == 1
+
+
+def test_a_podgroup_deleted_mid_wait_ends_it_at_once(
+    scene: tuple[Settings, Cluster],
+) -> None:
+    settings, cluster = scene
+    uid = running_gang(cluster, "leaving", "30s")
+    decision = committed(uid, 0, datetime.now(UTC))
+    asyncio.run(produce(settings, [decision]))
+    evictor = RunningEvictor(settings)
+    try:
+        wait_for(lambda: requested_at(cluster, "leaving"), 30, "the checkpoint request")
+        cluster.custom.delete_namespaced_custom_object(
+            "scheduling.run.ai", "v2alpha2", cluster.namespace, "podgroups", "leaving"
+        )
+        deleted_at = datetime.now(UTC)
+        events = wait_for(
+            lambda: [
+                e for e in asyncio.run(abandoned_events(settings)) if e.type == "requeue.abandoned"
+            ],
+            15,
+            "the decision abandoned",
+        )
+    finally:
+        evictor.stop()
+    [handshake] = handshakes(settings)
+    assert handshake.data.outcome == "gone"
+    assert handshake.data.ended_at - deleted_at < timedelta(seconds=2)  # at once, not 30 s
+    assert [e.data.reason for e in events] == ["not_found"]
+    assert not evicted(cluster, "leaving-0")
+    assert evictor.count("carried_out") == 0
+
+
+def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
+    scene: tuple[Settings, Cluster],
+) -> None:
+    settings, cluster = scene
+    uid = running_gang(cluster, "patient", "6s")
+    decision = committed(uid, 0, datetime.now(UTC))
+    asyncio.run(produce(settings, [decision]))
+    first = RunningEvictor(settings)
+    try:
+        asked = wait_for(lambda: requested_at(cluster, "patient"), 30, "the checkpoint request")
+        time.sleep(1.0)
+    finally:
+        first.stop()  # mid-wait: nothing sent, nothing evicted, the decision stays open
+    assert handshakes(settings) == []
+    assert not evicted(cluster, "patient-0")
+    watch = EvictionWatch(cluster, "patient-0")
+    second = RunningEvictor(settings)
+    try:
+        wait_for(lambda: second.count("carried_out") == 1, 30, "the eviction")
+    finally:
+        second.stop()
+        watch.stop()
+    assert requested_at(cluster, "patient") == asked  # asked once
+    [event] = handshakes(settings)
+    data = event.data
+    assert isinstance(data, RequeueCheckpointData)
+    assert (data.requested_at, data.outcome) == (asked, "timed_out")
+    ends = asked + timedelta(seconds=6)
+    assert watch.at is not None
+    assert ends <= watch.at < ends + timedelta(seconds=3)  # on the first request's clock
+    assert first.count("carried_out") + second.count("carried_out") == 1
+    assert annotations(cluster, "patient")[REQUEUE_DECISION_ANNOTATION] == decision.id
