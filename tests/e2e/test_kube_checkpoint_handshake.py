@@ -16,11 +16,13 @@ Graces of a few seconds. The evictor runs in-process (as in test_kube_evictor_la
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,14 +34,16 @@ from minruntime.core import parse_rfc3339
 from minruntime.core.checkpoint import (
     CHECKPOINT_GRACE_ANNOTATION,
     CHECKPOINT_REQUESTED_AT_ANNOTATION,
+    CHECKPOINTED_AT_ANNOTATION,
 )
 from minruntime.events import RequeueCheckpointData
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.stream.topics import ensure_topics, topic_specs
+from tests.conftest import run_cli
 from tests.e2e.harness import wait_for
-from tests.e2e.kubeapi import admin_client
+from tests.e2e.kubeapi import admin_client, service_account_token, token_kubeconfig
 from tests.e2e.test_kube_evictor_lanes import (
     RunningEvictor,
     abandoned_events,
@@ -265,3 +269,78 @@ def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
     assert ends <= watch.at < ends + timedelta(seconds=3)  # on the first request's clock
     assert first.count("carried_out") + second.count("carried_out") == 1
     assert annotations(cluster, "patient")[REQUEUE_DECISION_ANNOTATION] == decision.id
+
+
+def test_checkpoint_ack_needs_only_patch_on_its_podgroup_and_fails_in_one_line(
+    scene: tuple[Settings, Cluster], kube_stack: StackStatus, tmp_path: Path
+) -> None:
+    """`minruntime checkpoint ack` as a workload runs it: with a ServiceAccount token whose
+    Role is the one docs/kubernetes.md gives (patch on its own PodGroup), and one without."""
+    from kubernetes import client
+
+    _, cluster = scene
+    assert kube_stack.kubeconfig is not None
+    running_gang(cluster, "trainer", "5m")
+    core, rbac = client.CoreV1Api(cluster.api), client.RbacAuthorizationV1Api(cluster.api)
+    for account in ("trainer", "stranger"):
+        core.create_namespaced_service_account(cluster.namespace, {"metadata": {"name": account}})
+    rbac.create_namespaced_role(
+        cluster.namespace,
+        {
+            "metadata": {"name": "checkpoint-ack"},
+            "rules": [
+                {
+                    "apiGroups": ["scheduling.run.ai"],
+                    "resources": ["podgroups"],
+                    "resourceNames": ["trainer"],
+                    "verbs": ["patch"],
+                }
+            ],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        cluster.namespace,
+        {
+            "metadata": {"name": "checkpoint-ack"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "checkpoint-ack",
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "trainer", "namespace": cluster.namespace}
+            ],
+        },
+    )
+
+    def as_account(account: str, *args: str) -> subprocess.CompletedProcess[str]:
+        token = service_account_token(cluster.api, cluster.namespace, account)
+        config = token_kubeconfig(kube_stack.kubeconfig, token, tmp_path / f"{account}.json")  # type: ignore[arg-type]
+        return run_cli("checkpoint", "ack", *args, env={"KUBECONFIG": str(config)})
+
+    target = f"{cluster.namespace}/trainer"
+    saved = "2026-01-01T00:00:00Z"
+    done = wait_for(  # the RoleBinding takes effect within a moment
+        lambda: (
+            (r := as_account("trainer", "--podgroup", target, "--at", saved)).returncode == 0 and r
+        ),
+        15,
+        "the trainer's acknowledgement",
+    )
+    assert done.stdout.strip() == f"PodGroup {target}: checkpointed-at {saved}"
+    assert annotations(cluster, "trainer")[CHECKPOINTED_AT_ANNOTATION] == saved
+
+    def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+        assert result.returncode != 0
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        return result.stderr.strip()
+
+    refused = one_line_error(as_account("stranger", "--podgroup", target))
+    assert "forbidden to patch PodGroup" in refused
+    admin = {"KUBECONFIG": str(kube_stack.kubeconfig)}
+    missing = run_cli("checkpoint", "ack", "--podgroup", f"{cluster.namespace}/nope", env=admin)
+    assert f"PodGroup {cluster.namespace}/nope not found" in one_line_error(missing)
+    future = run_cli("checkpoint", "ack", "--podgroup", target, "--at", "2999-01-01T00:00:00Z")
+    assert "is in the future" in one_line_error(future)
+    bad = run_cli("checkpoint", "ack", "--podgroup", "Not/A Name", env=admin)
+    assert "use NAMESPACE/NAME" in one_line_error(bad)
