@@ -119,12 +119,12 @@ def running_gang(cluster: Cluster, name: str, grace: str) -> str:
     return uid
 
 
-def annotations(cluster: Cluster, name: str) -> dict[str, str]:
+def podgroup_annotations(cluster: Cluster, name: str) -> dict[str, str]:
     return dict(cluster.get_podgroup(name)["metadata"].get("annotations") or {})
 
 
 def requested_at(cluster: Cluster, name: str) -> datetime | None:
-    value = annotations(cluster, name).get(CHECKPOINT_REQUESTED_AT_ANNOTATION)
+    value = podgroup_annotations(cluster, name).get(CHECKPOINT_REQUESTED_AT_ANNOTATION)
     return None if value is None else parse_rfc3339(value)
 
 
@@ -176,7 +176,7 @@ def test_an_acknowledged_checkpoint_is_followed_by_the_eviction(
     assert data.checkpointed_at <= watch.at  # evicted after the acknowledgement
     assert watch.at - data.requested_at < timedelta(seconds=10)  # not the 30 s grace
     assert evicted(cluster, "saver-1")
-    assert annotations(cluster, "saver")[REQUEUE_DECISION_ANNOTATION] == decision.id
+    assert podgroup_annotations(cluster, "saver")[REQUEUE_DECISION_ANNOTATION] == decision.id
     assert evictor.metrics.ack_seconds._sum.get() > 0
     assert evictor.metrics.checkpoints.labels("acknowledged")._value.get() == 1
 
@@ -268,7 +268,7 @@ def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
     assert watch.at is not None
     assert ends <= watch.at < ends + timedelta(seconds=3)  # on the first request's clock
     assert first.count("carried_out") + second.count("carried_out") == 1
-    assert annotations(cluster, "patient")[REQUEUE_DECISION_ANNOTATION] == decision.id
+    assert podgroup_annotations(cluster, "patient")[REQUEUE_DECISION_ANNOTATION] == decision.id
 
 
 def test_checkpoint_ack_needs_only_patch_on_its_podgroup_and_fails_in_one_line(
@@ -328,7 +328,7 @@ def test_checkpoint_ack_needs_only_patch_on_its_podgroup_and_fails_in_one_line(
         "the trainer's acknowledgement",
     )
     assert done.stdout.strip() == f"PodGroup {target}: checkpointed-at {saved}"
-    assert annotations(cluster, "trainer")[CHECKPOINTED_AT_ANNOTATION] == saved
+    assert podgroup_annotations(cluster, "trainer")[CHECKPOINTED_AT_ANNOTATION] == saved
 
     def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
         assert result.returncode != 0
