@@ -241,7 +241,9 @@ def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
     scene: tuple[Settings, Cluster],
 ) -> None:
     settings, cluster = scene
-    uid = running_gang(cluster, "patient", "6s")
+    # Long enough that the second evictor (its consumer group's rebalance: seconds) resumes
+    # the wait before the grace ends.
+    uid = running_gang(cluster, "patient", "15s")
     decision = committed(uid, 0, datetime.now(UTC))
     asyncio.run(produce(settings, [decision]))
     first = RunningEvictor(settings)
@@ -264,7 +266,7 @@ def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
     data = event.data
     assert isinstance(data, RequeueCheckpointData)
     assert (data.requested_at, data.outcome) == (asked, "timed_out")
-    ends = asked + timedelta(seconds=6)
+    ends = asked + timedelta(seconds=15)
     assert watch.at is not None
     assert ends <= watch.at < ends + timedelta(seconds=3)  # on the first request's clock
     assert first.count("carried_out") + second.count("carried_out") == 1
