@@ -19,7 +19,6 @@ import asyncio
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,17 +36,16 @@ from minruntime.core.checkpoint import (
     CHECKPOINTED_AT_ANNOTATION,
 )
 from minruntime.events import RequeueCheckpointData
-from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
-from minruntime.stream.topics import ensure_topics, topic_specs
 from tests.conftest import run_cli
 from tests.e2e.harness import wait_for
-from tests.e2e.kubeapi import admin_client, service_account_token, token_kubeconfig
+from tests.e2e.kubeapi import service_account_token, token_kubeconfig
 from tests.e2e.test_kube_evictor_lanes import (
     RunningEvictor,
     abandoned_events,
     committed,
+    evictor_scene,
     produce,
 )
 
@@ -78,32 +76,11 @@ class EvictionWatch:
 
 @pytest.fixture
 def scene(kube_stack: StackStatus, settings: Settings) -> Iterator[tuple[Settings, Cluster]]:
-    assert kube_stack.kubeconfig is not None
-    suffix = uuid.uuid4().hex[:6]
-    scoped = settings.model_copy(
-        update={
-            "topic_requeue_decisions": f"ckpt-{suffix}.decisions",
-            "topic_podgroups": f"ckpt-{suffix}.podgroups",
-            "evictor_group": f"ckpt-{suffix}",
-            "decision_partitions": 1,
-            "kube_backoff_max_seconds": 1.0,
-            "evictor_checkpoint_poll_seconds": 0.2,
-        }
-    )
-    specs = [
-        spec
-        for spec in topic_specs(scoped)
-        if spec.name in (scoped.topic_requeue_decisions, scoped.topic_podgroups)
-    ]
-    asyncio.run(ensure_topics(kafka_access(scoped), specs))
-    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"ckpt-{suffix}")
-    cluster.priority_class(f"{cluster.namespace}-low", 10)
-    cluster.node(f"{cluster.namespace}-gpu", "default", 4)
-    try:
+    with evictor_scene(
+        kube_stack, settings, "ckpt", decision_partitions=1, evictor_checkpoint_poll_seconds=0.2
+    ) as (scoped, cluster):
+        cluster.priority_class(f"{cluster.namespace}-low", 10)
         yield scoped, cluster
-    finally:
-        cluster.remove_everything()
-        cluster.core.delete_node(f"{cluster.namespace}-gpu")
 
 
 def running_gang(cluster: Cluster, name: str, grace: str) -> str:
