@@ -111,6 +111,7 @@ class FakeEvictor:
         self.calls: list[tuple[str, bool]] = []
         self.evicted_at: dict[str, float] = {}
         self.published_at: dict[str, float] = {}
+        self.refuse_once: set[str] = set()  # refused (429) at their first attempt only
 
     def look(self, decision_id: str, decision: RequeueCommittedData) -> Look:
         if decision.uid in self.gone:
@@ -146,6 +147,9 @@ class FakeEvictor:
         if not evict:
             raise DeadlinePassedError("late")
         if decision.uid in self.refusing:
+            raise EvictionRefusedError("refused by a disruption budget (429)")
+        if decision.uid in self.refuse_once:
+            self.refuse_once.discard(decision.uid)
             raise EvictionRefusedError("refused by a disruption budget (429)")
         self.done.append(decision_id)
         self.evicted_at[decision_id] = time.monotonic()
@@ -264,6 +268,7 @@ def test_no_answer_costs_the_grace_and_the_wait_is_not_held_against_the_deadline
     now = datetime.now(UTC)
     evictor = FakeEvictor(refusing=set())
     evictor.notes["pg"] = {CHECKPOINT_GRACE_ANNOTATION: "2s"}
+    evictor.refuse_once.add("pg")  # after the wait: retried within the (extended) deadline
     published, ended, metrics = run_lanes(evictor, [("d-1", decision("pg", now))], deadline=1.0)
 
     data = checkpoint_of(published)
