@@ -123,7 +123,7 @@ def test_an_acknowledged_checkpoint_is_followed_by_the_eviction(
     acked: list[str] = []
 
     def workload() -> None:  # the training script's sidecar, after its save
-        asked = wait_for(lambda: requested_at(cluster, "saver"), 30, "the checkpoint request")
+        asked = wait_for(lambda: requested_at(cluster, "saver"), 90, "the checkpoint request")
         time.sleep(1.0)
         assert not evicted(cluster, "saver-0")  # the evictor waits for the answer
         acked.append(acknowledge(cluster.api, cluster.namespace, "saver", datetime.now(UTC)))
@@ -135,7 +135,7 @@ def test_an_acknowledged_checkpoint_is_followed_by_the_eviction(
     asyncio.run(produce(settings, [decision]))
     evictor = RunningEvictor(settings)
     try:
-        wait_for(lambda: evictor.count("carried_out") == 1, 30, "the eviction")
+        wait_for(lambda: evictor.count("carried_out") == 1, 90, "the eviction")
     finally:
         evictor.stop()
         watch.stop()
@@ -168,7 +168,7 @@ def test_a_workload_that_never_answers_is_evicted_when_its_grace_ends(
     asyncio.run(produce(settings, [decision]))
     evictor = RunningEvictor(settings)
     try:
-        wait_for(lambda: evictor.count("carried_out") == 1, 30, "the eviction")
+        wait_for(lambda: evictor.count("carried_out") == 1, 90, "the eviction")
     finally:
         evictor.stop()
         watch.stop()
@@ -192,7 +192,7 @@ def test_a_podgroup_deleted_mid_wait_ends_it_at_once(
     asyncio.run(produce(settings, [decision]))
     evictor = RunningEvictor(settings)
     try:
-        wait_for(lambda: requested_at(cluster, "leaving"), 30, "the checkpoint request")
+        wait_for(lambda: requested_at(cluster, "leaving"), 90, "the checkpoint request")
         cluster.custom.delete_namespaced_custom_object(
             "scheduling.run.ai", "v2alpha2", cluster.namespace, "podgroups", "leaving"
         )
@@ -225,7 +225,7 @@ def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
     asyncio.run(produce(settings, [decision]))
     first = RunningEvictor(settings)
     try:
-        asked = wait_for(lambda: requested_at(cluster, "patient"), 30, "the checkpoint request")
+        asked = wait_for(lambda: requested_at(cluster, "patient"), 90, "the checkpoint request")
         time.sleep(1.0)
     finally:
         first.stop()  # mid-wait: nothing sent, nothing evicted, the decision stays open
@@ -233,8 +233,11 @@ def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
     assert not evicted(cluster, "patient-0")
     watch = EvictionWatch(cluster, "patient-0")
     second = RunningEvictor(settings)
+    resumed: list[datetime] = []
     try:
-        wait_for(lambda: second.count("carried_out") == 1, 30, "the eviction")
+        wait_for(lambda: second.metrics.open._value.get() >= 1, 90, "the decision read again")
+        resumed.append(datetime.now(UTC))
+        wait_for(lambda: second.count("carried_out") == 1, 90, "the eviction")
     finally:
         second.stop()
         watch.stop()
@@ -245,7 +248,11 @@ def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
     assert (data.requested_at, data.outcome) == (asked, "timed_out")
     ends = asked + timedelta(seconds=15)
     assert watch.at is not None
-    assert ends <= watch.at < ends + timedelta(seconds=3)  # on the first request's clock
+    assert ends <= data.ended_at <= watch.at  # not before the first request's grace ended
+    assert watch.at - data.ended_at < timedelta(seconds=4)  # evicted right after the wait
+    # On the first request's clock: resumed mid-wait, it ends at that grace's end (resumed
+    # after it, a loaded machine, at once); a new wait would end 15 s after the resumption.
+    assert data.ended_at < max(ends, resumed[0]) + timedelta(seconds=4)
     assert first.count("carried_out") + second.count("carried_out") == 1
     assert podgroup_annotations(cluster, "patient")[REQUEUE_DECISION_ANNOTATION] == decision.id
 

@@ -112,6 +112,7 @@ class FakeEvictor:
         self.evicted_at: dict[str, float] = {}
         self.published_at: dict[str, float] = {}
         self.refuse_once: set[str] = set()  # refused (429) at their first attempt only
+        self.slow_reads = 0.0  # seconds a read of the annotations takes (an API server slow)
 
     def look(self, decision_id: str, decision: RequeueCommittedData) -> Look:
         if decision.uid in self.gone:
@@ -121,6 +122,7 @@ class FakeEvictor:
         if reading.grace is not None:
             self.graces[decision.uid] = reading.grace
         return Look(
+            {"metadata": {"annotations": notes}},
             "team",
             decision.uid,
             decision_id in self.done,
@@ -134,10 +136,16 @@ class FakeEvictor:
         return requested_at
 
     def annotations(self, uid: str) -> dict[str, str] | None:
+        time.sleep(self.slow_reads)
         return None if uid in self.gone else dict(self.notes.get(uid, {}))
 
     def carry_out(
-        self, decision_id: str, decision: RequeueCommittedData, *, evict: bool = True
+        self,
+        decision_id: str,
+        decision: RequeueCommittedData,
+        *,
+        evict: bool = True,
+        read: Any = None,
     ) -> Outcome:
         self.calls.append((decision_id, evict))
         if decision.uid in self.gone:
@@ -417,3 +425,15 @@ def test_a_done_decision_and_a_late_one_are_not_asked_for_a_checkpoint() -> None
     )
     assert evictor.requests == []
     assert [event.id for event in published] == ["d-late.abandoned"]
+
+
+def test_a_slow_api_server_does_not_make_the_wait_longer_than_its_grace() -> None:
+    now = datetime.now(UTC)
+    evictor = FakeEvictor(refusing=set())
+    evictor.notes["pg"] = {CHECKPOINT_GRACE_ANNOTATION: "1s"}
+    evictor.slow_reads = 3.0
+    published, _, _ = run_lanes(evictor, [("d-1", decision("pg", now))], 60.0)
+    data = checkpoint_of(published)
+    assert data.outcome == "timed_out"
+    assert (data.ended_at - data.requested_at).total_seconds() < 1.5  # not the 3 s read
+    assert evictor.done == ["d-1"]

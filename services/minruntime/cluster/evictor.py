@@ -106,6 +106,7 @@ class DeadlinePassedError(Exception):
 class Look:
     """The decision's PodGroup as read before acting on it."""
 
+    podgroup: Mapping[str, Any]
     namespace: str
     name: str
     done: bool
@@ -160,15 +161,21 @@ class Evictor:
         self._namespace_pods: dict[str, tuple[datetime, dict[str, list[Mapping[str, Any]]]]] = {}
 
     def carry_out(
-        self, decision_id: str, decision: RequeueCommittedData, *, evict: bool = True
+        self,
+        decision_id: str,
+        decision: RequeueCommittedData,
+        *,
+        evict: bool = True,
+        read: Mapping[str, Any] | None = None,
     ) -> Outcome:
         """Evict the podgroup's pods and mark the PodGroup (see the module docstring).
 
         One attempt: a refusal raises (EvictionRefusedError, the API's errors), a PodGroup
         gone raises PodGroupGoneError; with `evict` False (past its deadline) a decision
-        not done yet raises DeadlinePassedError instead of evicting anything.
+        not done yet raises DeadlinePassedError instead of evicting anything. `read`: the
+        PodGroup as `look` just read it (not read again), else None.
         """
-        podgroup = self._podgroup(decision.uid)
+        podgroup = read if read is not None else self._podgroup(decision.uid)
         if podgroup is None:
             raise PodGroupGoneError(f"PodGroup {decision.uid} not found")
         metadata = mapping.metadata(podgroup)
@@ -223,6 +230,7 @@ class Evictor:
         else:
             self.graces.pop(decision.uid, None)
         return Look(
+            podgroup=podgroup,
             namespace=mapping.namespace_of(podgroup),
             name=mapping.name_of(podgroup),
             done=annotations.get(mapping.REQUEUE_DECISION_ANNOTATION) == decision_id,
@@ -391,10 +399,11 @@ class DecisionRunner:
 
     async def run(self, event_id: str, decision: RequeueCommittedData) -> None:
         """Until done or abandoned; CancelledError when the evictor stops first (stays open)."""
+        read_at = self.clock()  # late or not: judged when read, not after the first call
         look = await self._attempt(event_id, decision, self.evictor.look, event_id, decision)
         if look is None:
             return
-        evict = self.clock() < self.deadline(decision)
+        evict = read_at < self.deadline(decision)  # with the pool and the grace just read
         if look.grace.problem is not None:
             self.metrics.invalid_grace()
             log.warning(
@@ -406,13 +415,14 @@ class DecisionRunner:
         grace = look.grace.grace if evict and not look.done else None
         if grace is not None and await self._handshake(event_id, decision, look, grace):
             return
-        outcome = await self._attempt(
-            event_id,
-            decision,
-            functools.partial(self.evictor.carry_out, evict=evict),
-            event_id,
-            decision,
-        )
+        # Without a wait, what `look` read is current: the first attempt does not read again.
+        current = [look.podgroup] if grace is None else []
+
+        def carry_out() -> Outcome:
+            read = current.pop() if current else None
+            return self.evictor.carry_out(event_id, decision, evict=evict, read=read)
+
+        outcome = await self._attempt(event_id, decision, carry_out)
         if outcome is None:
             return
         self.metrics.decided(outcome.skipped or "carried_out")
@@ -526,19 +536,22 @@ class DecisionRunner:
         self, event_id: str, uid: str, requested_at: datetime, grace: timedelta
     ) -> WaitEnd:
         """Read the PodGroup every poll interval (an API slot only for the read) until the
-        wait ends (core.checkpoint_wait.wait_end); a failed read is retried at the next poll,
-        and the grace runs out all the same."""
+        wait ends (core.checkpoint_wait.wait_end). A read still unanswered when the grace
+        runs out, or failed after it, ends the wait as timed out: a slow or absent API server
+        never makes it longer (past the grace already, e.g. resumed late: one read, so an
+        answer written meanwhile still counts)."""
         outage = Outage(f"checkpoint wait of decision {event_id}", log)
-        loop = asyncio.get_running_loop()
         poll = self.settings.evictor_checkpoint_poll_seconds
         while True:
             if self.stopping.is_set():
                 raise asyncio.CancelledError
+            left = time_left(requested_at, grace, self.clock())
             try:
-                async with self.calls:
-                    annotations = await loop.run_in_executor(
-                        self.executor, self.evictor.annotations, uid
-                    )
+                annotations = await asyncio.wait_for(
+                    self._annotations(uid), left if left > 0 else poll
+                )
+            except TimeoutError:
+                return WaitEnd("timed_out", self.clock())
             except Exception as error:  # the API server away: the grace runs out all the same
                 outage.failed(error)
                 now = self.clock()
@@ -551,6 +564,13 @@ class DecisionRunner:
                 if end is not None:
                     return end
             await self._sleep(max(0.0, min(poll, time_left(requested_at, grace, now))))
+
+    async def _annotations(self, uid: str) -> Mapping[str, str] | None:
+        """The PodGroup's annotations, read in the executor holding an API slot."""
+        async with self.calls:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.evictor.annotations, uid
+            )
 
     async def _abandon(
         self, event_id: str, decision: RequeueCommittedData, error: BaseException
