@@ -16,6 +16,13 @@ from the decision's, so a repeat is applied once) with the reason. A decision wh
 is gone is abandoned at once (`not_found`). A partition's offset is committed only up to the
 first decision that has not reached an end: a restart reads the rest again, and the marks on
 the PodGroups make each of them happen exactly once.
+
+A PodGroup that declares a valid `minruntime.kai.scheduler/checkpoint-grace` is asked for a
+checkpoint first (`DecisionRunner._handshake`; the rules in core.checkpoint_wait): the
+evictor writes `checkpoint-requested-at` (unless this decision's request is on it already: a
+restart resumes the wait), sleeps between reads of the PodGroup until `checkpointed-at`
+answers, the grace runs out or the PodGroup is gone, sends `requeue.checkpoint`, then evicts.
+The decision's deadline is longer by the grace.
 """
 
 from __future__ import annotations
