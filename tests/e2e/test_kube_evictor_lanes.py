@@ -46,6 +46,7 @@ class RunningEvictor:
         self.stop_event = threading.Event()
         self.metrics = EvictorMetrics(CollectorRegistry())
         evictor = Evictor(api_client(settings), settings.kube_backoff_max_seconds, self.stop_event)
+        self.evictor = evictor
         self.thread = threading.Thread(
             target=lambda: asyncio.run(consume(settings, evictor, self.stop_event, self.metrics)),
             daemon=True,
