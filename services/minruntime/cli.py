@@ -30,6 +30,8 @@ _GROUPS: Final = {
     "requeue": "The requeue worker's decisions, without the worker: `requeue plan` is a dry run.",
     "kube": "Kubernetes: the cluster bridge (objects -> events), the evictor, and kube diff "
     "(docs/kubernetes.md).",
+    "checkpoint": "The checkpoint handshake's reference client: a workload says it saved a "
+    "checkpoint (docs/kubernetes.md).",
 }
 # (group, or "" for none; name; module.function of minruntime.commands), in the order of
 # `minruntime --help`.
@@ -60,6 +62,7 @@ _COMMANDS: Final = (
     ("outbox", "", "outbox.outbox_app"),
     ("offsets", "", "offsets.offsets_app"),
     ("kube", "diff", "kube_diff.kube_diff_command"),
+    ("checkpoint", "ack", "checkpoint.ack_command"),
     ("stack", "kill-broker", "stack.kill_broker_command"),
     ("stack", "start-broker", "stack.start_broker_command"),
     ("stack", "failover", "stack.failover_command"),

@@ -185,6 +185,9 @@ class Settings(BaseSettings):
     evictor_pool_deadlines: dict[str, float] = Field(default_factory=dict, max_length=1_000)
     # Decisions read and not yet at an end, at most (then reading waits for the lanes).
     evictor_max_open: int = Field(default=10_000, ge=1, le=1_000_000)
+    # How often the evictor reads a PodGroup it asked for a checkpoint (the handshake's wait:
+    # docs/kubernetes.md#the-checkpoint-handshake), in seconds.
+    evictor_checkpoint_poll_seconds: float = Field(default=1.0, ge=0.05, le=60)
     kube_backoff_max_seconds: float = Field(default=MAX_BACKOFF_SECONDS, gt=0)
     # Only pods of this scheduler are watched (a field selector; "" = every pod).
     kube_scheduler_name: str = "kai-scheduler"

@@ -18,6 +18,11 @@ import pytest
 
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.core import parse_rfc3339
+from minruntime.core.checkpoint import (
+    CHECKPOINT_GRACE_ANNOTATION,
+    CHECKPOINT_REQUESTED_AT_ANNOTATION,
+    CHECKPOINTED_AT_ANNOTATION,
+)
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from tests.conftest import run_cli
@@ -285,6 +290,40 @@ def test_an_over_running_podgroup_is_requeued_evicted_and_released(loop: Loop) -
         wait_for(lambda: "already_done" in again.log_tail(50), 60, "the repeated decision skipped")
     finally:
         again.stop()
+
+
+def test_every_change_of_checkpointed_at_reaches_the_service(loop: Loop) -> None:
+    """The workload's checkpointed-at (and the evictor's checkpoint-requested-at) reach the
+    service's podgroup annotations on every change: the run's last checkpoint is known."""
+    cluster, queue = loop.cluster, loop.name("kckpt")
+    loop.apply_queue(queue, '{preemptMinRuntime: "1h"}')
+    cluster.priority_class(loop.name("ckpt"), 30)
+    uid = cluster.podgroup(
+        "saving", queue, loop.name("ckpt"), annotations={CHECKPOINT_GRACE_ANNOTATION: "2m"}
+    )
+    cluster.pod("saving-0", "saving", 1)  # a PodGroup is submitted with its pods
+
+    def stored(key: str) -> object:
+        return loop.pipeline.scalar(
+            "SELECT annotations ->> %s FROM minruntime.podgroups WHERE uid = %s", (key, uid)
+        )
+
+    def reaches(key: str, value: str) -> bool:
+        return stored(key) == value
+
+    # The first test of the module when run alone: the bridge may still be starting.
+    wait_for(lambda: stored(CHECKPOINT_GRACE_ANNOTATION) == "2m", 180, "the podgroup submitted")
+    for saved in ("2026-11-29T10:00:00Z", "2026-11-29T10:05:00Z"):
+        cluster.annotate_podgroup("saving", {CHECKPOINTED_AT_ANNOTATION: saved})
+        wait_for(lambda: reaches(CHECKPOINTED_AT_ANNOTATION, saved), 60, f"checkpoint {saved}")  # noqa: B023
+    cluster.annotate_podgroup(
+        "saving", {CHECKPOINT_REQUESTED_AT_ANNOTATION: "2026-11-29T10:06:00Z"}
+    )
+    wait_for(
+        lambda: stored(CHECKPOINT_REQUESTED_AT_ANNOTATION) == "2026-11-29T10:06:00Z",
+        60,
+        "the request",
+    )
 
 
 def test_a_pod_deleted_while_no_bridge_watches_still_ends_the_run(loop: Loop) -> None:

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,6 +46,7 @@ class RunningEvictor:
         self.stop_event = threading.Event()
         self.metrics = EvictorMetrics(CollectorRegistry())
         evictor = Evictor(api_client(settings), settings.kube_backoff_max_seconds, self.stop_event)
+        self.evictor = evictor
         self.thread = threading.Thread(
             target=lambda: asyncio.run(consume(settings, evictor, self.stop_event, self.metrics)),
             daemon=True,
@@ -60,20 +62,21 @@ class RunningEvictor:
         assert not self.thread.is_alive()
 
 
-@pytest.fixture
-def scene(kube_stack: StackStatus, settings: Settings) -> Iterator[tuple[Settings, Cluster]]:
+@contextmanager
+def evictor_scene(
+    kube_stack: StackStatus, settings: Settings, prefix: str, **updates: Any
+) -> Iterator[tuple[Settings, Cluster]]:
+    """Topics, a consumer group and a namespace of their own (`prefix`-<random>), with a
+    GPU node; everything removed after."""
     assert kube_stack.kubeconfig is not None
     suffix = uuid.uuid4().hex[:6]
     scoped = settings.model_copy(
         update={
-            "topic_requeue_decisions": f"lanes-{suffix}.decisions",
-            "topic_podgroups": f"lanes-{suffix}.podgroups",
-            "evictor_group": f"lanes-{suffix}",
-            # One partition: every decision behind the blocked one stays uncommitted, so a
-            # restart reads all nine done ones again (the worst case for "exactly once").
-            "decision_partitions": 1,
-            "evictor_deadline_seconds": DEADLINE_SECONDS,
+            "topic_requeue_decisions": f"{prefix}-{suffix}.decisions",
+            "topic_podgroups": f"{prefix}-{suffix}.podgroups",
+            "evictor_group": f"{prefix}-{suffix}",
             "kube_backoff_max_seconds": 1.0,
+            **updates,
         }
     )
     specs = [
@@ -82,12 +85,27 @@ def scene(kube_stack: StackStatus, settings: Settings) -> Iterator[tuple[Setting
         if spec.name in (scoped.topic_requeue_decisions, scoped.topic_podgroups)
     ]
     asyncio.run(ensure_topics(kafka_access(scoped), specs))
-    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"lanes-{suffix}")
+    cluster = Cluster(admin_client(kube_stack.kubeconfig), f"{prefix}-{suffix}")
+    cluster.node(f"{cluster.namespace}-gpu", "default", 2 * GANGS)
     try:
         yield scoped, cluster
     finally:
         cluster.remove_everything()
         cluster.core.delete_node(f"{cluster.namespace}-gpu")
+
+
+@pytest.fixture
+def scene(kube_stack: StackStatus, settings: Settings) -> Iterator[tuple[Settings, Cluster]]:
+    with evictor_scene(
+        kube_stack,
+        settings,
+        "lanes",
+        # One partition: every decision behind the blocked one stays uncommitted, so a
+        # restart reads all nine done ones again (the worst case for "exactly once").
+        decision_partitions=1,
+        evictor_deadline_seconds=DEADLINE_SECONDS,
+    ) as made:
+        yield made
 
 
 def committed(uid: str, index: int, now: datetime) -> Any:
@@ -146,7 +164,6 @@ def test_a_blocked_gang_holds_back_nothing_and_is_abandoned_at_its_deadline(
     settings, cluster = scene
     cluster.priority_class(f"{cluster.namespace}-low", 10)
     node = f"{cluster.namespace}-gpu"
-    cluster.node(node, "default", 2 * GANGS)
     uids, names = [], [f"gang-{i}" for i in range(GANGS)]
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
     for name in names:

@@ -33,6 +33,7 @@ STATE_TABLES = (
     "nominations",
     "requeue_decision_log",
     "requeue_promises",
+    "checkpoint_handshakes",
     "run_log",
     "event_log",
     "dead_letter_log",

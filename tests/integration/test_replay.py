@@ -36,18 +36,27 @@ from minruntime.store.shadows import (
 )
 from tests.cloudevents import (
     T0,
+    Message,
     allocated,
     annotated,
     config,
     deleted,
+    event,
     node,
     nominated,
     queue,
     raw,
     released,
     submitted,
+    wire,
 )
 from tests.integration.helpers import NOW, OVERRUN, Feed, cycle, execute, rows
+
+
+def on_podgroups(*args: Any, **attributes: Any) -> Message:
+    """An evictor's event (requeue.*) on the podgroups topic, where the evictor sends it."""
+    document = event(*args, **attributes)
+    return Message("kai.podgroups", str(document["subject"]).encode(), wire(document))
 
 
 def story(feed: Feed, engine: sa.Engine) -> None:
@@ -88,6 +97,22 @@ def story(feed: Feed, engine: sa.Engine) -> None:
     )
     cycle(engine)  # v committed for hi; lonely rolled back (nothing of higher priority waits)
     feed.send(
+        # The evictor asked v for a checkpoint before evicting it (the handshake's end).
+        on_podgroups(
+            "requeue.checkpoint",
+            "v",
+            {
+                "uid": "v",
+                "decision": "d-v",
+                "outcome": "timed_out",
+                "requestedAt": "2026-11-21T11:00:00Z",
+                "grace": "30s",
+                "endedAt": "2026-11-21T11:00:30Z",
+            },
+            NOW + timedelta(seconds=30),
+            id="d-v.checkpoint",
+            source="minruntime/kube-evictor",
+        ),
         released("v", time=NOW + timedelta(minutes=1)),
         # hi, promised v's capacity, is touched while still pending, then allocated: a replay
         # that stops between the two must still end the promise.

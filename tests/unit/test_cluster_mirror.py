@@ -653,6 +653,16 @@ def test_annotations_over_the_contracts_bounds_are_not_sent_and_the_rest_is() ->
     assert mapping.dropped_annotations(podgroup(annotations=huge)) == ["example.com/blob"]
 
 
+def test_over_256_annotations_kais_and_the_checkpoints_are_kept_first() -> None:
+    many = {f"example.com/a{i:03d}": "x" for i in range(300)}
+    many["minruntime.kai.scheduler/checkpointed-at"] = "2026-11-29T10:00:00Z"
+    many["kai.scheduler/expected-runtime"] = "1h"
+    sent = mapping.annotations_of(podgroup(annotations=many))
+    assert len(sent) == 256
+    assert sent["minruntime.kai.scheduler/checkpointed-at"] == "2026-11-29T10:00:00Z"
+    assert sent["kai.scheduler/expected-runtime"] == "1h"
+
+
 def test_a_gang_of_ten_thousand_pods_with_long_names_is_mapped_and_not_sent_whole() -> None:
     from minruntime.cluster.bridge import MAX_RECORD_BYTES, sendable
 

@@ -451,6 +451,7 @@ def test_topics_per_contract() -> None:
             "podgroup.annotated",
             "podgroup.deleted",
             "requeue.abandoned",  # the evictor's: the podgroup's requeue given up
+            "requeue.checkpoint",  # the evictor's: the checkpoint handshake's end
         },
         "kai.nodes": {"node.upserted", "node.deleted"},
         "kai.nominations": {"requeue.nominated"},

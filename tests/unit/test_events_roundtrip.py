@@ -45,6 +45,27 @@ def without_none(**fields: Any) -> dict[str, Any]:
 
 
 @st.composite
+def checkpointed(draw: st.DrawFn) -> dict[str, Any]:
+    """A requeue.checkpoint: ended at or after its request; checkpointedAt iff acknowledged."""
+    requested = draw(st.datetimes(min_value=datetime(1000, 1, 2), max_value=datetime(9999, 1, 1)))
+    outcome = draw(st.sampled_from(["acknowledged", "timed_out", "gone"]))
+    after = draw(st.timedeltas(min_value=timedelta(0), max_value=timedelta(hours=1)))
+    zone = draw(offsets)
+    data = {
+        "uid": draw(names),
+        "decision": draw(names),
+        "outcome": outcome,
+        "requestedAt": requested.replace(tzinfo=zone),
+        "grace": draw(
+            st.timedeltas(min_value=timedelta(seconds=1), max_value=timedelta(minutes=30))
+        ),
+        "endedAt": (requested + after).replace(tzinfo=zone),
+        "checkpointedAt": requested.replace(tzinfo=zone) if outcome == "acknowledged" else None,
+    }
+    return without_none(**data)
+
+
+@st.composite
 def submitted(draw: st.DrawFn) -> dict[str, Any]:
     groups = draw(st.lists(names, min_size=1, max_size=3, unique=True))
     pods = draw(st.lists(names, min_size=1, max_size=5, unique=True))
@@ -139,6 +160,7 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         deadline=times,
         message=optional(names),
     ),
+    "requeue.checkpoint": checkpointed(),
     "requeue.rolled-back": not_committed,
     "requeue.skipped": not_committed,
     "protection.expired": st.builds(

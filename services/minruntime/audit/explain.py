@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from minruntime.audit.disruption import DisruptionFacts, disruption_facts
 from minruntime.audit.explain_model import (
     AbandonedRequeue,
+    CheckpointHandshake,
     Elasticity,
     Explanation,
     LastEviction,
@@ -32,6 +33,7 @@ from minruntime.audit.explain_model import (
     rule_path,
     trace_for,
 )
+from minruntime.audit.handshake import handshake_facts
 from minruntime.audit.protection import ProtectionRow, instant, protection_rows
 from minruntime.audit.requeue_cap import RequeueCapFacts, requeue_cap_facts
 from minruntime.core import (
@@ -88,12 +90,24 @@ class Explainer:
         abandoned = read_surface.newest_abandoned(self._conn, self._shadow, uid, self.at)
         return replace(
             explanation,
+            checkpoint=self._checkpoint(uid),
             requeue_abandoned=None if abandoned is None else AbandonedRequeue(*abandoned),
             requeue_cap=self._requeue_cap(explanation.podgroup),
             disruption=self._disruption(explanation.podgroup),
             requeue_shares=shares,
             last_eviction=self._last_eviction(uid),
         )
+
+    def _checkpoint(self, uid: str) -> CheckpointHandshake | None:
+        """Its newest checkpoint handshake, waiting or ended (None: never asked)."""
+        annotations = read_surface.podgroup_annotations(self._conn, self._shadow, uid)
+        strings = (
+            {str(k): str(v) for k, v in annotations.items()}
+            if isinstance(annotations, dict)
+            else {}
+        )
+        ended = read_surface.newest_handshake(self._conn, self._shadow, uid, self.at)
+        return handshake_facts(strings, ended, self.at)
 
     def _last_eviction(self, uid: str) -> LastEviction | None:
         """Who evicted its last evicted run, when the scheduler said so (None otherwise)."""

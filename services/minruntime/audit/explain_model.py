@@ -213,6 +213,21 @@ class Explanation:
     # Its newest requeue decision was abandoned by the evictor (requeue.abandoned): when,
     # why (pdb, forbidden, not_found, api_error, expired) and the cooldown it cleared.
     requeue_abandoned: AbandonedRequeue | None = None
+    # Its newest checkpoint handshake (the evictor's, before a requeue's eviction): waiting
+    # (outcome None) or how it ended; None: never asked for a checkpoint.
+    checkpoint: CheckpointHandshake | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointHandshake:
+    """The evictor asked the podgroup for a checkpoint at ``requested_at`` (see
+    docs/kubernetes.md, "The checkpoint handshake"); ``outcome`` None: still waiting."""
+
+    requested_at: datetime
+    grace: timedelta | None
+    outcome: str | None = None
+    ended_at: datetime | None = None
+    checkpointed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

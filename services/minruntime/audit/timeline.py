@@ -44,6 +44,7 @@ from minruntime.events import (
     PodGroupDeletedData,
     PodGroupReleasedData,
     RequeueAbandonedData,
+    RequeueCheckpointData,
     RequeueCommittedData,
     RequeueNominatedData,
     RequeueRolledBackData,
@@ -348,6 +349,8 @@ def _kind(event: Event | None) -> str:
     data = event.data
     if isinstance(data, RequeueNominatedData):
         return "nomination"
+    if isinstance(data, RequeueCheckpointData):
+        return "checkpoint"
     if isinstance(
         data,
         RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData | RequeueAbandonedData,

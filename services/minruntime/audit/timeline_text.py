@@ -23,6 +23,7 @@ from minruntime.events import (
     QueueDeletedData,
     QueueUpsertedData,
     RequeueAbandonedData,
+    RequeueCheckpointData,
     RequeueCommittedData,
     RequeueNominatedData,
     RequeueRolledBackData,
@@ -87,7 +88,23 @@ def describe_event(event: Event | None, event_type: str) -> str:
             f" {format_rfc3339(data.requeue_not_before)} cleared"
             + (f"; {data.message}" if data.message else "")
         )
+    if isinstance(data, RequeueCheckpointData):
+        return checkpoint_text(data)
     return event_type
+
+
+def checkpoint_text(data: RequeueCheckpointData) -> str:
+    """A checkpoint handshake's end, as the timeline says it."""
+    waited = (data.ended_at - data.requested_at).total_seconds()
+    asked = f"requested at {format_rfc3339(data.requested_at)}, grace {format_duration(data.grace)}"
+    if data.outcome == "acknowledged" and data.checkpointed_at is not None:
+        return (
+            f"checkpoint acknowledged after {waited:.1f} s (checkpointed at"
+            f" {format_rfc3339(data.checkpointed_at)}; {asked}; decision {data.decision})"
+        )
+    if data.outcome == "timed_out":
+        return f"checkpoint timed out after {waited:.1f} s ({asked}; decision {data.decision})"
+    return f"checkpoint wait ended: PodGroup gone after {waited:.1f} s ({asked})"
 
 
 class TreeChanges:

@@ -16,6 +16,13 @@ from the decision's, so a repeat is applied once) with the reason. A decision wh
 is gone is abandoned at once (`not_found`). A partition's offset is committed only up to the
 first decision that has not reached an end: a restart reads the rest again, and the marks on
 the PodGroups make each of them happen exactly once.
+
+A PodGroup that declares a valid `minruntime.kai.scheduler/checkpoint-grace` is asked for a
+checkpoint first (`DecisionRunner._handshake`; the rules in core.checkpoint_wait): the
+evictor writes `checkpoint-requested-at` (unless this decision's request is on it already: a
+restart resumes the wait), sleeps between reads of the PodGroup until `checkpointed-at`
+answers, the grace runs out or the PodGroup is gone, sends `requeue.checkpoint`, then evicts.
+The decision's deadline is longer by the grace.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -48,11 +55,24 @@ from minruntime.cluster.lanes import Lanes, Offsets
 from minruntime.cluster.mapping import NODE_POOL_LABEL
 from minruntime.cluster.mirror import Kind
 from minruntime.core import DEFAULT_NODE_POOL, format_rfc3339
+from minruntime.core.checkpoint import (
+    CHECKPOINT_REQUESTED_AT_ANNOTATION,
+    GraceReading,
+    read_checkpoint_grace,
+)
+from minruntime.core.checkpoint_wait import (
+    WaitEnd,
+    pending_request,
+    request_time,
+    time_left,
+    wait_end,
+)
 from minruntime.events import (
     Event,
     EventRejected,
     EventType,
     RequeueAbandonedData,
+    RequeueCheckpointData,
     RequeueCommittedData,
     decode_event,
     encode_event,
@@ -74,6 +94,9 @@ LIST_PAGE_SIZE = 500
 HTTP_TOO_MANY_REQUESTS = 429
 
 
+T = TypeVar("T")
+
+
 class EvictionRefusedError(Exception):
     """The Eviction API's 429: a PodDisruptionBudget allows no disruption now (it passes)."""
 
@@ -84,6 +107,18 @@ class PodGroupGoneError(Exception):
 
 class DeadlinePassedError(Exception):
     """Read again after its deadline and not done: the decision is abandoned, not attempted."""
+
+
+@dataclass(frozen=True)
+class Look:
+    """The decision's PodGroup as read before acting on it."""
+
+    podgroup: Mapping[str, Any]
+    namespace: str
+    name: str
+    done: bool
+    grace: GraceReading
+    requested_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -125,21 +160,29 @@ class Evictor:
         self.stop = stop
         # PodGroup uid -> its node pool (label), as last read: which deadline applies.
         self.pools: dict[str, str] = {}
+        # PodGroup uid -> its valid checkpoint grace, as last read: the deadline is that longer.
+        self.graces: dict[str, timedelta] = {}
         self._index: dict[str, tuple[str, str]] = {}
         self._index_lock = threading.Lock()
         # Namespace -> (when listed, PodGroup name -> its pods).
         self._namespace_pods: dict[str, tuple[datetime, dict[str, list[Mapping[str, Any]]]]] = {}
 
     def carry_out(
-        self, decision_id: str, decision: RequeueCommittedData, *, evict: bool = True
+        self,
+        decision_id: str,
+        decision: RequeueCommittedData,
+        *,
+        evict: bool = True,
+        read: Mapping[str, Any] | None = None,
     ) -> Outcome:
         """Evict the podgroup's pods and mark the PodGroup (see the module docstring).
 
         One attempt: a refusal raises (EvictionRefusedError, the API's errors), a PodGroup
         gone raises PodGroupGoneError; with `evict` False (past its deadline) a decision
-        not done yet raises DeadlinePassedError instead of evicting anything.
+        not done yet raises DeadlinePassedError instead of evicting anything. `read`: the
+        PodGroup as `look` just read it (not read again), else None.
         """
-        podgroup = self._podgroup(decision.uid)
+        podgroup = read if read is not None else self._podgroup(decision.uid)
         if podgroup is None:
             raise PodGroupGoneError(f"PodGroup {decision.uid} not found")
         metadata = mapping.metadata(podgroup)
@@ -175,6 +218,67 @@ class Evictor:
             },
         )
         return Outcome(decision_id, evicted)
+
+    def look(self, decision_id: str, decision: RequeueCommittedData) -> Look:
+        """Read the decision's PodGroup before acting on it: done already, its checkpoint
+        grace (remembered for the deadline), a request already on it (PodGroupGoneError:
+        gone)."""
+        podgroup = self._podgroup(decision.uid)
+        if podgroup is None:
+            raise PodGroupGoneError(f"PodGroup {decision.uid} not found")
+        metadata = mapping.metadata(podgroup)
+        self.pools[decision.uid] = (metadata.get("labels") or {}).get(
+            NODE_POOL_LABEL, DEFAULT_NODE_POOL
+        )
+        annotations = metadata.get("annotations") or {}
+        reading = read_checkpoint_grace(annotations)
+        if reading.grace is not None:
+            self.graces[decision.uid] = reading.grace
+        else:
+            self.graces.pop(decision.uid, None)
+        return Look(
+            podgroup=podgroup,
+            namespace=mapping.namespace_of(podgroup),
+            name=mapping.name_of(podgroup),
+            done=annotations.get(mapping.REQUEUE_DECISION_ANNOTATION) == decision_id,
+            grace=reading,
+            requested_at=pending_request(annotations, decision.decided_at),
+        )
+
+    def request_checkpoint(self, namespace: str, name: str, requested_at: datetime) -> datetime:
+        """Write ``checkpoint-requested-at`` on the PodGroup, return it (PodGroupGoneError:
+        gone)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.custom.patch_namespaced_custom_object(
+                KAI_GROUP,
+                PODGROUP_VERSION,
+                namespace,
+                "podgroups",
+                name,
+                {
+                    "metadata": {
+                        "annotations": {
+                            CHECKPOINT_REQUESTED_AT_ANNOTATION: format_rfc3339(requested_at)
+                        }
+                    }
+                },
+            )
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                raise PodGroupGoneError(f"PodGroup {namespace}/{name} not found") from error
+            raise
+        log.info("asked PodGroup %s/%s for a checkpoint at %s", namespace, name, requested_at)
+        return requested_at
+
+    def annotations(self, uid: str) -> Mapping[str, str] | None:
+        """The PodGroup's annotations as they are now (None: gone)."""
+        podgroup = self._podgroup(uid)
+        if podgroup is None:
+            return None
+        found: Mapping[str, str] = mapping.metadata(podgroup).get("annotations") or {}
+        return found
 
     def _podgroup(self, uid: str) -> Mapping[str, Any] | None:
         """The PodGroup with this uid, read fresh (None: gone).
@@ -271,7 +375,11 @@ def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:
 
 
 class DecisionRunner:
-    """Carries out one decision until it reaches an end: done, or abandoned at its deadline."""
+    """Carries out one decision until it reaches an end: done, or abandoned at its deadline.
+
+    A PodGroup that declares a valid checkpoint grace is asked for a checkpoint first (the
+    handshake, core.checkpoint_wait): the wait sleeps between reads of the PodGroup, holding
+    no thread and no API slot, and ends as `requeue.checkpoint` before the eviction."""
 
     def __init__(
         self,
@@ -290,46 +398,186 @@ class DecisionRunner:
         self.calls = asyncio.Semaphore(settings.evictor_concurrency)
 
     def deadline(self, decision: RequeueCommittedData) -> datetime:
-        """decidedAt + its node pool's eviction deadline (the default while the pool is unknown)."""
+        """decidedAt + its node pool's eviction deadline (the default while the pool is
+        unknown) + its checkpoint grace, if it declares one: the wait is not held against it."""
         pool = self.evictor.pools.get(decision.uid, DEFAULT_NODE_POOL)
-        return decision.decided_at + self.settings.evictor_deadline_for(pool)
+        grace = self.evictor.graces.get(decision.uid, timedelta(0))
+        return decision.decided_at + self.settings.evictor_deadline_for(pool) + grace
 
     async def run(self, event_id: str, decision: RequeueCommittedData) -> None:
         """Until done or abandoned; CancelledError when the evictor stops first (stays open)."""
+        read_at = self.clock()  # late or not: judged when read, not after the first call
+        look = await self._attempt(event_id, decision, self.evictor.look, event_id, decision)
+        if look is None:
+            return
+        evict = read_at < self.deadline(decision)  # with the pool and the grace just read
+        if look.grace.problem is not None:
+            self.metrics.invalid_grace()
+            log.warning(
+                "decision %s for %s: no checkpoint handshake: %s",
+                event_id,
+                decision.uid,
+                look.grace.problem,
+            )
+        grace = look.grace.grace if evict and not look.done else None
+        if grace is not None and await self._handshake(event_id, decision, look, grace):
+            return
+        # Without a wait, what `look` read is current: the first attempt does not read again.
+        current = [look.podgroup] if grace is None else []
+
+        def carry_out() -> Outcome:
+            read = current.pop() if current else None
+            return self.evictor.carry_out(event_id, decision, evict=evict, read=read)
+
+        outcome = await self._attempt(event_id, decision, carry_out)
+        if outcome is None:
+            return
+        self.metrics.decided(outcome.skipped or "carried_out")
+        log.warning(
+            "decision %s for %s: %s",
+            event_id,
+            decision.uid,
+            outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}",
+        )
+
+    async def _attempt(
+        self,
+        event_id: str,
+        decision: RequeueCommittedData,
+        call: Callable[..., T],
+        *args: Any,
+    ) -> T | None:
+        """``call(*args)`` in the executor, holding an API slot, retried with backoff until it
+        succeeds (its result) or the decision is abandoned (None: the event is sent)."""
         backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
         outage = Outage(f"decision {event_id}", log)
-        evict = self.clock() < self.deadline(decision)
         loop = asyncio.get_running_loop()
         while True:
             if self.stopping.is_set():
                 raise asyncio.CancelledError
             try:
                 async with self.calls:
-                    outcome = await loop.run_in_executor(
-                        self.executor,
-                        functools.partial(self.evictor.carry_out, event_id, decision, evict=evict),
+                    result = await loop.run_in_executor(
+                        self.executor, functools.partial(call, *args)
                     )
             except (PodGroupGoneError, DeadlinePassedError) as error:
                 await self._abandon(event_id, decision, error)
-                return
+                return None
             except Exception as error:  # refused, forbidden, API away: this lane waits
                 outage.failed(error)
                 left = (self.deadline(decision) - self.clock()).total_seconds()
                 if left <= 0:
                     await self._abandon(event_id, decision, error)
-                    return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stopping.wait(), min(backoff.next(), left))
+                    return None
+                await self._sleep(min(backoff.next(), left))
                 continue
             outage.back()
-            self.metrics.decided(outcome.skipped or "carried_out")
+            return result
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+
+    async def _handshake(
+        self, event_id: str, decision: RequeueCommittedData, look: Look, grace: timedelta
+    ) -> bool:
+        """Ask for a checkpoint (unless asked already for this decision), wait for its end,
+        send `requeue.checkpoint`; True when that ended the decision (the PodGroup went away:
+        abandoned, not_found)."""
+        requested_at = look.requested_at
+        if requested_at is None:
+            asked = await self._attempt(
+                event_id,
+                decision,
+                self.evictor.request_checkpoint,
+                look.namespace,
+                look.name,
+                request_time(self.clock()),
+            )
+            if asked is None:
+                return True  # gone before it was asked: abandoned (not_found)
+            requested_at = asked
+        else:
             log.warning(
-                "decision %s for %s: %s",
+                "decision %s for %s: resuming the checkpoint wait requested at %s",
                 event_id,
                 decision.uid,
-                outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}",
+                format_rfc3339(requested_at),
             )
-            return
+        end = await self._wait(event_id, decision.uid, requested_at, grace)
+        await self.publish(
+            new_event(
+                str(EventType.REQUEUE_CHECKPOINT),
+                RequeueCheckpointData(
+                    uid=decision.uid,
+                    decision=event_id,
+                    outcome=end.outcome,
+                    requested_at=requested_at,
+                    grace=grace,
+                    ended_at=end.ended_at,
+                    checkpointed_at=end.checkpointed_at,
+                ),
+                time=end.ended_at,
+                source=ABANDON_SOURCE,
+                id=f"{event_id}.checkpoint",
+            )
+        )
+        self.metrics.checkpointed(end.outcome, (end.ended_at - requested_at).total_seconds())
+        log.warning(
+            "decision %s for %s: checkpoint %s after %.1f s",
+            event_id,
+            decision.uid,
+            end.outcome,
+            (end.ended_at - requested_at).total_seconds(),
+        )
+        if end.outcome != "gone":
+            return False
+        await self._abandon(
+            event_id,
+            decision,
+            PodGroupGoneError(f"PodGroup {decision.uid} deleted during the checkpoint wait"),
+        )
+        return True
+
+    async def _wait(
+        self, event_id: str, uid: str, requested_at: datetime, grace: timedelta
+    ) -> WaitEnd:
+        """Read the PodGroup every poll interval (an API slot only for the read) until the
+        wait ends (core.checkpoint_wait.wait_end). A read still unanswered when the grace
+        runs out, or failed after it, ends the wait as timed out: a slow or absent API server
+        never makes it longer (past the grace already, e.g. resumed late: one read, so an
+        answer written meanwhile still counts)."""
+        outage = Outage(f"checkpoint wait of decision {event_id}", log)
+        poll = self.settings.evictor_checkpoint_poll_seconds
+        while True:
+            if self.stopping.is_set():
+                raise asyncio.CancelledError
+            left = time_left(requested_at, grace, self.clock())
+            try:
+                annotations = await asyncio.wait_for(
+                    self._annotations(uid), left if left > 0 else poll
+                )
+            except TimeoutError:
+                return WaitEnd("timed_out", self.clock())
+            except Exception as error:  # the API server away: the grace runs out all the same
+                outage.failed(error)
+                now = self.clock()
+                if time_left(requested_at, grace, now) <= 0:
+                    return WaitEnd("timed_out", now)
+            else:
+                outage.back()
+                now = self.clock()
+                end = wait_end(annotations, requested_at, grace, now)
+                if end is not None:
+                    return end
+            await self._sleep(max(0.0, min(poll, time_left(requested_at, grace, now))))
+
+    async def _annotations(self, uid: str) -> Mapping[str, str] | None:
+        """The PodGroup's annotations, read in the executor holding an API slot."""
+        async with self.calls:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.evictor.annotations, uid
+            )
 
     async def _abandon(
         self, event_id: str, decision: RequeueCommittedData, error: BaseException

@@ -59,6 +59,9 @@ _IGNORED_ANNOTATION_PREFIXES: Final = ("kubectl.kubernetes.io/",)
 _KAI_PREFIX: Final = "kai.scheduler/"
 # A PodGroup's ownerReferences the bridge keeps (KAI writes one: its top owner).
 _MAX_OWNER_REFERENCES: Final = 8
+# Kept first when a PodGroup has more annotations than the contract allows: KAI's own and the
+# checkpoint handshake's (minruntime.kai.scheduler/: the run's last checkpoint).
+_KEPT_FIRST: Final = (_KAI_PREFIX, "minruntime.kai.scheduler/")
 _ID_NAMESPACE: Final = uuid.UUID("5d0c0b8e-7a44-4f0e-9b55-6b7562652d31")
 _ID_PREFIX: Final = _ID_NAMESPACE.bytes
 
@@ -141,7 +144,8 @@ def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def dropped_annotations(obj: Mapping[str, Any]) -> list[str]:
     """Annotation keys over the contract's bounds (a key over 317 characters, a value over
-    64 KiB, more than 256 keys: KAI's own scheduling annotations are kept first), not sent."""
+    64 KiB, more than 256 keys: KAI's own scheduling annotations and the checkpoint
+    handshake's are kept first), not sent."""
     return _forwarded(obj)[1]
 
 
@@ -160,7 +164,7 @@ def _forwarded(obj: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
         else:
             fitting[key] = value
     if len(fitting) > MAX_ANNOTATIONS:
-        ordered = sorted(fitting, key=lambda key: (not key.startswith(_KAI_PREFIX), key))
+        ordered = sorted(fitting, key=lambda key: (not key.startswith(_KEPT_FIRST), key))
         dropped += ordered[MAX_ANNOTATIONS:]
         fitting = {key: fitting[key] for key in ordered[:MAX_ANNOTATIONS]}
     return fitting, dropped

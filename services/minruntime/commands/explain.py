@@ -234,6 +234,8 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
     from rich.markup import escape
     from rich.table import Table
 
+    from minruntime.audit.handshake import handshake_text
+
     facts = explanation.podgroup
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -280,6 +282,8 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
             " it out by its deadline; the run goes on"
             + (f", its cooldown until {rfc3339(cleared)} cleared)" if cleared else ")"),
         )
+    if explanation.checkpoint is not None:
+        grid.add_row("checkpoint", escape(handshake_text(explanation.checkpoint)))
     for note in explanation.notes:
         grid.add_row("note", escape(note))
     for disagreement in explanation.disagreements:

@@ -23,6 +23,7 @@ from minruntime.events.inputs import (
     QueueDeletedData,
     QueueUpsertedData,
     RequeueAbandonedData,
+    RequeueCheckpointData,
     RequeueNominatedData,
 )
 from minruntime.events.outputs import (
@@ -49,6 +50,7 @@ class EventType(StrEnum):
     NODE_DELETED = "node.deleted"
     REQUEUE_NOMINATED = "requeue.nominated"
     REQUEUE_ABANDONED = "requeue.abandoned"
+    REQUEUE_CHECKPOINT = "requeue.checkpoint"
     REQUEUE_COMMITTED = "requeue.committed"
     REQUEUE_ROLLED_BACK = "requeue.rolled-back"
     REQUEUE_SKIPPED = "requeue.skipped"
@@ -157,6 +159,10 @@ class RequeueAbandonedEvent(CloudEvent[RequeueAbandonedData]):
     type: Literal["requeue.abandoned"] = "requeue.abandoned"
 
 
+class RequeueCheckpointEvent(CloudEvent[RequeueCheckpointData]):
+    type: Literal["requeue.checkpoint"] = "requeue.checkpoint"
+
+
 class RequeueCommittedEvent(CloudEvent[RequeueCommittedData]):
     type: Literal["requeue.committed"] = "requeue.committed"
 
@@ -186,6 +192,7 @@ _EVENT_CLASSES: dict[EventType, type[Event]] = {
     EventType.NODE_DELETED: NodeDeletedEvent,
     EventType.REQUEUE_NOMINATED: RequeueNominatedEvent,
     EventType.REQUEUE_ABANDONED: RequeueAbandonedEvent,
+    EventType.REQUEUE_CHECKPOINT: RequeueCheckpointEvent,
     EventType.REQUEUE_COMMITTED: RequeueCommittedEvent,
     EventType.REQUEUE_ROLLED_BACK: RequeueRolledBackEvent,
     EventType.REQUEUE_SKIPPED: RequeueSkippedEvent,

@@ -27,6 +27,8 @@ from minruntime.core import (
     Queue,
     SubGroup,
 )
+from minruntime.core.checkpoint import MAX_CHECKPOINT_GRACE
+from minruntime.core.durations import format_duration
 from minruntime.core.queue_quota import QueueResources as CoreQueueResources
 from minruntime.core.queue_quota import ResourceQuota
 from minruntime.events.base import EventData, WireModel
@@ -586,6 +588,43 @@ class RequeueAbandonedData(EventData):
     """By when it had to be carried out."""
     message: Text | None = None
     """The API server's last answer, one line."""
+
+
+class RequeueCheckpointData(EventData):
+    """The evictor asked a podgroup for a checkpoint before evicting it (the handshake's end)."""
+
+    uid: BoundedName
+    """The podgroup's uid."""
+    decision: BoundedName
+    """The ``requeue.committed`` event's id."""
+    outcome: Literal["acknowledged", "timed_out", "gone"]
+    """How the wait ended (``CHECKPOINT_OUTCOMES``): the workload wrote a ``checkpointed-at``
+    at or after the request, the grace ran out first, or the PodGroup was deleted meanwhile."""
+    requested_at: Timestamp
+    """The ``checkpoint-requested-at`` the evictor wrote on the PodGroup."""
+    grace: PositiveDuration
+    """The podgroup's ``checkpoint-grace`` (at most ``MAX_CHECKPOINT_GRACE``)."""
+    ended_at: Timestamp
+    """When the wait ended (the eviction follows it)."""
+    checkpointed_at: Timestamp | None = None
+    """The workload's ``checkpointed-at`` that answered (acknowledged only)."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RequeueCheckpointData:
+        if self.grace > MAX_CHECKPOINT_GRACE:
+            raise PydanticCustomError(
+                "grace_too_long",
+                "grace {grace} is longer than {bound}",
+                {"grace": format_duration(self.grace), "bound": "30m"},
+            )
+        if self.ended_at < self.requested_at:
+            raise PydanticCustomError("ended_before_requested", "endedAt is before requestedAt")
+        if (self.checkpointed_at is None) == (self.outcome == "acknowledged"):
+            raise PydanticCustomError(
+                "checkpointed_at_mismatch",
+                "checkpointedAt is given exactly when the outcome is acknowledged",
+            )
+        return self
 
 
 class RequeueNominatedData(EventData):

@@ -41,6 +41,7 @@ ROLE_TYPES: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
             EventType.PODGROUP_ANNOTATED,
             EventType.PODGROUP_DELETED,
             EventType.REQUEUE_ABANDONED,
+            EventType.REQUEUE_CHECKPOINT,
         ),
         "nodes": _types(EventType.NODE_UPSERTED, EventType.NODE_DELETED),
         "nominations": _types(EventType.REQUEUE_NOMINATED),

@@ -46,12 +46,14 @@ from minruntime.events import (
     QueueDeletedData,
     QueueUpsertedData,
     RequeueAbandonedData,
+    RequeueCheckpointData,
     RequeueNominatedData,
 )
 from minruntime.ingest.podgroups import PodGroupProjection, podgroup_change
 from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.runs import RunLog
 from minruntime.store import decisions as stored_decisions
+from minruntime.store.handshakes import insert_handshakes
 from minruntime.store.node_pools import read_node_pool_configs, upsert_configs, write_nodes
 from minruntime.store.queues import load_tree, lock_tree
 from minruntime.store.schema import StateTables
@@ -82,6 +84,8 @@ class Projections:
         self.runs = RunLog(conn, tables)
         # requeue.abandoned events of this run: their decision log rows (written by flush).
         self._abandoned: dict[str, dict[str, Any]] = {}
+        # requeue.checkpoint events of this run: their handshake rows, by decision id.
+        self._handshakes: dict[str, dict[str, Any]] = {}
         # The rules in force for the runs that end (the tree and configs as of now); None:
         # to be read (again) before the next run's end. The configs this run of events set.
         self._rules: RunRules | None = None
@@ -159,6 +163,8 @@ class Projections:
                 "eviction_window": config.eviction_window,
                 "min_eviction_gap": config.min_eviction_gap,
             }
+        elif isinstance(data, RequeueCheckpointData):
+            self._handshakes.setdefault(data.decision, handshake_row(data))
         elif isinstance(data, NodeUpsertedData):
             self._nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}
         elif isinstance(data, NodeDeletedData):
@@ -229,6 +235,8 @@ class Projections:
         write_nodes(self._conn, self._tables, self._nodes)
         self.runs.flush()
         self._log_abandoned()
+        insert_handshakes(self._conn, self._tables, list(self._handshakes.values()))
+        self._handshakes = {}
         if keep:
             self._queues = None
             self._configs = {}
@@ -254,4 +262,17 @@ def abandoned_row(event_id: str, data: RequeueAbandonedData, at: datetime) -> di
         "placements": [],
         "delay_ends_at": None,
         "quota_shares": None,
+    }
+
+
+def handshake_row(data: RequeueCheckpointData) -> dict[str, Any]:
+    """The ``checkpoint_handshakes`` row of a ``requeue.checkpoint`` event."""
+    return {
+        "decision_id": data.decision,
+        "uid": data.uid,
+        "outcome": data.outcome,
+        "requested_at": data.requested_at,
+        "grace": data.grace,
+        "ended_at": data.ended_at,
+        "checkpointed_at": data.checkpointed_at,
     }

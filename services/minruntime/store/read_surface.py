@@ -181,6 +181,19 @@ def newest_abandoned(
     return row[1], str(row[2]), row[3]
 
 
+def newest_handshake(
+    conn: Connection, shadow: Shadow, uid: str, at: datetime
+) -> sa.Row[Any] | None:
+    """``uid``'s newest checkpoint handshake requested up to ``at`` (``outcome, requested_at,
+    grace, ended_at, checkpointed_at, decision_id``; None: none)."""
+    statement = (
+        "SELECT outcome, requested_at, grace, ended_at, checkpointed_at, decision_id"
+        f" FROM {shadow.read_schema}.checkpoint_handshakes WHERE uid = :uid"
+        " AND requested_at <= :at ORDER BY requested_at DESC LIMIT 1"
+    )
+    return conn.execute(sa.text(statement), {"uid": uid, "at": at}).first()
+
+
 def service_podgroups(
     conn: Connection, namespace: str | None, uids: Sequence[str]
 ) -> Sequence[sa.RowMapping]:

@@ -42,6 +42,7 @@ class StateTables:
         self.nominations = tables[f"{schema}.nominations"]
         self.requeue_decision_log = tables[f"{schema}.requeue_decision_log"]
         self.requeue_promises = tables[f"{schema}.requeue_promises"]
+        self.checkpoint_handshakes = tables[f"{schema}.checkpoint_handshakes"]
         self.run_log = tables[f"{schema}.run_log"]
         self.event_log = tables[f"{schema}.event_log"]
         self.dead_letter_log = tables[f"{schema}.dead_letter_log"]

@@ -47,6 +47,7 @@ PROJECTIONS: Final[dict[str, tuple[str, ...]]] = {
     "nominations": ("uid", "nominated_by"),
     "requeue_decision_log": ("decision_id",),
     "requeue_promises": ("decision_id", "beneficiary", "node"),
+    "checkpoint_handshakes": ("decision_id",),
     "run_log": ("uid", "end_source", "end_event_id"),
 }
 # Projections that are history, not state: every run that ended. Snapshots leave them out (no

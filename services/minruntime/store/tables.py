@@ -233,6 +233,23 @@ requeue_decision_log = sa.Table(
     ),
 )
 
+# The evictor's checkpoint handshakes (requeue.checkpoint, migration 0024): one per committed
+# requeue whose PodGroup declared a checkpoint grace, as it ended (acknowledged, timed_out,
+# gone), before the eviction. Keyed by the decision (the event's id is "<decision>.checkpoint").
+checkpoint_handshakes = sa.Table(
+    "checkpoint_handshakes",
+    metadata,
+    sa.Column("decision_id", sa.Text, primary_key=True),
+    sa.Column("uid", sa.Text, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("requested_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("grace", INTERVAL, nullable=False),
+    sa.Column("ended_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("checkpointed_at", sa.DateTime(timezone=True)),
+    sa.CheckConstraint("outcome IN ('acknowledged', 'timed_out', 'gone')", name="outcome"),
+    sa.Index("ix_checkpoint_handshakes_uid", "uid", "requested_at"),
+)
+
 # Capacity freed by a committed requeue and promised to its beneficiary: not handed out again
 # until the beneficiary is allocated, finishes or is deleted, or the promise lapses.
 requeue_promises = sa.Table(
