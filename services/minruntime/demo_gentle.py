@@ -52,7 +52,10 @@ _SAVING_SECONDS = 2.0
 _QUEUES = """
 apiVersion: scheduling.run.ai/v2
 kind: Queue
-metadata: {{name: demo-gentle-{run}}}
+metadata:
+  name: demo-gentle-{run}
+  # Seen by the scheduler of the pool: a Queue without the label is the default pool's.
+  labels: {{kai.scheduler/node-pool: gentle}}
 spec:
   preemptMinRuntime: "0s"
   resources:
@@ -64,6 +67,7 @@ apiVersion: scheduling.run.ai/v2
 kind: Queue
 metadata:
   name: demo-budget-{run}
+  labels: {{kai.scheduler/node-pool: gentle}}
   annotations:
     minruntime.kai.scheduler/max-evictions-per-window: "1"
     minruntime.kai.scheduler/eviction-window: "1h"
