@@ -186,11 +186,9 @@ spec: {{resources: {resources}}}
     }
     cluster.priority_class(loop.name("owned"), 50)
     name = loop.name("owned")
-    uid = cluster.podgroup(name, queue, loop.name("owned"))
-    cluster.custom.patch_namespaced_custom_object(
-        "scheduling.run.ai", "v2alpha2", cluster.namespace, "podgroups", name,
-        {"metadata": {"ownerReferences": [reference]}},
-    )  # fmt: skip
+    # Created with it, as KAI's podgrouper does (a reference added later, after the pods were
+    # submitted, is not sent again: the owner is not part of a submission's shape).
+    uid = cluster.podgroup(name, queue, loop.name("owned"), owner_references=[reference])
     cluster.pod(f"{name}-0", name, 1)
     submitted = wait_for(
         lambda: [e for e in loop.logged("podgroup.submitted", uid) if "topOwner" in e["data"]],

@@ -88,6 +88,8 @@ class Cluster:
         """A PodGroup; returns its uid."""
         annotations = extra.pop("annotations", {})
         labels = pool_labels(extra.pop("node_pool", DEFAULT_NODE_POOL))
+        # KAI's podgrouper creates a PodGroup with its top owner as its one ownerReference.
+        owners = extra.pop("owner_references", None)
         body = {
             "apiVersion": f"{KAI_GROUP}/v2alpha2",
             "kind": "PodGroup",
@@ -96,6 +98,7 @@ class Cluster:
                 "namespace": self.namespace,
                 "annotations": annotations,
                 "labels": labels,
+                **({"ownerReferences": owners} if owners else {}),
             },
             "spec": {"queue": queue, "minMember": 1, "priorityClassName": priority_class, **extra},
         }
