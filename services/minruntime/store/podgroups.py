@@ -34,8 +34,12 @@ from minruntime.store.bulk import delete_many, insert_many, json_list, update_ma
 from minruntime.store.engine import driver_cursor
 from minruntime.store.schema import StateTables
 
-# The uids of a batch, one JSON array (``store.bulk.json_list``).
-_UIDS: Final = "(SELECT json_array_elements_text(%(uids)s::json))"
+# The rows of a batch's uids, one JSON array (``store.bulk.json_list``): ``= ANY`` of the array
+# made once, so each table is read through its primary key. (``IN (SELECT ...)`` was planned as
+# a hash join over a scan of the whole table: the function's rows are estimated at 100, and
+# every batch then read every stored podgroup, pod and subgroup row, a cost per event that grew
+# with the table: docs/pipeline.md.)
+_UIDS: Final = "ANY(ARRAY(SELECT json_array_elements_text(%(uids)s::json)))"
 
 
 # psycopg placeholders: these run on the driver's cursor (plain tuples: a batch's pods number
@@ -78,7 +82,7 @@ _LOAD_STATES: Final = (
     " name, namespace, queue, node_pool, priority, preemptibility,"
     " submitted_preemption_delay, submitted_preemption_delay_pod,"
     " evicted_at, eviction_annotated_at, owner_kind, owner_name, owner_uid"
-    " FROM minruntime_state.podgroup_state WHERE uid IN " + _UIDS
+    " FROM minruntime_state.podgroup_state WHERE uid = " + _UIDS
 )
 # The live rows are locked until the batch commits, in uid order (as the requeue worker locks
 # them: no deadlock between the two): another writer of a podgroup — the worker committing a
@@ -87,12 +91,12 @@ _LOAD_STATES: Final = (
 _LOCKING: Final = " ORDER BY uid FOR UPDATE"
 _LOAD_PODS: Final = (
     "SELECT uid, name, subgroup, gpu, node, allocated FROM minruntime_state.pod_state"
-    " WHERE uid IN " + _UIDS + " ORDER BY uid, name"
+    " WHERE uid = " + _UIDS + " ORDER BY uid, name"
 )
 # Declaration order is insertion order (the subgroups of a podgroup are written together).
 _LOAD_SUBGROUPS: Final = (
     "SELECT uid, name, min_available FROM minruntime_state.subgroup_state"
-    " WHERE uid IN " + _UIDS + " ORDER BY uid, ctid"
+    " WHERE uid = " + _UIDS + " ORDER BY uid, ctid"
 )
 _STATE_COLUMNS: Final = {
     "uid": "text",
