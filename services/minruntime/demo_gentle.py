@@ -49,20 +49,24 @@ POOL = "gentle"
 DEADLINE_SECONDS = 12
 _SAVING_SECONDS = 2.0
 
-_QUEUES = """
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata:
-  name: demo-gentle-{run}
-  # Seen by the scheduler of the pool: a Queue without the label is the default pool's.
-  labels: {{kai.scheduler/node-pool: gentle}}
-spec:
+# Unlimited resources (KAI schedules nothing in a Queue without them), no preempt window.
+_SPEC = """spec:
   preemptMinRuntime: "0s"
   resources:
     gpu: {{quota: -1, limit: -1, overQuotaWeight: 1}}
     cpu: {{quota: -1, limit: -1, overQuotaWeight: 1}}
     memory: {{quota: -1, limit: -1, overQuotaWeight: 1}}
----
+"""
+_QUEUES = (
+    """apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata:
+  name: demo-gentle-{run}
+  # Seen by the scheduler of the pool: a Queue without the label is the default pool's.
+  labels: {{kai.scheduler/node-pool: gentle}}
+"""
+    + _SPEC
+    + """---
 apiVersion: scheduling.run.ai/v2
 kind: Queue
 metadata:
@@ -71,13 +75,9 @@ metadata:
   annotations:
     minruntime.kai.scheduler/max-evictions-per-window: "1"
     minruntime.kai.scheduler/eviction-window: "1h"
-spec:
-  preemptMinRuntime: "0s"
-  resources:
-    gpu: {{quota: -1, limit: -1, overQuotaWeight: 1}}
-    cpu: {{quota: -1, limit: -1, overQuotaWeight: 1}}
-    memory: {{quota: -1, limit: -1, overQuotaWeight: 1}}
 """
+    + _SPEC
+)
 
 
 def gentle_env() -> dict[str, str]:

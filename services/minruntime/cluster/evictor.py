@@ -200,21 +200,12 @@ class Evictor:
             for pod in self._pods(namespace, name, decision.decided_at)
             if _of_this_run(pod, decision.decided_at) and self._evict(pod)
         )
-        self.custom.patch_namespaced_custom_object(
-            KAI_GROUP,
-            PODGROUP_VERSION,
+        self._annotate(
             namespace,
-            "podgroups",
             name,
             {
-                "metadata": {
-                    "annotations": {
-                        mapping.REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(
-                            decision.requeue_not_before
-                        ),
-                        mapping.REQUEUE_DECISION_ANNOTATION: decision_id,
-                    }
-                }
+                mapping.REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(decision.requeue_not_before),
+                mapping.REQUEUE_DECISION_ANNOTATION: decision_id,
             },
         )
         return Outcome(decision_id, evicted)
@@ -251,19 +242,10 @@ class Evictor:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.custom.patch_namespaced_custom_object(
-                KAI_GROUP,
-                PODGROUP_VERSION,
+            self._annotate(
                 namespace,
-                "podgroups",
                 name,
-                {
-                    "metadata": {
-                        "annotations": {
-                            CHECKPOINT_REQUESTED_AT_ANNOTATION: format_rfc3339(requested_at)
-                        }
-                    }
-                },
+                {CHECKPOINT_REQUESTED_AT_ANNOTATION: format_rfc3339(requested_at)},
             )
         except ApiException as error:
             if error.status == HTTP_NOT_FOUND:
@@ -271,6 +253,17 @@ class Evictor:
             raise
         log.info("asked PodGroup %s/%s for a checkpoint at %s", namespace, name, requested_at)
         return requested_at
+
+    def _annotate(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge ``annotations`` into the PodGroup's (a merge patch: others' stay)."""
+        self.custom.patch_namespaced_custom_object(
+            KAI_GROUP,
+            PODGROUP_VERSION,
+            namespace,
+            "podgroups",
+            name,
+            {"metadata": {"annotations": dict(annotations)}},
+        )
 
     def annotations(self, uid: str) -> Mapping[str, str] | None:
         """The PodGroup's annotations as they are now (None: gone)."""
