@@ -23,7 +23,7 @@ from typing import Final
 
 from minruntime.core.durations import parse_duration
 from minruntime.core.errors import MinRuntimeError
-from minruntime.core.timestamps import parse_rfc3339
+from minruntime.core.timestamps import read_time_between
 
 CHECKPOINT_GRACE_ANNOTATION: Final = "minruntime.kai.scheduler/checkpoint-grace"
 # Written by the evictor when it asks for a checkpoint before an eviction.
@@ -73,17 +73,7 @@ def read_checkpoint_time(
     """A checkpoint time annotation's value, or None when absent or ignored: not RFC3339,
     before ``not_before`` (the run's start, or the request), after ``not_after`` (the event
     that carries it: a checkpoint cannot be in the future)."""
-    if text is None:
-        return None
-    try:
-        moment = parse_rfc3339(text)
-    except MinRuntimeError:
-        return None
-    if not_before is not None and moment < not_before:
-        return None
-    if not_after is not None and moment > not_after:
-        return None
-    return moment
+    return read_time_between(text, not_before, not_after)
 
 
 def last_checkpoint(

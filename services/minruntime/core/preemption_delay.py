@@ -25,7 +25,7 @@ from typing import Final, NamedTuple
 
 from minruntime.core.durations import parse_duration
 from minruntime.core.errors import MinRuntimeError
-from minruntime.core.timestamps import parse_rfc3339
+from minruntime.core.timestamps import read_time_between
 
 PREEMPTION_DELAY_ANNOTATION: Final = "kai.scheduler/preemption-delay"
 # Written by KAI on the PodGroup when it evicts it (RFC3339).
@@ -142,17 +142,7 @@ def last_eviction_annotation(
 ) -> datetime | None:
     """The ``last-eviction-timestamp`` an event at ``at`` carries, or None when it is absent or
     ignored: unreadable, after ``at``, or before the podgroup existed (``existed_since``)."""
-    if text is None:
-        return None
-    try:
-        moment = parse_rfc3339(text)
-    except MinRuntimeError:
-        return None
-    if at is not None and moment > at:
-        return None
-    if existed_since is not None and moment < existed_since:
-        return None
-    return moment
+    return read_time_between(text, existed_since, at)
 
 
 def last_eviction(service: datetime | None, annotation: datetime | None) -> LastEviction | None:

@@ -6,7 +6,11 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
-from minruntime.core.errors import InvalidTimestampError, TimestampOutOfRangeError
+from minruntime.core.errors import (
+    InvalidTimestampError,
+    MinRuntimeError,
+    TimestampOutOfRangeError,
+)
 
 # Stricter than datetime.fromisoformat, which also takes dates without times, week dates
 # and naive times: an annotation either is RFC3339 or it is rejected.
@@ -95,3 +99,22 @@ def require_aware(moment: datetime, what: str) -> None:
     if moment.utcoffset() is None:
         # Naive times are ambiguous across the cluster and cannot be compared with aware ones.
         raise InvalidTimestampError(f"{what} {moment.isoformat()} has no UTC offset")
+
+
+def read_time_between(
+    text: str | None, not_before: datetime | None, not_after: datetime | None
+) -> datetime | None:
+    """An annotation's RFC3339 instant, or None when absent, unreadable, before ``not_before``
+    or after ``not_after`` (either bound None: none on that side): a time a workload or the
+    scheduler wrote, ignored when it cannot be the one it claims to be."""
+    if text is None:
+        return None
+    try:
+        moment = parse_rfc3339(text)
+    except MinRuntimeError:
+        return None
+    if not_before is not None and moment < not_before:
+        return None
+    if not_after is not None and moment > not_after:
+        return None
+    return moment
