@@ -15,8 +15,8 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus, stack_down, stack_up
-from minruntime.stack.postgres import PostgresNode
+from minruntime_dev.stack import StackStatus, stack_down, stack_up
+from minruntime_dev.stack.postgres import PostgresNode
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -36,17 +36,17 @@ _GROUPS: Final = {
 # (group, or "" for none; name; module.function of minruntime.commands), in the order of
 # `minruntime --help`.
 _COMMANDS: Final = (
-    ("stack", "up", "stack.up_command"),
-    ("stack", "down", "stack.down_command"),
-    ("stack", "status", "stack.status_command"),
-    ("stack", "tool", "stack.tool_command"),
+    ("stack", "up", "minruntime_dev.commands.stack.up_command"),
+    ("stack", "down", "minruntime_dev.commands.stack.down_command"),
+    ("stack", "status", "minruntime_dev.commands.stack.status_command"),
+    ("stack", "tool", "minruntime_dev.commands.stack.tool_command"),
     ("", "migrate", "service.migrate_command"),
     ("", "processor", "service.processor_command"),
     ("", "requeue-worker", "service.requeue_worker_command"),
     ("", "produce", "produce.produce_command"),
     ("queues", "apply", "apply.queues_apply_command"),
     ("config", "apply", "apply.config_apply_command"),
-    ("", "demo", "demo.demo_command"),
+    ("", "demo", "minruntime_dev.commands.demo.demo_command"),
     ("kube", "bridge", "kube.bridge_command"),
     ("kube", "evictor", "kube.evictor_command"),
     ("", "replay", "replay.replay_command"),
@@ -63,9 +63,9 @@ _COMMANDS: Final = (
     ("offsets", "", "offsets.offsets_app"),
     ("kube", "diff", "kube_diff.kube_diff_command"),
     ("checkpoint", "ack", "checkpoint.ack_command"),
-    ("stack", "kill-broker", "stack.kill_broker_command"),
-    ("stack", "start-broker", "stack.start_broker_command"),
-    ("stack", "failover", "stack.failover_command"),
+    ("stack", "kill-broker", "minruntime_dev.commands.stack.kill_broker_command"),
+    ("stack", "start-broker", "minruntime_dev.commands.stack.start_broker_command"),
+    ("stack", "failover", "minruntime_dev.commands.stack.failover_command"),
 )
 _groups = {name: typer.Typer(help=help, no_args_is_help=True) for name, help in _GROUPS.items()}
 for group in _groups:

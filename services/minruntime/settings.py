@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from minruntime.events.topics import DEFAULT_TOPICS
 from minruntime.pgurl import PgAddress
 from minruntime.retry import MAX_BACKOFF_SECONDS
-from minruntime.topology import read_topology
+from minruntime_dev.topology import read_topology
 
 KAFKA_VERSION = "4.3.1"
 # The roles of docs/storage.md#roles-and-privileges: the runtime role is the user of
@@ -245,7 +245,7 @@ class Settings(BaseSettings):
         return self
 
     # -- The local stack's topology (added for `stack up --brokers 3 --pg-standby`; the rules
-    # are minruntime.topology's): an address naming the stack's first broker, or its first
+    # are minruntime_dev.topology's): an address naming the stack's first broker, or its first
     # PostgreSQL server, alone stands for the whole cluster / both servers. No topology file
     # (a plain `stack up`): nothing changes.
     @model_validator(mode="after")

@@ -12,22 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from minruntime.commands.stack import parse_signal
 from minruntime.errors import ConfigError, StackError, UserError
 from minruntime.pgurl import PgAddress
 from minruntime.settings import OWNER_ROLE, Settings
-from minruntime.stack.access import REPLICATION_ROLE, hba_text
-from minruntime.stack.kafka import KafkaNode, Quorum, new_cluster_id
-from minruntime.stack.kafka_cluster import KafkaCluster
-from minruntime.stack.manager import plan_topology, with_topology
-from minruntime.stack.pg_standby import (
+from minruntime_dev.commands.stack import parse_signal
+from minruntime_dev.stack.access import REPLICATION_ROLE, hba_text
+from minruntime_dev.stack.kafka import KafkaNode, Quorum, new_cluster_id
+from minruntime_dev.stack.kafka_cluster import KafkaCluster
+from minruntime_dev.stack.manager import plan_topology, with_topology
+from minruntime_dev.stack.pg_standby import (
     APPLICATION_NAME,
     FENCED_APPLICATION_NAME,
     SLOT,
     primary_conf,
     standby_conf,
 )
-from minruntime.topology import StackTopology, read_topology, topology_file, write_topology
+from minruntime_dev.topology import StackTopology, read_topology, topology_file, write_topology
 from tests.unit.test_cli import one_error_line
 
 BROKERS = ("127.0.0.1:9092", "127.0.0.1:9102", "127.0.0.1:9112")

@@ -24,8 +24,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import OWNER_ROLE, with_role
-from minruntime.stack.pg_standby import APPLICATION_NAME
 from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime_dev.stack.pg_standby import APPLICATION_NAME
 from tests.conftest import run_cli
 from tests.e2e.faults.conftest import FaultStack
 from tests.e2e.harness import wait_for

@@ -3,9 +3,9 @@
 The Kubernetes part (etcd + kube-apiserver) joins only with `up --kube` and stays part of the
 stack until `down`; without `--kube` the stack is PostgreSQL and Kafka, as before.
 
-`up --brokers 3` makes Kafka a three-node KRaft cluster (minruntime.stack.kafka_cluster) and
-`up --pg-standby` gives PostgreSQL a synchronous streaming standby (minruntime.stack.pg_standby).
-The stack remembers them (minruntime.topology), so `status`, `down` and the next `up` without
+`up --brokers 3` makes Kafka a three-node KRaft cluster (minruntime_dev.stack.kafka_cluster) and
+`up --pg-standby` gives PostgreSQL a synchronous streaming standby (minruntime_dev.stack.pg_standby).
+The stack remembers them (minruntime_dev.topology), so `status`, `down` and the next `up` without
 flags know; without them, and with no remembered topology, everything is as it always was.
 """
 
@@ -20,14 +20,14 @@ from typing import Any
 from minruntime.errors import StackError
 from minruntime.pgurl import PgAddress
 from minruntime.settings import READER_ROLE, Settings, with_role, without_password
-from minruntime.stack.apiserver import KubeNode
-from minruntime.stack.crds import CrdChoice, apply_crds, chosen_crds
-from minruntime.stack.kafka import KafkaNode
-from minruntime.stack.kafka_cluster import KafkaCluster, node_port
-from minruntime.stack.pg_standby import PostgresPair
-from minruntime.stack.postgres import PostgresNode
-from minruntime.stack.process import Health
-from minruntime.topology import StackTopology, read_topology, write_topology
+from minruntime_dev.stack.apiserver import KubeNode
+from minruntime_dev.stack.crds import CrdChoice, apply_crds, chosen_crds
+from minruntime_dev.stack.kafka import KafkaNode
+from minruntime_dev.stack.kafka_cluster import KafkaCluster, node_port
+from minruntime_dev.stack.pg_standby import PostgresPair
+from minruntime_dev.stack.postgres import PostgresNode
+from minruntime_dev.stack.process import Health
+from minruntime_dev.topology import StackTopology, read_topology, write_topology
 
 Say = Callable[[str], None]
 
