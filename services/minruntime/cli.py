@@ -33,8 +33,9 @@ _GROUPS: Final = {
     "checkpoint": "The checkpoint handshake's reference client: a workload says it saved a "
     "checkpoint (docs/kubernetes.md).",
 }
-# (group, or "" for none; name; module.function of minruntime.commands), in the order of
-# `minruntime --help`.
+# (group, or "" for none; name; module.function of minruntime.commands, or of another package
+# by its full name: the dev package's `stack` and `demo`, loaded by name, never imported by the
+# service itself), in the order of `minruntime --help`.
 _COMMANDS: Final = (
     ("stack", "up", "minruntime_dev.commands.stack.up_command"),
     ("stack", "down", "minruntime_dev.commands.stack.down_command"),
@@ -71,8 +72,9 @@ _groups = {name: typer.Typer(help=help, no_args_is_help=True) for name, help in 
 for group in _groups:
     app.add_typer(_groups[group], name=group)
 for group, name, target in _COMMANDS:
-    module, attribute = target.split(".")
-    command = getattr(importlib.import_module(f"minruntime.commands.{module}"), attribute)
+    module, attribute = target.rsplit(".", 1)
+    qualified = module if "." in module else f"minruntime.commands.{module}"
+    command = getattr(importlib.import_module(qualified), attribute)
     if not name:  # a group of its own module (outbox, offsets)
         app.add_typer(command, name=group)
     else:
