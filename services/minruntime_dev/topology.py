@@ -128,13 +128,18 @@ def read_topology(stack_dir: Path) -> StackTopology:
 
 def write_topology(stack_dir: Path, topology: StackTopology) -> None:
     """Remember `topology` (the default one removes the file: a plain stack has none)."""
-    path = topology_file(stack_dir)
-    if topology.default:
+    text = json.dumps(asdict(topology), indent=2) + "\n"
+    _replace(topology_file(stack_dir), None if topology.default else text)
+
+
+def _replace(path: Path, text: str | None) -> None:
+    """`path` holds `text` at once, never half of it (None: `path` is removed)."""
+    if text is None:
         path.unlink(missing_ok=True)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text(json.dumps(asdict(topology), indent=2) + "\n")
+    temporary.write_text(text)
     os.replace(temporary, path)
 
 
@@ -146,10 +151,6 @@ def env_file(stack_dir: Path) -> Path:
 def write_stack_env(stack_dir: Path, topology: StackTopology, addresses: dict[str, str]) -> None:
     """Export `addresses` (`EXPORTED` names to values) for a stack of `topology`; the default
     topology removes the file (a plain stack's clients need nothing but the defaults)."""
-    path = env_file(stack_dir)
-    if topology.default:
-        path.unlink(missing_ok=True)
-        return
     unknown = sorted(set(addresses) - set(EXPORTED))
     if unknown:
         raise ValueError(f"a stack exports only {', '.join(EXPORTED)}, not {unknown}")
@@ -158,32 +159,27 @@ def write_stack_env(stack_dir: Path, topology: StackTopology, addresses: dict[st
         "# server. Load it with `set -a; . <this file>; set +a` (tests/conftest.py does).",
         *(f"{name}={shlex.quote(value)}" for name, value in addresses.items()),
     ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text("\n".join(lines) + "\n")
-    os.replace(temporary, path)
+    _replace(env_file(stack_dir), None if topology.default else "\n".join(lines) + "\n")
 
 
 def read_stack_env(stack_dir: Path) -> dict[str, str]:
     """The addresses a stack exported (`write_stack_env`); none when it has no file."""
     path = env_file(stack_dir)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not path.is_file():
         return {}
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        name, _, value = line.partition("=")
-        try:
-            words = shlex.split(value) if value else [""]
-        except ValueError:  # an unbalanced quote
-            words = []
-        if name not in EXPORTED or len(words) != 1:
-            raise ConfigError(
-                f"{path} is not a file `minruntime stack up` wrote (line {line[:60]!r}); "
-                "delete it and run `minruntime stack up`"
-            )
-        found[name] = words[0]
-    return found
+    lines = path.read_text().splitlines()
+    return dict(_exported(path, line) for line in lines if line.strip() and line[0] != "#")
+
+
+def _exported(path: Path, line: str) -> tuple[str, str]:
+    name, _, value = line.partition("=")
+    try:
+        words = shlex.split(value) if value else [""]
+    except ValueError:  # an unbalanced quote
+        words = []
+    if name not in EXPORTED or len(words) != 1:
+        raise ConfigError(
+            f"{path} is not a file `minruntime stack up` wrote (line {line[:60]!r}); "
+            "delete it and run `minruntime stack up`"
+        )
+    return name, words[0]
