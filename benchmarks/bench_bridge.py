@@ -9,7 +9,7 @@ subprocess, as the e2e tests run it) and a fresh namespace of the local API serv
 1. **setup** (the bridge not running yet): a Queue, a PriorityClass, N/8 Nodes of 8 GPUs, then
    N/4 PodGroups of 4 pods, by a pool of ``--threads`` client threads (the kubernetes client,
    raw JSON: ``_preload_content=False``). Per gang, as KAI and the kubelet would
-   (``minruntime.cluster.standin``): create the PodGroup and its 4 pods (scheduler
+   (``minruntime_dev.standin``): create the PodGroup and its 4 pods (scheduler
    ``kai-scheduler``, annotation ``pod-group-name``, one ``nvidia.com/gpu``, a few labels and
    env vars: 2,493 bytes of JSON per pod as read back, bound and Running), write the PodGroup's
    ``kai.scheduler/last-start-timestamp``, bind each pod (``binding`` subresource) and set it

@@ -26,11 +26,11 @@ from minruntime.cluster.api import KAI_GROUP, api_client
 from minruntime.cluster.evictor import Evictor, consume
 from minruntime.cluster.evictor_metrics import EvictorMetrics
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
-from minruntime.cluster.standin import Cluster
 from minruntime.events import encode_event, new_event
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime_dev.standin import Cluster
 
 
 def marked(cluster: Cluster) -> int:

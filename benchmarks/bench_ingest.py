@@ -60,7 +60,7 @@ from minruntime.audit.parallel import default_parts
 from minruntime.bootstrap import tune_gc
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
-from minruntime.store.scratch import scratch_owner_url
+from minruntime_dev.scratch import scratch_owner_url
 from pipeline import INPUT_ROLES, BenchPipeline, overrides, private_broker, produce, rfc3339
 from proc_cpu import postgres_pid, process_cpu, tree_cpu
 from replay_after import parts_alone, replay_verify

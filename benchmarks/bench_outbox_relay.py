@@ -22,8 +22,8 @@ from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import create_scratch_database, drop_scratch_database
 from minruntime.stream.relay import OutboxRelay
+from minruntime_dev.scratch import create_scratch_database, drop_scratch_database
 
 _ROWS = (
     "INSERT INTO minruntime_state.outbox (id, topic, key, payload, created_at)"

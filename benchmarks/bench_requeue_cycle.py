@@ -76,10 +76,10 @@ from minruntime.requeue import CycleReport, run_cycle
 from minruntime.requeue.cycle_inputs import load_cycle_inputs
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.scratch import (
+from minruntime_dev.scratch import (
     admin_connection,
 )
-from minruntime.store.scratch import drop_scratch_database as drop_database
+from minruntime_dev.scratch import drop_scratch_database as drop_database
 
 SEED: Final = 20261121
 TARGET_SECONDS: Final = 2.0

@@ -32,7 +32,7 @@ from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
+from minruntime_dev.scratch import (
     create_scratch_database,
     drop_scratch_database,
     scratch_owner_url,

@@ -27,7 +27,7 @@ from cluster import cloud_event
 from minruntime.ingest import InboundRecord
 from minruntime.settings import Settings
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
+from minruntime_dev.scratch import (
     create_scratch_database,
     drop_scratch_database,
     scratch_owner_url,

@@ -110,7 +110,7 @@ def private_broker(protocol: str) -> Iterator[None]:
     from tests.conftest import free_port_pair
 
     from minruntime.kafka_access import kafka_access
-    from minruntime.stack.kafka import KafkaNode
+    from minruntime_dev.stack.kafka import KafkaNode
 
     port = free_port_pair()  # the broker's and, one above, its controller's
     stack_dir = Path(tempfile.mkdtemp(prefix="minruntime-bench-broker-"))

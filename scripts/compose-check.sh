@@ -361,7 +361,7 @@ if [ ! -f "$kafka_libs/.complete" ]; then
   say "fetching the Kafka $kafka_version jars (the local stack's cache)"
   logged kafka-jars.log "fetching the Kafka jars" env MINRUNTIME_KAFKA_VERSION="$kafka_version" \
     .venv/bin/python -c 'from minruntime.settings import Settings
-from minruntime.stack.kafka import KafkaNode
+from minruntime_dev.stack.kafka import KafkaNode
 KafkaNode(Settings()).ensure_jars()'
 fi
 [ -f "$kafka_libs/.complete" ] || die "no Kafka $kafka_version jars in $kafka_libs"

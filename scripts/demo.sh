@@ -10,4 +10,14 @@ if ! minruntime stack status >/dev/null 2>&1 && [ "${MINRUNTIME_DEMO_KEEP:-0}" !
   trap 'minruntime stack down' EXIT
 fi
 minruntime stack up
+# A stack of three brokers or with a standby exports their addresses (`stack up --brokers 3
+# --pg-standby`, docs/deployment.md); a MINRUNTIME_* variable set already wins.
+stack_env="${MINRUNTIME_STACK_DIR:-$PWD/.stack}/stack.env"
+if [ -f "$stack_env" ]; then
+  while IFS= read -r line; do
+    case "$line" in
+      MINRUNTIME_*=*) name=${line%%=*}; [ -n "${!name:-}" ] || eval "export $line" ;;
+    esac
+  done < "$stack_env"
+fi
 minruntime demo "$@"

@@ -15,10 +15,22 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus, stack_down, stack_up
-from minruntime.stack.postgres import PostgresNode
+from minruntime_dev.stack import StackStatus, stack_down, stack_up
+from minruntime_dev.stack.postgres import PostgresNode
+from minruntime_dev.topology import read_stack_env
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_stack_env() -> None:
+    """A stack of three brokers or with a standby exports their addresses (`<stack
+    dir>/stack.env`, minruntime_dev.topology); every test process and its children use them.
+    A `MINRUNTIME_*` variable set already wins. A plain stack exports nothing."""
+    for name, value in read_stack_env(Settings().stack_dir).items():
+        os.environ.setdefault(name, value)
+
+
+_load_stack_env()
 
 # Hypothesis's per-example deadline is a timed assertion: on a loaded 2-core machine (Kafka,
 # PostgreSQL and a processor beside the tests) it fails for reasons that are not behaviour.

@@ -33,20 +33,21 @@ _GROUPS: Final = {
     "checkpoint": "The checkpoint handshake's reference client: a workload says it saved a "
     "checkpoint (docs/kubernetes.md).",
 }
-# (group, or "" for none; name; module.function of minruntime.commands), in the order of
-# `minruntime --help`.
+# (group, or "" for none; name; module.function of minruntime.commands, or of another package
+# by its full name: the dev package's `stack` and `demo`, loaded by name, never imported by the
+# service itself), in the order of `minruntime --help`.
 _COMMANDS: Final = (
-    ("stack", "up", "stack.up_command"),
-    ("stack", "down", "stack.down_command"),
-    ("stack", "status", "stack.status_command"),
-    ("stack", "tool", "stack.tool_command"),
+    ("stack", "up", "minruntime_dev.commands.stack.up_command"),
+    ("stack", "down", "minruntime_dev.commands.stack.down_command"),
+    ("stack", "status", "minruntime_dev.commands.stack.status_command"),
+    ("stack", "tool", "minruntime_dev.commands.stack.tool_command"),
     ("", "migrate", "service.migrate_command"),
     ("", "processor", "service.processor_command"),
     ("", "requeue-worker", "service.requeue_worker_command"),
     ("", "produce", "produce.produce_command"),
     ("queues", "apply", "apply.queues_apply_command"),
     ("config", "apply", "apply.config_apply_command"),
-    ("", "demo", "demo.demo_command"),
+    ("", "demo", "minruntime_dev.commands.demo.demo_command"),
     ("kube", "bridge", "kube.bridge_command"),
     ("kube", "evictor", "kube.evictor_command"),
     ("", "replay", "replay.replay_command"),
@@ -63,16 +64,17 @@ _COMMANDS: Final = (
     ("offsets", "", "offsets.offsets_app"),
     ("kube", "diff", "kube_diff.kube_diff_command"),
     ("checkpoint", "ack", "checkpoint.ack_command"),
-    ("stack", "kill-broker", "stack.kill_broker_command"),
-    ("stack", "start-broker", "stack.start_broker_command"),
-    ("stack", "failover", "stack.failover_command"),
+    ("stack", "kill-broker", "minruntime_dev.commands.stack.kill_broker_command"),
+    ("stack", "start-broker", "minruntime_dev.commands.stack.start_broker_command"),
+    ("stack", "failover", "minruntime_dev.commands.stack.failover_command"),
 )
 _groups = {name: typer.Typer(help=help, no_args_is_help=True) for name, help in _GROUPS.items()}
 for group in _groups:
     app.add_typer(_groups[group], name=group)
 for group, name, target in _COMMANDS:
-    module, attribute = target.split(".")
-    command = getattr(importlib.import_module(f"minruntime.commands.{module}"), attribute)
+    module, attribute = target.rsplit(".", 1)
+    qualified = module if "." in module else f"minruntime.commands.{module}"
+    command = getattr(importlib.import_module(qualified), attribute)
     if not name:  # a group of its own module (outbox, offsets)
         app.add_typer(command, name=group)
     else:

@@ -1,7 +1,10 @@
 """One settings object, read from `MINRUNTIME_*` environment variables.
 
 Defaults point at the local stack that `minruntime stack up` starts, so a fresh clone needs
-no configuration at all.
+no configuration at all. The settings read nothing of that stack's own files but its
+passfile: a stack of three brokers or with a standby (`stack up --brokers 3 --pg-standby`)
+exports their addresses as `MINRUNTIME_*` lines in `<stack dir>/stack.env`, which the tests
+and scripts load into the environment (the development tooling, `minruntime_dev.topology`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from minruntime.events.topics import DEFAULT_TOPICS
 from minruntime.pgurl import PgAddress
 from minruntime.retry import MAX_BACKOFF_SECONDS
-from minruntime.topology import read_topology
 
 KAFKA_VERSION = "4.3.1"
 # The roles of docs/storage.md#roles-and-privileges: the runtime role is the user of
@@ -242,18 +244,6 @@ class Settings(BaseSettings):
     def _default_url_reads_the_stack_passfile(self) -> Settings:
         if "database_url" not in self.model_fields_set:
             self.database_url = with_passfile(self.database_url, self.passfile)
-        return self
-
-    # -- The local stack's topology (added for `stack up --brokers 3 --pg-standby`; the rules
-    # are minruntime.topology's): an address naming the stack's first broker, or its first
-    # PostgreSQL server, alone stands for the whole cluster / both servers. No topology file
-    # (a plain `stack up`): nothing changes.
-    @model_validator(mode="after")
-    def _addresses_follow_the_stack_topology(self) -> Settings:
-        topology = read_topology(self.stack_dir)
-        if not topology.default:
-            self.kafka_bootstrap = topology.bootstrap_for(self.kafka_bootstrap)
-            self.database_url = topology.database_url_for(self.database_url)
         return self
 
     @property

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.conformance.kai import (
     LAST_EVICTION,
     LAST_START,

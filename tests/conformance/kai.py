@@ -27,8 +27,8 @@ import yaml
 
 from minruntime.cluster.api import KAI_GROUP, read_json
 from minruntime.settings import Settings
-from minruntime.stack.apiserver import KubeNode
-from minruntime.stack.crds import apply_crds, read_crds
+from minruntime_dev.stack.apiserver import KubeNode
+from minruntime_dev.stack.crds import apply_crds, read_crds
 from tests.e2e.harness import Subprocess
 
 KAI_CACHE = Path(os.environ.get("KAI_CACHE") or Path.home() / ".cache" / "kai")

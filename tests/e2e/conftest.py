@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
-from minruntime.store.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
+from minruntime_dev.scratch import SCRATCH_PREFIX, create_scratch_database, drop_scratch_database
+from minruntime_dev.stack import StackStatus
 from tests.e2e.harness import Pipeline, running_pipeline
 
 

@@ -27,13 +27,13 @@ import psycopg
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
+from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime_dev.scratch import (
     SCRATCH_PREFIX,
     create_scratch_database,
     drop_scratch_database,
     scratch_owner_url,
 )
-from minruntime.stream.topics import ensure_topics, topic_specs
 from tests.conftest import MINRUNTIME, ROOT, run_cli
 
 TOPIC_ENV = {

@@ -16,7 +16,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from minruntime.settings import Settings
-from minruntime.stack.gotools import HELM, ensure_tool
+from minruntime_dev.stack.gotools import HELM, ensure_tool
 from tests.conftest import ROOT
 
 CHART = ROOT / "deploy" / "helm" / "minruntime"

@@ -1,5 +1,5 @@
 """The bridge and the evictor as subprocesses of a test Pipeline (the cluster side is
-`minruntime.cluster.standin`), and the scene the kube e2e tests share: a pipeline and a
+`minruntime_dev.standin`), and the scene the kube e2e tests share: a pipeline and a
 namespace of its own on the stack's API server."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import yaml
 
-from minruntime.cluster.standin import Cluster
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.standin import Cluster
 from tests.e2e.harness import Pipeline, Subprocess
 from tests.e2e.kubeapi import admin_client
 

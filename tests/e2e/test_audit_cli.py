@@ -20,7 +20,7 @@ import pytest
 
 from minruntime.core import EXPECTED_RUNTIME_PLUGIN
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import run_cli
 from tests.e2e.harness import Pipeline, running_pipeline

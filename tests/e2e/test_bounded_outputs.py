@@ -21,7 +21,7 @@ import pytest
 from minruntime.events import decode_dead_letter
 from minruntime.events.dead_letter import DEAD_LETTER_MAX_BYTES
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.conftest import MINRUNTIME, ROOT
 from tests.e2e.harness import Pipeline, wait_for
 from tests.e2e.test_requeue_worker import (

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.e2e.test_violations_cli import Ended, ended, ended_runs, metric_samples
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.conftest import ROOT, run_cli
 from tests.e2e.harness import Pipeline, one_error_line
 

@@ -22,8 +22,8 @@ import pytest
 
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
 from minruntime.store import engine_from
+from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import run_cli
 from tests.e2e.harness import Pipeline, wait_for

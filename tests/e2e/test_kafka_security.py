@@ -24,8 +24,8 @@ from pydantic import SecretStr
 
 from minruntime.kafka_access import kafka_access, stack_ca_file, stack_credentials_file
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
-from minruntime.stack.kafka import KafkaNode
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.stack.kafka import KafkaNode
 from tests import cloudevents as ce
 from tests.conftest import free_port_pair, run_cli
 from tests.e2e.harness import Pipeline, wait_for

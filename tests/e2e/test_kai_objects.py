@@ -23,12 +23,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from minruntime.cluster import mapping
-from minruntime.cluster.standin import Cluster
 from minruntime.core import Preemptibility
-from minruntime.demo_kube import _QUEUES as DEMO_QUEUES
 from minruntime.events import PodGroupSubmittedData
-from minruntime.stack import StackStatus
-from minruntime.stack.crds import apply_crds, crd_directory, read_crds, with_semi_preemptible
+from minruntime_dev.demo_kube import _QUEUES as DEMO_QUEUES
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.stack.crds import apply_crds, crd_directory, read_crds, with_semi_preemptible
+from minruntime_dev.standin import Cluster
 from tests.conftest import ROOT, run_cli
 from tests.e2e.kubeapi import admin_client
 from tests.unit.test_kai_crds import KAI_CRDS, KAI_SOURCE, needs_kai

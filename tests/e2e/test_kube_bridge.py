@@ -24,7 +24,7 @@ from minruntime.core.checkpoint import (
     CHECKPOINTED_AT_ANNOTATION,
 )
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.conftest import run_cli
 from tests.e2e.harness import wait_for
 from tests.e2e.kubeloop import UNLIMITED_RESOURCES, KubeProcess, KubeScene, kube_scene

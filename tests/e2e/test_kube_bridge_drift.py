@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.conftest import free_ports
 from tests.e2e.harness import probe, wait_for
 from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene

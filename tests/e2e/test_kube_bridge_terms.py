@@ -20,10 +20,10 @@ import pytest
 
 from minruntime.cluster.bridge import PRODUCER_HEADER
 from minruntime.cluster.mapping import LAST_START_ANNOTATION, POD_GROUP_ANNOTATION
-from minruntime.cluster.standin import rfc3339
 from minruntime.kafka_access import start_client
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.standin import rfc3339
 from tests.e2e.harness import wait_for
 from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene
 

@@ -28,7 +28,6 @@ import pytest
 
 from minruntime.cluster.checkpoint_ack import acknowledge
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
-from minruntime.cluster.standin import Cluster
 from minruntime.core import parse_rfc3339
 from minruntime.core.checkpoint import (
     CHECKPOINT_GRACE_ANNOTATION,
@@ -37,7 +36,8 @@ from minruntime.core.checkpoint import (
 )
 from minruntime.events import RequeueCheckpointData
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.standin import Cluster
 from tests.conftest import run_cli
 from tests.e2e.harness import wait_for
 from tests.e2e.kubeapi import service_account_token, token_kubeconfig

@@ -21,7 +21,7 @@ from minruntime.cluster.evictions import EVICT_EVENT_SELECTOR
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
 from minruntime.events import encode_event, new_event
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.e2e.harness import Pipeline, wait_for
 from tests.e2e.kubeapi import (
     admin_client,

@@ -17,7 +17,7 @@ import pytest
 
 from minruntime.cluster.api import KAI_GROUP, PODGROUP_VERSION
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.conftest import run_cli
 from tests.e2e.harness import wait_for
 from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from minruntime.cluster.evictions import LAST_EVICTION_ANNOTATION
-from minruntime.cluster.standin import rfc3339
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.standin import rfc3339
 from tests.conftest import free_ports
 from tests.e2e.harness import wait_for
 from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene

@@ -26,12 +26,12 @@ from minruntime.cluster.api import api_client
 from minruntime.cluster.evictor import Evictor, consume
 from minruntime.cluster.evictor_metrics import EvictorMetrics
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
-from minruntime.cluster.standin import Cluster
 from minruntime.events import RequeueAbandonedData, decode_event, encode_event, new_event
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
 from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.standin import Cluster
 from tests.e2e.harness import wait_for
 from tests.e2e.kubeapi import admin_client
 

@@ -15,8 +15,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus, stack_down
-from minruntime.stack.postgres import PostgresNode
+from minruntime_dev.stack import StackStatus, stack_down
+from minruntime_dev.stack.postgres import PostgresNode
 from tests.conftest import free_ports, run_cli
 from tests.e2e.kubeapi import admin_client as api_client
 

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from minruntime.settings import READER_ROLE, Settings, with_role
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.conftest import free_ports, run_cli
 from tests.e2e.harness import Pipeline, Worker, probe, wait_for
 from tests.e2e.kubeloop import KubeProcess, KubeScene, kube_scene

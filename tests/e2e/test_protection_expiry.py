@@ -23,8 +23,8 @@ import pytest
 
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
 from minruntime.stream.topics import TopicRole, topic_specs
+from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.e2e.harness import Pipeline, Worker, running_pipeline, wait_for
 from tests.e2e.test_requeue_worker import Published

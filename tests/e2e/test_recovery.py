@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
-from minruntime.stack.kafka import KafkaNode
-from minruntime.stack.postgres import PostgresNode
-from minruntime.stack.process import pid_alive, read_pid
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.stack.kafka import KafkaNode
+from minruntime_dev.stack.postgres import PostgresNode
+from minruntime_dev.stack.process import pid_alive, read_pid
 from tests import cloudevents as ce
 from tests.conftest import free_ports
 from tests.e2e.harness import Pipeline, Subprocess, Worker, probe, wait_for

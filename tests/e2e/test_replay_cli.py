@@ -16,7 +16,7 @@ import pytest
 
 from minruntime.core import format_rfc3339
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.cloudevents import allocated, config, event, queue, released, submitted
 from tests.e2e.harness import Pipeline, one_error_line, running_pipeline, wait_for
 

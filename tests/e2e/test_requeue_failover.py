@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests.conftest import free_port_pair
 from tests.e2e.harness import Pipeline, Worker, running_pipeline, wait_for
 from tests.e2e.test_requeue_worker import (

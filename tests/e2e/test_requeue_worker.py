@@ -32,9 +32,9 @@ from minruntime.core import EXPECTED_RUNTIME_PLUGIN, RequeueReason, SkipReason
 from minruntime.events import EventType
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
 from minruntime.stream.metrics import MAX_QUEUE_LABELS
 from minruntime.stream.topics import INPUT_ROLES, topic_specs
+from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import free_port_pair
 from tests.e2e.harness import Pipeline, Worker, running_pipeline, wait_for

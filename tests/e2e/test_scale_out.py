@@ -29,8 +29,8 @@ import pytest
 
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
 from minruntime.stream.topic_identity import describe_topics
+from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import free_ports
 from tests.e2e.harness import Pipeline, Subprocess, Worker, probe, wait_for

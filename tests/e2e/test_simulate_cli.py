@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
+from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import run_cli
 from tests.e2e.harness import Pipeline, one_error_line, running_pipeline, wait_for

@@ -19,7 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus, stack_status
+from minruntime_dev.stack import StackStatus, stack_status
 from tests.conftest import free_port_pair, free_ports, private_stack_env, remove_stack, run_cli
 
 pytestmark = pytest.mark.stack

@@ -17,9 +17,9 @@ import psycopg
 import pytest
 
 from minruntime.settings import OWNER_ROLE, READER_ROLE, Settings, with_role
-from minruntime.stack import StackStatus
-from minruntime.stack.credentials import read_passwords
-from minruntime.stack.postgres import SUPERUSER, PostgresNode
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.stack.credentials import read_passwords
+from minruntime_dev.stack.postgres import SUPERUSER, PostgresNode
 from tests.conftest import run_cli
 
 

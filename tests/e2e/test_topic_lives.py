@@ -22,9 +22,9 @@ import pytest
 
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
-from minruntime.stack.kafka import KafkaNode
 from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime_dev.stack import StackStatus
+from minruntime_dev.stack.kafka import KafkaNode
 from tests import cloudevents as ce
 from tests.conftest import free_port_pair, free_ports, run_cli
 from tests.e2e.harness import Pipeline, wait_for

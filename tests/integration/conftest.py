@@ -16,14 +16,14 @@ import pytest
 import sqlalchemy as sa
 
 from minruntime.settings import READER_ROLE, Settings, with_role
-from minruntime.stack import StackStatus
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
+from minruntime_dev.scratch import (
     create_scratch_database,
     drop_scratch_database,
     scratch_owner_url,
 )
+from minruntime_dev.stack import StackStatus
 from tests.integration.helpers import Feed, reset_state
 
 

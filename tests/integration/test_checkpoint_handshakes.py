@@ -26,9 +26,9 @@ from minruntime.events import EventType, RequeueCheckpointData, encode_event, ne
 from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
 from minruntime.store.shadows import LIVE as LIVE_SHADOW
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
+from minruntime_dev.stack import StackStatus
 from tests.cloudevents import T0, allocated, annotated, submitted
 from tests.integration.helpers import Feed, kafka_admin, rows
 

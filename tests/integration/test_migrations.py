@@ -20,12 +20,12 @@ from minruntime.store.migrate import (
     is_at_head,
     upgrade,
 )
-from minruntime.store.scratch import (
+from minruntime.store.tables import STATE_SCHEMA
+from minruntime_dev.scratch import (
     create_scratch_database,
     drop_scratch_database,
     scratch_owner_url,
 )
-from minruntime.store.tables import STATE_SCHEMA
 
 
 @pytest.fixture

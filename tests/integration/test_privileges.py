@@ -22,7 +22,7 @@ from minruntime.ingest import NOMINATIONS_CHANNEL
 from minruntime.requeue import RequeueMetrics, RequeueWorker, WorkerOptions
 from minruntime.requeue.worker import LEADER_LOCK_KEY
 from minruntime.settings import Settings
-from minruntime.stack.postgres import PostgresNode
+from minruntime_dev.stack.postgres import PostgresNode
 from tests.e2e.harness import wait_for
 
 LOCK_CALLS = (

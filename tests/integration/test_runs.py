@@ -30,12 +30,12 @@ from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import downgrade, upgrade
 from minruntime.store.read_transactions import repeatable_read
-from minruntime.store.scratch import (
+from minruntime.store.shadows import create_shadow
+from minruntime_dev.scratch import (
     create_scratch_database,
     drop_scratch_database,
     scratch_owner_url,
 )
-from minruntime.store.shadows import create_shadow
 from tests.cloudevents import (
     T0,
     allocated,

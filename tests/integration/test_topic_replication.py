@@ -17,7 +17,6 @@ import pytest
 from minruntime.errors import ConfigError
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
 from minruntime.stream.topics import (
     FOREVER,
     Replication,
@@ -27,6 +26,7 @@ from minruntime.stream.topics import (
     replication_for,
     topic_specs,
 )
+from minruntime_dev.stack import StackStatus
 from tests.conftest import run_cli
 from tests.integration.helpers import kafka_admin
 

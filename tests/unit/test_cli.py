@@ -46,14 +46,14 @@ def test_usage_errors_are_one_line(
     ("target", "argv", "error", "code", "line"),
     [
         (
-            "minruntime.stack.stack_up",
+            "minruntime_dev.stack.stack_up",
             ["stack", "up"],
             StackError("port 9092 on 127.0.0.1 is already in use by another process"),
             3,
             "minruntime: error: port 9092 on 127.0.0.1 is already in use by another process",
         ),
         (
-            "minruntime.demo.run_demo",
+            "minruntime_dev.demo.run_demo",
             ["demo", "--rules-only"],
             UserError("the user's mistake, said in one line"),
             2,
@@ -88,7 +88,7 @@ def test_core_value_errors_are_one_line(
     def broken(*_: object, **__: object) -> None:
         parse_duration("1h-30m")
 
-    monkeypatch.setattr("minruntime.demo.run_demo", broken)
+    monkeypatch.setattr("minruntime_dev.demo.run_demo", broken)
     assert "1h-30m" in one_error_line(["demo", "--rules-only"], capsys)
 
 
@@ -104,7 +104,7 @@ def test_a_bug_shows_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     def buggy(*_: object, **__: object) -> None:
         raise ValueError("a bug: not the user's to fix")
 
-    monkeypatch.setattr("minruntime.demo.run_demo", buggy)
+    monkeypatch.setattr("minruntime_dev.demo.run_demo", buggy)
     with pytest.raises(ValueError, match="a bug") as raised:
         main(["demo", "--rules-only"])
     assert not isinstance(raised.value, UserError)

@@ -16,7 +16,7 @@ from minruntime.settings import (
     with_passfile,
     without_password,
 )
-from minruntime.stack.credentials import ensure_passwords, read_passwords
+from minruntime_dev.stack.credentials import ensure_passwords, read_passwords
 
 
 def test_passwords_are_generated_once_and_kept_private(tmp_path: Path) -> None:

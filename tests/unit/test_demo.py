@@ -10,10 +10,10 @@ import time
 
 from rich.console import Console
 
-from minruntime.demo import RECLAIM_CASES, design_tree, run_demo
-from minruntime.demo_process import DemoChild
 from minruntime.errors import UserError
 from minruntime.stream.topic_guard import REFUSAL
+from minruntime_dev.demo import RECLAIM_CASES, design_tree, run_demo
+from minruntime_dev.demo_process import DemoChild
 
 
 def _demo_text() -> str:

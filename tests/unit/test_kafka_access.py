@@ -17,8 +17,8 @@ from minruntime.kafka_access import (
     stack_credentials_file,
 )
 from minruntime.settings import Settings
-from minruntime.stack.kafka_security import BrokerSecrets, Keystores, listener_lines
 from minruntime.stream.app import broker_credentials
+from minruntime_dev.stack.kafka_security import BrokerSecrets, Keystores, listener_lines
 
 CA = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
 

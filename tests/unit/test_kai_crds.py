@@ -18,15 +18,15 @@ import yaml
 
 from minruntime.cli import main
 from minruntime.cluster import mapping
-from minruntime.cluster.standin import pool_labels
 from minruntime.errors import StackError
-from minruntime.stack.crds import (
+from minruntime_dev.stack.crds import (
     CrdChoice,
     chosen_crds,
     crd_directory,
     read_crds,
     with_semi_preemptible,
 )
+from minruntime_dev.standin import pool_labels
 
 KAI_SOURCE = Path(os.environ.get("MINRUNTIME_KAI_SOURCE", "/work/kai-src/kai"))
 KAI_CRDS = KAI_SOURCE / "deployments" / "kai-scheduler" / "crds"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from minruntime.errors import StackError
-from minruntime.stack.kube_build import scratch_go_mod
+from minruntime_dev.stack.kube_build import scratch_go_mod
 
 UPSTREAM = """module k8s.io/kubernetes
 

@@ -20,7 +20,7 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from minruntime.settings import Settings
-from minruntime.stack.gotools import PROMTOOL, ensure_tool
+from minruntime_dev.stack.gotools import PROMTOOL, ensure_tool
 from tests.manifests import assert_a_real_minruntime_command
 from tests.monitoring import (
     POSTGRES_SOURCE,

@@ -1,5 +1,5 @@
 """`stack up --brokers 3 --pg-standby`: the ports, the remembered topology, the addresses the
-settings derive from it, the brokers' configuration and cluster ID, and the replication
+stack exports for the settings, the brokers' configuration and cluster ID, and the replication
 settings — all without starting anything (tests/e2e/faults/ starts them)."""
 
 from __future__ import annotations
@@ -12,22 +12,30 @@ from pathlib import Path
 
 import pytest
 
-from minruntime.commands.stack import parse_signal
 from minruntime.errors import ConfigError, StackError, UserError
 from minruntime.pgurl import PgAddress
 from minruntime.settings import OWNER_ROLE, Settings
-from minruntime.stack.access import REPLICATION_ROLE, hba_text
-from minruntime.stack.kafka import KafkaNode, Quorum, new_cluster_id
-from minruntime.stack.kafka_cluster import KafkaCluster
-from minruntime.stack.manager import plan_topology, with_topology
-from minruntime.stack.pg_standby import (
+from minruntime_dev.commands.stack import parse_signal
+from minruntime_dev.stack.access import REPLICATION_ROLE, hba_text
+from minruntime_dev.stack.kafka import KafkaNode, Quorum, new_cluster_id
+from minruntime_dev.stack.kafka_cluster import KafkaCluster
+from minruntime_dev.stack.manager import plan_topology, with_topology
+from minruntime_dev.stack.pg_standby import (
     APPLICATION_NAME,
     FENCED_APPLICATION_NAME,
     SLOT,
     primary_conf,
     standby_conf,
 )
-from minruntime.topology import StackTopology, read_topology, topology_file, write_topology
+from minruntime_dev.topology import (
+    StackTopology,
+    env_file,
+    read_stack_env,
+    read_topology,
+    topology_file,
+    write_stack_env,
+    write_topology,
+)
 from tests.unit.test_cli import one_error_line
 
 BROKERS = ("127.0.0.1:9092", "127.0.0.1:9102", "127.0.0.1:9112")
@@ -179,13 +187,32 @@ def test_addresses_naming_the_first_node_stand_for_the_whole_stack() -> None:
     assert StackTopology().database_url_for(URL) == URL
 
 
-def test_settings_read_the_remembered_topology(settings: Settings) -> None:
+def _exported(settings: Settings, topology: StackTopology) -> dict[str, str]:
+    """What `stack up` exports for `topology` (the settings as its clients see them)."""
+    seen = with_topology(settings, StackTopology(), topology)
+    addresses = {
+        "MINRUNTIME_KAFKA_BOOTSTRAP": seen.kafka_bootstrap,
+        "MINRUNTIME_DATABASE_URL": seen.database_url,
+    }
+    write_topology(settings.stack_dir, topology)
+    write_stack_env(settings.stack_dir, topology, addresses)
+    return read_stack_env(settings.stack_dir)
+
+
+def test_the_settings_take_the_addresses_the_stack_exports(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert not topology_file(settings.stack_dir).exists()
+    assert read_stack_env(settings.stack_dir) == {}
     plain = Settings(stack_dir=settings.stack_dir)
     assert plain.kafka_bootstrap == "127.0.0.1:9092"
     assert PgAddress.parse(plain.database_url).servers == (("127.0.0.1", 5433),)
 
-    write_topology(settings.stack_dir, StackTopology(BROKERS, SERVERS, primary=1))
+    exported = _exported(settings, StackTopology(BROKERS, SERVERS, primary=1))
+    # The settings themselves read no file of the stack's: the environment carries them.
+    assert Settings(stack_dir=settings.stack_dir).kafka_bootstrap == "127.0.0.1:9092"
+    for name, value in exported.items():
+        monkeypatch.setenv(name, value)
     remembering = Settings(stack_dir=settings.stack_dir)
     assert remembering.kafka_bootstrap == ",".join(BROKERS)
     # The first broker's port still derives the API server's and etcd's.
@@ -207,16 +234,38 @@ def test_settings_read_the_remembered_topology(settings: Settings) -> None:
     assert PgAddress.parse(single.database_url).servers == (("127.0.0.1", 5433),)
 
 
+def test_the_exported_file_is_shell_syntax_and_names_no_password(settings: Settings) -> None:
+    url = "postgresql://minruntime@127.0.0.1:5433,127.0.0.1:5434/minruntime?a=1&b=2"
+    topology = StackTopology(BROKERS, SERVERS)
+    write_stack_env(settings.stack_dir, topology, {"MINRUNTIME_DATABASE_URL": url})
+    text = env_file(settings.stack_dir).read_text()
+    assert f"MINRUNTIME_DATABASE_URL='{url}'" in text  # `&` quoted for `. stack.env`
+    assert read_stack_env(settings.stack_dir) == {"MINRUNTIME_DATABASE_URL": url}
+    with pytest.raises(ValueError, match="exports only"):
+        write_stack_env(settings.stack_dir, topology, {"MINRUNTIME_KAFKA_PASSWORD": "x"})
+
+
 def test_the_plain_topology_leaves_no_file_and_a_broken_one_is_one_line(
     settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     write_topology(settings.stack_dir, StackTopology(BROKERS))
     assert read_topology(settings.stack_dir) == StackTopology(BROKERS)
+    _exported(settings, StackTopology(BROKERS))
+    assert env_file(settings.stack_dir).exists()
     write_topology(settings.stack_dir, StackTopology())
+    write_stack_env(settings.stack_dir, StackTopology(), {})
     assert not topology_file(settings.stack_dir).exists()
+    assert not env_file(settings.stack_dir).exists()
     topology_file(settings.stack_dir).write_text("{not json")
     with pytest.raises(ConfigError, match=r"topology\.json is not a topology"):
-        Settings(stack_dir=settings.stack_dir)
+        read_topology(settings.stack_dir)
+    monkeypatch.setenv("MINRUNTIME_STACK_DIR", str(settings.stack_dir))
+    assert "topology.json is not a topology" in one_error_line(["stack", "status"], capsys)
+    env_file(settings.stack_dir).write_text("MINRUNTIME_KAFKA_BOOTSTRAP='unclosed\n")
+    with pytest.raises(ConfigError, match=r"stack\.env is not a file"):
+        read_stack_env(settings.stack_dir)
 
 
 def test_synchronous_replication_and_the_standby_settings() -> None:

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import pytest
 
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus, kafka_cluster, stack_status, stack_up
-from minruntime.stack.kafka_cluster import KafkaCluster
-from minruntime.stack.manager import with_topology
-from minruntime.stack.pg_standby import PostgresPair
-from minruntime.topology import read_topology
+from minruntime_dev.stack import StackStatus, kafka_cluster, stack_status, stack_up
+from minruntime_dev.stack.kafka_cluster import KafkaCluster
+from minruntime_dev.stack.manager import with_topology
+from minruntime_dev.stack.pg_standby import PostgresPair
+from minruntime_dev.topology import read_topology
 from tests.conftest import free_port_pair, free_ports, private_stack_env, remove_stack
 
 # Node N of the cluster listens at the first port + 10 * (N - 1), its controller one above.

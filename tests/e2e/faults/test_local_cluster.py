@@ -24,8 +24,9 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import OWNER_ROLE, with_role
-from minruntime.stack.pg_standby import APPLICATION_NAME
 from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime_dev.stack.pg_standby import APPLICATION_NAME
+from minruntime_dev.topology import read_stack_env
 from tests.conftest import run_cli
 from tests.e2e.faults.conftest import FaultStack
 from tests.e2e.harness import wait_for
@@ -56,6 +57,11 @@ def test_status_lists_every_node_and_the_urls_name_both_servers(fault_stack: Fau
         assert servers in lines[name]
         assert "target_session_attrs=read-write" in lines[name]
     assert "target_session_attrs=prefer-standby" in lines["READER_DATABASE_URL"]
+    # The addresses the stack exports for its clients (the settings read no file of the stack's).
+    assert read_stack_env(fault_stack.base.stack_dir) == {
+        "MINRUNTIME_KAFKA_BOOTSTRAP": lines["KAFKA_BOOTSTRAP"],
+        "MINRUNTIME_DATABASE_URL": lines["DATABASE_URL"],
+    }
     with psycopg.connect(lines["READER_DATABASE_URL"]) as conn:
         assert conn.execute("SELECT pg_is_in_recovery(), inet_server_port()").fetchone() == (
             True,

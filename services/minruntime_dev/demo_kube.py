@@ -4,7 +4,7 @@ Everything real: the API server and etcd of `stack up --kube`, Kafka, PostgreSQL
 `minruntime` processes (processor, requeue worker, kube bridge, kube evictor). The demo makes
 the cluster objects a KAI user has (Queues, PriorityClasses, a GPU Node, PodGroups and pods)
 and plays only the parts that do not run here: KAI binding the pods, the kubelet setting them
-Running and, after the eviction, deleting the pod (`minruntime.cluster.standin`).
+Running and, after the eviction, deleting the pod (`minruntime_dev.standin`).
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from rich.table import Table
 
 from minruntime.cluster.api import api_client
 from minruntime.cluster.mapping import REQUEUE_NOT_BEFORE_ANNOTATION
-from minruntime.cluster.standin import Cluster
 from minruntime.core import DEFAULT_NODE_POOL
-from minruntime.demo_gentle import Until, gentle_env, run_gentle
-from minruntime.demo_gentle import nodes as gentle_nodes
-from minruntime.demo_process import DemoChild, wait_for
-from minruntime.demo_queries import KUBE_COMMITTED, KUBE_STATUS, ask, kube_podgroups
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
+from minruntime_dev.demo_gentle import Until, gentle_env, run_gentle
+from minruntime_dev.demo_gentle import nodes as gentle_nodes
+from minruntime_dev.demo_process import DemoChild, wait_for
+from minruntime_dev.demo_queries import KUBE_COMMITTED, KUBE_STATUS, ask, kube_podgroups
+from minruntime_dev.standin import Cluster
 
 T = TypeVar("T")
 

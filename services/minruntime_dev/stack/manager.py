@@ -3,10 +3,12 @@
 The Kubernetes part (etcd + kube-apiserver) joins only with `up --kube` and stays part of the
 stack until `down`; without `--kube` the stack is PostgreSQL and Kafka, as before.
 
-`up --brokers 3` makes Kafka a three-node KRaft cluster (minruntime.stack.kafka_cluster) and
-`up --pg-standby` gives PostgreSQL a synchronous streaming standby (minruntime.stack.pg_standby).
-The stack remembers them (minruntime.topology), so `status`, `down` and the next `up` without
-flags know; without them, and with no remembered topology, everything is as it always was.
+`up --brokers 3` makes Kafka a three-node KRaft cluster (minruntime_dev.stack.kafka_cluster)
+and `up --pg-standby` gives PostgreSQL a synchronous streaming standby
+(minruntime_dev.stack.pg_standby). The stack remembers them (minruntime_dev.topology), so
+`status`, `down` and the next `up` without flags know, and exports its clients' addresses
+(`<stack dir>/stack.env`); without them, and with no remembered topology, everything is as it
+always was.
 """
 
 from __future__ import annotations
@@ -20,14 +22,19 @@ from typing import Any
 from minruntime.errors import StackError
 from minruntime.pgurl import PgAddress
 from minruntime.settings import READER_ROLE, Settings, with_role, without_password
-from minruntime.stack.apiserver import KubeNode
-from minruntime.stack.crds import CrdChoice, apply_crds, chosen_crds
-from minruntime.stack.kafka import KafkaNode
-from minruntime.stack.kafka_cluster import KafkaCluster, node_port
-from minruntime.stack.pg_standby import PostgresPair
-from minruntime.stack.postgres import PostgresNode
-from minruntime.stack.process import Health
-from minruntime.topology import StackTopology, read_topology, write_topology
+from minruntime_dev.stack.apiserver import KubeNode
+from minruntime_dev.stack.crds import CrdChoice, apply_crds, chosen_crds
+from minruntime_dev.stack.kafka import KafkaNode
+from minruntime_dev.stack.kafka_cluster import KafkaCluster, node_port
+from minruntime_dev.stack.pg_standby import PostgresPair
+from minruntime_dev.stack.postgres import PostgresNode
+from minruntime_dev.stack.process import Health
+from minruntime_dev.topology import (
+    StackTopology,
+    read_topology,
+    write_stack_env,
+    write_topology,
+)
 
 Say = Callable[[str], None]
 
@@ -133,7 +140,7 @@ def stack_up(
     write_topology(settings.stack_dir, topology)
     began = time.monotonic()
     topology = _postgres_up(settings, remembered, topology, say)
-    write_topology(settings.stack_dir, topology)
+    _remember(settings, topology)
     if topology.cluster:
         _cluster_up(KafkaCluster(settings, len(topology.brokers)), settings, say, began)
     else:
@@ -141,6 +148,17 @@ def stack_up(
     if kube:
         kube_up(settings, say, chosen)
     return stack_status(settings)
+
+
+def _remember(settings: Settings, topology: StackTopology) -> None:
+    """Remember `topology`, and export the addresses its clients use (`settings`: as seen
+    under it, `with_topology`)."""
+    write_topology(settings.stack_dir, topology)
+    addresses = {
+        "MINRUNTIME_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "MINRUNTIME_DATABASE_URL": without_password(settings.database_url, settings.passfile),
+    }
+    write_stack_env(settings.stack_dir, topology, addresses)
 
 
 def _postgres(settings: Settings, topology: StackTopology) -> PostgresNode | PostgresPair:
@@ -268,7 +286,7 @@ def stack_failover(settings: Settings, say: Say = _quiet) -> StackStatus:
         )
     settings = with_topology(settings, topology, topology)
     failed_over = PostgresPair(settings, topology).failover(settings.stack_timeout_seconds, say)
-    write_topology(settings.stack_dir, failed_over)
+    _remember(settings, failed_over)
     return stack_status(settings)
 
 

@@ -2,7 +2,7 @@
 with `--kube` also etcd and a real kube-apiserver, built once from the Go module proxy; with
 `--brokers 3` a three-node Kafka cluster, with `--pg-standby` a synchronous PostgreSQL standby."""
 
-from minruntime.stack.manager import (
+from minruntime_dev.stack.manager import (
     ComponentStatus,
     StackStatus,
     kafka_cluster,

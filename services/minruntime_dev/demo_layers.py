@@ -27,9 +27,14 @@ import sqlalchemy as sa
 from rich.console import Console
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_rfc3339
-from minruntime.demo_pipeline import show_query
-from minruntime.demo_process import DemoChild, free_port, show_commands, wait_for
-from minruntime.demo_queries import (
+from minruntime.events import encode_event, new_event
+from minruntime.produce import Outgoing, send
+from minruntime.settings import Settings
+from minruntime.store import engine_from
+from minruntime.stream.topics import TopicRole, topic_names
+from minruntime_dev.demo_pipeline import show_query
+from minruntime_dev.demo_process import DemoChild, free_port, show_commands, wait_for
+from minruntime_dev.demo_queries import (
     LAYERS_EVICTION_APPLIED,
     LAYERS_FIRST_ROUND_APPLIED,
     LAYERS_REPEAT_COOLDOWN_OVER,
@@ -40,11 +45,6 @@ from minruntime.demo_queries import (
     layers_semi_preemptible,
     run_query,
 )
-from minruntime.events import encode_event, new_event
-from minruntime.produce import Outgoing, send
-from minruntime.settings import Settings
-from minruntime.store import engine_from
-from minruntime.stream.topics import TopicRole, topic_names
 
 NAMESPACE: Final = "demo-layers"
 STARTED_AGO: Final = timedelta(hours=2)

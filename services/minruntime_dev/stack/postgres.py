@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from minruntime.errors import MissingToolError, StackError
 from minruntime.pgurl import PgAddress
 from minruntime.settings import Settings
-from minruntime.stack.access import (
+from minruntime_dev.stack.access import (
     INCLUDE_LINE,
     REPLICATION_INCLUDE_LINE,
     REPLICATION_ROLE,
@@ -31,7 +31,7 @@ from minruntime.stack.access import (
     make_certificate,
     security_conf,
 )
-from minruntime.stack.process import Health, require_free_port, run, tail, write_private
+from minruntime_dev.stack.process import Health, require_free_port, run, tail, write_private
 
 if TYPE_CHECKING:
     import psycopg
@@ -89,7 +89,7 @@ class PostgresNode:
 
     Without arguments, the stack's server: `.stack/postgres` on the port of
     MINRUNTIME_DATABASE_URL. With `--pg-standby` the stack has a second one, `postgres-2` on
-    the next port (minruntime.stack.pg_standby); `replication` then lets its replication
+    the next port (minruntime_dev.stack.pg_standby); `replication` then lets its replication
     connections in.
     """
 
@@ -245,7 +245,7 @@ class PostgresNode:
             )
 
     def configure(self) -> None:
-        """Write who may connect and how (minruntime.stack.access); upgrades older stacks."""
+        """Write who may connect and how (minruntime_dev.stack.access); upgrades older stacks."""
         conf = self.data_dir / "postgresql.conf"
         includes = {INCLUDE_LINE: "socket, passwords and TLS"}
         if self.replication:
@@ -380,7 +380,7 @@ class PostgresNode:
     def create_database(self) -> dict[str, str]:
         """Create (or upgrade) the roles, their passwords and the database (idempotent);
         each role's password."""
-        from minruntime.stack.roles import bootstrap_roles
+        from minruntime_dev.stack.roles import bootstrap_roles
 
         return bootstrap_roles(self, self.settings, replication=self.replication)
 

@@ -7,7 +7,7 @@ them has CREATEROLE). The three roles of docs/storage.md#roles-and-privileges:
 - the runtime role (the user of ``MINRUNTIME_DATABASE_URL``, ``minruntime`` by default);
 - ``minruntime_reader``;
 - with a standby (``stack up --pg-standby``) ``minruntime_replication``: REPLICATION and LOGIN,
-  for the standby's replication connection, and no database (minruntime.stack.access).
+  for the standby's replication connection, and no database (minruntime_dev.stack.access).
 
 Passwords: the one ``MINRUNTIME_DATABASE_URL`` carries, if any (an explicit choice is kept,
 as before); otherwise generated once and kept in ``<stack dir>/pgpass`` (mode 0600), which is
@@ -26,15 +26,15 @@ from psycopg import Connection, sql
 
 from minruntime.errors import StackError
 from minruntime.settings import OWNER_ROLE, READER_ROLE, Settings
-from minruntime.stack.access import REPLICATION_ROLE
-from minruntime.stack.credentials import ensure_passwords
-from minruntime.stack.postgres import SUPERUSER, PostgresNode
 from minruntime.store.privileges import (
     ADVISORY_LOCK_FUNCTIONS,
     restrict_advisory_locks,
     runtime_grants,
 )
 from minruntime.store.tables import READ_SCHEMA, STATE_SCHEMA
+from minruntime_dev.stack.access import REPLICATION_ROLE
+from minruntime_dev.stack.credentials import ensure_passwords
+from minruntime_dev.stack.postgres import SUPERUSER, PostgresNode
 
 ROLE_COMMENT = "managed by `minruntime stack up`"
 _ROLE_OPTIONS = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"

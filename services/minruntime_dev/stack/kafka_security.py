@@ -22,7 +22,7 @@ from pathlib import Path
 
 from minruntime.errors import MissingToolError, StackError
 from minruntime.kafka_access import stack_ca_file, stack_credentials_file
-from minruntime.stack.process import run, write_private
+from minruntime_dev.stack.process import run, write_private
 
 CLIENT_USER = "minruntime"
 BROKER_USER = "broker"

@@ -20,12 +20,13 @@ import ipaddress
 import shutil
 from pathlib import Path
 
-from minruntime.stack.process import run
+from minruntime_dev.stack.process import run
 
 IDENT_MAP = "minruntime"
 SECURITY_CONF = "minruntime-security.conf"
 INCLUDE_LINE = f"include_if_exists = '{SECURITY_CONF}'"
-# A server of a stack with a standby: its part, primary or standby (minruntime.stack.pg_standby).
+# A server of a stack with a standby: its part, primary or standby
+# (minruntime_dev.stack.pg_standby).
 REPLICATION_CONF = "minruntime-replication.conf"
 REPLICATION_INCLUDE_LINE = f"include_if_exists = '{REPLICATION_CONF}'"
 REPLICATION_ROLE = "minruntime_replication"
@@ -42,7 +43,8 @@ def hba_text(superuser: str, replication_role: str | None = None) -> str:
         else ""
     )
     return (
-        "# Written by `minruntime stack up` (minruntime/stack/access.py); rewritten on each up.\n"
+        "# Written by `minruntime stack up` (minruntime_dev/stack/access.py); rewritten on each"
+        " up.\n"
         "# TYPE  DATABASE  USER  ADDRESS  METHOD\n"
         f"local   all  {superuser}  peer map={IDENT_MAP}\n"
         f"{replication}"

@@ -29,18 +29,18 @@ def demo_command(
     ] = False,
 ) -> None:
     """The guided run of the README: what the service decides, and why."""
-    from minruntime.demo import run_demo
+    from minruntime_dev.demo import run_demo
 
     demo_console = Console(width=width, highlight=False)
     if kube:
-        from minruntime.demo_kube import run_kube_demo
+        from minruntime_dev.demo_kube import run_kube_demo
 
         run_kube_demo(demo_console, current_settings())
         return
     run_demo(demo_console)
     if not rules_only:
-        from minruntime.demo_layers import run_layers_demo
-        from minruntime.demo_pipeline import run_pipeline_demo
+        from minruntime_dev.demo_layers import run_layers_demo
+        from minruntime_dev.demo_pipeline import run_pipeline_demo
 
         run_pipeline_demo(demo_console, current_settings(), output_dir=output_dir)
         run_layers_demo(demo_console, current_settings())

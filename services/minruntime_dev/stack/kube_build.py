@@ -23,7 +23,7 @@ from pathlib import Path
 
 from minruntime.errors import MissingToolError, StackError
 from minruntime.settings import Settings
-from minruntime.stack.process import run
+from minruntime_dev.stack.process import run
 
 KUBERNETES_MODULE = "k8s.io/kubernetes"
 ETCD_MODULE = "go.etcd.io/etcd/server/v3"

@@ -3,7 +3,7 @@
 The jars are fetched once with `mvn dependency:copy-dependencies` into a per-user cache
 (`~/.cache/minruntime/kafka-<version>/libs`) and shared by every checkout. The stack's single
 broker keeps its data and logs in the checkout's own `.stack/kafka/`; the nodes of a cluster
-(`stack up --brokers 3`, minruntime.stack.kafka_cluster) are the same `KafkaNode`, each with
+(`stack up --brokers 3`, minruntime_dev.stack.kafka_cluster) are the same `KafkaNode`, each with
 its own directory, ports and place in the controller quorum.
 """
 
@@ -21,14 +21,14 @@ from pathlib import Path
 from minruntime.errors import MissingToolError, StackError
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
-from minruntime.stack.kafka_probe import checked_round_trip, describe
-from minruntime.stack.kafka_security import (
+from minruntime_dev.stack.kafka_probe import checked_round_trip, describe
+from minruntime_dev.stack.kafka_security import (
     broker_secrets,
     ensure_keystores,
     listener_lines,
     scram_format_arguments,
 )
-from minruntime.stack.process import (
+from minruntime_dev.stack.process import (
     Health,
     pid_alive,
     port_in_use,

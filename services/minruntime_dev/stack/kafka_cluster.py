@@ -11,7 +11,7 @@ PostgreSQL's or the metrics ports.
 Every node's storage is formatted once, with the same cluster id and the same initial
 controller set (`--initial-controllers id@host:port:directory-id,...`); the ids are kept in
 `.stack/kafka-cluster.json`. Topics get three replicas and two in sync
-(`minruntime.stack.kafka.replication_lines`).
+(`minruntime_dev.stack.kafka.replication_lines`).
 
 For fault tests and operators: `kill` (any signal; SIGKILL by default), `start` (one node,
 back in the cluster), `stop`, `leader_of` and `partition_state` (through the admin client).
@@ -30,14 +30,14 @@ from typing import Any
 from minruntime.errors import StackError
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
-from minruntime.stack.kafka import (
+from minruntime_dev.stack.kafka import (
     KafkaNode,
     NodeSpec,
     Quorum,
     new_cluster_id,
 )
-from minruntime.stack.kafka_probe import checked_round_trip
-from minruntime.stack.process import (
+from minruntime_dev.stack.kafka_probe import checked_round_trip
+from minruntime_dev.stack.process import (
     Health,
     exited,
     pid_alive,

@@ -21,7 +21,7 @@ from minruntime.commands.common import current_settings, option
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
-    from minruntime.stack import StackStatus
+    from minruntime_dev.stack import StackStatus
 
 # Progress lines are log lines: never wrapped at a terminal width (a piped `stack up` kept
 # its long lines whole only by chance: "CRDs established: ..." with four CRDs was cut in two).
@@ -72,8 +72,8 @@ def up_command(
     ] = False,
 ) -> None:
     """Start PostgreSQL and Kafka (idempotent); returns when both really work."""
-    from minruntime.stack import stack_up
-    from minruntime.stack.crds import CrdChoice
+    from minruntime_dev.stack import stack_up
+    from minruntime_dev.stack.crds import CrdChoice
 
     crds = CrdChoice(kai_crds, semi_preemptible) if kai_crds or semi_preemptible else None
     status = stack_up(
@@ -94,7 +94,7 @@ def down_command(
     ] = False,
 ) -> None:
     """Stop the Kubernetes API server (if running), Kafka and PostgreSQL."""
-    from minruntime.stack import kube_down, stack_down
+    from minruntime_dev.stack import kube_down, stack_down
 
     if kube:
         kube_down(current_settings(), say=console.print)
@@ -104,7 +104,7 @@ def down_command(
 
 def status_command() -> None:
     """Report each component's health and the connection settings (exit 3 if unhealthy)."""
-    from minruntime.stack import stack_status
+    from minruntime_dev.stack import stack_status
 
     status = stack_status(current_settings())
     table = Table("component", "state", "pid", "detail")
@@ -126,7 +126,7 @@ def tool_command(
 ) -> None:
     """Print the path of a checking tool (helm, promtool), building it once with Go into the
     cache (`~/.cache/minruntime/tools`) when it is missing."""
-    from minruntime.stack.gotools import TOOLS, ensure_tool
+    from minruntime_dev.stack.gotools import TOOLS, ensure_tool
 
     tool = TOOLS.get(name)
     if tool is None:
@@ -174,7 +174,7 @@ def kill_broker_command(
     ] = "KILL",
 ) -> None:
     """Send a signal to one broker of the stack's Kafka cluster (`stack up --brokers 3`)."""
-    from minruntime.stack import kafka_cluster
+    from minruntime_dev.stack import kafka_cluster
 
     sig = parse_signal(signal_name)
     pid = kafka_cluster(current_settings()).kill(node, sig)
@@ -184,7 +184,7 @@ def kill_broker_command(
 
 def start_broker_command(node: Broker) -> None:
     """Start one broker of the stack's Kafka cluster again; returns once the cluster lists it."""
-    from minruntime.stack import kafka_cluster
+    from minruntime_dev.stack import kafka_cluster
 
     settings = current_settings()
     cluster = kafka_cluster(settings)
@@ -196,7 +196,7 @@ def start_broker_command(node: Broker) -> None:
 def failover_command() -> None:
     """Fence the PostgreSQL primary and promote its standby (`stack up --pg-standby`); the
     stack's URLs name both servers, so they keep working."""
-    from minruntime.stack import stack_failover
+    from minruntime_dev.stack import stack_failover
 
     status = stack_failover(current_settings(), say=print)
     print_connection(status)

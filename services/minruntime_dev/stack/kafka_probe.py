@@ -11,7 +11,7 @@ import uuid
 from minruntime.errors import StackError
 from minruntime.kafka_access import KafkaAccess, start_client
 
-HEALTHCHECK_TOPIC = "minruntime.stack-healthcheck"
+HEALTHCHECK_TOPIC = "minruntime_dev.stack-healthcheck"
 
 
 def checked_round_trip(access: KafkaAccess, timeout: float, replicas: int = 1) -> None:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from minruntime.errors import MissingToolError, StackError
 from minruntime.settings import Settings
-from minruntime.stack.kube_build import KubeBinaries
-from minruntime.stack.process import (
+from minruntime_dev.stack.kube_build import KubeBinaries
+from minruntime_dev.stack.process import (
     Health,
     pid_alive,
     port_in_use,

@@ -1,18 +1,23 @@
-"""How the local stack was started, remembered in its directory (`<stack dir>/topology.json`).
+"""How the local stack was started, remembered in its directory (`<stack dir>/topology.json`),
+and the addresses it exports for its clients (`<stack dir>/stack.env`).
 
-`minruntime stack up --brokers 3 --pg-standby` writes it; `stack status`, `stack down` and the
-next `stack up` without flags read it, and so do the settings: an address that names the
-stack's first broker alone stands for every broker of the cluster, and one that names the
-stack's first PostgreSQL server alone stands for both servers, with
+`minruntime stack up --brokers 3 --pg-standby` writes both; `stack status`, `stack down` and
+the next `stack up` without flags read the topology. The clients' addresses follow it: an
+address that names the stack's first broker alone stands for every broker of the cluster, and
+one that names the stack's first PostgreSQL server alone stands for both servers, with
 `target_session_attrs=read-write` (libpq connects to whichever is the primary, before and
-after a failover). Any other address is left as it was given. A stack started without the
-flags has no file, and nothing changes.
+after a failover). Any other address is left as it was given. The service's settings read
+none of this: `stack up` and `stack failover` write the resolved addresses to `stack.env` as
+`MINRUNTIME_KAFKA_BOOTSTRAP` and `MINRUNTIME_DATABASE_URL` (shell syntax: `set -a; .
+.stack/stack.env`), which tests/conftest.py and the scripts load. A stack started without the
+flags has neither file, and nothing changes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -20,6 +25,10 @@ from minruntime.errors import ConfigError
 from minruntime.pgurl import PgAddress
 
 TOPOLOGY_FILE = "topology.json"
+ENV_FILE = "stack.env"
+# The settings a stack's topology resolves, and only those (never a password: the URL names
+# the stack's passfile).
+EXPORTED = ("MINRUNTIME_KAFKA_BOOTSTRAP", "MINRUNTIME_DATABASE_URL")
 
 
 @dataclass(frozen=True)
@@ -119,11 +128,58 @@ def read_topology(stack_dir: Path) -> StackTopology:
 
 def write_topology(stack_dir: Path, topology: StackTopology) -> None:
     """Remember `topology` (the default one removes the file: a plain stack has none)."""
-    path = topology_file(stack_dir)
-    if topology.default:
+    text = json.dumps(asdict(topology), indent=2) + "\n"
+    _replace(topology_file(stack_dir), None if topology.default else text)
+
+
+def _replace(path: Path, text: str | None) -> None:
+    """`path` holds `text` at once, never half of it (None: `path` is removed)."""
+    if text is None:
         path.unlink(missing_ok=True)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text(json.dumps(asdict(topology), indent=2) + "\n")
+    temporary.write_text(text)
     os.replace(temporary, path)
+
+
+def env_file(stack_dir: Path) -> Path:
+    """Where a stack directory exports its clients' addresses."""
+    return stack_dir / ENV_FILE
+
+
+def write_stack_env(stack_dir: Path, topology: StackTopology, addresses: dict[str, str]) -> None:
+    """Export `addresses` (`EXPORTED` names to values) for a stack of `topology`; the default
+    topology removes the file (a plain stack's clients need nothing but the defaults)."""
+    unknown = sorted(set(addresses) - set(EXPORTED))
+    if unknown:
+        raise ValueError(f"a stack exports only {', '.join(EXPORTED)}, not {unknown}")
+    lines = [
+        "# Written by `minruntime stack up` and `stack failover`: this stack's every broker and",
+        "# server. Load it with `set -a; . <this file>; set +a` (tests/conftest.py does).",
+        *(f"{name}={shlex.quote(value)}" for name, value in addresses.items()),
+    ]
+    _replace(env_file(stack_dir), None if topology.default else "\n".join(lines) + "\n")
+
+
+def read_stack_env(stack_dir: Path) -> dict[str, str]:
+    """The addresses a stack exported (`write_stack_env`); none when it has no file."""
+    path = env_file(stack_dir)
+    if not path.is_file():
+        return {}
+    lines = path.read_text().splitlines()
+    return dict(_exported(path, line) for line in lines if line.strip() and line[0] != "#")
+
+
+def _exported(path: Path, line: str) -> tuple[str, str]:
+    name, _, value = line.partition("=")
+    try:
+        words = shlex.split(value) if value else [""]
+    except ValueError:  # an unbalanced quote
+        words = []
+    if name not in EXPORTED or len(words) != 1:
+        raise ConfigError(
+            f"{path} is not a file `minruntime stack up` wrote (line {line[:60]!r}); "
+            "delete it and run `minruntime stack up`"
+        )
+    return name, words[0]

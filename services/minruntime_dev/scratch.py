@@ -17,7 +17,7 @@ from psycopg import sql
 
 from minruntime.pgurl import PgAddress
 from minruntime.settings import OWNER_ROLE, Settings
-from minruntime.stack.postgres import PostgresNode
+from minruntime_dev.stack.postgres import PostgresNode
 
 SCRATCH_PREFIX = "minruntime_test"
 
@@ -25,7 +25,7 @@ SCRATCH_PREFIX = "minruntime_test"
 def admin_connection(settings: Settings) -> psycopg.Connection[tuple[object, ...]]:
     """An autocommit connection allowed to create databases: the superuser over the socket of
     the stack's primary (with `--pg-standby`, after a failover, that is the second server)."""
-    from minruntime.stack.pg_standby import STANDBY_NAME
+    from minruntime_dev.stack.pg_standby import STANDBY_NAME
 
     port = settings.database_parts.port
     for node in (PostgresNode(settings), PostgresNode(settings, STANDBY_NAME, port + 1)):

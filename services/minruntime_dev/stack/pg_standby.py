@@ -32,11 +32,11 @@ from psycopg.conninfo import make_conninfo
 
 from minruntime.errors import StackError
 from minruntime.settings import Settings
-from minruntime.stack.access import REPLICATION_CONF, REPLICATION_ROLE
-from minruntime.stack.credentials import passfile_text, read_passwords
-from minruntime.stack.postgres import PostgresNode
-from minruntime.stack.process import Health, wait_until
-from minruntime.topology import StackTopology
+from minruntime_dev.stack.access import REPLICATION_CONF, REPLICATION_ROLE
+from minruntime_dev.stack.credentials import passfile_text, read_passwords
+from minruntime_dev.stack.postgres import PostgresNode
+from minruntime_dev.stack.process import Health, wait_until
+from minruntime_dev.topology import StackTopology
 
 Say = Callable[[str], None]
 

@@ -29,16 +29,16 @@ import sqlalchemy as sa
 from rich.console import Console
 from rich.table import Table
 
-from minruntime.cluster.standin import Cluster
 from minruntime.core.checkpoint import (
     CHECKPOINT_GRACE_ANNOTATION,
     CHECKPOINT_REQUESTED_AT_ANNOTATION,
 )
-from minruntime.demo_process import run_cli_as_user
-from minruntime.demo_queries import GENTLE_DECISIONS as DECISIONS
-from minruntime.demo_queries import GENTLE_OUTCOME as OUTCOME
-from minruntime.demo_queries import GENTLE_RUN_LOST as RUN_LOST
-from minruntime.demo_queries import ask
+from minruntime_dev.demo_process import run_cli_as_user
+from minruntime_dev.demo_queries import GENTLE_DECISIONS as DECISIONS
+from minruntime_dev.demo_queries import GENTLE_OUTCOME as OUTCOME
+from minruntime_dev.demo_queries import GENTLE_RUN_LOST as RUN_LOST
+from minruntime_dev.demo_queries import ask
+from minruntime_dev.standin import Cluster
 
 T = TypeVar("T")
 Until = Callable[[Callable[[], T | None], str], T]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minruntime.settings import Settings
-from minruntime.stack.kube_build import KubeBinaries, exclusive
-from minruntime.stack.process import run
+from minruntime_dev.stack.kube_build import KubeBinaries, exclusive
+from minruntime_dev.stack.process import run
 
 
 @dataclass(frozen=True, slots=True)

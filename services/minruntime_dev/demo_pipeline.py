@@ -27,16 +27,6 @@ from rich.syntax import Syntax
 from rich.table import Column, Table
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_duration
-from minruntime.demo_process import DemoChild, free_port, run_cli_as_user, show_commands, wait_for
-from minruntime.demo_queries import (
-    APPLIED_EVENTS,
-    DEAD_LETTERS,
-    DECIDED_JOBS,
-    EARLIER_DEMO_PODGROUPS,
-    PIPELINE_QUERIES,
-    requeue_queries,
-    run_query,
-)
 from minruntime.errors import UserError
 from minruntime.events import encode_event, new_event
 from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
@@ -45,6 +35,22 @@ from minruntime.settings import Settings, project_root
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
 from minruntime.stream.topics import TopicRole, topic_names
+from minruntime_dev.demo_process import (
+    DemoChild,
+    free_port,
+    run_cli_as_user,
+    show_commands,
+    wait_for,
+)
+from minruntime_dev.demo_queries import (
+    APPLIED_EVENTS,
+    DEAD_LETTERS,
+    DECIDED_JOBS,
+    EARLIER_DEMO_PODGROUPS,
+    PIPELINE_QUERIES,
+    requeue_queries,
+    run_query,
+)
 
 # The requeue story: three 4-GPU gangs, each alone on a 4-GPU node of its own node pool (so
 # they do not compete), started two hours ago with an expected runtime of one hour.

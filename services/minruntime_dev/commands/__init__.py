@@ -1,0 +1,1 @@
+"""The `minruntime stack ...` and `minruntime demo` commands (minruntime.cli names them)."""
