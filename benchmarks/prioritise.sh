@@ -11,10 +11,9 @@
 # A nice value alone is not enough on this machine: the kernel groups processes by session
 # (autogroup, /proc/sys/kernel/sched_autogroup_enabled = 1) and shares the cores between the
 # groups first, by each group's own nice value, then inside a group by its processes' nice
-# values. So the loop also sets to NICE the autogroup of PID (start the benchmark with setsid
-# for a group of its own) and the autogroup of the backends: the PostgreSQL server's, which
-# every backend shares, the other agents' included. There the backends of DATABASE, at NICE,
-# come first, the others at 0; the server's group gets back its nice value when the loop ends.
+# values. So the loop also sets to NICE the autogroup of each of those processes: PID's
+# session's (start the benchmark with setsid for a session of its own), and each backend's
+# (a PostgreSQL backend makes itself a session of its own: a group of one).
 #
 # With nice -15 against the default 0, the scheduler (CFS) gives a runnable task about 28
 # times the CPU share of a runnable task at 0 (a weight of 29,154 against 1,024): on two
@@ -42,22 +41,9 @@ descendants() {
         }'
 }
 
-group_nice() {
-    # The nice value of the autogroup of process $1 ("/autogroup-N nice V"), if it has one.
-    awk '{ print $3 }' "/proc/$1/autogroup" 2>/dev/null || true
-}
-
-postmaster=$(ps -o pid=,args= -C postgres | awk '$2 ~ /bin\/postgres$/ { print $1; exit }')
-server_nice=""
-if [[ -n $postmaster ]]; then
-    server_nice=$(group_nice "$postmaster")
-fi
 root_group=$(awk '{ print $1 }' "/proc/$root/autogroup" 2>/dev/null || true)
-root_nice=$(group_nice "$root")
+root_nice=$(awk '{ print $3 }' "/proc/$root/autogroup" 2>/dev/null || true)
 restore() {
-    if [[ -n $server_nice && -e /proc/$postmaster/autogroup ]]; then
-        echo "$server_nice" >"/proc/$postmaster/autogroup" 2>/dev/null || true
-    fi
     # PID's group outlives PID when it is a session's that goes on (this loop's, say).
     if [[ -n $root_nice && $(awk '{ print $1 }' /proc/$$/autogroup) == "$root_group" ]]; then
         echo "$root_nice" >/proc/$$/autogroup 2>/dev/null || true
@@ -66,10 +52,6 @@ restore() {
 trap restore EXIT
 trap 'exit 0' TERM INT
 
-echo "$nice" >"/proc/$root/autogroup" 2>/dev/null || true
-if [[ -n $server_nice ]]; then
-    echo "$nice" >"/proc/$postmaster/autogroup" 2>/dev/null || true
-fi
 while kill -0 "$root" 2>/dev/null; do
     pids=$(
         ps -o pid=,args= -C postgres | awk -v db="$database" '$2 == "postgres:" && $4 == db { print $1 }'
@@ -77,6 +59,7 @@ while kill -0 "$root" 2>/dev/null; do
     )
     for pid in $pids; do
         renice -n "$nice" -p "$pid" >/dev/null 2>&1 || true
+        echo "$nice" >"/proc/$pid/autogroup" 2>/dev/null || true
     done
     sleep 1
 done
