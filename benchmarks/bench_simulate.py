@@ -54,7 +54,7 @@ from minruntime.events import ConfigUpdatedData, new_event
 from minruntime.pgurl import PgAddress
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from peak_rss import PeakRss
+from run_sampler import RunSampler
 
 KEPT = Path(__file__).parent / "out" / "simulate-database.txt"
 MINRUNTIME = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "minruntime"
@@ -88,12 +88,12 @@ def change() -> list[ChangeEvent]:
     return [ChangeEvent("bench", event)]
 
 
-def cli(url: str, change_file: Path, out: Path) -> tuple[float, float, PeakRss]:
-    """(wall seconds, CPU seconds, peak memory) of ``minruntime simulate ... --json`` as a user
-    runs it (its default parts), stdout to ``out``; the CPU is the CLI's and its parts'."""
+def cli(url: str, change_file: Path, out: Path) -> tuple[float, float, RunSampler]:
+    """(wall seconds, CPU seconds, what was sampled) of ``minruntime simulate ... --json`` as a
+    user runs it (its default parts), stdout to ``out``; the CPU is the CLI's and its parts'."""
     env = {**os.environ, "MINRUNTIME_DATABASE_URL": url, "MINRUNTIME_OWNER_DATABASE_URL": url}
     args = ["--since", format_rfc3339(SINCE), "--until", format_rfc3339(UNTIL)]
-    with out.open("w") as sink, PeakRss() as peak:
+    with out.open("w") as sink, RunSampler(_database(url)) as peak:
         used = _children_cpu()
         started = time.perf_counter()
         done = subprocess.run(
@@ -113,6 +113,10 @@ def _children_cpu() -> float:
     """User + system seconds of this process's reaped children (and theirs)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def _database(url: str) -> str:
+    return PgAddress.parse(url).dbname or ""
 
 
 def _now() -> str:
@@ -140,7 +144,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     modes = args.only or ["one", "parts", "cli"]
-    runs: dict[str, list[tuple[float, float, PeakRss]]] = {mode: [] for mode in modes}
+    runs: dict[str, list[tuple[float, float, RunSampler]]] = {mode: [] for mode in modes}
     try:
         with engine.connect() as conn:
             events = conn.execute(sa.text("SELECT count(*) FROM minruntime.event_log")).scalar_one()
@@ -154,7 +158,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
                     seconds, cpu, peak = cli(url, change_file, out / "simulate.json")
                 else:
                     jobs = 1 if mode == "one" else args.jobs
-                    with PeakRss() as peak:
+                    with RunSampler(_database(url)) as peak:
                         started, used = time.perf_counter(), time.process_time()
                         parts = _children_cpu()
                         report = simulate(engine, change(), since=SINCE, until=UNTIL, jobs=jobs)
@@ -165,7 +169,9 @@ def measure(url: str, args: argparse.Namespace) -> None:
                 runs[mode].append((seconds, cpu, peak))
                 print(
                     f"  {_LABELS[mode].format(jobs=args.jobs)}: {seconds:.2f} s, CPU {cpu:.2f} s "
-                    f"({cpu * 1e6 / events:.0f} µs/entry), {peak.text()} (done {_now()})",
+                    f"({cpu * 1e6 / events:.0f} µs/entry) + PostgreSQL {peak.server_cpu:.2f} s "
+                    f"({peak.server_cpu * 1e6 / events:.0f} µs/entry), {peak.text()} "
+                    f"(done {_now()})",
                     flush=True,
                 )
         if args.profile:
@@ -213,8 +219,7 @@ def prioritised(url: str, enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    database = PgAddress.parse(url).dbname or ""
-    loop = subprocess.Popen([str(PRIORITISE), database, str(os.getpid())])
+    loop = subprocess.Popen([str(PRIORITISE), _database(url), str(os.getpid())])
     try:
         yield
     finally:

@@ -46,7 +46,7 @@ root_nice=$(awk '{ print $3 }' "/proc/$root/autogroup" 2>/dev/null || true)
 restore() {
     # PID's group outlives PID when it is a session's that goes on (this loop's, say).
     if [[ -n $root_nice && $(awk '{ print $1 }' /proc/$$/autogroup) == "$root_group" ]]; then
-        echo "$root_nice" >/proc/$$/autogroup 2>/dev/null || true
+        { echo "$root_nice" >/proc/$$/autogroup; } 2>/dev/null || true
     fi
 }
 trap restore EXIT
@@ -59,7 +59,7 @@ while kill -0 "$root" 2>/dev/null; do
     )
     for pid in $pids; do
         renice -n "$nice" -p "$pid" >/dev/null 2>&1 || true
-        echo "$nice" >"/proc/$pid/autogroup" 2>/dev/null || true
+        { echo "$nice" >"/proc/$pid/autogroup"; } 2>/dev/null || true
     done
     sleep 1
 done
