@@ -115,29 +115,10 @@ class Trace:
 TraceEvent = tuple[str, str, str, dict[str, Any], datetime]
 
 
-def generate(
-    queues: int,
-    nodes: int,
-    podgroups: int,
-    seed: int = SEED,
-    *,
-    allocation_steps: int = 2,
-    annotate_every: int = 10,
-    evicted_share: float = 0.0,
-) -> Trace:
-    """The deterministic cluster trace (``annotate_every`` 0: no annotations; ``evicted_share``:
-    that share of the releases is an eviction — evicted, preempted or requeued — instead of a
-    completion, drawn apart so the trace is otherwise the same)."""
+def generate(*args: Any, **shape: Any) -> Trace:
+    """``trace_events(...)``'s events, encoded, in one list."""
     trace = Trace()
-    for event in trace_events(
-        queues,
-        nodes,
-        podgroups,
-        seed,
-        allocation_steps=allocation_steps,
-        annotate_every=annotate_every,
-        evicted_share=evicted_share,
-    ):
+    for event in trace_events(*args, **shape):
         trace.add(*event)
     return trace
 
@@ -152,8 +133,11 @@ def trace_events(
     annotate_every: int = 10,
     evicted_share: float = 0.0,
 ) -> Iterator[TraceEvent]:
-    """``generate``'s events one by one, in its order, holding only the podgroups still going
-    (about 63,000 at a time: a 10M-event trace does not fit in memory as one list)."""
+    """The deterministic cluster trace, event by event (``annotate_every`` 0: no annotations;
+    ``evicted_share``: that share of the releases is an eviction — evicted, preempted or
+    requeued — instead of a completion, drawn apart so the trace is otherwise the same). Only
+    the podgroups still going are held (about 63,000 at a time): a 10M-event trace is not
+    held at once."""
     rng = random.Random(seed)
     evictions = random.Random(seed + 1)
     tree = build_tree(rng, queues)

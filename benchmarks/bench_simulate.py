@@ -4,8 +4,9 @@ Builds, once, the ingest benchmark's deterministic trace (seed 20261121) at ``--
 (24,000: about 100,000 events; 240,000: about 1,000,000) with ``--evicted-share`` of the
 releases evictions, in a scratch database, with the projection code (``apply_batch`` in the
 processor's batches, as ``bench_violations`` builds it): the event log is the processor's.
-``--keep`` keeps that database (its URL in ``benchmarks/out/simulate-database.txt``);
-``--reuse`` measures it again.
+``--keep`` keeps that database (its URL in ``--kept``, by default
+``benchmarks/out/simulate-database.txt``); ``--reuse`` measures it again; ``--build-only``
+stops after building.
 
 ``--direct`` builds it instead by writing the trace's entries straight into the event log, as
 the processor logs them (``direct_log``: the processor's decoder, row and COPY; no
@@ -18,10 +19,18 @@ Then it times the simulation of a change of the default pool's defaults (preempt
 (``audit.simulate.simulate``: one read of the log, the fold, the difference) in one part and
 in ``--jobs`` parts, alternately, and as a user runs it (the installed CLI in a subprocess,
 ``--json`` to a file, interpreter start included, its default parts), ``--repeat`` times each
-(median and worst).
+(median and worst); ``--only one|parts|cli`` (repeatable) times only those. Each run's CPU
+seconds (this process and its parts, or the CLI and its parts), its PostgreSQL backends' CPU
+seconds and its peak memory (the Pss of the process tree: ``run_sampler``) are printed too.
+
+``--prioritise`` (root) runs ``prioritise.sh`` beside, which gives this process, its
+descendants and the database's backends the CPU before the other work of a shared machine
+(nice -15 and their autogroups' nice -15; start the benchmark with ``setsid nice -n -15`` so
+that its session's autogroup is its own).
 
     .venv/bin/python benchmarks/bench_simulate.py [--podgroups 24000] [--repeat 3]
-        [--keep | --reuse] [--direct] [--jobs 2] [--profile]
+        [--keep | --reuse] [--kept FILE] [--direct] [--build-only] [--jobs 2]
+        [--only one|parts|cli ...] [--prioritise] [--profile]
 
 Needs the local stack (``minruntime stack up``).
 """

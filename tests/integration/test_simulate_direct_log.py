@@ -12,7 +12,6 @@ reports the same over both, in one part and in two.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,6 @@ import sqlalchemy as sa
 
 from minruntime.audit.simulate import simulate
 from minruntime.audit.simulate_model import describe
-from minruntime.audit.whatif import ChangeEvent
-from minruntime.core import MinRuntimeConfig
-from minruntime.events import ConfigUpdatedData, new_event
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.store import engine_from
@@ -55,20 +51,11 @@ def direct_engine(settings: Settings, stack: StackStatus) -> Iterator[sa.Engine]
         drop_scratch_database(settings, url)
 
 
-def _change() -> list[ChangeEvent]:
-    config = MinRuntimeConfig(
-        default_preempt_min_runtime=timedelta(hours=1),
-        default_reclaim_min_runtime=timedelta(minutes=30),
-    )
-    data = ConfigUpdatedData.from_config("default", config)
-    event = new_event("config.updated", data, time=datetime.now(UTC), source="test")
-    return [ChangeEvent("test", event)]
-
-
 def _report(engine: sa.Engine, jobs: int) -> dict[str, Any]:
-    from bench_ingest import T0
+    """The report of the benchmark's simulation (its change, the whole log), as data."""
+    from bench_simulate import SINCE, UNTIL, change
 
-    report = simulate(engine, _change(), since=T0, until=T0 + timedelta(days=1), jobs=jobs)
+    report = simulate(engine, change(), since=SINCE, until=UNTIL, jobs=jobs)
     described = describe(report)
     del described["seconds"]
     return described
