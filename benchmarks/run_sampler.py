@@ -98,7 +98,8 @@ class RunSampler:
                         used = process_cpu(pid)
                     except (OSError, IndexError, ValueError):
                         continue
-                    first = self._backends.get(pid, (used, used))[0]
+                    # A backend that appeared since is counted from its start.
+                    first = self._backends.get(pid, (0.0, used))[0]
                     self._backends[pid] = (first, used)
             if self._stop.wait(self.interval):
                 return
