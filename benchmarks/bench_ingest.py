@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import heapq
 import json
 import os
 import random
@@ -50,6 +51,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,12 @@ class Trace:
         self._n = 0
 
     def add(self, role: str, type_: str, subject: str, data: dict[str, Any], at: datetime) -> None:
+        self.events.append(self.encode(role, type_, subject, data, at))
+
+    def encode(
+        self, role: str, type_: str, subject: str, data: dict[str, Any], at: datetime
+    ) -> tuple[str, bytes, bytes]:
+        """The next event (ids ``ev-1``, ``ev-2``, ...) as (role, key, value), counted."""
         self._n += 1
         value = json.dumps(
             {
@@ -99,11 +107,23 @@ class Trace:
                 "data": data,
             }
         ).encode()
-        self.events.append((role, subject.encode(), value))
         self.types[type_] = self.types.get(type_, 0) + 1
+        return (role, subject.encode(), value)
 
 
-def generate(
+# One event of the trace before it is encoded: (role, type, subject, data, time).
+TraceEvent = tuple[str, str, str, dict[str, Any], datetime]
+
+
+def generate(*args: Any, **shape: Any) -> Trace:
+    """``trace_events(...)``'s events, encoded, in one list."""
+    trace = Trace()
+    for event in trace_events(*args, **shape):
+        trace.add(*event)
+    return trace
+
+
+def trace_events(
     queues: int,
     nodes: int,
     podgroups: int,
@@ -112,17 +132,18 @@ def generate(
     allocation_steps: int = 2,
     annotate_every: int = 10,
     evicted_share: float = 0.0,
-) -> Trace:
-    """The deterministic cluster trace (``annotate_every`` 0: no annotations; ``evicted_share``:
-    that share of the releases is an eviction — evicted, preempted or requeued — instead of a
-    completion, drawn apart so the trace is otherwise the same)."""
+) -> Iterator[TraceEvent]:
+    """The deterministic cluster trace, event by event (``annotate_every`` 0: no annotations;
+    ``evicted_share``: that share of the releases is an eviction — evicted, preempted or
+    requeued — instead of a completion, drawn apart so the trace is otherwise the same). Only
+    the podgroups still going are held (about 63,000 at a time): a 10M-event trace is not
+    held at once."""
     rng = random.Random(seed)
     evictions = random.Random(seed + 1)
-    trace = Trace()
     tree = build_tree(rng, queues)
     for name, data in queue_upserts(rng, tree):
-        trace.add("queues", "queue.upserted", name, data, T0)
-    trace.add(
+        yield ("queues", "queue.upserted", name, data, T0)
+    yield (
         "queues",
         "config.updated",
         "config/default",
@@ -132,11 +153,25 @@ def generate(
     for i in range(nodes):
         pool = "pool-b" if i % 4 == 0 else "default"
         data = {"name": f"node-{i}", "nodePool": pool, "gpu": 8}
-        trace.add("nodes", "node.upserted", f"node-{i}", data, T0)
+        yield ("nodes", "node.upserted", f"node-{i}", data, T0)
     deep = [name for name, _, depth in tree if depth >= 3] or [name for name, _, _ in tree]
     # Podgroup events in simulated time: 100 submissions/s, allocation 0.5-20 s later (two
-    # steps), release 1-10 minutes into the run.
+    # steps), release 1-10 minutes into the run. In (time, order made) order: every event of a
+    # podgroup is at or after its submission, and the submissions come in time order, so what
+    # is before the next submission can go out.
     timeline: list[tuple[float, int, str, str, dict[str, Any]]] = []
+    made = 0
+
+    def later(t: float, type_: str, uid: str, data: dict[str, Any]) -> None:
+        nonlocal made
+        heapq.heappush(timeline, (t, made, type_, uid, data))
+        made += 1
+
+    def until(t: float) -> Iterator[TraceEvent]:
+        while timeline and timeline[0][:2] < (t, made):
+            at, _, type_, uid, data = heapq.heappop(timeline)
+            yield ("podgroups", type_, uid, data, T0 + timedelta(seconds=at))
+
     for i in range(podgroups):
         uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         npods = rng.randint(2, 4)
@@ -154,52 +189,34 @@ def generate(
         if i % 5 == 0:
             submitted["nodePool"] = "pool-b"
         t = i * 0.01
-        timeline.append((t, len(timeline), "podgroup.submitted", uid, submitted))
+        yield from until(t)
+        later(t, "podgroup.submitted", uid, submitted)
         node = f"node-{rng.randrange(max(nodes, 1))}"
         first = t + rng.uniform(0.5, 20)
         half = npods // 2 if allocation_steps == 2 else npods
-        timeline.append(
-            (
-                first,
-                len(timeline),
-                "podgroup.allocated",
-                uid,
-                {"uid": uid, "pods": [{"name": pod, "node": node} for pod in pods[:half]]},
-            )
+        later(
+            first,
+            "podgroup.allocated",
+            uid,
+            {"uid": uid, "pods": [{"name": pod, "node": node} for pod in pods[:half]]},
         )
         second = first + rng.uniform(0, 5)
         if pods[half:]:
-            timeline.append(
-                (
-                    second,
-                    len(timeline),
-                    "podgroup.allocated",
-                    uid,
-                    {"uid": uid, "pods": [{"name": pod, "node": node} for pod in pods[half:]]},
-                )
+            later(
+                second,
+                "podgroup.allocated",
+                uid,
+                {"uid": uid, "pods": [{"name": pod, "node": node} for pod in pods[half:]]},
             )
         if annotate_every and i % annotate_every == 0:
             annotations = {"kai.scheduler/expected-runtime": f"{rng.randint(10, 240)}m"}
-            timeline.append(
-                (
-                    second + 1,
-                    len(timeline),
-                    "podgroup.annotated",
-                    uid,
-                    {"uid": uid, "annotations": annotations},
-                )
-            )
+            later(second + 1, "podgroup.annotated", uid, {"uid": uid, "annotations": annotations})
         released = second + rng.uniform(60, 600)
         reason = "completed"
         if evicted_share and evictions.random() < evicted_share:
             reason = evictions.choice(("evicted", "preempted", "requeued"))
-        timeline.append(
-            (released, len(timeline), "podgroup.released", uid, {"uid": uid, "reason": reason})
-        )
-    timeline.sort()
-    for t, _, type_, uid, data in timeline:
-        trace.add("podgroups", type_, uid, data, T0 + timedelta(seconds=t))
-    return trace
+        later(released, "podgroup.released", uid, {"uid": uid, "reason": reason})
+    yield from until(float("inf"))
 
 
 async def bare_consume(

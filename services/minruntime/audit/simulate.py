@@ -62,6 +62,7 @@ from minruntime.events import (
 )
 from minruntime.ingest import outcome_of
 from minruntime.ingest.decisions import decision_data
+from minruntime.ingest.memory import collected_rarely
 from minruntime.ingest.podgroups import podgroup_change
 from minruntime.store.log_span import (
     LogSpan,
@@ -242,8 +243,12 @@ def fold_part(
     worlds = Worlds(window.change)
     simulation = Simulation(worlds, window.since, window.until, queue=window.queue)
     folder = _Folder(simulation, window, beneficiaries, shared=shared)
-    for entry in entries:
-        folder.entry(entry)
+    # The fold holds every podgroup's state (millions of objects on a long log): with the
+    # default thresholds the collector re-scans them ever more often as they pile up; the
+    # processor's setting, as a replay (minruntime.ingest.memory): no cycle is made here.
+    with collected_rarely():
+        for entry in entries:
+            folder.entry(entry)
     part = folder.part
     part.result = simulation.result(folder.open_runs())
     # Every part folds the queue tree's entries; the one that reports them counts conflicts.
