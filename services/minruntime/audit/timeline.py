@@ -17,7 +17,7 @@ fast on a long log. The transaction is rolled back: nothing is left behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -40,9 +40,13 @@ from minruntime.errors import UnknownPodGroupError
 from minruntime.events import (
     ROLE_TYPES,
     Event,
+    EventData,
     EventRejected,
+    PodGroupAllocatedData,
+    PodGroupAnnotatedData,
     PodGroupDeletedData,
     PodGroupReleasedData,
+    PodGroupSubmittedData,
     RequeueAbandonedData,
     RequeueCheckpointData,
     RequeueCommittedData,
@@ -344,21 +348,7 @@ def _decode(entry: LogEntry) -> Event | None:
 
 
 def _kind(event: Event | None) -> str:
-    if event is None:
-        return "other"
-    data = event.data
-    if isinstance(data, RequeueNominatedData):
-        return "nomination"
-    if isinstance(data, RequeueCheckpointData):
-        return "checkpoint"
-    if isinstance(
-        data,
-        RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData | RequeueAbandonedData,
-    ):
-        return "decision"
-    if event.type.startswith("podgroup."):
-        return "podgroup"
-    return "other"
+    return "other" if event is None else _KINDS.get(type(event.data), "other")
 
 
 def _nomination(event: Event | None) -> Nomination | None:
@@ -368,34 +358,71 @@ def _nomination(event: Event | None) -> Nomination | None:
 
 
 def _decision(event: Event | None) -> Decision | None:
-    data = event.data if event is not None else None
-    if event is not None and isinstance(data, RequeueAbandonedData):
-        return Decision(
-            decision_id=event.id,
-            outcome="abandoned",
-            reason=data.reason,
-            nominated_by=tuple(data.nominated_by),
-            beneficiaries=(),
-            requeue_not_before=data.requeue_not_before,
-            delay_problem=None,
-            run_start=None,
-        )
-    if event is None or not isinstance(
-        data, RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData
-    ):
-        return None
+    decision = None if event is None else _DECISIONS.get(type(event.data))
+    return None if event is None or decision is None else decision(event, event.data)
+
+
+def _abandoned(event: Event, data: RequeueAbandonedData) -> Decision:
+    return Decision(
+        decision_id=event.id,
+        outcome="abandoned",
+        reason=data.reason,
+        nominated_by=tuple(data.nominated_by),
+        beneficiaries=(),
+        requeue_not_before=data.requeue_not_before,
+        delay_problem=None,
+        run_start=None,
+    )
+
+
+def _committed(event: Event, data: RequeueCommittedData) -> Decision:
     # A commit has beneficiaries and a cooldown; a rollback or a skip has a reason instead.
-    committed = data if isinstance(data, RequeueCommittedData) else None
     return Decision(
         decision_id=event.id,
         outcome=outcome_of(event),
-        reason=None if isinstance(data, RequeueCommittedData) else data.reason,
+        reason=None,
         nominated_by=tuple(data.nominated_by),
-        beneficiaries=tuple(committed.beneficiaries) if committed is not None else (),
-        requeue_not_before=committed.requeue_not_before if committed is not None else None,
-        delay_problem=committed.delay_problem if committed is not None else None,
+        beneficiaries=tuple(data.beneficiaries),
+        requeue_not_before=data.requeue_not_before,
+        delay_problem=data.delay_problem,
         run_start=data.run_start,
     )
+
+
+def _uncommitted(event: Event, data: RequeueRolledBackData | RequeueSkippedData) -> Decision:
+    return Decision(
+        decision_id=event.id,
+        outcome=outcome_of(event),
+        reason=data.reason,
+        nominated_by=tuple(data.nominated_by),
+        beneficiaries=(),
+        requeue_not_before=None,
+        delay_problem=None,
+        run_start=data.run_start,
+    )
+
+
+# The kind of a podgroup's own event in its story (anything else: "other").
+_KINDS: Final[Mapping[type[EventData], str]] = {
+    PodGroupSubmittedData: "podgroup",
+    PodGroupAllocatedData: "podgroup",
+    PodGroupReleasedData: "podgroup",
+    PodGroupAnnotatedData: "podgroup",
+    PodGroupDeletedData: "podgroup",
+    RequeueNominatedData: "nomination",
+    RequeueCheckpointData: "checkpoint",
+    RequeueCommittedData: "decision",
+    RequeueRolledBackData: "decision",
+    RequeueSkippedData: "decision",
+    RequeueAbandonedData: "decision",
+}
+# The decision a row reports, of each type that is one.
+_DECISIONS: Final[Mapping[type[EventData], Callable[[Event, Any], Decision]]] = {
+    RequeueCommittedData: _committed,
+    RequeueRolledBackData: _uncommitted,
+    RequeueSkippedData: _uncommitted,
+    RequeueAbandonedData: _abandoned,
+}
 
 
 def _ended_by(before: _State | None, event: Event | None) -> str:
