@@ -157,7 +157,7 @@ def test_every_decision_type_has_an_outcome(name: str) -> None:
     event = example(name)
     outcome = decisions.outcome_of(event)
     assert outcome == name.split(".")[1].replace("-", "_")
-    row = decisions._log_row(event)
+    row = decisions.decision_row(event)
     assert row["outcome"] == outcome
     told = timeline._decision(event)
     assert told is not None

@@ -55,7 +55,8 @@ from minruntime.events import (
     RequeueSkippedData,
     decode_event,
 )
-from minruntime.ingest import outcome_of
+from minruntime.ingest.decisions import decision_row
+from minruntime.ingest.projection import abandoned_row
 from minruntime.store import read_surface
 from minruntime.store.event_log import About
 from minruntime.store.read_transactions import repeatable_read
@@ -358,47 +359,20 @@ def _nomination(event: Event | None) -> Nomination | None:
 
 
 def _decision(event: Event | None) -> Decision | None:
-    decision = None if event is None else _DECISIONS.get(type(event.data))
-    return None if event is None or decision is None else decision(event, event.data)
-
-
-def _abandoned(event: Event, data: RequeueAbandonedData) -> Decision:
+    """A decision (or an abandoned one) as its decision log row has it."""
+    row_of = None if event is None else _DECISION_ROWS.get(type(event.data))
+    if event is None or row_of is None:
+        return None
+    row = row_of(event, event.data)
     return Decision(
-        decision_id=event.id,
-        outcome="abandoned",
-        reason=data.reason,
-        nominated_by=tuple(data.nominated_by),
-        beneficiaries=(),
-        requeue_not_before=data.requeue_not_before,
-        delay_problem=None,
-        run_start=None,
-    )
-
-
-def _committed(event: Event, data: RequeueCommittedData) -> Decision:
-    # A commit has beneficiaries and a cooldown; a rollback or a skip has a reason instead.
-    return Decision(
-        decision_id=event.id,
-        outcome=outcome_of(event),
-        reason=None,
-        nominated_by=tuple(data.nominated_by),
-        beneficiaries=tuple(data.beneficiaries),
-        requeue_not_before=data.requeue_not_before,
-        delay_problem=data.delay_problem,
-        run_start=data.run_start,
-    )
-
-
-def _uncommitted(event: Event, data: RequeueRolledBackData | RequeueSkippedData) -> Decision:
-    return Decision(
-        decision_id=event.id,
-        outcome=outcome_of(event),
-        reason=data.reason,
-        nominated_by=tuple(data.nominated_by),
-        beneficiaries=(),
-        requeue_not_before=None,
-        delay_problem=None,
-        run_start=data.run_start,
+        decision_id=row["decision_id"],
+        outcome=row["outcome"],
+        reason=row["reason"],
+        nominated_by=tuple(row["nominated_by"]),
+        beneficiaries=tuple(row["beneficiaries"]),
+        requeue_not_before=row["requeue_not_before"],
+        delay_problem=row["delay_problem"],
+        run_start=row["run_start"],
     )
 
 
@@ -416,12 +390,12 @@ _KINDS: Final[Mapping[type[EventData], str]] = {
     RequeueSkippedData: "decision",
     RequeueAbandonedData: "decision",
 }
-# The decision a row reports, of each type that is one.
-_DECISIONS: Final[Mapping[type[EventData], Callable[[Event, Any], Decision]]] = {
-    RequeueCommittedData: _committed,
-    RequeueRolledBackData: _uncommitted,
-    RequeueSkippedData: _uncommitted,
-    RequeueAbandonedData: _abandoned,
+# The decision log row of each type that is a decision.
+_DECISION_ROWS: Final[Mapping[type[EventData], Callable[[Event, Any], dict[str, Any]]]] = {
+    RequeueCommittedData: lambda event, data: decision_row(event),
+    RequeueRolledBackData: lambda event, data: decision_row(event),
+    RequeueSkippedData: lambda event, data: decision_row(event),
+    RequeueAbandonedData: lambda event, data: abandoned_row(event.id, data, event.time),
 }
 
 

@@ -82,14 +82,6 @@ def _annotated(data: PodGroupAnnotatedData) -> str:
     )
 
 
-def _deleted(data: PodGroupDeletedData) -> str:
-    return "deleted"
-
-
-def _nominated(data: RequeueNominatedData) -> str:
-    return f"nominated by {data.nominated_by}" + (f": {data.reason}" if data.reason else "")
-
-
 def _committed(data: RequeueCommittedData) -> str:
     return (
         f"requeue committed ({_by(data.nominated_by)}): "
@@ -97,14 +89,6 @@ def _committed(data: RequeueCommittedData) -> str:
         f"cooldown until {format_rfc3339(data.requeue_not_before)}"
         + (f"; {data.delay_problem}" if data.delay_problem else "")
     )
-
-
-def _rolled_back(data: RequeueRolledBackData) -> str:
-    return f"requeue rolled back: {data.reason} ({_by(data.nominated_by)})"
-
-
-def _skipped(data: RequeueSkippedData) -> str:
-    return f"requeue skipped: {data.reason} ({_by(data.nominated_by)})"
 
 
 def _abandoned(data: RequeueAbandonedData) -> str:
@@ -167,11 +151,15 @@ TEXTS: Final[Mapping[type[EventData], Callable[[Any], str]]] = {
     PodGroupAllocatedData: _allocated,
     PodGroupReleasedData: _released,
     PodGroupAnnotatedData: _annotated,
-    PodGroupDeletedData: _deleted,
-    RequeueNominatedData: _nominated,
+    PodGroupDeletedData: lambda data: "deleted",
+    RequeueNominatedData: lambda data: (
+        f"nominated by {data.nominated_by}" + (f": {data.reason}" if data.reason else "")
+    ),
     RequeueCommittedData: _committed,
-    RequeueRolledBackData: _rolled_back,
-    RequeueSkippedData: _skipped,
+    RequeueRolledBackData: lambda data: (
+        f"requeue rolled back: {data.reason} ({_by(data.nominated_by)})"
+    ),
+    RequeueSkippedData: lambda data: f"requeue skipped: {data.reason} ({_by(data.nominated_by)})",
     RequeueAbandonedData: _abandoned,
     RequeueCheckpointData: checkpoint_text,
 }

@@ -74,15 +74,13 @@ def _rolled_back(data: RequeueRolledBackData) -> dict[str, Any]:
     }
 
 
-def _skipped(data: RequeueSkippedData) -> dict[str, Any]:
-    return {"reason": data.reason}
-
-
 _OUTCOMES: Final[Mapping[type[EventData], _Outcome]] = {
     RequeueCommittedData: _Outcome("committed", _committed, lambda data: True),
     RequeueRolledBackData: _Outcome("rolled_back", _rolled_back, lambda data: False),
     RequeueSkippedData: _Outcome(
-        "skipped", _skipped, lambda data: data.reason in _CONSUMING_REASONS
+        "skipped",
+        lambda data: {"reason": data.reason},
+        lambda data: data.reason in _CONSUMING_REASONS,
     ),
 }
 """Each decision type's outcome (SEMANTICS.md §8: the list at the top of this module)."""
@@ -111,7 +109,7 @@ def apply_decisions(
     fresh = [event for event in events if event.id not in seen]
     if not fresh:
         return 0
-    stored.insert_decisions(conn, tables, [_log_row(event) for event in fresh])
+    stored.insert_decisions(conn, tables, [decision_row(event) for event in fresh])
     consumed = [
         {"uid": data.uid, "by": list(data.nominated_by)}
         for data in map(decision_data, fresh)
@@ -173,7 +171,8 @@ def log_decisions(
     return encoded
 
 
-def _log_row(event: Event) -> dict[str, Any]:
+def decision_row(event: Event) -> dict[str, Any]:
+    """The ``requeue_decision_log`` row of a decision event."""
     data = decision_data(event)
     outcome = _OUTCOMES[type(data)]
     return {

@@ -63,10 +63,6 @@ def podgroup_change(data: EventData, at: datetime) -> PodGroupChange:
     return change(data, at)
 
 
-def _allocation(data: PodGroupAllocatedData, at: datetime) -> PodGroupChange:
-    return Allocation(tuple((pod.name, pod.node) for pod in data.pods), at)
-
-
 def _release(data: PodGroupReleasedData, at: datetime) -> PodGroupChange:
     eviction = data.eviction
     if eviction is None:
@@ -101,25 +97,15 @@ def _submission(data: PodGroupSubmittedData, at: datetime) -> PodGroupChange:
     )
 
 
-def _annotation(data: PodGroupAnnotatedData, at: datetime) -> PodGroupChange:
-    return Annotation(data.annotations, at)
-
-
-def _deletion(data: PodGroupDeletedData, at: datetime) -> PodGroupChange:
-    return _DELETION
-
-
-def _abandonment(data: RequeueAbandonedData, at: datetime) -> PodGroupChange:
-    return Abandonment(data.requeue_not_before)
-
-
 CHANGES: Final[Mapping[type[EventData], Callable[[Any, datetime], PodGroupChange]]] = {
     PodGroupSubmittedData: _submission,
-    PodGroupAllocatedData: _allocation,
+    PodGroupAllocatedData: lambda data, at: Allocation(
+        tuple((pod.name, pod.node) for pod in data.pods), at
+    ),
     PodGroupReleasedData: _release,
-    PodGroupAnnotatedData: _annotation,
-    PodGroupDeletedData: _deletion,
-    RequeueAbandonedData: _abandonment,
+    PodGroupAnnotatedData: lambda data, at: Annotation(data.annotations, at),
+    PodGroupDeletedData: lambda data, at: _DELETION,
+    RequeueAbandonedData: lambda data, at: Abandonment(data.requeue_not_before),
 }
 """The podgroup fold's change value of each podgroup event's data."""
 

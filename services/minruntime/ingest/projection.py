@@ -69,6 +69,8 @@ PODGROUP_TYPES: Final = (
     RequeueAbandonedData,
 )
 QUEUE_TYPES: Final = (QueueUpsertedData, QueueDeletedData)
+_PODGROUP_MODELS: Final = frozenset(PODGROUP_TYPES)
+_QUEUE_MODELS: Final = frozenset(QUEUE_TYPES)
 _RUN_RULES: Final = "minruntime.run_rules"
 
 
@@ -105,9 +107,11 @@ class Projections:
         uids = []
         for event in events:
             data = event.data
-            if isinstance(data, PODGROUP_TYPES):
-                uids.append(data.uid)
-            elif self._queues is None and isinstance(data, QUEUE_TYPES):
+            # By the type's own class, as HANDLERS: an isinstance of a pydantic model costs
+            # more (ABCMeta's check); a podgroup event's subject is its uid.
+            if type(data) in _PODGROUP_MODELS:
+                uids.append(event.subject)
+            elif self._queues is None and type(data) in _QUEUE_MODELS:
                 self._queues = self._queue_projection()
         self.podgroups.include(uids)
 
