@@ -21,7 +21,6 @@ from minruntime.events import (
     INPUT_DATA_MODELS,
     INPUT_ROLES,
     ROLE_TYPES,
-    Direction,
     Event,
     decode_event,
 )
@@ -30,7 +29,7 @@ from tests.conftest import ROOT
 
 EXAMPLES = ROOT / "schemas" / "examples"
 EVENTS_PAGE = ROOT / "docs" / "events.md"
-INPUT_TYPES = sorted(name for name, row in EVENT_TYPES.items() if row.direction is Direction.INPUT)
+INPUT_TYPES = sorted(name for name, row in EVENT_TYPES.items() if row.direction == "input")
 DECISION_TYPES = sorted(ROLE_TYPES["requeue_decisions"])
 
 # CONTRACT.md §1 (/work/shared, not in the repository): its input topics and their types, and
@@ -69,7 +68,7 @@ def test_the_registry_is_the_one_table() -> None:
         assert row.event_class.model_fields["data"].annotation is row.data_model
         assert row.role in DEFAULT_TOPICS, name
         assert name in ROLE_TYPES[row.role]
-        assert (row.role in INPUT_ROLES) == (row.direction is Direction.INPUT), name
+        assert (row.role in INPUT_ROLES) == (row.direction == "input"), name
     # One data model per type: handlers are registered by data model.
     assert len({row.data_model for row in EVENT_TYPES.values()}) == len(EVENT_TYPES)
     assert INPUT_ROLES == ("queues", "podgroups", "nodes", "nominations")
@@ -79,7 +78,7 @@ def test_the_registry_agrees_with_the_contract() -> None:
     for topic, (direction, types) in CONTRACT_TOPICS.items():
         for name in types:
             row = EVENT_TYPES[name]
-            assert (DEFAULT_TOPICS[row.role], str(row.direction)) == (topic, direction), name
+            assert (DEFAULT_TOPICS[row.role], row.direction) == (topic, direction), name
 
 
 def _topic_table(page: str) -> dict[str, tuple[str, set[str]]]:
@@ -99,8 +98,7 @@ def test_the_registry_agrees_with_docs_events_md() -> None:
     page = EVENTS_PAGE.read_text(encoding="utf-8")
     documented = _topic_table(page)
     registered = {
-        role: (str(EVENT_TYPES[min(types)].direction), set(types))
-        for role, types in ROLE_TYPES.items()
+        role: (EVENT_TYPES[min(types)].direction, set(types)) for role, types in ROLE_TYPES.items()
     }
     # The dead-letter topic carries records, not CloudEvents.
     assert documented.pop("dead_letter") == ("output", set())

@@ -42,13 +42,9 @@ from minruntime.events import (
     Event,
     EventData,
     EventRejected,
-    PodGroupAllocatedData,
-    PodGroupAnnotatedData,
     PodGroupDeletedData,
     PodGroupReleasedData,
-    PodGroupSubmittedData,
     RequeueAbandonedData,
-    RequeueCheckpointData,
     RequeueCommittedData,
     RequeueNominatedData,
     RequeueRolledBackData,
@@ -349,7 +345,7 @@ def _decode(entry: LogEntry) -> Event | None:
 
 
 def _kind(event: Event | None) -> str:
-    return "other" if event is None else _KINDS.get(type(event.data), "other")
+    return "other" if event is None else _KINDS.get(event.type, "other")
 
 
 def _nomination(event: Event | None) -> Nomination | None:
@@ -376,19 +372,14 @@ def _decision(event: Event | None) -> Decision | None:
     )
 
 
-# The kind of a podgroup's own event in its story (anything else: "other").
-_KINDS: Final[Mapping[type[EventData], str]] = {
-    PodGroupSubmittedData: "podgroup",
-    PodGroupAllocatedData: "podgroup",
-    PodGroupReleasedData: "podgroup",
-    PodGroupAnnotatedData: "podgroup",
-    PodGroupDeletedData: "podgroup",
-    RequeueNominatedData: "nomination",
-    RequeueCheckpointData: "checkpoint",
-    RequeueCommittedData: "decision",
-    RequeueRolledBackData: "decision",
-    RequeueSkippedData: "decision",
-    RequeueAbandonedData: "decision",
+# The kind of a podgroup's own event in its story, by type (anything else: "other"); the
+# evictor's two types on the podgroups topic are not the podgroup's (later entries win).
+_KINDS: Final[Mapping[str, str]] = {
+    **dict.fromkeys(ROLE_TYPES["podgroups"], "podgroup"),
+    **dict.fromkeys(ROLE_TYPES["requeue_decisions"], "decision"),
+    "requeue.abandoned": "decision",
+    "requeue.checkpoint": "checkpoint",
+    "requeue.nominated": "nomination",
 }
 # The decision log row of each type that is a decision.
 _DECISION_ROWS: Final[Mapping[type[EventData], Callable[[Event, Any], dict[str, Any]]]] = {

@@ -180,11 +180,8 @@ class ProtectionExpiredEvent(CloudEvent[ProtectionExpiredData]):
     type: Literal["protection.expired"] = "protection.expired"
 
 
-class Direction(StrEnum):
-    """Whether the service reads an event type from an input topic or writes it."""
-
-    INPUT = "input"
-    OUTPUT = "output"
+Direction: TypeAlias = Literal["input", "output"]
+"""Whether the service reads an event type from an input topic or writes it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +213,6 @@ def _row(event_class: type[Event], role: str, direction: Direction) -> EventType
     )
 
 
-_IN, _OUT = Direction.INPUT, Direction.OUTPUT
-
 # The one table of event types; every other view (classes, data models, a topic role's types,
 # a consumer's handlers by data model) is derived from it or checked against it by a test.
 # Its order is the order rejections list the known types in.
@@ -225,23 +220,23 @@ EVENT_TYPES: Final[Mapping[str, EventTypeInfo]] = MappingProxyType(
     {
         str(row.name): row
         for row in (
-            _row(QueueUpsertedEvent, "queues", _IN),
-            _row(QueueDeletedEvent, "queues", _IN),
-            _row(ConfigUpdatedEvent, "queues", _IN),
-            _row(PodGroupSubmittedEvent, "podgroups", _IN),
-            _row(PodGroupAllocatedEvent, "podgroups", _IN),
-            _row(PodGroupReleasedEvent, "podgroups", _IN),
-            _row(PodGroupAnnotatedEvent, "podgroups", _IN),
-            _row(PodGroupDeletedEvent, "podgroups", _IN),
-            _row(NodeUpsertedEvent, "nodes", _IN),
-            _row(NodeDeletedEvent, "nodes", _IN),
-            _row(RequeueNominatedEvent, "nominations", _IN),
-            _row(RequeueAbandonedEvent, "podgroups", _IN),
-            _row(RequeueCheckpointEvent, "podgroups", _IN),
-            _row(RequeueCommittedEvent, "requeue_decisions", _OUT),
-            _row(RequeueRolledBackEvent, "requeue_decisions", _OUT),
-            _row(RequeueSkippedEvent, "requeue_decisions", _OUT),
-            _row(ProtectionExpiredEvent, "protection", _OUT),
+            _row(QueueUpsertedEvent, "queues", "input"),
+            _row(QueueDeletedEvent, "queues", "input"),
+            _row(ConfigUpdatedEvent, "queues", "input"),
+            _row(PodGroupSubmittedEvent, "podgroups", "input"),
+            _row(PodGroupAllocatedEvent, "podgroups", "input"),
+            _row(PodGroupReleasedEvent, "podgroups", "input"),
+            _row(PodGroupAnnotatedEvent, "podgroups", "input"),
+            _row(PodGroupDeletedEvent, "podgroups", "input"),
+            _row(NodeUpsertedEvent, "nodes", "input"),
+            _row(NodeDeletedEvent, "nodes", "input"),
+            _row(RequeueNominatedEvent, "nominations", "input"),
+            _row(RequeueAbandonedEvent, "podgroups", "input"),
+            _row(RequeueCheckpointEvent, "podgroups", "input"),
+            _row(RequeueCommittedEvent, "requeue_decisions", "output"),
+            _row(RequeueRolledBackEvent, "requeue_decisions", "output"),
+            _row(RequeueSkippedEvent, "requeue_decisions", "output"),
+            _row(ProtectionExpiredEvent, "protection", "output"),
         )
     }
 )
@@ -258,7 +253,7 @@ DATA_MODELS: Final[Mapping[str, type[EventData]]] = MappingProxyType(
 """Event type -> its ``data`` model."""
 
 INPUT_DATA_MODELS: Final = frozenset(
-    row.data_model for row in EVENT_TYPES.values() if row.direction is Direction.INPUT
+    row.data_model for row in EVENT_TYPES.values() if row.direction == "input"
 )
 """The ``data`` models of the input types: every one is applied by the processor."""
 

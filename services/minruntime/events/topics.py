@@ -40,7 +40,7 @@ ROLE_TYPES: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
 )
 """Topic role -> the event types a topic of that role carries (from ``EVENT_TYPES``)."""
 
-INPUT_ROLES: Final = _roles(Direction.INPUT)
+INPUT_ROLES: Final = _roles("input")
 """The roles of the topics the service reads: queues, podgroups, nodes, nominations."""
 
 DEFAULT_TOPICS: Final[Mapping[str, str]] = MappingProxyType(
