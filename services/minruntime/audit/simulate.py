@@ -17,7 +17,7 @@ decided inside ``[since, until]`` (event time) is counted.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -49,6 +49,7 @@ from minruntime.errors import UserError
 from minruntime.events import (
     ConfigUpdatedData,
     Event,
+    EventData,
     EventRejected,
     PodGroupAllocatedData,
     PodGroupAnnotatedData,
@@ -208,6 +209,12 @@ class Window:
 
 # A queue or configuration entry of the log, as the worlds take it.
 Shared = tuple[str, Any]
+# The Shared value of each queue or configuration event's data.
+_SHARED: Final[Mapping[type[EventData], Callable[[Any], Shared]]] = {
+    QueueUpsertedData: lambda data: ("upsert", data.to_queue()),
+    QueueDeletedData: lambda data: ("delete", data.name),
+    ConfigUpdatedData: lambda data: ("config", (data.node_pool, data.to_config())),
+}
 
 
 @dataclass
@@ -419,21 +426,12 @@ class _Folder:
                     self._decision(entry.seq, event)
             elif isinstance(data, _FOLDED):
                 self._podgroup(data, at)
-            elif isinstance(data, QueueUpsertedData | QueueDeletedData | ConfigUpdatedData):
-                self._shared_entry(entry, data)
+            elif (shared := _SHARED.get(type(data))) is not None:
+                self._shared_entry(entry, shared(data))
         except MinRuntimeError as error:
             self._skip(entry, f"not applied: {error.kind}: {error}")
 
-    def _shared_entry(
-        self, entry: LogEntry, data: QueueUpsertedData | QueueDeletedData | ConfigUpdatedData
-    ) -> None:
-        what: Shared
-        if isinstance(data, QueueUpsertedData):
-            what = ("upsert", data.to_queue())
-        elif isinstance(data, QueueDeletedData):
-            what = ("delete", data.name)
-        else:
-            what = ("config", (data.node_pool, data.to_config()))
+    def _shared_entry(self, entry: LogEntry, what: Shared) -> None:
         _apply_shared(self._worlds, what)
         if self._shared and not entry.borrowed:
             self.part.shared.append((entry.seq, what))

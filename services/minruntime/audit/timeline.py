@@ -17,7 +17,7 @@ fast on a long log. The transaction is rolled back: nothing is left behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -40,18 +40,19 @@ from minruntime.errors import UnknownPodGroupError
 from minruntime.events import (
     ROLE_TYPES,
     Event,
+    EventData,
     EventRejected,
     PodGroupDeletedData,
     PodGroupReleasedData,
     RequeueAbandonedData,
-    RequeueCheckpointData,
     RequeueCommittedData,
     RequeueNominatedData,
     RequeueRolledBackData,
     RequeueSkippedData,
     decode_event,
 )
-from minruntime.ingest import outcome_of
+from minruntime.ingest.decisions import decision_row
+from minruntime.ingest.projection import abandoned_row
 from minruntime.store import read_surface
 from minruntime.store.event_log import About
 from minruntime.store.read_transactions import repeatable_read
@@ -344,21 +345,7 @@ def _decode(entry: LogEntry) -> Event | None:
 
 
 def _kind(event: Event | None) -> str:
-    if event is None:
-        return "other"
-    data = event.data
-    if isinstance(data, RequeueNominatedData):
-        return "nomination"
-    if isinstance(data, RequeueCheckpointData):
-        return "checkpoint"
-    if isinstance(
-        data,
-        RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData | RequeueAbandonedData,
-    ):
-        return "decision"
-    if event.type.startswith("podgroup."):
-        return "podgroup"
-    return "other"
+    return "other" if event is None else _KINDS.get(event.type, "other")
 
 
 def _nomination(event: Event | None) -> Nomination | None:
@@ -368,34 +355,39 @@ def _nomination(event: Event | None) -> Nomination | None:
 
 
 def _decision(event: Event | None) -> Decision | None:
-    data = event.data if event is not None else None
-    if event is not None and isinstance(data, RequeueAbandonedData):
-        return Decision(
-            decision_id=event.id,
-            outcome="abandoned",
-            reason=data.reason,
-            nominated_by=tuple(data.nominated_by),
-            beneficiaries=(),
-            requeue_not_before=data.requeue_not_before,
-            delay_problem=None,
-            run_start=None,
-        )
-    if event is None or not isinstance(
-        data, RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData
-    ):
+    """A decision (or an abandoned one) as its decision log row has it."""
+    row_of = None if event is None else _DECISION_ROWS.get(type(event.data))
+    if event is None or row_of is None:
         return None
-    # A commit has beneficiaries and a cooldown; a rollback or a skip has a reason instead.
-    committed = data if isinstance(data, RequeueCommittedData) else None
+    row = row_of(event, event.data)
     return Decision(
-        decision_id=event.id,
-        outcome=outcome_of(event),
-        reason=None if isinstance(data, RequeueCommittedData) else data.reason,
-        nominated_by=tuple(data.nominated_by),
-        beneficiaries=tuple(committed.beneficiaries) if committed is not None else (),
-        requeue_not_before=committed.requeue_not_before if committed is not None else None,
-        delay_problem=committed.delay_problem if committed is not None else None,
-        run_start=data.run_start,
+        decision_id=row["decision_id"],
+        outcome=row["outcome"],
+        reason=row["reason"],
+        nominated_by=tuple(row["nominated_by"]),
+        beneficiaries=tuple(row["beneficiaries"]),
+        requeue_not_before=row["requeue_not_before"],
+        delay_problem=row["delay_problem"],
+        run_start=row["run_start"],
     )
+
+
+# The kind of a podgroup's own event in its story, by type (anything else: "other"); the
+# evictor's two types on the podgroups topic are not the podgroup's (later entries win).
+_KINDS: Final[Mapping[str, str]] = {
+    **dict.fromkeys(ROLE_TYPES["podgroups"], "podgroup"),
+    **dict.fromkeys(ROLE_TYPES["requeue_decisions"], "decision"),
+    "requeue.abandoned": "decision",
+    "requeue.checkpoint": "checkpoint",
+    "requeue.nominated": "nomination",
+}
+# The decision log row of each type that is a decision.
+_DECISION_ROWS: Final[Mapping[type[EventData], Callable[[Event, Any], dict[str, Any]]]] = {
+    RequeueCommittedData: lambda event, data: decision_row(event),
+    RequeueRolledBackData: lambda event, data: decision_row(event),
+    RequeueSkippedData: lambda event, data: decision_row(event),
+    RequeueAbandonedData: lambda event, data: abandoned_row(event.id, data, event.time),
+}
 
 
 def _ended_by(before: _State | None, event: Event | None) -> str:

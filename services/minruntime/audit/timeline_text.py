@@ -6,15 +6,18 @@ can be matched with the events a user sent.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Final
+from typing import Any, Final
 
 from minruntime.audit.violations import who_evicted
 from minruntime.core import format_duration, format_rfc3339
 from minruntime.events import (
     ConfigUpdatedData,
     Event,
+    EventData,
+    NodeDeletedData,
+    NodeUpsertedData,
     PodGroupAllocatedData,
     PodGroupAnnotatedData,
     PodGroupDeletedData,
@@ -48,49 +51,53 @@ _CONFIG_FIELDS: Final = (
 
 def describe_event(event: Event | None, event_type: str) -> str:
     """What a podgroup's own event says, in one line (its type when it cannot be read)."""
-    data = event.data if event is not None else None
-    if isinstance(data, PodGroupSubmittedData):
-        return (
-            f"submitted to queue {data.queue} (pool {data.node_pool}, priority "
-            f"{data.priority}, {_count(len(data.pods), 'pod')})"
-        )
-    if isinstance(data, PodGroupAllocatedData):
-        nodes = sorted({pod.node for pod in data.pods})
-        return f"allocated {_count(len(data.pods), 'pod')} on {', '.join(nodes)}"
-    if isinstance(data, PodGroupReleasedData):
-        pods = "all pods" if data.pods is None else _count(len(data.pods), "pod")
-        released = f"released {pods}" + (f" ({data.reason})" if data.reason else "")
-        return released + _evicted_by(data)
-    if isinstance(data, PodGroupAnnotatedData):
-        return "annotated " + ", ".join(
-            f"{key} removed" if value is None else f"{key}={value}"
-            for key, value in sorted(data.annotations.items())
-        )
-    if isinstance(data, PodGroupDeletedData):
-        return "deleted"
-    if isinstance(data, RequeueNominatedData):
-        return f"nominated by {data.nominated_by}" + (f": {data.reason}" if data.reason else "")
-    if isinstance(data, RequeueCommittedData):
-        return (
-            f"requeue committed ({_by(data.nominated_by)}): "
-            f"{_list(data.beneficiaries)} fit once it is gone; "
-            f"cooldown until {format_rfc3339(data.requeue_not_before)}"
-            + (f"; {data.delay_problem}" if data.delay_problem else "")
-        )
-    if isinstance(data, RequeueRolledBackData):
-        return f"requeue rolled back: {data.reason} ({_by(data.nominated_by)})"
-    if isinstance(data, RequeueSkippedData):
-        return f"requeue skipped: {data.reason} ({_by(data.nominated_by)})"
-    if isinstance(data, RequeueAbandonedData):
-        return (
-            f"requeue abandoned: {data.reason} (decision {data.decision}, not carried out by"
-            f" {format_rfc3339(data.deadline)}); cooldown until"
-            f" {format_rfc3339(data.requeue_not_before)} cleared"
-            + (f"; {data.message}" if data.message else "")
-        )
-    if isinstance(data, RequeueCheckpointData):
-        return checkpoint_text(data)
-    return event_type
+    if event is None:
+        return event_type
+    text = TEXTS.get(type(event.data))
+    return event_type if text is None else text(event.data)
+
+
+def _submitted(data: PodGroupSubmittedData) -> str:
+    return (
+        f"submitted to queue {data.queue} (pool {data.node_pool}, priority "
+        f"{data.priority}, {_count(len(data.pods), 'pod')})"
+    )
+
+
+def _allocated(data: PodGroupAllocatedData) -> str:
+    nodes = sorted({pod.node for pod in data.pods})
+    return f"allocated {_count(len(data.pods), 'pod')} on {', '.join(nodes)}"
+
+
+def _released(data: PodGroupReleasedData) -> str:
+    pods = "all pods" if data.pods is None else _count(len(data.pods), "pod")
+    released = f"released {pods}" + (f" ({data.reason})" if data.reason else "")
+    return released + _evicted_by(data)
+
+
+def _annotated(data: PodGroupAnnotatedData) -> str:
+    return "annotated " + ", ".join(
+        f"{key} removed" if value is None else f"{key}={value}"
+        for key, value in sorted(data.annotations.items())
+    )
+
+
+def _committed(data: RequeueCommittedData) -> str:
+    return (
+        f"requeue committed ({_by(data.nominated_by)}): "
+        f"{_list(data.beneficiaries)} fit once it is gone; "
+        f"cooldown until {format_rfc3339(data.requeue_not_before)}"
+        + (f"; {data.delay_problem}" if data.delay_problem else "")
+    )
+
+
+def _abandoned(data: RequeueAbandonedData) -> str:
+    return (
+        f"requeue abandoned: {data.reason} (decision {data.decision}, not carried out by"
+        f" {format_rfc3339(data.deadline)}); cooldown until"
+        f" {format_rfc3339(data.requeue_not_before)} cleared"
+        + (f"; {data.message}" if data.message else "")
+    )
 
 
 def checkpoint_text(data: RequeueCheckpointData) -> str:
@@ -116,24 +123,58 @@ class TreeChanges:
 
     def note(self, event: Event) -> str:
         """Remember the event's queue or configuration; what it changed, in one line."""
-        data = event.data
-        if isinstance(data, QueueUpsertedData):
-            known = self.queues.get(data.name)
-            self.queues[data.name] = data
-            if known is None:
-                values = _fields(data, _QUEUE_FIELDS)
-                return f"queue {data.name} created" + (f" ({values})" if values else "")
-            return f"queue {data.name} {_diff(known, data, _QUEUE_FIELDS)}"
-        if isinstance(data, QueueDeletedData):
-            self.queues.pop(data.name, None)
-            return f"queue {data.name} deleted"
-        if isinstance(data, ConfigUpdatedData):
-            previous = self.configs.get(data.node_pool)
-            self.configs[data.node_pool] = data
-            # A pool never configured had the built-in defaults.
-            base = previous or ConfigUpdatedData.model_validate({"nodePool": data.node_pool})
-            return f"config {data.node_pool} {_diff(base, data, _CONFIG_FIELDS)}"
-        return event.type
+        note = TREE_TEXTS.get(type(event.data))
+        return event.type if note is None else note(self, event.data)
+
+    def _queue_upserted(self, data: QueueUpsertedData) -> str:
+        known = self.queues.get(data.name)
+        self.queues[data.name] = data
+        if known is None:
+            values = _fields(data, _QUEUE_FIELDS)
+            return f"queue {data.name} created" + (f" ({values})" if values else "")
+        return f"queue {data.name} {_diff(known, data, _QUEUE_FIELDS)}"
+
+    def _queue_deleted(self, data: QueueDeletedData) -> str:
+        self.queues.pop(data.name, None)
+        return f"queue {data.name} deleted"
+
+    def _config_updated(self, data: ConfigUpdatedData) -> str:
+        previous = self.configs.get(data.node_pool)
+        self.configs[data.node_pool] = data
+        # A pool never configured had the built-in defaults.
+        base = previous or ConfigUpdatedData.model_validate({"nodePool": data.node_pool})
+        return f"config {data.node_pool} {_diff(base, data, _CONFIG_FIELDS)}"
+
+
+TEXTS: Final[Mapping[type[EventData], Callable[[Any], str]]] = {
+    PodGroupSubmittedData: _submitted,
+    PodGroupAllocatedData: _allocated,
+    PodGroupReleasedData: _released,
+    PodGroupAnnotatedData: _annotated,
+    PodGroupDeletedData: lambda data: "deleted",
+    RequeueNominatedData: lambda data: (
+        f"nominated by {data.nominated_by}" + (f": {data.reason}" if data.reason else "")
+    ),
+    RequeueCommittedData: _committed,
+    RequeueRolledBackData: lambda data: (
+        f"requeue rolled back: {data.reason} ({_by(data.nominated_by)})"
+    ),
+    RequeueSkippedData: lambda data: f"requeue skipped: {data.reason} ({_by(data.nominated_by)})",
+    RequeueAbandonedData: _abandoned,
+    RequeueCheckpointData: checkpoint_text,
+}
+"""The line of each event type that is a podgroup's own event (its subject is the uid)."""
+
+TREE_TEXTS: Final[Mapping[type[EventData], Callable[[TreeChanges, Any], str]]] = {
+    QueueUpsertedData: TreeChanges._queue_upserted,
+    QueueDeletedData: TreeChanges._queue_deleted,
+    ConfigUpdatedData: TreeChanges._config_updated,
+}
+"""What each queue tree or configuration event changed (a window's row says it)."""
+
+UNTOLD: Final = frozenset({NodeUpsertedData, NodeDeletedData})
+"""Input types that are never part of a podgroup's story: their subject is a node, and the
+audit does not read them (``timeline._read_entries``)."""
 
 
 def _diff(old: object, new: object, fields: Sequence[tuple[str, str]]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar
@@ -179,43 +180,82 @@ class ProtectionExpiredEvent(CloudEvent[ProtectionExpiredData]):
     type: Literal["protection.expired"] = "protection.expired"
 
 
-_EVENT_CLASSES: dict[EventType, type[Event]] = {
-    EventType.QUEUE_UPSERTED: QueueUpsertedEvent,
-    EventType.QUEUE_DELETED: QueueDeletedEvent,
-    EventType.CONFIG_UPDATED: ConfigUpdatedEvent,
-    EventType.PODGROUP_SUBMITTED: PodGroupSubmittedEvent,
-    EventType.PODGROUP_ALLOCATED: PodGroupAllocatedEvent,
-    EventType.PODGROUP_RELEASED: PodGroupReleasedEvent,
-    EventType.PODGROUP_ANNOTATED: PodGroupAnnotatedEvent,
-    EventType.PODGROUP_DELETED: PodGroupDeletedEvent,
-    EventType.NODE_UPSERTED: NodeUpsertedEvent,
-    EventType.NODE_DELETED: NodeDeletedEvent,
-    EventType.REQUEUE_NOMINATED: RequeueNominatedEvent,
-    EventType.REQUEUE_ABANDONED: RequeueAbandonedEvent,
-    EventType.REQUEUE_CHECKPOINT: RequeueCheckpointEvent,
-    EventType.REQUEUE_COMMITTED: RequeueCommittedEvent,
-    EventType.REQUEUE_ROLLED_BACK: RequeueRolledBackEvent,
-    EventType.REQUEUE_SKIPPED: RequeueSkippedEvent,
-    EventType.PROTECTION_EXPIRED: ProtectionExpiredEvent,
-}
+Direction: TypeAlias = Literal["input", "output"]
+"""Whether the service reads an event type from an input topic or writes it."""
 
 
-def _data_model_of(event_class: type[Event]) -> type[EventData]:
-    annotation = event_class.model_fields["data"].annotation
-    assert isinstance(annotation, type)
-    assert issubclass(annotation, EventData)
-    return annotation
+@dataclass(frozen=True, slots=True)
+class EventTypeInfo:
+    """One row of the registry of event types (CONTRACT.md §1, docs/events.md)."""
 
+    name: EventType
+    """The wire name (the ``type`` attribute)."""
+    event_class: type[Event]
+    """Its envelope class (``.data`` typed)."""
+    data_model: type[EventData]
+    """Its ``data`` model: what a consumer's handlers are registered by."""
+    role: str
+    """The role of the topic that carries it (``events.topics``: role -> default name)."""
+    direction: Direction
+    """Read by the service (an input) or written by it (an output)."""
+
+
+def _row(event_class: type[Event], role: str, direction: Direction) -> EventTypeInfo:
+    data_model = event_class.model_fields["data"].annotation
+    assert isinstance(data_model, type)
+    assert issubclass(data_model, EventData)
+    return EventTypeInfo(
+        EventType(event_class.model_fields["type"].default),
+        event_class,
+        data_model,
+        role,
+        direction,
+    )
+
+
+# The one table of event types; every other view (classes, data models, a topic role's types,
+# a consumer's handlers by data model) is derived from it or checked against it by a test.
+# Its order is the order rejections list the known types in.
+EVENT_TYPES: Final[Mapping[str, EventTypeInfo]] = MappingProxyType(
+    {
+        str(row.name): row
+        for row in (
+            _row(QueueUpsertedEvent, "queues", "input"),
+            _row(QueueDeletedEvent, "queues", "input"),
+            _row(ConfigUpdatedEvent, "queues", "input"),
+            _row(PodGroupSubmittedEvent, "podgroups", "input"),
+            _row(PodGroupAllocatedEvent, "podgroups", "input"),
+            _row(PodGroupReleasedEvent, "podgroups", "input"),
+            _row(PodGroupAnnotatedEvent, "podgroups", "input"),
+            _row(PodGroupDeletedEvent, "podgroups", "input"),
+            _row(NodeUpsertedEvent, "nodes", "input"),
+            _row(NodeDeletedEvent, "nodes", "input"),
+            _row(RequeueNominatedEvent, "nominations", "input"),
+            _row(RequeueAbandonedEvent, "podgroups", "input"),
+            _row(RequeueCheckpointEvent, "podgroups", "input"),
+            _row(RequeueCommittedEvent, "requeue_decisions", "output"),
+            _row(RequeueRolledBackEvent, "requeue_decisions", "output"),
+            _row(RequeueSkippedEvent, "requeue_decisions", "output"),
+            _row(ProtectionExpiredEvent, "protection", "output"),
+        )
+    }
+)
+"""Event type -> its envelope class, data model, topic role and direction."""
 
 EVENT_CLASSES: Final[Mapping[str, type[Event]]] = MappingProxyType(
-    {str(name): cls for name, cls in _EVENT_CLASSES.items()}
+    {name: row.event_class for name, row in EVENT_TYPES.items()}
 )
 """Event type -> its envelope class (``.data`` typed)."""
 
 DATA_MODELS: Final[Mapping[str, type[EventData]]] = MappingProxyType(
-    {str(name): _data_model_of(cls) for name, cls in _EVENT_CLASSES.items()}
+    {name: row.data_model for name, row in EVENT_TYPES.items()}
 )
 """Event type -> its ``data`` model."""
+
+INPUT_DATA_MODELS: Final = frozenset(
+    row.data_model for row in EVENT_TYPES.values() if row.direction == "input"
+)
+"""The ``data`` models of the input types: every one is applied by the processor."""
 
 KNOWN_TYPES: Final = frozenset(EVENT_CLASSES)
 

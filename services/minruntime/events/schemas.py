@@ -20,8 +20,8 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from minruntime.core import format_duration, format_rfc3339
 from minruntime.events.dead_letter import DeadLetterRecord
-from minruntime.events.envelope import EVENT_CLASSES
-from minruntime.events.topics import DEFAULT_TOPICS, ROLE_TYPES
+from minruntime.events.envelope import EVENT_CLASSES, EVENT_TYPES
+from minruntime.events.topics import DEFAULT_TOPICS
 
 DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 ENVELOPE_ATTRIBUTES: Final = ("specversion", "id", "source", "type", "time", "subject", "data")
@@ -48,8 +48,7 @@ class WireJsonSchema(GenerateJsonSchema):
 
 
 def _topic_of(event_type: str) -> str:
-    role = next(role for role, types in ROLE_TYPES.items() if event_type in types)
-    return DEFAULT_TOPICS[role]
+    return DEFAULT_TOPICS[EVENT_TYPES[event_type].role]
 
 
 def event_schema(event_type: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Which event types travel on which topic (CONTRACT.md §1).
 
-Topic names are configurable; the contract is stated per *role*. ``ROLE_TYPES`` is keyed by
-role, ``INPUT_TOPIC_TYPES`` by the default topic names, and ``topic_types(...)`` builds the
-same mapping for configured names (pass it to ``decode_event(..., topic_types=...)``).
+Topic names are configurable; the contract is stated per *role*. Each event type's role is
+in the registry (``envelope.EVENT_TYPES``); ``ROLE_TYPES`` is the same keyed by role,
+``INPUT_TOPIC_TYPES`` by the default topic names, and ``topic_types(...)`` builds the same
+mapping for configured names (pass it to ``decode_event(..., topic_types=...)``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from minruntime.events.envelope import EventType
+from minruntime.events.envelope import EVENT_TYPES, Direction
 
 QUEUES_TOPIC: Final = "kai.queues"
 PODGROUPS_TOPIC: Final = "kai.podgroups"
@@ -25,37 +26,22 @@ OUTPUT_TOPICS: Final = (REQUEUE_DECISIONS_TOPIC, DEAD_LETTER_TOPIC, PROTECTION_T
 """The default names of the topics the service writes."""
 
 
-def _types(*types: EventType) -> frozenset[str]:
-    return frozenset(str(event_type) for event_type in types)
+def _roles(direction: Direction | None = None) -> tuple[str, ...]:
+    """The roles of the registry's rows (of one direction), in the registry's order."""
+    rows = EVENT_TYPES.values()
+    return tuple(dict.fromkeys(r.role for r in rows if direction in (None, r.direction)))
 
 
 ROLE_TYPES: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
     {
-        "queues": _types(
-            EventType.QUEUE_UPSERTED, EventType.QUEUE_DELETED, EventType.CONFIG_UPDATED
-        ),
-        "podgroups": _types(
-            EventType.PODGROUP_SUBMITTED,
-            EventType.PODGROUP_ALLOCATED,
-            EventType.PODGROUP_RELEASED,
-            EventType.PODGROUP_ANNOTATED,
-            EventType.PODGROUP_DELETED,
-            EventType.REQUEUE_ABANDONED,
-            EventType.REQUEUE_CHECKPOINT,
-        ),
-        "nodes": _types(EventType.NODE_UPSERTED, EventType.NODE_DELETED),
-        "nominations": _types(EventType.REQUEUE_NOMINATED),
-        "requeue_decisions": _types(
-            EventType.REQUEUE_COMMITTED,
-            EventType.REQUEUE_ROLLED_BACK,
-            EventType.REQUEUE_SKIPPED,
-        ),
-        "protection": _types(EventType.PROTECTION_EXPIRED),
+        role: frozenset(name for name, row in EVENT_TYPES.items() if row.role == role)
+        for role in _roles()
     }
 )
-"""Topic role -> the event types a topic of that role carries."""
+"""Topic role -> the event types a topic of that role carries (from ``EVENT_TYPES``)."""
 
-INPUT_ROLES: Final = ("queues", "podgroups", "nodes", "nominations")
+INPUT_ROLES: Final = _roles("input")
+"""The roles of the topics the service reads: queues, podgroups, nodes, nominations."""
 
 DEFAULT_TOPICS: Final[Mapping[str, str]] = MappingProxyType(
     {

@@ -21,15 +21,16 @@ Applying an event twice changes nothing: the decision id is unique.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Connection
 
 from minruntime.core import REQUEUE_NOT_BEFORE_ANNOTATION, format_rfc3339
 from minruntime.events import (
     Event,
+    EventData,
     RequeueCommittedData,
     RequeueRolledBackData,
     RequeueSkippedData,
@@ -43,13 +44,46 @@ from minruntime.store.schema import LIVE, StateTables
 
 DecisionData = RequeueCommittedData | RequeueRolledBackData | RequeueSkippedData
 
-_OUTCOMES: Final[dict[type[DecisionData], str]] = {
-    RequeueCommittedData: "committed",
-    RequeueRolledBackData: "rolled_back",
-    RequeueSkippedData: "skipped",
-}
-
 _CONSUMING_REASONS: Final = frozenset({"not_running"})
+
+
+class _Outcome(NamedTuple):
+    """What a decision of one type writes: its ``outcome`` column value, its own columns of
+    the decision log row, and whether it consumes the nominations it answered."""
+
+    name: str
+    columns: Callable[[Any], dict[str, Any]]
+    consumes: Callable[[Any], bool]
+
+
+def _committed(data: RequeueCommittedData) -> dict[str, Any]:
+    return {
+        "beneficiaries": list(data.beneficiaries),
+        "requeue_not_before": data.requeue_not_before,
+        "delay_problem": data.delay_problem,
+        "placements": [placement.model_dump(mode="json") for placement in data.placements],
+    }
+
+
+def _rolled_back(data: RequeueRolledBackData) -> dict[str, Any]:
+    shares = data.quota_shares
+    return {
+        "reason": data.reason,
+        "delay_ends_at": data.delay_ends_at,
+        "quota_shares": None if shares is None else shares.model_dump(mode="json", by_alias=True),
+    }
+
+
+_OUTCOMES: Final[Mapping[type[EventData], _Outcome]] = {
+    RequeueCommittedData: _Outcome("committed", _committed, lambda data: True),
+    RequeueRolledBackData: _Outcome("rolled_back", _rolled_back, lambda data: False),
+    RequeueSkippedData: _Outcome(
+        "skipped",
+        lambda data: {"reason": data.reason},
+        lambda data: data.reason in _CONSUMING_REASONS,
+    ),
+}
+"""Each decision type's outcome (SEMANTICS.md §8: the list at the top of this module)."""
 
 
 def decision_data(event: Event) -> DecisionData:
@@ -62,7 +96,7 @@ def decision_data(event: Event) -> DecisionData:
 
 def outcome_of(event: Event) -> str:
     """The ``outcome`` column value of a decision event (committed, rolled_back, skipped)."""
-    return _OUTCOMES[type(decision_data(event))]
+    return _OUTCOMES[type(decision_data(event))].name
 
 
 def apply_decisions(
@@ -75,12 +109,11 @@ def apply_decisions(
     fresh = [event for event in events if event.id not in seen]
     if not fresh:
         return 0
-    stored.insert_decisions(conn, tables, [_log_row(event) for event in fresh])
+    stored.insert_decisions(conn, tables, [decision_row(event) for event in fresh])
     consumed = [
         {"uid": data.uid, "by": list(data.nominated_by)}
         for data in map(decision_data, fresh)
-        if isinstance(data, RequeueCommittedData)
-        or (isinstance(data, RequeueSkippedData) and data.reason in _CONSUMING_REASONS)
+        if _OUTCOMES[type(data)].consumes(data)
     ]
     stored.consume_nominations(conn, tables, consumed)
     commits = [
@@ -138,13 +171,15 @@ def log_decisions(
     return encoded
 
 
-def _log_row(event: Event) -> dict[str, Any]:
+def decision_row(event: Event) -> dict[str, Any]:
+    """The ``requeue_decision_log`` row of a decision event."""
     data = decision_data(event)
-    row: dict[str, Any] = {
+    outcome = _OUTCOMES[type(data)]
+    return {
         "decision_id": event.id,
         "uid": data.uid,
         "decided_at": data.decided_at,
-        "outcome": outcome_of(event),
+        "outcome": outcome.name,
         "nominated_by": list(data.nominated_by),
         "run_start": data.run_start,
         "reason": None,
@@ -154,19 +189,8 @@ def _log_row(event: Event) -> dict[str, Any]:
         "placements": [],
         "delay_ends_at": None,
         "quota_shares": None,
+        **outcome.columns(data),
     }
-    if isinstance(data, RequeueCommittedData):
-        row["beneficiaries"] = list(data.beneficiaries)
-        row["requeue_not_before"] = data.requeue_not_before
-        row["delay_problem"] = data.delay_problem
-        row["placements"] = [placement.model_dump(mode="json") for placement in data.placements]
-    else:
-        row["reason"] = data.reason
-        if isinstance(data, RequeueRolledBackData):
-            row["delay_ends_at"] = data.delay_ends_at
-            if data.quota_shares is not None:
-                row["quota_shares"] = data.quota_shares.model_dump(mode="json", by_alias=True)
-    return row
 
 
 def _promise_rows(decision_id: str, data: RequeueCommittedData) -> Iterable[dict[str, Any]]:

@@ -9,9 +9,9 @@ per (podgroup, nominator) is kept here and written beside them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, TypeAlias
 
 from sqlalchemy import Connection
 
@@ -44,47 +44,70 @@ from minruntime.store.schema import StateTables
 _DELETION = Deletion()
 
 
+PodGroupData: TypeAlias = (
+    PodGroupSubmittedData
+    | PodGroupAllocatedData
+    | PodGroupReleasedData
+    | PodGroupAnnotatedData
+    | PodGroupDeletedData
+    | RequeueAbandonedData
+)
+"""The data of the events folded into a podgroup's state (``CHANGES``)."""
+
+
 def podgroup_change(data: EventData, at: datetime) -> PodGroupChange:
     """The core's change value for a podgroup event's data (``at``: the event's time)."""
-    if isinstance(data, PodGroupAllocatedData):
-        return Allocation(tuple((pod.name, pod.node) for pod in data.pods), at)
-    if isinstance(data, PodGroupReleasedData):
-        eviction = data.eviction
-        if eviction is None:
-            return Release(data.pods, at, data.reason)
-        attribution = Attribution(
-            eviction.source, eviction.action, eviction.evictor, eviction.evictor_queue, eviction.at
-        )
-        return Release(data.pods, at, data.reason, attribution)
-    if isinstance(data, PodGroupSubmittedData):
-        return Submission(
-            name=data.name,
-            namespace=data.namespace,
-            queue=data.queue,
-            node_pool=data.node_pool,
-            priority=data.priority,
-            preemptibility=data.resolved_preemptibility(),
-            subgroups=data.to_subgroups(),
-            pods=tuple((pod.name, pod.sub_group, pod.gpu) for pod in data.pods),
-            annotations=data.annotations,
-            at=at,
-            preemption_delay=data.preemption_delay,
-            pod_preemption_delays=tuple(
-                (pod.name, pod.annotations[PREEMPTION_DELAY_ANNOTATION])
-                for pod in data.pods
-                if pod.annotations and PREEMPTION_DELAY_ANNOTATION in pod.annotations
-            ),
-            owner=None
-            if data.top_owner is None
-            else TopOwner(data.top_owner.kind, data.top_owner.name, data.top_owner.uid),
-        )
-    if isinstance(data, PodGroupAnnotatedData):
-        return Annotation(data.annotations, at)
-    if isinstance(data, PodGroupDeletedData):
-        return _DELETION
-    if isinstance(data, RequeueAbandonedData):
-        return Abandonment(data.requeue_not_before)
-    raise TypeError(f"{type(data).__name__} is not a podgroup event")
+    change = CHANGES.get(type(data))
+    if change is None:
+        raise TypeError(f"{type(data).__name__} is not a podgroup event")
+    return change(data, at)
+
+
+def _release(data: PodGroupReleasedData, at: datetime) -> PodGroupChange:
+    eviction = data.eviction
+    if eviction is None:
+        return Release(data.pods, at, data.reason)
+    attribution = Attribution(
+        eviction.source, eviction.action, eviction.evictor, eviction.evictor_queue, eviction.at
+    )
+    return Release(data.pods, at, data.reason, attribution)
+
+
+def _submission(data: PodGroupSubmittedData, at: datetime) -> PodGroupChange:
+    return Submission(
+        name=data.name,
+        namespace=data.namespace,
+        queue=data.queue,
+        node_pool=data.node_pool,
+        priority=data.priority,
+        preemptibility=data.resolved_preemptibility(),
+        subgroups=data.to_subgroups(),
+        pods=tuple((pod.name, pod.sub_group, pod.gpu) for pod in data.pods),
+        annotations=data.annotations,
+        at=at,
+        preemption_delay=data.preemption_delay,
+        pod_preemption_delays=tuple(
+            (pod.name, pod.annotations[PREEMPTION_DELAY_ANNOTATION])
+            for pod in data.pods
+            if pod.annotations and PREEMPTION_DELAY_ANNOTATION in pod.annotations
+        ),
+        owner=None
+        if data.top_owner is None
+        else TopOwner(data.top_owner.kind, data.top_owner.name, data.top_owner.uid),
+    )
+
+
+CHANGES: Final[Mapping[type[EventData], Callable[[Any, datetime], PodGroupChange]]] = {
+    PodGroupSubmittedData: _submission,
+    PodGroupAllocatedData: lambda data, at: Allocation(
+        tuple((pod.name, pod.node) for pod in data.pods), at
+    ),
+    PodGroupReleasedData: _release,
+    PodGroupAnnotatedData: lambda data, at: Annotation(data.annotations, at),
+    PodGroupDeletedData: lambda data, at: _DELETION,
+    RequeueAbandonedData: lambda data, at: Abandonment(data.requeue_not_before),
+}
+"""The podgroup fold's change value of each podgroup event's data."""
 
 
 class PodGroupProjection:

@@ -17,7 +17,7 @@ loaded about once per run and written once per run or boundary, instead of once 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -36,6 +36,7 @@ from minruntime.core import (
 from minruntime.events import (
     ConfigUpdatedData,
     Event,
+    EventData,
     NodeDeletedData,
     NodeUpsertedData,
     PodGroupAllocatedData,
@@ -49,7 +50,7 @@ from minruntime.events import (
     RequeueCheckpointData,
     RequeueNominatedData,
 )
-from minruntime.ingest.podgroups import PodGroupProjection, podgroup_change
+from minruntime.ingest.podgroups import PodGroupData, PodGroupProjection, podgroup_change
 from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.runs import RunLog
 from minruntime.store import decisions as stored_decisions
@@ -68,6 +69,8 @@ PODGROUP_TYPES: Final = (
     RequeueAbandonedData,
 )
 QUEUE_TYPES: Final = (QueueUpsertedData, QueueDeletedData)
+_PODGROUP_MODELS: Final = frozenset(PODGROUP_TYPES)
+_QUEUE_MODELS: Final = frozenset(QUEUE_TYPES)
 _RUN_RULES: Final = "minruntime.run_rules"
 
 
@@ -104,9 +107,11 @@ class Projections:
         uids = []
         for event in events:
             data = event.data
-            if isinstance(data, PODGROUP_TYPES):
-                uids.append(data.uid)
-            elif self._queues is None and isinstance(data, QUEUE_TYPES):
+            # By the type's own class, as HANDLERS: an isinstance of a pydantic model costs
+            # more (ABCMeta's check); a podgroup event's subject is its uid.
+            if type(data) in _PODGROUP_MODELS:
+                uids.append(event.subject)
+            elif self._queues is None and type(data) in _QUEUE_MODELS:
                 self._queues = self._queue_projection()
         self.podgroups.include(uids)
 
@@ -126,51 +131,69 @@ class Projections:
         (an entry whose subject column disagrees with its event is still applied right).
         """
         data = event.data
-        if isinstance(data, PODGROUP_TYPES):
-            if not self.podgroups.included(data.uid):
-                self.podgroups.include((data.uid,))
-            if isinstance(data, RequeueNominatedData):
-                self.podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
-            else:
-                change = podgroup_change(data, event.time)
-                before = self.podgroups.apply(data.uid, change)
-                self.ignored.update(ignored_values(before, change))
-                if isinstance(data, RequeueAbandonedData):
-                    self._abandoned[event.id] = abandoned_row(event.id, data, event.time)
-                ended = ended_run(before, self.podgroups.state(data.uid), change, event.time)
-                if ended is not None:
-                    self.runs.record(ended, event.source, event.id, self._run_rules())
-        elif isinstance(data, QueueUpsertedData):
-            self._queue_tree().upsert(data.to_queue())
-            self._rules = None
-        elif isinstance(data, QueueDeletedData):
-            self._queue_tree().delete(data.name)
-            self._rules = None
-        elif isinstance(data, ConfigUpdatedData):
-            config = data.to_config()
-            self._change_tree()
-            self._pool_configs[data.node_pool] = config
-            self._rules = None
-            self._configs[data.node_pool] = {
-                "node_pool": data.node_pool,
-                "preempt": config.default_preempt_min_runtime,
-                "reclaim": config.default_reclaim_min_runtime,
-                "method": str(config.reclaim_resolve_method),
-                "delay": config.default_requeue_delay,
-                "max_requeues": config.max_requeues,
-                "max_requeues_window": config.max_requeues_window,
-                "max_evictions": config.max_evictions_per_window,
-                "eviction_window": config.eviction_window,
-                "min_eviction_gap": config.min_eviction_gap,
-            }
-        elif isinstance(data, RequeueCheckpointData):
-            self._handshakes.setdefault(data.decision, handshake_row(data))
-        elif isinstance(data, NodeUpsertedData):
-            self._nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}
-        elif isinstance(data, NodeDeletedData):
-            self._nodes[data.name] = None
-        else:  # pragma: no cover - decode_event only returns input types on input topics
+        handler = HANDLERS.get(type(data))
+        if (
+            handler is None
+        ):  # pragma: no cover - decode_event only returns input types on input topics
             raise MinRuntimeError(f"{event.type} events are not applied by the processor")
+        handler(self, event, data)
+
+    # -- one handler per input type, registered in HANDLERS ----------------------------------
+    def _podgroup(self, uid: str) -> None:
+        if not self.podgroups.included(uid):
+            self.podgroups.include((uid,))
+
+    def _fold(self, event: Event, data: PodGroupData) -> None:
+        self._podgroup(data.uid)
+        change = podgroup_change(data, event.time)
+        before = self.podgroups.apply(data.uid, change)
+        self.ignored.update(ignored_values(before, change))
+        ended = ended_run(before, self.podgroups.state(data.uid), change, event.time)
+        if ended is not None:
+            self.runs.record(ended, event.source, event.id, self._run_rules())
+
+    def _abandon(self, event: Event, data: RequeueAbandonedData) -> None:
+        self._fold(event, data)
+        self._abandoned[event.id] = abandoned_row(event.id, data, event.time)
+
+    def _nominate(self, event: Event, data: RequeueNominatedData) -> None:
+        self._podgroup(data.uid)
+        self.podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
+
+    def _upsert_queue(self, event: Event, data: QueueUpsertedData) -> None:
+        self._queue_tree().upsert(data.to_queue())
+        self._rules = None
+
+    def _delete_queue(self, event: Event, data: QueueDeletedData) -> None:
+        self._queue_tree().delete(data.name)
+        self._rules = None
+
+    def _update_config(self, event: Event, data: ConfigUpdatedData) -> None:
+        config = data.to_config()
+        self._change_tree()
+        self._pool_configs[data.node_pool] = config
+        self._rules = None
+        self._configs[data.node_pool] = {
+            "node_pool": data.node_pool,
+            "preempt": config.default_preempt_min_runtime,
+            "reclaim": config.default_reclaim_min_runtime,
+            "method": str(config.reclaim_resolve_method),
+            "delay": config.default_requeue_delay,
+            "max_requeues": config.max_requeues,
+            "max_requeues_window": config.max_requeues_window,
+            "max_evictions": config.max_evictions_per_window,
+            "eviction_window": config.eviction_window,
+            "min_eviction_gap": config.min_eviction_gap,
+        }
+
+    def _checkpoint(self, event: Event, data: RequeueCheckpointData) -> None:
+        self._handshakes.setdefault(data.decision, handshake_row(data))
+
+    def _upsert_node(self, event: Event, data: NodeUpsertedData) -> None:
+        self._nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}
+
+    def _delete_node(self, event: Event, data: NodeDeletedData) -> None:
+        self._nodes[data.name] = None
 
     def _log_abandoned(self) -> None:
         """The decision log rows of the abandoned requeues (once per event id)."""
@@ -243,6 +266,25 @@ class Projections:
             self._nodes = {}
             self._pool_configs = {}
             self._rules = None
+
+
+HANDLERS: Final[Mapping[type[EventData], Callable[[Projections, Event, Any], None]]] = {
+    PodGroupSubmittedData: Projections._fold,
+    PodGroupAllocatedData: Projections._fold,
+    PodGroupReleasedData: Projections._fold,
+    PodGroupAnnotatedData: Projections._fold,
+    PodGroupDeletedData: Projections._fold,
+    RequeueAbandonedData: Projections._abandon,
+    RequeueNominatedData: Projections._nominate,
+    QueueUpsertedData: Projections._upsert_queue,
+    QueueDeletedData: Projections._delete_queue,
+    ConfigUpdatedData: Projections._update_config,
+    RequeueCheckpointData: Projections._checkpoint,
+    NodeUpsertedData: Projections._upsert_node,
+    NodeDeletedData: Projections._delete_node,
+}
+"""What ``Projections.apply`` does with each input type's data (one entry per input type:
+tests/unit/test_event_registry.py)."""
 
 
 def abandoned_row(event_id: str, data: RequeueAbandonedData, at: datetime) -> dict[str, Any]:
