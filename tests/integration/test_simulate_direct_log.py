@@ -21,14 +21,14 @@ import sqlalchemy as sa
 from minruntime.audit.simulate import simulate
 from minruntime.audit.simulate_model import describe
 from minruntime.settings import Settings
-from minruntime.stack import StackStatus
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.store.scratch import (
+from minruntime_dev.scratch import (
     create_scratch_database,
     drop_scratch_database,
     scratch_owner_url,
 )
+from minruntime_dev.stack import StackStatus
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 _LOGGED = (
