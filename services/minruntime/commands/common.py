@@ -1,9 +1,8 @@
-"""What the commands share: the invocation's settings, the --at option, the engine, the output
-(JSON, a console for tables, an instant for people)."""
+"""What the commands share: the invocation's settings, the --at option, the engine factory and
+the database errors a user can act on (the output is `commands.render`'s)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +16,6 @@ from minruntime.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
-    from rich.console import Console
 
     from minruntime.settings import Settings
 
@@ -147,46 +145,3 @@ def first_line(error: BaseException) -> str:
     orig = getattr(error, "orig", None) or error
     lines = str(orig).strip().splitlines()
     return lines[0] if lines else type(orig).__name__
-
-
-def wide_console(pipe_width: int = 200) -> Console:
-    """A console for tables: a terminal keeps its own width; a pipe gets at least
-    ``pipe_width`` columns, wide enough that a piped table is not wrapped."""
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, pipe_width)
-    return console
-
-
-def rfc3339(moment: datetime | None) -> str:
-    """An instant for people: RFC3339, or "-" when there is none."""
-    from minruntime.core import format_rfc3339
-
-    return "-" if moment is None else format_rfc3339(moment)
-
-
-def counted(count: int, noun: str) -> str:
-    """A count and its noun, plural unless one: "1 pod", "3 running pods"."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def print_json(value: Any) -> None:
-    """One JSON document on stdout (datetimes as RFC3339, intervals as seconds)."""
-    print(json.dumps(value, indent=2, default=_default, sort_keys=False))
-
-
-def _default(value: Any) -> Any:
-    from datetime import timedelta
-    from decimal import Decimal
-
-    from minruntime.core import format_rfc3339
-
-    if isinstance(value, datetime):
-        return format_rfc3339(value)
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return float(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

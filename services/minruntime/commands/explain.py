@@ -15,19 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from minruntime.commands.common import (
-    At,
-    Json,
-    Uid,
-    counted,
-    disposed,
-    engine,
-    option,
-    parse_at,
-    print_json,
-    rfc3339,
-    wide_console,
-)
+from minruntime.commands.common import At, Json, Uid, disposed, engine, option, parse_at
+from minruntime.commands.render import counted, print_json, rfc3339, wide_console
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from minruntime.commands.common import counted, current_settings, disposed, option, wide_console
+from minruntime.commands.common import current_settings, disposed, option
+from minruntime.commands.render import counted, wide_console
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:

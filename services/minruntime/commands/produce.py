@@ -6,11 +6,11 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from minruntime.commands import render
 from minruntime.commands.common import current_settings
 
-console = Console(highlight=False)
+console = render.console()
 
 
 class ContentMode(StrEnum):

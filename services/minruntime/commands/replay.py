@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from minruntime.commands.common import AT_HELP, Json, current_settings, engine, parse_at, print_json
+from minruntime.commands.common import AT_HELP, Json, current_settings, engine, parse_at
+from minruntime.commands.render import console, print_json
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from minruntime.audit.snapshots import CheckedReplay, SnapshotCheck
     from minruntime.audit.verify import TableCheck
 
-_err = Console(stderr=True, highlight=False)
-_out = Console(highlight=False)
+_err = console(stderr=True)
+_out = console()
 
 
 class ReplayDiffersError(UserError):

@@ -10,13 +10,13 @@ import logging
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from minruntime.commands import render
 from minruntime.commands.common import current_settings
 
 LogLevel = Annotated[str, typer.Option(help="Log level: debug, info, warning, error.")]
 
-console = Console(highlight=False)
+console = render.console()
 
 
 def migrate_command(

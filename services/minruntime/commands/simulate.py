@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Final
 
-from minruntime.commands.common import Json, counted, engine, option, parse_at, print_json
+from minruntime.commands.common import Json, engine, option, parse_at
+from minruntime.commands.render import aligned, counted, print_json
 from minruntime.errors import UserError
 
 # Flipped decisions the table lists (``--json`` and the page have them all).
@@ -130,11 +131,11 @@ def render(data: dict[str, Any]) -> list[str]:
         "PROT GPU-H before>after",
     ]
     table = [header] + [_cells(name, figures) for name, figures in rows]
-    lines += _aligned(table)
+    lines += aligned(table)
     flips = data["flips"]
     if flips:
         lines.append(f"Flipped decisions ({len(flips)}):")
-        lines += _aligned(
+        lines += aligned(
             [["AT", "UID", "QUEUE", "RECORDED", "UNDER THE CHANGE", "CONFIDENCE", "GPU-H"]]
             + [
                 [
@@ -183,11 +184,3 @@ def _cells(name: str, figures: dict[str, Any]) -> list[str]:
 
 def _outcome(outcome: str, reason: str | None) -> str:
     return outcome if reason is None else f"{outcome} ({reason})"
-
-
-def _aligned(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from minruntime.commands.common import Json, counted, current_settings, engine, print_json, rfc3339
+from minruntime.commands.common import Json, current_settings, engine
 from minruntime.commands.explain import ReclaimerQueue, describe_row, resolved_from_label
+from minruntime.commands.render import aligned, counted, print_json, rfc3339
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
@@ -398,7 +399,7 @@ def report_lines(report: WhatIfReport) -> list[str]:
         ]
         for change in changes
     ]
-    lines += _aligned([[*header, "EFFECT"], *rows])
+    lines += aligned([[*header, "EFFECT"], *rows])
     unprotected, protected = report.count("unprotected_now"), report.count("protected_now")
     lines.append(
         f"{len(changes)} of {running} running podgroups change; "
@@ -441,11 +442,3 @@ def _protection_cells(row: ProtectionRow) -> list[str]:
 
 def _become(count: int) -> str:
     return "becomes" if count == 1 else "become"
-
-
-def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
