@@ -8,8 +8,10 @@ the snapshot again with `python -m tests.unit.test_cli_help` and review the diff
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 import typer
 from typer import rich_utils
 
-from minruntime.cli import app, main
+from minruntime.cli import COMMANDS, app, load, main
 
 SNAPSHOT = Path(__file__).with_name("cli_help.txt")
 WIDTH = "100"
@@ -103,6 +105,54 @@ def test_the_snapshot_holds_every_command() -> None:
     assert len(headings) >= 40
     for words in ("", "kube diff", "replay", "outbox retry", "protection forecast"):
         assert f"{HEADING} {words} --help".replace("  ", " ") in headings
+
+
+@pytest.mark.parametrize("row", COMMANDS, ids=lambda row: f"{row.group} {row.name}".strip())
+def test_a_rows_summary_is_the_first_paragraph_of_its_commands_help(row: Any) -> None:
+    # The summary is what `--help` lists without importing the command: it must say what the
+    # command's own help says.
+    command = load(row)
+    assert row.summary == inspect.cleandoc(command.help).split("\n\n")[0]
+    assert command.name == (row.name or row.group)
+
+
+def test_help_imports_no_command_module_and_no_driver() -> None:
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from minruntime.cli import main; main(['--help']); main(['kube', "
+            "'--help']); print(*sorted(m for m in sys.modules if m.startswith(("
+            "'minruntime.commands.', 'sqlalchemy', 'psycopg', 'minruntime.store'))))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert listed.stdout.splitlines()[-1] == ""
+
+
+def test_a_command_imports_its_module_only() -> None:
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from minruntime.cli import main; main(['checkpoint', 'ack', "
+            "'--help']); print(*sorted(m for m in sys.modules if m.startswith("
+            "'minruntime.commands.')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    modules = set(loaded.stdout.splitlines()[-1].split())
+    assert modules == {
+        "minruntime.commands.checkpoint",
+        "minruntime.commands.common",
+        "minruntime.commands.render",
+    } - ({"minruntime.commands.render"} - modules)
 
 
 @pytest.mark.parametrize("path", [["kube"], ["stack"], []])

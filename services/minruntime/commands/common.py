@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
+from minruntime.commands import INVOCATION
 from minruntime.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
@@ -36,20 +36,6 @@ Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a tabl
 Uid = Annotated[str, typer.Argument(metavar="UID", help="The podgroup's uid.", show_default=False)]
 
 
-# What one invocation of the command line keeps (its settings), while it runs.
-_INVOCATION: ContextVar[dict[str, Any] | None] = ContextVar("minruntime_invocation", default=None)
-
-
-@contextmanager
-def invocation() -> Iterator[None]:
-    """One run of the command line: `current_settings` reads the environment once inside."""
-    token = _INVOCATION.set({})
-    try:
-        yield
-    finally:
-        _INVOCATION.reset(token)
-
-
 def current_settings() -> Settings:
     """The settings of this invocation, read from the environment on first use.
 
@@ -59,7 +45,7 @@ def current_settings() -> Settings:
 
     from minruntime.settings import Settings
 
-    kept = _INVOCATION.get()
+    kept = INVOCATION.get()
     if kept is None:
         kept = {}
     if "settings" not in kept:
