@@ -3,21 +3,24 @@ the database errors a user can act on (the output is `commands.render`'s)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
+import sqlalchemy as sa
 import typer
+from pydantic import ValidationError
+from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
 
 from minruntime.commands import INVOCATION
+from minruntime.core import parse_duration, parse_rfc3339
 from minruntime.errors import ConfigError, UserError
-
-if TYPE_CHECKING:
-    import sqlalchemy as sa
-
-    from minruntime.settings import Settings
+from minruntime.settings import Settings
+from minruntime.store import engine_from
+from minruntime.store.failures import needs_the_primary
 
 
 def option(*names: str, **settings: Any) -> Any:
@@ -34,6 +37,15 @@ AT_HELP: Final = (
 At = Annotated[str | None, option("--at", help=AT_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 Uid = Annotated[str, typer.Argument(metavar="UID", help="The podgroup's uid.", show_default=False)]
+LogLevel = Annotated[str, typer.Option(help="Log level: debug, info, warning, error.")]
+ReclaimerQueue = Annotated[
+    str | None,
+    option(
+        "--reclaimer-queue",
+        metavar="QUEUE",
+        help="Resolve for a reclaimer in QUEUE (the reclaim rule). Default: the preempt rule.",
+    ),
+]
 
 
 def current_settings() -> Settings:
@@ -41,10 +53,6 @@ def current_settings() -> Settings:
 
     Outside `invocation()` (a command called by a test) they are read afresh at each call.
     """
-    from pydantic import ValidationError
-
-    from minruntime.settings import Settings
-
     kept = INVOCATION.get()
     if kept is None:
         kept = {}
@@ -64,8 +72,6 @@ def parse_at(
     """The instant named by ``option`` (None when absent); UserError with one line when bad."""
     if text is None:
         return None
-    from minruntime.core import parse_duration, parse_rfc3339
-
     current = now or datetime.now(UTC)
     stripped = text.strip()
     if stripped == "now":
@@ -85,8 +91,6 @@ def parse_at(
 
 def engine() -> sa.Engine:
     """An engine for the operator commands: the owner role (they build shadow schemas)."""
-    from minruntime.store import engine_from
-
     return engine_from(current_settings().owner_url, pool_pre_ping=False)
 
 
@@ -101,8 +105,6 @@ def disposed(database: sa.Engine) -> Iterator[sa.Engine]:
 
 def database_error(error: BaseException) -> str | None:
     """One line for a database error a user can act on (None: not one of those)."""
-    from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
-
     if isinstance(error, DataError) or type(error).__name__ == "DataError":
         # A value stored by an older version that this one cannot read back, e.g. a timestamp
         # in year 0 or 10000 once in UTC (docs/events.md "Bounds"): say which, in one line.
@@ -110,8 +112,6 @@ def database_error(error: BaseException) -> str | None:
             f"the database holds a value this version cannot read: {first_line(error)} "
             "(stored by an older version; see docs/events.md, Bounds)"
         )
-    from minruntime.store.failures import needs_the_primary
-
     read_only = needs_the_primary(error)
     if read_only is not None:
         return read_only
@@ -131,3 +131,14 @@ def first_line(error: BaseException) -> str:
     orig = getattr(error, "orig", None) or error
     lines = str(orig).strip().splitlines()
     return lines[0] if lines else type(orig).__name__
+
+
+def service_logging(loglevel: str) -> None:
+    """A long-running service's logs: to stderr at `loglevel`, aiokafka's errors only."""
+    level = logging.getLevelName(loglevel.upper())
+    if not isinstance(level, int):
+        raise typer.BadParameter(f"unknown log level {loglevel!r}", param_hint="--loglevel")
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)

@@ -12,8 +12,8 @@ from typing import Annotated
 
 import typer
 
-from minruntime.commands.common import At, Json, disposed, engine, option
-from minruntime.commands.explain import ReclaimerQueue, protection_command
+from minruntime.commands.common import At, Json, ReclaimerQueue, disposed, engine, option
+from minruntime.commands.explain import protection_command
 from minruntime.commands.render import print_json
 
 protection_app = typer.Typer(
