@@ -41,7 +41,7 @@ from minruntime.retry import KAFKA_GRACE_SECONDS
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.engine import bounded_idle_transactions, reached_server
-from minruntime.store.migrate import is_at_head
+from minruntime.store.migrate import is_at_head, upgrade
 from minruntime.store.offsets import stored_offsets
 from minruntime.store.privileges import public_can_take_advisory_locks
 from minruntime.store.read_transactions import ping
@@ -52,7 +52,7 @@ from minruntime.stream.outbox_metrics import OutboxMetrics
 from minruntime.stream.relay import OutboxRelay
 from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
-from minruntime.stream.topics import INPUT_ROLES, TopicRole, ensure_topics, topic_specs
+from minruntime.stream.topics import TopicRole, ensure_topics, input_topic_roles, topic_specs
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +132,6 @@ def outbox_relay(
 async def run_relay(relay: OutboxRelay) -> None:
     """Publish for ever, restarted with capped backoff when Kafka or PostgreSQL is away."""
     await keep_running("the outbox relay (Kafka or PostgreSQL)", relay.run)
-
-
-def input_topic_roles(settings: Settings) -> dict[str, str]:
-    """Configured input topic name → role name (what `apply_batch` checks types against)."""
-    return {
-        spec.name: spec.role.value for spec in topic_specs(settings) if spec.role in INPUT_ROLES
-    }
 
 
 def build_processor(
@@ -248,6 +241,12 @@ def tune_gc() -> None:
     """Freeze the objects made at start-up and collect garbage cycles less often."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)  # for the process's whole life
+
+
+def migrate(settings: Settings, revision: str = "head") -> None:
+    """`minruntime migrate`: upgrade the schema (alembic) to ``revision``, before the services
+    start (they refuse a schema that is not at head)."""
+    upgrade(settings, revision)
 
 
 def run_processor(settings: Settings, loglevel: str = "warning") -> None:

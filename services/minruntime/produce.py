@@ -10,6 +10,9 @@ Records are keyed by the subject, in either content mode of the CloudEvents Kafk
 structured (the default: the whole event is the value) or binary (`--mode binary`: the
 attributes in `ce_` headers, `datacontenttype` if given as `content-type`, the data as the
 value).
+
+The same files are also read as a change to try, never sent (`read_changes`: `whatif -f`,
+`simulate -f`), where Queue objects and scheduler configs go through `kube.change_events`.
 """
 
 from __future__ import annotations
@@ -19,25 +22,37 @@ import json
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
 from minruntime.core import format_rfc3339
 from minruntime.errors import UserError
-from minruntime.events import EventRejected, binary_headers, decode_event, new_event
+from minruntime.events import (
+    Event,
+    EventRejected,
+    binary_headers,
+    decode_event,
+    encode_event,
+    new_event,
+)
 from minruntime.events.topics import INPUT_ROLES, ROLE_TYPES, topic_types
 from minruntime.kafka_access import kafka_access, start_client
+from minruntime.kube import Manifest, change_events, read_manifests
 from minruntime.settings import Settings
-from minruntime.stream.topics import topic_names
+from minruntime.stream.topics import TopicRole, topic_names
 
 CLI_SOURCE = "minruntime-cli"
 # The content modes of the CloudEvents Kafka binding `produce` writes.
 CONTENT_MODES = ("structured", "binary")
+# Files of these suffixes are lists of events, one per line, in a change to try.
+_EVENT_LIST_SUFFIXES: Final = (".jsonl", ".ndjson")
+# The event types a change to try may hold: the queue topic's (queues and configurations).
+CHANGE_TYPES: Final = ROLE_TYPES["queues"]
 
 
 class InvalidEventFileError(UserError):
@@ -184,3 +199,90 @@ async def send(settings: Settings, outgoing: Sequence[Outgoing]) -> Counter[str]
     finally:
         await producer.stop()
     return Counter(o.topic for o in outgoing)
+
+
+def send_events(settings: Settings, events: Sequence[tuple[str, Event]]) -> str:
+    """Send (topic role, event) pairs with an idempotent producer, encoded as the bridge
+    encodes them (key: the subject; header: the id); the topics sent to, comma-separated."""
+    names = topic_names(settings)
+    outgoing = [
+        Outgoing(
+            names[TopicRole(role)],
+            event.subject.encode(),
+            encode_event(event),
+            (("id", event.id.encode()),),
+        )
+        for role, event in events
+    ]
+    asyncio.run(send(settings, outgoing))
+    return ", ".join(sorted({record.topic for record in outgoing}))
+
+
+# -- a change to try (`whatif -f`, `simulate -f`): read and validated, never sent ----------------
+
+
+def read_changes(
+    paths: Sequence[str], node_pool: str, now: datetime, settings: Settings, *, source: str
+) -> list[tuple[str, Event]]:
+    """(origin, event) of every file, in file and document order: Queue objects and scheduler
+    configs as `queues apply` / `config apply` would send them (with ``source``), events as
+    `produce` would."""
+    # Queue objects and scheduler configs are translated together (kube checks them as a set:
+    # duplicates, cycles, one config) and put back in place.
+    slots: list[tuple[str, Event] | Manifest] = []
+    for path in paths:
+        if Path(path).suffix.lower() in _EVENT_LIST_SUFFIXES:
+            slots += [_change_event(w, doc, settings, now) for w, doc in read_documents(path)]
+            continue
+        for manifest in read_manifests([path]):
+            slots += _classified(manifest, settings, now)
+    manifests = [slot for slot in slots if isinstance(slot, Manifest)]
+    label = settings.kube_node_pool_label
+    translated = iter(change_events(manifests, node_pool, node_pool_label=label))
+    events: list[tuple[str, Event]] = []
+    for slot in slots:
+        if not isinstance(slot, Manifest):
+            events.append(slot)
+            continue
+        _, event_type, data = next(translated)
+        events.append((slot.where, new_event(event_type, data, time=now, source=source)))
+    return events
+
+
+def _classified(
+    manifest: Manifest, settings: Settings, now: datetime
+) -> list[tuple[str, Event] | Manifest]:
+    body = manifest.body
+    if isinstance(body, list):
+        return [
+            _change_event(f"{manifest.where}[{i}]", item, settings, now)
+            for i, item in enumerate(body)
+        ]
+    if isinstance(body, Mapping):
+        kind = body.get("kind")
+        if kind in ("Queue", "ConfigMap") or (kind is None and "tiers" in body):
+            return [manifest]
+        if kind is None and "apiVersion" not in body and "type" in body:
+            return [_change_event(manifest.where, body, settings, now)]
+        if kind is not None:
+            raise UserError(
+                f"{manifest.where}: kind: a {kind} is not accepted here: `minruntime whatif -f` "
+                "takes scheduling.run.ai/v2 Queue objects, a scheduler config (or its "
+                "ConfigMap) and queue.upserted/queue.deleted/config.updated events"
+            )
+    raise UserError(
+        f"{manifest.where}: neither a Queue, a scheduler config nor an event "
+        "(an event has type: and data:)"
+    )
+
+
+def _change_event(
+    where: str, document: Any, settings: Settings, now: datetime
+) -> tuple[str, Event]:
+    event = decode_event(prepare(where, document, settings, now).value)
+    if event.type not in CHANGE_TYPES:
+        raise UserError(
+            f"{where}: whatif tries queue and configuration changes "
+            f"({', '.join(sorted(CHANGE_TYPES))}), not {event.type}"
+        )
+    return where, event

@@ -23,8 +23,8 @@ from minruntime.audit.explain import Explainer, UnknownPodGroupError
 from minruntime.audit.explain_model import describe
 from minruntime.audit.protection import protection_table
 from minruntime.cli import main
-from minruntime.commands.common import print_json
 from minruntime.commands.explain import describe_row
+from minruntime.commands.render import print_json
 from minruntime.core import format_rfc3339
 from tests.cloudevents import (
     Event,

@@ -159,8 +159,8 @@ def test_explain_shows_the_queues_budget_and_when_it_frees_up(
 
     from minruntime.audit.explain import explain
     from minruntime.audit.explain_model import describe
-    from minruntime.commands.common import print_json
     from minruntime.commands.explain import render_explanation
+    from minruntime.commands.render import print_json
     from minruntime.store.shadows import LIVE as LIVE_SHADOW
 
     tight = {MAX_EVICTIONS_ANNOTATION: "1", EVICTION_WINDOW_ANNOTATION: "30m"}

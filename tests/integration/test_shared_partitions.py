@@ -25,7 +25,6 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
-from minruntime.bootstrap import input_topic_roles
 from minruntime.core.topic_life import StoredOffset, TopicLife
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch, isolation
 from minruntime.kafka_access import kafka_access, start_client
@@ -36,7 +35,7 @@ from minruntime.store.schema import LIVE
 from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.stream.topic_identity import describe_topics
-from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
+from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics, input_topic_roles
 from tests.cloudevents import allocated, queue, submitted
 from tests.cloudevents import message as as_message
 from tests.e2e.harness import wait_for

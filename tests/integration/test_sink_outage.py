@@ -13,13 +13,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from minruntime.bootstrap import input_topic_roles
 from minruntime.ingest import BatchOutcome
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.requeue import lock_podgroups
 from minruntime.store.schema import LIVE
 from minruntime.stream.sink import BatchSink
+from minruntime.stream.topics import input_topic_roles
 from tests.cloudevents import allocated, annotated, queue, submitted
 from tests.integration.helpers import GROUP, Feed, rows
 

@@ -23,7 +23,6 @@ from minruntime.audit.explain_model import (
 )
 from minruntime.audit.protection import ProtectionRow, ProtectionTable
 from minruntime.cli import main
-from minruntime.commands.common import print_json
 from minruntime.commands.explain import (
     describe_row,
     render_explanation,
@@ -31,6 +30,7 @@ from minruntime.commands.explain import (
     resolved_from_label,
     verdict_text,
 )
+from minruntime.commands.render import print_json
 from tests.cloudevents import T0
 from tests.unit.test_cli import one_error_line
 

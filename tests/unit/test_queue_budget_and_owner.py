@@ -175,7 +175,7 @@ def test_requeue_plan_shows_when_a_budget_skip_frees_up_in_the_table_and_json(
 ) -> None:
     import json
 
-    from minruntime.commands.common import print_json
+    from minruntime.commands.render import print_json
     from minruntime.commands.requeue_plan import describe, render
     from minruntime.core import RequeueDecision, RequeueOutcome, RequeueReason
     from tests.unit.test_requeue_plan_command import NOW, preview

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from minruntime.commands.common import print_json
+from minruntime.commands.render import print_json
 from minruntime.commands.requeue_plan import describe, render
 from minruntime.core import (
     Exclusion,

@@ -27,7 +27,7 @@ Per podgroup uid:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -72,6 +72,23 @@ class ServicePodGroup:
     running: tuple[str, ...] | None = None
     # When the service last changed the row (its updated_at), to tell its states apart.
     updated_at: datetime | None = None
+
+
+def service_podgroup(row: Mapping[str, Any], running: Sequence[str] | None) -> ServicePodGroup:
+    """A row of the ``minruntime.podgroups`` view (the public read surface) and the names of
+    the pods it holds (None: not readable), as compared."""
+    return ServicePodGroup(
+        uid=row["uid"],
+        status=row["status"],
+        name=row["name"],
+        namespace=row["namespace"],
+        queue=row["queue"],
+        start_time=row["start_time"],
+        running_pods=row["running_pods"] or 0,
+        annotations={str(k): str(v) for k, v in (row["annotations"] or {}).items()},
+        running=None if running is None else tuple(sorted(running)),
+        updated_at=row["updated_at"],
+    )
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,17 @@ translation `whatif -f` uses too), then send through `minruntime produce`'s path
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Final
+from datetime import UTC, datetime
+from typing import Annotated, Final
 
 import typer
 
 from minruntime.commands.common import current_settings
-
-if TYPE_CHECKING:
-    from minruntime.kube import ChangeData, Manifest
+from minruntime.events import ConfigUpdatedData, QueueUpsertedData
+from minruntime.kube import ChangeData, Manifest, change_events, read_manifests
+from minruntime.produce import prepare, send
 
 ManifestFiles = Annotated[
     list[str],
@@ -34,9 +36,6 @@ _NAMES_IN_SUMMARY: Final = 8
 
 def queues_apply_command(files: ManifestFiles, dry_run: DryRun = False) -> None:
     """Send a queue.upserted per Queue object; every object is checked first (all or nothing)."""
-    from minruntime.events import QueueUpsertedData
-    from minruntime.kube import change_events, read_manifests
-
     label = current_settings().kube_node_pool_label
     events = change_events(read_manifests(files), only="Queue", node_pool_label=label)
     topic = _send_events(events, dry_run=dry_run)
@@ -56,9 +55,6 @@ def config_apply_command(
     dry_run: DryRun = False,
 ) -> None:
     """Send the minruntime plugin's arguments of a scheduler config as one config.updated."""
-    from minruntime.events import ConfigUpdatedData
-    from minruntime.kube import change_events, read_manifests
-
     events = change_events(read_manifests(files), node_pool, only="config")
     topic = _send_events(events, dry_run=dry_run)
     if topic is not None:
@@ -72,11 +68,6 @@ def _send_events(
     events: Sequence[tuple[Manifest, str, ChangeData]], *, dry_run: bool
 ) -> str | None:
     """Send through `minruntime produce`'s path, or print JSON lines; the topic if sent."""
-    import asyncio
-    from datetime import UTC, datetime
-
-    from minruntime.produce import prepare, send
-
     settings = current_settings()
     now = datetime.now(UTC)
     outgoing = [

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
-from minruntime.commands.common import Json, Uid, engine, option, print_json, rfc3339, wide_console
+from minruntime.commands.common import Json, Uid, engine, option
+from minruntime.commands.render import print_json, rfc3339, wide_console
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from minruntime.cluster.api import api_client
+from minruntime.cluster.checkpoint_ack import acknowledge, checkpoint_time, podgroup_target
 from minruntime.commands.common import current_settings
 
 PodGroup = Annotated[
@@ -23,9 +25,6 @@ At = Annotated[
 def ack_command(podgroup: PodGroup, at: At = None) -> None:
     """Write minruntime.kai.scheduler/checkpointed-at on the PodGroup: a checkpoint was saved
     (what a training script's sidecar calls after saving; it answers the evictor's request)."""
-    from minruntime.cluster.api import api_client
-    from minruntime.cluster.checkpoint_ack import acknowledge, checkpoint_time, podgroup_target
-
     namespace, name = podgroup_target(podgroup)
     moment = checkpoint_time(at, datetime.now(UTC))
     value = acknowledge(api_client(current_settings()), namespace, name, moment)

@@ -1,25 +1,26 @@
-"""What the commands share: the invocation's settings, the --at option, the engine, the output
-(JSON, a console for tables, an instant for people)."""
+"""What the commands share: the invocation's settings, the --at option, the engine factory and
+the database errors a user can act on (the output is `commands.render`'s)."""
 
 from __future__ import annotations
 
-import json
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
+import sqlalchemy as sa
 import typer
+from pydantic import ValidationError
+from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
 
+from minruntime.commands import INVOCATION
+from minruntime.core import parse_duration, parse_rfc3339
 from minruntime.errors import ConfigError, UserError
-
-if TYPE_CHECKING:
-    import sqlalchemy as sa
-    from rich.console import Console
-
-    from minruntime.settings import Settings
+from minruntime.settings import Settings
+from minruntime.store import engine_from
+from minruntime.store.failures import needs_the_primary
 
 
 def option(*names: str, **settings: Any) -> Any:
@@ -36,20 +37,15 @@ AT_HELP: Final = (
 At = Annotated[str | None, option("--at", help=AT_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 Uid = Annotated[str, typer.Argument(metavar="UID", help="The podgroup's uid.", show_default=False)]
-
-
-# What one invocation of the command line keeps (its settings), while it runs.
-_INVOCATION: ContextVar[dict[str, Any] | None] = ContextVar("minruntime_invocation", default=None)
-
-
-@contextmanager
-def invocation() -> Iterator[None]:
-    """One run of the command line: `current_settings` reads the environment once inside."""
-    token = _INVOCATION.set({})
-    try:
-        yield
-    finally:
-        _INVOCATION.reset(token)
+LogLevel = Annotated[str, typer.Option(help="Log level: debug, info, warning, error.")]
+ReclaimerQueue = Annotated[
+    str | None,
+    option(
+        "--reclaimer-queue",
+        metavar="QUEUE",
+        help="Resolve for a reclaimer in QUEUE (the reclaim rule). Default: the preempt rule.",
+    ),
+]
 
 
 def current_settings() -> Settings:
@@ -57,11 +53,7 @@ def current_settings() -> Settings:
 
     Outside `invocation()` (a command called by a test) they are read afresh at each call.
     """
-    from pydantic import ValidationError
-
-    from minruntime.settings import Settings
-
-    kept = _INVOCATION.get()
+    kept = INVOCATION.get()
     if kept is None:
         kept = {}
     if "settings" not in kept:
@@ -80,8 +72,6 @@ def parse_at(
     """The instant named by ``option`` (None when absent); UserError with one line when bad."""
     if text is None:
         return None
-    from minruntime.core import parse_duration, parse_rfc3339
-
     current = now or datetime.now(UTC)
     stripped = text.strip()
     if stripped == "now":
@@ -101,8 +91,6 @@ def parse_at(
 
 def engine() -> sa.Engine:
     """An engine for the operator commands: the owner role (they build shadow schemas)."""
-    from minruntime.store import engine_from
-
     return engine_from(current_settings().owner_url, pool_pre_ping=False)
 
 
@@ -117,8 +105,6 @@ def disposed(database: sa.Engine) -> Iterator[sa.Engine]:
 
 def database_error(error: BaseException) -> str | None:
     """One line for a database error a user can act on (None: not one of those)."""
-    from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
-
     if isinstance(error, DataError) or type(error).__name__ == "DataError":
         # A value stored by an older version that this one cannot read back, e.g. a timestamp
         # in year 0 or 10000 once in UTC (docs/events.md "Bounds"): say which, in one line.
@@ -126,8 +112,6 @@ def database_error(error: BaseException) -> str | None:
             f"the database holds a value this version cannot read: {first_line(error)} "
             "(stored by an older version; see docs/events.md, Bounds)"
         )
-    from minruntime.store.failures import needs_the_primary
-
     read_only = needs_the_primary(error)
     if read_only is not None:
         return read_only
@@ -149,44 +133,12 @@ def first_line(error: BaseException) -> str:
     return lines[0] if lines else type(orig).__name__
 
 
-def wide_console(pipe_width: int = 200) -> Console:
-    """A console for tables: a terminal keeps its own width; a pipe gets at least
-    ``pipe_width`` columns, wide enough that a piped table is not wrapped."""
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, pipe_width)
-    return console
-
-
-def rfc3339(moment: datetime | None) -> str:
-    """An instant for people: RFC3339, or "-" when there is none."""
-    from minruntime.core import format_rfc3339
-
-    return "-" if moment is None else format_rfc3339(moment)
-
-
-def counted(count: int, noun: str) -> str:
-    """A count and its noun, plural unless one: "1 pod", "3 running pods"."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def print_json(value: Any) -> None:
-    """One JSON document on stdout (datetimes as RFC3339, intervals as seconds)."""
-    print(json.dumps(value, indent=2, default=_default, sort_keys=False))
-
-
-def _default(value: Any) -> Any:
-    from datetime import timedelta
-    from decimal import Decimal
-
-    from minruntime.core import format_rfc3339
-
-    if isinstance(value, datetime):
-        return format_rfc3339(value)
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return float(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+def service_logging(loglevel: str) -> None:
+    """A long-running service's logs: to stderr at `loglevel`, aiokafka's errors only."""
+    level = logging.getLevelName(loglevel.upper())
+    if not isinstance(level, int):
+        raise typer.BadParameter(f"unknown log level {loglevel!r}", param_hint="--loglevel")
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)

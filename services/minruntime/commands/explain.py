@@ -15,19 +15,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from minruntime.audit.protection_model import describe_row, resolved_from_label
 from minruntime.commands.common import (
     At,
     Json,
+    ReclaimerQueue,
     Uid,
-    counted,
     disposed,
     engine,
     option,
     parse_at,
-    print_json,
-    rfc3339,
-    wide_console,
 )
+from minruntime.commands.render import counted, print_json, rfc3339, wide_console
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -46,14 +45,6 @@ if TYPE_CHECKING:
     from minruntime.audit.requeue_cap import RequeueCapFacts
     from minruntime.store.shadows import Shadow
 
-ReclaimerQueue = Annotated[
-    str | None,
-    option(
-        "--reclaimer-queue",
-        metavar="QUEUE",
-        help="Resolve for a reclaimer in QUEUE (the reclaim rule). Default: the preempt rule.",
-    ),
-]
 PreemptorQueue = Annotated[
     str | None,
     option(
@@ -131,24 +122,6 @@ def _stderr(message: str) -> None:
 # -- protection ---------------------------------------------------------------------------------
 
 
-def describe_row(row: ProtectionRow) -> dict[str, Any]:
-    """One row of ``protection --json`` (times and durations left for the JSON encoder)."""
-    from minruntime.core import format_duration
-
-    return {
-        "uid": row.uid,
-        "queue": row.queue,
-        "node_pool": row.node_pool,
-        "start_time": row.start_time,
-        "min_runtime": row.min_runtime,
-        "min_runtime_text": format_duration(row.min_runtime),
-        "resolved_from": row.resolved_from,
-        "protected_until": row.protected_until,
-        "is_protected": row.is_protected,
-        "evictable_pods": row.evictable_pods,
-    }
-
-
 def render_protection(
     table: ProtectionTable, *, as_of: bool, width: int | None = None
 ) -> RenderableType:
@@ -217,13 +190,6 @@ def _protection_block(cells: tuple[str, ...]) -> str:
         f"[bold]{uid}[/] in {queue}: protected? {protected}, evictable pods {evictable}\n"
         f"  min runtime {min_runtime} from {source}; start {start}, protected until {until}"
     )
-
-
-def resolved_from_label(resolved_from: str | None, node_pool: str) -> str:
-    """The queue whose value applied, or whose default it was."""
-    if resolved_from is not None:
-        return resolved_from
-    return f"default (node pool {node_pool})"
 
 
 # -- explain --------------------------------------------------------------------------------------

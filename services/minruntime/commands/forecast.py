@@ -12,8 +12,9 @@ from typing import Annotated
 
 import typer
 
-from minruntime.commands.common import At, Json, disposed, engine, option, print_json
-from minruntime.commands.explain import ReclaimerQueue, protection_command
+from minruntime.commands.common import At, Json, ReclaimerQueue, disposed, engine, option
+from minruntime.commands.explain import protection_command
+from minruntime.commands.render import print_json
 
 protection_app = typer.Typer(
     help="The protection table: each running podgroup's minimum runtime, window and verdict "

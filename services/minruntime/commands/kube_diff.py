@@ -11,24 +11,30 @@ writes the counts for node_exporter's textfile collector. docs/kubernetes.md,
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
 import typer
+from rich import box
+from rich.console import Group, RenderableType
+from rich.markup import escape
+from rich.table import Table
 
-from minruntime.commands.common import counted, current_settings, disposed, option, wide_console
+from minruntime.audit.service_side import read_podgroups
+from minruntime.cluster.diff import Compared, compare_cluster, plan_repair
+from minruntime.cluster.drift import Drift, ServicePodGroup, service_podgroup
+from minruntime.cluster.drift_metrics import write_textfile
+from minruntime.cluster.mirror import Emission
+from minruntime.commands.common import current_settings, option
+from minruntime.commands.render import counted, wide_console
 from minruntime.errors import UserError
-
-if TYPE_CHECKING:
-    from rich.console import RenderableType
-
-    from minruntime.cluster.drift import Drift, ServicePodGroup
-    from minruntime.cluster.mirror import Emission
-    from minruntime.settings import Settings
+from minruntime.produce import send_events
+from minruntime.settings import Settings
 
 Repair = Annotated[
     bool,
@@ -60,28 +66,25 @@ def kube_diff_command(
     repair: Repair = False, namespace: Namespace = None, metrics_file: MetricsFile = None
 ) -> None:
     """Compare the cluster's podgroups with the service's; exit 1 when any differ."""
-    from minruntime.cluster.api import api_client
-    from minruntime.cluster.drift import cluster_podgroups, compare
-    from minruntime.cluster.listing import list_cluster
-    from minruntime.cluster.mirror import Kind
-
     _notes_to_stderr()
     settings = current_settings()
     now = datetime.now(UTC)
-    kinds = [Kind.POD_GROUP, Kind.POD]
-    client = api_client(settings)
-    listing = list_cluster(client, settings, kinds, namespace)
-    cluster = cluster_podgroups(listing[Kind.POD_GROUP], listing[Kind.POD], namespace)
-    rows = read_service(settings, namespace, list(cluster), with_pods=repair)
-    drift = compare(cluster, rows, namespace)
-    console = wide_console()
-    console.print(render_drift(drift))
+    read = functools.partial(_read_service, settings, namespace)
+    compared = compare_cluster(settings, namespace, read, with_pods=repair)
+    drift = compared.drift
+    wide_console().print(render_drift(drift))
     if metrics_file is not None:
         write_metrics(drift, metrics_file, now)
     if repair and drift.differences:
-        _repair(settings, client, drift, rows, namespace, now)
+        _repair(settings, compared, namespace, now)
     if drift.differences:
         raise typer.Exit(1)
+
+
+def _read_service(
+    settings: Settings, namespace: str | None, uids: Sequence[str], with_pods: bool
+) -> list[ServicePodGroup]:
+    return read_podgroups(settings, namespace, uids, with_pods=with_pods, row=service_podgroup)
 
 
 def _notes_to_stderr() -> None:
@@ -96,51 +99,11 @@ def _notes_to_stderr() -> None:
         cluster_log.addHandler(handler)
 
 
-# -- the two sides ----------------------------------------------------------------------------
-
-
-def read_service(
-    settings: Settings, namespace: str | None, uids: Sequence[str], *, with_pods: bool
-) -> list[ServicePodGroup]:
-    """The rows of ``minruntime.podgroups`` (of ``namespace`` and ``uids``, or all); with
-    ``with_pods``, the names of the pods each holds, when the role may read them."""
-    from minruntime.cluster.drift import ServicePodGroup
-    from minruntime.store import engine_from
-    from minruntime.store.read_surface import held_pods, service_podgroups
-    from minruntime.store.read_transactions import repeatable_read
-
-    engine = engine_from(settings, pool_pre_ping=False, connect_args={"connect_timeout": 10})
-    with disposed(engine), repeatable_read(engine) as conn:
-        rows = service_podgroups(conn, namespace, uids)
-        only = [row["uid"] for row in rows] if namespace is not None else None
-        held = held_pods(conn, only) if with_pods else None
-    return [
-        ServicePodGroup(
-            uid=row["uid"],
-            status=row["status"],
-            name=row["name"],
-            namespace=row["namespace"],
-            queue=row["queue"],
-            start_time=row["start_time"],
-            running_pods=row["running_pods"] or 0,
-            annotations={str(k): str(v) for k, v in (row["annotations"] or {}).items()},
-            running=None if held is None else tuple(sorted(held.get(row["uid"], ()))),
-            updated_at=row["updated_at"],
-        )
-        for row in rows
-    ]
-
-
 # -- output -----------------------------------------------------------------------------------
 
 
 def render_drift(drift: Drift) -> RenderableType:
     """One heading line, then one row per differing field of a podgroup."""
-    from rich import box
-    from rich.console import Group
-    from rich.markup import escape
-    from rich.table import Table
-
     count = len(drift.uids)
     compared = f"{counted(drift.checked, 'podgroup')} compared"
     if not count:
@@ -162,8 +125,6 @@ def render_drift(drift: Drift) -> RenderableType:
 
 def write_metrics(drift: Drift, path: Path, now: datetime) -> None:
     """The counts in Prometheus' text format, replaced atomically (a textfile collector)."""
-    from minruntime.cluster.drift_metrics import write_textfile
-
     try:
         write_textfile(drift, path, now)
     except OSError as error:
@@ -173,70 +134,25 @@ def write_metrics(drift: Drift, path: Path, now: datetime) -> None:
 # -- repair -----------------------------------------------------------------------------------
 
 
-def _repair(
-    settings: Settings,
-    client: Any,
-    drift: Drift,
-    rows: Sequence[ServicePodGroup],
-    namespace: str | None,
-    now: datetime,
-) -> None:
+def _repair(settings: Settings, compared: Compared, namespace: str | None, now: datetime) -> None:
     """Send what makes the service agree, for the differences a second listing confirms."""
-    from minruntime.cluster.api import mirror_options
-    from minruntime.cluster.drift import cluster_podgroups, compare, confirmed
-    from minruntime.cluster.listing import list_cluster
-    from minruntime.cluster.mirror import Kind
-    from minruntime.cluster.repair import mirrored, repair
-
-    kinds = [Kind.PRIORITY_CLASS, Kind.POD_GROUP, Kind.POD]
-    listing = list_cluster(client, settings, kinds, namespace)
-    cluster = cluster_podgroups(listing[Kind.POD_GROUP], listing[Kind.POD], namespace)
-    sure = confirmed(drift, compare(cluster, rows, namespace))
-    moved = len(drift.differences) - len(sure.differences)
-    if moved:
+    repair = plan_repair(settings, compared, namespace, now)
+    if repair.moved:
         print(
-            f"minruntime: note: {moved} difference(s) changed while comparing (in flight): "
-            "not repaired; run again",
+            f"minruntime: note: {repair.moved} difference(s) changed while comparing (in "
+            "flight): not repaired; run again",
             file=sys.stderr,
         )
-    differing = [cluster[uid] for uid in sure.uids if uid in cluster]
-    fed = {
-        Kind.PRIORITY_CLASS: listing[Kind.PRIORITY_CLASS],
-        Kind.POD_GROUP: [side.podgroup for side in differing],
-        Kind.POD: [pod for side in differing for pod in side.pods],
-    }
-    plan = repair(sure, cluster, rows, mirrored(fed, mirror_options(settings), lambda: now), now)
-    for note in plan.notes:
+    for note in repair.plan.notes:
         print(f"minruntime: note: not repaired: {note}", file=sys.stderr)
-    if not plan.emissions:
+    emissions = repair.plan.emissions
+    if not emissions:
         print("nothing to send")
         return
-    topic = send_emissions(settings, plan.emissions)
-    print(f"sent {len(plan.emissions)} event(s) to {topic}:")
-    for emission in plan.emissions:
+    topic = send_events(settings, [(emission.role, emission.event) for emission in emissions])
+    print(f"sent {len(emissions)} event(s) to {topic}:")
+    for emission in emissions:
         print(f"  {describe(emission)}")
-
-
-def send_emissions(settings: Settings, emissions: Sequence[Emission]) -> str:
-    """Send with an idempotent producer, as the bridge encodes (key: subject, header: id)."""
-    import asyncio
-
-    from minruntime.events import encode_event
-    from minruntime.produce import Outgoing, send
-    from minruntime.stream.topics import TopicRole, topic_names
-
-    names = topic_names(settings)
-    outgoing = [
-        Outgoing(
-            names[TopicRole(emission.role)],
-            emission.event.subject.encode(),
-            encode_event(emission.event),
-            (("id", emission.event.id.encode()),),
-        )
-        for emission in emissions
-    ]
-    asyncio.run(send(settings, outgoing))
-    return ", ".join(sorted({record.topic for record in outgoing}))
 
 
 def describe(emission: Emission) -> str:

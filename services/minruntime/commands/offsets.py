@@ -64,9 +64,9 @@ def status_of(topic: str, stored: list[StoredOffset], kafka: KafkaTopic | None) 
 def show_command(as_json: Json = False) -> None:
     """Stored next offsets per partition, the topic IDs and log ends Kafka has now, and the
     records still to apply (a transaction's commit marker takes an offset but is no record)."""
-    from minruntime.bootstrap import input_topic_roles
     from minruntime.store.offsets import stored_offsets
     from minruntime.store.schema import LIVE
+    from minruntime.stream.topics import input_topic_roles
 
     settings = current_settings()
     with engine().connect() as conn:
@@ -167,9 +167,9 @@ def rebaseline_command(
     ] = False,
 ) -> None:
     """Tie TOPIC's stored offsets to the life Kafka holds now; the processor resumes it."""
-    from minruntime.bootstrap import input_topic_roles
     from minruntime.store.offsets import lock_topic, rebaseline
     from minruntime.store.schema import LIVE
+    from minruntime.stream.topics import input_topic_roles
 
     if from_start == from_end:
         raise UserError("say where to start: --from-start or --from-end (exactly one)")

@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from minruntime.commands.common import Json, engine, print_json
+from minruntime.commands.common import Json, engine
+from minruntime.commands.render import print_json
 from minruntime.errors import UserError
 
 outbox_app = typer.Typer(

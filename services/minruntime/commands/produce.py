@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from enum import StrEnum
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from minruntime.commands import render
 from minruntime.commands.common import current_settings
+from minruntime.produce import prepare_files, send
 
-console = Console(highlight=False)
+console = render.console()
 
 
 class ContentMode(StrEnum):
@@ -32,10 +34,6 @@ def produce_command(
     ] = ContentMode.STRUCTURED,
 ) -> None:
     """Validate events against the contract and send them to their topics (all or nothing)."""
-    import asyncio
-
-    from minruntime.produce import prepare_files, send
-
     settings = current_settings()
     counts = asyncio.run(send(settings, prepare_files(files, settings, mode.value)))
     summary = ", ".join(f"{topic}: {count}" for topic, count in sorted(counts.items()))

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import functools
+from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from minruntime.commands.common import AT_HELP, Json, current_settings, engine, parse_at, print_json
+from minruntime.audit.rebuild import Rebuild, Rebuilt, drop_kept, rebuild
+from minruntime.audit.replay import Progress as Advance
+from minruntime.audit.replay import ReplayReport, describe
+from minruntime.audit.snapshots import SnapshotCheck
+from minruntime.audit.verify import TableCheck
+from minruntime.commands.common import AT_HELP, Json, current_settings, engine, parse_at
+from minruntime.commands.render import console, print_json
 from minruntime.errors import UserError
+from minruntime.stream.topics import input_topic_roles
 
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from datetime import datetime
-
-    from minruntime.audit.replay import LogEntry, Progress, ReplayReport
-    from minruntime.audit.snapshots import CheckedReplay, SnapshotCheck
-    from minruntime.audit.verify import TableCheck
-
-_err = Console(stderr=True, highlight=False)
-_out = Console(highlight=False)
+_err = console(stderr=True)
+_out = console()
 
 
 class ReplayDiffersError(UserError):
@@ -83,115 +83,38 @@ def replay_command(
     as_json: Json = False,
 ) -> None:
     """Rebuild every projection from the event log into a separate schema; --verify it."""
-    from minruntime.audit.parallel import default_parts
-    from minruntime.audit.replay import count_log, read_log
-    from minruntime.audit.snapshots import replay_checked, snapshots_in
-    from minruntime.bootstrap import input_topic_roles
-    from minruntime.store.read_transactions import repeatable_read
-    from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
-
     if drop is not None:
-        with engine().begin() as conn:
-            dropped = drop_shadow(conn, drop)
+        dropped = drop_kept(engine(), drop)
         print(f"dropped shadow {drop}" if dropped else f"no shadow named {drop}")
         return
-    at = parse_at(until, option="--until")
-    if verify and at is not None:
-        raise UserError("--verify compares with the live state now; it cannot take --until")
-    if (jobs or 1) > 1 and (into is not None or from_kafka):
-        raise UserError(
-            "--jobs splits a replay of the event log into temporary shadows; "
-            "it cannot take --into or --from-kafka"
-        )
-    db = engine()
-    total = 0
-    if not from_kafka:
-        with db.connect() as conn:
-            total = count_log(conn, at)
-    parts = 1 if into is not None or from_kafka else jobs or default_parts(total)
-    if parts > 1:
-        db.dispose()  # the parts are forked next: nothing of this engine's to inherit
-        _replay_in_parts(parts, total, verify=verify, at=at, as_json=as_json)
-        return
-    with repeatable_read(db) as conn:
-        shadow = create_shadow(conn, into or temporary_name("minruntime_replay"))
-        source: Iterable[LogEntry]
-        if from_kafka:
-            entries = _kafka_entries(at)
-            source, total = entries, len(entries)
-        else:
-            source = read_log(conn, until=at)
-        with _ProgressBar(total, quiet=as_json) as progress:
-            # --verify checks every stored projection snapshot when the replay reaches its seq.
-            result = replay_checked(
-                conn,
-                shadow,
-                source,
-                snapshots_in(conn) if verify and not from_kafka else [],
-                verify=verify,
-                progress=progress,
-                input_topics=input_topic_roles(current_settings()) if from_kafka else None,
-            )
-        if into is not None:
-            conn.commit()
-    _finish(
-        result,
+    settings = current_settings()
+    request = Rebuild(
         verify=verify,
-        schema=shadow.name if into is not None else None,
-        source="kafka" if from_kafka else "event_log",
-        parts=1,
-        as_json=as_json,
+        until=parse_at(until, option="--until"),
+        into=into,
+        from_kafka=from_kafka,
+        jobs=jobs,
+        input_topics=input_topic_roles(settings) if from_kafka else None,
     )
+    display = functools.partial(_ProgressBar, quiet=as_json)
+    _finish(rebuild(engine(), settings, request, display), verify=verify, as_json=as_json)
 
 
-def _replay_in_parts(
-    parts: int, total: int, *, verify: bool, at: datetime | None, as_json: bool
-) -> None:
-    from minruntime.audit.parallel import PartFailedError, ReplayInParts
-
-    try:
-        # The parts are forked first, before the progress bar starts its thread.
-        with (
-            ReplayInParts(current_settings().owner_url, parts, verify=verify, until=at) as split,
-            _ProgressBar(total, quiet=as_json) as progress,
-        ):
-            result = split.run(progress)
-    except PartFailedError as error:
-        raise UserError(str(error)) from None
-    _finish(
-        result,
-        verify=verify,
-        schema=None,
-        source="event_log",
-        parts=parts,
-        as_json=as_json,
-    )
-
-
-def _finish(
-    result: CheckedReplay,
-    *,
-    verify: bool,
-    schema: str | None,
-    source: str,
-    parts: int,
-    as_json: bool,
-) -> None:
+def _finish(rebuilt: Rebuilt, *, verify: bool, as_json: bool) -> None:
     """Print what the replay did and found; exit 1 (ReplayDiffersError) on a difference."""
-    from minruntime.audit.replay import describe
-
+    result, schema = rebuilt.result, rebuilt.schema
     report, checks, snapshot_checks = result.report, result.checks, result.snapshots
     summary = describe(report)
     summary["schema"] = schema
-    summary["source"] = source
-    summary["parts"] = parts
+    summary["source"] = rebuilt.source
+    summary["parts"] = rebuilt.parts
     if verify:
         summary["verify"] = [_check_json(check) for check in checks]
         summary["snapshots"] = [_snapshot_json(result) for result in snapshot_checks]
     if as_json:
         print_json(summary)
     else:
-        _print_report(report, schema, checks if verify else None, parts)
+        _print_report(report, schema, checks if verify else None, rebuilt.parts)
         _print_snapshot_checks(snapshot_checks)
     problems = [check for check in checks if not check.equal]
     if report.rejected and verify:
@@ -205,33 +128,10 @@ def _finish(
         raise ReplayDiffersError(f"projection snapshots differ from the replayed log: {ids}")
 
 
-def _kafka_entries(at: datetime | None) -> list[LogEntry]:
-    from minruntime.audit.kafka_log import read_kafka
-    from minruntime.bootstrap import input_topic_roles
-    from minruntime.kafka_access import kafka_access
-
-    settings = current_settings()
-    topics = {**input_topic_roles(settings), settings.topic_requeue_decisions: "requeue_decisions"}
-    try:
-        return read_kafka(kafka_access(settings), topics, until=at)
-    except ValueError as error:
-        raise UserError(str(error)) from None
-    except OSError as error:
-        raise UserError(f"cannot read Kafka at {settings.kafka_bootstrap}: {error}") from None
-
-
 class _ProgressBar:
     """A progress bar on stderr (events done / total, events per second)."""
 
     def __init__(self, total: int, *, quiet: bool) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
         self._bar = Progress(
             TextColumn("replay"),
             BarColumn(),
@@ -244,7 +144,7 @@ class _ProgressBar:
         )
         self._task = self._bar.add_task("replay", total=max(total, 1), rate="-")
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Advance:
         self._bar.start()
         return self._advance
 

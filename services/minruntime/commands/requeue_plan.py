@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from minruntime.commands.common import At, Json, disposed, engine, parse_at, print_json, rfc3339
+from minruntime.commands.common import At, Json, disposed, engine, parse_at
+from minruntime.commands.render import print_json, rfc3339
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:

@@ -13,8 +13,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Final
 
-from minruntime.commands.common import Json, counted, engine, option, parse_at, print_json
+from minruntime.audit.parallel import PartFailedError
+from minruntime.audit.simulate import simulate
+from minruntime.audit.simulate_html import render_page
+from minruntime.audit.simulate_model import describe
+from minruntime.audit.whatif import WHATIF_SOURCE, ChangeEvent
+from minruntime.commands.common import Json, current_settings, engine, option, parse_at
+from minruntime.commands.render import aligned, counted, print_json
+from minruntime.core import DEFAULT_NODE_POOL
 from minruntime.errors import UserError
+from minruntime.produce import read_changes
 
 # Flipped decisions the table lists (``--json`` and the page have them all).
 SHOWN_FLIPS: Final = 20
@@ -71,28 +79,21 @@ def simulate_command(
 ) -> None:
     """Replay a window of the log as recorded and under a change: what it would have cost and
     saved (violations, requeue decisions, protection time). Writes nothing to the state."""
-    from minruntime.audit.simulate import simulate
-    from minruntime.audit.simulate_model import describe
-    from minruntime.commands.whatif import read_change_files
-    from minruntime.core import DEFAULT_NODE_POOL
-
     now = datetime.now(UTC)
     start = parse_at(since, now, option="--since")
     end = parse_at(until, now, option="--until") or now
     assert start is not None
     if not files:
         raise UserError("-f FILE: give the change to simulate")
-    change = read_change_files(files, node_pool or DEFAULT_NODE_POOL, now)
-    from minruntime.audit.parallel import PartFailedError
-
+    pool = node_pool or DEFAULT_NODE_POOL
+    read = read_changes(files, pool, now, current_settings(), source=WHATIF_SOURCE)
+    change = [ChangeEvent(origin, event) for origin, event in read]
     try:
         report = simulate(engine(), change, since=start, until=end, queue=queue, jobs=jobs)
     except PartFailedError as error:
         raise UserError(str(error)) from None
     data = describe(report)
     if html is not None:
-        from minruntime.audit.simulate_html import render_page
-
         try:
             Path(html).write_text(render_page(data), encoding="utf-8")
         except OSError as error:
@@ -130,11 +131,11 @@ def render(data: dict[str, Any]) -> list[str]:
         "PROT GPU-H before>after",
     ]
     table = [header] + [_cells(name, figures) for name, figures in rows]
-    lines += _aligned(table)
+    lines += aligned(table)
     flips = data["flips"]
     if flips:
         lines.append(f"Flipped decisions ({len(flips)}):")
-        lines += _aligned(
+        lines += aligned(
             [["AT", "UID", "QUEUE", "RECORDED", "UNDER THE CHANGE", "CONFIDENCE", "GPU-H"]]
             + [
                 [
@@ -183,11 +184,3 @@ def _cells(name: str, figures: dict[str, Any]) -> list[str]:
 
 def _outcome(outcome: str, reason: str | None) -> str:
     return outcome if reason is None else f"{outcome} ({reason})"
-
-
-def _aligned(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from minruntime.commands.common import Json, current_settings, disposed, engine, option, print_json
+from minruntime.commands.common import Json, current_settings, disposed, engine, option
+from minruntime.commands.render import print_json
 
 if TYPE_CHECKING:
     from minruntime.audit.snapshots import Taken

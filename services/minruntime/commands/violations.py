@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TextIO
 
 import typer
 
-from minruntime.commands.common import Json, counted, engine, option, parse_at, rfc3339
+from minruntime.commands.common import Json, engine, option, parse_at
+from minruntime.commands.render import counted, rfc3339
 
 if TYPE_CHECKING:
     from minruntime.audit.violations import Violation, ViolationReport

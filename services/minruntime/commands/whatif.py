@@ -8,26 +8,33 @@ of the live state that is rolled back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
 import typer
 
-from minruntime.commands.common import Json, counted, current_settings, engine, print_json, rfc3339
-from minruntime.commands.explain import ReclaimerQueue, describe_row, resolved_from_label
+from minruntime.audit.protection import ProtectionRow
+from minruntime.audit.protection_model import describe_row, resolved_from_label
+from minruntime.audit.whatif import (
+    KEEP,
+    WHATIF_SOURCE,
+    Change,
+    ChangeEvent,
+    ConfigEdit,
+    Keep,
+    QueueEdit,
+    WhatIfReport,
+    whatif,
+)
+from minruntime.commands.common import Json, ReclaimerQueue, current_settings, engine
+from minruntime.commands.render import aligned, counted, duration, print_json, rfc3339
+from minruntime.core import DEFAULT_NODE_POOL, parse_duration
 from minruntime.errors import UserError
-
-if TYPE_CHECKING:
-    from minruntime.audit.protection import ProtectionRow
-    from minruntime.audit.whatif import ChangeEvent, ConfigEdit, Keep, QueueEdit, WhatIfReport
-    from minruntime.kube import Manifest
-    from minruntime.settings import Settings
+from minruntime.produce import read_changes
 
 UNSET: Final = "unset"
 METHODS: Final = ("lca", "queue")
-_EVENT_LIST_SUFFIXES: Final = (".jsonl", ".ndjson")
 _EFFECTS: Final = {
     "unprotected_now": "unprotected now",
     "protected_now": "protected now",
@@ -125,9 +132,6 @@ def whatif_command(
     Nothing is written: the change is applied to a copy of the live state inside a
     transaction that is rolled back.
     """
-    from minruntime.audit.whatif import Change, whatif
-    from minruntime.core import DEFAULT_NODE_POOL
-
     now = datetime.now(UTC)
     pool = node_pool or DEFAULT_NODE_POOL
     queue_edits = _queue_edits(queue, parent, preempt, reclaim)
@@ -163,8 +167,6 @@ def whatif_command(
 def _queue_edits(
     queue: str | None, parent: str | None, preempt: str | None, reclaim: str | None
 ) -> list[QueueEdit]:
-    from minruntime.audit.whatif import KEEP, QueueEdit
-
     if queue is None:
         for flag, value in (
             ("--parent", parent),
@@ -188,8 +190,6 @@ def _queue_edits(
 
 
 def _queue_duration(flag: str, text: str | None) -> timedelta | Keep | None:
-    from minruntime.audit.whatif import KEEP
-
     if text is None:
         return KEEP
     if text.strip() == UNSET:
@@ -204,8 +204,6 @@ def _config_edits(
     default_reclaim: str | None,
     method: str | None,
 ) -> list[ConfigEdit]:
-    from minruntime.audit.whatif import ConfigEdit
-
     if node_pool is not None and not node_pool:
         raise UserError("--node-pool: the node pool name must not be empty")
     if default_preempt is None and default_reclaim is None and method is None:
@@ -236,8 +234,6 @@ def _default_duration(flag: str, text: str | None) -> timedelta | None:
 
 
 def _duration(flag: str, text: str, hint: str = "") -> timedelta:
-    from minruntime.core import parse_duration
-
     try:
         return parse_duration(text.strip())
     except ValueError as error:
@@ -249,81 +245,8 @@ def _duration(flag: str, text: str, hint: str = "") -> timedelta:
 
 def read_change_files(paths: Sequence[str], node_pool: str, now: datetime) -> list[ChangeEvent]:
     """The events of every file, in file and document order (nothing is sent anywhere)."""
-    from minruntime.kube import read_manifests
-    from minruntime.produce import read_documents
-
-    settings = current_settings()
-    # (origin, event) in order; Queue objects and scheduler configs are translated together
-    # (kube checks them as a set: duplicates, cycles, one config) and put back in place.
-    slots: list[ChangeEvent | Manifest] = []
-    for path in paths:
-        if Path(path).suffix.lower() in _EVENT_LIST_SUFFIXES:
-            slots += [_file_event(w, doc, settings, now) for w, doc in read_documents(path)]
-            continue
-        for manifest in read_manifests([path]):
-            slots += _classified(manifest, settings, now)
-    return _translated(slots, node_pool, now)
-
-
-def _classified(manifest: Manifest, settings: Settings, now: datetime) -> list[Any]:
-    body = manifest.body
-    if isinstance(body, list):
-        return [
-            _file_event(f"{manifest.where}[{i}]", item, settings, now)
-            for i, item in enumerate(body)
-        ]
-    if isinstance(body, Mapping):
-        kind = body.get("kind")
-        if kind in ("Queue", "ConfigMap") or (kind is None and "tiers" in body):
-            return [manifest]
-        if kind is None and "apiVersion" not in body and "type" in body:
-            return [_file_event(manifest.where, body, settings, now)]
-        if kind is not None:
-            raise UserError(
-                f"{manifest.where}: kind: a {kind} is not accepted here: `minruntime whatif -f` "
-                "takes scheduling.run.ai/v2 Queue objects, a scheduler config (or its "
-                "ConfigMap) and queue.upserted/queue.deleted/config.updated events"
-            )
-    raise UserError(
-        f"{manifest.where}: neither a Queue, a scheduler config nor an event "
-        "(an event has type: and data:)"
-    )
-
-
-def _file_event(where: str, document: Any, settings: Settings, now: datetime) -> ChangeEvent:
-    from minruntime.audit.whatif import CHANGE_TYPES, ChangeEvent
-    from minruntime.events import decode_event
-    from minruntime.produce import prepare
-
-    event = decode_event(prepare(where, document, settings, now).value)
-    if event.type not in CHANGE_TYPES:
-        raise UserError(
-            f"{where}: whatif tries queue and configuration changes "
-            f"({', '.join(sorted(CHANGE_TYPES))}), not {event.type}"
-        )
-    return ChangeEvent(where, event)
-
-
-def _translated(
-    slots: Sequence[ChangeEvent | Manifest], node_pool: str, now: datetime
-) -> list[ChangeEvent]:
-    """Queue objects and the scheduler config as the events `queues apply`/`config apply` send."""
-    from minruntime.audit.whatif import WHATIF_SOURCE, ChangeEvent
-    from minruntime.events import new_event
-    from minruntime.kube import Manifest, change_events
-
-    manifests = [slot for slot in slots if isinstance(slot, Manifest)]
-    label = current_settings().kube_node_pool_label
-    translated = iter(change_events(manifests, node_pool, node_pool_label=label))
-    events = []
-    for slot in slots:
-        if not isinstance(slot, Manifest):
-            events.append(slot)
-            continue
-        _, event_type, data = next(translated)
-        event = new_event(event_type, data, time=now, source=WHATIF_SOURCE)
-        events.append(ChangeEvent(slot.where, event))
-    return events
+    read = read_changes(paths, node_pool, now, current_settings(), source=WHATIF_SOURCE)
+    return [ChangeEvent(origin, event) for origin, event in read]
 
 
 def _has_config(events: Sequence[ChangeEvent]) -> bool:
@@ -398,7 +321,7 @@ def report_lines(report: WhatIfReport) -> list[str]:
         ]
         for change in changes
     ]
-    lines += _aligned([[*header, "EFFECT"], *rows])
+    lines += aligned([[*header, "EFFECT"], *rows])
     unprotected, protected = report.count("unprotected_now"), report.count("protected_now")
     lines.append(
         f"{len(changes)} of {running} running podgroups change; "
@@ -429,10 +352,8 @@ def _field_text(key: str, value: Any) -> str:
 
 
 def _protection_cells(row: ProtectionRow) -> list[str]:
-    from minruntime.core import format_duration
-
     return [
-        format_duration(row.min_runtime),
+        duration(row.min_runtime),
         resolved_from_label(row.resolved_from, row.node_pool),
         rfc3339(row.protected_until),
         "protected" if row.is_protected else "no",
@@ -441,11 +362,3 @@ def _protection_cells(row: ProtectionRow) -> list[str]:
 
 def _become(count: int) -> str:
     return "becomes" if count == 1 else "become"
-
-
-def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]

@@ -125,6 +125,13 @@ def topic_specs(settings: Settings) -> tuple[TopicSpec, ...]:
     )
 
 
+def input_topic_roles(settings: Settings) -> dict[str, str]:
+    """Configured input topic name → role name (what `apply_batch` checks types against)."""
+    return {
+        spec.name: spec.role.value for spec in topic_specs(settings) if spec.role in INPUT_ROLES
+    }
+
+
 def topic_names(settings: Settings) -> dict[TopicRole, str]:
     """Role → configured topic name."""
     return {spec.role: spec.name for spec in topic_specs(settings)}
