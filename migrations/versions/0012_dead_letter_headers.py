@@ -16,16 +16,12 @@ Downgrade drops the view's column and the table's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
+from revision_parts import READER
 
 revision: str = "0012"
 down_revision: str | None = "0011"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-READER = "minruntime_reader"
 _COLUMNS = 'seq, topic, partition, "offset", key, value, key_text, value_text, kind, message, at'
 
 UPGRADE_SQL = f"""

@@ -27,30 +27,17 @@ view and index and drops the columns (attributed runs keep ``ended_by = evicted`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
+from revision_parts import READER, RUNS_HEAD_0013, RUNS_TAIL_0013, STATE, VIOLATION_0013
 
 revision: str = "0018"
 down_revision: str | None = "0017"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-STATE = "minruntime_state"
-READER = "minruntime_reader"
 
 # The view's columns as 0014 left them, but for ``violation`` (its expression changes here).
-_RUNS_HEAD = """uid, queue, node_pool, preemptibility, run_start, run_end, ended_by, eviction,
-       run_end - run_start AS ran, gpus, gpu_seconds,
-       preempt_min_runtime, preempt_resolved_from,
-       run_start + preempt_min_runtime AS preempt_protected_until,
-       shortest_reclaim_min_runtime, longest_reclaim_min_runtime,
-       CAST(windows AS jsonb) AS windows,
-       protection <> 'none' AS ended_inside_protection, protection,"""
-_RUNS_TAIL = """cut_short, end_source, end_event_id, windows AS windows_text,
+_RUNS_TAIL = f"""{RUNS_TAIL_0013},
        core_pods"""
-_VIOLATION_0013 = "CASE WHEN eviction AND protection <> 'none' THEN protection END AS violation"
 _VIOLATION = """CASE WHEN exact_verdict IS NOT NULL
                  THEN CASE WHEN exact_verdict = 'violated' THEN exact_verdict END
             WHEN eviction AND protection <> 'none' THEN protection END AS violation"""
@@ -105,7 +92,7 @@ CREATE INDEX {_INDEX} ON {STATE}.run_log (run_end)
     WHERE eviction AND (protection <> 'none' OR exact_verdict = 'violated');
 
 CREATE OR REPLACE VIEW minruntime.runs AS
-SELECT {_RUNS_HEAD}
+SELECT {RUNS_HEAD_0013}
        {_VIOLATION},
        {_RUNS_TAIL},
        eviction_source, eviction_action, evictor, evictor_queue, evicted_at, exact_verdict,
@@ -118,8 +105,8 @@ FROM {STATE}.run_log;
 DOWNGRADE_SQL = f"""
 DROP VIEW minruntime.runs;
 CREATE VIEW minruntime.runs AS
-SELECT {_RUNS_HEAD}
-       {_VIOLATION_0013},
+SELECT {RUNS_HEAD_0013}
+       {VIOLATION_0013},
        {_RUNS_TAIL}
 FROM {STATE}.run_log;
 GRANT SELECT ON minruntime.runs TO {READER};

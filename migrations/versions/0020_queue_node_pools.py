@@ -29,32 +29,16 @@ drops the table and the column (the queues then belong to every pool again).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
+from revision_parts import CONFIG_JOIN, PROTECTION_RETURNS, READER, STATE
 
 revision: str = "0020"
 down_revision: str | None = "0019"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-READER = "minruntime_reader"
-STATE = "minruntime_state"
-
-_CONFIG_JOIN = """
-    LEFT JOIN minruntime_state.node_pool_configs c ON c.node_pool = p.node_pool
-    LEFT JOIN minruntime_state.node_pool_configs d ON d.node_pool = 'default'
-"""
 # The pods a running podgroup may lose at ``{at}`` (as 0014 wrote it).
 _EVICTABLE = """CASE WHEN {at} < {p}start_time + m.min_runtime
                  OR {p}preemptibility = 'semi-preemptible' THEN {p}protected_evictable_pods
             ELSE {p}running_pods END"""
-_RETURNS = """RETURNS TABLE (uid text, queue text, start_time timestamptz, min_runtime interval,
-               resolved_from text, protected_until timestamptz, is_protected boolean,
-               evictable_pods integer)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$"""
 
 
 def _seen(column: str, h: str = "h", o: str = "o") -> str:
@@ -82,7 +66,7 @@ LEFT JOIN minruntime_state.queue_nodes q ON q.name = p.queue""",
 def _preempt_protection(pools: bool) -> str:
     body = f"""
 FROM minruntime_state.podgroup_state p{_PODGROUP_QUEUE[pools]}
-{_CONFIG_JOIN}
+{CONFIG_JOIN}
 CROSS JOIN LATERAL (
     SELECT COALESCE(q.preempt_resolved, c.default_preempt_min_runtime,
                     d.default_preempt_min_runtime, interval '0') AS min_runtime,
@@ -97,7 +81,7 @@ SELECT p.uid, p.queue, p.start_time, m.min_runtime, m.resolved_from,
        {_EVICTABLE.format(at="now()", p="p.")} AS evictable_pods{body};
 
 CREATE OR REPLACE FUNCTION minruntime.preempt_protection(at timestamptz)
-{_RETURNS}
+{PROTECTION_RETURNS}
 SELECT p.uid, p.queue, p.start_time, m.min_runtime, m.resolved_from,
        p.start_time + m.min_runtime,
        COALESCE(at < p.start_time + m.min_runtime, false),
@@ -150,7 +134,9 @@ def _reclaim_protection(pools: bool) -> str:
     # Its estimates (a tree per pool in use) cross the JIT threshold even on a few rows, where
     # compiling takes seconds and the query itself milliseconds: planned without JIT.
     returns = (
-        _RETURNS.replace("SET search_path", "SET jit = off\nSET search_path") if pools else _RETURNS
+        PROTECTION_RETURNS.replace("SET search_path", "SET jit = off\nSET search_path")
+        if pools
+        else PROTECTION_RETURNS
     )
     return f"""
 CREATE OR REPLACE FUNCTION minruntime.reclaim_protection(
@@ -181,7 +167,7 @@ CREATE OR REPLACE FUNCTION minruntime.reclaim_protection(
            END AS min_runtime,
            CASE WHEN {method} = 'lca' THEN w.lca_source ELSE w.queue_source END AS resolved_from
       FROM minruntime_state.podgroup_state p{_PODGROUP_TREE[pools]}
-      {_CONFIG_JOIN}
+      {CONFIG_JOIN}
      WHERE p.status = 'running'
 )
 SELECT uid, queue, start_time, min_runtime, resolved_from,
@@ -237,7 +223,7 @@ BEGIN
            COALESCE(c.reclaim_resolve_method, d.reclaim_resolve_method, 'lca') AS method
       INTO cfg
       FROM (SELECT seen AS node_pool) p
-      {_CONFIG_JOIN};
+      {CONFIG_JOIN};
     {_queue_row("victim_queue", victim, "victim", pools)}
     IF victim_queue = preemptor_queue THEN
         rule := 'preempt';
