@@ -36,6 +36,13 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$"""
 
+# 0002. The preempt window of a running podgroup p of queue q, and where it was resolved from.
+PREEMPT_WINDOW = """CROSS JOIN LATERAL (
+    SELECT COALESCE(q.preempt_resolved, c.default_preempt_min_runtime,
+                    d.default_preempt_min_runtime, interval '0') AS min_runtime,
+           q.preempt_source AS resolved_from
+) m"""
+
 # The pods a running podgroup may lose at instant ``{at}``: inside its window the stored
 # §6 count, else all of them (0002); from 0014 also always the count for a semi-preemptible
 # core (§10).
@@ -68,11 +75,7 @@ SELECT p.uid, p.queue, p.start_time, m.min_runtime, m.resolved_from,
 FROM minruntime_state.podgroup_state p
 LEFT JOIN minruntime_state.queue_nodes q ON q.name = p.queue
 {CONFIG_JOIN}
-CROSS JOIN LATERAL (
-    SELECT COALESCE(q.preempt_resolved, c.default_preempt_min_runtime,
-                    d.default_preempt_min_runtime, interval '0') AS min_runtime,
-           q.preempt_source AS resolved_from
-) m
+{PREEMPT_WINDOW}
 WHERE p.status = 'running';
 """
 
@@ -90,11 +93,7 @@ FROM minruntime_state.podgroup_state p
 LEFT JOIN minruntime_state.queue_nodes q ON q.name = p.queue
 LEFT JOIN minruntime_state.node_pool_configs c ON c.node_pool = p.node_pool
 LEFT JOIN minruntime_state.node_pool_configs d ON d.node_pool = 'default'
-CROSS JOIN LATERAL (
-    SELECT COALESCE(q.preempt_resolved, c.default_preempt_min_runtime,
-                    d.default_preempt_min_runtime, interval '0') AS min_runtime,
-           q.preempt_source AS resolved_from
-) m
+{PREEMPT_WINDOW}
 WHERE p.status = 'running'
 $$;
 """
@@ -165,6 +164,29 @@ SELECT uid, decided_at, outcome, reason, nominated_by, beneficiaries, requeue_no
 FROM minruntime_state.requeue_decision_log;
 """
 
+# 0013's columns of ``run_log`` (what its backfill copies, whatever later code adds).
+RUN_LOG_COLUMNS_0013 = (
+    "uid",
+    "end_source",
+    "end_event_id",
+    "queue",
+    "node_pool",
+    "preemptibility",
+    "run_start",
+    "run_end",
+    "ended_by",
+    "eviction",
+    "gpus",
+    "gpu_seconds",
+    "preempt_min_runtime",
+    "preempt_resolved_from",
+    "shortest_reclaim_min_runtime",
+    "longest_reclaim_min_runtime",
+    "windows",
+    "protection",
+    "cut_short",
+)
+
 # 0013's columns of ``minruntime.runs`` around ``violation`` (whose expression 0018 changes).
 RUNS_HEAD_0013 = """uid, queue, node_pool, preemptibility, run_start, run_end, ended_by, eviction,
        run_end - run_start AS ran, gpus, gpu_seconds,
@@ -178,6 +200,15 @@ RUNS_TAIL_0013 = "cut_short, end_source, end_event_id, windows AS windows_text"
 RUNS_COLUMNS_0013 = f"""{RUNS_HEAD_0013}
        {VIOLATION_0013},
        {RUNS_TAIL_0013}"""
+
+
+def view_made_again(view: str, columns: str, source: str) -> str:
+    """0012: a view loses columns only by being made again, its grant with it (SQL text)."""
+    return f"""DROP VIEW minruntime.{view};
+CREATE VIEW minruntime.{view} AS
+SELECT {columns}
+FROM {source};
+GRANT SELECT ON minruntime.{view} TO {READER};"""
 
 
 def remake_view(view: str, select: str) -> None:

@@ -17,7 +17,7 @@ Downgrade drops the view's column and the table's.
 from __future__ import annotations
 
 from alembic import op
-from revision_parts import READER
+from revision_parts import view_made_again
 
 revision: str = "0012"
 down_revision: str | None = "0011"
@@ -33,11 +33,7 @@ FROM minruntime_state.dead_letter_log;
 """
 
 DOWNGRADE_SQL = f"""
-DROP VIEW minruntime.dead_letters;
-CREATE VIEW minruntime.dead_letters AS
-SELECT {_COLUMNS}
-FROM minruntime_state.dead_letter_log;
-GRANT SELECT ON minruntime.dead_letters TO {READER};
+{view_made_again("dead_letters", _COLUMNS, "minruntime_state.dead_letter_log")}
 
 ALTER TABLE minruntime_state.dead_letter_log DROP COLUMN headers;
 """

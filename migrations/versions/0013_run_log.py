@@ -22,34 +22,14 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from revision_parts import READER, RUNS_COLUMNS_0013, STATE, log_is_empty
+from revision_parts import READER, RUN_LOG_COLUMNS_0013, RUNS_COLUMNS_0013, STATE, log_is_empty
 from sqlalchemy.dialects.postgresql import INTERVAL
 
 revision: str = "0013"
 down_revision: str | None = "0012"
 
 # The columns this revision creates (what the backfill copies, whatever later code adds).
-COLUMNS = (
-    "uid",
-    "end_source",
-    "end_event_id",
-    "queue",
-    "node_pool",
-    "preemptibility",
-    "run_start",
-    "run_end",
-    "ended_by",
-    "eviction",
-    "gpus",
-    "gpu_seconds",
-    "preempt_min_runtime",
-    "preempt_resolved_from",
-    "shortest_reclaim_min_runtime",
-    "longest_reclaim_min_runtime",
-    "windows",
-    "protection",
-    "cut_short",
-)
+COLUMNS = RUN_LOG_COLUMNS_0013
 
 VIEW_SQL = f"""
 CREATE VIEW minruntime.runs AS

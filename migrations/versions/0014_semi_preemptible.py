@@ -27,12 +27,12 @@ from alembic import op
 from revision_parts import (
     EVICTABLE_0002,
     EVICTABLE_0014,
-    READER,
     RUNS_COLUMNS_0013,
     STATE,
     preempt_protection_at,
     preempt_protection_view,
     reclaim_protection,
+    view_made_again,
 )
 
 revision: str = "0014"
@@ -68,17 +68,9 @@ FROM {STATE}.run_log;
 
 # Views lose columns only by being made again (grants go with them).
 DOWNGRADE_SQL = f"""
-DROP VIEW minruntime.podgroups;
-CREATE VIEW minruntime.podgroups AS
-SELECT {_PODGROUPS_COLUMNS}
-FROM {STATE}.podgroup_state;
-GRANT SELECT ON minruntime.podgroups TO {READER};
+{view_made_again("podgroups", _PODGROUPS_COLUMNS, f"{STATE}.podgroup_state")}
 
-DROP VIEW minruntime.runs;
-CREATE VIEW minruntime.runs AS
-SELECT {RUNS_COLUMNS_0013}
-FROM {STATE}.run_log;
-GRANT SELECT ON minruntime.runs TO {READER};
+{view_made_again("runs", RUNS_COLUMNS_0013, f"{STATE}.run_log")}
 {preempt_protection_view(EVICTABLE_0002)}
 {preempt_protection_at(EVICTABLE_0002)}
 {reclaim_protection(EVICTABLE_0002, with_semi=False)}

@@ -29,15 +29,25 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from revision_parts import READER, RUNS_HEAD_0013, RUNS_TAIL_0013, STATE, VIOLATION_0013
+from revision_parts import (
+    RUN_LOG_COLUMNS_0013,
+    RUNS_HEAD_0013,
+    RUNS_TAIL_0013,
+    STATE,
+    VIOLATION_0013,
+    view_made_again,
+)
 
 revision: str = "0018"
 down_revision: str | None = "0017"
 
-
-# The view's columns as 0014 left them, but for ``violation`` (its expression changes here).
+# The view's columns after ``violation`` (whose expression changes here) as 0014 left them.
 _RUNS_TAIL = f"""{RUNS_TAIL_0013},
        core_pods"""
+# The whole view as 0014 left it (the way down).
+_RUNS_0014 = f"""{RUNS_HEAD_0013}
+       {VIOLATION_0013},
+       {_RUNS_TAIL}"""
 _VIOLATION = """CASE WHEN exact_verdict IS NOT NULL
                  THEN CASE WHEN exact_verdict = 'violated' THEN exact_verdict END
             WHEN eviction AND protection <> 'none' THEN protection END AS violation"""
@@ -54,29 +64,7 @@ _NEW_COLUMNS = (
     ("applied_cut_short", "interval"),
 )
 # Every run_log column at this revision (what the backfill copies, whatever later code adds).
-_COLUMNS = (
-    "uid",
-    "end_source",
-    "end_event_id",
-    "queue",
-    "node_pool",
-    "preemptibility",
-    "run_start",
-    "run_end",
-    "ended_by",
-    "eviction",
-    "gpus",
-    "gpu_seconds",
-    "preempt_min_runtime",
-    "preempt_resolved_from",
-    "shortest_reclaim_min_runtime",
-    "longest_reclaim_min_runtime",
-    "windows",
-    "protection",
-    "cut_short",
-    "core_pods",
-    *(name for name, _ in _NEW_COLUMNS),
-)
+_COLUMNS = (*RUN_LOG_COLUMNS_0013, "core_pods", *(name for name, _ in _NEW_COLUMNS))
 _ADD = ",\n    ".join(f"ADD COLUMN {name} {kind}" for name, kind in _NEW_COLUMNS)
 _DROP = ",\n    ".join(f"DROP COLUMN {name}" for name, _ in _NEW_COLUMNS)
 _INDEX = "ix_run_log_violations"
@@ -103,13 +91,7 @@ FROM {STATE}.run_log;
 
 # Views lose columns only by being made again (grants go with them).
 DOWNGRADE_SQL = f"""
-DROP VIEW minruntime.runs;
-CREATE VIEW minruntime.runs AS
-SELECT {RUNS_HEAD_0013}
-       {VIOLATION_0013},
-       {_RUNS_TAIL}
-FROM {STATE}.run_log;
-GRANT SELECT ON minruntime.runs TO {READER};
+{view_made_again("runs", _RUNS_0014, f"{STATE}.run_log")}
 
 DROP INDEX {STATE}.{_INDEX};
 CREATE INDEX {_INDEX} ON {STATE}.run_log (run_end) WHERE eviction AND protection <> 'none';

@@ -30,7 +30,7 @@ drops the table and the column (the queues then belong to every pool again).
 from __future__ import annotations
 
 from alembic import op
-from revision_parts import CONFIG_JOIN, PROTECTION_RETURNS, READER, STATE
+from revision_parts import CONFIG_JOIN, PREEMPT_WINDOW, PROTECTION_RETURNS, STATE, view_made_again
 
 revision: str = "0020"
 down_revision: str | None = "0019"
@@ -67,11 +67,7 @@ def _preempt_protection(pools: bool) -> str:
     body = f"""
 FROM minruntime_state.podgroup_state p{_PODGROUP_QUEUE[pools]}
 {CONFIG_JOIN}
-CROSS JOIN LATERAL (
-    SELECT COALESCE(q.preempt_resolved, c.default_preempt_min_runtime,
-                    d.default_preempt_min_runtime, interval '0') AS min_runtime,
-           q.preempt_source AS resolved_from
-) m
+{PREEMPT_WINDOW}
 WHERE p.status = 'running'"""
     return f"""
 CREATE OR REPLACE VIEW minruntime.preempt_protection AS
@@ -287,11 +283,7 @@ FROM {STATE}.queue_nodes;
 
 # Views lose columns only by being made again (grants go with them).
 DOWNGRADE_SQL = f"""
-DROP VIEW minruntime.queues;
-CREATE VIEW minruntime.queues AS
-SELECT {_QUEUES_COLUMNS}, priority, resources
-FROM {STATE}.queue_nodes;
-GRANT SELECT ON minruntime.queues TO {READER};
+{view_made_again("queues", f"{_QUEUES_COLUMNS}, priority, resources", f"{STATE}.queue_nodes")}
 {_preempt_protection(pools=False)}
 {_reclaim_protection(pools=False)}
 {_resolve_for(pools=False)}
