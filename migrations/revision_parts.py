@@ -27,6 +27,28 @@ CONFIG_JOIN = """
     LEFT JOIN minruntime_state.node_pool_configs d ON d.node_pool = 'default'
 """
 
+# 0002. Pieces of the plpgsql body of ``minruntime_state.resolve_for`` (0020 writes the
+# function again around them): the pool's config in force, the preempt rule (the same queue),
+# the reclaim rule by the victim's queue (``reclaimResolveMethod: queue``).
+RESOLVE_CONFIG = """SELECT COALESCE(c.default_preempt_min_runtime, d.default_preempt_min_runtime,
+                    interval '0') AS preempt_default,
+           COALESCE(c.default_reclaim_min_runtime, d.default_reclaim_min_runtime,
+                    interval '0') AS reclaim_default,
+           COALESCE(c.reclaim_resolve_method, d.reclaim_resolve_method, 'lca') AS method
+      INTO cfg"""
+RESOLVE_PREEMPT = """IF victim_queue = preemptor_queue THEN
+        rule := 'preempt';
+        min_runtime := COALESCE(victim.preempt_resolved, cfg.preempt_default);
+        resolved_from := victim.preempt_source;
+        RETURN;
+    END IF;
+    rule := 'reclaim-' || cfg.method;"""
+RESOLVE_BY_QUEUE = """IF cfg.method = 'queue' THEN
+        min_runtime := COALESCE(victim.reclaim_resolved, cfg.reclaim_default);
+        resolved_from := victim.reclaim_source;
+        RETURN;
+    END IF;"""
+
 # 0002. The columns of both protection functions, and how they run.
 PROTECTION_RETURNS = """\
 RETURNS TABLE (uid text, queue text, start_time timestamptz, min_runtime interval,

@@ -18,6 +18,9 @@ from revision_parts import (
     EVICTABLE_0002,
     PODGROUPS_VIEW_0002,
     READER,
+    RESOLVE_BY_QUEUE,
+    RESOLVE_CONFIG,
+    RESOLVE_PREEMPT,
     preempt_protection_view,
     reclaim_protection,
 )
@@ -91,23 +94,12 @@ DECLARE
     walk_start record;
     common int;
 BEGIN
-    SELECT COALESCE(c.default_preempt_min_runtime, d.default_preempt_min_runtime,
-                    interval '0') AS preempt_default,
-           COALESCE(c.default_reclaim_min_runtime, d.default_reclaim_min_runtime,
-                    interval '0') AS reclaim_default,
-           COALESCE(c.reclaim_resolve_method, d.reclaim_resolve_method, 'lca') AS method
-      INTO cfg
+    {RESOLVE_CONFIG}
       FROM (SELECT COALESCE(NULLIF(pool, ''), 'default') AS node_pool) p
       {CONFIG_JOIN};
     SELECT name, path, preempt_resolved, preempt_source, reclaim_resolved, reclaim_source
       INTO victim FROM minruntime_state.queue_nodes WHERE name = victim_queue;
-    IF victim_queue = preemptor_queue THEN
-        rule := 'preempt';
-        min_runtime := COALESCE(victim.preempt_resolved, cfg.preempt_default);
-        resolved_from := victim.preempt_source;
-        RETURN;
-    END IF;
-    rule := 'reclaim-' || cfg.method;
+    {RESOLVE_PREEMPT}
     SELECT path INTO reclaimer_path FROM minruntime_state.queue_nodes
      WHERE name = preemptor_queue;
     IF victim.name IS NULL OR reclaimer_path IS NULL THEN
@@ -115,11 +107,7 @@ BEGIN
         min_runtime := cfg.reclaim_default;
         RETURN;
     END IF;
-    IF cfg.method = 'queue' THEN
-        min_runtime := COALESCE(victim.reclaim_resolved, cfg.reclaim_default);
-        resolved_from := victim.reclaim_source;
-        RETURN;
-    END IF;
+    {RESOLVE_BY_QUEUE}
     -- Paths are unique, so equal names at a depth mean equal prefixes down to it.
     SELECT count(*)::int INTO common FROM generate_subscripts(victim.path, 1) i
      WHERE victim.path[i] = reclaimer_path[i];

@@ -30,7 +30,16 @@ drops the table and the column (the queues then belong to every pool again).
 from __future__ import annotations
 
 from alembic import op
-from revision_parts import CONFIG_JOIN, PREEMPT_WINDOW, PROTECTION_RETURNS, STATE, view_made_again
+from revision_parts import (
+    CONFIG_JOIN,
+    PREEMPT_WINDOW,
+    PROTECTION_RETURNS,
+    RESOLVE_BY_QUEUE,
+    RESOLVE_CONFIG,
+    RESOLVE_PREEMPT,
+    STATE,
+    view_made_again,
+)
 
 revision: str = "0020"
 down_revision: str | None = "0019"
@@ -212,33 +221,18 @@ DECLARE
     walk_start record;
     common int;
 BEGIN
-    SELECT COALESCE(c.default_preempt_min_runtime, d.default_preempt_min_runtime,
-                    interval '0') AS preempt_default,
-           COALESCE(c.default_reclaim_min_runtime, d.default_reclaim_min_runtime,
-                    interval '0') AS reclaim_default,
-           COALESCE(c.reclaim_resolve_method, d.reclaim_resolve_method, 'lca') AS method
-      INTO cfg
+    {RESOLVE_CONFIG}
       FROM (SELECT seen AS node_pool) p
       {CONFIG_JOIN};
     {_queue_row("victim_queue", victim, "victim", pools)}
-    IF victim_queue = preemptor_queue THEN
-        rule := 'preempt';
-        min_runtime := COALESCE(victim.preempt_resolved, cfg.preempt_default);
-        resolved_from := victim.preempt_source;
-        RETURN;
-    END IF;
-    rule := 'reclaim-' || cfg.method;
+    {RESOLVE_PREEMPT}
     {_queue_row("preemptor_queue", "name, path", "reclaimer", pools)}
     IF victim.name IS NULL OR reclaimer.name IS NULL THEN
         -- KAI passes a nil queue and falls back to the plugin default.
         min_runtime := cfg.reclaim_default;
         RETURN;
     END IF;
-    IF cfg.method = 'queue' THEN
-        min_runtime := COALESCE(victim.reclaim_resolved, cfg.reclaim_default);
-        resolved_from := victim.reclaim_source;
-        RETURN;
-    END IF;
+    {RESOLVE_BY_QUEUE}
     -- Paths are unique in a tree, so equal names at a depth mean equal prefixes down to it.
     SELECT count(*)::int INTO common FROM generate_subscripts(victim.path, 1) i
      WHERE victim.path[i] = reclaimer.path[i];
