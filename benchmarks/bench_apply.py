@@ -16,12 +16,12 @@ Needs the local stack's PostgreSQL (``minruntime stack up``).
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import time
 
 from bench_ingest import generate
+from benchkit import sized_arguments
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
@@ -45,11 +45,9 @@ def records(podgroups: int, queues: int, nodes: int) -> dict[str, list[InboundRe
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--podgroups", type=int, default=10_000)
-    parser.add_argument("--queues", type=int, default=1000)
-    parser.add_argument("--nodes", type=int, default=500)
-    parser.add_argument("--batch", type=int, default=2000)
+    parser = sized_arguments(
+        __doc__.splitlines()[0], podgroups=10_000, queues=1000, nodes=500, batch=2000
+    )
     args = parser.parse_args()
     by_topic = records(args.podgroups, args.queues, args.nodes)
     roles = {role: role for role in ORDER}

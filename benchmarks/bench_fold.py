@@ -12,13 +12,13 @@ parsed annotations, awaiting_release as stored).
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import time
 from typing import Any
 
 from bench_ingest import generate
+from benchkit import sized_arguments
 from minruntime.core import PodGroupChange, PodGroupState, fold
 from minruntime.events import decode_event
 from minruntime.ingest.podgroups import podgroup_change
@@ -71,10 +71,7 @@ def run_once(changes: list[tuple[str, PodGroupChange]], batch: int) -> tuple[flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--podgroups", type=int, default=50_000)
-    parser.add_argument("--batch", type=int, default=2000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser = sized_arguments(__doc__.splitlines()[0], podgroups=50_000, batch=2000, repeat=5)
     args = parser.parse_args()
     changes = podgroup_changes(args.podgroups)
     print(

@@ -13,11 +13,11 @@ Needs the local stack (``minruntime stack up``).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 import uuid
 
+from benchkit import sized_arguments
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.store import engine_from
@@ -73,10 +73,8 @@ async def drain(settings: Settings, url: str) -> tuple[int, int, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rows", type=int, default=10_000)
-    parser.add_argument("--size", type=int, default=500)
-    parser.add_argument("--refused", type=int, default=0)
+    description = __doc__.splitlines()[0] if __doc__ else None
+    parser = sized_arguments(description, rows=10_000, size=500, refused=0)
     args = parser.parse_args()
     settings = Settings()
     url = create_scratch_database(settings, "minruntime_test_bench_relay")

@@ -11,7 +11,6 @@ Needs the local stack (``minruntime stack up``).
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time
@@ -20,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from benchkit import RecordBatches, scratch_database
+from benchkit import RecordBatches, scratch_database, sized_arguments
 from cluster import build_tree, queue_upserts
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
@@ -73,11 +72,13 @@ def median_ms(samples: list[float]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--queues", type=int, default=5000)
-    parser.add_argument("--podgroups", type=int, default=50_000)
-    parser.add_argument("--reclaim-runs", type=int, default=25)
-    parser.add_argument("--is-protected-calls", type=int, default=2000)
+    parser = sized_arguments(
+        __doc__.splitlines()[0],
+        queues=5000,
+        podgroups=50_000,
+        reclaim_runs=25,
+        is_protected_calls=2000,
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args()
     settings = Settings()

@@ -31,7 +31,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from bench_ingest import generate
-from benchkit import scratch_database
+from benchkit import scratch_database, sized_arguments
 from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import state_at
 from minruntime.audit.parallel import default_parts
@@ -112,11 +112,7 @@ def timed_as_of(engine: sa.Engine, at: datetime) -> tuple[float, int]:
 
 def trace_arguments(description: str) -> argparse.Namespace:
     """The trace's size and the repetitions, from the command line."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--podgroups", type=int, default=20_000)
-    parser.add_argument("--queues", type=int, default=2000)
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = sized_arguments(description, podgroups=20_000, queues=2000, nodes=1000, repeat=3)
     parser.add_argument(
         "--run", type=int, default=0, help="podgroups per replay run (0: the default)"
     )

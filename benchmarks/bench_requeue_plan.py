@@ -26,6 +26,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
+from benchkit import sized_arguments
 from minruntime.core import (
     EXPECTED_RUNTIME_ANNOTATION,
     ClusterState,
@@ -239,12 +240,9 @@ def timed(action: Callable[[], T]) -> tuple[float, T]:
 
 def cluster_arguments(description: str) -> argparse.ArgumentParser:
     """A command line with the cluster's size (``build_snapshot``), the candidates, the runs."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--pools", type=int, default=4)
-    parser.add_argument("--candidates", type=int, default=1000)
-    parser.add_argument("--pending", type=int, default=5000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser = sized_arguments(
+        description, nodes=2000, pools=4, candidates=1000, pending=5000, runs=5
+    )
     parser.add_argument("--odd-shapes", type=float, default=0.1)
     return parser
 

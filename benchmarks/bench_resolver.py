@@ -9,7 +9,6 @@ its per-queue caches) and again on the same Resolver (warm).
 
 from __future__ import annotations
 
-import argparse
 import platform
 import random
 import time
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 
+from benchkit import sized_arguments
 from minruntime.core import MinRuntimeConfig, Queue, QueueTree, Resolution, Resolver
 
 DEPTH = 6
@@ -98,10 +98,8 @@ def checksum(results: list[Resolution]) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--queues", type=int, default=5_000)
-    parser.add_argument("--pairs", type=int, default=1_000_000)
-    parser.add_argument("--seed", type=int, default=20261121)
+    description = __doc__.splitlines()[0] if __doc__ else None
+    parser = sized_arguments(description, queues=5_000, pairs=1_000_000, seed=20261121)
     args = parser.parse_args()
 
     rng = random.Random(args.seed)

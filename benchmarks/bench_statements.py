@@ -15,7 +15,6 @@ Prints the statements by wall time, then HOT updates and sizes of the projection
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -28,6 +27,7 @@ import psycopg
 import sqlalchemy as sa
 
 from bench_ingest import generate
+from benchkit import sized_arguments
 from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.settings import Settings
 from minruntime.store import engine_from
@@ -93,9 +93,7 @@ def _count(key: str, began: float, pid: int | None, cpu: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--podgroups", type=int, default=20_000)
-    parser.add_argument("--batch", type=int, default=2000)
+    parser = sized_arguments(__doc__.splitlines()[0], podgroups=20_000, batch=2000)
     parser.add_argument("--explain", type=int, default=-1, help="EXPLAIN this batch's statements")
     parser.add_argument(
         "--reset-fillfactor", action="store_true", help="pod_state at the default fillfactor"

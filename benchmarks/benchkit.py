@@ -84,13 +84,19 @@ class RecordBatches:
         return [self.batch] if self.batch else []
 
 
+def sized_arguments(description: str | None, **sizes: int) -> argparse.ArgumentParser:
+    """A command line with a whole-number option per keyword, in order: ``reclaim_runs=25`` is
+    ``--reclaim-runs`` (default 25)."""
+    parser = argparse.ArgumentParser(description=description)
+    for name, default in sizes.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+    return parser
+
+
 def log_arguments(description: str) -> argparse.ArgumentParser:
     """A command line with the trace's size (``bench_ingest.generate``: about 1M events by
     default) and ``--keep``/``--reuse``."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--podgroups", type=int, default=240_000)
-    parser.add_argument("--queues", type=int, default=1000)
-    parser.add_argument("--nodes", type=int, default=500)
+    parser = sized_arguments(description, podgroups=240_000, queues=1000, nodes=500)
     kept = parser.add_mutually_exclusive_group()
     kept.add_argument("--keep", action="store_true", help="keep the built database")
     kept.add_argument("--reuse", action="store_true", help="measure the kept database")

@@ -16,19 +16,21 @@ if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 
+# Both modes: the models, the version table in the state schema, every schema compared.
+_OPTIONS = {
+    "target_metadata": metadata,
+    "version_table_schema": STATE_SCHEMA,
+    "include_schemas": True,
+}
+
+
 def _url() -> str:
     return config.get_main_option("sqlalchemy.url") or Settings().sqlalchemy_url
 
 
 def run_migrations_offline() -> None:
     """Emit SQL to stdout instead of running it (`alembic upgrade --sql`)."""
-    context.configure(
-        url=_url(),
-        target_metadata=metadata,
-        literal_binds=True,
-        version_table_schema=STATE_SCHEMA,
-        include_schemas=True,
-    )
+    context.configure(url=_url(), literal_binds=True, **_OPTIONS)
     with context.begin_transaction():
         context.run_migrations()
 
@@ -41,13 +43,7 @@ def run_migrations_online() -> None:
         # looks for it; the schema itself is never dropped by a downgrade.
         connection.execute(sa.text(f"CREATE SCHEMA IF NOT EXISTS {STATE_SCHEMA}"))
         connection.commit()
-        context.configure(
-            connection=connection,
-            target_metadata=metadata,
-            version_table_schema=STATE_SCHEMA,
-            include_schemas=True,
-            transaction_per_migration=True,
-        )
+        context.configure(connection=connection, transaction_per_migration=True, **_OPTIONS)
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

@@ -108,6 +108,11 @@ def config(
     return event("config.updated", f"config/{node_pool}", data, time)
 
 
+def config_with(node_pool: str = "default", **data: Any) -> Event:
+    """config.updated with ``data``'s fields as the wire names them (the budgets, the cap)."""
+    return with_data(config(node_pool), **data)
+
+
 def submitted(
     uid: str,
     queue_name: str,

@@ -7,16 +7,12 @@ Create Date: 2026-11-21
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, INTERVAL, JSONB, UUID
 
 revision: str = "0001"
 down_revision: str | None = None
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 S = "minruntime_state"
 TZ = sa.DateTime(timezone=True)

@@ -12,16 +12,22 @@ the queue where the walk starts, exactly as ``Resolver`` does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
+from revision_parts import (
+    CONFIG_JOIN,
+    EVICTABLE_0002,
+    PODGROUPS_VIEW_0002,
+    READER,
+    RESOLVE_BY_QUEUE,
+    RESOLVE_CONFIG,
+    RESOLVE_PREEMPT,
+    preempt_protection_view,
+    reclaim_protection,
+)
 
 revision: str = "0002"
 down_revision: str | None = "0001"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-READER = "minruntime_reader"
 ROLE_MARKER = "created by minruntime migration 0002"
 
 VIEWS = (
@@ -42,13 +48,6 @@ PUBLIC_FUNCTIONS = (
 )
 INTERNAL_FUNCTIONS = ("minruntime_state.resolve_for(text, text, text)",)
 
-# The config in force for a pool: its own row, else the `default` pool's, else built-ins
-# (NodePoolConfigs.for_pool). Used as a LEFT JOIN pair c (own) / d (default).
-_CONFIG_JOIN = """
-    LEFT JOIN minruntime_state.node_pool_configs c ON c.node_pool = p.node_pool
-    LEFT JOIN minruntime_state.node_pool_configs d ON d.node_pool = 'default'
-"""
-
 UPGRADE_SQL = f"""
 CREATE SCHEMA IF NOT EXISTS minruntime;
 
@@ -63,29 +62,7 @@ FROM minruntime_state.node_pool_configs;
 
 CREATE VIEW minruntime.nodes AS
 SELECT name, node_pool, gpu, updated_at FROM minruntime_state.node_state;
-
-CREATE VIEW minruntime.podgroups AS
-SELECT uid, name, namespace, queue, node_pool, priority, preemptible, status, start_time,
-       running_pods, is_elastic, expected_runtime, requeue_not_before,
-       last_start_time, ended_at, annotations, submitted, updated_at
-FROM minruntime_state.podgroup_state;
-
-CREATE VIEW minruntime.preempt_protection AS
-SELECT p.uid, p.queue, p.start_time, m.min_runtime, m.resolved_from,
-       p.start_time + m.min_runtime AS protected_until,
-       COALESCE(now() < p.start_time + m.min_runtime, false) AS is_protected,
-       CASE WHEN now() < p.start_time + m.min_runtime THEN p.protected_evictable_pods
-            ELSE p.running_pods END AS evictable_pods
-FROM minruntime_state.podgroup_state p
-LEFT JOIN minruntime_state.queue_nodes q ON q.name = p.queue
-{_CONFIG_JOIN}
-CROSS JOIN LATERAL (
-    SELECT COALESCE(q.preempt_resolved, c.default_preempt_min_runtime,
-                    d.default_preempt_min_runtime, interval '0') AS min_runtime,
-           q.preempt_source AS resolved_from
-) m
-WHERE p.status = 'running';
-
+{PODGROUPS_VIEW_0002}{preempt_protection_view(EVICTABLE_0002, "CREATE")}
 CREATE VIEW minruntime.nominations AS
 SELECT uid, nominated_by, reason, nominated_at FROM minruntime_state.nominations;
 
@@ -117,23 +94,12 @@ DECLARE
     walk_start record;
     common int;
 BEGIN
-    SELECT COALESCE(c.default_preempt_min_runtime, d.default_preempt_min_runtime,
-                    interval '0') AS preempt_default,
-           COALESCE(c.default_reclaim_min_runtime, d.default_reclaim_min_runtime,
-                    interval '0') AS reclaim_default,
-           COALESCE(c.reclaim_resolve_method, d.reclaim_resolve_method, 'lca') AS method
-      INTO cfg
+    {RESOLVE_CONFIG}
       FROM (SELECT COALESCE(NULLIF(pool, ''), 'default') AS node_pool) p
-      {_CONFIG_JOIN};
+      {CONFIG_JOIN};
     SELECT name, path, preempt_resolved, preempt_source, reclaim_resolved, reclaim_source
       INTO victim FROM minruntime_state.queue_nodes WHERE name = victim_queue;
-    IF victim_queue = preemptor_queue THEN
-        rule := 'preempt';
-        min_runtime := COALESCE(victim.preempt_resolved, cfg.preempt_default);
-        resolved_from := victim.preempt_source;
-        RETURN;
-    END IF;
-    rule := 'reclaim-' || cfg.method;
+    {RESOLVE_PREEMPT}
     SELECT path INTO reclaimer_path FROM minruntime_state.queue_nodes
      WHERE name = preemptor_queue;
     IF victim.name IS NULL OR reclaimer_path IS NULL THEN
@@ -141,11 +107,7 @@ BEGIN
         min_runtime := cfg.reclaim_default;
         RETURN;
     END IF;
-    IF cfg.method = 'queue' THEN
-        min_runtime := COALESCE(victim.reclaim_resolved, cfg.reclaim_default);
-        resolved_from := victim.reclaim_source;
-        RETURN;
-    END IF;
+    {RESOLVE_BY_QUEUE}
     -- Paths are unique, so equal names at a depth mean equal prefixes down to it.
     SELECT count(*)::int INTO common FROM generate_subscripts(victim.path, 1) i
      WHERE victim.path[i] = reclaimer_path[i];
@@ -176,58 +138,7 @@ SELECT COALESCE((
      WHERE p.uid = victim_uid AND p.status = 'running'
 ), false)
 $$;
-
-CREATE FUNCTION minruntime.reclaim_protection(
-    reclaimer_queue text, at timestamptz DEFAULT now())
-RETURNS TABLE (uid text, queue text, start_time timestamptz, min_runtime interval,
-               resolved_from text, protected_until timestamptz, is_protected boolean,
-               evictable_pods integer)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-WITH reclaimer AS (
-    SELECT path FROM minruntime_state.queue_nodes WHERE name = reclaimer_queue
-), walk AS (
-    -- Per known victim queue V: where the lca walk starts (path_V[k+1], k = the common
-    -- prefix with the reclaimer's path, clamped to V), and that start's walk result.
-    SELECT v.name, v.reclaim_resolved AS queue_value, v.reclaim_source AS queue_source,
-           s.reclaim_resolved AS lca_value, s.reclaim_source AS lca_source
-      FROM reclaimer r
-     CROSS JOIN minruntime_state.queue_nodes v
-     CROSS JOIN LATERAL (
-         -- Paths are unique: equal names at a depth mean equal prefixes down to it.
-         SELECT count(*)::int AS common FROM generate_subscripts(v.path, 1) i
-          WHERE v.path[i] = r.path[i]) k
-      JOIN minruntime_state.queue_nodes s
-        ON s.name = v.path[LEAST(cardinality(v.path), k.common + 1)]
-), resolved AS (
-    SELECT p.uid, p.queue, p.start_time, p.running_pods, p.protected_evictable_pods,
-           CASE WHEN w.name IS NULL
-                    THEN COALESCE(c.default_reclaim_min_runtime, d.default_reclaim_min_runtime,
-                                  interval '0')
-                ELSE COALESCE(
-                    CASE WHEN COALESCE(c.reclaim_resolve_method, d.reclaim_resolve_method,
-                                       'lca') = 'lca'
-                         THEN w.lca_value ELSE w.queue_value END,
-                    c.default_reclaim_min_runtime, d.default_reclaim_min_runtime,
-                    interval '0')
-           END AS min_runtime,
-           CASE WHEN COALESCE(c.reclaim_resolve_method, d.reclaim_resolve_method,
-                              'lca') = 'lca'
-                THEN w.lca_source ELSE w.queue_source END AS resolved_from
-      FROM minruntime_state.podgroup_state p
-      LEFT JOIN walk w ON w.name = p.queue
-      {_CONFIG_JOIN}
-     WHERE p.status = 'running'
-)
-SELECT uid, queue, start_time, min_runtime, resolved_from,
-       start_time + min_runtime,
-       COALESCE(at < start_time + min_runtime, false),
-       CASE WHEN at < start_time + min_runtime THEN protected_evictable_pods
-            ELSE running_pods END
-  FROM resolved
-$$;
-
+{reclaim_protection(EVICTABLE_0002, with_semi=False, verb="CREATE")}
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READER}') THEN

@@ -15,29 +15,11 @@ Create Date: 2026-11-21
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
+from revision_parts import DECISIONS_VIEW_0002, PODGROUPS_VIEW_0002, READER
 
 revision: str = "0003"
 down_revision: str | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-READER = "minruntime_reader"
-
-_PODGROUPS_0002 = """
-CREATE VIEW minruntime.podgroups AS
-SELECT uid, name, namespace, queue, node_pool, priority, preemptible, status, start_time,
-       running_pods, is_elastic, expected_runtime, requeue_not_before,
-       last_start_time, ended_at, annotations, submitted, updated_at
-FROM minruntime_state.podgroup_state;
-"""
-_DECISIONS_0002 = """
-CREATE VIEW minruntime.requeue_decisions AS
-SELECT uid, decided_at, outcome, reason, nominated_by, beneficiaries, requeue_not_before, seq
-FROM minruntime_state.requeue_decision_log;
-"""
 
 UPGRADE_SQL = f"""
 ALTER TABLE minruntime_state.podgroup_state
@@ -94,9 +76,9 @@ GRANT SELECT ON minruntime.requeue_promises TO {READER};
 DOWNGRADE_SQL = f"""
 DROP VIEW minruntime.requeue_promises;
 DROP VIEW minruntime.requeue_decisions;
-{_DECISIONS_0002}
+{DECISIONS_VIEW_0002}
 DROP VIEW minruntime.podgroups;
-{_PODGROUPS_0002}
+{PODGROUPS_VIEW_0002}
 GRANT SELECT ON minruntime.requeue_decisions, minruntime.podgroups TO {READER};
 
 DELETE FROM minruntime_state.event_log WHERE partition IS NULL OR "offset" IS NULL;

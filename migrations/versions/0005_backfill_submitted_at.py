@@ -13,14 +13,10 @@ first ``podgroup.submitted`` the service applied for the uid (lowest ``seq``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
 
 revision: str = "0005"
 down_revision: str | None = "0004"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 UPGRADE_SQL = """
 UPDATE minruntime_state.podgroup_state p

@@ -17,16 +17,11 @@ the set-aside rows without their payload bytes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
+from revision_parts import READER
 
 revision: str = "0006"
 down_revision: str | None = "0005"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-READER = "minruntime_reader"
 
 UPGRADE_SQL = f"""
 ALTER TABLE minruntime_state.outbox

@@ -19,17 +19,13 @@ owner may revoke these; a migrating role that does not own the database leaves a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
+from revision_parts import runtime_role
 
 from minruntime.store.privileges import runtime_grants, runtime_revokes
 
 revision: str = "0008"
 down_revision: str | None = "0007"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 _PUBLIC_LIMITS = """
 DO $$
@@ -53,23 +49,8 @@ $$
 """
 
 
-def _runtime_role() -> str | None:
-    """The runtime role to grant to, if it exists and is not the migrating role itself."""
-    role = context.config.attributes.get("runtime_role")
-    if role is None:
-        from minruntime.settings import Settings
-
-        role = Settings().database_parts.user
-    bind = op.get_bind()
-    found = bind.execute(
-        sa.text("SELECT rolname <> current_user FROM pg_roles WHERE rolname = :role"),
-        {"role": role},
-    ).scalar()
-    return str(role) if found else None
-
-
 def upgrade() -> None:
-    runtime = _runtime_role()
+    runtime = runtime_role()
     if runtime is not None:
         for statement in runtime_grants(runtime):
             op.execute(statement)
@@ -78,7 +59,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute(_PUBLIC_LIMITS_UNDONE)
-    runtime = _runtime_role()
+    runtime = runtime_role()
     if runtime is not None:
         for statement in runtime_revokes(runtime):
             op.execute(statement)

@@ -19,38 +19,15 @@ Least privilege: the runtime role may read and add snapshots, never change or de
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
+from revision_parts import STATE, runtime_role
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA
 
 from minruntime.store.privileges import snapshot_limits
 
 revision: str = "0009"
 down_revision: str | None = "0008"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-SCHEMA = "minruntime_state"
-
-
-def _runtime_role() -> str | None:
-    """The runtime role, if it exists and is not the migrating role itself (as in 0008)."""
-    role = context.config.attributes.get("runtime_role")
-    if role is None:
-        from minruntime.settings import Settings
-
-        role = Settings().database_parts.user
-    found = (
-        op.get_bind()
-        .execute(
-            sa.text("SELECT rolname <> current_user FROM pg_roles WHERE rolname = :role"),
-            {"role": role},
-        )
-        .scalar()
-    )
-    return str(role) if found else None
 
 
 def upgrade() -> None:
@@ -66,7 +43,7 @@ def upgrade() -> None:
         sa.Column("podgroups", BYTEA, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_projection_snapshots"),
         sa.UniqueConstraint("log_seq", name="uq_projection_snapshots_log_seq"),
-        schema=SCHEMA,
+        schema=STATE,
     )
     op.create_table(
         "projection_snapshot_tables",
@@ -77,12 +54,12 @@ def upgrade() -> None:
         sa.Column("data", BYTEA, nullable=False),
         sa.ForeignKeyConstraint(
             ["snapshot_id"],
-            [f"{SCHEMA}.projection_snapshots.id"],
+            [f"{STATE}.projection_snapshots.id"],
             name="fk_projection_snapshot_tables_snapshot_id_projection_snapshots",
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("snapshot_id", "table_name", name="pk_projection_snapshot_tables"),
-        schema=SCHEMA,
+        schema=STATE,
     )
     op.create_table(
         "projection_snapshot_podgroups",
@@ -92,19 +69,19 @@ def upgrade() -> None:
         sa.Column("document", BYTEA, nullable=False),
         sa.ForeignKeyConstraint(
             ["snapshot_id"],
-            [f"{SCHEMA}.projection_snapshots.id"],
+            [f"{STATE}.projection_snapshots.id"],
             name="fk_projection_snapshot_podgroups_snapshot",
         ),
         sa.PrimaryKeyConstraint("uid", "log_seq", name="pk_projection_snapshot_podgroups"),
-        schema=SCHEMA,
+        schema=STATE,
     )
-    runtime = _runtime_role()
+    runtime = runtime_role()
     if runtime is not None:
         for statement in snapshot_limits(runtime):
             op.execute(statement)
 
 
 def downgrade() -> None:
-    op.drop_table("projection_snapshot_podgroups", schema=SCHEMA)
-    op.drop_table("projection_snapshot_tables", schema=SCHEMA)
-    op.drop_table("projection_snapshots", schema=SCHEMA)
+    op.drop_table("projection_snapshot_podgroups", schema=STATE)
+    op.drop_table("projection_snapshot_tables", schema=STATE)
+    op.drop_table("projection_snapshots", schema=STATE)

@@ -13,14 +13,10 @@ of a million entries: ~0.1 s per snapshot checked). Downgrade drops the index.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
 
 revision: str = "0011"
 down_revision: str | None = "0010"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

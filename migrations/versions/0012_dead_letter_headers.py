@@ -16,16 +16,12 @@ Downgrade drops the view's column and the table's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
+from revision_parts import view_made_again
 
 revision: str = "0012"
 down_revision: str | None = "0011"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-READER = "minruntime_reader"
 _COLUMNS = 'seq, topic, partition, "offset", key, value, key_text, value_text, kind, message, at'
 
 UPGRADE_SQL = f"""
@@ -37,11 +33,7 @@ FROM minruntime_state.dead_letter_log;
 """
 
 DOWNGRADE_SQL = f"""
-DROP VIEW minruntime.dead_letters;
-CREATE VIEW minruntime.dead_letters AS
-SELECT {_COLUMNS}
-FROM minruntime_state.dead_letter_log;
-GRANT SELECT ON minruntime.dead_letters TO {READER};
+{view_made_again("dead_letters", _COLUMNS, "minruntime_state.dead_letter_log")}
 
 ALTER TABLE minruntime_state.dead_letter_log DROP COLUMN headers;
 """

@@ -20,55 +20,21 @@ view and the table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
+from revision_parts import READER, RUN_LOG_COLUMNS_0013, RUNS_COLUMNS_0013, STATE, log_is_empty
 from sqlalchemy.dialects.postgresql import INTERVAL
 
 revision: str = "0013"
 down_revision: str | None = "0012"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-SCHEMA = "minruntime_state"
-READER = "minruntime_reader"
 
 # The columns this revision creates (what the backfill copies, whatever later code adds).
-COLUMNS = (
-    "uid",
-    "end_source",
-    "end_event_id",
-    "queue",
-    "node_pool",
-    "preemptibility",
-    "run_start",
-    "run_end",
-    "ended_by",
-    "eviction",
-    "gpus",
-    "gpu_seconds",
-    "preempt_min_runtime",
-    "preempt_resolved_from",
-    "shortest_reclaim_min_runtime",
-    "longest_reclaim_min_runtime",
-    "windows",
-    "protection",
-    "cut_short",
-)
+COLUMNS = RUN_LOG_COLUMNS_0013
 
 VIEW_SQL = f"""
 CREATE VIEW minruntime.runs AS
-SELECT uid, queue, node_pool, preemptibility, run_start, run_end, ended_by, eviction,
-       run_end - run_start AS ran, gpus, gpu_seconds,
-       preempt_min_runtime, preempt_resolved_from,
-       run_start + preempt_min_runtime AS preempt_protected_until,
-       shortest_reclaim_min_runtime, longest_reclaim_min_runtime,
-       CAST(windows AS jsonb) AS windows,
-       protection <> 'none' AS ended_inside_protection, protection,
-       CASE WHEN eviction AND protection <> 'none' THEN protection END AS violation,
-       cut_short, end_source, end_event_id, windows AS windows_text
-FROM {SCHEMA}.run_log;
+SELECT {RUNS_COLUMNS_0013}
+FROM {STATE}.run_log;
 
 GRANT SELECT ON minruntime.runs TO {READER};
 """
@@ -100,13 +66,13 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "protection IN ('definite', 'possible', 'none')", name="ck_run_log_protection"
         ),
-        schema=SCHEMA,
+        schema=STATE,
     )
     op.create_index(
         "ix_run_log_violations",
         "run_log",
         ["run_end"],
-        schema=SCHEMA,
+        schema=STATE,
         postgresql_where=sa.text("eviction AND protection <> 'none'"),
     )
     op.execute(VIEW_SQL)
@@ -114,15 +80,14 @@ def upgrade() -> None:
 
 
 def _backfill() -> None:
-    bind = op.get_bind()
-    if bind.execute(sa.text(f"SELECT NOT EXISTS (SELECT FROM {SCHEMA}.event_log)")).scalar():
+    if log_is_empty():
         return
     # Lazily: only a database with a log needs the replay machinery.
     from minruntime.audit.runs import backfill_runs
 
-    backfill_runs(bind, COLUMNS)
+    backfill_runs(op.get_bind(), COLUMNS)
 
 
 def downgrade() -> None:
     op.execute("DROP VIEW minruntime.runs")
-    op.drop_table("run_log", schema=SCHEMA)
+    op.drop_table("run_log", schema=STATE)

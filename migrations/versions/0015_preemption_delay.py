@@ -20,18 +20,13 @@ eviction may already be in the log. An empty log costs nothing. Downgrade drops 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
+from revision_parts import STATE, log_is_empty, remake_view
 from sqlalchemy.dialects.postgresql import INTERVAL
 
 revision: str = "0015"
 down_revision: str | None = "0014"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-SCHEMA = "minruntime_state"
 
 # The podgroup columns this revision creates (what the backfill sets, whatever later code adds).
 PODGROUP_COLUMNS = (
@@ -51,11 +46,11 @@ FROM minruntime_state.requeue_decision_log
 
 def upgrade() -> None:
     for name, kind in PODGROUP_COLUMNS:
-        op.add_column("podgroup_state", sa.Column(name, kind), schema=SCHEMA)
+        op.add_column("podgroup_state", sa.Column(name, kind), schema=STATE)
     op.add_column(
         "requeue_decision_log",
         sa.Column("delay_ends_at", sa.DateTime(timezone=True)),
-        schema=SCHEMA,
+        schema=STATE,
     )
     # New columns at the end: the view's grants and its readers' columns stay as they were.
     op.execute(
@@ -66,20 +61,17 @@ def upgrade() -> None:
 
 
 def _backfill() -> None:
-    bind = op.get_bind()
-    if bind.execute(sa.text(f"SELECT NOT EXISTS (SELECT FROM {SCHEMA}.event_log)")).scalar():
+    if log_is_empty():
         return
     # Lazily: only a database with a log needs the replay machinery.
     from minruntime.audit.runs import backfill_podgroup_columns
 
-    backfill_podgroup_columns(bind, [name for name, _ in PODGROUP_COLUMNS])
+    backfill_podgroup_columns(op.get_bind(), [name for name, _ in PODGROUP_COLUMNS])
 
 
 def downgrade() -> None:
     # A view's columns cannot be dropped by CREATE OR REPLACE: drop it, make it again, grant.
-    op.execute("DROP VIEW minruntime.requeue_decisions")
-    op.execute("CREATE VIEW minruntime.requeue_decisions AS" + _DECISIONS.format(extra=""))
-    op.execute("GRANT SELECT ON minruntime.requeue_decisions TO minruntime_reader")
-    op.drop_column("requeue_decision_log", "delay_ends_at", schema=SCHEMA)
+    remake_view("requeue_decisions", _DECISIONS.format(extra=""))
+    op.drop_column("requeue_decision_log", "delay_ends_at", schema=STATE)
     for name, _ in reversed(PODGROUP_COLUMNS):
-        op.drop_column("podgroup_state", name, schema=SCHEMA)
+        op.drop_column("podgroup_state", name, schema=STATE)

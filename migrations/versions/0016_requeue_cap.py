@@ -15,16 +15,12 @@ through a partial index on ``requeue_decision_log (uid, decided_at DESC) WHERE o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
+from revision_parts import view_made_again
 
 revision: str = "0016"
 down_revision: str | None = "0015"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-READER = "minruntime_reader"
 _COLUMNS = (
     "node_pool, default_preempt_min_runtime, default_reclaim_min_runtime,"
     " reclaim_resolve_method, default_requeue_delay, updated_at"
@@ -45,11 +41,7 @@ FROM minruntime_state.node_pool_configs;
 """
 
 DOWNGRADE_SQL = f"""
-DROP VIEW minruntime.node_pool_configs;
-CREATE VIEW minruntime.node_pool_configs AS
-SELECT {_COLUMNS}
-FROM minruntime_state.node_pool_configs;
-GRANT SELECT ON minruntime.node_pool_configs TO {READER};
+{view_made_again("node_pool_configs", _COLUMNS, "minruntime_state.node_pool_configs")}
 
 DROP INDEX minruntime_state.ix_requeue_decision_log_committed;
 ALTER TABLE minruntime_state.node_pool_configs

@@ -18,37 +18,30 @@ the next ``minruntime snapshot``. Downgrade sets those podgroups back to ``finis
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import sqlalchemy as sa
 from alembic import op
+from revision_parts import STATE, log_is_empty
 
 revision: str = "0017"
 down_revision: str | None = "0016"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-SCHEMA = "minruntime_state"
 
 
 def upgrade() -> None:
-    bind = op.get_bind()
     for table in (
         "projection_snapshot_podgroups",
         "projection_snapshot_tables",
         "projection_snapshots",
     ):
-        op.execute(f"DELETE FROM {SCHEMA}.{table}")
-    if bind.execute(sa.text(f"SELECT NOT EXISTS (SELECT FROM {SCHEMA}.event_log)")).scalar():
+        op.execute(f"DELETE FROM {STATE}.{table}")
+    if log_is_empty():
         return
     # Lazily: only a database with a log needs the replay machinery.
     from minruntime.audit.runs import backfill_podgroup_columns
 
-    backfill_podgroup_columns(bind, ["status"])
+    backfill_podgroup_columns(op.get_bind(), ["status"])
 
 
 def downgrade() -> None:
     op.execute(
-        f"UPDATE {SCHEMA}.podgroup_state SET status = 'finished'"
+        f"UPDATE {STATE}.podgroup_state SET status = 'finished'"
         " WHERE status = 'pending' AND last_start_time IS NOT NULL"
     )

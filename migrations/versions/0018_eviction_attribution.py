@@ -27,30 +27,27 @@ view and index and drops the columns (attributed runs keep ``ended_by = evicted`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
+from revision_parts import (
+    RUN_LOG_COLUMNS_0013,
+    RUNS_HEAD_0013,
+    RUNS_TAIL_0013,
+    STATE,
+    VIOLATION_0013,
+    view_made_again,
+)
 
 revision: str = "0018"
 down_revision: str | None = "0017"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-STATE = "minruntime_state"
-READER = "minruntime_reader"
-
-# The view's columns as 0014 left them, but for ``violation`` (its expression changes here).
-_RUNS_HEAD = """uid, queue, node_pool, preemptibility, run_start, run_end, ended_by, eviction,
-       run_end - run_start AS ran, gpus, gpu_seconds,
-       preempt_min_runtime, preempt_resolved_from,
-       run_start + preempt_min_runtime AS preempt_protected_until,
-       shortest_reclaim_min_runtime, longest_reclaim_min_runtime,
-       CAST(windows AS jsonb) AS windows,
-       protection <> 'none' AS ended_inside_protection, protection,"""
-_RUNS_TAIL = """cut_short, end_source, end_event_id, windows AS windows_text,
+# The view's columns after ``violation`` (whose expression changes here) as 0014 left them.
+_RUNS_TAIL = f"""{RUNS_TAIL_0013},
        core_pods"""
-_VIOLATION_0013 = "CASE WHEN eviction AND protection <> 'none' THEN protection END AS violation"
+# The whole view as 0014 left it (the way down).
+_RUNS_0014 = f"""{RUNS_HEAD_0013}
+       {VIOLATION_0013},
+       {_RUNS_TAIL}"""
 _VIOLATION = """CASE WHEN exact_verdict IS NOT NULL
                  THEN CASE WHEN exact_verdict = 'violated' THEN exact_verdict END
             WHEN eviction AND protection <> 'none' THEN protection END AS violation"""
@@ -67,29 +64,7 @@ _NEW_COLUMNS = (
     ("applied_cut_short", "interval"),
 )
 # Every run_log column at this revision (what the backfill copies, whatever later code adds).
-_COLUMNS = (
-    "uid",
-    "end_source",
-    "end_event_id",
-    "queue",
-    "node_pool",
-    "preemptibility",
-    "run_start",
-    "run_end",
-    "ended_by",
-    "eviction",
-    "gpus",
-    "gpu_seconds",
-    "preempt_min_runtime",
-    "preempt_resolved_from",
-    "shortest_reclaim_min_runtime",
-    "longest_reclaim_min_runtime",
-    "windows",
-    "protection",
-    "cut_short",
-    "core_pods",
-    *(name for name, _ in _NEW_COLUMNS),
-)
+_COLUMNS = (*RUN_LOG_COLUMNS_0013, "core_pods", *(name for name, _ in _NEW_COLUMNS))
 _ADD = ",\n    ".join(f"ADD COLUMN {name} {kind}" for name, kind in _NEW_COLUMNS)
 _DROP = ",\n    ".join(f"DROP COLUMN {name}" for name, _ in _NEW_COLUMNS)
 _INDEX = "ix_run_log_violations"
@@ -105,7 +80,7 @@ CREATE INDEX {_INDEX} ON {STATE}.run_log (run_end)
     WHERE eviction AND (protection <> 'none' OR exact_verdict = 'violated');
 
 CREATE OR REPLACE VIEW minruntime.runs AS
-SELECT {_RUNS_HEAD}
+SELECT {RUNS_HEAD_0013}
        {_VIOLATION},
        {_RUNS_TAIL},
        eviction_source, eviction_action, evictor, evictor_queue, evicted_at, exact_verdict,
@@ -116,13 +91,7 @@ FROM {STATE}.run_log;
 
 # Views lose columns only by being made again (grants go with them).
 DOWNGRADE_SQL = f"""
-DROP VIEW minruntime.runs;
-CREATE VIEW minruntime.runs AS
-SELECT {_RUNS_HEAD}
-       {_VIOLATION_0013},
-       {_RUNS_TAIL}
-FROM {STATE}.run_log;
-GRANT SELECT ON minruntime.runs TO {READER};
+{view_made_again("runs", _RUNS_0014, f"{STATE}.run_log")}
 
 DROP INDEX {STATE}.{_INDEX};
 CREATE INDEX {_INDEX} ON {STATE}.run_log (run_end) WHERE eviction AND protection <> 'none';

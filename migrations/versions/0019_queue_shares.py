@@ -15,18 +15,13 @@ this revision carries them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
+from revision_parts import STATE, remake_view
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision: str = "0019"
 down_revision: str | None = "0018"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-SCHEMA = "minruntime_state"
 
 _QUEUES = """
 SELECT name, parent, preempt_min_runtime, reclaim_min_runtime, path{extra}
@@ -40,9 +35,9 @@ FROM minruntime_state.requeue_decision_log
 
 
 def upgrade() -> None:
-    op.add_column("queue_nodes", sa.Column("priority", sa.Integer), schema=SCHEMA)
-    op.add_column("queue_nodes", sa.Column("resources", JSONB), schema=SCHEMA)
-    op.add_column("requeue_decision_log", sa.Column("quota_shares", JSONB), schema=SCHEMA)
+    op.add_column("queue_nodes", sa.Column("priority", sa.Integer), schema=STATE)
+    op.add_column("queue_nodes", sa.Column("resources", JSONB), schema=STATE)
+    op.add_column("requeue_decision_log", sa.Column("quota_shares", JSONB), schema=STATE)
     # New columns at the end: the views' grants and their readers' columns stay as they were.
     op.execute(
         "CREATE OR REPLACE VIEW minruntime.queues AS"
@@ -57,9 +52,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     # A view's columns cannot be dropped by CREATE OR REPLACE: drop it, make it again, grant.
     for view, body in (("queues", _QUEUES), ("requeue_decisions", _DECISIONS)):
-        op.execute(f"DROP VIEW minruntime.{view}")
-        op.execute(f"CREATE VIEW minruntime.{view} AS" + body.format(extra=""))
-        op.execute(f"GRANT SELECT ON minruntime.{view} TO minruntime_reader")
-    op.drop_column("requeue_decision_log", "quota_shares", schema=SCHEMA)
-    op.drop_column("queue_nodes", "resources", schema=SCHEMA)
-    op.drop_column("queue_nodes", "priority", schema=SCHEMA)
+        remake_view(view, body.format(extra=""))
+    op.drop_column("requeue_decision_log", "quota_shares", schema=STATE)
+    op.drop_column("queue_nodes", "resources", schema=STATE)
+    op.drop_column("queue_nodes", "priority", schema=STATE)

@@ -29,32 +29,25 @@ drops the table and the column (the queues then belong to every pool again).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
+from revision_parts import (
+    CONFIG_JOIN,
+    PREEMPT_WINDOW,
+    PROTECTION_RETURNS,
+    RESOLVE_BY_QUEUE,
+    RESOLVE_CONFIG,
+    RESOLVE_PREEMPT,
+    STATE,
+    view_made_again,
+)
 
 revision: str = "0020"
 down_revision: str | None = "0019"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-READER = "minruntime_reader"
-STATE = "minruntime_state"
-
-_CONFIG_JOIN = """
-    LEFT JOIN minruntime_state.node_pool_configs c ON c.node_pool = p.node_pool
-    LEFT JOIN minruntime_state.node_pool_configs d ON d.node_pool = 'default'
-"""
 # The pods a running podgroup may lose at ``{at}`` (as 0014 wrote it).
 _EVICTABLE = """CASE WHEN {at} < {p}start_time + m.min_runtime
                  OR {p}preemptibility = 'semi-preemptible' THEN {p}protected_evictable_pods
             ELSE {p}running_pods END"""
-_RETURNS = """RETURNS TABLE (uid text, queue text, start_time timestamptz, min_runtime interval,
-               resolved_from text, protected_until timestamptz, is_protected boolean,
-               evictable_pods integer)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$"""
 
 
 def _seen(column: str, h: str = "h", o: str = "o") -> str:
@@ -82,12 +75,8 @@ LEFT JOIN minruntime_state.queue_nodes q ON q.name = p.queue""",
 def _preempt_protection(pools: bool) -> str:
     body = f"""
 FROM minruntime_state.podgroup_state p{_PODGROUP_QUEUE[pools]}
-{_CONFIG_JOIN}
-CROSS JOIN LATERAL (
-    SELECT COALESCE(q.preempt_resolved, c.default_preempt_min_runtime,
-                    d.default_preempt_min_runtime, interval '0') AS min_runtime,
-           q.preempt_source AS resolved_from
-) m
+{CONFIG_JOIN}
+{PREEMPT_WINDOW}
 WHERE p.status = 'running'"""
     return f"""
 CREATE OR REPLACE VIEW minruntime.preempt_protection AS
@@ -97,7 +86,7 @@ SELECT p.uid, p.queue, p.start_time, m.min_runtime, m.resolved_from,
        {_EVICTABLE.format(at="now()", p="p.")} AS evictable_pods{body};
 
 CREATE OR REPLACE FUNCTION minruntime.preempt_protection(at timestamptz)
-{_RETURNS}
+{PROTECTION_RETURNS}
 SELECT p.uid, p.queue, p.start_time, m.min_runtime, m.resolved_from,
        p.start_time + m.min_runtime,
        COALESCE(at < p.start_time + m.min_runtime, false),
@@ -150,7 +139,9 @@ def _reclaim_protection(pools: bool) -> str:
     # Its estimates (a tree per pool in use) cross the JIT threshold even on a few rows, where
     # compiling takes seconds and the query itself milliseconds: planned without JIT.
     returns = (
-        _RETURNS.replace("SET search_path", "SET jit = off\nSET search_path") if pools else _RETURNS
+        PROTECTION_RETURNS.replace("SET search_path", "SET jit = off\nSET search_path")
+        if pools
+        else PROTECTION_RETURNS
     )
     return f"""
 CREATE OR REPLACE FUNCTION minruntime.reclaim_protection(
@@ -181,7 +172,7 @@ CREATE OR REPLACE FUNCTION minruntime.reclaim_protection(
            END AS min_runtime,
            CASE WHEN {method} = 'lca' THEN w.lca_source ELSE w.queue_source END AS resolved_from
       FROM minruntime_state.podgroup_state p{_PODGROUP_TREE[pools]}
-      {_CONFIG_JOIN}
+      {CONFIG_JOIN}
      WHERE p.status = 'running'
 )
 SELECT uid, queue, start_time, min_runtime, resolved_from,
@@ -230,33 +221,18 @@ DECLARE
     walk_start record;
     common int;
 BEGIN
-    SELECT COALESCE(c.default_preempt_min_runtime, d.default_preempt_min_runtime,
-                    interval '0') AS preempt_default,
-           COALESCE(c.default_reclaim_min_runtime, d.default_reclaim_min_runtime,
-                    interval '0') AS reclaim_default,
-           COALESCE(c.reclaim_resolve_method, d.reclaim_resolve_method, 'lca') AS method
-      INTO cfg
+    {RESOLVE_CONFIG}
       FROM (SELECT seen AS node_pool) p
-      {_CONFIG_JOIN};
+      {CONFIG_JOIN};
     {_queue_row("victim_queue", victim, "victim", pools)}
-    IF victim_queue = preemptor_queue THEN
-        rule := 'preempt';
-        min_runtime := COALESCE(victim.preempt_resolved, cfg.preempt_default);
-        resolved_from := victim.preempt_source;
-        RETURN;
-    END IF;
-    rule := 'reclaim-' || cfg.method;
+    {RESOLVE_PREEMPT}
     {_queue_row("preemptor_queue", "name, path", "reclaimer", pools)}
     IF victim.name IS NULL OR reclaimer.name IS NULL THEN
         -- KAI passes a nil queue and falls back to the plugin default.
         min_runtime := cfg.reclaim_default;
         RETURN;
     END IF;
-    IF cfg.method = 'queue' THEN
-        min_runtime := COALESCE(victim.reclaim_resolved, cfg.reclaim_default);
-        resolved_from := victim.reclaim_source;
-        RETURN;
-    END IF;
+    {RESOLVE_BY_QUEUE}
     -- Paths are unique in a tree, so equal names at a depth mean equal prefixes down to it.
     SELECT count(*)::int INTO common FROM generate_subscripts(victim.path, 1) i
      WHERE victim.path[i] = reclaimer.path[i];
@@ -301,11 +277,7 @@ FROM {STATE}.queue_nodes;
 
 # Views lose columns only by being made again (grants go with them).
 DOWNGRADE_SQL = f"""
-DROP VIEW minruntime.queues;
-CREATE VIEW minruntime.queues AS
-SELECT {_QUEUES_COLUMNS}, priority, resources
-FROM {STATE}.queue_nodes;
-GRANT SELECT ON minruntime.queues TO {READER};
+{view_made_again("queues", f"{_QUEUES_COLUMNS}, priority, resources", f"{STATE}.queue_nodes")}
 {_preempt_protection(pools=False)}
 {_reclaim_protection(pools=False)}
 {_resolve_for(pools=False)}

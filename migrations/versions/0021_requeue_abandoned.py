@@ -16,25 +16,21 @@ when the run ended; NULL = none), shown at the end of ``minruntime.runs``.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-import sqlalchemy as sa
 from alembic import op
+from revision_parts import STATE, add_runs_columns, remake_runs, runs_definition
 
 revision: str = "0021"
 down_revision: str | None = "0020"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-SCHEMA = "minruntime_state"
 # 0001 named it explicitly, and the naming convention prefixed it once more.
 _CONSTRAINT = "ck_requeue_decision_log_ck_requeue_decision_log_outcome"
 
 
 def _outcomes(outcomes: str) -> None:
-    op.execute(f"ALTER TABLE {SCHEMA}.requeue_decision_log DROP CONSTRAINT IF EXISTS {_CONSTRAINT}")
+    op.execute(f"ALTER TABLE {STATE}.requeue_decision_log DROP CONSTRAINT IF EXISTS {_CONSTRAINT}")
     op.execute(
-        f"ALTER TABLE {SCHEMA}.requeue_decision_log ADD CONSTRAINT {_CONSTRAINT}"
+        f"ALTER TABLE {STATE}.requeue_decision_log ADD CONSTRAINT {_CONSTRAINT}"
         f" CHECK (outcome IN ({outcomes}))"
     )
 
@@ -45,41 +41,24 @@ _BUDGET_COLUMNS = (
     ("min_eviction_gap", "interval"),
 )
 
-
 _OWNER_COLUMNS = ("owner_kind", "owner_name", "owner_uid")
-_RUNS_FROM = f"FROM {SCHEMA}.run_log"
-
-
-def _runs_definition() -> str:
-    """The view's SELECT as the server prints it, without its final semicolon."""
-    found = (
-        op.get_bind()
-        .execute(sa.text("SELECT pg_get_viewdef('minruntime.runs'::regclass)"))
-        .scalar_one()
-    )
-    return str(found).strip().rstrip(";")
 
 
 def upgrade() -> None:
     _outcomes("'committed', 'rolled_back', 'skipped', 'abandoned'")
     for column, kind in _BUDGET_COLUMNS:
-        op.execute(f"ALTER TABLE {SCHEMA}.node_pool_configs ADD COLUMN {column} {kind}")
+        op.execute(f"ALTER TABLE {STATE}.node_pool_configs ADD COLUMN {column} {kind}")
     for column in _OWNER_COLUMNS:
-        op.execute(f"ALTER TABLE {SCHEMA}.run_log ADD COLUMN {column} text")
-    definition = _runs_definition()
-    head, _, _ = definition.rpartition(_RUNS_FROM)
-    owners = ", ".join(f"run_log.{column}" for column in _OWNER_COLUMNS)
-    op.execute(f"CREATE OR REPLACE VIEW minruntime.runs AS {head.rstrip()}, {owners} {_RUNS_FROM}")
+        op.execute(f"ALTER TABLE {STATE}.run_log ADD COLUMN {column} text")
+    add_runs_columns(", ".join(f"run_log.{column}" for column in _OWNER_COLUMNS))
 
 
 def downgrade() -> None:
-    definition = re.sub(r",\s*run_log\.owner_(kind|name|uid)\b", "", _runs_definition())
-    op.execute("DROP VIEW minruntime.runs")
-    op.execute(f"CREATE VIEW minruntime.runs AS {definition}")
-    op.execute("GRANT SELECT ON minruntime.runs TO minruntime_reader")
+    definition = re.sub(r",\s*run_log\.owner_(kind|name|uid)\b", "", runs_definition())
+    remake_runs(definition)
     for column in _OWNER_COLUMNS:
-        op.execute(f"ALTER TABLE {SCHEMA}.run_log DROP COLUMN {column}")
+        op.execute(f"ALTER TABLE {STATE}.run_log DROP COLUMN {column}")
     for column, _ in _BUDGET_COLUMNS:
-        op.execute(f"ALTER TABLE {SCHEMA}.node_pool_configs DROP COLUMN {column}")
-    op.execute(f"DELETE FROM {SCHEMA}.requeue_decision_log WHERE outcome = 'abandoned'")
+        op.execute(f"ALTER TABLE {STATE}.node_pool_configs DROP COLUMN {column}")
+    op.execute(f"DELETE FROM {STATE}.requeue_decision_log WHERE outcome = 'abandoned'")
     _outcomes("'committed', 'rolled_back', 'skipped'")

@@ -14,45 +14,26 @@ when it ended, not before its start nor after its end; NULL: none known) and
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-import sqlalchemy as sa
 from alembic import op
+from revision_parts import STATE, add_runs_columns, remake_runs, runs_definition
 
 revision: str = "0022"
 down_revision: str | None = "0021"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-SCHEMA = "minruntime_state"
 _COLUMNS = (("last_checkpoint", "timestamptz"), ("gpu_seconds_since_checkpoint", "numeric"))
-_RUNS_FROM = f"FROM {SCHEMA}.run_log"
-
-
-def _runs_definition() -> str:
-    """The view's SELECT as the server prints it, without its final semicolon."""
-    found = (
-        op.get_bind()
-        .execute(sa.text("SELECT pg_get_viewdef('minruntime.runs'::regclass)"))
-        .scalar_one()
-    )
-    return str(found).strip().rstrip(";")
 
 
 def upgrade() -> None:
     for column, kind in _COLUMNS:
-        op.execute(f"ALTER TABLE {SCHEMA}.run_log ADD COLUMN {column} {kind}")
-    head, _, _ = _runs_definition().rpartition(_RUNS_FROM)
-    added = ", ".join(f"run_log.{column}" for column, _ in _COLUMNS)
-    op.execute(f"CREATE OR REPLACE VIEW minruntime.runs AS {head.rstrip()}, {added} {_RUNS_FROM}")
+        op.execute(f"ALTER TABLE {STATE}.run_log ADD COLUMN {column} {kind}")
+    add_runs_columns(", ".join(f"run_log.{column}" for column, _ in _COLUMNS))
 
 
 def downgrade() -> None:
     definition = re.sub(
-        r",\s*run_log\.(last_checkpoint|gpu_seconds_since_checkpoint)\b", "", _runs_definition()
+        r",\s*run_log\.(last_checkpoint|gpu_seconds_since_checkpoint)\b", "", runs_definition()
     )
-    op.execute("DROP VIEW minruntime.runs")
-    op.execute(f"CREATE VIEW minruntime.runs AS {definition}")
-    op.execute("GRANT SELECT ON minruntime.runs TO minruntime_reader")
+    remake_runs(definition)
     for column, _ in _COLUMNS:
-        op.execute(f"ALTER TABLE {SCHEMA}.run_log DROP COLUMN {column}")
+        op.execute(f"ALTER TABLE {STATE}.run_log DROP COLUMN {column}")

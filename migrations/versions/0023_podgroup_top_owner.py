@@ -20,23 +20,19 @@ forbidden, not_found, api_error, expired). Downgrade drops the columns.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from revision_parts import STATE, add_runs_columns, remake_runs, runs_definition
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision: str = "0023"
 down_revision: str | None = "0022"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
-SCHEMA = "minruntime_state"
 _OWNER_COLUMNS = ("owner_kind", "owner_name", "owner_uid")
-_RUNS_FROM = f"FROM {SCHEMA}.run_log"
 # The abandoned requeues of one run: its podgroup's, logged while it ran (ix_..._uid serves it).
 _DURING_RUN = (
-    f" FROM {SCHEMA}.requeue_decision_log a WHERE a.uid = run_log.uid"
+    f" FROM {STATE}.requeue_decision_log a WHERE a.uid = run_log.uid"
     " AND a.outcome = 'abandoned' AND a.decided_at >= run_log.run_start"
     " AND a.decided_at <= run_log.run_end"
 )
@@ -49,34 +45,20 @@ _ABANDONED_COLUMNS = (
 _ABANDONED_NAMES = ("requeues_abandoned", "last_abandoned_at", "last_abandoned_reason")
 
 
-def _runs_definition() -> str:
-    """The view's SELECT as the server prints it, without its final semicolon."""
-    found = (
-        op.get_bind()
-        .execute(sa.text("SELECT pg_get_viewdef('minruntime.runs'::regclass)"))
-        .scalar_one()
-    )
-    return str(found).strip().rstrip(";")
-
-
 def upgrade() -> None:
     for column in _OWNER_COLUMNS:
-        op.add_column("podgroup_state", sa.Column(column, sa.Text), schema=SCHEMA)
-    op.add_column("queue_nodes", sa.Column("disruption", JSONB), schema=SCHEMA)
+        op.add_column("podgroup_state", sa.Column(column, sa.Text), schema=STATE)
+    op.add_column("queue_nodes", sa.Column("disruption", JSONB), schema=STATE)
     # New columns at the end: the view's grants and its readers' columns stay as they were.
-    head, _, _ = _runs_definition().rpartition(_RUNS_FROM)
-    added = ", ".join(_ABANDONED_COLUMNS)
-    op.execute(f"CREATE OR REPLACE VIEW minruntime.runs AS {head.rstrip()}, {added} {_RUNS_FROM}")
+    add_runs_columns(", ".join(_ABANDONED_COLUMNS))
 
 
 def downgrade() -> None:
-    definition = _runs_definition()
+    definition = runs_definition()
     for name in _ABANDONED_NAMES:
         # The server prints each as ",\n    ( SELECT ... ) AS name".
         definition = re.sub(rf",\s*\(\s*SELECT\b.*?\)\s+AS\s+{name}\b", "", definition, flags=re.S)
-    op.execute("DROP VIEW minruntime.runs")
-    op.execute(f"CREATE VIEW minruntime.runs AS {definition}")
-    op.execute("GRANT SELECT ON minruntime.runs TO minruntime_reader")
-    op.drop_column("queue_nodes", "disruption", schema=SCHEMA)
+    remake_runs(definition)
+    op.drop_column("queue_nodes", "disruption", schema=STATE)
     for column in reversed(_OWNER_COLUMNS):
-        op.drop_column("podgroup_state", column, schema=SCHEMA)
+        op.drop_column("podgroup_state", column, schema=STATE)

@@ -14,25 +14,19 @@ event logged before this revision is a ``requeue.checkpoint``. Downgrade drops b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
+from revision_parts import READER, STATE
 from sqlalchemy.dialects.postgresql import INTERVAL
 
 revision: str = "0024"
 down_revision: str | None = "0023"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-SCHEMA = "minruntime_state"
-READER = "minruntime_reader"
 
 VIEW_SQL = f"""
 CREATE VIEW minruntime.checkpoint_handshakes AS
 SELECT uid, decision_id, outcome, requested_at, grace, ended_at, checkpointed_at,
        ended_at - requested_at AS waited
-FROM {SCHEMA}.checkpoint_handshakes;
+FROM {STATE}.checkpoint_handshakes;
 
 GRANT SELECT ON minruntime.checkpoint_handshakes TO {READER};
 """
@@ -53,17 +47,17 @@ def upgrade() -> None:
             "outcome IN ('acknowledged', 'timed_out', 'gone')",
             name="ck_checkpoint_handshakes_outcome",
         ),
-        schema=SCHEMA,
+        schema=STATE,
     )
     op.create_index(
         "ix_checkpoint_handshakes_uid",
         "checkpoint_handshakes",
         ["uid", "requested_at"],
-        schema=SCHEMA,
+        schema=STATE,
     )
     op.execute(VIEW_SQL)
 
 
 def downgrade() -> None:
     op.execute("DROP VIEW minruntime.checkpoint_handshakes")
-    op.drop_table("checkpoint_handshakes", schema=SCHEMA)
+    op.drop_table("checkpoint_handshakes", schema=STATE)

@@ -22,14 +22,10 @@ HOT (0 of 35,234 on that trace, with or without room). Downgrade resets the defa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
 
 revision: str = "0025"
 down_revision: str | None = "0024"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 TABLE = "minruntime_state.pod_state"
 # The share of each page (%) that inserts fill; the rest is for the rows' updates.

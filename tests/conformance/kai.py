@@ -29,7 +29,7 @@ from minruntime.cluster.api import KAI_GROUP, read_json
 from minruntime.settings import Settings
 from minruntime_dev.stack.apiserver import KubeNode
 from minruntime_dev.stack.crds import apply_crds, read_crds
-from tests.e2e.harness import Subprocess
+from tests.e2e.harness import Subprocess, wait_for
 
 KAI_CACHE = Path(os.environ.get("KAI_CACHE") or Path.home() / ".cache" / "kai")
 ENABLE = (
@@ -567,14 +567,7 @@ class Kubelet(threading.Thread):
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
     """Poll until `check()` is truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+    return wait_for(check, timeout, what, every)
 
 
 def unique(prefix: str) -> str:

@@ -63,8 +63,11 @@ def kafka_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll until `check()` returns something truthy; fail with `what` after `timeout`."""
+def wait_for(
+    check: Callable[[], Any], timeout: float = 30.0, what: str = "condition", every: float = 0.1
+) -> Any:
+    """Poll every `every` seconds until `check()` returns something truthy; fail with `what`
+    after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
@@ -72,7 +75,7 @@ def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condi
             return result
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
+        time.sleep(every)
 
 
 def probe(port: int, path: str) -> tuple[int, str]:

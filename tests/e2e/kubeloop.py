@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 
 from minruntime.settings import Settings
@@ -52,6 +53,10 @@ class KubeScene:
     pipeline: Pipeline
     cluster: Cluster
     kubeconfig: Path
+
+    def name(self, base: str) -> str:
+        """`base` made the scene's own (as its namespace and lease are)."""
+        return f"{base}-{self.suffix}"
 
     @property
     def kube_env(self) -> dict[str, str]:
@@ -96,16 +101,17 @@ def kube_scene(
     kind: type[Scene],
     kube_stack: StackStatus,
     settings: Settings,
-    workdir: Path,
+    tmp: pytest.TempPathFactory,
     name: str,
     namespace: str,
     **overrides: str,
 ) -> Iterator[Scene]:
-    """A `kind` on a started pipeline `name` (``overrides`` as Pipeline's) and a namespace
-    `<namespace>-<suffix>`; the pipeline is dropped afterwards, which proves `replay --verify`
-    equal first."""
+    """A `kind` on a started pipeline `name` (its files in a new temporary folder; ``overrides``
+    as Pipeline's) and a namespace `<namespace>-<suffix>`; the pipeline is dropped afterwards,
+    which proves `replay --verify` equal first."""
     assert kube_stack.kubeconfig is not None
     suffix = uuid.uuid4().hex[:6]
+    workdir = tmp.mktemp(name)
     pipeline = Pipeline(settings, workdir, name, overrides=overrides).create(with_topics=True)
     cluster = Cluster(admin_client(kube_stack.kubeconfig), f"{namespace}-{suffix}")
     pipeline.start()

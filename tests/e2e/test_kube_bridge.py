@@ -39,9 +39,6 @@ class Loop(KubeScene):
     bridge: KubeProcess = field(init=False)
     evictor: KubeProcess = field(init=False)
 
-    def name(self, base: str) -> str:
-        return f"{base}-{self.suffix}"
-
     @property
     def kube_env(self) -> dict[str, str]:
         return {**super().kube_env, "MINRUNTIME_EVICTOR_GROUP": f"evictor-{self.suffix}"}
@@ -51,8 +48,7 @@ class Loop(KubeScene):
 def loop(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Loop]:
-    workdir = tmp_path_factory.mktemp("kube")
-    with kube_scene(Loop, kube_stack, settings, workdir, "kube", "team") as loop:
+    with kube_scene(Loop, kube_stack, settings, tmp_path_factory, "kube", "team") as loop:
         loop.pipeline.start_worker(env={"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"})
         loop.bridge = loop.kube("bridge").start()
         loop.evictor = loop.kube("evictor").start()

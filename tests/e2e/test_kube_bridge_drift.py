@@ -42,8 +42,7 @@ def samples(port: int) -> dict[str, float]:
 def scene(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KubeScene]:
-    workdir = tmp_path_factory.mktemp("kdrift")
-    with kube_scene(KubeScene, kube_stack, settings, workdir, "kdrift", "drift") as found:
+    with kube_scene(KubeScene, kube_stack, settings, tmp_path_factory, "kdrift", "drift") as found:
         yield found
 
 

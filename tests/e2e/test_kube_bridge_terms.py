@@ -100,8 +100,7 @@ class Terms(KubeScene):
 def terms(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Terms]:
-    workdir = tmp_path_factory.mktemp("terms")
-    with kube_scene(Terms, kube_stack, settings, workdir, "terms", "terms") as terms:
+    with kube_scene(Terms, kube_stack, settings, tmp_path_factory, "terms", "terms") as terms:
         suffix, cluster = terms.suffix, terms.cluster
         terms.apply_queue(f"tq-{suffix}")
         cluster.priority_class(f"tp-{suffix}", 50)

@@ -96,6 +96,15 @@ def running_gang(cluster: Cluster, name: str, grace: str) -> str:
     return uid
 
 
+def requeued_gang(settings: Settings, cluster: Cluster, name: str, grace: str) -> tuple[str, Any]:
+    """A running gang declaring `grace` (its uid), and its committed requeue, produced (the
+    decision event)."""
+    uid = running_gang(cluster, name, grace)
+    decision = committed(uid, 0, datetime.now(UTC))
+    asyncio.run(produce(settings, [decision]))
+    return uid, decision
+
+
 def podgroup_annotations(cluster: Cluster, name: str) -> dict[str, str]:
     return dict(cluster.get_podgroup(name)["metadata"].get("annotations") or {})
 
@@ -114,12 +123,18 @@ def handshakes(settings: Settings) -> list[Any]:
     return [e for e in asyncio.run(abandoned_events(settings)) if e.type == "requeue.checkpoint"]
 
 
+def the_handshake(settings: Settings) -> tuple[Any, RequeueCheckpointData]:
+    """The one `requeue.checkpoint` sent, and its data."""
+    [event] = handshakes(settings)
+    assert isinstance(event.data, RequeueCheckpointData)
+    return event, event.data
+
+
 def test_an_acknowledged_checkpoint_is_followed_by_the_eviction(
     scene: tuple[Settings, Cluster],
 ) -> None:
     settings, cluster = scene
-    uid = running_gang(cluster, "saver", "30s")
-    decision = committed(uid, 0, datetime.now(UTC))
+    uid, decision = requeued_gang(settings, cluster, "saver", "30s")
     acked: list[str] = []
 
     def workload() -> None:  # the training script's sidecar, after its save
@@ -132,7 +147,6 @@ def test_an_acknowledged_checkpoint_is_followed_by_the_eviction(
     sidecar = threading.Thread(target=workload, daemon=True)
     sidecar.start()
     watch = EvictionWatch(cluster, "saver-0")
-    asyncio.run(produce(settings, [decision]))
     evictor = RunningEvictor(settings)
     try:
         wait_for(lambda: evictor.count("carried_out") == 1, 90, "the eviction")
@@ -140,9 +154,7 @@ def test_an_acknowledged_checkpoint_is_followed_by_the_eviction(
         evictor.stop()
         watch.stop()
         sidecar.join(10)
-    [event] = handshakes(settings)
-    data = event.data
-    assert isinstance(data, RequeueCheckpointData)
+    event, data = the_handshake(settings)
     assert event.id == f"{decision.id}.checkpoint"
     assert event.source == "minruntime/kube-evictor"
     assert (data.uid, data.decision, data.outcome) == (uid, decision.id, "acknowledged")
@@ -162,19 +174,15 @@ def test_a_workload_that_never_answers_is_evicted_when_its_grace_ends(
     scene: tuple[Settings, Cluster],
 ) -> None:
     settings, cluster = scene
-    uid = running_gang(cluster, "silent", "3s")
-    decision = committed(uid, 0, datetime.now(UTC))
+    requeued_gang(settings, cluster, "silent", "3s")
     watch = EvictionWatch(cluster, "silent-0")
-    asyncio.run(produce(settings, [decision]))
     evictor = RunningEvictor(settings)
     try:
         wait_for(lambda: evictor.count("carried_out") == 1, 90, "the eviction")
     finally:
         evictor.stop()
         watch.stop()
-    [event] = handshakes(settings)
-    data = event.data
-    assert isinstance(data, RequeueCheckpointData)
+    _, data = the_handshake(settings)
     assert (data.outcome, data.checkpointed_at) == ("timed_out", None)
     ends = data.requested_at + timedelta(seconds=3)
     assert ends <= data.ended_at < ends + timedelta(seconds=1.5)
@@ -187,9 +195,7 @@ def test_a_podgroup_deleted_mid_wait_ends_it_at_once(
     scene: tuple[Settings, Cluster],
 ) -> None:
     settings, cluster = scene
-    uid = running_gang(cluster, "leaving", "30s")
-    decision = committed(uid, 0, datetime.now(UTC))
-    asyncio.run(produce(settings, [decision]))
+    requeued_gang(settings, cluster, "leaving", "30s")
     evictor = RunningEvictor(settings)
     try:
         wait_for(lambda: requested_at(cluster, "leaving"), 90, "the checkpoint request")
@@ -206,9 +212,9 @@ def test_a_podgroup_deleted_mid_wait_ends_it_at_once(
         )
     finally:
         evictor.stop()
-    [handshake] = handshakes(settings)
-    assert handshake.data.outcome == "gone"
-    assert handshake.data.ended_at - deleted_at < timedelta(seconds=2)  # at once, not 30 s
+    _, handshake = the_handshake(settings)
+    assert handshake.outcome == "gone"
+    assert handshake.ended_at - deleted_at < timedelta(seconds=2)  # at once, not 30 s
     assert [e.data.reason for e in events] == ["not_found"]
     assert not evicted(cluster, "leaving-0")
     assert evictor.count("carried_out") == 0
@@ -220,9 +226,7 @@ def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
     settings, cluster = scene
     # Long enough that the second evictor (its consumer group's rebalance: seconds) resumes
     # the wait before the grace ends.
-    uid = running_gang(cluster, "patient", "15s")
-    decision = committed(uid, 0, datetime.now(UTC))
-    asyncio.run(produce(settings, [decision]))
+    uid, decision = requeued_gang(settings, cluster, "patient", "15s")
     first = RunningEvictor(settings)
     try:
         asked = wait_for(lambda: requested_at(cluster, "patient"), 90, "the checkpoint request")
@@ -244,9 +248,7 @@ def test_an_evictor_restarted_mid_wait_resumes_it_exactly_once(
         second.stop()
         watch.stop()
     assert requested_at(cluster, "patient") == asked  # asked once
-    [event] = handshakes(settings)
-    data = event.data
-    assert isinstance(data, RequeueCheckpointData)
+    _, data = the_handshake(settings)
     assert (data.requested_at, data.outcome) == (asked, "timed_out")
     ends = asked + timedelta(seconds=15)
     assert watch.at is not None

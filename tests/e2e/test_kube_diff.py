@@ -53,8 +53,7 @@ class Service(KubeScene):
 def service(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
-    workdir = tmp_path_factory.mktemp("kdiff")
-    with kube_scene(Service, kube_stack, settings, workdir, "kdiff", "diff") as found:
+    with kube_scene(Service, kube_stack, settings, tmp_path_factory, "kdiff", "diff") as found:
         found.bridge = found.kube("bridge").start()
         try:
             yield found

@@ -40,9 +40,6 @@ class Evictions(KubeScene):
     bridge: KubeProcess = field(init=False)
     metrics_port: int = field(init=False)
 
-    def name(self, base: str) -> str:
-        return f"{base}-{self.suffix}"
-
     def start_bridge(self) -> None:
         self.bridge = self.kube(
             "bridge",
@@ -132,8 +129,7 @@ class Evictions(KubeScene):
 def scene(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Evictions]:
-    workdir = tmp_path_factory.mktemp("evictions")
-    with kube_scene(Evictions, kube_stack, settings, workdir, "kevict", "evict") as scene:
+    with kube_scene(Evictions, kube_stack, settings, tmp_path_factory, "kevict", "evict") as scene:
         scene.metrics_port = free_ports()
         queue, hogs = scene.name("kvictims"), scene.name("khogs")
         scene.apply_queue(queue)

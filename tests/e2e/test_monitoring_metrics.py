@@ -65,14 +65,13 @@ def sample(page: str, name: str, **labels: str) -> float | None:
 def service(
     kube_stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
-    workdir = tmp_path_factory.mktemp("monitoring")
     port = free_ports(len(COMPONENTS))
     ports = dict(zip(COMPONENTS, range(port, port + len(COMPONENTS)), strict=True))
     with kube_scene(
         KubeScene,
         kube_stack,
         settings,
-        workdir,
+        tmp_path_factory,
         "mon",
         "mon",
         processor_metrics_port=str(ports["processor"]),
@@ -96,7 +95,7 @@ def service(
             evictor.start()
             for component in COMPONENTS:
                 wait_for(_ready(ports[component]), 120, f"the {component} to be ready")
-            textfile = workdir / "minruntime_drift.prom"
+            textfile = pipeline.workdir / "minruntime_drift.prom"
             diff = ("kube", "diff", "--namespace", namespace, "--metrics-file", str(textfile))
             done = run_cli(*diff, env=bridge.env)
             assert done.returncode == 0, done.stdout + done.stderr

@@ -56,6 +56,23 @@ def engine(owner_database_url: str) -> Iterator[sa.Engine]:
 
 
 @pytest.fixture
+def scratch(settings: Settings, database_url: str) -> Iterator[str]:
+    """The owner's URL of an empty database of the test's own (not migrated), dropped after it."""
+    url = create_scratch_database(settings, "minruntime_test_own")
+    yield scratch_owner_url(settings, url)
+    drop_scratch_database(settings, url)
+
+
+@pytest.fixture
+def scratch_engine(scratch: str) -> Iterator[sa.Engine]:
+    """The owner's engine on ``scratch``, migrated to the head first."""
+    upgrade(scratch)
+    engine = engine_from(scratch)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
 def runtime(database_url: str) -> Iterator[sa.Engine]:
     """The scratch database as the processor and the requeue worker see it."""
     engine = engine_from(database_url)

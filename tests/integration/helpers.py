@@ -3,9 +3,11 @@ the setup the integration tests share: a requeue cycle, a hand's SQL, a Kafka ad
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +20,7 @@ from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch
 from minruntime.kafka_access import KafkaAccess, start_client
 from minruntime.requeue import CycleReport, run_cycle
 from minruntime.stream.sink import BatchSink
-from tests.cloudevents import T0, Event, Message, submitted
+from tests.cloudevents import T0, Event, Message, allocated, submitted
 from tests.cloudevents import message as as_message
 
 STATE_TABLES = (
@@ -139,6 +141,22 @@ def cycle(
             return run_cycle(conn, now=now, topic=TOPIC, clock=clock or (lambda: now))
 
 
+def running_job(
+    uid: str,
+    gpus: int,
+    *,
+    annotations: Mapping[str, str] = OVERRUN,
+    time: datetime = T0,
+    **allocation: Any,
+) -> list[Event]:
+    """Queue ``team``'s job ``uid`` (priority 50; over-running its 1h by default) submitted
+    and allocated ``gpus`` GPUs at ``time`` (``allocation``: more of ``allocated``'s)."""
+    return [
+        submitted(uid, "team", gpus, priority=50, annotations=annotations),
+        allocated(uid, gpus, time=time, **allocation),
+    ]
+
+
 def gang(uid: str, pods: int, *, priority: int, **attributes: Any) -> Event:
     """A pending podgroup that needs all of its ``pods`` one-GPU pods at once."""
     return submitted(
@@ -160,6 +178,15 @@ async def kafka_admin(access: KafkaAccess) -> AsyncIterator[AIOKafkaAdminClient]
         yield admin
     finally:
         await admin.close()
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll ``check`` on the running event loop until true; fail naming ``what`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
 
 
 def database_examples(max_examples: int) -> hypothesis.settings:
@@ -190,6 +217,12 @@ def execute(engine: sa.Engine, *statements: str, **params: Any) -> None:
 def rows(engine: sa.Engine, query: str, **params: Any) -> list[Any]:
     with engine.connect() as conn:
         return list(conn.execute(sa.text(query), params))
+
+
+def reclaim_protection(engine: sa.Engine, reclaimer: str, at: datetime) -> dict[str, Any]:
+    """The rows of ``minruntime.reclaim_protection(reclaimer, at)`` by podgroup uid."""
+    query = "SELECT * FROM minruntime.reclaim_protection(:q, :at)"
+    return {r.uid: r for r in rows(engine, query, q=reclaimer, at=at)}
 
 
 def scalar(engine: sa.Engine, query: str, **params: Any) -> Any:

@@ -21,7 +21,13 @@ from minruntime.core import (
     protected_until,
 )
 from tests.cloudevents import T0, Event, allocated, config_of, queue_deleted, queue_of, submitted
-from tests.integration.helpers import Feed, database_examples, reset_state, rows
+from tests.integration.helpers import (
+    Feed,
+    database_examples,
+    reclaim_protection,
+    reset_state,
+    rows,
+)
 
 NAMES = [f"q{i}" for i in range(10)]
 POOLS = ["default", "p1", "p2", "p3"]
@@ -137,15 +143,7 @@ def _check_agreement(engine: sa.Engine, world: World) -> None:
     for reclaimer in world.reclaimers:
         for offset in world.offsets:
             at = T0 + timedelta(seconds=offset)
-            result = {
-                r.uid: r
-                for r in rows(
-                    engine,
-                    "SELECT * FROM minruntime.reclaim_protection(:q, :at)",
-                    q=reclaimer,
-                    at=at,
-                )
-            }
+            result = reclaim_protection(engine, reclaimer, at)
             assert set(result) == set(where)
             for uid, (q, pool) in where.items():
                 expected = resolvers[pool].reclaim_min_runtime(reclaimer, q)

@@ -9,9 +9,7 @@ last record's offset + 1, one short of the log end; the lag it reports (the metr
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -23,7 +21,7 @@ from minruntime.stream.backlog import Behind, records_behind
 from minruntime.stream.consumer import BatchedConsumer, ConsumerOptions
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
 from minruntime_dev.stack import StackStatus
-from tests.integration.helpers import kafka_admin
+from tests.integration.helpers import kafka_admin, until
 
 pytestmark = pytest.mark.stack
 
@@ -44,13 +42,6 @@ async def _produce_in_transactions(access: KafkaAccess, topic: str, transactions
                     await producer.send(topic, b"{}", key=f"k{t}.{i}".encode(), partition=0)
     finally:
         await producer.stop()
-
-
-async def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def test_a_partition_applied_to_its_commit_marker_is_zero_records_behind(
@@ -85,7 +76,7 @@ def test_a_partition_applied_to_its_commit_marker_is_zero_records_behind(
             )
             run = asyncio.create_task(consumer.run())
             try:
-                await _until(lambda: len(applied) == records, "every record applied")
+                await until(lambda: len(applied) == records, "every record applied")
                 await asyncio.sleep(0.3)
                 behind_now = consumer.behind(topic, {0})
                 highwater = consumer.highwaters(topic, [0])[0]

@@ -9,9 +9,8 @@ is covered by the e2e tests.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,7 +23,7 @@ from minruntime.settings import Settings
 from minruntime.stream.consumer import BatchedConsumer, ConsumerOptions
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
 from minruntime_dev.stack import StackStatus
-from tests.integration.helpers import kafka_admin
+from tests.integration.helpers import kafka_admin, until
 
 pytestmark = pytest.mark.stack
 
@@ -59,13 +58,6 @@ async def _topics(
     finally:
         async with kafka_admin(access) as admin:
             await admin.delete_topics(names)
-
-
-async def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 async def _committed(access: KafkaAccess, group: str) -> dict[tuple[str, int], int]:
@@ -114,10 +106,10 @@ def test_a_held_topic_holds_only_its_own_lane_and_commits_nothing_past_it(
             )
             run = asyncio.create_task(consumer.run())
             try:
-                await _until(lambda: _complete(applied, flowing, 2), "the other topic")
+                await until(lambda: _complete(applied, flowing, 2), "the other topic")
                 assert [c for c in applied if c[0] == held] == []
                 # The held lane stops fetching once full: a bounded buffer, not the topic.
-                await _until(lambda: consumer.buffered(held) >= 20, "the held lane to fill")
+                await until(lambda: consumer.buffered(held) >= 20, "the held lane to fill")
                 await asyncio.sleep(0.5)
                 assert consumer.buffered(held) < 20 + 5
                 committed = await _committed(access, group)
@@ -125,7 +117,7 @@ def test_a_held_topic_holds_only_its_own_lane_and_commits_nothing_past_it(
                 # Nothing of the held topic is committed to Kafka before it is applied.
                 assert all(committed.get((held, p), -1) <= 0 for p in range(2))
                 release.set()
-                await _until(lambda: _complete(applied, held, 2), "the held topic")
+                await until(lambda: _complete(applied, held, 2), "the held topic")
             finally:
                 await consumer.stop()
                 await run
@@ -170,11 +162,11 @@ def test_records_buffered_for_revoked_partitions_are_not_applied_after_the_rebal
             )
             runs = [asyncio.create_task(one.run())]
             try:
-                await _until(lambda: one.buffered(topic) >= 20, "the first instance's lane to fill")
+                await until(lambda: one.buffered(topic) >= 20, "the first instance's lane to fill")
                 runs.append(asyncio.create_task(two.run()))
-                await _until(lambda: one.problem() is not None, "the rebalance to begin")
+                await until(lambda: one.problem() is not None, "the rebalance to begin")
                 release.set()  # the batch in flight ends; the revocation waited for it
-                await _until(
+                await until(
                     lambda: (
                         _complete(first + later + other, topic, 4)
                         and one.problem() is None
@@ -218,7 +210,7 @@ def test_the_consumer_joins_with_its_static_instance_id(
             consumer = BatchedConsumer(access, {topic: TopicRole.NODES}, apply, options)
             run = asyncio.create_task(consumer.run())
             try:
-                await _until(lambda: _complete(applied, topic, 1), "the topic")
+                await until(lambda: _complete(applied, topic, 1), "the topic")
                 async with kafka_admin(access) as admin:
                     (described,) = await admin.describe_consumer_groups([group])
                 members = described.to_object()["groups"][0]["members"]
@@ -254,7 +246,7 @@ def test_assigned_partitions_are_reported_by_role(settings: Settings, stack: Sta
             )
             run = asyncio.create_task(consumer.run())
             try:
-                await _until(lambda: bool(reported), "the assignment")
+                await until(lambda: bool(reported), "the assignment")
             finally:
                 await consumer.stop()
                 await run

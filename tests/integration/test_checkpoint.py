@@ -12,8 +12,16 @@ import sqlalchemy as sa
 
 from minruntime.core import format_rfc3339
 from minruntime.core.checkpoint import CHECKPOINT_GRACE_ANNOTATION, CHECKPOINTED_AT_ANNOTATION
-from tests.cloudevents import T0, Event, allocated, annotated, node, queue, released, submitted
-from tests.integration.helpers import NOW, OVERRUN, Feed, assert_replay_equal, cycle, gang, scalar
+from tests.cloudevents import T0, Event, annotated, node, queue, released
+from tests.integration.helpers import (
+    NOW,
+    Feed,
+    assert_replay_equal,
+    cycle,
+    gang,
+    running_job,
+    scalar,
+)
 
 
 def stored_checkpoint(engine: sa.Engine, uid: str) -> str | None:
@@ -37,8 +45,7 @@ def test_bad_checkpoints_are_ignored_and_counted_and_the_held_one_stays(
     feed.send(
         queue("team"),
         node("node-1", gpu=8),
-        submitted("v", "team", 4, priority=50, annotations=OVERRUN),
-        allocated("v", 4, time=T0),
+        *running_job("v", 4),
     )
     good = T0 + timedelta(minutes=30)
     outcome = feed.send(saved("v", good, good))
@@ -64,10 +71,8 @@ def test_the_worker_evicts_the_nominee_that_loses_the_least_work(engine: sa.Engi
     feed.send(
         queue("team"),
         node("node-1", gpu=8),
-        submitted("a-stale", "team", 4, priority=50, annotations=OVERRUN),
-        allocated("a-stale", 4, time=T0),
-        submitted("b-fresh", "team", 4, priority=50, annotations=OVERRUN),
-        allocated("b-fresh", 4, time=T0),
+        *running_job("a-stale", 4),
+        *running_job("b-fresh", 4),
         saved("a-stale", NOW - timedelta(hours=1), NOW - timedelta(hours=1)),
         saved("b-fresh", NOW - timedelta(minutes=5), NOW - timedelta(minutes=5)),
         gang("hi", 4, priority=100),

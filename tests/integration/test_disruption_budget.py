@@ -5,7 +5,6 @@ requeues committed before (and the scheduler's evictions it observed) from the d
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -16,34 +15,28 @@ from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.schema import LIVE as LIVE_TABLES
 from tests.cloudevents import (
     T0,
-    Event,
     allocated,
     annotated,
-    config,
+    config_with,
     node,
     queue,
     released,
     submitted,
-    with_data,
 )
-from tests.integration.helpers import NOW, OVERRUN, Feed, cycle, gang, rows
+from tests.integration.helpers import NOW, OVERRUN, Feed, cycle, gang, rows, running_job
 
 MINUTE = timedelta(minutes=1)
 OWNER = '{"kind": "JobSet", "name": "train", "uid": "js-1"}'
 
 
-def budget_config(**data: Any) -> Event:
-    return with_data(config("default"), **data)
-
-
 def test_the_budget_is_stored_and_a_bad_one_is_dead_lettered(engine: sa.Engine, feed: Feed) -> None:
-    feed.send(budget_config(maxEvictionsPerWindow=0, evictionWindow="1h"))
-    feed.send(budget_config(maxEvictionsPerWindow=2))  # a number without a window
-    feed.send(budget_config(minEvictionGap="-5m"))
+    feed.send(config_with(maxEvictionsPerWindow=0, evictionWindow="1h"))
+    feed.send(config_with(maxEvictionsPerWindow=2))  # a number without a window
+    feed.send(config_with(minEvictionGap="-5m"))
     letters = rows(engine, "SELECT kind, message FROM minruntime.dead_letters ORDER BY 1, 2")
     assert len(letters) == 3
     assert all("\n" not in letter.message for letter in letters)
-    feed.send(budget_config(maxEvictionsPerWindow=2, evictionWindow="1h", minEvictionGap="5m"))
+    feed.send(config_with(maxEvictionsPerWindow=2, evictionWindow="1h", minEvictionGap="5m"))
     with engine.connect() as conn:
         configs, bad = read_node_pool_configs(conn, LIVE_TABLES)
     policy = configs.for_pool("default").disruption
@@ -60,7 +53,7 @@ def test_past_evictions_of_the_queue_use_up_its_budget(
     engine: sa.Engine, feed: Feed, observed: bool
 ) -> None:
     feed.send(
-        budget_config(maxEvictionsPerWindow=1, evictionWindow="1h"),
+        config_with(maxEvictionsPerWindow=1, evictionWindow="1h"),
         queue("team"),
         node("node-1", gpu=8),
     )
@@ -74,14 +67,12 @@ def test_past_evictions_of_the_queue_use_up_its_budget(
                 reason="evicted",
                 eviction={"source": "event", "action": "preempt"},
             ),
-            submitted("v1", "team", 8, priority=50, annotations=OVERRUN),
-            allocated("v1", 8, time=T0 + MINUTE),
+            *running_job("v1", 8, time=T0 + MINUTE),
         )
     else:  # the service requeued another one 10 minutes ago
         feed.send(
             node("node-2", gpu=8),
-            submitted("v0", "team", 8, priority=50, annotations=OVERRUN),
-            allocated("v0", 8, time=T0),
+            *running_job("v0", 8),
             gang("hi0", 8, priority=100, time=T0),
             submitted("v1", "team", 8, priority=50),  # not over-running yet
             allocated("v1", 8, time=T0, node="node-2"),
@@ -106,14 +97,12 @@ def test_past_evictions_of_the_queue_use_up_its_budget(
 def test_the_owner_gap_reads_the_top_owner_of_past_evictions(engine: sa.Engine, feed: Feed) -> None:
     owned = {**OVERRUN, TOP_OWNER_ANNOTATION: OWNER}
     feed.send(
-        budget_config(minEvictionGap="5m"),
+        config_with(minEvictionGap="5m"),
         queue("team"),
         node("node-1", gpu=8),
         node("node-2", gpu=8),
-        submitted("a", "team", 8, priority=50, annotations=owned),
-        allocated("a", 8, time=T0),
-        submitted("b", "team", 8, priority=50, annotations=owned),
-        allocated("b", 8, time=T0, node="node-2"),
+        *running_job("a", 8, annotations=owned),
+        *running_job("b", 8, annotations=owned, node="node-2"),
         gang("hi", 8, priority=100, time=T0),
         gang("hi2", 8, priority=100, time=T0),
     )
@@ -131,8 +120,7 @@ def test_runs_know_their_top_owner_and_sql_answers_gpu_hours_lost_per_jobset(
     feed.send(
         queue("team"),
         node("node-1", gpu=8),
-        submitted("a", "team", 2, priority=50, annotations=owned),
-        allocated("a", 2, time=T0),
+        *running_job("a", 2, annotations=owned),
         released("a", time=T0 + timedelta(hours=1), reason="evicted"),
         submitted("b", "team", 1, priority=50),
         allocated("b", 1, time=T0),

@@ -23,7 +23,7 @@ from minruntime.requeue import (
     WorkerOptions,
 )
 from tests.cloudevents import T0, allocated, config, node, queue, submitted
-from tests.integration.helpers import NOW, OVERRUN, TOPIC, Feed, cycle, execute, gang
+from tests.integration.helpers import NOW, OVERRUN, TOPIC, Feed, cycle, execute, gang, running_job
 
 
 def healthy(feed: Feed) -> None:
@@ -31,8 +31,7 @@ def healthy(feed: Feed) -> None:
     feed.send(
         queue("team"),
         node("node-1", gpu=8),
-        submitted("v", "team", 8, priority=50, annotations=OVERRUN),
-        allocated("v", 8, time=T0),
+        *running_job("v", 8),
         gang("hi", 4, priority=100),
     )
 

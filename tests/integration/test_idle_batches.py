@@ -9,9 +9,7 @@ more is still to be fetched are still gathered into full batches.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -22,18 +20,11 @@ from minruntime.settings import Settings
 from minruntime.stream.consumer import BatchedConsumer, ConsumerOptions
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
 from minruntime_dev.stack import StackStatus
-from tests.integration.helpers import kafka_admin
+from tests.integration.helpers import kafka_admin, until
 
 pytestmark = pytest.mark.stack
 
 AN_HOUR = 3600.0
-
-
-async def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def test_an_idle_consumer_applies_a_small_batch_without_waiting_for_the_window(
@@ -66,9 +57,9 @@ def test_an_idle_consumer_applies_a_small_batch_without_waiting_for_the_window(
             for i in range(3):
                 await producer.send_and_wait(topic, b"{}", key=f"k{i}".encode(), partition=0)
             # Well within the hour-long window: nothing else was coming.
-            await _until(lambda: sum(map(len, batches)) == 3, "the three records applied")
+            await until(lambda: sum(map(len, batches)) == 3, "the three records applied")
             await producer.send_and_wait(topic, b"{}", key=b"k3", partition=0)
-            await _until(lambda: sum(map(len, batches)) == 4, "the fourth record applied")
+            await until(lambda: sum(map(len, batches)) == 4, "the fourth record applied")
         finally:
             await producer.stop()
             await consumer.stop()

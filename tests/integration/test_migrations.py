@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -21,19 +18,6 @@ from minruntime.store.migrate import (
     upgrade,
 )
 from minruntime.store.tables import STATE_SCHEMA
-from minruntime_dev.scratch import (
-    create_scratch_database,
-    drop_scratch_database,
-    scratch_owner_url,
-)
-
-
-@pytest.fixture
-def scratch(settings: Settings, database_url: str) -> Iterator[str]:
-    url = create_scratch_database(settings, "minruntime_test_stairway")
-    # Migrations run as the owner role, like `minruntime migrate`.
-    yield scratch_owner_url(settings, url)
-    drop_scratch_database(settings, url)
 
 
 def revisions() -> list[str]:
@@ -63,6 +47,7 @@ def surface(url: str) -> set[tuple[str, str]]:
 
 
 def test_stairway(scratch: str) -> None:
+    # Migrations run as the owner role, like `minruntime migrate`.
     assert current_revision(scratch) is None
     upgrade(scratch)
     at_head = surface(scratch)

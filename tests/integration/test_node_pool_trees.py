@@ -21,7 +21,7 @@ from minruntime.core import (
     protected_until,
 )
 from tests.cloudevents import T0, allocated, config, queue, submitted
-from tests.integration.helpers import Feed, rows
+from tests.integration.helpers import Feed, reclaim_protection, rows
 
 QUEUES = [
     Queue(name="org", reclaim_min_runtime=timedelta(hours=2)),
@@ -125,15 +125,7 @@ def test_reclaim_protection_and_is_protected_follow_each_pool_s_tree(engine: sa.
     _feed(engine)
     resolvers = _resolvers()
     for reclaimer in RECLAIMERS:
-        result = {
-            r.uid: r
-            for r in rows(
-                engine,
-                "SELECT * FROM minruntime.reclaim_protection(:q, :at)",
-                q=reclaimer,
-                at=AT,
-            )
-        }
+        result = reclaim_protection(engine, reclaimer, AT)
         assert set(result) == set(PODGROUPS)
         for uid, (name, pool) in PODGROUPS.items():
             expected = resolvers(pool).reclaim_min_runtime(reclaimer, name)

@@ -31,7 +31,7 @@ from minruntime.stream.sink import BatchSink
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
 from minruntime_dev.stack import StackStatus
 from tests.cloudevents import allocated, queue, raw, released, submitted, wire
-from tests.integration.helpers import ROLES, Feed, kafka_admin, rows
+from tests.integration.helpers import ROLES, Feed, kafka_admin, rows, until
 
 pytestmark = pytest.mark.stack
 
@@ -124,13 +124,6 @@ def _sink(engine: Any, topic: str, group: str) -> BatchSink:
     )
 
 
-async def _until(check: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 def _all_stored(engine: sa.Engine, topic: str, group: str) -> bool:
     stored = rows(
         engine,
@@ -183,7 +176,7 @@ async def _run_until_stored(pipeline: Pipeline, engine: sa.Engine, topic: str, g
     """Run the pipeline's consumer until every record of ``topic`` is stored, then stop it."""
     run = asyncio.create_task(pipeline.consumer.run())
     try:
-        await _until(lambda: _all_stored(engine, topic, group), "every record stored")
+        await until(lambda: _all_stored(engine, topic, group), "every record stored", 90.0)
     finally:
         await pipeline.consumer.stop()
         await run

@@ -22,9 +22,16 @@ from tests.cloudevents import (
     node,
     queue,
     released,
-    submitted,
 )
-from tests.integration.helpers import NOW, OVERRUN, Feed, assert_replay_equal, cycle, rows, scalar
+from tests.integration.helpers import (
+    NOW,
+    Feed,
+    assert_replay_equal,
+    cycle,
+    rows,
+    running_job,
+    scalar,
+)
 
 DELAY = "kai.scheduler/preemption-delay"
 LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
@@ -67,8 +74,7 @@ def feed(engine: sa.Engine) -> Feed:
     feed.send(
         queue("team"),
         node("node-1", gpu=8),
-        submitted("v", "team", 8, priority=50, annotations=OVERRUN),
-        allocated("v", 8, time=T0),
+        *running_job("v", 8),
     )
     return feed
 

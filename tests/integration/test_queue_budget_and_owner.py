@@ -6,7 +6,6 @@ the annotation (issue 28, parts 3 and 4)."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -22,22 +21,18 @@ from tests.cloudevents import (
     T0,
     Event,
     allocated,
-    config,
+    config_with,
     node,
     queue,
     released,
     submitted,
     with_data,
 )
-from tests.integration.helpers import NOW, OVERRUN, Feed, cycle, gang, rows
+from tests.integration.helpers import NOW, OVERRUN, Feed, cycle, gang, rows, running_job
 
 MINUTE = timedelta(minutes=1)
 ANNOTATED_OWNER = '{"kind": "JobSet", "name": "train", "uid": "js-1"}'
 WIRE_OWNER = {"kind": "RayJob", "name": "tune", "uid": "rj-9"}
-
-
-def budget_config(**data: Any) -> Event:
-    return with_data(config("default"), **data)
 
 
 def evicted_ten_minutes_ago(queue_name: str) -> list[Event]:
@@ -52,12 +47,11 @@ def evicted_ten_minutes_ago(queue_name: str) -> list[Event]:
 def test_a_queue_annotation_overrides_the_pool_budget(engine: sa.Engine, feed: Feed) -> None:
     roomy = {MAX_EVICTIONS_ANNOTATION: "3", EVICTION_WINDOW_ANNOTATION: "1h"}
     feed.send(
-        budget_config(maxEvictionsPerWindow=1, evictionWindow="1h"),
+        config_with(maxEvictionsPerWindow=1, evictionWindow="1h"),
         with_data(queue("team"), annotations=roomy),
         node("node-1", gpu=8),
         *evicted_ten_minutes_ago("team"),
-        submitted("v1", "team", 8, priority=50, annotations=OVERRUN),
-        allocated("v1", 8, time=T0 + MINUTE),
+        *running_job("v1", 8, time=T0 + MINUTE),
         gang("hi", 8, priority=100, time=T0),
     )
     with engine.connect() as conn:
@@ -70,12 +64,11 @@ def test_a_queue_annotation_overrides_the_pool_budget(engine: sa.Engine, feed: F
 
 def test_without_the_annotation_the_pool_budget_refuses(engine: sa.Engine, feed: Feed) -> None:
     feed.send(
-        budget_config(maxEvictionsPerWindow=1, evictionWindow="1h"),
+        config_with(maxEvictionsPerWindow=1, evictionWindow="1h"),
         queue("team"),
         node("node-1", gpu=8),
         *evicted_ten_minutes_ago("team"),
-        submitted("v1", "team", 8, priority=50, annotations=OVERRUN),
-        allocated("v1", 8, time=T0 + MINUTE),
+        *running_job("v1", 8, time=T0 + MINUTE),
         gang("hi", 8, priority=100, time=T0),
     )
     (decision,) = [d for d in cycle(engine, NOW).plan.decisions if d.uid == "v1"]
@@ -87,7 +80,7 @@ def test_a_queue_gap_longer_than_any_pool_window_reads_enough_history(
 ) -> None:
     # The pool sets a 5-minute gap; the queue's 1-hour gap must see the eviction 10 min ago.
     feed.send(
-        budget_config(minEvictionGap="5m"),
+        config_with(minEvictionGap="5m"),
         with_data(queue("team"), annotations={MIN_EVICTION_GAP_ANNOTATION: "1h"}),
         node("node-1", gpu=8),
         with_data(submitted("w", "team", 8, priority=50), topOwner=WIRE_OWNER),
@@ -107,7 +100,7 @@ def test_the_wire_top_owner_is_stored_and_preferred_to_the_annotation(
     engine: sa.Engine, feed: Feed
 ) -> None:
     feed.send(
-        budget_config(minEvictionGap="30m"),
+        config_with(minEvictionGap="30m"),
         queue("team"),
         node("node-1", gpu=8),
         node("node-2", gpu=8),
@@ -165,7 +158,7 @@ def test_explain_shows_the_queues_budget_and_when_it_frees_up(
 
     tight = {MAX_EVICTIONS_ANNOTATION: "1", EVICTION_WINDOW_ANNOTATION: "30m"}
     feed.send(
-        budget_config(maxEvictionsPerWindow=5, evictionWindow="1h", minEvictionGap="5m"),
+        config_with(maxEvictionsPerWindow=5, evictionWindow="1h", minEvictionGap="5m"),
         with_data(queue("team"), annotations=tight),
         node("node-1", gpu=8),
         *evicted_ten_minutes_ago("team"),

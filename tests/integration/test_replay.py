@@ -50,7 +50,7 @@ from tests.cloudevents import (
     submitted,
     wire,
 )
-from tests.integration.helpers import NOW, OVERRUN, Feed, cycle, execute, rows
+from tests.integration.helpers import NOW, OVERRUN, Feed, cycle, execute, rows, running_job
 
 
 def on_podgroups(*args: Any, **attributes: Any) -> Message:
@@ -75,8 +75,7 @@ def story(feed: Feed, engine: sa.Engine) -> None:
         node("node-3", gpu=1),
         submitted("lonely", "other", 1, priority=1000, annotations=OVERRUN),
         allocated("lonely", 1, time=T0, node="node-3"),
-        submitted("v", "team", 8, priority=50, annotations=OVERRUN),
-        allocated("v", 8, time=T0),
+        *running_job("v", 8),
         submitted(
             "elastic",
             "other",

@@ -21,15 +21,13 @@ from minruntime.store.schema import LIVE as LIVE_TABLES
 from minruntime.store.shadows import LIVE
 from tests.cloudevents import (
     T0,
-    Event,
     allocated,
-    config,
+    config_with,
     node,
     nominated,
     queue,
     released,
     submitted,
-    with_data,
 )
 from tests.integration.helpers import (
     NOW,
@@ -40,24 +38,20 @@ from tests.integration.helpers import (
     execute,
     gang,
     rows,
+    running_job,
 )
 
 MINUTE = timedelta(minutes=1)
 WINDOW = timedelta(hours=3)
 
 
-def cap_config(node_pool: str = "default", **data: Any) -> Event:
-    return with_data(config(node_pool), **data)
-
-
 def requeued_once(feed: Feed, engine: sa.Engine, annotations: dict[str, str]) -> None:
     """``v`` is requeued at NOW for ``hi``, runs again from NOW+4m; ``hi2`` then waits."""
     feed.send(
-        cap_config(maxRequeues=1, maxRequeuesWindow="3h"),
+        config_with(maxRequeues=1, maxRequeuesWindow="3h"),
         queue("team"),
         node("node-1", gpu=8),
-        submitted("v", "team", 8, priority=50, annotations={**OVERRUN, **annotations}),
-        allocated("v", 8, time=T0),
+        *running_job("v", 8, annotations={**OVERRUN, **annotations}),
         gang("hi", 4, priority=100, time=T0),
     )
     (first,) = cycle(engine, NOW).plan.decisions
@@ -76,8 +70,8 @@ def test_the_config_is_stored_and_shown_and_old_rows_mean_unlimited(
     engine: sa.Engine, feed: Feed
 ) -> None:
     feed.send(
-        cap_config(maxRequeues=3, maxRequeuesWindow="1h"),
-        cap_config("b", defaultRequeueDelay="1m"),
+        config_with(maxRequeues=3, maxRequeuesWindow="1h"),
+        config_with("b", defaultRequeueDelay="1m"),
     )
     shown = rows(
         engine,
@@ -95,7 +89,7 @@ def test_the_config_is_stored_and_shown_and_old_rows_mean_unlimited(
     )
     assert configs.for_pool("b").max_requeues is None
     # An update without the cap removes it: a config.updated replaces the pool's arguments.
-    feed.send(cap_config(defaultRequeueDelay="2m"))
+    feed.send(config_with(defaultRequeueDelay="2m"))
     assert rows(
         engine,
         "SELECT max_requeues, max_requeues_window FROM minruntime.node_pool_configs"
@@ -118,7 +112,7 @@ def test_the_config_is_stored_and_shown_and_old_rows_mean_unlimited(
 def test_a_bad_cap_is_dead_lettered_with_its_reason(
     engine: sa.Engine, feed: Feed, data: dict[str, Any], words: str
 ) -> None:
-    outcome = feed.send(cap_config(**data))
+    outcome = feed.send(config_with(**data))
     assert outcome is not None
     (letter,) = rows(engine, "SELECT kind, message FROM minruntime.dead_letters")
     assert letter.kind in ("invalid_config", "negative_duration")
@@ -229,7 +223,7 @@ def test_an_unusable_stored_cap_leaves_its_pool_out_and_nothing_crashes(
 
 def test_a_what_if_on_other_arguments_keeps_the_pools_cap(engine: sa.Engine, feed: Feed) -> None:
     feed.send(
-        cap_config(maxRequeues=2, maxRequeuesWindow="1h"),
+        config_with(maxRequeues=2, maxRequeuesWindow="1h"),
         queue("team"),
         node("node-1", gpu=8),
         submitted("v", "team", 1),

@@ -26,16 +26,9 @@ from minruntime.commands.audit_plot import write_plot
 from minruntime.core import Verdict
 from minruntime.errors import UserError
 from minruntime.ingest import apply_batch
-from minruntime.settings import Settings
-from minruntime.store import engine_from
 from minruntime.store.migrate import downgrade, upgrade
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import create_shadow
-from minruntime_dev.scratch import (
-    create_scratch_database,
-    drop_scratch_database,
-    scratch_owner_url,
-)
 from tests.cloudevents import (
     T0,
     allocated,
@@ -305,25 +298,14 @@ def test_the_audit_marks_where_a_run_ended_inside_its_window(
     assert "violation" not in (tmp_path / "late.svg").read_text()
 
 
-def test_the_migration_fills_the_runs_of_an_older_log(settings: Settings) -> None:
-    url = create_scratch_database(settings, "minruntime_test_runs")
-    owner = scratch_owner_url(settings, url)
-    try:
-        upgrade(owner)
-        engine = engine_from(owner)
-        try:
-            story(Feed(engine))
-            before = [
-                tuple(row) for row in rows(engine, "SELECT * FROM minruntime.runs ORDER BY uid")
-            ]
-            downgrade(owner, "0012")
-            upgrade(owner)
-            after = [
-                tuple(row) for row in rows(engine, "SELECT * FROM minruntime.runs ORDER BY uid")
-            ]
-            assert len(before) == 6
-            assert after == before
-        finally:
-            engine.dispose()
-    finally:
-        drop_scratch_database(settings, url)
+def test_the_migration_fills_the_runs_of_an_older_log(
+    scratch: str, scratch_engine: sa.Engine
+) -> None:
+    story(Feed(scratch_engine))
+    query = "SELECT * FROM minruntime.runs ORDER BY uid"
+    before = [tuple(row) for row in rows(scratch_engine, query)]
+    downgrade(scratch, "0012")
+    upgrade(scratch)
+    after = [tuple(row) for row in rows(scratch_engine, query)]
+    assert len(before) == 6
+    assert after == before

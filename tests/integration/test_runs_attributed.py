@@ -25,16 +25,9 @@ from minruntime.audit.violations import find_violations
 from minruntime.commands.explain import render_explanation
 from minruntime.commands.violations import render, write_json
 from minruntime.core import ExactVerdict, Verdict
-from minruntime.settings import Settings
-from minruntime.store import engine_from
 from minruntime.store.migrate import downgrade, upgrade
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import LIVE, create_shadow
-from minruntime_dev.scratch import (
-    create_scratch_database,
-    drop_scratch_database,
-    scratch_owner_url,
-)
 from tests.cloudevents import (
     T0,
     Event,
@@ -249,36 +242,27 @@ def test_the_processor_hands_the_action_and_the_exact_verdict_to_its_metrics(
 
 
 def test_the_migration_rebuilds_the_runs_an_older_processor_applied_unattributed(
-    settings: Settings,
+    scratch: str, scratch_engine: sa.Engine
 ) -> None:
-    url = create_scratch_database(settings, "minruntime_test_attributed")
-    owner = scratch_owner_url(settings, url)
-    try:
-        upgrade(owner)
-        engine = engine_from(owner)
-        try:
-            story(Feed(engine))
-            query = "SELECT * FROM minruntime.runs ORDER BY uid"
-            before = [tuple(row) for row in rows(engine, query)]
-            states = "SELECT uid, status, evicted_at FROM minruntime_state.podgroup_state"
-            podgroups = sorted(tuple(row) for row in rows(engine, states))
-            downgrade(owner, "0017")
-            # What a processor older than 0018 made of the same log: deletions, finished.
-            execute(
-                engine,
-                "UPDATE minruntime_state.run_log SET ended_by = 'deleted', eviction = false"
-                " WHERE uid LIKE 'k%'",
-                "UPDATE minruntime_state.podgroup_state SET status = 'finished',"
-                " evicted_at = NULL WHERE uid LIKE 'k%'",
-            )
-            upgrade(owner)
-            assert [tuple(row) for row in rows(engine, query)] == before
-            assert sorted(tuple(row) for row in rows(engine, states)) == podgroups
-            assert {row[1] for row in podgroups if str(row[0]).startswith("k")} == {"pending"}
-        finally:
-            engine.dispose()
-    finally:
-        drop_scratch_database(settings, url)
+    engine = scratch_engine
+    story(Feed(engine))
+    query = "SELECT * FROM minruntime.runs ORDER BY uid"
+    before = [tuple(row) for row in rows(engine, query)]
+    states = "SELECT uid, status, evicted_at FROM minruntime_state.podgroup_state"
+    podgroups = sorted(tuple(row) for row in rows(engine, states))
+    downgrade(scratch, "0017")
+    # What a processor older than 0018 made of the same log: deletions, finished.
+    execute(
+        engine,
+        "UPDATE minruntime_state.run_log SET ended_by = 'deleted', eviction = false"
+        " WHERE uid LIKE 'k%'",
+        "UPDATE minruntime_state.podgroup_state SET status = 'finished',"
+        " evicted_at = NULL WHERE uid LIKE 'k%'",
+    )
+    upgrade(scratch)
+    assert [tuple(row) for row in rows(engine, query)] == before
+    assert sorted(tuple(row) for row in rows(engine, states)) == podgroups
+    assert {row[1] for row in podgroups if str(row[0]).startswith("k")} == {"pending"}
 
 
 def test_explain_and_the_audit_show_the_action_and_the_evictor(

@@ -26,6 +26,9 @@ def alembic_config(settings_or_url: Settings | str) -> Config:
     """
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # The revisions import the parts they share (migrations/revision_parts.py) by name.
+    config.set_main_option("prepend_sys_path", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")
     if isinstance(settings_or_url, Settings):
         url = settings_or_url.owner_sqlalchemy_url
         config.attributes["runtime_role"] = settings_or_url.database_parts.user

@@ -247,23 +247,21 @@ def test_planner_rolls_back_a_beneficiary_in_a_queue_without_resources() -> None
     assert decision.beneficiaries == ()
 
 
-def test_planner_skips_a_queue_without_resources_for_a_placeable_contender() -> None:
-    tree = QueueTree([queue("train"), queue("burst", kai_zero()), queue("fair")])
-    cluster = ClusterState(
-        nodes=(Node(name="n1", gpu=4.0),),
-        running=(running_pg("hog", queue="train"),),
-        pending=(
-            pending_pg("lift", queue="burst", priority=20),
-            pending_pg("ok", queue="fair", priority=10),
+@pytest.mark.parametrize(
+    "queues",
+    [
+        pytest.param(
+            [queue("train"), queue("burst", kai_zero()), queue("fair")],
+            id="a_queue_without_resources_for_a_placeable_contender",
         ),
-    )
-    (decision,) = plan(cluster, nominated("hog"), tree=tree).decisions
-    assert decision.outcome is RequeueOutcome.COMMITTED
-    assert decision.beneficiaries == ("ok",)
-
-
-def test_planner_skips_the_refused_contender_for_the_next_one() -> None:
-    tree = QueueTree([queue("train", gpu(4)), queue("burst", gpu(0)), queue("fair", gpu(4))])
+        pytest.param(
+            [queue("train", gpu(4)), queue("burst", gpu(0)), queue("fair", gpu(4))],
+            id="the_refused_contender_for_the_next_one",
+        ),
+    ],
+)
+def test_planner_skips(queues: list[Queue]) -> None:
+    tree = QueueTree(queues)
     cluster = ClusterState(
         nodes=(Node(name="n1", gpu=4.0),),
         running=(running_pg("hog", queue="train"),),
