@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from minruntime.audit.timeline import UnknownPodGroupError, podgroup_story
 from minruntime.audit.timeline_model import Change, Decision, Nomination, Story, WindowSpan
-from minruntime.commands.audit_plot import write_plot
+from minruntime.audit.timeline_plot import write_plot
 from tests.cloudevents import (
     T0,
     allocated,

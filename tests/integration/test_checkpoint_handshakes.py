@@ -28,6 +28,7 @@ from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.store.shadows import LIVE as LIVE_SHADOW
+from minruntime.store.unit import ReadUnit
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
 from tests.cloudevents import T0, allocated, annotated, submitted
 from tests.integration.helpers import Feed, kafka_admin, rows
@@ -121,7 +122,7 @@ def test_a_handshake_through_kafka_is_stored_once_and_explained(
         ),
     )
     with engine.connect() as conn:
-        waiting = explain(conn, LIVE_SHADOW, "x", REQUESTED + timedelta(seconds=5), None)
+        waiting = explain(ReadUnit(conn, LIVE_SHADOW), "x", REQUESTED + timedelta(seconds=5), None)
     assert waiting.checkpoint == CheckpointHandshake(REQUESTED, timedelta(minutes=5))
     assert handshake_text(waiting.checkpoint).startswith(
         f"waiting since {format_rfc3339(REQUESTED)}"
@@ -145,8 +146,8 @@ def test_a_handshake_through_kafka_is_stored_once_and_explained(
     ]
 
     with engine.connect() as conn:
-        ended = explain(conn, LIVE_SHADOW, "x", ENDED + timedelta(seconds=5), None)
-        during = explain(conn, LIVE_SHADOW, "x", REQUESTED + timedelta(seconds=5), None)
+        ended = explain(ReadUnit(conn, LIVE_SHADOW), "x", ENDED + timedelta(seconds=5), None)
+        during = explain(ReadUnit(conn, LIVE_SHADOW), "x", REQUESTED + timedelta(seconds=5), None)
     assert ended.checkpoint == CheckpointHandshake(
         REQUESTED, timedelta(minutes=5), "acknowledged", ENDED, SAVED
     )

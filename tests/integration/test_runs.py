@@ -20,9 +20,9 @@ import sqlalchemy as sa
 from minruntime.audit.parallel import ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.timeline import podgroup_story
+from minruntime.audit.timeline_plot import write_plot
 from minruntime.audit.verify import compare
 from minruntime.audit.violations import find_violations
-from minruntime.commands.audit_plot import write_plot
 from minruntime.core import Verdict
 from minruntime.errors import UserError
 from minruntime.ingest import apply_batch
@@ -36,6 +36,7 @@ from minruntime.store.scratch import (
     scratch_owner_url,
 )
 from minruntime.store.shadows import create_shadow
+from minruntime.store.unit import ReadUnit, State
 from tests.cloudevents import (
     T0,
     allocated,
@@ -130,7 +131,7 @@ def test_violations_say_which_rules_protected_the_run_and_by_how_much(
     feed: Feed, engine: sa.Engine
 ) -> None:
     with repeatable_read(engine) as conn:
-        report = find_violations(conn)
+        report = find_violations(ReadUnit(conn))
     assert report.evicted_runs == 4
     assert [(v.uid, v.verdict) for v in report.violations] == [
         ("def", Verdict.DEFINITE),
@@ -159,27 +160,27 @@ def test_violations_say_which_rules_protected_the_run_and_by_how_much(
 
 def test_violations_since_an_instant_and_of_one_queue(feed: Feed, engine: sa.Engine) -> None:
     with repeatable_read(engine) as conn:
-        assert [v.uid for v in find_violations(conn, since=T0 + s(100)).violations] == [
+        assert [v.uid for v in find_violations(ReadUnit(conn), since=T0 + s(100)).violations] == [
             "pos",
             "req",
         ]
-        leaf1 = find_violations(conn, queue="leaf1")
+        leaf1 = find_violations(ReadUnit(conn), queue="leaf1")
         assert ([v.uid for v in leaf1.violations], leaf1.evicted_runs) == (["pos"], 1)
-        assert find_violations(conn, queue="D").violations == ()
+        assert find_violations(ReadUnit(conn), queue="D").violations == ()
         with pytest.raises(UserError, match="no queue of that name"):
-            find_violations(conn, queue="nowhere")
+            find_violations(ReadUnit(conn), queue="nowhere")
 
 
 def test_a_replayed_state_kept_as_a_shadow_reports_the_same_violations(
     feed: Feed, engine: sa.Engine
 ) -> None:
     with repeatable_read(engine) as conn:
-        live = find_violations(conn)
+        live = find_violations(ReadUnit(conn))
         shadow = create_shadow(conn, "runs_kept")
         replay(conn, read_log(conn), into=shadow.tables)
-        kept = find_violations(conn, schema="runs_kept")
+        kept = find_violations(ReadUnit(conn, State.named("runs_kept")))
         with pytest.raises(UserError, match="--schema nowhere"):
-            find_violations(conn, schema="nowhere")
+            find_violations(ReadUnit(conn, State.named("nowhere")))
     assert kept == live
     assert [v.seq for v in kept.violations] == [v.seq for v in live.violations]
 
@@ -271,7 +272,7 @@ def test_old_stored_rows_neither_stop_the_projection_nor_the_report(
     assert (outcome.applied, outcome.dead_lettered) == (1, 0)
     assert "old" not in runs(engine)
     with repeatable_read(engine) as conn:
-        report = find_violations(conn)
+        report = find_violations(ReadUnit(conn))
     pos = next(v for v in report.violations if v.uid == "pos")
     assert (pos.verdict, pos.cut_short, pos.rules) == (Verdict.POSSIBLE, s(500), ())
 

@@ -35,6 +35,7 @@ from minruntime.store.scratch import (
     scratch_owner_url,
 )
 from minruntime.store.shadows import LIVE, create_shadow
+from minruntime.store.unit import ReadUnit, State
 from tests.cloudevents import (
     T0,
     Event,
@@ -166,7 +167,7 @@ def test_violations_report_violated_and_honoured_and_list_unguarded_evictions(
     feed: Feed, engine: sa.Engine
 ) -> None:
     with repeatable_read(engine) as conn:
-        report = find_violations(conn)
+        report = find_violations(ReadUnit(conn))
     assert report.evicted_runs == 6
     listed = {v.uid: v for v in report.violations}
     # Every attributed run some window still protected is listed, with its exact verdict.
@@ -230,8 +231,8 @@ def test_a_replay_rebuilds_the_attributed_runs_equal(feed: Feed, engine: sa.Engi
         shadow = create_shadow(conn, "attributed_replayed")
         replay(conn, read_log(conn), into=shadow.tables)
         checks = {check.table: check for check in compare(conn, shadow)}
-        kept = find_violations(conn, schema="attributed_replayed")
-        live = find_violations(conn)
+        kept = find_violations(ReadUnit(conn, State.named("attributed_replayed")))
+        live = find_violations(ReadUnit(conn))
     assert [table for table, check in checks.items() if not check.equal] == []
     assert kept == live
 
@@ -285,10 +286,10 @@ def test_explain_and_the_audit_show_the_action_and_the_evictor(
     feed: Feed, engine: sa.Engine
 ) -> None:
     with repeatable_read(engine) as conn:
-        kfar = explain(conn, LIVE, "kfar")
+        kfar = explain(ReadUnit(conn, LIVE), "kfar")
         # As the service had it before it applied the release (applied_at): no eviction yet.
-        before = explain(conn, LIVE, "kfar", T0 + s(50))
-        plain = explain(conn, LIVE, "plain")
+        before = explain(ReadUnit(conn, LIVE), "kfar", T0 + s(50))
+        plain = explain(ReadUnit(conn, LIVE), "plain")
     assert before.last_eviction is None
     assert plain.last_eviction is None
     last = kfar.last_eviction

@@ -34,6 +34,7 @@ from minruntime.store import snapshots as stored_snapshots
 from minruntime.store.checksums import checksum
 from minruntime.store.shadows import SNAPSHOTTED
 from minruntime.store.snapshots import LogPosition, Snapshot
+from minruntime.store.unit import Units
 from tests.cloudevents import T0, allocated, queue, released, submitted
 from tests.integration.helpers import Feed, execute, rows, scalar
 from tests.integration.test_explain_asof import (
@@ -65,23 +66,17 @@ def answers(
     """
     out: dict[str, Any] = {}
     podgroups: tuple[str, ...] | None = None if whole else ()
-    with state_at(engine, at, podgroups=podgroups, from_snapshot=from_snapshot) as (
-        conn,
-        shadow,
-    ):
+    with state_at(Units(engine), at, podgroups=podgroups, from_snapshot=from_snapshot) as unit:
         if whole:
             for table in SNAPSHOTTED:
-                out[f"table {table}"] = checksum(conn, shadow.tables, table)
+                out[f"table {table}"] = checksum(unit.connection, unit.state.tables, table)
         for reclaimer in RECLAIMERS:
-            table_rows = protection_table(conn, shadow, at, reclaimer).rows
+            table_rows = protection_table(unit, at, reclaimer).rows
             out[f"protection {reclaimer}"] = [describe_row(row) for row in table_rows]
     for uid in UIDS:
         named = None if whole else (uid,)
-        with state_at(engine, at, podgroups=named, from_snapshot=from_snapshot) as (
-            conn,
-            shadow,
-        ):
-            explainer = Explainer(conn, shadow, at)
+        with state_at(Units(engine), at, podgroups=named, from_snapshot=from_snapshot) as unit:
+            explainer = Explainer(unit, at)
             for preemptor in PREEMPTORS:
                 try:
                     answer: Any = describe(explainer.explain(uid, preemptor))
@@ -156,7 +151,7 @@ def test_an_answer_starts_from_the_newest_snapshot_at_or_before_its_instant(
 
     def restored_rows(at: datetime) -> int:
         replayed.clear()
-        with state_at(engine, at):
+        with state_at(Units(engine), at):
             pass
         (tail,) = replayed
         return tail
@@ -510,10 +505,10 @@ def test_ended_podgroups_with_escaped_uids_come_back_from_their_documents(
         assert sorted(stored) == sorted(ODD_UIDS)
     for uid in ODD_UIDS:
         for start in (first.applied_until, at):
-            with state_at(engine, start, from_snapshot=False) as (conn, shadow):
-                expected = describe(Explainer(conn, shadow, start).explain(uid, None))
-            with state_at(engine, start, podgroups=(uid,)) as (conn, shadow):
-                assert describe(Explainer(conn, shadow, start).explain(uid, None)) == expected
+            with state_at(Units(engine), start, from_snapshot=False) as unit:
+                expected = describe(Explainer(unit, start).explain(uid, None))
+            with state_at(Units(engine), start, podgroups=(uid,)) as unit:
+                assert describe(Explainer(unit, start).explain(uid, None)) == expected
 
 
 def test_a_taker_gives_up_rather_than_hold_the_writers_back(

@@ -27,10 +27,10 @@ from minruntime.commands.common import print_json
 from minruntime.commands.explain import (
     describe_row,
     render_explanation,
-    render_protection,
     resolved_from_label,
     verdict_text,
 )
+from minruntime.commands.forecast import render_protection
 from tests.cloudevents import T0
 from tests.unit.test_cli import one_error_line
 

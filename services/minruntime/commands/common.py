@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from minruntime.settings import Settings
+    from minruntime.store.unit import Units
 
 
 def option(*names: str, **settings: Any) -> Any:
@@ -36,6 +37,14 @@ AT_HELP: Final = (
 At = Annotated[str | None, option("--at", help=AT_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 Uid = Annotated[str, typer.Argument(metavar="UID", help="The podgroup's uid.", show_default=False)]
+ReclaimerQueue = Annotated[
+    str | None,
+    option(
+        "--reclaimer-queue",
+        metavar="QUEUE",
+        help="Resolve for a reclaimer in QUEUE (the reclaim rule). Default: the preempt rule.",
+    ),
+]
 
 
 # What one invocation of the command line keeps (its settings), while it runs.
@@ -104,6 +113,29 @@ def engine() -> sa.Engine:
     from minruntime.store import engine_from
 
     return engine_from(current_settings().owner_url, pool_pre_ping=False)
+
+
+@contextmanager
+def units(url: str | None = None, **options: Any) -> Iterator[Units]:
+    """The units of work of one command (``store.unit``: ``read()``, ``write()``) on the
+    owner role's engine (or ``url``'s, with engine ``options``), whose connections are closed
+    after the block."""
+    from minruntime.store import engine_from
+    from minruntime.store.unit import Units
+
+    options.setdefault("pool_pre_ping", False)
+    made = Units(engine() if url is None else engine_from(url, **options))
+    try:
+        yield made
+    finally:
+        made.dispose()
+
+
+def insufficient_privilege(error: BaseException) -> bool:
+    """True when PostgreSQL refused the role a privilege (SQLSTATE 42501), wrapped or not."""
+    from minruntime.store.failures import sqlstate
+
+    return sqlstate(error) == "42501"
 
 
 @contextmanager

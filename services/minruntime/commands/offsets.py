@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-from minruntime.commands.common import Json, current_settings, engine
+from minruntime.bootstrap import input_topic_roles
+from minruntime.commands.common import Json, current_settings, units
 from minruntime.core.topic_life import StoredOffset, TopicLife, life_changed, untied
 from minruntime.errors import UserError
-
-if TYPE_CHECKING:
-    from minruntime.settings import Settings
-    from minruntime.stream.backlog import Behind
-    from minruntime.stream.topic_identity import KafkaTopic
+from minruntime.kafka_access import kafka_access
+from minruntime.settings import Settings
+from minruntime.stream.backlog import Behind, records_behind
+from minruntime.stream.topic_identity import KafkaTopic, describe_topics
 
 offsets_app = typer.Typer(
     help="The processor's stored offsets, and re-baselining a topic whose life changed.",
@@ -35,16 +35,10 @@ class NothingToRebaselineError(UserError):
 
 
 def _behind(settings: Settings, nexts: dict[tuple[str, int], int]) -> dict[tuple[str, int], Behind]:
-    from minruntime.kafka_access import kafka_access
-    from minruntime.stream.backlog import records_behind
-
     return asyncio.run(records_behind(kafka_access(settings), nexts))
 
 
 def _describe(settings: Settings, topics: list[str]) -> dict[str, KafkaTopic]:
-    from minruntime.kafka_access import kafka_access
-    from minruntime.stream.topic_identity import describe_topics
-
     return asyncio.run(describe_topics(kafka_access(settings), topics))
 
 
@@ -64,13 +58,9 @@ def status_of(topic: str, stored: list[StoredOffset], kafka: KafkaTopic | None) 
 def show_command(as_json: Json = False) -> None:
     """Stored next offsets per partition, the topic IDs and log ends Kafka has now, and the
     records still to apply (a transaction's commit marker takes an offset but is no record)."""
-    from minruntime.bootstrap import input_topic_roles
-    from minruntime.store.offsets import stored_offsets
-    from minruntime.store.schema import LIVE
-
     settings = current_settings()
-    with engine().connect() as conn:
-        stored = stored_offsets(conn, LIVE, settings.processor_group)
+    with units() as made, made.connected() as unit:
+        stored = unit.stored_offsets(settings.processor_group)
     topics = sorted(set(stored) | set(input_topic_roles(settings)))
     kafka = _describe(settings, topics)
     nexts = {
@@ -167,10 +157,6 @@ def rebaseline_command(
     ] = False,
 ) -> None:
     """Tie TOPIC's stored offsets to the life Kafka holds now; the processor resumes it."""
-    from minruntime.bootstrap import input_topic_roles
-    from minruntime.store.offsets import lock_topic, rebaseline
-    from minruntime.store.schema import LIVE
-
     if from_start == from_end:
         raise UserError("say where to start: --from-start or --from-end (exactly one)")
     settings = current_settings()
@@ -181,15 +167,15 @@ def rebaseline_command(
     if kafka is None:
         raise UserError(f"Kafka has no topic {topic!r}: create it (produce to it) first")
     start = kafka.log_starts if from_start else kafka.log_ends
-    with engine().begin() as conn:
-        stored = lock_topic(conn, LIVE, settings.processor_group, topic)
+    with units() as made, made.write() as unit:
+        stored = unit.lock_topic(settings.processor_group, topic)
         status = status_of(topic, stored, kafka)
         if not status.startswith("REFUSED") and not force:
             raise NothingToRebaselineError(
                 f"{topic}: its stored offsets belong to its current life ({status}); "
                 "nothing to re-baseline (--force to reset them anyway)"
             )
-        rebaseline(conn, LIVE, settings.processor_group, topic, kafka.topic_id, start)
+        unit.rebaseline(settings.processor_group, topic, kafka.topic_id, start)
     where = "its first record" if from_start else "its end"
     offsets = ", ".join(f"{p}: {n}" for p, n in sorted(start.items()))
     print(
