@@ -9,20 +9,15 @@ its last one (`--from-end`: what the topic holds now is left unapplied, on purpo
 
 from __future__ import annotations
 
-import asyncio
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from minruntime.bootstrap import input_topic_roles
 from minruntime.commands.common import Json, current_settings, units
-from minruntime.core.topic_life import StoredOffset, TopicLife, life_changed, untied
 from minruntime.errors import UserError
-from minruntime.kafka_access import kafka_access
-from minruntime.settings import Settings
-from minruntime.stream.backlog import Behind, records_behind
-from minruntime.stream.topic_identity import KafkaTopic, describe_topics
+from minruntime.stream.offset_report import describe_kafka, partition_rows, status_of
 
 offsets_app = typer.Typer(
     help="The processor's stored offsets, and re-baselining a topic whose life changed.",
@@ -34,26 +29,6 @@ class NothingToRebaselineError(UserError):
     """The topic's stored offsets already belong to its current life."""
 
 
-def _behind(settings: Settings, nexts: dict[tuple[str, int], int]) -> dict[tuple[str, int], Behind]:
-    return asyncio.run(records_behind(kafka_access(settings), nexts))
-
-
-def _describe(settings: Settings, topics: list[str]) -> dict[str, KafkaTopic]:
-    return asyncio.run(describe_topics(kafka_access(settings), topics))
-
-
-def status_of(topic: str, stored: list[StoredOffset], kafka: KafkaTopic | None) -> str:
-    """One word or line for a topic: ok, untied, not in Kafka, or why it is refused."""
-    if kafka is None:
-        return "not in Kafka"
-    if not stored:
-        return "not consumed yet"
-    reason = life_changed(topic, stored, TopicLife(kafka.topic_id, kafka.log_ends))
-    if reason is not None:
-        return f"REFUSED: {reason}"
-    return "untied (tied at the next batch)" if untied(stored) else "ok"
-
-
 @offsets_app.command("show")
 def show_command(as_json: Json = False) -> None:
     """Stored next offsets per partition, the topic IDs and log ends Kafka has now, and the
@@ -62,41 +37,7 @@ def show_command(as_json: Json = False) -> None:
     with units() as made, made.connected() as unit:
         stored = unit.stored_offsets(settings.processor_group)
     topics = sorted(set(stored) | set(input_topic_roles(settings)))
-    kafka = _describe(settings, topics)
-    nexts = {
-        (topic, row.partition): row.next_offset
-        for topic in topics
-        if status_of(topic, stored.get(topic, []), kafka.get(topic)) in _READABLE
-        for row in stored.get(topic, [])
-        if row.partition in kafka[topic].log_ends
-    }
-    behind = _behind(settings, nexts)
-    rows: list[dict[str, Any]] = []
-    for topic in topics:
-        status = status_of(topic, stored.get(topic, []), kafka.get(topic))
-        described = kafka.get(topic)
-        partitions = sorted(
-            {row.partition for row in stored.get(topic, [])}
-            | set(described.log_ends if described else {})
-        )
-        by_partition = {row.partition: row for row in stored.get(topic, [])}
-        for partition in partitions:
-            row = by_partition.get(partition)
-            counted = behind.get((topic, partition))
-            rows.append(
-                {
-                    "topic": topic,
-                    "partition": partition,
-                    "next_offset": row.next_offset if row else None,
-                    "stored_topic_id": row.topic_id if row else None,
-                    "kafka_topic_id": described.topic_id if described else None,
-                    "log_start": described.log_starts.get(partition) if described else None,
-                    "log_end": described.log_ends.get(partition) if described else None,
-                    "behind": counted.records if counted else None,
-                    "behind_exact": counted.exact if counted else None,
-                    "status": status,
-                }
-            )
+    rows = partition_rows(settings, stored, topics)
     if as_json:
         print(json.dumps({"consumer_group": settings.processor_group, "partitions": rows}))
         return
@@ -116,10 +57,6 @@ def show_command(as_json: Json = False) -> None:
                 f"log {_dash(item['log_start'])}..{_dash(item['log_end'])}"
                 f"{_behind_text(item['behind'], item['behind_exact'])}"
             )
-
-
-# Statuses whose stored offsets belong to the topic Kafka holds now (a backlog means something).
-_READABLE = frozenset({"ok", "untied (tied at the next batch)"})
 
 
 def _dash(value: object) -> str:
@@ -163,7 +100,7 @@ def rebaseline_command(
     inputs = sorted(input_topic_roles(settings))
     if topic not in inputs:
         raise UserError(f"{topic!r} is not an input topic of the processor: {', '.join(inputs)}")
-    kafka = _describe(settings, [topic]).get(topic)
+    kafka = describe_kafka(settings, [topic]).get(topic)
     if kafka is None:
         raise UserError(f"Kafka has no topic {topic!r}: create it (produce to it) first")
     start = kafka.log_starts if from_start else kafka.log_ends
