@@ -80,7 +80,7 @@ def build(args: argparse.Namespace, settings: Settings) -> str:
             apply_batch(conn, records[i : i + args.build_batch], consumer_group="bench-asof")
         applying += time.perf_counter() - started
         started = time.perf_counter()
-        if take(engine, policy).snapshot is not None:
+        if take(Units(engine), policy).snapshot is not None:
             taken += 1
             snapshotting += time.perf_counter() - started
             if taken % 10 == 0:

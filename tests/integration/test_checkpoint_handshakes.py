@@ -28,7 +28,7 @@ from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.stack import StackStatus
 from minruntime.store.shadows import LIVE as LIVE_SHADOW
-from minruntime.store.unit import ReadUnit
+from minruntime.store.unit import ReadUnit, Units
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
 from tests.cloudevents import T0, allocated, annotated, submitted
 from tests.integration.helpers import Feed, kafka_admin, rows
@@ -155,6 +155,8 @@ def test_a_handshake_through_kafka_is_stored_once_and_explained(
     assert during.checkpoint is not None
     assert during.checkpoint.outcome is None  # as of an instant inside the wait
 
-    [row] = [row for row in podgroup_story(engine, "x").rows if row.type == "requeue.checkpoint"]
+    [row] = [
+        row for row in podgroup_story(Units(engine), "x").rows if row.type == "requeue.checkpoint"
+    ]
     assert row.kind == "checkpoint"
     assert row.summary.startswith("checkpoint acknowledged after 41.0 s (checkpointed at")

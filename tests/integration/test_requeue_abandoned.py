@@ -17,7 +17,7 @@ from minruntime.core.timestamps import format_rfc3339
 from minruntime.store.decisions import commit_cooldowns
 from minruntime.store.schema import LIVE
 from minruntime.store.shadows import LIVE as LIVE_SHADOW
-from minruntime.store.unit import ReadUnit
+from minruntime.store.unit import ReadUnit, Units
 from tests.cloudevents import T0, Message, allocated, event, submitted, wire
 from tests.integration.helpers import Feed, rows
 
@@ -101,7 +101,9 @@ def test_an_abandoned_requeue_clears_its_cooldown_and_the_wait_for_the_release(
     assert explanation.requeue_abandoned == AbandonedRequeue(
         T0 + timedelta(minutes=16), "pdb", not_before
     )
-    [row] = [row for row in podgroup_story(engine, "x").rows if row.type == "requeue.abandoned"]
+    [row] = [
+        row for row in podgroup_story(Units(engine), "x").rows if row.type == "requeue.abandoned"
+    ]
     assert row.kind == "decision"
     assert row.decision is not None
     assert (row.decision.outcome, row.decision.reason) == ("abandoned", "pdb")

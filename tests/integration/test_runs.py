@@ -36,7 +36,7 @@ from minruntime.store.scratch import (
     scratch_owner_url,
 )
 from minruntime.store.shadows import create_shadow
-from minruntime.store.unit import ReadUnit, State
+from minruntime.store.unit import ReadUnit, State, Units
 from tests.cloudevents import (
     T0,
     allocated,
@@ -291,7 +291,7 @@ def test_the_processor_hands_the_evicted_runs_to_its_metrics(engine: sa.Engine) 
 def test_the_audit_marks_where_a_run_ended_inside_its_window(
     feed: Feed, engine: sa.Engine, tmp_path: Path
 ) -> None:
-    story_of = podgroup_story(engine, "def")
+    story_of = podgroup_story(Units(engine), "def")
     (run,) = story_of.runs
     assert (run.protection, run.eviction, run.cut_short) == ("definite", True, s(550))
     assert run.ended_inside_protection
@@ -300,9 +300,9 @@ def test_the_audit_marks_where_a_run_ended_inside_its_window(
     text = picture.read_text()
     assert "violation (definite), cut 9m10s short" in text
     assert "ended inside its window" in text  # the legend
-    late = podgroup_story(engine, "late").runs[0]
+    late = podgroup_story(Units(engine), "late").runs[0]
     assert (late.protection, late.ended_inside_protection) == ("none", False)
-    write_plot(podgroup_story(engine, "late"), tmp_path / "late.svg")
+    write_plot(podgroup_story(Units(engine), "late"), tmp_path / "late.svg")
     assert "violation" not in (tmp_path / "late.svg").read_text()
 
 

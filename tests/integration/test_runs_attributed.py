@@ -35,7 +35,7 @@ from minruntime.store.scratch import (
     scratch_owner_url,
 )
 from minruntime.store.shadows import LIVE, create_shadow
-from minruntime.store.unit import ReadUnit, State
+from minruntime.store.unit import ReadUnit, State, Units
 from tests.cloudevents import (
     T0,
     Event,
@@ -308,7 +308,7 @@ def test_explain_and_the_audit_show_the_action_and_the_evictor(
         " (queue leaf3) [event]: violated, cut 8m20s short (its window 10m)"
     ) in console.export_text()
 
-    (run,) = podgroup_story(engine, "kpre").runs
+    (run,) = podgroup_story(Units(engine), "kpre").runs
     assert (run.ended_by, run.action, run.evictor, run.evictor_queue) == (
         "evicted by preempt",
         "preempt",
@@ -320,5 +320,5 @@ def test_explain_and_the_audit_show_the_action_and_the_evictor(
         s(110),
         "possible",
     )
-    (plain_run,) = podgroup_story(engine, "plain").runs
+    (plain_run,) = podgroup_story(Units(engine), "plain").runs
     assert (plain_run.ended_by, plain_run.exact_verdict) == ("released (deleted)", None)

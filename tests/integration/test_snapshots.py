@@ -98,13 +98,13 @@ def history(engine: sa.Engine, runtime: sa.Engine, feed: Feed) -> list[datetime]
         assert feed.send(*messages).dead_lettered == 0
         instants.append(db_now(engine))
         if number in (2, 3):
-            taken = take(runtime, ALWAYS)
+            taken = take(Units(runtime), ALWAYS)
             assert taken.snapshot is not None
             # Exactly at its position, and one microsecond before the last entry it holds.
             instants += [taken.snapshot.applied_until, taken.snapshot.applied_until - MICROSECOND]
     assert feed.send(*afterwards(now)).dead_lettered == 0
     instants.append(db_now(engine))
-    assert take(runtime, NEVER, force=True).snapshot is not None
+    assert take(Units(runtime), NEVER, force=True).snapshot is not None
     instants.append(db_now(engine))
     return instants
 
@@ -451,7 +451,7 @@ def test_a_snapshot_waits_for_a_batch_in_flight_and_then_holds_it(
     conn, _ = batch_in_flight
     result: list[Any] = []
     taker = threading.Thread(
-        target=lambda: result.append(take(runtime, ALWAYS, lock_timeout="120s"))
+        target=lambda: result.append(take(Units(runtime), ALWAYS, lock_timeout="120s"))
     )
     taker.start()
     # The taker waits for the snapshot lock the batch holds shared (seen in pg_locks).
@@ -492,11 +492,11 @@ def test_ended_podgroups_with_escaped_uids_come_back_from_their_documents(
     feed.send(queue("q"), *(submitted(uid, "q", 2) for uid in ODD_UIDS))
     feed.send(*(allocated(uid, 2, time=now - timedelta(minutes=5)) for uid in ODD_UIDS))
     feed.send(*(released(uid, time=now - timedelta(minutes=1)) for uid in ODD_UIDS))
-    first = take(runtime, ALWAYS).snapshot
+    first = take(Units(runtime), ALWAYS).snapshot
     assert first is not None
     # Two of them run again after the snapshot: the tail names them.
     feed.send(*(allocated(uid, 1, time=now) for uid in ODD_UIDS[:2]))
-    assert take(runtime, ALWAYS).snapshot is not None
+    assert take(Units(runtime), ALWAYS).snapshot is not None
     at = db_now(engine)
     with engine.connect() as conn:
         stored = conn.execute(
@@ -514,9 +514,9 @@ def test_ended_podgroups_with_escaped_uids_come_back_from_their_documents(
 def test_a_taker_gives_up_rather_than_hold_the_writers_back(
     runtime: sa.Engine, batch_in_flight: tuple[sa.Connection, Feed]
 ) -> None:
-    taken = take(runtime, ALWAYS, lock_timeout="100ms")
+    taken = take(Units(runtime), ALWAYS, lock_timeout="100ms")
     assert taken.snapshot is None
     assert taken.reason == "the log's writers were busy"
     conn, _ = batch_in_flight
     conn.commit()  # the writer was never blocked: its commit goes through
-    assert take(runtime, ALWAYS).snapshot is not None
+    assert take(Units(runtime), ALWAYS).snapshot is not None

@@ -47,7 +47,7 @@ def audit_command(uid: Uid, as_json: Json = False, plot: Plot = None) -> None:
     if plot is not None:
         plot_format(plot)  # a bad suffix fails before the replay, not after
     with units() as made:
-        story = podgroup_story(made.engine, uid)
+        story = podgroup_story(made, uid)
     if as_json:
         print_json(story_json(story))
     else:

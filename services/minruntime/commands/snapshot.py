@@ -65,12 +65,12 @@ def snapshot_command(
             settings.snapshot_every_minutes,
             settings.snapshot_every_bytes,
         )
-        taken = take(made.engine, policy, force=force)
+        taken = take(made, policy, force=force)
         while every is not None:
             if taken.snapshot is not None:
                 _report(taken, as_json)
             time.sleep(every)
-            taken = take(made.engine, policy)
+            taken = take(made, policy)
     _report(taken, as_json)
 
 
