@@ -49,6 +49,7 @@ from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 from minruntime.store.tables import SNAPSHOT_TABLES
+from minruntime.store.unit import ReadUnit, Units
 from replay_after import replay_verify
 
 TARGET_SECONDS = 1.0  # issue 30 part 4 (issue 10's was 2 s)
@@ -79,7 +80,7 @@ def build(args: argparse.Namespace, settings: Settings) -> str:
             apply_batch(conn, records[i : i + args.build_batch], consumer_group="bench-asof")
         applying += time.perf_counter() - started
         started = time.perf_counter()
-        if take(engine, policy).snapshot is not None:
+        if take(Units(engine), policy).snapshot is not None:
             taken += 1
             snapshotting += time.perf_counter() - started
             if taken % 10 == 0:
@@ -109,14 +110,14 @@ def instants(engine: sa.Engine, stored: list[Snapshot], count: int) -> list[date
 
 def protection_at(engine: sa.Engine, at: datetime) -> int:
     """What ``protection --at`` does (the running podgroups only)."""
-    with state_at(engine, at, podgroups=()) as (conn, shadow):
-        return len(protection_table(conn, shadow, at).rows)
+    with state_at(Units(engine), at, podgroups=()) as unit:
+        return len(protection_table(unit, at).rows)
 
 
 def explain_at(engine: sa.Engine, at: datetime, uid: str) -> None:
     """What ``explain UID --at`` does (the running podgroups and UID)."""
-    with state_at(engine, at, podgroups=(uid,)) as (conn, shadow):
-        Explainer(conn, shadow, at).explain(uid, None)
+    with state_at(Units(engine), at, podgroups=(uid,)) as unit:
+        Explainer(unit, at).explain(uid, None)
 
 
 def running_uid(engine: sa.Engine, at: datetime) -> str:
@@ -140,7 +141,8 @@ def phases(engine: sa.Engine, at: datetime, podgroups: tuple[str, ...] | None = 
         shadow = create_shadow(conn, temporary_name())
         made = time.perf_counter() - started
         started = time.perf_counter()
-        start = start_from_snapshot(conn, shadow, at, podgroups)
+        unit = ReadUnit(conn, shadow)
+        start = start_from_snapshot(unit, at, podgroups)
         restored = time.perf_counter() - started
         started = time.perf_counter()
         report = replay(
@@ -150,7 +152,7 @@ def phases(engine: sa.Engine, at: datetime, podgroups: tuple[str, ...] | None = 
         )
         replayed = time.perf_counter() - started
         started = time.perf_counter()
-        rows = len(protection_table(conn, shadow, at).rows)
+        rows = len(protection_table(unit, at).rows)
         queried = time.perf_counter() - started
     base = f"snapshot at {start.events:,} events" if start else "no snapshot"
     return (
@@ -252,8 +254,8 @@ def verify_everything(url: str) -> None:
 
 
 def protection_at_without_snapshots(engine: sa.Engine, at: datetime) -> None:
-    with state_at(engine, at, from_snapshot=False) as (conn, shadow):
-        protection_table(conn, shadow, at)
+    with state_at(Units(engine), at, from_snapshot=False) as unit:
+        protection_table(unit, at)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from bench_replay import timed_replay, trace_arguments, traced_database
 from minruntime.audit.timeline import podgroup_story
+from minruntime.store.unit import Units
 
 # An audit should take a small part of a whole-log replay.
 RATIO_TARGET = 0.2
@@ -32,7 +33,7 @@ def timed_story(engine: sa.Engine, uid: str, repeat: int) -> tuple[float, int, i
     seconds = []
     for _ in range(repeat):
         started = time.perf_counter()
-        story = podgroup_story(engine, uid)
+        story = podgroup_story(Units(engine), uid)
         seconds.append(time.perf_counter() - started)
     return statistics.median(seconds), len(story.rows), story.replayed
 

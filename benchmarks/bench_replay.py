@@ -44,6 +44,7 @@ from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import create_shadow, temporary_name
+from minruntime.store.unit import Units
 from pipeline import INPUT_ROLES
 from replay_after import replay_verify
 
@@ -103,7 +104,8 @@ def timed_replay(engine: sa.Engine) -> tuple[float, float, int]:
 def timed_as_of(engine: sa.Engine, at: datetime) -> tuple[float, int]:
     """(seconds, rows) of the protection table as the service had it at ``at``."""
     started = time.perf_counter()
-    with state_at(engine, at) as (conn, shadow):
+    with state_at(Units(engine), at) as unit:
+        conn, shadow = unit.connection, unit.state
         rows = conn.execute(
             sa.text(f"SELECT * FROM {shadow.read_schema}.preempt_protection(:at)"), {"at": at}
         ).all()

@@ -45,6 +45,7 @@ from minruntime.audit.violations import find_violations
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.read_transactions import repeatable_read
+from minruntime.store.unit import ReadUnit
 from proc_cpu import process_cpu
 from replay_after import replay_verify
 
@@ -110,7 +111,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
             ).one()
         with repeatable_read(engine) as conn:
             started = time.perf_counter()
-            report = find_violations(conn)
+            report = find_violations(ReadUnit(conn))
             in_process = time.perf_counter() - started
     finally:
         engine.dispose()

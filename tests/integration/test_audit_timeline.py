@@ -16,7 +16,8 @@ import sqlalchemy as sa
 
 from minruntime.audit.timeline import UnknownPodGroupError, podgroup_story
 from minruntime.audit.timeline_model import Change, Decision, Nomination, Story, WindowSpan
-from minruntime.commands.audit_plot import write_plot
+from minruntime.audit.timeline_plot import write_plot
+from minruntime.store.unit import Units
 from tests.cloudevents import (
     T0,
     allocated,
@@ -57,7 +58,7 @@ def story(engine: sa.Engine, feed: Feed) -> Story:
     feed.send(gang("hi", 4, priority=100))
     cycle(engine, COMMIT_AT)  # "hi" fits once it is gone
     feed.send(released(UID, time=COMMIT_AT + timedelta(minutes=1), reason="evicted"))
-    return podgroup_story(engine, UID)
+    return podgroup_story(Units(engine), UID)
 
 
 def changes(story: Story, seq_index: int) -> dict[str, tuple[Any, Any]]:
@@ -198,7 +199,7 @@ def test_an_unknown_uid_is_one_clear_error(engine: sa.Engine, story: Story) -> N
     # "team" is a queue's subject in the log, not a podgroup.
     for uid in ("no-such-podgroup", "team"):
         with pytest.raises(UnknownPodGroupError, match=f"no podgroup with uid '{uid}'"):
-            podgroup_story(engine, uid)
+            podgroup_story(Units(engine), uid)
 
 
 def test_the_audit_leaves_nothing_behind(engine: sa.Engine, story: Story) -> None:
@@ -240,7 +241,7 @@ def test_a_config_change_moves_a_default_window_and_a_deletion_ends_the_run(
     feed.send(config(defaultPreemptMinRuntime="20m"))
     feed.send(deleted("u2", time=minutes(30)))
 
-    story = podgroup_story(engine, "u2")
+    story = podgroup_story(Units(engine), "u2")
 
     assert [row.kind for row in story.rows] == ["podgroup", "podgroup", "window", "podgroup"]
     start, moved = story.rows[1], story.rows[2]

@@ -27,6 +27,7 @@ from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.store.shadows import LIVE as LIVE_SHADOW
+from minruntime.store.unit import ReadUnit, Units
 from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
 from minruntime_dev.stack import StackStatus
 from tests.cloudevents import T0, allocated, annotated, submitted
@@ -121,7 +122,7 @@ def test_a_handshake_through_kafka_is_stored_once_and_explained(
         ),
     )
     with engine.connect() as conn:
-        waiting = explain(conn, LIVE_SHADOW, "x", REQUESTED + timedelta(seconds=5), None)
+        waiting = explain(ReadUnit(conn, LIVE_SHADOW), "x", REQUESTED + timedelta(seconds=5), None)
     assert waiting.checkpoint == CheckpointHandshake(REQUESTED, timedelta(minutes=5))
     assert handshake_text(waiting.checkpoint).startswith(
         f"waiting since {format_rfc3339(REQUESTED)}"
@@ -145,8 +146,8 @@ def test_a_handshake_through_kafka_is_stored_once_and_explained(
     ]
 
     with engine.connect() as conn:
-        ended = explain(conn, LIVE_SHADOW, "x", ENDED + timedelta(seconds=5), None)
-        during = explain(conn, LIVE_SHADOW, "x", REQUESTED + timedelta(seconds=5), None)
+        ended = explain(ReadUnit(conn, LIVE_SHADOW), "x", ENDED + timedelta(seconds=5), None)
+        during = explain(ReadUnit(conn, LIVE_SHADOW), "x", REQUESTED + timedelta(seconds=5), None)
     assert ended.checkpoint == CheckpointHandshake(
         REQUESTED, timedelta(minutes=5), "acknowledged", ENDED, SAVED
     )
@@ -154,6 +155,8 @@ def test_a_handshake_through_kafka_is_stored_once_and_explained(
     assert during.checkpoint is not None
     assert during.checkpoint.outcome is None  # as of an instant inside the wait
 
-    [row] = [row for row in podgroup_story(engine, "x").rows if row.type == "requeue.checkpoint"]
+    [row] = [
+        row for row in podgroup_story(Units(engine), "x").rows if row.type == "requeue.checkpoint"
+    ]
     assert row.kind == "checkpoint"
     assert row.summary.startswith("checkpoint acknowledged after 41.0 s (checkpointed at")

@@ -21,6 +21,7 @@ from minruntime.audit.explain import Explainer, UnknownPodGroupError, explain
 from minruntime.audit.explain_model import Explanation
 from minruntime.core import MinRuntimeConfig, QueueTree
 from minruntime.store.shadows import LIVE
+from minruntime.store.unit import ReadUnit
 from tests.cloudevents import (
     T0,
     Event,
@@ -190,7 +191,7 @@ def check_every_pair(
         podgroups = running_podgroups(conn)
         for offset in moments:
             at = T0 + offset * S
-            explainer = Explainer(conn, LIVE, at)
+            explainer = Explainer(ReadUnit(conn, LIVE), at)
             for uid, victim_queue, pool in podgroups:
                 for preemptor in preemptors:
                     explanation = explainer.explain(uid, preemptor)
@@ -208,7 +209,7 @@ def test_explain_agrees_with_sql_on_every_pair_of_the_design_tree(engine: sa.Eng
 
 def explained(engine: sa.Engine, uid: str, preemptor: str | None, offset: float) -> Explanation:
     with engine.connect() as conn:
-        return explain(conn, LIVE, uid, T0 + offset * S, preemptor)
+        return explain(ReadUnit(conn, LIVE), uid, T0 + offset * S, preemptor)
 
 
 def test_the_design_documents_examples_read_as_the_document_says(engine: sa.Engine) -> None:
@@ -326,7 +327,7 @@ def test_not_running_and_unknown_podgroups(engine: sa.Engine) -> None:
     ):
         explained(engine, "nope", None, 30)
     with engine.connect() as conn, pytest.raises(UnknownPodGroupError) as error:
-        Explainer(conn, LIVE, None).explain("nope")
+        Explainer(ReadUnit(conn, LIVE), None).explain("nope")
     assert str(error.value) == "no podgroup with uid 'nope'"
 
 

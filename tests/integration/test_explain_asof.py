@@ -26,6 +26,7 @@ from minruntime.cli import main
 from minruntime.commands.explain import describe_row
 from minruntime.commands.render import print_json
 from minruntime.core import format_rfc3339
+from minruntime.store.unit import Units
 from tests.cloudevents import (
     Event,
     allocated,
@@ -54,12 +55,12 @@ def db_now(engine: sa.Engine) -> datetime:
 def answers(engine: sa.Engine, state: datetime | None, at: datetime, to_json: ToJson) -> Any:
     """Every answer at ``at``, from the live state (``state`` None) or the state at ``state``."""
     out: dict[str, Any] = {}
-    with state_at(engine, state) as (conn, shadow):
+    with state_at(Units(engine), state) as unit:
         for reclaimer in RECLAIMERS:
-            table = protection_table(conn, shadow, at, reclaimer)
+            table = protection_table(unit, at, reclaimer)
             rows = to_json([describe_row(row) for row in table.rows])
             out[f"protection {reclaimer}"] = {"rows": rows, "notes": list(table.notes)}
-        explainer = Explainer(conn, shadow, at)
+        explainer = Explainer(unit, at)
         for uid in UIDS:
             for preemptor in PREEMPTORS:
                 try:

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from minruntime.audit.forecast import describe, forecast, lines
 from minruntime.errors import UserError
+from minruntime.store.unit import Units
 from tests.cloudevents import allocated, config, queue, submitted
 from tests.integration.helpers import Feed
 from tests.integration.test_requeue_plan import contents
@@ -28,7 +29,7 @@ def test_the_windows_ending_in_the_horizon_soonest_first(engine: sa.Engine, feed
     )
     before = contents(engine)
 
-    found = describe(forecast(engine, hours=2))
+    found = describe(forecast(Units(engine), hours=2))
 
     assert contents(engine) == before
     # t (started an hour ago): reclaim from infer's root ends at +1h, the unknown default
@@ -52,13 +53,13 @@ def test_one_queue_and_bad_options(engine: sa.Engine, feed: Feed) -> None:
         allocated("i", 1, time=now),
     )
 
-    only = forecast(engine, hours=1, queue="infer")
+    only = forecast(Units(engine), hours=1, queue="infer")
 
     assert {e.uid for e in only.expiries} == {"i"}
     assert lines(only)[0].startswith(
         "1 protection window(s) of 1 running podgroup(s) in queue infer"
     )
     with pytest.raises(UserError, match="--queue 'nope'"):
-        forecast(engine, hours=1, queue="nope")
+        forecast(Units(engine), hours=1, queue="nope")
     with pytest.raises(UserError, match="--hours 0"):
-        forecast(engine, hours=0)
+        forecast(Units(engine), hours=0)

@@ -13,6 +13,7 @@ from minruntime.audit.explain import explain
 from minruntime.core import format_rfc3339
 from minruntime.events import decode_event
 from minruntime.store.shadows import LIVE
+from minruntime.store.unit import ReadUnit
 from tests.cloudevents import (
     T0,
     Event,
@@ -190,8 +191,8 @@ def test_explain_says_the_delay_where_it_came_from_and_until_when(
 ) -> None:
     feed.send(waiting("hi", at=NOW, pod_delays=(None, "15m", None, None)))
     with engine.connect() as conn:
-        inside = explain(conn, LIVE, "hi", NOW + timedelta(minutes=5))
-        over = explain(conn, LIVE, "hi", NOW + timedelta(minutes=15))
+        inside = explain(ReadUnit(conn, LIVE), "hi", NOW + timedelta(minutes=5))
+        over = explain(ReadUnit(conn, LIVE), "hi", NOW + timedelta(minutes=15))
     delay = inside.preemption_delay
     assert delay is not None
     assert delay.source == f"annotation {DELAY} of pod hi-1"

@@ -17,6 +17,7 @@ from minruntime.core.disruption import (
     TOP_OWNER_ANNOTATION,
 )
 from minruntime.requeue.cycle_inputs import load_cycle_inputs
+from minruntime.store.unit import ReadUnit
 from tests.cloudevents import (
     T0,
     Event,
@@ -166,7 +167,7 @@ def test_explain_shows_the_queues_budget_and_when_it_frees_up(
         allocated("v1", 8, time=T0 + MINUTE),
     )
     with engine.connect() as conn:
-        explanation = explain(conn, LIVE_SHADOW, "v1", NOW, None)
+        explanation = explain(ReadUnit(conn, LIVE_SHADOW), "v1", NOW, None)
     facts = explanation.disruption
     assert facts is not None
     assert (facts.max_evictions_per_window, facts.eviction_window, facts.counted) == (

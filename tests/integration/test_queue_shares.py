@@ -20,6 +20,7 @@ from minruntime.audit.explain import explain
 from minruntime.commands.requeue_plan import describe, dry_run
 from minruntime.events import RequeueRolledBackData, decode_event
 from minruntime.store.shadows import LIVE
+from minruntime.store.unit import ReadUnit, Units
 from tests.cloudevents import Event, allocated, event, node, submitted
 from tests.integration.helpers import NOW, OVERRUN, Feed, assert_replay_equal, cycle, rows, scalar
 
@@ -101,7 +102,7 @@ def test_a_quota_zero_beneficiary_rolls_back_as_beneficiary_over_quota(
     assert sent.data.quota_shares.victim.queue == "train"
 
     with engine.connect() as conn:
-        why = explain(conn, LIVE, "hog", NOW)
+        why = explain(ReadUnit(conn, LIVE), "hog", NOW)
     assert why.requeue_shares is not None
     assert why.requeue_shares["beneficiary"]["queue"] == "burst"
     assert_replay_equal(engine, "replayed_shares")
@@ -120,7 +121,7 @@ def test_requeue_plan_json_shows_the_shares(
     engine: sa.Engine, feed: Feed, burst_quota: float
 ) -> None:
     story(feed, burst_quota)
-    plan = dry_run(engine, at=None, now=NOW)
+    plan = dry_run(Units(engine), at=None, now=NOW)
     document = json.loads(json.dumps(describe(plan, at=None), default=str))
     (decision,) = document["decisions"]
     if burst_quota:

@@ -34,6 +34,7 @@ from minruntime.store.shadows import (
     drop_shadow,
     scratch_state,
 )
+from minruntime.store.unit import Units
 from tests.cloudevents import (
     T0,
     Message,
@@ -373,11 +374,13 @@ def test_until_gives_the_state_the_service_had_then(engine: sa.Engine, feed: Fee
         allocated("b", 1, time=T0),
         released("a", time=T0 + timedelta(hours=1)),
     )
-    with state_at(engine, then) as (conn, shadow):
+    with state_at(Units(engine), then) as unit:
+        conn, shadow = unit.connection, unit.state
         assert conn.execute(sa.text(query.format(s=shadow.read_schema)), {"at": NOW}).all() == (
             recorded
         )
-    with state_at(engine, None) as (conn, shadow):
+    with state_at(Units(engine), None) as unit:
+        conn, shadow = unit.connection, unit.state
         now_rows = conn.execute(sa.text(query.format(s=shadow.read_schema)), {"at": NOW}).all()
     assert [(r.uid, r.min_runtime) for r in now_rows] == [("b", timedelta(hours=4))]
 

@@ -17,6 +17,7 @@ from minruntime.core.timestamps import format_rfc3339
 from minruntime.store.decisions import commit_cooldowns
 from minruntime.store.schema import LIVE
 from minruntime.store.shadows import LIVE as LIVE_SHADOW
+from minruntime.store.unit import ReadUnit, Units
 from tests.cloudevents import T0, Message, allocated, event, submitted, wire
 from tests.integration.helpers import Feed, rows
 
@@ -96,11 +97,13 @@ def test_an_abandoned_requeue_clears_its_cooldown_and_the_wait_for_the_release(
 
     # explain and audit say so.
     with engine.connect() as conn:
-        explanation = explain(conn, LIVE_SHADOW, "x", T0 + timedelta(minutes=20), None)
+        explanation = explain(ReadUnit(conn, LIVE_SHADOW), "x", T0 + timedelta(minutes=20), None)
     assert explanation.requeue_abandoned == AbandonedRequeue(
         T0 + timedelta(minutes=16), "pdb", not_before
     )
-    [row] = [row for row in podgroup_story(engine, "x").rows if row.type == "requeue.abandoned"]
+    [row] = [
+        row for row in podgroup_story(Units(engine), "x").rows if row.type == "requeue.abandoned"
+    ]
     assert row.kind == "decision"
     assert row.decision is not None
     assert (row.decision.outcome, row.decision.reason) == ("abandoned", "pdb")
@@ -127,7 +130,7 @@ def test_violations_and_the_runs_view_show_the_abandoned_requeue(
     feed.send(abandoned("z", T0 + timedelta(minutes=6)))
     feed.send(released("z", time=T0 + timedelta(hours=1), reason="evicted"))
     with engine.connect() as conn:
-        report = find_violations(conn, since=T0, queue="q")
+        report = find_violations(ReadUnit(conn), since=T0, queue="q")
     (row,) = report.abandoned
     assert (row.at, row.uid, row.queue, row.reason) == (T0 + timedelta(minutes=16), "z", "q", "pdb")
     assert summary(report)["abandoned_requeues"] == [
@@ -137,7 +140,7 @@ def test_violations_and_the_runs_view_show_the_abandoned_requeue(
     assert "1 requeue abandoned by the evictor" in text
     assert text.splitlines()[-1].split()[1:] == ["z", "q", "pdb"]
     with engine.connect() as conn:
-        later = find_violations(conn, since=T0 + timedelta(minutes=17))
+        later = find_violations(ReadUnit(conn), since=T0 + timedelta(minutes=17))
     assert later.abandoned == ()
     (run,) = rows(
         engine,

@@ -19,6 +19,7 @@ from minruntime.requeue.cycle_inputs import load_cycle_inputs
 from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.schema import LIVE as LIVE_TABLES
 from minruntime.store.shadows import LIVE
+from minruntime.store.unit import ReadUnit
 from tests.cloudevents import (
     T0,
     allocated,
@@ -164,7 +165,7 @@ def test_explain_shows_the_cap_its_origin_the_requeues_and_when_it_frees(
 ) -> None:
     requeued_once(feed, engine, {})
     with engine.connect() as conn:
-        cap = explain(conn, LIVE, "v", NOW + 10 * MINUTE).requeue_cap
+        cap = explain(ReadUnit(conn, LIVE), "v", NOW + 10 * MINUTE).requeue_cap
     assert cap is not None
     assert (cap.limit, cap.window, cap.source, cap.config_node_pool) == (
         1,
@@ -177,7 +178,7 @@ def test_explain_shows_the_cap_its_origin_the_requeues_and_when_it_frees(
     assert cap.oldest_leaves_at == cap.frees_at == NOW + WINDOW
     with engine.connect() as conn:
         # Before the commit nothing was counted; the hi gang is not capped by anything.
-        before = explain(conn, LIVE, "v", NOW - MINUTE).requeue_cap
+        before = explain(ReadUnit(conn, LIVE), "v", NOW - MINUTE).requeue_cap
     assert before is not None
     assert (before.requeues, before.reached) == ((), False)
 
@@ -190,8 +191,8 @@ def test_the_annotation_lowers_the_cap_and_a_bad_one_is_ignored_and_said(
         submitted("bad", "team", 1, annotations={MAX_REQUEUES_ANNOTATION: "0"}),
     )
     with engine.connect() as conn:
-        low = explain(conn, LIVE, "low", T0).requeue_cap
-        bad = explain(conn, LIVE, "bad", T0).requeue_cap
+        low = explain(ReadUnit(conn, LIVE), "low", T0).requeue_cap
+        bad = explain(ReadUnit(conn, LIVE), "bad", T0).requeue_cap
     assert low is not None
     assert (low.limit, low.window, low.source) == (2, None, "annotation")
     assert bad is not None

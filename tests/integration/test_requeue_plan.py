@@ -24,6 +24,7 @@ from minruntime.store import engine_from
 from minruntime.store.queues import TREE_LOCK_KEY
 from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY
 from minruntime.store.tables import STATE_SCHEMA, metadata
+from minruntime.store.unit import Units
 from tests.cloudevents import allocated, node, nominated, queue, submitted
 from tests.integration.helpers import OVERRUN, Feed, cycle
 
@@ -94,10 +95,10 @@ def test_the_dry_run_decides_what_the_workers_next_cycle_decides(
     story(feed)
     first = datetime.now(UTC)
 
-    live = dry_run(engine, at=None, now=first)
+    live = dry_run(Units(engine), at=None, now=first)
     report = cycle(runtime, first)
     # As of `first`: the state before the worker's commit, planned at `first`.
-    as_of = dry_run(engine, at=first, now=datetime.now(UTC))
+    as_of = dry_run(Units(engine), at=first, now=datetime.now(UTC))
 
     # The worker's order: lowest priority first, then the least work at risk, then the
     # largest overrun, then uid.
@@ -116,7 +117,7 @@ def test_the_dry_run_decides_what_the_workers_next_cycle_decides(
 
     # The next cycle: v is in its cooldown (not nominated), the rollbacks repeat.
     second = first + timedelta(seconds=10)
-    live = dry_run(engine, at=None, now=second)
+    live = dry_run(Units(engine), at=None, now=second)
     report = cycle(runtime, second)
     assert outcomes(live) == [
         ("u", "rolled_back", "protected", ()),
@@ -133,8 +134,8 @@ def test_one_node_pool_is_what_the_worker_decides_for_that_pool(
     story(feed)
     now = datetime.now(UTC)
 
-    pool_b = dry_run(engine, at=None, now=now, node_pool="pool-b")
-    default = dry_run(engine, at=None, now=now, node_pool="default")
+    pool_b = dry_run(Units(engine), at=None, now=now, node_pool="pool-b")
+    default = dry_run(Units(engine), at=None, now=now, node_pool="default")
     report = cycle(runtime, now)
 
     assert pool_b.decisions == tuple(d for d in report.plan.decisions if d.uid in {"u", "w"})
@@ -153,7 +154,7 @@ def test_an_unknown_node_pool_is_an_error_naming_the_known_ones(
     story(feed)
 
     with pytest.raises(UnknownNodePoolError) as raised:
-        dry_run(engine, at=None, now=datetime.now(UTC), node_pool="pool-x")
+        dry_run(Units(engine), at=None, now=datetime.now(UTC), node_pool="pool-x")
     assert str(raised.value) == (
         "--node-pool 'pool-x': no node, podgroup or configuration of that node pool in the "
         "state read; known: default, pool-b"
@@ -161,14 +162,17 @@ def test_an_unknown_node_pool_is_an_error_naming_the_known_ones(
     # Before it existed, pool-b is unknown too.
     with pytest.raises(UnknownNodePoolError):
         dry_run(
-            engine, at=datetime(2020, 1, 1, tzinfo=UTC), now=datetime.now(UTC), node_pool="pool-b"
+            Units(engine),
+            at=datetime(2020, 1, 1, tzinfo=UTC),
+            now=datetime.now(UTC),
+            node_pool="pool-b",
         )
 
 
 def test_before_anything_happened_the_plan_is_empty(engine: sa.Engine, feed: Feed) -> None:
     story(feed)
 
-    plan = dry_run(engine, at=datetime(2020, 1, 1, tzinfo=UTC), now=datetime.now(UTC))
+    plan = dry_run(Units(engine), at=datetime(2020, 1, 1, tzinfo=UTC), now=datetime.now(UTC))
 
     assert (plan.decisions, dict(plan.candidates), plan.node_pools) == ((), {}, ("default",))
 
@@ -195,7 +199,7 @@ def test_the_dry_run_writes_nothing(engine: sa.Engine, runtime: sa.Engine, feed:
 
     now = datetime.now(UTC)
     for at in (None, now):
-        plan = dry_run(engine, at=at, now=now)
+        plan = dry_run(Units(engine), at=at, now=now)
         assert plan.decisions  # it did plan: a commit, rollbacks, a skip
 
     assert contents(engine) == before
@@ -227,13 +231,13 @@ def test_the_plan_returns_while_another_session_holds_the_workers_locks(
 ) -> None:
     story(feed)
     now = datetime.now(UTC)
-    expected = dry_run(engine, at=None, now=now)
+    expected = dry_run(Units(engine), at=None, now=now)
     # A dry-run that waited for a lock fails after this instead of hanging the suite.
     guarded = engine_from(owner_database_url, connect_args={"options": "-c lock_timeout=30s"})
     try:
         with held_by_another_session(engine):
-            live = dry_run(guarded, at=None, now=now)
-            as_of = dry_run(guarded, at=now, now=now)
+            live = dry_run(Units(guarded), at=None, now=now)
+            as_of = dry_run(Units(guarded), at=now, now=now)
     finally:
         guarded.dispose()
 
@@ -248,11 +252,12 @@ def test_the_runtime_role_may_plan_the_live_state_and_the_reader_may_not(
     now = datetime.now(UTC)
 
     assert (
-        dry_run(runtime, at=None, now=now).decisions == dry_run(engine, at=None, now=now).decisions
+        dry_run(Units(runtime), at=None, now=now).decisions
+        == dry_run(Units(engine), at=None, now=now).decisions
     )
     with pytest.raises(
         UserError, match=r"run it as the owner role, or without --at as the runtime"
     ):
-        dry_run(runtime, at=now, now=now)  # a shadow: CREATE on the database
+        dry_run(Units(runtime), at=now, now=now)  # a shadow: CREATE on the database
     with pytest.raises(UserError, match=r"^permission denied for schema minruntime_state: "):
-        dry_run(reader, at=None, now=now)
+        dry_run(Units(reader), at=None, now=now)

@@ -20,15 +20,16 @@ import sqlalchemy as sa
 from minruntime.audit.parallel import ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.timeline import podgroup_story
+from minruntime.audit.timeline_plot import write_plot
 from minruntime.audit.verify import compare
 from minruntime.audit.violations import find_violations
-from minruntime.commands.audit_plot import write_plot
 from minruntime.core import Verdict
 from minruntime.errors import UserError
 from minruntime.ingest import apply_batch
 from minruntime.store.migrate import downgrade, upgrade
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import create_shadow
+from minruntime.store.unit import ReadUnit, State, Units
 from tests.cloudevents import (
     T0,
     allocated,
@@ -123,7 +124,7 @@ def test_violations_say_which_rules_protected_the_run_and_by_how_much(
     feed: Feed, engine: sa.Engine
 ) -> None:
     with repeatable_read(engine) as conn:
-        report = find_violations(conn)
+        report = find_violations(ReadUnit(conn))
     assert report.evicted_runs == 4
     assert [(v.uid, v.verdict) for v in report.violations] == [
         ("def", Verdict.DEFINITE),
@@ -152,27 +153,27 @@ def test_violations_say_which_rules_protected_the_run_and_by_how_much(
 
 def test_violations_since_an_instant_and_of_one_queue(feed: Feed, engine: sa.Engine) -> None:
     with repeatable_read(engine) as conn:
-        assert [v.uid for v in find_violations(conn, since=T0 + s(100)).violations] == [
+        assert [v.uid for v in find_violations(ReadUnit(conn), since=T0 + s(100)).violations] == [
             "pos",
             "req",
         ]
-        leaf1 = find_violations(conn, queue="leaf1")
+        leaf1 = find_violations(ReadUnit(conn), queue="leaf1")
         assert ([v.uid for v in leaf1.violations], leaf1.evicted_runs) == (["pos"], 1)
-        assert find_violations(conn, queue="D").violations == ()
+        assert find_violations(ReadUnit(conn), queue="D").violations == ()
         with pytest.raises(UserError, match="no queue of that name"):
-            find_violations(conn, queue="nowhere")
+            find_violations(ReadUnit(conn), queue="nowhere")
 
 
 def test_a_replayed_state_kept_as_a_shadow_reports_the_same_violations(
     feed: Feed, engine: sa.Engine
 ) -> None:
     with repeatable_read(engine) as conn:
-        live = find_violations(conn)
+        live = find_violations(ReadUnit(conn))
         shadow = create_shadow(conn, "runs_kept")
         replay(conn, read_log(conn), into=shadow.tables)
-        kept = find_violations(conn, schema="runs_kept")
+        kept = find_violations(ReadUnit(conn, State.named("runs_kept")))
         with pytest.raises(UserError, match="--schema nowhere"):
-            find_violations(conn, schema="nowhere")
+            find_violations(ReadUnit(conn, State.named("nowhere")))
     assert kept == live
     assert [v.seq for v in kept.violations] == [v.seq for v in live.violations]
 
@@ -264,7 +265,7 @@ def test_old_stored_rows_neither_stop_the_projection_nor_the_report(
     assert (outcome.applied, outcome.dead_lettered) == (1, 0)
     assert "old" not in runs(engine)
     with repeatable_read(engine) as conn:
-        report = find_violations(conn)
+        report = find_violations(ReadUnit(conn))
     pos = next(v for v in report.violations if v.uid == "pos")
     assert (pos.verdict, pos.cut_short, pos.rules) == (Verdict.POSSIBLE, s(500), ())
 
@@ -283,7 +284,7 @@ def test_the_processor_hands_the_evicted_runs_to_its_metrics(engine: sa.Engine) 
 def test_the_audit_marks_where_a_run_ended_inside_its_window(
     feed: Feed, engine: sa.Engine, tmp_path: Path
 ) -> None:
-    story_of = podgroup_story(engine, "def")
+    story_of = podgroup_story(Units(engine), "def")
     (run,) = story_of.runs
     assert (run.protection, run.eviction, run.cut_short) == ("definite", True, s(550))
     assert run.ended_inside_protection
@@ -292,9 +293,9 @@ def test_the_audit_marks_where_a_run_ended_inside_its_window(
     text = picture.read_text()
     assert "violation (definite), cut 9m10s short" in text
     assert "ended inside its window" in text  # the legend
-    late = podgroup_story(engine, "late").runs[0]
+    late = podgroup_story(Units(engine), "late").runs[0]
     assert (late.protection, late.ended_inside_protection) == ("none", False)
-    write_plot(podgroup_story(engine, "late"), tmp_path / "late.svg")
+    write_plot(podgroup_story(Units(engine), "late"), tmp_path / "late.svg")
     assert "violation" not in (tmp_path / "late.svg").read_text()
 
 

@@ -28,6 +28,7 @@ from minruntime.core import ExactVerdict, Verdict
 from minruntime.store.migrate import downgrade, upgrade
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import LIVE, create_shadow
+from minruntime.store.unit import ReadUnit, State, Units
 from tests.cloudevents import (
     T0,
     Event,
@@ -159,7 +160,7 @@ def test_violations_report_violated_and_honoured_and_list_unguarded_evictions(
     feed: Feed, engine: sa.Engine
 ) -> None:
     with repeatable_read(engine) as conn:
-        report = find_violations(conn)
+        report = find_violations(ReadUnit(conn))
     assert report.evicted_runs == 6
     listed = {v.uid: v for v in report.violations}
     # Every attributed run some window still protected is listed, with its exact verdict.
@@ -223,8 +224,8 @@ def test_a_replay_rebuilds_the_attributed_runs_equal(feed: Feed, engine: sa.Engi
         shadow = create_shadow(conn, "attributed_replayed")
         replay(conn, read_log(conn), into=shadow.tables)
         checks = {check.table: check for check in compare(conn, shadow)}
-        kept = find_violations(conn, schema="attributed_replayed")
-        live = find_violations(conn)
+        kept = find_violations(ReadUnit(conn, State.named("attributed_replayed")))
+        live = find_violations(ReadUnit(conn))
     assert [table for table, check in checks.items() if not check.equal] == []
     assert kept == live
 
@@ -269,10 +270,10 @@ def test_explain_and_the_audit_show_the_action_and_the_evictor(
     feed: Feed, engine: sa.Engine
 ) -> None:
     with repeatable_read(engine) as conn:
-        kfar = explain(conn, LIVE, "kfar")
+        kfar = explain(ReadUnit(conn, LIVE), "kfar")
         # As the service had it before it applied the release (applied_at): no eviction yet.
-        before = explain(conn, LIVE, "kfar", T0 + s(50))
-        plain = explain(conn, LIVE, "plain")
+        before = explain(ReadUnit(conn, LIVE), "kfar", T0 + s(50))
+        plain = explain(ReadUnit(conn, LIVE), "plain")
     assert before.last_eviction is None
     assert plain.last_eviction is None
     last = kfar.last_eviction
@@ -291,7 +292,7 @@ def test_explain_and_the_audit_show_the_action_and_the_evictor(
         " (queue leaf3) [event]: violated, cut 8m20s short (its window 10m)"
     ) in console.export_text()
 
-    (run,) = podgroup_story(engine, "kpre").runs
+    (run,) = podgroup_story(Units(engine), "kpre").runs
     assert (run.ended_by, run.action, run.evictor, run.evictor_queue) == (
         "evicted by preempt",
         "preempt",
@@ -303,5 +304,5 @@ def test_explain_and_the_audit_show_the_action_and_the_evictor(
         s(110),
         "possible",
     )
-    (plain_run,) = podgroup_story(engine, "plain").runs
+    (plain_run,) = podgroup_story(Units(engine), "plain").runs
     assert (plain_run.ended_by, plain_run.exact_verdict) == ("released (deleted)", None)

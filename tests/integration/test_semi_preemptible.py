@@ -25,6 +25,7 @@ from minruntime.core import (
     plan_requeue_cycle,
 )
 from minruntime.requeue.cycle_inputs import load_cycle_inputs
+from minruntime.store.unit import ReadUnit
 from tests.cloudevents import T0, Event, allocated, node, queue, released, submitted
 from tests.integration.helpers import Feed, database_examples, reset_state, rows, scalar
 
@@ -245,7 +246,9 @@ def test_explain_shows_the_core_and_agrees_with_sql(engine: sa.Engine, feed: Fee
     )
     for offset, protected in ((60, True), (3600, False)):
         with engine.connect() as conn:
-            explanation = explain(conn, LIVE, "semi", T0 + timedelta(seconds=offset), None)
+            explanation = explain(
+                ReadUnit(conn, LIVE), "semi", T0 + timedelta(seconds=offset), None
+            )
         assert explanation.podgroup.preemptibility == "semi-preemptible"
         assert explanation.verdict.protected is protected
         assert explanation.disagreements == ()

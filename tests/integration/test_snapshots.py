@@ -34,6 +34,7 @@ from minruntime.store import snapshots as stored_snapshots
 from minruntime.store.checksums import checksum
 from minruntime.store.shadows import SNAPSHOTTED
 from minruntime.store.snapshots import LogPosition, Snapshot
+from minruntime.store.unit import Units
 from tests.cloudevents import T0, allocated, queue, released, submitted
 from tests.integration.helpers import Feed, execute, rows, scalar
 from tests.integration.test_explain_asof import (
@@ -65,23 +66,17 @@ def answers(
     """
     out: dict[str, Any] = {}
     podgroups: tuple[str, ...] | None = None if whole else ()
-    with state_at(engine, at, podgroups=podgroups, from_snapshot=from_snapshot) as (
-        conn,
-        shadow,
-    ):
+    with state_at(Units(engine), at, podgroups=podgroups, from_snapshot=from_snapshot) as unit:
         if whole:
             for table in SNAPSHOTTED:
-                out[f"table {table}"] = checksum(conn, shadow.tables, table)
+                out[f"table {table}"] = checksum(unit.connection, unit.state.tables, table)
         for reclaimer in RECLAIMERS:
-            table_rows = protection_table(conn, shadow, at, reclaimer).rows
+            table_rows = protection_table(unit, at, reclaimer).rows
             out[f"protection {reclaimer}"] = [describe_row(row) for row in table_rows]
     for uid in UIDS:
         named = None if whole else (uid,)
-        with state_at(engine, at, podgroups=named, from_snapshot=from_snapshot) as (
-            conn,
-            shadow,
-        ):
-            explainer = Explainer(conn, shadow, at)
+        with state_at(Units(engine), at, podgroups=named, from_snapshot=from_snapshot) as unit:
+            explainer = Explainer(unit, at)
             for preemptor in PREEMPTORS:
                 try:
                     answer: Any = describe(explainer.explain(uid, preemptor))
@@ -103,13 +98,13 @@ def history(engine: sa.Engine, runtime: sa.Engine, feed: Feed) -> list[datetime]
         assert feed.send(*messages).dead_lettered == 0
         instants.append(db_now(engine))
         if number in (2, 3):
-            taken = take(runtime, ALWAYS)
+            taken = take(Units(runtime), ALWAYS)
             assert taken.snapshot is not None
             # Exactly at its position, and one microsecond before the last entry it holds.
             instants += [taken.snapshot.applied_until, taken.snapshot.applied_until - MICROSECOND]
     assert feed.send(*afterwards(now)).dead_lettered == 0
     instants.append(db_now(engine))
-    assert take(runtime, NEVER, force=True).snapshot is not None
+    assert take(Units(runtime), NEVER, force=True).snapshot is not None
     instants.append(db_now(engine))
     return instants
 
@@ -156,7 +151,7 @@ def test_an_answer_starts_from_the_newest_snapshot_at_or_before_its_instant(
 
     def restored_rows(at: datetime) -> int:
         replayed.clear()
-        with state_at(engine, at):
+        with state_at(Units(engine), at):
             pass
         (tail,) = replayed
         return tail
@@ -456,7 +451,7 @@ def test_a_snapshot_waits_for_a_batch_in_flight_and_then_holds_it(
     conn, _ = batch_in_flight
     result: list[Any] = []
     taker = threading.Thread(
-        target=lambda: result.append(take(runtime, ALWAYS, lock_timeout="120s"))
+        target=lambda: result.append(take(Units(runtime), ALWAYS, lock_timeout="120s"))
     )
     taker.start()
     # The taker waits for the snapshot lock the batch holds shared (seen in pg_locks).
@@ -497,11 +492,11 @@ def test_ended_podgroups_with_escaped_uids_come_back_from_their_documents(
     feed.send(queue("q"), *(submitted(uid, "q", 2) for uid in ODD_UIDS))
     feed.send(*(allocated(uid, 2, time=now - timedelta(minutes=5)) for uid in ODD_UIDS))
     feed.send(*(released(uid, time=now - timedelta(minutes=1)) for uid in ODD_UIDS))
-    first = take(runtime, ALWAYS).snapshot
+    first = take(Units(runtime), ALWAYS).snapshot
     assert first is not None
     # Two of them run again after the snapshot: the tail names them.
     feed.send(*(allocated(uid, 1, time=now) for uid in ODD_UIDS[:2]))
-    assert take(runtime, ALWAYS).snapshot is not None
+    assert take(Units(runtime), ALWAYS).snapshot is not None
     at = db_now(engine)
     with engine.connect() as conn:
         stored = conn.execute(
@@ -510,18 +505,18 @@ def test_ended_podgroups_with_escaped_uids_come_back_from_their_documents(
         assert sorted(stored) == sorted(ODD_UIDS)
     for uid in ODD_UIDS:
         for start in (first.applied_until, at):
-            with state_at(engine, start, from_snapshot=False) as (conn, shadow):
-                expected = describe(Explainer(conn, shadow, start).explain(uid, None))
-            with state_at(engine, start, podgroups=(uid,)) as (conn, shadow):
-                assert describe(Explainer(conn, shadow, start).explain(uid, None)) == expected
+            with state_at(Units(engine), start, from_snapshot=False) as unit:
+                expected = describe(Explainer(unit, start).explain(uid, None))
+            with state_at(Units(engine), start, podgroups=(uid,)) as unit:
+                assert describe(Explainer(unit, start).explain(uid, None)) == expected
 
 
 def test_a_taker_gives_up_rather_than_hold_the_writers_back(
     runtime: sa.Engine, batch_in_flight: tuple[sa.Connection, Feed]
 ) -> None:
-    taken = take(runtime, ALWAYS, lock_timeout="100ms")
+    taken = take(Units(runtime), ALWAYS, lock_timeout="100ms")
     assert taken.snapshot is None
     assert taken.reason == "the log's writers were busy"
     conn, _ = batch_in_flight
     conn.commit()  # the writer was never blocked: its commit goes through
-    assert take(runtime, ALWAYS).snapshot is not None
+    assert take(Units(runtime), ALWAYS).snapshot is not None

@@ -24,10 +24,10 @@ from minruntime.audit.timeline_model import (
     Window,
     WindowSpan,
 )
+from minruntime.audit.timeline_plot import plot_format, write_plot
 from minruntime.audit.timeline_text import describe_event
 from minruntime.cli import main
 from minruntime.commands.audit import render_story, story_json
-from minruntime.commands.audit_plot import plot_format, write_plot
 from minruntime.commands.render import print_json
 from minruntime.errors import UserError
 from minruntime.events import new_event

@@ -16,7 +16,6 @@ PACKAGE = "minruntime.commands"
 SHARED = frozenset({"common", "render"})
 # Imports between two command modules of i31-unit's part (explain, forecast, audit, audit_plot),
 # to go when that part lands: (importer, imported).
-PENDING: frozenset[tuple[str, str]] = frozenset({("forecast", "explain"), ("audit", "audit_plot")})
 MODULES = sorted(path.stem for path in COMMANDS.glob("*.py") if path.stem != "__init__")
 
 
@@ -42,7 +41,7 @@ def imported_command_modules(source: str) -> set[str]:
 @pytest.mark.parametrize("module", MODULES)
 def test_a_command_module_imports_only_common_and_render(module: str) -> None:
     imported = imported_command_modules((COMMANDS / f"{module}.py").read_text())
-    others = {name for name in imported - SHARED - {module} if (module, name) not in PENDING}
+    others = imported - SHARED - {module}
     assert not others, f"commands/{module}.py imports the command modules {sorted(others)}"
 
 
@@ -67,9 +66,3 @@ def late():
         "common",
         "replay",
     }
-
-
-def test_the_pending_imports_still_exist() -> None:
-    # An entry that no longer holds is removed, so the list only shrinks.
-    for importer, imported in PENDING:
-        assert imported in imported_command_modules((COMMANDS / f"{importer}.py").read_text())

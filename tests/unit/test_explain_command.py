@@ -26,10 +26,10 @@ from minruntime.cli import main
 from minruntime.commands.explain import (
     describe_row,
     render_explanation,
-    render_protection,
     resolved_from_label,
     verdict_text,
 )
+from minruntime.commands.forecast import render_protection
 from minruntime.commands.render import print_json
 from tests.cloudevents import T0
 from tests.unit.test_cli import one_error_line

@@ -1,8 +1,8 @@
 """Read-only views of the state: live, as the service had it at a past instant, or what-if.
 
-Every operator command reads through a ``Shadow`` (see ``minruntime.store.shadows``): the live
-schemas, or a temporary shadow filled inside a transaction that is always rolled back, so
-nothing is left behind and the live state is never written.
+Every operator command reads through a read unit (``minruntime.store.unit``) whose ``State``
+is the live one, or a temporary shadow filled inside a transaction that is always rolled back,
+so nothing is left behind and the live state is never written.
 """
 
 from __future__ import annotations
@@ -11,24 +11,25 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine
-
 from minruntime.audit.replay import read_log, replay
 from minruntime.store import event_log, snapshots
-from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.schema import LIVE as LIVE_TABLES
-from minruntime.store.shadows import LIVE, Shadow, copy_live_state, create_shadow, temporary_name
+from minruntime.store.shadows import copy_live_state, create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
+from minruntime.store.unit import ReadUnit, Units
+
+# ReadUnit, Units: the types ``state_at`` yields and takes, for its callers.
+__all__ = ["ReadUnit", "Units", "live_copy", "start_from_snapshot", "state_at"]
 
 
 @contextmanager
 def state_at(
-    engine: Engine,
+    units: Units,
     at: datetime | None,
     *,
     podgroups: Iterable[str] | None = None,
     from_snapshot: bool = True,
-) -> Iterator[tuple[Connection, Shadow]]:
+) -> Iterator[ReadUnit]:
     """The state the service had at ``at`` (None: the live state now), read-only.
 
     For a past instant a temporary shadow is filled with the newest projection snapshot
@@ -44,43 +45,48 @@ def state_at(
     None: everything. ``from_snapshot=False``
     replays the whole log up to ``at`` instead (the same answers, slower).
     """
-    with repeatable_read(engine) as conn:
+    with units.read() as live:
         if at is None:
-            yield conn, LIVE
+            yield live
             return
-        shadow = create_shadow(conn, temporary_name())
-        start = start_from_snapshot(conn, shadow, at, podgroups) if from_snapshot else None
+        conn = live.connection
+        unit = live.on(create_shadow(conn, temporary_name()))
+        start = start_from_snapshot(unit, at, podgroups) if from_snapshot else None
         replay(
-            conn, read_log(conn, until=at, after=start.log_seq if start else 0), into=shadow.tables
+            conn,
+            read_log(conn, until=at, after=start.log_seq if start else 0),
+            into=unit.state.tables,
         )
-        yield conn, shadow
+        yield unit
 
 
 def start_from_snapshot(
-    conn: Connection, shadow: Shadow, at: datetime, podgroups: Iterable[str] | None = None
+    unit: ReadUnit, at: datetime, podgroups: Iterable[str] | None = None
 ) -> Snapshot | None:
-    """Restore into ``shadow`` the newest snapshot an answer at ``at`` may start from.
+    """Restore into the unit's (shadow) state the newest snapshot an answer at ``at`` may
+    start from.
 
     ``podgroups`` (None: all) as for ``state_at``; the subjects of the tail are added to it.
     """
+    conn = unit.connection
     start = snapshots.newest(conn, at) if snapshots.available(conn) else None
     if start is None:
         return None
     wanted = None
     if podgroups is not None:
         wanted = {*podgroups, *event_log.subjects(conn, LIVE_TABLES, start.log_seq, at)}
-    snapshots.restore(conn, start, shadow.tables, wanted)
+    snapshots.restore(conn, start, unit.state.tables, wanted)
     return start
 
 
 @contextmanager
-def live_copy(engine: Engine) -> Iterator[tuple[Connection, Shadow]]:
+def live_copy(units: Units) -> Iterator[ReadUnit]:
     """A temporary shadow holding a copy of the live state, to change without consequence.
 
-    ``conn`` is pointed at the shadow's state tables: ``apply_batch(conn, ...)`` changes the
-    copy. Everything is rolled back at the end.
+    The unit reads the shadow; its connection changes the copy when handed the shadow's
+    state tables (``apply_batch(conn, ...)``). Everything is rolled back at the end.
     """
-    with repeatable_read(engine) as conn:
-        shadow = create_shadow(conn, temporary_name("minruntime_whatif"))
-        copy_live_state(conn, shadow)
-        yield conn, shadow
+    with units.read() as live:
+        shadow = create_shadow(live.connection, temporary_name("minruntime_whatif"))
+        copy_live_state(live.connection, shadow)
+        yield live.on(shadow)

@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection
-
 from minruntime.audit.disruption import DisruptionFacts, disruption_facts
 from minruntime.audit.explain_model import (
     AbandonedRequeue,
@@ -34,7 +32,7 @@ from minruntime.audit.explain_model import (
     trace_for,
 )
 from minruntime.audit.handshake import handshake_facts
-from minruntime.audit.protection import ProtectionRow, instant, protection_rows
+from minruntime.audit.protection import ProtectionRow, instant
 from minruntime.audit.requeue_cap import RequeueCapFacts, requeue_cap_facts
 from minruntime.core import (
     DEFAULT_NODE_POOL,
@@ -50,33 +48,28 @@ from minruntime.core import (
 from minruntime.core.disruption import owner_uid, queue_policy
 from minruntime.core.podgroup import owner_of
 from minruntime.errors import UnknownPodGroupError
-from minruntime.store import read_surface
-from minruntime.store.podgroups import load_podgroups
-from minruntime.store.requeue import disruption_rows
-from minruntime.store.shadows import Shadow
+from minruntime.store.unit import StateReader
 
 
 def explain(
-    conn: Connection,
-    shadow: Shadow,
+    unit: StateReader,
     uid: str,
     at: datetime | None = None,
     preemptor_queue: str | None = None,
 ) -> Explanation:
-    """Explain one podgroup at ``at`` (None: the database's now) in ``shadow``."""
-    return Explainer(conn, shadow, at).explain(uid, preemptor_queue)
+    """Explain one podgroup at ``at`` (None: the database's now) in the unit's state."""
+    return Explainer(unit, at).explain(uid, preemptor_queue)
 
 
 class Explainer:
-    """Explains podgroups at one instant of one shadow (tree and configuration read once)."""
+    """Explains podgroups at one instant of one state (tree and configuration read once)."""
 
-    def __init__(self, conn: Connection, shadow: Shadow, at: datetime | None) -> None:
-        self._conn = conn
-        self._shadow = shadow
+    def __init__(self, unit: StateReader, at: datetime | None) -> None:
+        self._unit = unit
         self._as_of = at is not None
-        self.at = instant(conn, at)
-        self._stored = read_surface.queue_tree(conn, shadow)
-        self._configs = read_surface.node_pool_configs(conn, shadow)
+        self.at = instant(unit, at)
+        self._stored = unit.queue_tree()
+        self._configs = unit.node_pool_configs()
 
     def explain(self, uid: str, preemptor_queue: str | None = None) -> Explanation:
         """Why ``uid`` is or is not protected against a preemptor in ``preemptor_queue``.
@@ -86,8 +79,8 @@ class Explainer:
         force for it (SEMANTICS.md §10).
         """
         explanation = self._protection(uid, preemptor_queue)
-        shares = read_surface.newest_quota_shares(self._conn, self._shadow, uid, self.at)
-        abandoned = read_surface.newest_abandoned(self._conn, self._shadow, uid, self.at)
+        shares = self._unit.newest_quota_shares(uid, self.at)
+        abandoned = self._unit.newest_abandoned(uid, self.at)
         return replace(
             explanation,
             checkpoint=self._checkpoint(uid),
@@ -100,18 +93,18 @@ class Explainer:
 
     def _checkpoint(self, uid: str) -> CheckpointHandshake | None:
         """Its newest checkpoint handshake, waiting or ended (None: never asked)."""
-        annotations = read_surface.podgroup_annotations(self._conn, self._shadow, uid)
+        annotations = self._unit.podgroup_annotations(uid)
         strings = (
             {str(k): str(v) for k, v in annotations.items()}
             if isinstance(annotations, dict)
             else {}
         )
-        ended = read_surface.newest_handshake(self._conn, self._shadow, uid, self.at)
+        ended = self._unit.newest_handshake(uid, self.at)
         return handshake_facts(strings, ended, self.at)
 
     def _last_eviction(self, uid: str) -> LastEviction | None:
         """Who evicted its last evicted run, when the scheduler said so (None otherwise)."""
-        row = read_surface.last_eviction(self._conn, uid, self.at)
+        row = self._unit.last_eviction(uid, self.at)
         if row is None or row.eviction_source is None:
             return None
         return LastEviction(
@@ -138,7 +131,7 @@ class Explainer:
         # The tree the podgroup's pool sees: its scheduler's queues (KAI's shards).
         tree = self._stored.tree.for_pool(facts.node_pool)
         trace = trace_for(Resolver(tree, config), facts.queue, reclaimer)
-        (row,) = protection_rows(self._conn, self._shadow, self.at, reclaimer, uid)
+        (row,) = self._unit.protection_rows(self.at, reclaimer, uid)
         sql_rule = self._sql_rule(facts, reclaimer)
         protected = self._sql_is_protected(facts, reclaimer, row)
         elastic = self._elasticity(uid, protected)
@@ -175,11 +168,9 @@ class Explainer:
         """The cap in force and the committed requeues it counts (None: never submitted)."""
         if facts.queue is None:
             return None
-        annotations = read_surface.podgroup_annotations(self._conn, self._shadow, facts.uid)
+        annotations = self._unit.podgroup_annotations(facts.uid)
         # The newest MAX_REQUEUES are enough: no cap counts more.
-        committed = read_surface.committed_requeues(
-            self._conn, self._shadow, facts.uid, self.at, MAX_REQUEUES
-        )
+        committed = self._unit.committed_requeues(facts.uid, self.at, MAX_REQUEUES)
         config, config_pool = self._config_for(facts.node_pool)
         strings = (
             {str(k): str(v) for k, v in annotations.items()}
@@ -200,13 +191,12 @@ class Explainer:
         spans = [s for s in (policy.eviction_window, policy.min_eviction_gap) if s is not None]
         if not spans and not annotations:
             return None
-        state = load_podgroups(self._conn, self._shadow.tables, [facts.uid], lock=False)
-        found = state.states.get(facts.uid)
+        found = self._unit.podgroup_states([facts.uid]).get(facts.uid)
         owner = None if found is None else owner_of(found)
         evictions = []
         if spans:
             since = self.at - max(spans)
-            rows = disruption_rows(self._conn, self._shadow.tables, since)
+            rows = self._unit.disruption_rows(since)
             evictions = [
                 (queue_name, owner_uid(stored, annotation), moment)
                 for queue_name, stored, annotation, moment in rows
@@ -215,11 +205,11 @@ class Explainer:
             config.disruption, facts.queue, annotations, owner, evictions, self.at
         )
 
-    # -- reading the shadow ----------------------------------------------------------------
+    # -- reading the state -----------------------------------------------------------------
 
     def _podgroup(self, uid: str) -> tuple[PodGroupFacts, bool]:
         """The podgroup's facts and the read surface's is_elastic."""
-        found = read_surface.podgroup_facts(self._conn, self._shadow, uid)
+        found = self._unit.podgroup_facts(uid)
         if found is None:
             when = f" at {format_rfc3339(self.at)}" if self._as_of else ""
             raise UnknownPodGroupError(f"no podgroup with uid {uid!r}{when}")
@@ -239,9 +229,7 @@ class Explainer:
         if facts.queue is None:
             # min_runtime_for needs the victim's queue; a never-submitted podgroup has none.
             return None
-        return read_surface.min_runtime_rule(
-            self._conn, self._shadow, facts.queue, reclaimer or facts.queue, facts.node_pool
-        )
+        return self._unit.min_runtime_rule(facts.queue, reclaimer or facts.queue, facts.node_pool)
 
     def _sql_is_protected(
         self, facts: PodGroupFacts, reclaimer: str | None, row: ProtectionRow
@@ -251,11 +239,11 @@ class Explainer:
             # is_protected(uid, q) picks the rule by comparing q with the victim's queue; a
             # podgroup without a queue has only the preempt table's answer.
             return row.is_protected
-        return read_surface.is_protected(self._conn, self._shadow, facts.uid, preemptor, self.at)
+        return self._unit.is_protected(facts.uid, preemptor, self.at)
 
     def _stored_state(self, uid: str) -> PodGroupState | None:
         """The podgroup's state as the shadow stores it (None: not stored)."""
-        return load_podgroups(self._conn, self._shadow.tables, [uid], lock=False).states.get(uid)
+        return self._unit.podgroup_states([uid]).get(uid)
 
     def _elasticity(self, uid: str, protected: bool) -> Elasticity:
         state = self._stored_state(uid)
@@ -289,9 +277,7 @@ class Explainer:
     def _not_running(self, facts: PodGroupFacts, preemptor_queue: str | None) -> Explanation:
         preemptor = preemptor_queue or facts.queue
         disagreements: tuple[str, ...] = ()
-        if preemptor is not None and read_surface.is_protected(
-            self._conn, self._shadow, facts.uid, preemptor, self.at
-        ):
+        if preemptor is not None and self._unit.is_protected(facts.uid, preemptor, self.at):
             disagreements = (
                 f"is_protected: SQL says True for a podgroup that is {facts.status}, "
                 "the rule engine says False (no allocated pods, nothing to protect)",

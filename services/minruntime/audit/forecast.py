@@ -12,20 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import Engine
-
 from minruntime.audit.violations import whose
 from minruntime.core import RunRules, format_duration, format_rfc3339
 from minruntime.core.forecast import Expiry, RunningRun, expiring
 from minruntime.errors import UserError
-from minruntime.store.read_surface import (
-    node_pool_configs,
-    protection_rows,
-    queue_exists,
-    queue_tree,
-)
-from minruntime.store.read_transactions import database_now, read_only, repeatable_read
-from minruntime.store.shadows import LIVE
+from minruntime.store.unit import Units
 
 # The longest horizon a forecast takes (a window longer than this is protection for good).
 MAX_HOURS: Final = 24 * 366
@@ -42,21 +33,19 @@ class Forecast:
     expiries: tuple[Expiry, ...]
 
 
-def forecast(engine: Engine, *, hours: float, queue: str | None = None) -> Forecast:
+def forecast(units: Units, *, hours: float, queue: str | None = None) -> Forecast:
     """The live state's forecast for the next ``hours`` (only podgroups of ``queue``)."""
     if not 0 < hours <= MAX_HOURS:
         raise UserError(f"--hours {hours:g}: give a number of hours above 0, at most {MAX_HOURS}")
     if queue is not None and not queue:
         raise UserError("--queue '': name a queue")
-    live = LIVE
-    with repeatable_read(engine) as conn:
-        read_only(conn)
-        now = database_now(conn)
-        if queue is not None and not queue_exists(conn, live, queue):
+    with units.read(only=True) as unit:
+        now = unit.now()
+        if queue is not None and not unit.queue_exists(queue):
             raise UserError(f"--queue {queue!r}: no queue of that name")
-        rows = protection_rows(conn, live, now)
-        tree = queue_tree(conn, live).tree
-        configs = node_pool_configs(conn, live)
+        rows = unit.protection_rows(now)
+        tree = unit.queue_tree().tree
+        configs = unit.node_pool_configs()
     runs = [
         RunningRun(row.uid, row.queue, row.node_pool, row.start_time)
         for row in rows

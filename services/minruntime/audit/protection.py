@@ -9,27 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
-from sqlalchemy import Connection
-
-from minruntime.store.read_surface import (
-    ProtectionRow,
-    protection_rows,
-    queue_exists,
-    queue_node_pool,
-)
-from minruntime.store.read_transactions import database_now
-from minruntime.store.shadows import Shadow
+from minruntime.core import format_duration, format_rfc3339
+from minruntime.store.unit import ProtectionRow, ReadUnit, StateReader
 
 __all__ = [
     "PREEMPT",
     "RECLAIM",
     "ProtectionRow",
     "ProtectionTable",
+    "describe_row",
     "instant",
-    "protection_rows",
+    "moment_text",
     "protection_table",
+    "resolved_from_label",
 ]
 
 PREEMPT: Final = "preempt"
@@ -48,26 +42,26 @@ class ProtectionTable:
     notes: tuple[str, ...] = ()
 
 
-def instant(conn: Connection, at: datetime | None) -> datetime:
+def instant(unit: StateReader, at: datetime | None) -> datetime:
     """``at``, or the database's now() (the transaction's start) for the live state."""
-    return at if at is not None else database_now(conn)
+    return at if at is not None else unit.now()
 
 
 def protection_table(
-    conn: Connection, shadow: Shadow, at: datetime | None, reclaimer_queue: str | None = None
+    unit: ReadUnit, at: datetime | None, reclaimer_queue: str | None = None
 ) -> ProtectionTable:
-    """The protection table at ``at`` (None: the database's now) in ``shadow``."""
-    moment = instant(conn, at)
-    rows = protection_rows(conn, shadow, moment, reclaimer_queue)
+    """The protection table at ``at`` (None: the database's now) in the unit's state."""
+    moment = instant(unit, at)
+    rows = unit.protection_rows(moment, reclaimer_queue)
     notes: list[str] = []
     if reclaimer_queue is not None:
-        if not queue_exists(conn, shadow, reclaimer_queue):
+        if not unit.queue_exists(reclaimer_queue):
             notes.append(
                 f"queue {reclaimer_queue!r} is not in the queue tree: as in KAI, every "
                 "podgroup gets its node pool's defaultReclaimMinRuntime"
             )
         else:
-            pool = queue_node_pool(conn, shadow, reclaimer_queue)
+            pool = unit.queue_node_pool(reclaimer_queue)
             if pool is not None:
                 notes.append(
                     f"queue {reclaimer_queue!r} belongs to node pool {pool!r}: podgroups of "
@@ -87,3 +81,33 @@ def protection_table(
         rows=rows,
         notes=tuple(notes),
     )
+
+
+def describe_row(row: ProtectionRow) -> dict[str, Any]:
+    """One row of ``protection --json`` (times and durations left for the JSON encoder)."""
+    return {
+        "uid": row.uid,
+        "queue": row.queue,
+        "node_pool": row.node_pool,
+        "start_time": row.start_time,
+        "min_runtime": row.min_runtime,
+        "min_runtime_text": format_duration(row.min_runtime),
+        "resolved_from": row.resolved_from,
+        "protected_until": row.protected_until,
+        "is_protected": row.is_protected,
+        "evictable_pods": row.evictable_pods,
+    }
+
+
+def resolved_from_label(resolved_from: str | None, node_pool: str) -> str:
+    """The queue whose value applied, or whose default it was."""
+    if resolved_from is not None:
+        return resolved_from
+    return f"default (node pool {node_pool})"
+
+
+def moment_text(at: datetime, as_of: bool) -> str:
+    """When an answer holds, for people: the live state now, or as the service had it at."""
+    if as_of:
+        return f"at {format_rfc3339(at)}, as the service had it then"
+    return f"now ({format_rfc3339(at)}), live"

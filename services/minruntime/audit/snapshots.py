@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from minruntime.audit.replay import LogEntry, Progress, ReplayReport, replay
 from minruntime.audit.verify import (
@@ -48,6 +48,7 @@ from minruntime.store.read_transactions import (
 from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import SNAPSHOTTED, Shadow, empty, scratch_state
 from minruntime.store.snapshots import LogPosition, Snapshot
+from minruntime.store.unit import Units
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,17 @@ def due(
 
 
 def take(
-    engine: Engine,
+    units: Units,
     policy: SnapshotPolicy,
     *,
     force: bool = False,
     lock_timeout: str = stored.LOCK_TIMEOUT,
 ) -> Taken:
-    """Snapshot the live projections if one is due (``force``: whenever the log grew)."""
+    """Snapshot the live projections if one is due (``force``: whenever the log grew).
+
+    Two connections: one takes the log's lock and exports its database snapshot, the other
+    imports it and writes (the log's writers go on as soon as the export is made)."""
+    engine = units.engine
     with engine.connect() as locker, engine.connect() as conn:
         if not stored.take_lock(locker, lock_timeout):
             return Taken(None, stored.LogPosition(0, 0, None), None, "the log's writers were busy")

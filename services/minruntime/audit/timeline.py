@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from minruntime.audit.replay import LogEntry, read_log, replay
 from minruntime.audit.timeline_model import (
@@ -55,8 +55,8 @@ from minruntime.ingest.decisions import decision_row
 from minruntime.ingest.projection import abandoned_row
 from minruntime.store import read_surface
 from minruntime.store.event_log import About
-from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.shadows import Shadow, create_shadow, temporary_name
+from minruntime.store.unit import Units
 
 # Events that change the queue tree or a node pool's configuration: they move windows.
 TREE_TYPES: Final = ROLE_TYPES["queues"]
@@ -65,9 +65,10 @@ _NODE_TYPES: Final = ROLE_TYPES["nodes"]
 
 
 # This podgroup's own events, and every change of the tree or a configuration.
-def podgroup_story(engine: Engine, uid: str) -> Story:
+def podgroup_story(units: Units, uid: str) -> Story:
     """The story of podgroup ``uid``; UnknownPodGroupError when the log never mentions it."""
-    with repeatable_read(engine) as conn:
+    with units.read() as live:
+        conn = live.connection
         entries, times = _read_entries(conn, uid)
         if not any(_is_own(entry, uid) for entry in entries):
             raise UnknownPodGroupError(f"no podgroup with uid {uid!r} in the event log")

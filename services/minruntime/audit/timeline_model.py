@@ -1,7 +1,7 @@
 """The story of one podgroup (``minruntime audit UID``) as plain data.
 
 Built by ``minruntime.audit.timeline``; rendered by ``minruntime.commands.audit`` (tables,
-``--json``: these fields, as they are) and ``minruntime.commands.audit_plot`` (the picture).
+``--json``: these fields, as they are) and ``minruntime.audit.timeline_plot`` (the picture).
 """
 
 from __future__ import annotations

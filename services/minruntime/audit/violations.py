@@ -4,7 +4,7 @@ Read from the read surface only — ``minruntime.runs`` (the projection of every
 ended, with the rule windows in force at its end) and ``minruntime.event_log`` (where in the
 log each run ended) — in one read-only transaction: no shadow, no write, nothing about the
 live cluster. So it answers on a replica, as the reader role, or on a replayed database
-(``replay --into S``: ``schema="S"``) exactly as on the live one.
+(``replay --into S``: a unit on ``State.named("S")``) exactly as on the live one.
 
 The verdict and the length cut short are the stored ones (the core judged the run when it
 ended); the rules are the stored windows judged again by the core (``core.judge``), so each
@@ -27,8 +27,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
-from sqlalchemy import Connection
-
 from minruntime.core import (
     Attribution,
     ExactJudgement,
@@ -47,9 +45,7 @@ from minruntime.core import (
 )
 from minruntime.errors import UserError
 from minruntime.ingest.runs import window_json, windows_of
-from minruntime.store import read_surface
-from minruntime.store.state_schema import check_schema_name
-from minruntime.store.tables import READ_SCHEMA
+from minruntime.store.unit import ReadUnit, State, Units
 
 
 class Violation(NamedTuple):
@@ -153,19 +149,24 @@ class ViolationReport:
         return any(row.exact is not None for row in self.violations)
 
 
+def violations_in(
+    units: Units, *, since: datetime | None, queue: str | None, schema: str
+) -> ViolationReport:
+    """`minruntime violations`: the report of the read surface named ``schema`` (the live
+    one, or a shadow kept by ``replay --into``), read in one READ ONLY transaction."""
+    state = State.named(schema)
+    with units.read(state, only=True) as unit:
+        return find_violations(unit, since=since, queue=queue)
+
+
 def find_violations(
-    conn: Connection,
-    *,
-    since: datetime | None = None,
-    queue: str | None = None,
-    schema: str = READ_SCHEMA,
+    unit: ReadUnit, *, since: datetime | None = None, queue: str | None = None
 ) -> ViolationReport:
     """The violations of runs that ended at or after ``since``, in ``queue`` (None: all), read
-    from the read surface ``schema`` (a shadow's, for a replayed database)."""
-    if schema != READ_SCHEMA:
-        check_schema_name(schema)
-    if not read_surface.has_runs(conn, schema):
-        if schema == READ_SCHEMA:
+    from the unit's state (a shadow's, for a replayed database)."""
+    schema = unit.state.read_schema
+    if not unit.has_runs():
+        if unit.state.is_live:
             raise UserError("the database has no minruntime.runs: run `minruntime migrate`")
         raise UserError(
             f"--schema {schema}: no read surface of that name with runs "
@@ -174,10 +175,10 @@ def find_violations(
     if queue is not None:
         if not queue:
             raise UserError("--queue '': name a queue")
-        if not read_surface.queue_known(conn, schema, queue):
+        if not unit.queue_known(queue):
             raise UserError(f"--queue {queue!r}: no queue of that name, now or in any run")
-    evicted = read_surface.evicted_runs(conn, schema, since, queue)
-    rows = read_surface.violating_runs(conn, schema, since, queue)
+    evicted = unit.evicted_runs(since, queue)
+    rows = unit.violating_runs(since, queue)
     read: dict[str, tuple[RuleWindow, ...]] = {}
     violations = []
     # Plain tuples, the first nine columns in Violation's order: a long log has tens of
@@ -206,7 +207,7 @@ def find_violations(
         )
     abandoned = tuple(
         AbandonedRequeue(row[0], row[1], row[2], str(row[3]))
-        for row in read_surface.abandoned_requeues(conn, schema, since, queue)
+        for row in unit.abandoned_requeues(since, queue)
     )
     return ViolationReport(since, queue, int(evicted), tuple(violations), abandoned)
 

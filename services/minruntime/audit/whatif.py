@@ -23,7 +23,7 @@ from typing import Any, Final, Literal
 from sqlalchemy import Connection, Engine
 
 from minruntime.audit.asof import live_copy
-from minruntime.audit.protection import ProtectionRow, protection_rows
+from minruntime.audit.protection import ProtectionRow
 from minruntime.core import DEFAULT_NODE_POOL
 from minruntime.errors import UserError
 from minruntime.events import (
@@ -44,6 +44,7 @@ from minruntime.store.event_log import logged_ids
 from minruntime.store.read_surface import queue_exists
 from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import Shadow
+from minruntime.store.unit import Units
 
 WHATIF_GROUP: Final = "minruntime-whatif"
 WHATIF_SOURCE: Final = "minruntime-whatif"
@@ -178,7 +179,8 @@ def whatif(
     """
     if change.is_empty:
         raise WhatIfError("nothing to try: no queue or configuration change given")
-    with live_copy(engine) as (conn, shadow):
+    with live_copy(Units(engine)) as unit:
+        conn, shadow = unit.connection, unit.state
         before = _by_uid(conn, shadow, at, reclaimer_queue)
         known_before = reclaimer_queue is None or queue_exists(conn, shadow, reclaimer_queue)
         applier = _Applier(conn, shadow.tables)
@@ -198,7 +200,7 @@ def whatif(
 def _by_uid(
     conn: Connection, shadow: Shadow, at: datetime, reclaimer_queue: str | None
 ) -> dict[str, ProtectionRow]:
-    return {row.uid: row for row in protection_rows(conn, shadow, at, reclaimer_queue)}
+    return {row.uid: row for row in read_surface.protection_rows(conn, shadow, at, reclaimer_queue)}
 
 
 # -- applying events to the copy -----------------------------------------------------------------

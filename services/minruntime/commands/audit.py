@@ -3,7 +3,7 @@
 The story comes from ``minruntime.audit.timeline`` (what ``--json`` prints, field for field);
 this module renders it: a table of the events with the state and protection window right
 after each, a table of the runs, and with ``--plot`` the timeline picture
-(``minruntime.commands.audit_plot``).
+(``minruntime.audit.timeline_plot``).
 """
 
 from __future__ import annotations
@@ -11,17 +11,18 @@ from __future__ import annotations
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
-from minruntime.commands.common import Json, Uid, engine, option
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from minruntime.audit.timeline import podgroup_story
+from minruntime.audit.timeline_model import Row, Run, Story, Window
+from minruntime.audit.timeline_plot import plot_format, write_plot
+from minruntime.commands.common import Json, Uid, option, units
 from minruntime.commands.render import print_json, rfc3339, wide_console
-
-if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    from minruntime.audit.timeline_model import Row, Run, Story, Window
+from minruntime.core import format_duration
 
 Plot = Annotated[
     Path | None,
@@ -44,12 +45,10 @@ _OUTCOME_STYLES: Final = {
 
 def audit_command(uid: Uid, as_json: Json = False, plot: Plot = None) -> None:
     """The whole story of a podgroup: events, runs, protection windows, nominations, decisions."""
-    from minruntime.audit.timeline import podgroup_story
-    from minruntime.commands.audit_plot import plot_format, write_plot
-
     if plot is not None:
         plot_format(plot)  # a bad suffix fails before the replay, not after
-    story = podgroup_story(engine(), uid)
+    with units() as made:
+        story = podgroup_story(made, uid)
     if as_json:
         print_json(story_json(story))
     else:
@@ -80,8 +79,6 @@ def render_story(console: Console, story: Story) -> None:
 
 
 def _header(story: Story) -> Text:
-    from rich.text import Text
-
     header = Text()
     header.append(f"podgroup {story.uid}", style="bold")
     if story.name:
@@ -97,9 +94,6 @@ def _header(story: Story) -> Text:
 
 
 def _events_table(rows: tuple[Row, ...]) -> Table:
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(title="Events (state right after each)", title_justify="left")
     for column in ("seq", "time", "event", "what happened", "changed", "status", "pods"):
         table.add_column(column, overflow="fold")
@@ -124,9 +118,6 @@ def _events_table(rows: tuple[Row, ...]) -> Table:
 
 
 def _runs_table(runs: tuple[Run, ...]) -> Table:
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(title="Runs", title_justify="left")
     for column in ("run", "start", "end", "ended by", "ran", "windows", "protected until"):
         table.add_column(column, overflow="fold")
@@ -179,8 +170,6 @@ def _change(field: str, before: Any, after: Any) -> str:
 
 
 def _value(value: Any) -> str:
-    from minruntime.core import format_duration
-
     if value is None:
         return "none"
     if isinstance(value, datetime):

@@ -20,7 +20,8 @@ from minruntime.core import parse_duration, parse_rfc3339
 from minruntime.errors import ConfigError, UserError
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.failures import needs_the_primary
+from minruntime.store.failures import needs_the_primary, sqlstate
+from minruntime.store.unit import Units
 
 
 def option(*names: str, **settings: Any) -> Any:
@@ -92,6 +93,24 @@ def parse_at(
 def engine() -> sa.Engine:
     """An engine for the operator commands: the owner role (they build shadow schemas)."""
     return engine_from(current_settings().owner_url, pool_pre_ping=False)
+
+
+@contextmanager
+def units(url: str | None = None, **options: Any) -> Iterator[Units]:
+    """The units of work of one command (``store.unit``: ``read()``, ``write()``) on the
+    owner role's engine (or ``url``'s, with engine ``options``), whose connections are closed
+    after the block."""
+    options.setdefault("pool_pre_ping", False)
+    made = Units(engine() if url is None else engine_from(url, **options))
+    try:
+        yield made
+    finally:
+        made.dispose()
+
+
+def insufficient_privilege(error: BaseException) -> bool:
+    """True when PostgreSQL refused the role a privilege (SQLSTATE 42501), wrapped or not."""
+    return sqlstate(error) == "42501"
 
 
 @contextmanager

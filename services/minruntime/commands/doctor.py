@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from minruntime.commands.common import Json, current_settings, disposed
+from minruntime.cluster.ledger import ledger_spec
+from minruntime.commands.common import Json, current_settings, units
+from minruntime.kafka_access import kafka_access, start_client
+from minruntime.pgurl import PgAddress
+from minruntime.settings import Settings
 from minruntime.stream.topic_safety import Finding, Severity, judge_missing, judge_topic
-
-if TYPE_CHECKING:
-    from minruntime.settings import Settings
+from minruntime.stream.topics import ClusterFacts, topic_specs
 
 
 def doctor_command(as_json: Json = False) -> None:
     """Check the Kafka topics and the database for settings that can lose acknowledged data."""
-
     settings = current_settings()
     findings = asyncio.run(kafka_findings(settings)) + database_findings(settings)
     if as_json:
@@ -46,13 +49,6 @@ def _as_dict(finding: Finding) -> dict[str, Any]:
 
 async def kafka_findings(settings: Settings) -> list[Finding]:
     """The findings for every topic the service creates or writes."""
-    from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
-    from minruntime.cluster.ledger import ledger_spec
-    from minruntime.kafka_access import kafka_access, start_client
-    from minruntime.stream.topics import ClusterFacts, topic_specs
-
     access = kafka_access(settings)
     specs = [*topic_specs(settings), ledger_spec(settings)]
     admin = AIOKafkaAdminClient(**access.client_kwargs())
@@ -99,10 +95,6 @@ async def kafka_findings(settings: Settings) -> list[Finding]:
 
 def database_findings(settings: Settings) -> list[Finding]:
     """Which server the runtime URL reaches, and how its commits survive a failover."""
-    from minruntime.pgurl import PgAddress
-    from minruntime.store import engine_from
-    from minruntime.store.engine import reached_server, replication_of
-
     address = PgAddress.parse(settings.database_url)
     findings: list[Finding] = []
     if len(address.servers) > 1 and address.params.get("target_session_attrs") not in (
@@ -117,10 +109,9 @@ def database_findings(settings: Settings) -> list[Finding]:
                 "target_session_attrs=read-write: it may reach a read-only standby",
             )
         )
-    engine = engine_from(settings, connect_args={"connect_timeout": 10})
-    with disposed(engine), engine.connect() as conn:
-        server = reached_server(conn)
-        standby, commit, names, replicas = replication_of(conn)
+    timeout = {"connect_timeout": 10}
+    with units(settings.database_url, connect_args=timeout) as made, made.connected() as unit:
+        server, (standby, commit, names, replicas) = unit.server()
     if standby:
         findings.append(
             Finding(Severity.UNSAFE, "postgresql", f"the runtime URL reached {server}, a standby")

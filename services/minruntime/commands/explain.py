@@ -1,8 +1,9 @@
-"""`minruntime protection` and `minruntime explain`: who is protected, then or now, and why.
+"""`minruntime explain`: why a podgroup is or is not protected, then or now.
 
-The data comes from ``minruntime.audit.protection`` / ``minruntime.audit.explain`` (also what
-``--json`` prints); this module parses the options, opens the state (live, or replayed up to
-``--at``) and renders. Notes go to stderr, so ``--json`` output stays one JSON document.
+The data comes from ``minruntime.audit.explain`` (also what ``--json`` prints); this module
+parses the options, opens the state (live, or replayed up to ``--at``) and renders. Notes go to
+stderr, so ``--json`` output stays one JSON document. The protection table is the `protection`
+group's (``commands.forecast``).
 """
 
 from __future__ import annotations
@@ -11,39 +12,40 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
+from rich.console import RenderableType
+from rich.markup import escape
+from rich.table import Table
 
-from minruntime.audit.protection_model import describe_row, resolved_from_label
-from minruntime.commands.common import (
-    At,
-    Json,
-    ReclaimerQueue,
-    Uid,
-    disposed,
-    engine,
-    option,
-    parse_at,
+from minruntime.audit import explain as explaining
+from minruntime.audit.asof import ReadUnit, state_at
+from minruntime.audit.disruption import DisruptionFacts
+from minruntime.audit.explain_model import (
+    Elasticity,
+    Explanation,
+    LastEviction,
+    PreemptionDelayFacts,
+    RulePath,
+    Verdict,
+    describe,
 )
+from minruntime.audit.handshake import handshake_text
+from minruntime.audit.protection import describe_row, moment_text, resolved_from_label
+from minruntime.audit.requeue_cap import RequeueCapFacts, cap_origin
+from minruntime.audit.violations import who_evicted
+from minruntime.commands.common import At, Json, ReclaimerQueue, Uid, option, parse_at, units
 from minruntime.commands.render import counted, print_json, rfc3339, wide_console
+from minruntime.core import format_duration
 
-if TYPE_CHECKING:
-    from rich.console import RenderableType
-    from sqlalchemy import Connection
-
-    from minruntime.audit.disruption import DisruptionFacts
-    from minruntime.audit.explain_model import (
-        Elasticity,
-        Explanation,
-        LastEviction,
-        PreemptionDelayFacts,
-        RulePath,
-        Verdict,
-    )
-    from minruntime.audit.protection import ProtectionRow, ProtectionTable
-    from minruntime.audit.requeue_cap import RequeueCapFacts
-    from minruntime.store.shadows import Shadow
+__all__ = [
+    "ReclaimerQueue",
+    "describe_row",
+    "explain_command",
+    "render_explanation",
+    "resolved_from_label",
+]
 
 PreemptorQueue = Annotated[
     str | None,
@@ -54,38 +56,15 @@ PreemptorQueue = Annotated[
         "another queue → the reclaim rule.",
     ),
 ]
-# Narrower consoles get one block per podgroup instead of the eight-column table.
-_WIDE = 110
-
-
-def protection_command(
-    reclaimer_queue: ReclaimerQueue = None, at: At = None, json_output: Json = False
-) -> None:
-    """The protection table: each running podgroup's minimum runtime, window and verdict."""
-    from minruntime.audit.protection import protection_table
-
-    instant = parse_at(at)
-    with _state(instant) as (conn, shadow):
-        table = protection_table(conn, shadow, instant, reclaimer_queue)
-    for note in table.notes:
-        _stderr(f"note: {note}")
-    if json_output:
-        print_json([describe_row(row) for row in table.rows])
-        return
-    console = wide_console()
-    console.print(render_protection(table, as_of=instant is not None, width=console.width))
 
 
 def explain_command(
     uid: Uid, preemptor_queue: PreemptorQueue = None, at: At = None, json_output: Json = False
 ) -> None:
     """Why a podgroup is or is not protected: the rule, the resolution path, the window."""
-    from minruntime.audit.explain import explain
-    from minruntime.audit.explain_model import describe
-
     instant = parse_at(at)
-    with _state(instant, (uid,)) as (conn, shadow):
-        explanation = explain(conn, shadow, uid, instant, preemptor_queue)
+    with _state(instant, (uid,)) as unit:
+        explanation = explaining.explain(unit, uid, instant, preemptor_queue)
     if json_output:
         print_json(describe(explanation))
     else:
@@ -102,94 +81,17 @@ def explain_command(
 
 
 @contextmanager
-def _state(
-    at: datetime | None, podgroups: tuple[str, ...] = ()
-) -> Iterator[tuple[Connection, Shadow]]:
+def _state(at: datetime | None, podgroups: tuple[str, ...] = ()) -> Iterator[ReadUnit]:
     """The live state or the state at ``at`` (database trouble: the CLI's one line).
 
     At ``at``: the running podgroups, and of the ended ones only ``podgroups``.
     """
-    from minruntime.audit.asof import state_at
-
-    with disposed(engine()) as database, state_at(database, at, podgroups=podgroups) as pair:
-        yield pair
+    with units() as made, state_at(made, at, podgroups=podgroups) as unit:
+        yield unit
 
 
 def _stderr(message: str) -> None:
     print(f"minruntime: {message}", file=sys.stderr)
-
-
-# -- protection ---------------------------------------------------------------------------------
-
-
-def render_protection(
-    table: ProtectionTable, *, as_of: bool, width: int | None = None
-) -> RenderableType:
-    """The protection table for a terminal ``width`` wide: a heading line, then the rows.
-
-    Below ``_WIDE`` columns the eight columns cannot all fit (Rich would fold timestamps and
-    drop whole columns), so each podgroup becomes a two-line block instead: nothing is lost.
-    """
-    from rich import box
-    from rich.console import Group
-    from rich.markup import escape
-    from rich.table import Table
-
-    if table.reclaimer_queue is None:
-        rule = "preempt rule (a preemptor in the podgroup's own queue)"
-    else:
-        rule = f"reclaim rule (a reclaimer in queue {escape(table.reclaimer_queue)})"
-    heading = f"[bold]Protection[/] — {rule} — {_moment(table.at, as_of)}"
-    if not table.rows:
-        return Group(heading, "no running podgroups")
-    cells = [_protection_cells(row) for row in table.rows]
-    if width is not None and width < _WIDE:
-        return Group(heading, *(_protection_block(row) for row in cells))
-    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header in _HEADERS:
-        # Timestamps never fold; names wrap rather than being cut off with "…".
-        grid.add_column(header, overflow="fold", no_wrap=header in ("start", "protected until"))
-    grid.columns[-1].justify = "right"
-    for row in cells:
-        grid.add_row(*row)
-    return Group(heading, grid)
-
-
-_HEADERS = (
-    "uid",
-    "queue",
-    "start",
-    "min runtime",
-    "resolved from",
-    "protected until",
-    "protected?",
-    "evictable pods",
-)
-
-
-def _protection_cells(row: ProtectionRow) -> tuple[str, ...]:
-    from rich.markup import escape
-
-    from minruntime.core import format_duration
-
-    return (
-        escape(row.uid),
-        escape(row.queue) if row.queue is not None else "[dim](none)[/]",
-        rfc3339(row.start_time),
-        format_duration(row.min_runtime),
-        escape(resolved_from_label(row.resolved_from, row.node_pool)),
-        rfc3339(row.protected_until),
-        "[bold]yes[/]" if row.is_protected else "no",
-        str(row.evictable_pods),
-    )
-
-
-def _protection_block(cells: tuple[str, ...]) -> str:
-    uid, queue, start, min_runtime, source, until, protected, evictable = cells
-    return (
-        f"[bold]{uid}[/] in {queue}: protected? {protected}, evictable pods {evictable}\n"
-        f"  min runtime {min_runtime} from {source}; start {start}, protected until {until}"
-    )
 
 
 # -- explain --------------------------------------------------------------------------------------
@@ -197,18 +99,13 @@ def _protection_block(cells: tuple[str, ...]) -> str:
 
 def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableType:
     """The explanation as labelled lines for a terminal."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from minruntime.audit.handshake import handshake_text
-
     facts = explanation.podgroup
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
     owner = f" ({escape(facts.namespace or '')}/{escape(facts.name)})" if facts.name else ""
     grid.add_row("podgroup", f"{escape(facts.uid)}{owner}")
-    grid.add_row("when", _moment(explanation.at, as_of))
+    grid.add_row("when", moment_text(explanation.at, as_of))
     grid.add_row(
         "queue",
         escape(facts.queue) if facts.queue is not None else "(none: never submitted)",
@@ -259,10 +156,6 @@ def render_explanation(explanation: Explanation, *, as_of: bool) -> RenderableTy
 
 def _last_eviction_text(last: LastEviction) -> str:
     """Who evicted the last evicted run, and the verdict under the rule that applied."""
-    from rich.markup import escape
-
-    from minruntime.audit.violations import who_evicted
-
     who = who_evicted(last.action, last.evictor, last.evictor_queue, last.evicted_at)
     text = f"run {rfc3339(last.run_start)} → {rfc3339(last.run_end)} {who} [{last.source}]"
     if last.exact_verdict is None:
@@ -276,8 +169,6 @@ def _last_eviction_text(last: LastEviction) -> str:
 
 def _delay_text(delay: PreemptionDelayFacts) -> str:
     """The preemption-delay window of a podgroup that is not running, in one line."""
-    from rich.markup import escape
-
     window = (
         f"{_span(delay.delay)} from {escape(delay.source)}; window {rfc3339(delay.window_start)}"
         f" ({escape(delay.started_by)}) → {rfc3339(delay.ends_at)}"
@@ -301,10 +192,6 @@ def _status(explanation: Explanation) -> str:
 
 
 def _add_rule(grid: Any, rule: RulePath, node_pool: str) -> None:
-    from rich.markup import escape
-
-    from minruntime.core import format_duration
-
     preemptor = escape(rule.preemptor_queue or "(none)")
     if rule.rule == "preempt":
         grid.add_row("rule", f"preempt: the preemptor is in the podgroup's own queue {preemptor}")
@@ -428,10 +315,6 @@ def _amount(value: object) -> str:
 
 def requeue_cap_text(cap: RequeueCapFacts, node_pool: str) -> str:
     """The cap in force, where from, the requeues it counts and when it frees (SEMANTICS §10)."""
-    from rich.markup import escape
-
-    from minruntime.audit.requeue_cap import cap_origin
-
     if cap.limit is None:
         return "unlimited (no maxRequeues for the node pool, no valid annotation)"
     window = f"within {_span(cap.window)}" if cap.window is not None else "ever (no window)"
@@ -473,19 +356,9 @@ def disruption_text(facts: DisruptionFacts) -> str:
 
 
 def _span(span: timedelta) -> str:
-    from minruntime.core import format_duration
-
     # Whole seconds: microseconds of a database clock are noise to a reader.
     return format_duration(timedelta(seconds=max(0, int(span.total_seconds()))))
 
 
 def _path(path: tuple[str, ...] | None) -> str:
-    from rich.markup import escape
-
     return " → ".join(escape(name) for name in path) if path else "(not in the queue tree)"
-
-
-def _moment(at: datetime, as_of: bool) -> str:
-    if as_of:
-        return f"at {rfc3339(at)}, as the service had it then"
-    return f"now ({rfc3339(at)}), live"

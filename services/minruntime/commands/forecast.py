@@ -1,8 +1,9 @@
-"""`minruntime protection` as a group: the protection table (no subcommand, as before) and
+"""`minruntime protection` as a group: the protection table (no subcommand) and
 `protection forecast`, the running podgroups whose windows end in the next hours.
 
-The table is ``commands.explain.protection_command``, unchanged; the group only adds the
-subcommand beside it. The forecast is ``minruntime.audit.forecast`` (read-only, live state).
+The table is ``minruntime.audit.protection`` (the live state, or the state at ``--at``); the
+forecast is ``minruntime.audit.forecast`` (read-only, live state). This module parses the
+options and renders; notes go to stderr, so ``--json`` output stays one JSON document.
 """
 
 from __future__ import annotations
@@ -11,10 +12,24 @@ import sys
 from typing import Annotated
 
 import typer
+from rich import box
+from rich.console import Group, RenderableType
+from rich.markup import escape
+from rich.table import Table
 
-from minruntime.commands.common import At, Json, ReclaimerQueue, disposed, engine, option
-from minruntime.commands.explain import protection_command
-from minruntime.commands.render import print_json
+from minruntime.audit.asof import state_at
+from minruntime.audit.forecast import describe, forecast, lines
+from minruntime.audit.protection import (
+    ProtectionRow,
+    ProtectionTable,
+    describe_row,
+    moment_text,
+    protection_table,
+    resolved_from_label,
+)
+from minruntime.commands.common import At, Json, ReclaimerQueue, option, parse_at, units
+from minruntime.commands.render import print_json, rfc3339, wide_console
+from minruntime.core import format_duration
 
 protection_app = typer.Typer(
     help="The protection table: each running podgroup's minimum runtime, window and verdict "
@@ -22,9 +37,12 @@ protection_app = typer.Typer(
     invoke_without_command=True,
 )
 
+# Narrower consoles get one block per podgroup instead of the eight-column table.
+_WIDE = 110
+
 
 @protection_app.callback()
-def protection_table(
+def protection_table_command(
     context: typer.Context,
     reclaimer_queue: ReclaimerQueue = None,
     at: At = None,
@@ -33,6 +51,22 @@ def protection_table(
     """The protection table: each running podgroup's minimum runtime, window and verdict."""
     if context.invoked_subcommand is None:
         protection_command(reclaimer_queue, at, json_output)
+
+
+def protection_command(
+    reclaimer_queue: ReclaimerQueue = None, at: At = None, json_output: Json = False
+) -> None:
+    """The protection table: each running podgroup's minimum runtime, window and verdict."""
+    instant = parse_at(at)
+    with units() as made, state_at(made, instant) as unit:
+        table = protection_table(unit, instant, reclaimer_queue)
+    for note in table.notes:
+        print(f"minruntime: note: {note}", file=sys.stderr)
+    if json_output:
+        print_json([describe_row(row) for row in table.rows])
+        return
+    console = wide_console()
+    console.print(render_protection(table, as_of=instant is not None, width=console.width))
 
 
 @protection_app.command("forecast")
@@ -48,11 +82,70 @@ def forecast_command(
 ) -> None:
     """Running podgroups that lose a protection window in the next N hours, and when, per rule
     (preempt; reclaim from each root or common ancestor): who can be preempted next."""
-    from minruntime.audit.forecast import describe, forecast, lines
-
-    with disposed(engine()) as database:
-        found = forecast(database, hours=hours, queue=queue)
+    with units() as made:
+        found = forecast(made, hours=hours, queue=queue)
     if json_output:
         print_json(describe(found))
         return
     sys.stdout.write("\n".join(lines(found)) + "\n")
+
+
+def render_protection(
+    table: ProtectionTable, *, as_of: bool, width: int | None = None
+) -> RenderableType:
+    """The protection table for a terminal ``width`` wide: a heading line, then the rows.
+
+    Below ``_WIDE`` columns the eight columns cannot all fit (Rich would fold timestamps and
+    drop whole columns), so each podgroup becomes a two-line block instead: nothing is lost.
+    """
+    if table.reclaimer_queue is None:
+        rule = "preempt rule (a preemptor in the podgroup's own queue)"
+    else:
+        rule = f"reclaim rule (a reclaimer in queue {escape(table.reclaimer_queue)})"
+    heading = f"[bold]Protection[/] — {rule} — {moment_text(table.at, as_of)}"
+    if not table.rows:
+        return Group(heading, "no running podgroups")
+    cells = [_protection_cells(row) for row in table.rows]
+    if width is not None and width < _WIDE:
+        return Group(heading, *(_protection_block(row) for row in cells))
+    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in _HEADERS:
+        # Timestamps never fold; names wrap rather than being cut off with "…".
+        grid.add_column(header, overflow="fold", no_wrap=header in ("start", "protected until"))
+    grid.columns[-1].justify = "right"
+    for row in cells:
+        grid.add_row(*row)
+    return Group(heading, grid)
+
+
+_HEADERS = (
+    "uid",
+    "queue",
+    "start",
+    "min runtime",
+    "resolved from",
+    "protected until",
+    "protected?",
+    "evictable pods",
+)
+
+
+def _protection_cells(row: ProtectionRow) -> tuple[str, ...]:
+    return (
+        escape(row.uid),
+        escape(row.queue) if row.queue is not None else "[dim](none)[/]",
+        rfc3339(row.start_time),
+        format_duration(row.min_runtime),
+        escape(resolved_from_label(row.resolved_from, row.node_pool)),
+        rfc3339(row.protected_until),
+        "[bold]yes[/]" if row.is_protected else "no",
+        str(row.evictable_pods),
+    )
+
+
+def _protection_block(cells: tuple[str, ...]) -> str:
+    uid, queue, start, min_runtime, source, until, protected, evictable = cells
+    return (
+        f"[bold]{uid}[/] in {queue}: protected? {protected}, evictable pods {evictable}\n"
+        f"  min runtime {min_runtime} from {source}; start {start}, protected until {until}"
+    )

@@ -8,11 +8,12 @@ fixed (say, the broker's ``message.max.bytes`` raised), and the relays publish t
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 import typer
 
-from minruntime.commands.common import Json, engine
+from minruntime.commands.common import Json, units
 from minruntime.commands.render import print_json
 from minruntime.errors import UserError
 
@@ -31,10 +32,8 @@ All = Annotated[bool, typer.Option("--all", help="Retry every set-aside row.")]
 @outbox_app.command("list")
 def list_command(json_output: Json = False) -> None:
     """The set-aside rows: id, topic, size, when and why."""
-    from minruntime.store.outbox import set_aside_rows
-
-    with engine().connect() as conn:
-        rows = set_aside_rows(conn)
+    with units() as made, made.connected() as unit:
+        rows = unit.set_aside_outbox()
     if json_output:
         print_json(rows)
         return
@@ -51,11 +50,6 @@ def list_command(json_output: Json = False) -> None:
 @outbox_app.command("retry")
 def retry_command(ids: Ids = None, retry_all: All = False) -> None:
     """Put set-aside rows back in the queue (the relays publish them at once)."""
-    import uuid
-
-    from minruntime.store.outbox import retry_set_aside
-    from minruntime.store.schema import LIVE
-
     if bool(ids) == retry_all:
         raise UserError("name the row ids to retry, or pass --all (not both)")
     for row_id in ids or ():
@@ -63,6 +57,6 @@ def retry_command(ids: Ids = None, retry_all: All = False) -> None:
             uuid.UUID(row_id)
         except ValueError:
             raise UserError(f"{row_id!r} is not an outbox row id (a UUID)") from None
-    with engine().begin() as conn:
-        count = retry_set_aside(conn, LIVE, None if retry_all else ids)
+    with units() as made, made.write() as unit:
+        count = unit.retry_set_aside(None if retry_all else ids)
     print(f"{count} outbox row(s) put back in the queue")

@@ -14,20 +14,18 @@ from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
 import typer
 
-from minruntime.commands.common import At, Json, disposed, engine, parse_at
+from minruntime.audit.asof import Units, state_at
+from minruntime.commands.common import At, Json, first_line, insufficient_privilege, parse_at, units
 from minruntime.commands.render import print_json, rfc3339
+from minruntime.core import RequeueDecision, format_duration
+from minruntime.core.proportion import QuotaVerdict
 from minruntime.errors import UserError
-
-if TYPE_CHECKING:
-    import sqlalchemy as sa
-
-    from minruntime.core import RequeueDecision
-    from minruntime.core.proportion import QuotaVerdict
-    from minruntime.requeue import RequeuePreview
+from minruntime.events.types import MAX_LABEL
+from minruntime.requeue import RequeuePreview, preview
 
 NodePool = Annotated[
     str | None,
@@ -39,7 +37,6 @@ NodePool = Annotated[
     ),
 ]
 
-_INSUFFICIENT_PRIVILEGE: Final = "42501"
 # The table names at most this many uids per nominator skip reason (``--json`` has them all).
 _UIDS_PER_REASON: Final = 5
 # The decision fields the table has a column or a line for; any other field is shown as
@@ -85,8 +82,8 @@ def plan_command(node_pool: NodePool = None, at: At = None, json_output: Json = 
             "omit --at for the state now"
         )
     pool = _node_pool(node_pool)
-    with disposed(engine()) as database:
-        result = dry_run(database, at=instant, now=now, node_pool=pool)
+    with units() as made:
+        result = dry_run(made, at=instant, now=now, node_pool=pool)
     if json_output:
         print_json(describe(result, at=instant))
         return
@@ -94,8 +91,6 @@ def plan_command(node_pool: NodePool = None, at: At = None, json_output: Json = 
 
 
 def _node_pool(text: str | None) -> str | None:
-    from minruntime.events.types import MAX_LABEL
-
     if text is None:
         return None
     if not text.strip():
@@ -109,27 +104,19 @@ def _node_pool(text: str | None) -> str | None:
 
 
 def dry_run(
-    database: sa.Engine, *, at: datetime | None, now: datetime, node_pool: str | None = None
+    made: Units, *, at: datetime | None, now: datetime, node_pool: str | None = None
 ) -> RequeuePreview:
     """The worker's plan on the live state at ``now``, or on the state at ``at`` (planned at
     ``at``). Nothing is written to the live state and no lock is taken."""
-    import psycopg
-    from sqlalchemy.exc import DBAPIError
-
-    from minruntime.audit.asof import state_at
-    from minruntime.commands.common import first_line
-    from minruntime.requeue import preview
-    from minruntime.store.read_transactions import read_only
-
     try:
-        with state_at(database, at) as (conn, shadow):
+        with state_at(made, at) as unit:
             # Live: before the first query, so the whole transaction is read-only. At T: after
             # the rolled-back shadow is filled, so the worker's code runs read-only either way.
-            read_only(conn)
-            return preview(conn, now=at or now, tables=shadow.tables, node_pool=node_pool)
-    except (DBAPIError, psycopg.Error) as error:
+            unit.read_only()
+            return preview(unit, now=at or now, node_pool=node_pool)
+    except Exception as error:
         # The worker's reads go straight to psycopg's cursor: its errors arrive unwrapped.
-        if getattr(getattr(error, "orig", error), "sqlstate", None) != _INSUFFICIENT_PRIVILEGE:
+        if not insufficient_privilege(error):
             raise
         raise UserError(
             f"{first_line(error)}: `requeue plan` reads the tables the requeue worker reads "
@@ -316,8 +303,6 @@ def _text(value: Any) -> str:
 
 
 def _duration(value: timedelta) -> str:
-    from minruntime.core import format_duration
-
     return format_duration(max(value, timedelta(0)))
 
 

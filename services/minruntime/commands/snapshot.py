@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-from minruntime.commands.common import Json, current_settings, disposed, engine, option
+from minruntime.audit.snapshots import SnapshotPolicy, Taken, take
+from minruntime.commands.common import Json, current_settings, option, units
 from minruntime.commands.render import print_json
-
-if TYPE_CHECKING:
-    from minruntime.audit.snapshots import Taken
 
 
 def snapshot_command(
@@ -42,19 +40,15 @@ def snapshot_command(
     as_json: Json = False,
 ) -> None:
     """Snapshot the projections for fast as-of answers when one is due (once, or --every)."""
-    from minruntime.audit.snapshots import SnapshotPolicy, snapshots_in, take
-    from minruntime.store import engine_from
-
     if prune is not None:
         _prune(prune, as_json)
         return
     settings = current_settings()
     # The runtime role: it needs rows, not definitions (it may add snapshots, change none).
-    database = engine_from(settings.database_url, pool_pre_ping=False)
-    with disposed(database):
+    with units(settings.database_url) as made:
         if list_them:
-            with database.connect() as conn:
-                found = snapshots_in(conn)
+            with made.connected() as unit:
+                found = unit.snapshots()
             rows = [
                 {
                     "id": snapshot.id,
@@ -72,12 +66,12 @@ def snapshot_command(
             settings.snapshot_every_minutes,
             settings.snapshot_every_bytes,
         )
-        taken = take(database, policy, force=force)
+        taken = take(made, policy, force=force)
         while every is not None:
             if taken.snapshot is not None:
                 _report(taken, as_json)
             time.sleep(every)
-            taken = take(database, policy)
+            taken = take(made, policy)
     _report(taken, as_json)
 
 
@@ -103,11 +97,9 @@ def _report(taken: Taken, as_json: bool) -> None:
 
 
 def _prune(keep: int, as_json: bool) -> None:
-    from minruntime.store.snapshots import prune
-
     # The owner role: the runtime role may add snapshots, never remove one.
-    with disposed(engine()) as database, database.begin() as conn:
-        pruned = prune(conn, keep)
+    with units() as made, made.write() as unit:
+        pruned = unit.prune_snapshots(keep)
     oldest = pruned.kept_from
     if as_json:
         print_json(

@@ -13,16 +13,22 @@ import sys
 from datetime import timedelta
 from decimal import Decimal
 from functools import cache
-from typing import TYPE_CHECKING, Annotated, Any, Final, TextIO
+from typing import Annotated, Any, Final, TextIO
 
 import typer
+from pydantic_core import to_json
 
-from minruntime.commands.common import Json, engine, option, parse_at
+from minruntime.audit.violations import (
+    Violation,
+    ViolationJson,
+    ViolationReport,
+    describe_rule,
+    violations_in,
+    who_evicted,
+)
+from minruntime.commands.common import Json, option, parse_at, units
 from minruntime.commands.render import counted, rfc3339
-
-if TYPE_CHECKING:
-    from minruntime.audit.violations import Violation, ViolationReport
-    from minruntime.core import ExactJudgement, RuleWindow
+from minruntime.core import ExactJudgement, ExactVerdict, RuleWindow, Verdict, format_duration
 
 Since = Annotated[
     str | None,
@@ -65,13 +71,9 @@ def violations_command(
 ) -> None:
     """Runs an eviction ended inside their protection window: definite or possible, and why;
     violated / honoured / unguarded when the scheduler said who evicted."""
-    from minruntime.audit.violations import find_violations
-    from minruntime.store.read_transactions import read_only, repeatable_read
-
     instant = parse_at(since, option="--since")
-    with repeatable_read(engine()) as conn:
-        read_only(conn)
-        report = find_violations(conn, since=instant, queue=queue, schema=schema)
+    with units() as made:
+        report = violations_in(made, since=instant, queue=queue, schema=schema)
     if as_json:
         write_json(report, sys.stdout)
         return
@@ -81,10 +83,6 @@ def violations_command(
 def write_json(report: ViolationReport, out: TextIO) -> None:
     """One JSON document: the counts, then ``rows``, one violation per line (a report of tens
     of thousands of violations is written as it is made)."""
-    from pydantic_core import to_json
-
-    from minruntime.audit.violations import ViolationJson
-
     as_json = ViolationJson()
     head = json.dumps(summary(report))
     if not report.violations:
@@ -100,8 +98,6 @@ def write_json(report: ViolationReport, out: TextIO) -> None:
 
 def summary(report: ViolationReport) -> dict[str, Any]:
     """The counts of a report (the head of ``--json``)."""
-    from minruntime.core import ExactVerdict, Verdict
-
     return {
         "since": None if report.since is None else rfc3339(report.since),
         "queue": report.queue,
@@ -218,8 +214,6 @@ def _gpu_hours(gpu_seconds: Decimal) -> str:
 
 def _evicted_by(violation: Violation) -> str:
     """Who evicted, as the scheduler said it, and what the verdict rests on."""
-    from minruntime.audit.violations import who_evicted
-
     attribution = violation.attribution
     assert attribution is not None
     who = who_evicted(
@@ -250,8 +244,6 @@ _INEXACT: Final = {
 
 @cache
 def _rule(window: RuleWindow) -> str:
-    from minruntime.audit.violations import describe_rule
-
     return describe_rule(window)
 
 
@@ -271,6 +263,5 @@ def _duration(value: timedelta | None) -> str:
 @cache
 def _seconds(seconds: int) -> str:
     # Cached: the runs of a report share most of their durations, in seconds.
-    from minruntime.core import format_duration
 
     return format_duration(timedelta(seconds=seconds))

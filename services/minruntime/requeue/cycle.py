@@ -60,7 +60,8 @@ from minruntime.requeue.cycle_inputs import (
     load_cycle_inputs,
 )
 from minruntime.store.requeue import lock_podgroups
-from minruntime.store.schema import LIVE, StateTables
+from minruntime.store.schema import LIVE
+from minruntime.store.unit import ReadUnit
 
 WORKER_SOURCE: Final = "minruntime/requeue-worker"
 """The CloudEvents ``source`` of every decision event."""
@@ -120,13 +121,14 @@ class PlannedCycle:
         return {podgroup.uid: podgroup.start_time for podgroup in self.inputs.cluster.running}
 
 
-def plan_cycle(conn: Connection, *, now: datetime, tables: StateTables = LIVE) -> PlannedCycle:
-    """Read one cycle's inputs from ``tables`` and plan it at ``now``; reads only, no lock."""
+def plan_cycle(unit: ReadUnit, *, now: datetime) -> PlannedCycle:
+    """Read one cycle's inputs from the unit's state and plan it at ``now``; reads only, no
+    lock."""
     started = perf_counter()
     # Reading and planning build ~10^5 small acyclic objects that all die with the cycle;
     # the cyclic garbage collector would only re-scan them (a tenth of the cycle at scale).
     with collector_paused():
-        inputs = load_cycle_inputs(conn, now, tables)
+        inputs = load_cycle_inputs(unit.connection, now, unit.state.tables)
         loaded = perf_counter()
         cluster = inputs.cluster
         nominations = expected_runtime_nominations(cluster.running, now)
@@ -145,12 +147,10 @@ def plan_cycle(conn: Connection, *, now: datetime, tables: StateTables = LIVE) -
     )
 
 
-def repeated_decisions(
-    conn: Connection, planned: PlannedCycle, tables: StateTables = LIVE
-) -> frozenset[str]:
+def repeated_decisions(unit: ReadUnit, planned: PlannedCycle) -> frozenset[str]:
     """The uids whose decision repeats the newest one recorded for the same run (not recorded
     again)."""
-    newest = last_decisions(conn, list(planned.candidates), tables)
+    newest = last_decisions(unit.connection, list(planned.candidates), unit.state.tables)
     return frozenset(
         decision.uid
         for decision in planned.plan.decisions
@@ -166,10 +166,11 @@ def run_cycle(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> CycleReport:
     """Run one cycle at ``now`` in the caller's transaction; the caller commits."""
-    planned = plan_cycle(conn, now=now)
+    live = ReadUnit(conn)
+    planned = plan_cycle(live, now=now)
     writing = perf_counter()
     plan = planned.plan
-    repeated = repeated_decisions(conn, planned)
+    repeated = repeated_decisions(live, planned)
     decided_at = clock()
     # The decision time is the commit time: the cooldown starts when the eviction does.
     shift = max(decided_at - now, timedelta(0))

@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from sqlalchemy import Connection
-
 from minruntime.core import DEFAULT_NODE_POOL, Exclusion, RequeueDecision, SkipReason
 from minruntime.errors import UserError
 from minruntime.requeue.cycle import PlannedCycle, plan_cycle, repeated_decisions
-from minruntime.store.schema import LIVE, StateTables
+from minruntime.store.unit import ReadUnit
 
 # An error names at most this many known pools, so it stays one line.
 _POOLS_IN_ERROR: Final = 8
@@ -62,14 +60,12 @@ class RequeuePreview:
         return decision.uid not in self.repeated
 
 
-def preview(
-    conn: Connection, *, now: datetime, tables: StateTables = LIVE, node_pool: str | None = None
-) -> RequeuePreview:
-    """Plan a requeue cycle at ``now`` on ``tables`` as the worker would; write nothing.
+def preview(unit: ReadUnit, *, now: datetime, node_pool: str | None = None) -> RequeuePreview:
+    """Plan a requeue cycle at ``now`` on the unit's state as the worker would; write nothing.
 
     UnknownNodePoolError when ``node_pool`` is named by nothing in the state.
     """
-    planned = plan_cycle(conn, now=now, tables=tables)
+    planned = plan_cycle(unit, now=now)
     pools = node_pools(planned)
     if node_pool is not None and node_pool not in pools:
         shown = ", ".join(pools[:_POOLS_IN_ERROR])
@@ -95,7 +91,7 @@ def preview(
         skipped={uid: r for uid, r in nominations.skipped.items() if keep(uid)},
         candidates={uid: n for uid, n in planned.candidates.items() if keep(uid)},
         decisions=decisions,
-        repeated=repeated_decisions(conn, planned, tables) & {d.uid for d in decisions},
+        repeated=repeated_decisions(unit, planned) & {d.uid for d in decisions},
         excluded=planned.excluded,
         promised={n: gpu for n, gpu in planned.plan.promised.items() if n in node_in_pool},
     )

@@ -79,10 +79,25 @@ _FUNCTIONS = sa.text(
 
 
 @dataclass(frozen=True)
-class Shadow:
-    """The two schemas of a shadow: its read surface and its state tables."""
+class State:
+    """Which copy of the state: the live one (``LIVE``) or a named shadow.
+
+    The one handle every reader and writer is given: its read surface (``read_schema``) and
+    its state tables (``tables``) are derived from it, never passed beside it.
+    """
 
     name: str
+
+    @classmethod
+    def named(cls, name: str) -> State:
+        """The copy called ``name`` (the live schema's name, or a shadow's; SchemaNameError,
+        one line, for a name no shadow may take)."""
+        return LIVE if name == READ_SCHEMA else cls(check_schema_name(name))
+
+    @property
+    def is_live(self) -> bool:
+        """True for the live state."""
+        return self.name == READ_SCHEMA
 
     @property
     def read_schema(self) -> str:
@@ -98,7 +113,10 @@ class Shadow:
         return state_tables(self.state_schema)
 
 
-LIVE: Final = Shadow(READ_SCHEMA)
+Shadow = State
+"""A state that is not the live one (the name its makers use)."""
+
+LIVE: Final = State(READ_SCHEMA)
 """The live schemas (``minruntime`` / ``minruntime_state``), for code that reads either."""
 
 
