@@ -14,8 +14,7 @@ from typing import Annotated, Any, Final
 
 import typer
 
-from minruntime.audit.protection import ProtectionRow
-from minruntime.audit.protection import describe_row, resolved_from_label
+from minruntime.audit.protection import ProtectionRow, describe_row, resolved_from_label
 from minruntime.audit.whatif import (
     KEEP,
     WHATIF_SOURCE,
