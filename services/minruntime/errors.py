@@ -44,9 +44,9 @@ class TopicLifeChangedError(UserError):
         super().__init__(reason)
 
 
-class SchemaNameError(UserError, ValueError):
+class SchemaNameError(UserError):
     """A shadow schema's name that is not allowed or already taken (`replay --into`)."""
 
 
-class SnapshotError(UserError, ValueError):
+class SnapshotError(UserError):
     """A snapshot request that cannot be met: an empty event log, keeping none."""

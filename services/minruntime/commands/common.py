@@ -80,7 +80,7 @@ def parse_at(
     """The instant named by ``option`` (None when absent); UserError with one line when bad."""
     if text is None:
         return None
-    from minruntime.core import parse_duration, parse_rfc3339
+    from minruntime.core import MinRuntimeError, parse_duration, parse_rfc3339
 
     current = now or datetime.now(UTC)
     stripped = text.strip()
@@ -91,7 +91,7 @@ def parse_at(
         if ago:
             return current - parse_duration(ago.group(1))
         return parse_rfc3339(stripped)
-    except ValueError as error:
+    except MinRuntimeError as error:
         detail = f"{error}; " if ago else ""
         raise UserError(
             f"{option} {text!r}: {detail}use RFC3339 (2026-11-21T10:00:00Z), 'now' or "

@@ -214,8 +214,6 @@ def _kafka_entries(at: datetime | None) -> list[LogEntry]:
     topics = {**input_topic_roles(settings), settings.topic_requeue_decisions: "requeue_decisions"}
     try:
         return read_kafka(kafka_access(settings), topics, until=at)
-    except ValueError as error:
-        raise UserError(str(error)) from None
     except OSError as error:
         raise UserError(f"cannot read Kafka at {settings.kafka_bootstrap}: {error}") from None
 

@@ -236,11 +236,11 @@ def _default_duration(flag: str, text: str | None) -> timedelta | None:
 
 
 def _duration(flag: str, text: str, hint: str = "") -> timedelta:
-    from minruntime.core import parse_duration
+    from minruntime.core import MinRuntimeError, parse_duration
 
     try:
         return parse_duration(text.strip())
-    except ValueError as error:
+    except MinRuntimeError as error:
         raise UserError(f"{flag} {text!r}: {error}{hint}") from None
 
 
