@@ -76,3 +76,36 @@ def test_the_scan_finds_a_new_loop(tmp_path: Path) -> None:
         "            delays.next()\n"
     )
     assert backoff_uses(tmp_path) == {("loop.py", "Poller.run")}
+
+
+_LOG_CALLS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
+
+
+def retrying_lines(root: Path) -> list[str]:
+    """Log calls outside retry.py whose message says it retries (retry.py's wording only)."""
+    found: list[str] = []
+    for module in sorted(root.rglob("*.py")):
+        if module == PACKAGE / "retry.py":
+            continue
+        for node in ast.walk(ast.parse(module.read_text(), str(module))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if node.func.attr not in _LOG_CALLS:
+                continue
+            said = " ".join(
+                arg.value
+                for arg in ast.walk(node)
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+            )
+            if "retrying" in said.lower():
+                found.append(f"{module.name}:{node.lineno}")
+    return found
+
+
+def test_no_log_line_says_retrying_but_retry_s_own() -> None:
+    assert retrying_lines(SERVICES) == []
+
+
+def test_the_scan_finds_a_retrying_line(tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text('log.warning("cannot reach %s; retrying", what)\n')
+    assert retrying_lines(tmp_path) == ["loop.py:1"]
