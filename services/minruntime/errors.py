@@ -5,6 +5,8 @@ Every error a user can cause is a `UserError`: the CLI prints its message on one
 exits with its `exit_code`, never a traceback. Under it too: the core's errors
 (`MinRuntimeError`), a rejected event (`events.EventRejected`) and a cluster object that
 cannot be translated (`cluster.mapping.ObjectError`). Anything else reaching the CLI is a bug.
+Only the core's errors and `EventRejected` are also `ValueError`s (the contract promises it);
+the service's own are not, so an `except ValueError` never catches one of them unnamed.
 """
 
 from __future__ import annotations
