@@ -5,6 +5,8 @@ Every error a user can cause is a `UserError`: the CLI prints its message on one
 exits with its `exit_code`, never a traceback. Under it too: the core's errors
 (`MinRuntimeError`), a rejected event (`events.EventRejected`) and a cluster object that
 cannot be translated (`cluster.mapping.ObjectError`). Anything else reaching the CLI is a bug.
+Only the core's errors and `EventRejected` are also `ValueError`s (the contract promises it);
+the service's own are not, so an `except ValueError` never catches one of them unnamed.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ class TopicLifeChangedError(UserError):
         super().__init__(reason)
 
 
-class SchemaNameError(UserError, ValueError):
+class SchemaNameError(UserError):
     """A shadow schema's name that is not allowed or already taken (`replay --into`)."""
 
 
-class SnapshotError(UserError, ValueError):
+class SnapshotError(UserError):
     """A snapshot request that cannot be met: an empty event log, keeping none."""

@@ -3,8 +3,24 @@
 A dependency that is away (an API server, Kafka, PostgreSQL, a disruption budget saying "not
 now") is waited for, not reported once per attempt: ONE line when an outage starts, a reminder
 at most every `every` seconds, and one line when it ends (`Outage`). `retry`/`retry_async`
-are the one loop around an attempt; a loop that must do something between attempts (relist,
-restart a producer) keeps its own loop with the same `Backoff` and `Outage`.
+are the one loop around an attempt, and the only place that says "retrying". Which errors
+are waited for is the caller's `transient` (the cluster side's: `cluster.transient`); any
+other error propagates at once: a bug is not an outage.
+
+The loops that keep their own `Backoff`, each for what `retry` cannot do (this list is read
+by tests/unit/test_backoff_uses.py: a new one is named here, with its reason, or fails it):
+- `cluster/bridge.py` `Bridge._list_everything`: a generator that yields what it lists as it
+  goes; a failed listing starts its kind over in the mirror before the next attempt.
+- `health/outage.py` `keep_running`: restarts a background task for ever; a run that lasted
+  longer than the cap starts the backoff afresh, and a restarted run never says "back".
+- `requeue/expiry.py` `ExpiryEmitter.run`: a leader's loop: waits for leadership, announces
+  until it is lost, backs off through failures; never returns.
+- `requeue/worker.py` `RequeueWorker.run`: the worker's leader loop: stands by, leads for
+  hours, backs off through a database outage with readiness failing; never returns.
+- `stream/consumer.py` `BatchedConsumer._fetch`: fetches for ever; a failed fetch waits, the
+  next one goes on (pausing and resuming partitions between them).
+- `stream/relay.py` `OutboxRelay.run`: publishes for ever; a failed batch waits its backoff,
+  an idle one its poll (or a wake-up).
 
 Every first delay, cap and status cadence of the service is named here, once.
 
@@ -161,6 +177,7 @@ def retry(
     transient: Callable[[Exception], bool] = lambda error: True,
     backoff: Backoff | None = None,
     logger: logging.Logger | None = None,
+    first: float | None = None,
     cap: float | None = None,
     outage: Outage | None = None,
     on_failure: Callable[[Exception], object] | None = None,
@@ -172,9 +189,10 @@ def retry(
     An error that is not `transient` propagates at once. After a transient one: `on_failure`
     (e.g. to fail a readiness condition), the status line (`outage`, saying `reason(error)`),
     then a wait on `stop`, or `sleep(delay)` when given. `InterruptedError` once `stop` is set
-    (also before the first attempt). `cap` bounds the default backoff's delays.
+    (also before the first attempt). `first` and `cap` are the default backoff's first delay
+    and bound.
     """
-    delays = backoff or Backoff(cap=MAX_BACKOFF_SECONDS if cap is None else cap)
+    delays = backoff or _backoff(first, cap)
     status = outage or Outage(what, logger or log)
     while stop is None or not stop.is_set():
         try:
@@ -210,7 +228,7 @@ async def retry_async(
     sleep: Callable[[float], Awaitable[object]] | None = None,
 ) -> T:
     """`retry` for a coroutine function; a `threading.Event` is waited on in a thread."""
-    delays = backoff or Backoff(cap=MAX_BACKOFF_SECONDS if cap is None else cap)
+    delays = backoff or _backoff(None, cap)
     status = outage or Outage(what, logger or log)
     while stop is None or not stop.is_set():
         try:
@@ -227,6 +245,13 @@ async def retry_async(
         status.back()
         return result
     raise InterruptedError(f"stopped while retrying {what}")
+
+
+def _backoff(first: float | None, cap: float | None) -> Backoff:
+    return Backoff(
+        FIRST_BACKOFF_SECONDS if first is None else first,
+        MAX_BACKOFF_SECONDS if cap is None else cap,
+    )
 
 
 async def _wait(stop: threading.Event | asyncio.Event | None, delay: float) -> None:

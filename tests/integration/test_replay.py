@@ -23,6 +23,7 @@ from minruntime.audit.asof import state_at
 from minruntime.audit.parallel import PartFailedError, ReplayInParts
 from minruntime.audit.replay import read_log, replay
 from minruntime.audit.verify import compare, compare_schemas
+from minruntime.errors import SchemaNameError
 from minruntime.store import event_log
 from minruntime.store.checksums import checksum, unmatched
 from minruntime.store.read_transactions import repeatable_read
@@ -409,14 +410,14 @@ def test_a_kept_shadow_is_readable_by_the_reader_role_and_can_be_dropped(
     "name", ["minruntime", "Bad", "1x", "pg_x", "a-b", "x" * 60, "minruntime_state"]
 )
 def test_shadow_names_are_checked(engine: sa.Engine, name: str) -> None:
-    with repeatable_read(engine) as conn, pytest.raises(ValueError, match="schema name"):
+    with repeatable_read(engine) as conn, pytest.raises(SchemaNameError, match="schema name"):
         create_shadow(conn, name)
 
 
 def test_an_existing_shadow_is_not_overwritten(engine: sa.Engine) -> None:
     with repeatable_read(engine) as conn:
         create_shadow(conn, "twice")
-        with pytest.raises(ValueError, match="already exists"):
+        with pytest.raises(SchemaNameError, match="already exists"):
             create_shadow(conn, "twice")
 
 

@@ -30,7 +30,7 @@ from minruntime.core import (
     fold,
 )
 from minruntime.core.topic_life import StoredOffset, TopicLife
-from minruntime.errors import TopicLifeChangedError
+from minruntime.errors import SchemaNameError, TopicLifeChangedError
 from minruntime.ingest.queues import resolved_rows
 from minruntime.store import (
     decisions,
@@ -97,9 +97,9 @@ def test_state_tables_are_built_once_per_schema_and_refuse_bad_names() -> None:
     assert (
         LIVE.sql("SELECT 1 FROM minruntime_state.outbox") == "SELECT 1 FROM minruntime_state.outbox"
     )
-    with pytest.raises(ValueError, match="reserved"):
+    with pytest.raises(SchemaNameError, match="reserved"):
         state_tables("public")
-    with pytest.raises(ValueError, match="lower-case"):
+    with pytest.raises(SchemaNameError, match="lower-case"):
         state_tables("x; DROP TABLE y")
 
 

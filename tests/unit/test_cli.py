@@ -112,12 +112,17 @@ def test_a_bug_shows_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_one_error_tree() -> None:
-    # The core's errors, rejected events and untranslatable cluster objects are user errors,
-    # and ValueErrors still for the code that catches them as such.
+    # The core's errors, rejected events and untranslatable cluster objects are user errors;
+    # the core's and rejected events are ValueErrors too (CONTRACT.md §4, docs/events.md), the
+    # service's own are not: an `except ValueError` catches only what it names.
     from minruntime.cluster.mapping import ObjectError
     from minruntime.core.errors import MinRuntimeError
+    from minruntime.errors import SchemaNameError, SnapshotError
     from minruntime.events import EventRejected
 
-    for error in (MinRuntimeError, EventRejected, ObjectError):
+    for error in (MinRuntimeError, EventRejected, ObjectError, SchemaNameError, SnapshotError):
         assert issubclass(error, UserError)
+    for error in (MinRuntimeError, EventRejected):
         assert issubclass(error, ValueError)
+    for error in (ObjectError, SchemaNameError, SnapshotError):
+        assert not issubclass(error, ValueError)

@@ -22,7 +22,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from minruntime.audit.replay import DECISION_TYPES, LogEntry
-from minruntime.core import parse_rfc3339
+from minruntime.core import InvalidTimestampError, parse_rfc3339
+from minruntime.errors import UserError
 from minruntime.events import EventRejected, Header, structured_value
 from minruntime.kafka_access import KafkaAccess, start_client
 
@@ -78,8 +79,12 @@ async def _read(
     return [entry._replace(seq=index + 1) for index, (_, _, entry) in enumerate(keyed)]
 
 
+class MissingTopicsError(UserError):
+    """A topic to read does not exist on the cluster (one line: which ones, where)."""
+
+
 async def _partitions(access: KafkaAccess, topics: list[str]) -> list[Any]:
-    """Every partition of ``topics``; ValueError naming the topics that do not exist."""
+    """Every partition of ``topics``; MissingTopicsError naming those that do not exist."""
     from aiokafka import TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -91,7 +96,7 @@ async def _partitions(access: KafkaAccess, topics: list[str]) -> list[Any]:
         await admin.close()
     missing = sorted(str(t["topic"]) for t in described if t["error_code"] or not t["partitions"])
     if missing:
-        raise ValueError(f"topic(s) not found on {access.bootstrap}: {', '.join(missing)}")
+        raise MissingTopicsError(f"topic(s) not found on {access.bootstrap}: {', '.join(missing)}")
     return [
         TopicPartition(t["topic"], p["partition"])
         for t in described
@@ -145,7 +150,7 @@ def _peek(value: bytes) -> tuple[str | None, str | None, float | None]:
     if isinstance(document.get("time"), str):
         try:
             moment = parse_rfc3339(document["time"]).timestamp()
-        except ValueError:
+        except InvalidTimestampError:
             moment = None
     return (
         event_type if isinstance(event_type, str) else None,

@@ -134,7 +134,5 @@ def _kafka_entries(settings: Settings, request: Rebuild) -> list[LogEntry]:
     }
     try:
         return read_kafka(kafka_access(settings), topics, until=request.until)
-    except ValueError as error:
-        raise UserError(str(error)) from None
     except OSError as error:
         raise UserError(f"cannot read Kafka at {settings.kafka_bootstrap}: {error}") from None

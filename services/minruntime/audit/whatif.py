@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine
 
 from minruntime.audit.asof import live_copy
 from minruntime.audit.protection import ProtectionRow
-from minruntime.core import DEFAULT_NODE_POOL
+from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeError
 from minruntime.errors import UserError
 from minruntime.events import (
     QUEUES_TOPIC,
@@ -342,7 +342,7 @@ def _config_event(conn: Connection, shadow: Shadow, edit: ConfigEdit, at: dateti
             read_surface.node_pool_configs(conn, shadow).for_pool(edit.node_pool),
             **{name: value for name, value in given.items() if value is not None},
         )
-    except ValueError as error:
+    except MinRuntimeError as error:
         raise WhatIfError(f"{origin}: {error}") from error
     data = ConfigUpdatedData.from_config(edit.node_pool, config)
     return ChangeEvent(origin, _event(EventType.CONFIG_UPDATED, data, at))

@@ -21,9 +21,10 @@ from typing import Any, Final, TypeVar
 
 from minruntime.cluster.evictions import EVICT_EVENT_SELECTOR
 from minruntime.cluster.mirror import Kind, MirrorOptions, kept
+from minruntime.cluster.transient import transient
 from minruntime.cluster.wire import decode_pod_list
 from minruntime.errors import UserError
-from minruntime.retry import Backoff, Outage
+from minruntime.retry import Outage, retry
 from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -250,7 +251,7 @@ _BETWEEN: Final = b'},{"metadata":{'
 _HEAD_LIMIT: Final = 64 * 1024
 
 
-class CacheListingError(ValueError):
+class CacheListingError(Exception):
     """A listing from the watch cache that cannot be read in blocks: list in pages instead."""
 
 
@@ -429,8 +430,9 @@ class Watcher:
     """Lists, then watches from the list's resourceVersion; relists on 410 Gone.
 
     Runs in its own thread (the client is blocking) and puts Notifications in the inbox.
-    Errors (API server away, a refused call, a line that is not JSON) are reported as one
-    status line per outage and retried with capped backoff.
+    An outage (`cluster.transient`: the API server away or answering 429/5xx, a line that is
+    not JSON) is reported as one status line and retried with capped backoff; any other
+    error ends the watch (`failure`).
     """
 
     source: Source
@@ -443,6 +445,8 @@ class Watcher:
     resource_version: str | None = field(default=None, init=False)
     # Listed from the watch cache (the source's from_cache) until such a listing fails.
     from_cache: bool = field(default=True, init=False)
+    # The error that ended the watch when it is not an outage (`transient`): a bug.
+    failure: Exception | None = field(default=None, init=False)
 
     def pages(self) -> Iterator[Notification]:
         """One whole listing as notifications (LIST_START, pages, LIST_END); sets the
@@ -480,23 +484,36 @@ class Watcher:
                 return
 
     def run(self) -> None:
-        """Watch until `stop` is set."""
-        backoff = Backoff(cap=self.backoff_max)
+        """Watch until `stop` is set; an error that is not `transient` ends the watch and is
+        kept in `failure` (the bridge raises it: a bug is not retried as an outage)."""
         outage = Outage(f"watch of {self.source.kind}", log)
-        while not self.stop.is_set():
-            try:
-                if self.resource_version is None:
-                    self.relist()
-                self._watch_once()
-                outage.back()
-                backoff.reset()
-            except Exception as error:
-                if is_gone(error):
-                    log.info("%s: resourceVersion too old (410 Gone): relisting", self.source.kind)
-                    self.resource_version = None
-                    continue
-                outage.failed(error)
-                self.stop.wait(backoff.next())
+        try:
+            while not self.stop.is_set():
+                retry(
+                    self._watch_round,
+                    what=f"watch of {self.source.kind}",
+                    stop=self.stop,
+                    transient=transient,
+                    cap=self.backoff_max,
+                    outage=outage,
+                )
+        except InterruptedError:
+            return
+        except Exception as error:
+            self.failure = error
+
+    def _watch_round(self) -> None:
+        """List if there is no resourceVersion to watch from, then watch until the API server
+        ends the watch; a 410 Gone forgets the resourceVersion (the next round relists)."""
+        try:
+            if self.resource_version is None:
+                self.relist()
+            self._watch_once()
+        except Exception as error:
+            if not is_gone(error):
+                raise
+            log.info("%s: resourceVersion too old (410 Gone): relisting", self.source.kind)
+            self.resource_version = None
 
     def _watch_once(self) -> None:
         # The client's own Watch helper cannot report a 410 without deserializing every object
@@ -539,8 +556,10 @@ class Watcher:
             response.release_conn()
 
 
-class WatchGarbageError(ValueError):
+class WatchGarbageError(Exception):
     """The watch stream sent something that is not a watch event (cut mid-line, garbage)."""
+
+    retriable = True  # a connection cut mid-line: the next watch resumes (`transient`)
 
 
 def _watch_event(kind: Kind, line: str | bytes) -> Mapping[str, Any]:

@@ -65,6 +65,7 @@ from minruntime.cluster.ledger import (
     topic_ids,
 )
 from minruntime.cluster.mirror import ClusterMirror, Emission, Record
+from minruntime.cluster.transient import transient
 from minruntime.collector import collector_paused
 from minruntime.events import encode_event
 from minruntime.kafka_access import kafka_access
@@ -137,6 +138,7 @@ class Bridge:
         self.ledger_topic = settings.kube_ledger_topic_resolved
         self.sent_total = 0
         self.input_topic_ids: dict[str, str] = {}
+        self._lease_outage = Outage(f"the lease {self.lease.name}", log)
 
     async def run(self) -> None:
         """Stand by, lead while holding the lease, until stopped."""
@@ -160,6 +162,8 @@ class Bridge:
                 keeper.end()
                 if self.stop.is_set() and held:
                     await asyncio.to_thread(self.lease.release)
+            if keeper.failure is not None:
+                raise keeper.failure
             if not self.stop.is_set():
                 log.warning("bridge %s: term ended", self.lease.identity)
 
@@ -169,11 +173,17 @@ class Bridge:
         return 1.0 if keeper is not None and keeper.holds() else 0.0
 
     async def _acquire(self) -> bool:
+        """Take or renew the Lease; False when another replica holds it or the API server is
+        away (one status line per outage); any other error propagates."""
         try:
-            return await asyncio.to_thread(self.lease.try_acquire, self.clock())
+            held = await asyncio.to_thread(self.lease.try_acquire, self.clock())
         except Exception as error:
-            log.warning("cannot reach the lease %s: %s", self.lease.name, error)
+            if not transient(error):
+                raise
+            self._lease_outage.failed(error)
             return False
+        self._lease_outage.back()
+        return held
 
     # -- one term --------------------------------------------------------------------------
 
@@ -227,6 +237,7 @@ class Bridge:
                 drift = asyncio.create_task(self.drift.run(keeper))
             while keeper.holds() and not self.stop.is_set():
                 notes = await asyncio.to_thread(inbox.take, 0.5, _CHUNK)
+                _raise_failure(watchers)
                 # Folded also without notes: releases held for an eviction signal fall due.
                 emissions, changes = await asyncio.to_thread(_fold, mirror, notes)
                 counts.held.set(mirror.evictions.held_count)
@@ -286,9 +297,9 @@ class Bridge:
                         yield from _apply(mirror, note)
                     outage.back()
                     break
-                except TermEndedError:
-                    raise
                 except Exception as error:
+                    if not transient(error):
+                        raise  # a bug, or the term ended (TermEndedError): not an outage
                     outage.failed(error)
                     mirror.restart_listing(watcher.source.kind)
                     if keeper.ended.wait(backoff.next()):
@@ -485,6 +496,13 @@ def _fold(
     emissions = [emission for note in notes for emission in _apply(mirror, note)]
     emissions += mirror.due()
     return emissions, mirror.take_changes()
+
+
+def _raise_failure(watchers: list[Watcher]) -> None:
+    """A watcher ended by an error that is not an outage: raise it here (the process fails)."""
+    for watcher in watchers:
+        if watcher.failure is not None:
+            raise watcher.failure
 
 
 def _apply(mirror: ClusterMirror, note: Notification) -> Iterator[Emission]:

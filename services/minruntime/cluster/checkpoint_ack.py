@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from minruntime.cluster.api import KAI_GROUP, PODGROUP_VERSION
-from minruntime.core import format_rfc3339, parse_rfc3339
+from minruntime.core import InvalidTimestampError, format_rfc3339, parse_rfc3339
 from minruntime.core.checkpoint import CHECKPOINTED_AT_ANNOTATION
 from minruntime.errors import UserError
 
@@ -57,7 +57,7 @@ def checkpoint_time(text: str | None, now: datetime) -> datetime:
         return now
     try:
         moment = parse_rfc3339(text.strip())
-    except ValueError:
+    except InvalidTimestampError:
         raise CheckpointAckError(
             f"--at {text[:64]!r}: not an RFC3339 time (2026-11-21T10:00:00Z)"
         ) from None

@@ -54,6 +54,7 @@ from minruntime.cluster.evictor_metrics import EvictorMetrics
 from minruntime.cluster.lanes import Lanes, Offsets
 from minruntime.cluster.mapping import NODE_POOL_LABEL
 from minruntime.cluster.mirror import Kind
+from minruntime.cluster.transient import transient
 from minruntime.core import DEFAULT_NODE_POOL, format_rfc3339
 from minruntime.core.checkpoint import (
     CHECKPOINT_REQUESTED_AT_ANNOTATION,
@@ -79,7 +80,7 @@ from minruntime.events import (
     new_event,
 )
 from minruntime.kafka_access import kafka_access
-from minruntime.retry import Backoff, Outage, one_line, retry_async
+from minruntime.retry import Outage, one_line, retry_async
 from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,15 @@ def abandon_reason(error: BaseException | None) -> str:
         if error.status == HTTP_NOT_FOUND:
             return "not_found"
     return "api_error"
+
+
+def waits(error: BaseException) -> bool:
+    """What a decision's lane waits out until its deadline: an outage (`transient`) or the
+    cluster's refusal (a disruption budget's 429, any other answer of the API server: 403,
+    409, ...). Anything else is a bug and propagates."""
+    from kubernetes.client.exceptions import ApiException
+
+    return transient(error) or isinstance(error, EvictionRefusedError | ApiException)
 
 
 class Evictor:
@@ -440,32 +450,41 @@ class DecisionRunner:
         call: Callable[..., T],
         *args: Any,
     ) -> T | None:
-        """``call(*args)`` in the executor, holding an API slot, retried with backoff until it
-        succeeds (its result) or the decision is abandoned (None: the event is sent)."""
-        backoff = Backoff(cap=self.settings.kube_backoff_max_seconds)
-        outage = Outage(f"decision {event_id}", log)
+        """``call(*args)`` in the executor, holding an API slot, retried with backoff while
+        the cluster refuses or is away (`waits`) until it succeeds (its result) or the
+        decision is abandoned (None: the event is sent). Any other error propagates."""
         loop = asyncio.get_running_loop()
-        while True:
-            if self.stopping.is_set():
-                raise asyncio.CancelledError
-            try:
-                async with self.calls:
-                    result = await loop.run_in_executor(
-                        self.executor, functools.partial(call, *args)
-                    )
-            except (PodGroupGoneError, DeadlinePassedError) as error:
-                await self._abandon(event_id, decision, error)
-                return None
-            except Exception as error:  # refused, forbidden, API away: this lane waits
-                outage.failed(error)
-                left = (self.deadline(decision) - self.clock()).total_seconds()
-                if left <= 0:
-                    await self._abandon(event_id, decision, error)
-                    return None
-                await self._sleep(min(backoff.next(), left))
-                continue
-            outage.back()
-            return result
+
+        async def attempt() -> T:
+            async with self.calls:
+                return await loop.run_in_executor(self.executor, functools.partial(call, *args))
+
+        def left() -> float:
+            return (self.deadline(decision) - self.clock()).total_seconds()
+
+        async def sleep(delay: float) -> None:
+            await self._sleep(min(delay, left()))
+
+        try:
+            return await retry_async(
+                attempt,
+                what=f"decision {event_id}",
+                stop=self.stopping,
+                transient=lambda error: waits(error) and left() > 0,
+                logger=log,
+                cap=self.settings.kube_backoff_max_seconds,
+                sleep=sleep,
+            )
+        except InterruptedError:
+            raise asyncio.CancelledError from None
+        except (PodGroupGoneError, DeadlinePassedError) as error:
+            await self._abandon(event_id, decision, error)
+            return None
+        except Exception as error:
+            if not waits(error):
+                raise  # a bug: not an outage, and not the cluster's refusal
+            await self._abandon(event_id, decision, error)  # refused until its deadline
+            return None
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -553,6 +572,8 @@ class DecisionRunner:
             except TimeoutError:
                 return WaitEnd("timed_out", self.clock())
             except Exception as error:  # the API server away: the grace runs out all the same
+                if not waits(error):
+                    raise
                 outage.failed(error)
                 now = self.clock()
                 if time_left(requested_at, grace, now) <= 0:
@@ -672,6 +693,8 @@ async def consume(
                     cap=settings.kube_backoff_max_seconds,
                 )
         while not stop.is_set():
+            if lanes.failure is not None:
+                raise lanes.failure  # a bug in carrying a decision out: the evictor fails
             if offsets.open_count < settings.evictor_max_open:
                 batches = await consumer.getmany(timeout_ms=200, max_records=500)
             else:  # enough read and not done: let the lanes catch up first

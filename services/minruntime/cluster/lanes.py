@@ -65,6 +65,8 @@ class Lanes:
     def __init__(self) -> None:
         self._lanes: dict[str, asyncio.Queue[Callable[[], Awaitable[None]]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # The first error a job raised (a bug: a job ends its work itself): the owner raises it.
+        self.failure: Exception | None = None
 
     @property
     def busy(self) -> int:
@@ -88,7 +90,13 @@ class Lanes:
             except asyncio.QueueEmpty:
                 del self._lanes[key]
                 return
-            await job()
+            try:
+                await job()
+            except Exception as error:
+                if self.failure is None:
+                    self.failure = error
+                del self._lanes[key]
+                return
 
     async def close(self) -> None:
         """Cancel every lane (their unfinished jobs stay open) and wait for them."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from minruntime.cluster.api import read_json
 from minruntime.cluster.mapping import parse_time
+from minruntime.cluster.transient import transient
 from minruntime.retry import Outage
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,8 @@ class LeaseKeeper:
     was sent) proves the Lease until ``t + duration`` in every replica's eyes; the holder acts
     only until ``t + duration - interval`` (``interval`` = a third of the duration, how often
     it renews), so a renewal that hangs or fails stops it one interval before anyone else may
-    take the Lease over. A renewal that finds another holder ends the term at once.
+    take the Lease over. A renewal that finds another holder ends the term at once; so does
+    an error that is not an outage (``cluster.transient``), kept in ``failure``.
     """
 
     def __init__(
@@ -166,6 +168,9 @@ class LeaseKeeper:
         self._monotonic = monotonic
         self._until = acquired_at + lease.seconds - self.interval
         self.ended = threading.Event()
+        # The error that ended the term when it is not an outage (`transient`): the bridge
+        # raises it once the term is over.
+        self.failure: Exception | None = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="lease")
 
     def start(self) -> LeaseKeeper:
@@ -188,6 +193,10 @@ class LeaseKeeper:
             try:
                 held = self.lease.try_acquire(self._clock())
             except Exception as error:
+                if not transient(error):  # a bug, or an answer that will not change: end
+                    self.failure = error
+                    self.ended.set()
+                    return
                 outage.failed(error)
                 if not self.holds():
                     log.warning(

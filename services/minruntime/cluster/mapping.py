@@ -22,6 +22,7 @@ from minruntime.core import (
     DEFAULT_NODE_POOL,
     DEFAULT_SUBGROUP,
     PREEMPTION_DELAY_ANNOTATION,
+    InvalidTimestampError,
     Preemptibility,
     format_rfc3339,
     parse_rfc3339,
@@ -66,11 +67,8 @@ _ID_NAMESPACE: Final = uuid.UUID("5d0c0b8e-7a44-4f0e-9b55-6b7562652d31")
 _ID_PREFIX: Final = _ID_NAMESPACE.bytes
 
 
-class ObjectError(UserError, ValueError):
-    """A cluster object cannot be mapped to an event (the bridge logs it and goes on).
-
-    A ValueError still: the mirror catches it with the contract's own refusals.
-    """
+class ObjectError(UserError):
+    """A cluster object cannot be mapped to an event (the bridge logs it and goes on)."""
 
 
 def event_id(uid: str, transition: str, version: str = "", content: str = "") -> str:
@@ -192,7 +190,7 @@ def parse_time(value: Any) -> datetime | None:
         return None
     try:
         return parse_rfc3339(value)
-    except ValueError:
+    except InvalidTimestampError:
         return None
 
 

@@ -41,11 +41,16 @@ from minruntime.cluster.evictions import (
 )
 from minruntime.cluster.mapping import ObjectError
 from minruntime.cluster.packed import Packed
-from minruntime.core import format_rfc3339
-from minruntime.events import Event, EventType, new_event
+from minruntime.core import MinRuntimeError, format_rfc3339
+from minruntime.events import Event, EventRejected, EventType, new_event
 from minruntime.events.types import MAX_NAME
 
 log = logging.getLogger(__name__)
+
+# What a cluster object that cannot be translated raises (the mapping's refusal, the
+# contract's, the core's): the object is logged and dropped, never a crash. Anything else is a
+# bug and propagates.
+UNMAPPABLE: Final = (ObjectError, EventRejected, MinRuntimeError)
 
 ADDED: Final = "ADDED"
 MODIFIED: Final = "MODIFIED"
@@ -195,7 +200,7 @@ class ClusterMirror:
         handler = _HANDLERS[kind]
         try:
             return handler(self, action, obj, uid)
-        except ValueError as exc:  # ObjectError, or an event the contract refuses
+        except UNMAPPABLE as exc:
             log.warning("cannot map %s %s: %s", kind.value, mapping.name_of(obj), exc)
             return []
 
@@ -508,7 +513,7 @@ class ClusterMirror:
                 if pod is not None and candidate in members:
                     emissions += self._pod_transitions(uid, podgroup, pod)
             return emissions
-        except ValueError as exc:  # ObjectError, or an event the contract refuses
+        except UNMAPPABLE as exc:
             log.warning(
                 "cannot map PodGroup %s/%s: %s",
                 mapping.namespace_of(podgroup), mapping.name_of(podgroup), exc,
@@ -787,7 +792,7 @@ class ClusterMirror:
                     "podgroups", EventType.PODGROUP_RELEASED, attributed, pod, pod_uid,
                     "released", time=release.time,
                 )  # fmt: skip
-            except ValueError as exc:  # sanitised before; never lose the release for it
+            except UNMAPPABLE as exc:  # sanitised before; never lose the release for it
                 log.warning("pod %s: eviction attribution not sent: %s", name, exc)
                 data["reason"] = "evicted"
         return self._emit(

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
 
 from minruntime.commands import INVOCATION
-from minruntime.core import parse_duration, parse_rfc3339
+from minruntime.core import MinRuntimeError, parse_duration, parse_rfc3339
 from minruntime.errors import ConfigError, UserError
 from minruntime.settings import Settings
 from minruntime.store import engine_from
@@ -82,7 +82,7 @@ def parse_at(
         if ago:
             return current - parse_duration(ago.group(1))
         return parse_rfc3339(stripped)
-    except ValueError as error:
+    except MinRuntimeError as error:
         detail = f"{error}; " if ago else ""
         raise UserError(
             f"{option} {text!r}: {detail}use RFC3339 (2026-11-21T10:00:00Z), 'now' or "

@@ -28,7 +28,7 @@ from minruntime.audit.whatif import (
 )
 from minruntime.commands.common import Json, ReclaimerQueue, current_settings, engine
 from minruntime.commands.render import aligned, counted, duration, print_json, rfc3339
-from minruntime.core import DEFAULT_NODE_POOL, parse_duration
+from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeError, parse_duration
 from minruntime.errors import UserError
 from minruntime.produce import read_changes
 
@@ -235,7 +235,7 @@ def _default_duration(flag: str, text: str | None) -> timedelta | None:
 def _duration(flag: str, text: str, hint: str = "") -> timedelta:
     try:
         return parse_duration(text.strip())
-    except ValueError as error:
+    except MinRuntimeError as error:
         raise UserError(f"{flag} {text!r}: {error}{hint}") from None
 
 

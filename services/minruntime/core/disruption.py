@@ -94,7 +94,7 @@ def parse_bounded_duration(text: str, label: str, most: timedelta) -> timedelta:
     """A window or a gap written in the duration grammar (SEMANTICS.md §1)."""
     try:
         value = parse_duration(text)
-    except ValueError as error:
+    except MinRuntimeError as error:
         raise InvalidConfigError(f"{label}: {error}") from None
     return check_duration(value, label, most)
 

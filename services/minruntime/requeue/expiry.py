@@ -55,7 +55,7 @@ from minruntime.health import one_line
 from minruntime.requeue.cycle import WORKER_SOURCE
 from minruntime.requeue.cycle_inputs import pool_unusable
 from minruntime.requeue.metrics import RequeueMetrics
-from minruntime.retry import EXPIRY_MAX_BACKOFF_SECONDS, Backoff
+from minruntime.retry import EXPIRY_MAX_BACKOFF_SECONDS, Backoff, Outage
 from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.outbox import enqueue, event_message
 from minruntime.store.queues import load_tree
@@ -283,6 +283,8 @@ class ExpiryEmitter:
         self._clock = clock
         self.expiry = ProtectionExpiry(options)
         self.stop = threading.Event()
+        # A check that cannot run, or its connection lost: one line, a reminder a minute.
+        self._outage = Outage("protection-expiry emitter", log)
 
     def run(self) -> None:
         """Until ``stop`` is set: wait for leadership, then announce window ends while it holds."""
@@ -295,7 +297,7 @@ class ExpiryEmitter:
                     self._announce_while_leading(conn)
                 backoff.reset()
             except DBAPIError as error:
-                log.warning("protection-expiry emitter lost its database connection: %s", error)
+                self._outage.failed(f"lost its database connection: {one_line(error)}")
                 self.stop.wait(backoff.next())
             except Exception as error:
                 # Nothing the projections hold may stop the replica (issue 12): a check that
@@ -304,7 +306,7 @@ class ExpiryEmitter:
                 self._metrics.observe_excluded(
                     [Exclusion("check", "protection-expiry", _reason(error), str(error))]
                 )
-                log.error("protection-expiry check failed, retrying: %s", one_line(error))
+                self._outage.failed(error)
                 self.stop.wait(backoff.next())
 
     def _announce_while_leading(self, conn: Connection) -> None:
@@ -315,6 +317,7 @@ class ExpiryEmitter:
                 self.stop.wait(wait + _SLACK)
                 continue
             self.check(conn)
+            self._outage.back()
 
     def check(self, conn: Connection) -> ExpiryReport:
         """One check in its own transaction; wakes the relay when something was written."""

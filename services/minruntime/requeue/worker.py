@@ -169,7 +169,7 @@ class RequeueWorker:
             except DBAPIError as error:
                 if isinstance(error.orig, _CONFLICTS):
                     self._metrics.cycles.labels("conflict").inc()
-                    log.info("requeue cycle conflicted with the processor, retrying")
+                    log.info("requeue cycle conflicted with the processor; running it again")
                     continue
                 if _connection_lost(error):
                     self._metrics.cycles.labels("failed").inc()

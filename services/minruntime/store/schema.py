@@ -75,7 +75,7 @@ _BUILT: dict[str, StateTables] = {}
 
 
 def state_tables(schema: str = STATE_SCHEMA) -> StateTables:
-    """The state tables bound to ``schema`` (built once per schema; ValueError for a bad name)."""
+    """The state tables bound to ``schema`` (built once per schema; SchemaNameError: a bad name)."""
     tables = _BUILT.get(schema)
     if tables is None:
         tables = _BUILT.setdefault(schema, StateTables(schema))

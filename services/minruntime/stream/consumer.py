@@ -43,7 +43,7 @@ from aiokafka.errors import KafkaError
 from minruntime.health.outage import waiting_status
 from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, start_client
-from minruntime.retry import Backoff
+from minruntime.retry import Backoff, retry_async
 from minruntime.stream.backlog import behind_after
 from minruntime.stream.sink import stop_loudly
 from minruntime.stream.topics import TopicRole
@@ -292,9 +292,12 @@ class BatchedConsumer:
         return position, end
 
     async def _started_client(self) -> Any:
-        """The started aiokafka consumer, subscribed; waits while Kafka is unreachable."""
-        backoff = Backoff()
-        while not self._stopping:
+        """The started aiokafka consumer, subscribed; waits while Kafka is unreachable (None:
+        stopped meanwhile)."""
+
+        async def started() -> Any:
+            if self._stopping:
+                raise InterruptedError("stopped while starting the Kafka consumer")
             options = self._options
             client = AIOKafkaConsumer(
                 **self._access.client_kwargs(),
@@ -310,14 +313,18 @@ class BatchedConsumer:
                 isolation_level="read_committed",
             )
             client.subscribe(list(self._lanes), listener=_Rebalance(self))
-            try:
-                await start_client(client, self._access)
-            except KafkaUnreachableError as error:
-                log.warning("cannot start the Kafka consumer (%s); retrying", error)
-                await asyncio.sleep(backoff.next())
-                continue
+            await start_client(client, self._access)
             return client
-        return None
+
+        try:
+            return await retry_async(
+                started,
+                what="Kafka (starting the consumer)",
+                transient=lambda error: isinstance(error, KafkaUnreachableError),
+                outage=waiting_status("Kafka (starting the consumer)"),
+            )
+        except InterruptedError:
+            return None
 
     async def _fetch(self) -> None:
         """Fetch for ever, handing records to their lanes; a full lane's partitions wait.
@@ -354,7 +361,8 @@ class BatchedConsumer:
                 continue
             if failing:
                 status.back()
-                backoff, failing = Backoff(), False
+                backoff.reset()
+                failing = False
             filled: set[_Lane] = set()
             for tp, messages in fetched.items():
                 if tp not in self._assigned:

@@ -43,7 +43,7 @@ from minruntime.health.outage import storage_transient, waiting_status
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.ingest.batch import DecodedAhead, decode_ahead
 from minruntime.ingest.isolation import apply_isolated
-from minruntime.retry import BATCH_FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff, retry
+from minruntime.retry import BATCH_FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, retry
 from minruntime.store.engine import IDLE_TRANSACTION_SECONDS
 from minruntime.store.failures import sqlstate
 from minruntime.store.frozen import end_frozen_sessions
@@ -144,7 +144,8 @@ class BatchSink:
                 ),
                 what=what,
                 transient=_storage_transient,
-                backoff=Backoff(self._first_backoff, self._max_backoff),
+                first=self._first_backoff,
+                cap=self._max_backoff,
                 outage=waiting_status("PostgreSQL"),
                 on_failure=waits,
                 reason=lambda exc: f"a batch of {len(records)} records waits: {one_line(exc)}",

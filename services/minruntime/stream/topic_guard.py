@@ -44,7 +44,7 @@ from minruntime.core.topic_life import (
 from minruntime.errors import TopicLifeChangedError, UserError
 from minruntime.ingest import BatchOutcome
 from minruntime.kafka_access import KafkaAccess
-from minruntime.retry import MAX_BACKOFF_SECONDS, Backoff
+from minruntime.retry import MAX_BACKOFF_SECONDS, retry_async
 from minruntime.stream.topic_identity import describe_topics, fetch_topic_ids
 
 log = logging.getLogger(__name__)
@@ -186,15 +186,13 @@ class TopicGuard:
         self, what: str, topic: str, ask: Callable[[], Awaitable[_Answer]]
     ) -> _Answer:
         """``ask()``'s answer; while Kafka is unreachable (so is the topic) the batch waits."""
-        backoff = Backoff(cap=self._max_backoff)
-        while True:
-            try:
-                return await ask()
-            except (KafkaError, OSError, UserError) as error:
-                log.warning(
-                    "cannot ask Kafka for %s of topic %r (%s); retrying", what, topic, error
-                )
-            await asyncio.sleep(backoff.next())
+        return await retry_async(
+            ask,
+            what=f"asking Kafka for {what} of topic {topic!r}",
+            transient=lambda error: isinstance(error, KafkaError | OSError | UserError),
+            logger=log,
+            cap=self._max_backoff,
+        )
 
     def _refuse(self, topic: str, role: str, reason: str) -> None:
         if self._refused.get(topic) != reason:
