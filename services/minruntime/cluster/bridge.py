@@ -58,13 +58,13 @@ from minruntime.cluster.eviction_metrics import EvictionMetrics
 from minruntime.cluster.lease import Lease, LeaseKeeper, default_identity
 from minruntime.cluster.ledger import (
     META_KEY,
-    encode_record,
     ledger_spec,
     meta_record,
     read_ledger,
     topic_ids,
 )
-from minruntime.cluster.mirror import ClusterMirror, Emission, Record
+from minruntime.cluster.mirror import ClusterMirror, Emission
+from minruntime.cluster.records import Record, to_json
 from minruntime.collector import collector_paused
 from minruntime.events import encode_event
 from minruntime.kafka_access import kafka_access
@@ -422,7 +422,7 @@ class Bridge:
                 (self.ledger_topic, META_KEY.encode(), meta_record(self.input_topic_ids), who)
             )
         for key, record in changes.items():
-            records.append((self.ledger_topic, key.encode(), encode_record(record), who))
+            records.append((self.ledger_topic, key.encode(), to_json(record), who))
         return records
 
 
