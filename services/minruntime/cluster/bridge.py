@@ -70,7 +70,7 @@ from minruntime.events import encode_event
 from minruntime.kafka_access import kafka_access
 from minruntime.retry import Backoff, Outage, retry_async
 from minruntime.settings import Settings
-from minruntime.stream.topics import ensure_topics, topic_names, topic_specs
+from minruntime.topic_admin import ensure_topics, topic_names, topic_specs
 
 log = logging.getLogger(__name__)
 

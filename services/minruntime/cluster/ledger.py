@@ -27,8 +27,7 @@ from minruntime.cluster.packed import Packed
 from minruntime.cluster.records import Record, from_object, split_key
 from minruntime.kafka_access import KafkaAccess, start_client
 from minruntime.settings import Settings
-from minruntime.stream.topic_identity import describe_topics
-from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, replication_for
+from minruntime.topic_admin import FOREVER, TopicRole, TopicSpec, describe_topics, replication_for
 
 log = logging.getLogger(__name__)
 
