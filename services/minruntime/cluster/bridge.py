@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
@@ -72,6 +72,10 @@ from minruntime.retry import Backoff, Outage, retry_async
 from minruntime.settings import Settings
 from minruntime.topic_admin import ensure_topics, topic_names, topic_specs
 
+if TYPE_CHECKING:
+    from aiokafka import AIOKafkaProducer
+    from kubernetes.client import ApiClient
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -101,7 +105,7 @@ class Bridge:
     def __init__(
         self,
         settings: Settings,
-        client: Any,
+        client: ApiClient,
         clock: Callable[[], datetime] = _utcnow,
         registry: CollectorRegistry | None = None,
         read_service: ServiceReader | None = None,
@@ -245,7 +249,7 @@ class Bridge:
 
     async def _send_listing(
         self,
-        producer: Any,
+        producer: AIOKafkaProducer,
         listing: Iterator[Emission],
         mirror: ClusterMirror,
         keeper: LeaseKeeper,
@@ -300,12 +304,12 @@ class Bridge:
 
     # -- Kafka -----------------------------------------------------------------------------
 
-    async def _producer(self, keeper: LeaseKeeper) -> Any:
+    async def _producer(self, keeper: LeaseKeeper) -> AIOKafkaProducer | None:
         """A started transactional producer (fencing the previous holder's), or None when
         the term ended first."""
         from aiokafka import AIOKafkaProducer
 
-        async def started() -> Any:
+        async def started() -> AIOKafkaProducer:
             self._check(keeper)
             access = kafka_access(self.settings)
             producer = AIOKafkaProducer(
@@ -367,7 +371,7 @@ class Bridge:
 
     async def _commit(
         self,
-        producer: Any,
+        producer: AIOKafkaProducer,
         emissions: list[Emission],
         changes: Mapping[str, Record | None],
         keeper: LeaseKeeper,
