@@ -139,3 +139,12 @@ class Context:
             id=mapping.event_id(uid, transition, "", content),
         )
         return Emission(role, event)
+
+
+class Shared:
+    """A handler (or a part of one) over the mirror's shared context."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx

@@ -19,7 +19,7 @@ from minruntime.cluster.cache import (
     group_of_pod,
     key_of_podgroup,
 )
-from minruntime.cluster.context import Context, Emission, log
+from minruntime.cluster.context import Context, Emission, Shared, log
 from minruntime.cluster.evictions import TOP_OWNER_METADATA
 from minruntime.cluster.objects import Action, ApiObject, Kind
 from minruntime.cluster.records import PodGroupRecord, PodRecord
@@ -30,13 +30,13 @@ from minruntime.events import EventType
 _AFTER_HELD: Final = frozenset({EventType.PODGROUP_SUBMITTED, EventType.PODGROUP_ALLOCATED})
 
 
-class Gangs:
+class Gangs(Shared):
     """The PodGroup, Pod and PriorityClass handlers and the sync of a gang."""
 
-    __slots__ = ("_annotation_digests", "_ctx", "_releases")
+    __slots__ = ("_annotation_digests", "_releases")
 
     def __init__(self, ctx: Context, releases: Releases) -> None:
-        self._ctx = ctx
+        super().__init__(ctx)
         self._releases = releases
         self._annotation_digests: dict[str, tuple[str, dict[str, str]]] = {}
 

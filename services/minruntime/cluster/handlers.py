@@ -1,102 +1,62 @@
 """The handlers of the kinds that stand alone: Queues, the scheduler's ConfigMap, Nodes.
 
 Each sends its object's data when its digest changed since it was last sent (the memory's
-``ContentRecord``), and a Queue's or Node's deletion when it had been sent.
+``ContentRecord``), and a Queue's or Node's deletion when it had been sent. What differs per
+kind (its data, its topic, its events) is a ``ContentKind``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
 from minruntime.cluster import mapping
-from minruntime.cluster.context import Context, Emission, log
+from minruntime.cluster.context import Context, Emission, Shared, log
 from minruntime.cluster.evictions import QUEUE_DISRUPTION
-from minruntime.cluster.memory import Records
+from minruntime.cluster.memory import Memory, Records
 from minruntime.cluster.objects import Action, ApiObject
 from minruntime.cluster.records import ContentRecord
 from minruntime.events import EventType
 
 
-class QueueHandler:
-    """Queues: queue.upserted, queue.deleted."""
+@dataclass(frozen=True, slots=True)
+class ContentKind:
+    """What one such kind sends: its data, its topic's role, its events and their version."""
 
-    __slots__ = ("_ctx",)
-
-    def __init__(self, ctx: Context) -> None:
-        self._ctx = ctx
-
-    def __call__(self, action: Action, obj: ApiObject, uid: str) -> list[Emission]:
-        ctx = self._ctx
-        if action == Action.DELETED:
-            return named_deleted(
-                ctx, ctx.memory.queues, "queues", EventType.QUEUE_DELETED, obj, uid
-            )
-        problems: list[str] = []
-        upsert = mapping.queue_data(obj, ctx.options.node_pool_label, problems).model_dump(
-            mode="json", by_alias=True
-        )
-        for problem in problems:
-            log.warning("%s", problem)
-            ctx.ignored(QUEUE_DISRUPTION)
-        if not changed_content(ctx.memory.queues, uid, upsert, mapping.name_of(obj)):
-            return []
-        version = f"upserted/{mapping.generation_of(obj)}"
-        return [ctx.emit("queues", EventType.QUEUE_UPSERTED, upsert, obj, uid, version)]
+    records: Callable[[Memory], Records[ContentRecord]]
+    data: Callable[[Context, ApiObject], Mapping[str, object]]
+    role: str
+    upserted: EventType
+    version: Callable[[ApiObject], str]
+    deleted: EventType | None  # None: a deletion sends nothing, its record stays
 
 
-class ConfigMapHandler:
-    """The scheduler's ConfigMap: config.updated."""
+class ContentHandler(Shared):
+    """A Queue, Node or ConfigMap added, changed or deleted (``ContentKind``)."""
 
-    __slots__ = ("_ctx",)
+    __slots__ = ("_kind",)
 
-    def __init__(self, ctx: Context) -> None:
-        self._ctx = ctx
+    def __init__(self, ctx: Context, kind: ContentKind) -> None:
+        super().__init__(ctx)
+        self._kind = kind
 
     def __call__(self, action: Action, obj: ApiObject, uid: str) -> list[Emission]:
+        ctx, kind = self._ctx, self._kind
+        records = kind.records(ctx.memory)
         if action == Action.DELETED:
             # KAI keeps its last config; so does the service (docs/kubernetes.md). The memory
             # stays too: the same ConfigMap made again with the same content sends nothing.
+            record = None if kind.deleted is None else records.forget(uid)
+            if kind.deleted is None or record is None:
+                return []
+            named = {"name": mapping.name_of(obj) or str(record.get("name"))}
+            return [ctx.emit(kind.role, kind.deleted, named, obj, uid, "deleted")]
+        data = kind.data(ctx, obj)
+        if not changed_content(records, uid, data, mapping.name_of(obj)):
             return []
-        ctx = self._ctx
-        data = mapping.config_data(obj, ctx.options.config_node_pool)
-        update = data.model_dump(mode="json", by_alias=True)
-        if not changed_content(ctx.memory.configs, uid, update, mapping.name_of(obj)):
-            return []
-        version = f"config/{mapping.version_of(obj)}"
-        return [ctx.emit("queues", EventType.CONFIG_UPDATED, update, obj, uid, version)]
-
-
-class NodeHandler:
-    """Nodes: node.upserted, node.deleted."""
-
-    __slots__ = ("_ctx",)
-
-    def __init__(self, ctx: Context) -> None:
-        self._ctx = ctx
-
-    def __call__(self, action: Action, obj: ApiObject, uid: str) -> list[Emission]:
-        ctx = self._ctx
-        if action == Action.DELETED:
-            return named_deleted(ctx, ctx.memory.nodes, "nodes", EventType.NODE_DELETED, obj, uid)
-        data = mapping.node_data(obj, ctx.options.node_pool_label)
-        if not changed_content(ctx.memory.nodes, uid, data, mapping.name_of(obj)):
-            return []
-        version = f"upserted/{mapping.version_of(obj)}"
-        return [ctx.emit("nodes", EventType.NODE_UPSERTED, data, obj, uid, version)]
-
-
-def named_deleted(
-    ctx: Context,
-    records: Records[ContentRecord],
-    role: str,
-    event_type: EventType,
-    obj: ApiObject,
-    uid: str,
-) -> list[Emission]:
-    """A deleted queue or node: its deletion, named, when the mirror had sent it."""
-    record = records.forget(uid)
-    if record is None:
-        return []
-    data = {"name": mapping.name_of(obj) or str(record.get("name"))}
-    return [ctx.emit(role, event_type, data, obj, uid, "deleted")]
+        version = kind.version(obj)
+        return [ctx.emit(kind.role, kind.upserted, data, obj, uid, version)]
 
 
 def changed_content(records: Records[ContentRecord], uid: str, content: object, name: str) -> bool:
@@ -107,3 +67,47 @@ def changed_content(records: Records[ContentRecord], uid: str, content: object, 
         return False
     records.put(uid, {"digest": shape, "name": name})
     return True
+
+
+def _queue_data(ctx: Context, obj: ApiObject) -> dict[str, object]:
+    problems: list[str] = []
+    data = mapping.queue_data(obj, ctx.options.node_pool_label, problems)
+    for problem in problems:
+        log.warning("%s", problem)
+        ctx.ignored(QUEUE_DISRUPTION)
+    return data.model_dump(mode="json", by_alias=True)
+
+
+def _config_data(ctx: Context, obj: ApiObject) -> dict[str, object]:
+    data = mapping.config_data(obj, ctx.options.config_node_pool)
+    return data.model_dump(mode="json", by_alias=True)
+
+
+def _node_data(ctx: Context, obj: ApiObject) -> dict[str, object]:
+    return mapping.node_data(obj, ctx.options.node_pool_label)
+
+
+QUEUES: Final = ContentKind(
+    lambda memory: memory.queues,
+    _queue_data,
+    "queues",
+    EventType.QUEUE_UPSERTED,
+    lambda obj: f"upserted/{mapping.generation_of(obj)}",
+    EventType.QUEUE_DELETED,
+)
+CONFIG_MAPS: Final = ContentKind(
+    lambda memory: memory.configs,
+    _config_data,
+    "queues",
+    EventType.CONFIG_UPDATED,
+    lambda obj: f"config/{mapping.version_of(obj)}",
+    None,
+)
+NODES: Final = ContentKind(
+    lambda memory: memory.nodes,
+    _node_data,
+    "nodes",
+    EventType.NODE_UPSERTED,
+    lambda obj: f"upserted/{mapping.version_of(obj)}",
+    EventType.NODE_DELETED,
+)

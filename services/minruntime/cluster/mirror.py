@@ -35,7 +35,7 @@ from minruntime.cluster import mapping
 from minruntime.cluster.context import Context, Emission, MirrorOptions, kept, log
 from minruntime.cluster.evictions import Evictions, Tally, no_tally
 from minruntime.cluster.gangs import Gangs
-from minruntime.cluster.handlers import ConfigMapHandler, NodeHandler, QueueHandler
+from minruntime.cluster.handlers import CONFIG_MAPS, NODES, QUEUES, ContentHandler
 from minruntime.cluster.mapping import ObjectError
 from minruntime.cluster.memory import Memory
 from minruntime.cluster.objects import Action, ApiObject, Kept, Kind
@@ -84,9 +84,9 @@ class ClusterMirror:
         self._gangs = Gangs(self._ctx, self._releases)
         self._handlers: Mapping[Kind, Handler] = {
             Kind.PRIORITY_CLASS: self._gangs.priority_class,
-            Kind.CONFIG_MAP: ConfigMapHandler(self._ctx),
-            Kind.QUEUE: QueueHandler(self._ctx),
-            Kind.NODE: NodeHandler(self._ctx),
+            Kind.CONFIG_MAP: ContentHandler(self._ctx, CONFIG_MAPS),
+            Kind.QUEUE: ContentHandler(self._ctx, QUEUES),
+            Kind.NODE: ContentHandler(self._ctx, NODES),
             Kind.POD_GROUP: self._gangs.podgroup,
             Kind.EVENT: self._releases.event,
             Kind.POD: self._gangs.pod,

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from minruntime.cluster import evictions, mapping
 from minruntime.cluster.cache import PODGROUPS_BY_NAME, GroupKey, group_of_pod, key_of_podgroup
-from minruntime.cluster.context import Context, Emission, log
+from minruntime.cluster.context import Emission, Shared, log
 from minruntime.cluster.evictions import Held, Signal
 from minruntime.cluster.objects import Action, ApiObject, Kind
 from minruntime.cluster.records import PodRecord
@@ -21,13 +21,10 @@ from minruntime.events import EventType
 from minruntime.events.types import MAX_NAME
 
 
-class Releases:
+class Releases(Shared):
     """Pods' releases, held releases, and the eviction signals they are attributed to."""
 
-    __slots__ = ("_ctx",)
-
-    def __init__(self, ctx: Context) -> None:
-        self._ctx = ctx
+    __slots__ = ()
 
     def ended(
         self,
