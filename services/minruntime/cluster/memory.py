@@ -23,10 +23,10 @@ R = TypeVar("R", ContentRecord, PodGroupRecord, PodRecord)
 class Records(Generic[R]):
     """One kind's records by uid; each change is noted for the ledger (``Memory.changes``)."""
 
-    __slots__ = ("_changed", "_items", "_kind")
+    __slots__ = ("_changed", "_items", "_prefix")
 
     def __init__(self, kind: RecordKind, changed: set[str]) -> None:
-        self._kind = kind
+        self._prefix = ledger_key(kind, "")  # "<kind>/": a ledger key is it + the uid
         self._items: Packed[R] = Packed()
         self._changed = changed
 
@@ -43,13 +43,13 @@ class Records(Generic[R]):
     def put(self, uid: str, record: R) -> None:
         """Remember ``record`` (the ledger writes it with the events that changed it)."""
         self._items[uid] = record
-        self._changed.add(ledger_key(self._kind, uid))
+        self._changed.add(self._prefix + uid)
 
     def forget(self, uid: str) -> R | None:
         """Forget the record of ``uid`` (a tombstone on the ledger); returns it, if any."""
         record = self._items.pop(uid, None)
         if record is not None:
-            self._changed.add(ledger_key(self._kind, uid))
+            self._changed.add(self._prefix + uid)
         return record
 
     def items(self) -> Iterator[tuple[str, R]]:
@@ -99,7 +99,7 @@ class Memory:
     def all(self) -> dict[str, Record]:
         """Every record, by ledger key."""
         return {
-            ledger_key(kind, uid): dict(record)  # type: ignore[misc]  # a copy of a record
+            ledger_key(kind, uid): record
             for kind, records in self._by_kind.items()
             for uid, record in records.items()
         }

@@ -52,6 +52,8 @@ ADDED: Final = Action.ADDED
 MODIFIED: Final = Action.MODIFIED
 DELETED: Final = Action.DELETED
 
+_ACTIONS: Final = {action.value: action for action in Action}  # anything else: a change
+
 Handler = Callable[[Action, ApiObject, str], list[Emission]]
 """A kind's handler: the events one notification of one of its objects causes."""
 
@@ -110,7 +112,7 @@ class ClusterMirror:
             obj = kept(kind, obj, self._ctx.options)
             objects.update(uid, obj)
         try:
-            return self._handlers[kind](Action(action), obj, uid)
+            return self._handlers[kind](_ACTIONS.get(action, MODIFIED), obj, uid)
         except ValueError as exc:  # ObjectError, or an event the contract refuses
             log.warning("cannot map %s %s: %s", kind.value, mapping.name_of(obj), exc)
             return []

@@ -67,18 +67,17 @@ _ENCODER: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 def ledger_key(kind: RecordKind, uid: str) -> str:
     """The ledger key of an object's record."""
-    return f"{kind}/{uid}"
+    return f"{kind.value}/{uid}"
 
 
 def split_key(key: str) -> tuple[RecordKind, str] | None:
     """A ledger key "<kind>/<uid>" as (kind, uid); None when it is not one."""
     kind, slash, uid = key.partition("/")
-    if not slash or not uid or kind not in _KINDS:
-        return None
-    return RecordKind(kind), uid
+    found = _KINDS.get(kind)
+    return None if found is None or not slash or not uid else (found, uid)
 
 
-_KINDS: Final = frozenset(kind.value for kind in RecordKind)
+_KINDS: Final = {kind.value: kind for kind in RecordKind}
 
 
 def to_json(record: Record | None) -> bytes | None:
