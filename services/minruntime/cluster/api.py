@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 
 from minruntime.cluster.evictions import EVICT_EVENT_SELECTOR
 from minruntime.cluster.mirror import Kind, MirrorOptions, kept
+from minruntime.cluster.objects import ApiObject
 from minruntime.cluster.transient import transient
 from minruntime.cluster.wire import decode_pod_list
 from minruntime.errors import UserError
@@ -95,7 +96,7 @@ class Source:
 
     kind: Kind
     call: Callable[..., Any]
-    keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict
+    keep: Callable[[ApiObject], ApiObject] = dict
     decode: Callable[[bytes], Any] = json.loads
     # Listed by the bridge from the API server's watch cache (``cached_pages``): pods.
     from_cache: bool = False
@@ -185,7 +186,7 @@ class Notification:
 
     kind: Kind
     action: str  # ADDED | MODIFIED | DELETED | LIST_START | LIST_PAGE | LIST_RESTART | LIST_END
-    objects: tuple[Mapping[str, Any], ...] = ()
+    objects: tuple[ApiObject, ...] = ()
 
 
 LIST_START: Final = "LIST_START"
@@ -204,7 +205,7 @@ class Page:
     """One page of a listing: the kept objects, the list's resourceVersion, and whether it is
     the last page."""
 
-    objects: tuple[Mapping[str, Any], ...]
+    objects: tuple[ApiObject, ...]
     resource_version: str
     last: bool
 
@@ -308,7 +309,7 @@ def _list_version(kind: Kind, head: bytes) -> str:
     return version
 
 
-def _block(source: Source, block: bytes) -> tuple[Mapping[str, Any], ...]:
+def _block(source: Source, block: bytes) -> tuple[ApiObject, ...]:
     """The kept objects of a block of whole items (cut by ``cached_pages``)."""
     try:
         items = source.decode(b'{"items":[' + block + b"]}").get("items") or []
@@ -368,10 +369,10 @@ def prefetched(pages: Iterator[T], depth: int = PREFETCH_PAGES) -> Iterator[T]:
         stop.set()
 
 
-def list_all(source: Source, page_size: int = 500) -> tuple[list[Mapping[str, Any]], str]:
+def list_all(source: Source, page_size: int = 500) -> tuple[list[ApiObject], str]:
     """Every (kept) object of the kind and the list's resourceVersion, paged underneath."""
     while True:
-        objects: list[Mapping[str, Any]] = []
+        objects: list[ApiObject] = []
         try:
             for page in list_pages(source, page_size):
                 objects.extend(page.objects)
@@ -562,7 +563,7 @@ class WatchGarbageError(Exception):
     retriable = True  # a connection cut mid-line: the next watch resumes (`transient`)
 
 
-def _watch_event(kind: Kind, line: str | bytes) -> Mapping[str, Any]:
+def _watch_event(kind: Kind, line: str | bytes) -> ApiObject:
     try:
         event = json.loads(line)
     except ValueError as error:

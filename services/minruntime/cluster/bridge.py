@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
@@ -58,20 +58,24 @@ from minruntime.cluster.eviction_metrics import EvictionMetrics
 from minruntime.cluster.lease import Lease, LeaseKeeper, default_identity
 from minruntime.cluster.ledger import (
     META_KEY,
-    encode_record,
     ledger_spec,
     meta_record,
     read_ledger,
     topic_ids,
 )
-from minruntime.cluster.mirror import ClusterMirror, Emission, Record
+from minruntime.cluster.mirror import ClusterMirror, Emission
+from minruntime.cluster.records import Record, to_json
 from minruntime.cluster.transient import transient
 from minruntime.collector import collector_paused
 from minruntime.events import encode_event
 from minruntime.kafka_access import kafka_access
 from minruntime.retry import Backoff, Outage, retry_async
 from minruntime.settings import Settings
-from minruntime.stream.topics import ensure_topics, topic_names, topic_specs
+from minruntime.topic_admin import ensure_topics, topic_names, topic_specs
+
+if TYPE_CHECKING:
+    from aiokafka import AIOKafkaProducer
+    from kubernetes.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +106,7 @@ class Bridge:
     def __init__(
         self,
         settings: Settings,
-        client: Any,
+        client: ApiClient,
         clock: Callable[[], datetime] = _utcnow,
         registry: CollectorRegistry | None = None,
         read_service: ServiceReader | None = None,
@@ -256,7 +260,7 @@ class Bridge:
 
     async def _send_listing(
         self,
-        producer: Any,
+        producer: AIOKafkaProducer,
         listing: Iterator[Emission],
         mirror: ClusterMirror,
         keeper: LeaseKeeper,
@@ -311,12 +315,12 @@ class Bridge:
 
     # -- Kafka -----------------------------------------------------------------------------
 
-    async def _producer(self, keeper: LeaseKeeper) -> Any:
+    async def _producer(self, keeper: LeaseKeeper) -> AIOKafkaProducer | None:
         """A started transactional producer (fencing the previous holder's), or None when
         the term ended first."""
         from aiokafka import AIOKafkaProducer
 
-        async def started() -> Any:
+        async def started() -> AIOKafkaProducer:
             self._check(keeper)
             access = kafka_access(self.settings)
             producer = AIOKafkaProducer(
@@ -378,7 +382,7 @@ class Bridge:
 
     async def _commit(
         self,
-        producer: Any,
+        producer: AIOKafkaProducer,
         emissions: list[Emission],
         changes: Mapping[str, Record | None],
         keeper: LeaseKeeper,
@@ -433,7 +437,7 @@ class Bridge:
                 (self.ledger_topic, META_KEY.encode(), meta_record(self.input_topic_ids), who)
             )
         for key, record in changes.items():
-            records.append((self.ledger_topic, key.encode(), encode_record(record), who))
+            records.append((self.ledger_topic, key.encode(), to_json(record), who))
         return records
 
 

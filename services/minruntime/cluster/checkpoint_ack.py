@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from minruntime.cluster.api import KAI_GROUP, PODGROUP_VERSION
 from minruntime.core import InvalidTimestampError, format_rfc3339, parse_rfc3339
 from minruntime.core.checkpoint import CHECKPOINTED_AT_ANNOTATION
 from minruntime.errors import UserError
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 # Kubernetes names: a namespace is a DNS label (RFC 1123, at most 63), a PodGroup's name a
 # DNS subdomain (at most 253).
@@ -69,7 +72,7 @@ def checkpoint_time(text: str | None, now: datetime) -> datetime:
     return moment
 
 
-def acknowledge(client: Any, namespace: str, name: str, at: datetime) -> str:
+def acknowledge(client: ApiClient, namespace: str, name: str, at: datetime) -> str:
     """Write ``checkpointed-at: at`` on the PodGroup; the value written. One-line errors."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException

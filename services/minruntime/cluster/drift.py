@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from minruntime.cluster import mapping
+from minruntime.cluster.objects import ApiObject
 from minruntime.core import format_rfc3339
 from minruntime.core.annotations import EXPECTED_RUNTIME_ANNOTATION, REQUEUE_DELAY_ANNOTATION
 
@@ -95,15 +96,15 @@ def service_podgroup(row: Mapping[str, Any], running: Sequence[str] | None) -> S
 class ClusterPodGroup:
     """A PodGroup and the pods that name it (its ``pod-group-name`` annotation)."""
 
-    podgroup: Mapping[str, Any]
-    pods: tuple[Mapping[str, Any], ...]
+    podgroup: ApiObject
+    pods: tuple[ApiObject, ...]
 
     @property
     def uid(self) -> str:
         return mapping.uid_of(self.podgroup)
 
     @property
-    def running(self) -> tuple[Mapping[str, Any], ...]:
+    def running(self) -> tuple[ApiObject, ...]:
         """The pods holding resources: bound and not finished."""
         return tuple(pod for pod in self.pods if holds_resources(pod))
 
@@ -188,18 +189,18 @@ def confirmed(first: Drift, second: Drift) -> Drift:
     return Drift(tuple(d for d in second.differences if d in seen), second.checked)
 
 
-def holds_resources(pod: Mapping[str, Any]) -> bool:
+def holds_resources(pod: ApiObject) -> bool:
     """Bound and not finished: the pod holds its GPUs (until it is gone, if deleted)."""
     return mapping.pod_node(pod) is not None and mapping.finished(pod) is None
 
 
 def cluster_podgroups(
-    podgroups: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
+    podgroups: Iterable[ApiObject],
+    pods: Iterable[ApiObject],
     namespace: str | None = None,
 ) -> dict[str, ClusterPodGroup]:
     """The listed PodGroups (of ``namespace``, or all) with their pods, by uid."""
-    members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    members: dict[tuple[str, str], list[ApiObject]] = {}
     for pod in pods:
         group = mapping.pod_group_name(pod)
         if group is not None:

@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from minruntime.cluster.drift import Drift, ServicePodGroup, cluster_podgroups, compare
 from minruntime.cluster.drift_metrics import DriftGauges
@@ -25,6 +25,9 @@ from minruntime.cluster.listing import list_cluster
 from minruntime.cluster.mirror import Kind
 from minruntime.retry import Outage
 from minruntime.settings import Settings
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,7 @@ class DriftWatch:
     def __init__(
         self,
         settings: Settings,
-        client: Any,
+        client: ApiClient,
         read_service: ServiceReader,
         gauges: DriftGauges,
         clock: Callable[[], datetime] = _utcnow,

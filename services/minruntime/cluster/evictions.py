@@ -28,9 +28,10 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 from minruntime.cluster import mapping
+from minruntime.cluster.objects import ApiObject
 from minruntime.core import format_rfc3339
 from minruntime.events.types import MAX_LABEL, MAX_NAME
 
@@ -124,9 +125,9 @@ class Signal:
     evictor: str | None = None  # "namespace/name"
     evictor_queue: str | None = None
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> dict[str, object]:
         """The release's ``eviction`` object (the contract's EvictionAttribution)."""
-        found: dict[str, Any] = {"source": self.source, "at": format_rfc3339(self.at)}
+        found: dict[str, object] = {"source": self.source, "at": format_rfc3339(self.at)}
         for key, value in (
             ("action", self.action),
             ("evictor", self.evictor),
@@ -161,7 +162,7 @@ class EventSignal:
     version: tuple[str, str]  # (count, lastTimestamp)
 
 
-def kept_event(event: Mapping[str, Any]) -> dict[str, Any]:
+def kept_event(event: ApiObject) -> dict[str, object]:
     """What the bridge keeps of an Event: identity, the involved object, reason, who reported
     it, its times and count, and KAI's four annotations (each cut to a bound)."""
     meta = mapping.metadata(event)
@@ -179,7 +180,7 @@ def kept_event(event: Mapping[str, Any]) -> dict[str, Any]:
             for key in _EVENT_ANNOTATIONS
             if key in annotations
         }
-    kept: dict[str, Any] = {"metadata": kept_meta}
+    kept: dict[str, object] = {"metadata": kept_meta}
     if isinstance(involved, Mapping):
         kept["involvedObject"] = {
             key: involved[key] for key in ("kind", "namespace", "name", "uid") if key in involved
@@ -195,7 +196,7 @@ def kept_event(event: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_event(
-    event: Mapping[str, Any], components: Iterable[str], tally: Tally = no_tally
+    event: ApiObject, components: Iterable[str], tally: Tally = no_tally
 ) -> EventSignal | None:
     """An Evict Event of a PodGroup from one of ``components`` as a signal; None (counted)
     for anything else. The evicting podgroup's queue is left for the caller to look up."""
@@ -241,7 +242,7 @@ def read_event(
     )
 
 
-def _attribution(annotations: Any, tally: Tally) -> tuple[str | None, str | None]:
+def _attribution(annotations: object, tally: Tally) -> tuple[str | None, str | None]:
     """The action and the evicting podgroup an Event's annotations name (sanitised: a value
     that is not a bounded lower-case action, or a valid namespace and name, is left out)."""
     if not isinstance(annotations, Mapping) or not (
@@ -264,7 +265,7 @@ def _attribution(annotations: Any, tally: Tally) -> tuple[str | None, str | None
     return action or None, evictor if valid else None
 
 
-def condition_signal(pod: Mapping[str, Any], tally: Tally = no_tally) -> Signal | None:
+def condition_signal(pod: ApiObject, tally: Tally = no_tally) -> Signal | None:
     """The pod's DisruptionTarget condition (the Eviction API's, or KAI's with its
     --update-pod-eviction-condition) as a signal of this pod alone; None without one."""
     for condition in (pod.get("status") or {}).get("conditions") or ():
@@ -280,7 +281,7 @@ def condition_signal(pod: Mapping[str, Any], tally: Tally = no_tally) -> Signal 
     return None
 
 
-def requested_at(pod: Mapping[str, Any]) -> datetime | None:
+def requested_at(pod: ApiObject) -> datetime | None:
     """When the pod's deletion was asked for: deletionTimestamp minus its grace period (the
     API server sets both), else deletionTimestamp; None when it has none."""
     deleted = mapping.deleted_at(pod)
@@ -300,7 +301,7 @@ class Held:
     pod_uid: str
     name: str
     group: GroupKey | None
-    pod: Mapping[str, Any]
+    pod: ApiObject
     release: mapping.Release
     requested: datetime
     created: datetime | None

@@ -1,12 +1,12 @@
 """The bridge's ledger: what it has sent, per object, in a compacted Kafka topic.
 
 One record per object the bridge has sent an event for, keyed ``<kind>/<uid>`` (the mirror's
-memory: ``cluster.mirror``), the value a small JSON object (digests, which pods were
-submitted, allocated, released), a tombstone once the object is gone. The bridge writes the
-records an event batch changed in the same Kafka transaction as the events: the ledger says
-exactly what the input topics received, never more, never less. A new term (a restart, a
-takeover) reads the ledger to its end before it lists the cluster, so it sends only what
-changed while no bridge watched.
+memory: ``cluster.memory``), the value a small versioned JSON object (``cluster.records``:
+digests, which pods were submitted, allocated, released), a tombstone once the object is
+gone. The bridge writes the records an event batch changed in the same Kafka transaction as
+the events: the ledger says exactly what the input topics received, never more, never less.
+A new term (a restart, a takeover) reads the ledger to its end before it lists the cluster,
+so it sends only what changed while no bridge watched.
 
 The ``meta`` record holds the topic IDs of the input topics the ledger's events went to. A
 ledger whose input topics were deleted and made again (another life, another cluster) is not
@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
-from minruntime.cluster.mirror import Record, split_key
 from minruntime.cluster.packed import Packed
+from minruntime.cluster.records import Record, from_object, split_key
 from minruntime.kafka_access import KafkaAccess, start_client
 from minruntime.settings import Settings
-from minruntime.stream.topic_identity import describe_topics
-from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, replication_for
+from minruntime.topic_admin import FOREVER, TopicRole, TopicSpec, describe_topics, replication_for
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +40,6 @@ _TOPIC_CONFIGS: Final = (
     ("segment.ms", str(3600 * 1000)),
     ("min.cleanable.dirty.ratio", "0.2"),
 )
-
-
-def encode_record(record: Record | None) -> bytes | None:
-    """A ledger value (None: a tombstone)."""
-    if record is None:
-        return None
-    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
 
 
 def meta_record(topic_ids: Mapping[str, str]) -> bytes:
@@ -90,7 +82,7 @@ async def read_ledger(
     )
     await start_client(consumer, access)
     records: Packed[Record] = Packed()
-    meta: Any = None
+    meta: object = None
     skipped = 0
     try:
         partitions = [
@@ -111,9 +103,9 @@ async def read_ledger(
                     if split_key(key) is None:
                         skipped += 1
                         continue
-                    value = _json(message.value) if message.value is not None else None
-                    if isinstance(value, dict):
-                        records[key] = value
+                    record = from_object(_json(message.value))
+                    if record is not None:
+                        records[key] = record
                     else:
                         records.pop(key, None)
     finally:
@@ -134,7 +126,7 @@ async def read_ledger(
     return records
 
 
-def _json(value: bytes | None) -> Any:
+def _json(value: bytes | None) -> object:
     if value is None:
         return None
     try:

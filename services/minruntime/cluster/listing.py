@@ -9,25 +9,28 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final
 
 from minruntime.cluster.api import list_all, sources
+from minruntime.cluster.objects import ApiObject
 from minruntime.errors import UserError
 
 if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
     from minruntime.cluster.mirror import Kind
     from minruntime.settings import Settings
 
 # One API call may take this long (connect, read) before the listing gives up with one line.
 REQUEST_TIMEOUT: Final = (10, 120)
 # What is kept of an object of another namespace: nothing (no uid, so never compared).
-_ELSEWHERE: Final[Mapping[str, Any]] = {}
+_ELSEWHERE: Final[ApiObject] = {}
 
 
 def list_cluster(
-    client: Any, settings: Settings, kinds: Sequence[Kind], namespace: str | None = None
-) -> dict[Kind, list[Mapping[str, Any]]]:
+    client: ApiClient, settings: Settings, kinds: Sequence[Kind], namespace: str | None = None
+) -> dict[Kind, list[ApiObject]]:
     """Every (kept) object of each kind, paged as the bridge lists; one line when it fails.
 
     With ``namespace``, namespaced objects of other namespaces are listed but not kept.
@@ -36,7 +39,7 @@ def list_cluster(
     from urllib3.exceptions import HTTPError
 
     by_kind = {source.kind: source for source in sources(client, settings)}
-    listing: dict[Kind, list[Mapping[str, Any]]] = {}
+    listing: dict[Kind, list[ApiObject]] = {}
     for kind in kinds:
         source = by_kind[kind]
         timed = dataclasses.replace(
@@ -54,12 +57,12 @@ def list_cluster(
 
 
 def _kept_in(
-    namespace: str | None, keep: Callable[[Mapping[str, Any]], Mapping[str, Any]]
-) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
+    namespace: str | None, keep: Callable[[ApiObject], ApiObject]
+) -> Callable[[ApiObject], ApiObject]:
     if namespace is None:
         return keep
 
-    def kept(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    def kept(obj: ApiObject) -> ApiObject:
         metadata = obj.get("metadata") or {}
         elsewhere = metadata.get("namespace") not in (None, namespace)
         return _ELSEWHERE if elsewhere else keep(obj)

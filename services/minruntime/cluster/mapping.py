@@ -16,20 +16,32 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
+from minruntime.cluster.objects import (
+    ApiObject,
+    KeptCondition,
+    KeptContainer,
+    KeptMetadata,
+    KeptNode,
+    KeptPod,
+    KeptPodGroup,
+    KeptPodSpec,
+    KeptPodStatus,
+)
 from minruntime.core import (
     DEFAULT_NODE_POOL,
     DEFAULT_SUBGROUP,
     PREEMPTION_DELAY_ANNOTATION,
     InvalidTimestampError,
+    MinRuntimeError,
     Preemptibility,
     format_rfc3339,
     parse_rfc3339,
 )
 from minruntime.core.disruption import TOP_OWNER_ANNOTATION, read_top_owner
 from minruntime.errors import UserError
-from minruntime.events import ConfigUpdatedData, QueueUpsertedData
+from minruntime.events import ConfigUpdatedData, EventRejected, QueueUpsertedData
 from minruntime.events.types import (
     MAX_ANNOTATION_KEY,
     MAX_ANNOTATION_VALUE,
@@ -71,6 +83,12 @@ class ObjectError(UserError):
     """A cluster object cannot be mapped to an event (the bridge logs it and goes on)."""
 
 
+# What a cluster object that cannot be translated raises (the mapping's refusal, the
+# contract's, the core's): the object is logged and dropped, never a crash. Anything else is a
+# bug and propagates.
+UNMAPPABLE: Final = (ObjectError, EventRejected, MinRuntimeError)
+
+
 def event_id(uid: str, transition: str, version: str = "", content: str = "") -> str:
     """The deterministic CloudEvent id of one transition of one object.
 
@@ -89,12 +107,12 @@ def event_id(uid: str, transition: str, version: str = "", content: str = "") ->
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
-def content_digest(event_type: str, data: Any, time: datetime) -> str:
+def content_digest(event_type: str, data: object, time: datetime) -> str:
     """A digest of what an event says: its type, data and time (for ``event_id``)."""
     return digest([event_type, data, time.isoformat()])
 
 
-def digest(value: Any) -> str:
+def digest(value: object) -> str:
     """A short stable digest of JSON-able content (for ids of content-defined transitions)."""
     text = _DIGEST_JSON.encode(value)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -107,16 +125,16 @@ _DIGEST_JSON: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), de
 # -- object metadata -----------------------------------------------------------------------------
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
+def _mapping(value: object) -> ApiObject:
     return value if isinstance(value, dict) or isinstance(value, Mapping) else {}  # noqa: SIM101
 
 
-def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+def metadata(obj: ApiObject) -> ApiObject:
     """metadata, or {}."""
     return _mapping(obj.get("metadata"))
 
 
-def uid_of(obj: Mapping[str, Any]) -> str:
+def uid_of(obj: ApiObject) -> str:
     """metadata.uid (every object the API server returns has one)."""
     uid = metadata(obj).get("uid")
     if not isinstance(uid, str) or not uid:
@@ -124,30 +142,30 @@ def uid_of(obj: Mapping[str, Any]) -> str:
     return uid
 
 
-def name_of(obj: Mapping[str, Any]) -> str:
+def name_of(obj: ApiObject) -> str:
     """metadata.name."""
     return str(metadata(obj).get("name") or "")
 
 
-def namespace_of(obj: Mapping[str, Any]) -> str:
+def namespace_of(obj: ApiObject) -> str:
     """metadata.namespace ("" for cluster-scoped objects)."""
     return str(metadata(obj).get("namespace") or "")
 
 
-def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+def annotations_of(obj: ApiObject) -> dict[str, str]:
     """The annotations the bridge sends: metadata.annotations without kubectl's bookkeeping,
     within the contract's bounds (``dropped_annotations`` names the rest)."""
     return _forwarded(obj)[0]
 
 
-def dropped_annotations(obj: Mapping[str, Any]) -> list[str]:
+def dropped_annotations(obj: ApiObject) -> list[str]:
     """Annotation keys over the contract's bounds (a key over 317 characters, a value over
     64 KiB, more than 256 keys: KAI's own scheduling annotations and the checkpoint
     handshake's are kept first), not sent."""
     return _forwarded(obj)[1]
 
 
-def _forwarded(obj: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+def _forwarded(obj: ApiObject) -> tuple[dict[str, str], list[str]]:
     raw = metadata(obj).get("annotations")
     if not isinstance(raw, Mapping):
         return {}, []
@@ -168,23 +186,23 @@ def _forwarded(obj: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
     return fitting, dropped
 
 
-def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+def labels_of(obj: ApiObject) -> Mapping[str, str]:
     """metadata.labels."""
     return _mapping(metadata(obj).get("labels"))
 
 
-def version_of(obj: Mapping[str, Any]) -> str:
+def version_of(obj: ApiObject) -> str:
     """metadata.resourceVersion."""
     return str(metadata(obj).get("resourceVersion") or "")
 
 
-def generation_of(obj: Mapping[str, Any]) -> str:
+def generation_of(obj: ApiObject) -> str:
     """metadata.generation (spec changes only, for custom resources); else resourceVersion."""
     generation = metadata(obj).get("generation")
     return str(generation) if generation is not None else version_of(obj)
 
 
-def parse_time(value: Any) -> datetime | None:
+def parse_time(value: object) -> datetime | None:
     """An RFC3339 timestamp field, or None when absent or unreadable."""
     if not isinstance(value, str) or not value:
         return None
@@ -194,7 +212,7 @@ def parse_time(value: Any) -> datetime | None:
         return None
 
 
-def changed_at(obj: Mapping[str, Any]) -> datetime | None:
+def changed_at(obj: ApiObject) -> datetime | None:
     """When the API server last stored a change: the newest managedFields time, else creation.
 
     managedFields[].time is written by the API server on every update (server-side field
@@ -209,12 +227,12 @@ def changed_at(obj: Mapping[str, Any]) -> datetime | None:
     return max(known) if known else created_at(obj)
 
 
-def created_at(obj: Mapping[str, Any]) -> datetime | None:
+def created_at(obj: ApiObject) -> datetime | None:
     """metadata.creationTimestamp."""
     return parse_time(metadata(obj).get("creationTimestamp"))
 
 
-def deleted_at(obj: Mapping[str, Any]) -> datetime | None:
+def deleted_at(obj: ApiObject) -> datetime | None:
     """metadata.deletionTimestamp (when the deletion was asked for, plus its grace period)."""
     return parse_time(metadata(obj).get("deletionTimestamp"))
 
@@ -222,7 +240,7 @@ def deleted_at(obj: Mapping[str, Any]) -> datetime | None:
 # -- queues, the scheduler config, nodes ---------------------------------------------------------
 
 
-def node_pool_of(obj: Mapping[str, Any], node_pool_label: str) -> str | None:
+def node_pool_of(obj: ApiObject, node_pool_label: str) -> str | None:
     """The node pool whose KAI scheduler (shard) sees ``obj``, by KAI's shard rule: the value
     of its ``node_pool_label`` label, else the default shard's (``default``). An empty label
     key (KAI: every shard sees every object) names no pool: None."""
@@ -232,7 +250,7 @@ def node_pool_of(obj: Mapping[str, Any], node_pool_label: str) -> str | None:
 
 
 def queue_data(
-    obj: Mapping[str, Any],
+    obj: ApiObject,
     node_pool_label: str = NODE_POOL_LABEL,
     ignored: list[str] | None = None,
 ) -> QueueUpsertedData:
@@ -249,7 +267,7 @@ def queue_data(
         raise ObjectError(str(exc)) from exc
 
 
-def config_data(obj: Mapping[str, Any], node_pool: str) -> ConfigUpdatedData:
+def config_data(obj: ApiObject, node_pool: str) -> ConfigUpdatedData:
     """config.updated data of the scheduler's ConfigMap, through `config apply`'s own parser."""
     # Items of a list response carry no apiVersion/kind; the parser wants the ConfigMap's.
     body = {"apiVersion": "v1", "kind": "ConfigMap", **obj}
@@ -260,14 +278,14 @@ def config_data(obj: Mapping[str, Any], node_pool: str) -> ConfigUpdatedData:
         raise ObjectError(str(exc)) from exc
 
 
-def _without_status(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _without_status(obj: ApiObject) -> dict[str, object]:
     body = {key: value for key, value in obj.items() if key != "status"}
     body.setdefault("apiVersion", "scheduling.run.ai/v2")
     body.setdefault("kind", "Queue")
     return body
 
 
-def node_data(obj: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:
+def node_data(obj: ApiObject, node_pool_label: str = NODE_POOL_LABEL) -> dict[str, object]:
     """node.upserted data: the node's `nvidia.com/gpu` capacity and its node-pool label."""
     capacity = _mapping(_mapping(obj.get("status")).get("capacity"))
     return {
@@ -277,7 +295,7 @@ def node_data(obj: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) ->
     }
 
 
-def quantity(value: Any) -> float:
+def quantity(value: object) -> float:
     """A Kubernetes quantity of a countable resource ("4", 4, "500m") as a number."""
     text = str(value).strip()
     try:
@@ -292,13 +310,13 @@ def quantity(value: Any) -> float:
 # -- pods ----------------------------------------------------------------------------------------
 
 
-def pod_group_name(pod: Mapping[str, Any]) -> str | None:
+def pod_group_name(pod: ApiObject) -> str | None:
     """The PodGroup a pod belongs to (its `pod-group-name` annotation), if any."""
     name = (metadata(pod).get("annotations") or {}).get(POD_GROUP_ANNOTATION)
     return name if isinstance(name, str) and name else None
 
 
-def pod_gpu(pod: Mapping[str, Any]) -> float:
+def pod_gpu(pod: ApiObject) -> float:
     """GPUs a pod asks for: the `gpu-fraction` annotation, else its containers' nvidia.com/gpu."""
     fraction = (metadata(pod).get("annotations") or {}).get(GPU_FRACTION_ANNOTATION)
     if fraction is not None:
@@ -313,25 +331,25 @@ def pod_gpu(pod: Mapping[str, Any]) -> float:
     return int(total) if float(total).is_integer() else total
 
 
-def pod_node(pod: Mapping[str, Any]) -> str | None:
+def pod_node(pod: ApiObject) -> str | None:
     """spec.nodeName: set by the binding subresource; the pod then holds its resources."""
     node = (pod.get("spec") or {}).get("nodeName")
     return node if isinstance(node, str) and node else None
 
 
-def pod_phase(pod: Mapping[str, Any]) -> str:
+def pod_phase(pod: ApiObject) -> str:
     """status.phase."""
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
-def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+def _condition(pod: ApiObject, kind: str) -> ApiObject | None:
     for condition in (pod.get("status") or {}).get("conditions") or ():
         if condition.get("type") == kind and condition.get("status") == "True":
             return condition  # type: ignore[no-any-return]
     return None
 
 
-def allocated_at(pod: Mapping[str, Any], podgroup: Mapping[str, Any]) -> datetime | None:
+def allocated_at(pod: ApiObject, podgroup: ApiObject) -> datetime | None:
     """When a bound pod started holding its resources (docs/kubernetes.md, "Time fields").
 
     KAI's `kai.scheduler/last-start-timestamp` on the PodGroup when it belongs to this pod's
@@ -354,7 +372,7 @@ class Release:
     time: datetime | None
 
 
-def finished(pod: Mapping[str, Any]) -> Release | None:
+def finished(pod: ApiObject) -> Release | None:
     """A pod that ran to an end (Succeeded or Failed), with its containers' last finish time."""
     phase = pod_phase(pod)
     if phase not in ("Succeeded", "Failed"):
@@ -372,7 +390,7 @@ def finished(pod: Mapping[str, Any]) -> Release | None:
     return Release(reason, max(known) if known else changed_at(pod))
 
 
-def removed(pod: Mapping[str, Any]) -> Release:
+def removed(pod: ApiObject) -> Release:
     """A pod deleted from the API server: evicted (the Eviction API's DisruptionTarget) or not."""
     ended = finished(pod)
     if ended is not None:
@@ -385,18 +403,18 @@ def removed(pod: Mapping[str, Any]) -> Release:
 # -- podgroups -----------------------------------------------------------------------------------
 
 
-def podgroup_spec(podgroup: Mapping[str, Any]) -> Mapping[str, Any]:
+def podgroup_spec(podgroup: ApiObject) -> ApiObject:
     """spec, or {}."""
     return _mapping(podgroup.get("spec"))
 
 
-def priority_class_name(podgroup: Mapping[str, Any]) -> str | None:
+def priority_class_name(podgroup: ApiObject) -> str | None:
     """spec.priorityClassName."""
     name = podgroup_spec(podgroup).get("priorityClassName")
     return name if isinstance(name, str) and name else None
 
 
-def preemptibility(podgroup: Mapping[str, Any], priority: int) -> Preemptibility:
+def preemptibility(podgroup: ApiObject, priority: int) -> Preemptibility:
     """spec.preemptibility when it is one of KAI's values; else (absent, or a value KAI does
     not know: ignored, as KAI would) KAI's rule: preemptible below priority 100."""
     said = podgroup_spec(podgroup).get("preemptibility")
@@ -408,7 +426,7 @@ def preemptibility(podgroup: Mapping[str, Any], priority: int) -> Preemptibility
 _PREEMPTIBILITIES: Final = frozenset(value.value for value in Preemptibility)
 
 
-def _preemptibility_fields(value: Preemptibility) -> dict[str, Any]:
+def _preemptibility_fields(value: Preemptibility) -> dict[str, object]:
     # The older wire field for the values it can say, so a processor of an earlier version
     # (a rolling upgrade) still reads them; preemptibility only for semi-preemptible.
     if value is Preemptibility.SEMI_PREEMPTIBLE:
@@ -416,9 +434,7 @@ def _preemptibility_fields(value: Preemptibility) -> dict[str, Any]:
     return {"preemptible": value.preemptible}
 
 
-def top_owner(
-    podgroup: Mapping[str, Any], ignored: list[str] | None = None
-) -> dict[str, str] | None:
+def top_owner(podgroup: ApiObject, ignored: list[str] | None = None) -> dict[str, str] | None:
     """The PodGroup's top owner for ``topOwner``: KAI's ``kai.scheduler/top-owner-metadata``
     when present and valid, else the PodGroup's controller ownerReference (KAI's podgrouper
     makes the PodGroup's one ownerReference its pods' top owner, without the controller flag:
@@ -452,12 +468,12 @@ def _fits_owner(kind: str, name: str, uid: str) -> bool:
 
 
 def submission_data(
-    podgroup: Mapping[str, Any],
-    pods: Iterable[Mapping[str, Any]],
+    podgroup: ApiObject,
+    pods: Iterable[ApiObject],
     priority: int,
     node_pool_label: str = NODE_POOL_LABEL,
     ignored: list[str] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """podgroup.submitted data of a PodGroup and the pods that name it (at least one);
     a top-owner annotation that does not read is named in ``ignored``."""
     spec = podgroup_spec(podgroup)
@@ -468,7 +484,7 @@ def submission_data(
     queue = spec.get("queue") or labels.get(QUEUE_LABEL)
     if not isinstance(queue, str) or not queue:
         raise ObjectError(f"PodGroup {name_of(podgroup)}: no spec.queue nor {QUEUE_LABEL} label")
-    declared: list[dict[str, Any]] = [
+    declared: list[dict[str, object]] = [
         {"name": str(group.get("name")), "minAvailable": int(group.get("minMember") or 0)}
         for group in spec.get("subGroups") or ()
         if isinstance(group, Mapping) and group.get("name")
@@ -479,7 +495,7 @@ def submission_data(
         {"name": DEFAULT_SUBGROUP, "minAvailable": 1 if min_member is None else int(min_member)}
     ]
     known = {str(group["name"]) for group in sub_groups}
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         "uid": uid_of(podgroup),
         "name": name_of(podgroup),
         "namespace": namespace_of(podgroup),
@@ -500,15 +516,15 @@ def submission_data(
     return data
 
 
-def ignorable(value: Any, limit: int) -> str:
+def ignorable(value: object, limit: int) -> str:
     """A setting the processor validates and ignores, counted, when invalid (KAI's rule):
     sent as it is when it is a string within the contract's bound, else as "" (invalid too),
     so a bad value never turns the whole podgroup into a dead letter."""
     return value if isinstance(value, str) and len(value) <= limit else ""
 
 
-def _pod_entry(pod: Mapping[str, Any], known: set[str], fallback: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+def _pod_entry(pod: ApiObject, known: set[str], fallback: str) -> dict[str, object]:
+    entry: dict[str, object] = {
         "name": name_of(pod),
         "subGroup": _subgroup_of(pod, known, fallback),
         "gpu": pod_gpu(pod),
@@ -521,11 +537,11 @@ def _pod_entry(pod: Mapping[str, Any], known: set[str], fallback: str) -> dict[s
     return entry
 
 
-def _first_labels(pods: list[Mapping[str, Any]]) -> Mapping[str, str]:
+def _first_labels(pods: list[ApiObject]) -> Mapping[str, str]:
     return labels_of(pods[0]) if pods else {}
 
 
-def _subgroup_of(pod: Mapping[str, Any], known: set[str], fallback: str) -> str:
+def _subgroup_of(pod: ApiObject, known: set[str], fallback: str) -> str:
     named = labels_of(pod).get(SUBGROUP_LABEL)
     return named if isinstance(named, str) and named in known else fallback
 
@@ -545,14 +561,14 @@ _POD_CONDITIONS: Final = ("PodScheduled", "DisruptionTarget")
 
 
 def _kept_metadata(
-    obj: Mapping[str, Any],
+    obj: ApiObject,
     labels: Iterable[str] | None,
     annotations: Iterable[str] | None,
-) -> dict[str, Any]:
+) -> KeptMetadata:
     """metadata's identity, times and versions; only the named labels and annotations
     (None: all of them)."""
     meta = metadata(obj)
-    kept: dict[str, Any] = {
+    kept: KeptMetadata = {  # type: ignore[assignment]  # the API server's values, as sent
         key: meta[key]
         for key in (
             "uid",
@@ -585,11 +601,11 @@ def _kept_metadata(
     return kept
 
 
-def kept_pod(pod: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:
+def kept_pod(pod: ApiObject, node_pool_label: str = NODE_POOL_LABEL) -> KeptPod:
     """What the bridge keeps of a pod (see above)."""
     spec = _mapping(pod.get("spec"))
     status = _mapping(pod.get("status"))
-    containers = []
+    containers: list[KeptContainer] = []
     for container in spec.get("containers") or ():
         if not isinstance(container, Mapping):
             continue
@@ -600,14 +616,18 @@ def kept_pod(pod: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> 
             if isinstance(resources.get(kind), Mapping) and GPU_RESOURCE in resources[kind]
         }
         containers.append({"resources": kept_resources})
-    kept_spec: dict[str, Any] = {"containers": containers}
+    kept_spec: KeptPodSpec = {"containers": containers}
     if spec.get("nodeName"):
         kept_spec["nodeName"] = spec["nodeName"]
-    kept_status: dict[str, Any] = {
+    kept_status: KeptPodStatus = {  # type: ignore[assignment]  # the API server's values
         key: status[key] for key in ("phase", "reason", "startTime") if status.get(key)
     }
-    conditions = [
-        {key: condition.get(key) for key in ("type", "status", "lastTransitionTime")}
+    conditions: list[KeptCondition] = [
+        {
+            "type": condition.get("type"),
+            "status": condition.get("status"),
+            "lastTransitionTime": condition.get("lastTransitionTime"),
+        }
         for condition in status.get("conditions") or ()
         if isinstance(condition, Mapping) and condition.get("type") in _POD_CONDITIONS
     ]
@@ -632,12 +652,10 @@ def kept_pod(pod: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> 
     }
 
 
-def kept_podgroup(
-    podgroup: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL
-) -> dict[str, Any]:
+def kept_podgroup(podgroup: ApiObject, node_pool_label: str = NODE_POOL_LABEL) -> KeptPodGroup:
     """What the bridge keeps of a PodGroup: its spec, annotations and owners (kind, name,
     uid, controller), not its status."""
-    kept = {
+    kept: KeptPodGroup = {
         "metadata": _kept_metadata(podgroup, (QUEUE_LABEL, node_pool_label), None),
         "spec": dict(podgroup_spec(podgroup)),
     }
@@ -651,7 +669,7 @@ def kept_podgroup(
     return kept
 
 
-def kept_node(node: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -> dict[str, Any]:
+def kept_node(node: ApiObject, node_pool_label: str = NODE_POOL_LABEL) -> KeptNode:
     """What the bridge keeps of a Node: its GPU capacity and node-pool label (not its images,
     addresses or conditions)."""
     gpu = _mapping(_mapping(node.get("status")).get("capacity")).get(GPU_RESOURCE)
@@ -661,7 +679,7 @@ def kept_node(node: Mapping[str, Any], node_pool_label: str = NODE_POOL_LABEL) -
     }
 
 
-def kept_object(obj: Mapping[str, Any]) -> dict[str, Any]:
+def kept_object(obj: ApiObject) -> dict[str, object]:
     """Queues, the ConfigMap and priority classes: all but status and managedFields."""
     kept = {key: value for key, value in obj.items() if key not in ("metadata", "status")}
     kept["metadata"] = _kept_metadata(obj, None, None)

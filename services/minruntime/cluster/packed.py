@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import marshal
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from typing import Any, Generic, TypeVar, overload
+from typing import Final, Generic, TypeVar, overload
 
-V = TypeVar("V", bound=Mapping[str, Any])
+V = TypeVar("V", bound=Mapping[str, object])
 T = TypeVar("T")
-_MISSING: Any = object()
+_MISSING: Final = object()
 
 
-def pack(value: Mapping[str, Any]) -> bytes | Mapping[str, Any]:
+def pack(value: Mapping[str, object]) -> bytes | Mapping[str, object]:
     """``value`` as a marshal blob (itself when marshal cannot write it)."""
     try:
         return marshal.dumps(value if type(value) is dict else dict(value))
@@ -38,11 +38,11 @@ class Packed(MutableMapping[str, V], Generic[V]):
 
     __slots__ = ("_items", "_wrap")
 
-    def __init__(self, wrap: Callable[[dict[str, Any]], V] | None = None) -> None:
-        self._items: dict[str, bytes | Mapping[str, Any]] = {}
+    def __init__(self, wrap: Callable[[dict[str, object]], V] | None = None) -> None:
+        self._items: dict[str, bytes | Mapping[str, object]] = {}
         self._wrap = wrap
 
-    def _unpack(self, item: bytes | Mapping[str, Any]) -> V:
+    def _unpack(self, item: bytes | Mapping[str, object]) -> V:
         if type(item) is not bytes:
             return item  # type: ignore[return-value]  # held as it is (see pack)
         value = marshal.loads(item)
@@ -55,7 +55,7 @@ class Packed(MutableMapping[str, V], Generic[V]):
     def get(self, key: str, /) -> V | None: ...
     @overload
     def get(self, key: str, /, default: V | T) -> V | T: ...
-    def get(self, key: str, /, default: Any = None) -> Any:
+    def get(self, key: str, /, default: object = None) -> object:
         item = self._items.get(key)
         return default if item is None else self._unpack(item)
 
@@ -69,7 +69,7 @@ class Packed(MutableMapping[str, V], Generic[V]):
     def pop(self, key: str, /) -> V: ...
     @overload
     def pop(self, key: str, /, default: V | T) -> V | T: ...
-    def pop(self, key: str, /, default: Any = _MISSING) -> Any:
+    def pop(self, key: str, /, default: object = _MISSING) -> object:
         item = self._items.pop(key, None)
         if item is not None:
             return self._unpack(item)
@@ -86,10 +86,10 @@ class Packed(MutableMapping[str, V], Generic[V]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def packed_items(self) -> Iterator[tuple[str, bytes | Mapping[str, Any]]]:
+    def packed_items(self) -> Iterator[tuple[str, bytes | Mapping[str, object]]]:
         """(key, packed value) pairs: moved to another store without unpacking."""
         return iter(self._items.items())
 
-    def put_packed(self, key: str, item: bytes | Mapping[str, Any]) -> None:
+    def put_packed(self, key: str, item: bytes | Mapping[str, object]) -> None:
         """Store a value packed by another store (``packed_items``)."""
         self._items[key] = item

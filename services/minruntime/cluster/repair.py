@@ -44,6 +44,7 @@ from minruntime.cluster.drift import (
     ServicePodGroup,
 )
 from minruntime.cluster.mirror import ClusterMirror, Emission, Kind, MirrorOptions
+from minruntime.cluster.objects import ApiObject
 from minruntime.events import Event, EventType, new_event
 
 SOURCE: Final = "minruntime/kube-diff"
@@ -59,7 +60,7 @@ class Repair:
 
 
 def mirrored(
-    listing: Mapping[Kind, Sequence[Mapping[str, Any]]],
+    listing: Mapping[Kind, Sequence[ApiObject]],
     options: MirrorOptions,
     clock: Callable[[], datetime],
 ) -> dict[str, list[Event]]:
@@ -183,13 +184,13 @@ class _Plan:
             pod = pods.get(pod_name)
             ended = None if pod is None else mapping.finished(pod)
             reason, time = ("deleted", None) if ended is None else (ended.reason, ended.time)
-            data: dict[str, Any] = {"uid": self.uid, "pods": [pod_name], "reason": reason}
+            data: dict[str, object] = {"uid": self.uid, "pods": [pod_name], "reason": reason}
             self._emit(EventType.PODGROUP_RELEASED, data, time or self.now)
 
     def _resend(self, event: Event) -> None:
         self._emit(EventType(event.type), _data(event), event.time)
 
-    def _emit(self, event_type: EventType, data: Mapping[str, Any], time: datetime) -> None:
+    def _emit(self, event_type: EventType, data: Mapping[str, object], time: datetime) -> None:
         content = mapping.content_digest(str(event_type), data, time)
         event = new_event(
             str(event_type),

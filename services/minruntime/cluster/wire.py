@@ -9,7 +9,9 @@ keys, the same nesting), but only with the fields below; the rest of the page is
 C. ``mapping.kept_pod`` then reads it as it reads a whole pod, so what is kept is the same
 (tests/unit/test_cluster_wire.py proves it on a pod with every field set).
 
-The fields are those ``mapping.kept_pod`` (and ``_kept_metadata``) read; one it starts to read
+A field typed ``object`` is decoded as whatever JSON value it holds, unchecked (as
+``json.loads`` would); the mapping checks each value it reads. The fields are those
+``mapping.kept_pod`` (and ``_kept_metadata``) read; one it starts to read
 must be added here too, or that test fails. A page whose fields have other types than a pod's
 (which the API server never sends) is decoded whole with ``json.loads``, as before: the
 mapping then treats it as it always did.
@@ -18,53 +20,53 @@ mapping then treats it as it always did.
 from __future__ import annotations
 
 import json
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import msgspec
 
 
 class _Time(TypedDict, total=False):
-    time: Any
+    time: object
 
 
 class _Metadata(TypedDict, total=False):
-    uid: Any
-    name: Any
-    namespace: Any
-    resourceVersion: Any
-    generation: Any
-    creationTimestamp: Any
-    deletionTimestamp: Any
-    deletionGracePeriodSeconds: Any
-    labels: Any
-    annotations: Any
-    ownerReferences: Any  # not kept today; decoded for a pod's owner (issue 28's mapping)
+    uid: object
+    name: object
+    namespace: object
+    resourceVersion: object
+    generation: object
+    creationTimestamp: object
+    deletionTimestamp: object
+    deletionGracePeriodSeconds: object
+    labels: object
+    annotations: object
+    ownerReferences: object  # not kept today; decoded for a pod's owner (issue 28's mapping)
     managedFields: list[_Time] | None
 
 
 class _Container(TypedDict, total=False):
-    resources: Any
+    resources: object
 
 
 class _Spec(TypedDict, total=False):
-    nodeName: Any
+    nodeName: object
     containers: list[_Container] | None
 
 
 class _Condition(TypedDict, total=False):
-    type: Any
-    status: Any
-    lastTransitionTime: Any
+    type: object
+    status: object
+    lastTransitionTime: object
 
 
 class _ContainerStatus(TypedDict, total=False):
-    state: Any
+    state: object
 
 
 class _Status(TypedDict, total=False):
-    phase: Any
-    reason: Any
-    startTime: Any
+    phase: object
+    reason: object
+    startTime: object
     conditions: list[_Condition] | None
     containerStatuses: list[_ContainerStatus] | None
 
@@ -76,14 +78,14 @@ class _Pod(TypedDict, total=False):
 
 
 class _PodList(TypedDict, total=False):
-    metadata: Any
+    metadata: object
     items: list[_Pod | None] | None
 
 
 _POD_LIST: msgspec.json.Decoder[_PodList] = msgspec.json.Decoder(_PodList)
 
 
-def decode_pod_list(body: bytes) -> Any:
+def decode_pod_list(body: bytes) -> object:
     """A list page of pods (``{"metadata", "items"}``) with each pod's kept fields only."""
     try:
         return _POD_LIST.decode(body)

@@ -36,7 +36,7 @@ from minruntime.stream.consumer import (
 )
 from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
-from minruntime.stream.topics import INPUT_ROLES, TopicRole, topic_names
+from minruntime.topic_admin import INPUT_ROLES, TopicRole, topic_names
 
 # (role, what the batch did, seconds it took, partition -> records it can still apply)
 OutcomeListener = Callable[[TopicRole, BatchOutcome, float, Mapping[int, int]], None]

@@ -46,7 +46,7 @@ from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, start_cl
 from minruntime.retry import Backoff, retry_async
 from minruntime.stream.backlog import behind_after
 from minruntime.stream.sink import stop_loudly
-from minruntime.stream.topics import TopicRole
+from minruntime.topic_admin import TopicRole
 
 log = logging.getLogger(__name__)
 

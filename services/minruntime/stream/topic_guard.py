@@ -45,7 +45,7 @@ from minruntime.errors import TopicLifeChangedError, UserError
 from minruntime.ingest import BatchOutcome
 from minruntime.kafka_access import KafkaAccess
 from minruntime.retry import MAX_BACKOFF_SECONDS, retry_async
-from minruntime.stream.topic_identity import describe_topics, fetch_topic_ids
+from minruntime.topic_admin import describe_topics, fetch_topic_ids
 
 log = logging.getLogger(__name__)
 
