@@ -57,7 +57,7 @@ _BEGINNING: Final = datetime.min.replace(tzinfo=UTC)
 _T = TypeVar("_T")
 
 
-def shown(value: object) -> str:
+def _shown(value: object) -> str:
     """``value`` as a one-line error shows it: its repr, at most 64 characters."""
     text = repr(value)
     return text if len(text) <= 64 else f"{text[:61]}..."
@@ -67,7 +67,7 @@ def check_count(value: object, label: str, most: int, unset: str = "") -> int:
     """``value`` if it is a whole number in [1, most]; else InvalidConfigError (``unset``: what
     the message adds about leaving it unset)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidConfigError(f"{label} must be a whole number, got {shown(value)}")
+        raise InvalidConfigError(f"{label} must be a whole number, got {_shown(value)}")
     if not 1 <= value <= most:
         raise InvalidConfigError(f"{label} must be from 1 to {most}{unset}, got {value}")
     return value
@@ -81,7 +81,7 @@ def parse_count(text: str, label: str, most: int) -> int:
     # also take "+3", "3_0" or non-ASCII digits.
     if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= 9):
         raise InvalidConfigError(
-            f"{label} must be a whole number from 1 to {most}, got {shown(text)}"
+            f"{label} must be a whole number from 1 to {most}, got {_shown(text)}"
         )
     return int(stripped)
 
@@ -95,7 +95,7 @@ def check_max_evictions(value: object, label: str = ARG_MAX_EVICTIONS_PER_WINDOW
 def check_duration(value: object, label: str, most: timedelta) -> timedelta:
     """``value`` if it is a duration in (0, most]; else InvalidConfigError."""
     if not isinstance(value, timedelta):
-        raise InvalidConfigError(f"{label} must be a duration, got {shown(value)}")
+        raise InvalidConfigError(f"{label} must be a duration, got {_shown(value)}")
     if not timedelta(0) < value <= most:
         shown_value = (
             f"-{format_duration(-value)}" if value < timedelta(0) else format_duration(value)
