@@ -14,10 +14,14 @@ from minruntime.core.disruption import (
     ARG_MAX_EVICTIONS_PER_WINDOW,
     ARG_MIN_EVICTION_GAP,
     DisruptionPolicy,
+    check_count,
+    check_duration,
+    parse_config_duration,
+    parse_count,
     parse_max_evictions,
 )
-from minruntime.core.durations import format_duration, parse_duration
-from minruntime.core.errors import InvalidConfigError, MinRuntimeError
+from minruntime.core.durations import format_duration
+from minruntime.core.errors import InvalidConfigError
 
 DEFAULT_NODE_POOL: Final = "default"
 
@@ -63,46 +67,22 @@ KNOWN_ARGUMENTS: Final = frozenset(
 
 def check_max_requeues(value: object, label: str = ARG_MAX_REQUEUES) -> int:
     """Return ``value`` if it is a whole number in [1, MAX_REQUEUES]; else InvalidConfigError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidConfigError(f"{label} must be a whole number, got {_shown(value)}")
-    if not 1 <= value <= MAX_REQUEUES:
-        raise InvalidConfigError(f"{label} must be from 1 to {MAX_REQUEUES}, got {value}")
-    return value
+    return check_count(value, label, MAX_REQUEUES)
 
 
 def check_requeues_window(value: object, label: str = ARG_MAX_REQUEUES_WINDOW) -> timedelta:
     """Return ``value`` if it is in (0, MAX_REQUEUES_WINDOW]; InvalidConfigError if not."""
-    if not isinstance(value, timedelta):
-        raise InvalidConfigError(f"{label} must be a duration, got {_shown(value)}")
-    if not timedelta(0) < value <= MAX_REQUEUES_WINDOW:
-        shown = f"-{format_duration(-value)}" if value < timedelta(0) else format_duration(value)
-        raise InvalidConfigError(
-            f"{label} must be positive and at most {format_duration(MAX_REQUEUES_WINDOW)}, "
-            f"got {shown}"
-        )
-    return value
+    return check_duration(value, label, MAX_REQUEUES_WINDOW)
 
 
 def parse_max_requeues(text: str, label: str = ARG_MAX_REQUEUES) -> int:
     """Parse a cap written as decimal digits (a plugin argument or an annotation)."""
-    stripped = text.strip()
-    # Only plain digits, and not so many that converting them costs anything: int() would
-    # also take "+3", "3_0" or non-ASCII digits.
-    if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= 9):
-        raise InvalidConfigError(
-            f"{label} must be a whole number from 1 to {MAX_REQUEUES}, got {_shown(text)}"
-        )
-    return check_max_requeues(int(stripped), label)
+    return check_max_requeues(parse_count(text, label, MAX_REQUEUES), label)
 
 
 def _optional_duration(arguments: Mapping[str, str | None], argument: str) -> timedelta | None:
     text = arguments.get(argument)
-    return None if text is None else _duration_argument(argument, text)
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 64 else f"{text[:61]}..."
+    return None if text is None else parse_config_duration(text, argument)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -173,11 +153,10 @@ class MinRuntimeConfig:
 
         def duration(argument: str, default: timedelta) -> timedelta:
             text = arguments.get(argument)
-            return default if text is None else _duration_argument(argument, text)
+            return default if text is None else parse_config_duration(text, argument)
 
         method = arguments.get(ARG_RECLAIM_RESOLVE_METHOD)
         cap = arguments.get(ARG_MAX_REQUEUES)
-        window = arguments.get(ARG_MAX_REQUEUES_WINDOW)
         budget = arguments.get(ARG_MAX_EVICTIONS_PER_WINDOW)
         return cls(
             default_preempt_min_runtime=duration(
@@ -191,9 +170,7 @@ class MinRuntimeConfig:
                 ARG_DEFAULT_REQUEUE_DELAY, defaults.default_requeue_delay
             ),
             max_requeues=None if cap is None else parse_max_requeues(cap),
-            max_requeues_window=None
-            if window is None
-            else _duration_argument(ARG_MAX_REQUEUES_WINDOW, window),
+            max_requeues_window=_optional_duration(arguments, ARG_MAX_REQUEUES_WINDOW),
             max_evictions_per_window=None if budget is None else parse_max_evictions(budget),
             eviction_window=_optional_duration(arguments, ARG_EVICTION_WINDOW),
             min_eviction_gap=_optional_duration(arguments, ARG_MIN_EVICTION_GAP),
@@ -223,14 +200,6 @@ class MinRuntimeConfig:
             if value is not None:
                 arguments[argument] = format_duration(value)
         return arguments
-
-
-def _duration_argument(argument: str, text: str) -> timedelta:
-    try:
-        return parse_duration(text)
-    except MinRuntimeError as error:
-        # Re-raised as a config error so the caller learns which argument was wrong.
-        raise InvalidConfigError(f"{argument}: {error}") from error
 
 
 @dataclass(frozen=True, slots=True)

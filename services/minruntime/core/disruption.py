@@ -28,7 +28,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Final, TypeVar, cast
 
 from minruntime.core.durations import format_duration, parse_duration
 from minruntime.core.errors import InvalidConfigError, MinRuntimeError
@@ -54,64 +54,89 @@ MAX_EVICTION_GAP: Final = timedelta(days=7)
 MAX_OWNER_METADATA: Final = 2048
 _OWNER_FIELD: Final = 253  # a Kubernetes name (and a uid, a kind) fits
 _BEGINNING: Final = datetime.min.replace(tzinfo=UTC)
+_T = TypeVar("_T")
+
+
+def _shown(value: object) -> str:
+    """``value`` as a one-line error shows it: its repr, at most 64 characters."""
+    text = repr(value)
+    return text if len(text) <= 64 else f"{text[:61]}..."
+
+
+def check_count(value: object, label: str, most: int, unset: str = "") -> int:
+    """``value`` if it is a whole number in [1, most]; else InvalidConfigError (``unset``: what
+    the message adds about leaving it unset)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidConfigError(f"{label} must be a whole number, got {_shown(value)}")
+    if not 1 <= value <= most:
+        raise InvalidConfigError(f"{label} must be from 1 to {most}{unset}, got {value}")
+    return value
+
+
+def parse_count(text: str, label: str, most: int) -> int:
+    """A whole number written as decimal digits (a config value or an annotation); its
+    bounds are the caller's to check (``most`` is for the message)."""
+    stripped = text.strip()
+    # Only plain digits, and not so many that converting them costs anything: int() would
+    # also take "+3", "3_0" or non-ASCII digits.
+    if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= 9):
+        raise InvalidConfigError(
+            f"{label} must be a whole number from 1 to {most}, got {_shown(text)}"
+        )
+    return int(stripped)
 
 
 def check_max_evictions(value: object, label: str = ARG_MAX_EVICTIONS_PER_WINDOW) -> int:
     """``value`` if it is a whole number in [1, MAX_EVICTIONS_PER_WINDOW]; else
     InvalidConfigError (a budget of 0 would forbid every requeue: leave it unset instead)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidConfigError(f"{label} must be a whole number, got {value!r:.64}")
-    if not 1 <= value <= MAX_EVICTIONS_PER_WINDOW:
-        raise InvalidConfigError(
-            f"{label} must be from 1 to {MAX_EVICTIONS_PER_WINDOW} (unset = unlimited), got {value}"
-        )
-    return value
+    return check_count(value, label, MAX_EVICTIONS_PER_WINDOW, " (unset = unlimited)")
 
 
 def check_duration(value: object, label: str, most: timedelta) -> timedelta:
     """``value`` if it is a duration in (0, most]; else InvalidConfigError."""
     if not isinstance(value, timedelta):
-        raise InvalidConfigError(f"{label} must be a duration, got {value!r:.64}")
+        raise InvalidConfigError(f"{label} must be a duration, got {_shown(value)}")
     if not timedelta(0) < value <= most:
-        shown = f"-{format_duration(-value)}" if value < timedelta(0) else format_duration(value)
+        shown_value = (
+            f"-{format_duration(-value)}" if value < timedelta(0) else format_duration(value)
+        )
         raise InvalidConfigError(
-            f"{label} must be positive and at most {format_duration(most)}, got {shown}"
+            f"{label} must be positive and at most {format_duration(most)}, got {shown_value}"
         )
     return value
 
 
 def parse_max_evictions(text: str, label: str = ARG_MAX_EVICTIONS_PER_WINDOW) -> int:
     """A budget written as decimal digits (a config value or an annotation)."""
-    stripped = text.strip()
-    if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= 9):
-        raise InvalidConfigError(
-            f"{label} must be a whole number from 1 to {MAX_EVICTIONS_PER_WINDOW}, got {text!r:.64}"
-        )
-    return check_max_evictions(int(stripped), label)
+    return check_max_evictions(parse_count(text, label, MAX_EVICTIONS_PER_WINDOW), label)
+
+
+def parse_config_duration(text: str, label: str) -> timedelta:
+    """A duration (SEMANTICS.md §1) of the config value or annotation ``label``."""
+    try:
+        return parse_duration(text)
+    except MinRuntimeError as error:
+        # Re-raised as a config error so the caller learns which value was wrong.
+        raise InvalidConfigError(f"{label}: {error}") from error
 
 
 def parse_bounded_duration(text: str, label: str, most: timedelta) -> timedelta:
     """A window or a gap written in the duration grammar (SEMANTICS.md §1)."""
-    try:
-        value = parse_duration(text)
-    except MinRuntimeError as error:
-        raise InvalidConfigError(f"{label}: {error}") from None
-    return check_duration(value, label, most)
+    return check_duration(parse_config_duration(text, label), label, most)
 
 
-def check_queue_annotation(key: str, text: str) -> None:
-    """InvalidConfigError (one line) unless ``text`` is a valid value of the Queue
-    annotation ``key`` (one of QUEUE_DISRUPTION_ANNOTATIONS)."""
+def check_queue_annotation(key: str, text: str) -> int | timedelta:
+    """The value of the Queue annotation ``key`` (one of QUEUE_DISRUPTION_ANNOTATIONS);
+    InvalidConfigError (one line) unless ``text`` is a valid one."""
     if key == MAX_EVICTIONS_ANNOTATION:
-        parse_max_evictions(text, key)
-    elif key == EVICTION_WINDOW_ANNOTATION:
-        parse_bounded_duration(text, key, MAX_EVICTION_WINDOW)
-    elif key == MIN_EVICTION_GAP_ANNOTATION:
-        parse_bounded_duration(text, key, MAX_EVICTION_GAP)
-    else:
-        raise InvalidConfigError(
-            f"{key} is not a disruption annotation ({', '.join(QUEUE_DISRUPTION_ANNOTATIONS)})"
-        )
+        return parse_max_evictions(text, key)
+    if key == EVICTION_WINDOW_ANNOTATION:
+        return parse_bounded_duration(text, key, MAX_EVICTION_WINDOW)
+    if key == MIN_EVICTION_GAP_ANNOTATION:
+        return parse_bounded_duration(text, key, MAX_EVICTION_GAP)
+    raise InvalidConfigError(
+        f"{key} is not a disruption annotation ({', '.join(QUEUE_DISRUPTION_ANNOTATIONS)})"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,27 +178,20 @@ class QueuePolicy:
 def queue_policy(pool: DisruptionPolicy, annotations: Mapping[str, str]) -> QueuePolicy:
     """The pool's budget overridden by the Queue's annotations (each valid one applies; an
     invalid one is ignored with a problem; a budget needs both a number and a window)."""
-    limit, window = pool.max_evictions_per_window, pool.eviction_window
     problems: list[str] = []
-    text = annotations.get(MAX_EVICTIONS_ANNOTATION)
-    if text is not None:
-        try:
-            limit = parse_max_evictions(text, MAX_EVICTIONS_ANNOTATION)
-        except MinRuntimeError as error:
-            problems.append(f"{error}; ignored")
-    text = annotations.get(EVICTION_WINDOW_ANNOTATION)
-    if text is not None:
-        try:
-            window = parse_bounded_duration(text, EVICTION_WINDOW_ANNOTATION, MAX_EVICTION_WINDOW)
-        except MinRuntimeError as error:
-            problems.append(f"{error}; ignored")
-    gap = pool.min_eviction_gap
-    text = annotations.get(MIN_EVICTION_GAP_ANNOTATION)
-    if text is not None:
-        try:
-            gap = parse_bounded_duration(text, MIN_EVICTION_GAP_ANNOTATION, MAX_EVICTION_GAP)
-        except MinRuntimeError as error:
-            problems.append(f"{error}; ignored")
+
+    def override(key: str, pool_value: _T) -> _T:
+        text = annotations.get(key)
+        if text is not None:
+            try:
+                return cast(_T, check_queue_annotation(key, text))
+            except MinRuntimeError as error:
+                problems.append(f"{error}; ignored")
+        return pool_value
+
+    limit = override(MAX_EVICTIONS_ANNOTATION, pool.max_evictions_per_window)
+    window = override(EVICTION_WINDOW_ANNOTATION, pool.eviction_window)
+    gap = override(MIN_EVICTION_GAP_ANNOTATION, pool.min_eviction_gap)
     if (limit is None) != (window is None):
         problems.append(
             f"{MAX_EVICTIONS_ANNOTATION} and {EVICTION_WINDOW_ANNOTATION} need each other"

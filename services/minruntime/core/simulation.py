@@ -133,7 +133,11 @@ class QueueFigures:
     def add(self, other: QueueFigures) -> None:
         """Add ``other``'s figures to these."""
         for item in fields(self):
-            setattr(self, item.name, getattr(self, item.name) + getattr(other, item.name))
+            self.bump(item.name, getattr(other, item.name))
+
+    def bump(self, name: str, amount: float) -> None:
+        """Add ``amount`` to the figure ``name``."""
+        setattr(self, name, getattr(self, name) + amount)
 
     @property
     def differs(self) -> bool:
@@ -276,26 +280,12 @@ class Simulation:
         was, _ = run_verdict(before, run)
         now, _ = run_verdict(after, run)
         gpu_seconds = float(run.gpu_seconds or 0)
-        if was is not Verdict.NONE:
-            figures.gpu_seconds_lost_before += gpu_seconds
-            if was is Verdict.DEFINITE:
-                figures.violations_before_definite += 1
-            else:
-                figures.violations_before_possible += 1
-        if now is not Verdict.NONE:
-            figures.gpu_seconds_lost_after += gpu_seconds
-            if now is Verdict.DEFINITE:
-                figures.violations_after_definite += 1
-            else:
-                figures.violations_after_possible += 1
-        if was is Verdict.NONE and now is Verdict.DEFINITE:
-            figures.new_definite += 1
-        elif was is Verdict.NONE and now is Verdict.POSSIBLE:
-            figures.new_possible += 1
-        elif now is Verdict.NONE and was is Verdict.DEFINITE:
-            figures.avoided_definite += 1
-        elif now is Verdict.NONE and was is Verdict.POSSIBLE:
-            figures.avoided_possible += 1
+        for side, verdict in (("before", was), ("after", now)):
+            if verdict is not Verdict.NONE:
+                figures.bump(f"gpu_seconds_lost_{side}", gpu_seconds)
+                figures.bump(f"violations_{side}_{verdict}", 1)
+        if (was is Verdict.NONE) != (now is Verdict.NONE):
+            figures.bump(f"new_{now}" if was is Verdict.NONE else f"avoided_{was}", 1)
 
     def run_open(
         self, queue: str | None, node_pool: str, start: datetime, gpus: Decimal | None
