@@ -29,7 +29,7 @@ from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
 from minruntime.events import encode_event, new_event
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
-from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime.topic_admin import ensure_topics, topic_specs
 from minruntime_dev.standin import Cluster
 
 

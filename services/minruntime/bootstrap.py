@@ -52,7 +52,7 @@ from minruntime.stream.outbox_metrics import OutboxMetrics
 from minruntime.stream.relay import OutboxRelay
 from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
-from minruntime.stream.topics import TopicRole, ensure_topics, input_topic_roles, topic_specs
+from minruntime.topic_admin import TopicRole, ensure_topics, input_topic_roles, topic_specs
 
 log = logging.getLogger(__name__)
 

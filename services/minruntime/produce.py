@@ -44,7 +44,7 @@ from minruntime.events.topics import INPUT_ROLES, ROLE_TYPES, topic_types
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.kube import Manifest, change_events, read_manifests
 from minruntime.settings import Settings
-from minruntime.stream.topics import TopicRole, topic_names
+from minruntime.topic_admin import TopicRole, topic_names
 
 CLI_SOURCE = "minruntime-cli"
 # The content modes of the CloudEvents Kafka binding `produce` writes.
@@ -181,7 +181,7 @@ async def send(settings: Settings, outgoing: Sequence[Outgoing]) -> Counter[str]
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaError
 
-    from minruntime.stream.topics import ensure_topics, topic_specs
+    from minruntime.topic_admin import ensure_topics, topic_specs
 
     access = kafka_access(settings)
     try:

@@ -31,7 +31,7 @@ from minruntime.events import encode_event, new_event
 from minruntime.produce import Outgoing, send
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.stream.topics import TopicRole, topic_names
+from minruntime.topic_admin import TopicRole, topic_names
 from minruntime_dev.demo_pipeline import show_query
 from minruntime_dev.demo_process import DemoChild, free_port, show_commands, wait_for
 from minruntime_dev.demo_queries import (

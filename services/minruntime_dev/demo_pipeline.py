@@ -34,7 +34,7 @@ from minruntime.produce import Outgoing, send
 from minruntime.settings import Settings, project_root
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime.stream.topics import TopicRole, topic_names
+from minruntime.topic_admin import TopicRole, topic_names
 from minruntime_dev.demo_process import (
     DemoChild,
     free_port,

@@ -27,7 +27,7 @@ import psycopg
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.store.migrate import upgrade
-from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime.topic_admin import ensure_topics, topic_specs
 from minruntime_dev.scratch import (
     SCRATCH_PREFIX,
     create_scratch_database,

@@ -11,7 +11,7 @@ import pytest
 
 from minruntime.kafka_access import start_client
 from minruntime.settings import Settings
-from minruntime.stream.topics import INPUT_ROLES, topic_specs
+from minruntime.topic_admin import INPUT_ROLES, topic_specs
 from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.e2e.harness import Pipeline, wait_for

@@ -23,7 +23,7 @@ import pytest
 
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
-from minruntime.stream.topics import TopicRole, topic_specs
+from minruntime.topic_admin import TopicRole, topic_specs
 from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.e2e.harness import Pipeline, Worker, running_pipeline, wait_for

@@ -33,7 +33,7 @@ from minruntime.events import EventType
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
 from minruntime.stream.metrics import MAX_QUEUE_LABELS
-from minruntime.stream.topics import INPUT_ROLES, topic_specs
+from minruntime.topic_admin import INPUT_ROLES, topic_specs
 from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import free_port_pair

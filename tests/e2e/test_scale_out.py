@@ -29,7 +29,7 @@ import pytest
 
 from minruntime.kafka_access import KafkaAccess
 from minruntime.settings import Settings
-from minruntime.stream.topic_identity import describe_topics
+from minruntime.topic_admin import describe_topics
 from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
 from tests.conftest import free_ports

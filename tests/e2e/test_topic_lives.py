@@ -22,7 +22,7 @@ import pytest
 
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
-from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime.topic_admin import ensure_topics, topic_specs
 from minruntime_dev.stack import StackStatus
 from minruntime_dev.stack.kafka import KafkaNode
 from tests import cloudevents as ce

@@ -11,7 +11,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
-from minruntime.stream.topics import TopicRole, ensure_topics, topic_specs
+from minruntime.topic_admin import TopicRole, ensure_topics, topic_specs
 from minruntime_dev.stack import StackStatus
 from tests.e2e.harness import Pipeline
 

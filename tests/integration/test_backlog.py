@@ -19,7 +19,7 @@ from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.stream.backlog import Behind, records_behind
 from minruntime.stream.consumer import BatchedConsumer, ConsumerOptions
-from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
+from minruntime.topic_admin import FOREVER, TopicRole, TopicSpec, ensure_topics
 from minruntime_dev.stack import StackStatus
 from tests.integration.helpers import kafka_admin, until
 

@@ -28,7 +28,7 @@ from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.store.shadows import LIVE as LIVE_SHADOW
 from minruntime.store.unit import ReadUnit, Units
-from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
+from minruntime.topic_admin import FOREVER, TopicRole, TopicSpec, ensure_topics
 from minruntime_dev.stack import StackStatus
 from tests.cloudevents import T0, allocated, annotated, submitted
 from tests.integration.helpers import Feed, kafka_admin, rows

@@ -18,7 +18,7 @@ from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.stream.consumer import BatchedConsumer, ConsumerOptions
-from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
+from minruntime.topic_admin import FOREVER, TopicRole, TopicSpec, ensure_topics
 from minruntime_dev.stack import StackStatus
 from tests.integration.helpers import kafka_admin, until
 

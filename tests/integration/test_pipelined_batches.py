@@ -28,7 +28,7 @@ from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.stream.consumer import ApplyBatch, BatchedConsumer, ConsumerOptions
 from minruntime.stream.sink import BatchSink
-from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics
+from minruntime.topic_admin import FOREVER, TopicRole, TopicSpec, ensure_topics
 from minruntime_dev.stack import StackStatus
 from tests.cloudevents import allocated, queue, raw, released, submitted, wire
 from tests.integration.helpers import ROLES, Feed, kafka_admin, rows, until

@@ -34,8 +34,14 @@ from minruntime.store.offsets import stored_offsets
 from minruntime.store.schema import LIVE
 from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
-from minruntime.stream.topic_identity import describe_topics
-from minruntime.stream.topics import FOREVER, TopicRole, TopicSpec, ensure_topics, input_topic_roles
+from minruntime.topic_admin import (
+    FOREVER,
+    TopicRole,
+    TopicSpec,
+    describe_topics,
+    ensure_topics,
+    input_topic_roles,
+)
 from tests.cloudevents import allocated, queue, submitted
 from tests.cloudevents import message as as_message
 from tests.e2e.harness import wait_for

@@ -19,7 +19,7 @@ from minruntime.store import engine_from
 from minruntime.store.requeue import lock_podgroups
 from minruntime.store.schema import LIVE
 from minruntime.stream.sink import BatchSink
-from minruntime.stream.topics import input_topic_roles
+from minruntime.topic_admin import input_topic_roles
 from tests.cloudevents import allocated, annotated, queue, submitted
 from tests.integration.helpers import GROUP, Feed, rows
 

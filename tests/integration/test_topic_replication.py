@@ -17,7 +17,7 @@ import pytest
 from minruntime.errors import ConfigError
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
-from minruntime.stream.topics import (
+from minruntime.topic_admin import (
     FOREVER,
     Replication,
     TopicRole,

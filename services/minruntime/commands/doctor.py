@@ -23,7 +23,7 @@ from minruntime.kafka_access import kafka_access, start_client
 from minruntime.pgurl import PgAddress
 from minruntime.settings import Settings
 from minruntime.stream.topic_safety import Finding, Severity, judge_missing, judge_topic
-from minruntime.stream.topics import ClusterFacts, topic_specs
+from minruntime.topic_admin import ClusterFacts, topic_specs
 
 
 def doctor_command(as_json: Json = False) -> None:

@@ -17,7 +17,7 @@ import typer
 from minruntime.commands.common import Json, current_settings, units
 from minruntime.errors import UserError
 from minruntime.stream.offset_report import describe_kafka, partition_rows, status_of
-from minruntime.stream.topics import input_topic_roles
+from minruntime.topic_admin import input_topic_roles
 
 offsets_app = typer.Typer(
     help="The processor's stored offsets, and re-baselining a topic whose life changed.",

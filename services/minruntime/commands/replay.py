@@ -17,7 +17,7 @@ from minruntime.audit.verify import TableCheck
 from minruntime.commands.common import AT_HELP, Json, current_settings, engine, parse_at
 from minruntime.commands.render import console, print_json
 from minruntime.errors import UserError
-from minruntime.stream.topics import input_topic_roles
+from minruntime.topic_admin import input_topic_roles
 
 _err = console(stderr=True)
 _out = console()

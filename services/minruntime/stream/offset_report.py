@@ -12,7 +12,7 @@ from minruntime.core.topic_life import StoredOffset, TopicLife, life_changed, un
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.stream.backlog import Behind, records_behind
-from minruntime.stream.topic_identity import KafkaTopic, describe_topics
+from minruntime.topic_admin import KafkaTopic, describe_topics
 
 # Statuses whose stored offsets belong to the topic Kafka holds now (a backlog means something).
 _READABLE: Final = frozenset({"ok", "untied (tied at the next batch)"})

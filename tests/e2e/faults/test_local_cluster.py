@@ -24,7 +24,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import OWNER_ROLE, with_role
-from minruntime.stream.topics import ensure_topics, topic_specs
+from minruntime.topic_admin import ensure_topics, topic_specs
 from minruntime_dev.stack.pg_standby import APPLICATION_NAME
 from minruntime_dev.topology import read_stack_env
 from tests.conftest import run_cli
