@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from sqlalchemy import Engine
 
+from minruntime import events as ev
 from minruntime.audit.parallel import MOST_PARTS, default_parts
 from minruntime.audit.replay import LogEntry, read_log
 from minruntime.audit.whatif import ChangeEvent
@@ -46,21 +47,6 @@ from minruntime.core.simulation import (
     SimulationResult,
 )
 from minruntime.errors import UserError
-from minruntime.events import (
-    ConfigUpdatedData,
-    Event,
-    EventData,
-    EventRejected,
-    PodGroupAllocatedData,
-    PodGroupAnnotatedData,
-    PodGroupDeletedData,
-    PodGroupReleasedData,
-    PodGroupSubmittedData,
-    QueueDeletedData,
-    QueueUpsertedData,
-    RequeueCommittedData,
-    decode_event,
-)
 from minruntime.ingest import outcome_of
 from minruntime.ingest.decisions import decision_data
 from minruntime.ingest.memory import collected_rarely
@@ -75,11 +61,11 @@ from minruntime.store.read_transactions import read_only, repeatable_read
 from minruntime.store.schema import LIVE
 
 _FOLDED: Final = (
-    PodGroupSubmittedData,
-    PodGroupAllocatedData,
-    PodGroupReleasedData,
-    PodGroupAnnotatedData,
-    PodGroupDeletedData,
+    ev.PodGroupSubmittedData,
+    ev.PodGroupAllocatedData,
+    ev.PodGroupReleasedData,
+    ev.PodGroupAnnotatedData,
+    ev.PodGroupDeletedData,
 )
 # Skipped entries listed one by one (the rest are counted).
 SHOWN_SKIPPED: Final = 10
@@ -115,11 +101,11 @@ def policy_change(events: Sequence[ChangeEvent]) -> PolicyChange:
     for item in events:
         data = item.event.data
         try:
-            if isinstance(data, QueueUpsertedData):
+            if isinstance(data, ev.QueueUpsertedData):
                 queues[data.name] = data.to_queue()
-            elif isinstance(data, QueueDeletedData):
+            elif isinstance(data, ev.QueueDeletedData):
                 queues[data.name] = None
-            elif isinstance(data, ConfigUpdatedData):
+            elif isinstance(data, ev.ConfigUpdatedData):
                 configs[data.node_pool] = data.to_config()
         except MinRuntimeError as error:
             raise SimulationError(f"{item.origin}: {error}") from None
@@ -210,10 +196,10 @@ class Window:
 # A queue or configuration entry of the log, as the worlds take it.
 Shared = tuple[str, Any]
 # The Shared value of each queue or configuration event's data.
-_SHARED: Final[Mapping[type[EventData], Callable[[Any], Shared]]] = {
-    QueueUpsertedData: lambda data: ("upsert", data.to_queue()),
-    QueueDeletedData: lambda data: ("delete", data.name),
-    ConfigUpdatedData: lambda data: ("config", (data.node_pool, data.to_config())),
+_SHARED: Final[Mapping[type[ev.EventData], Callable[[Any], Shared]]] = {
+    ev.QueueUpsertedData: lambda data: ("upsert", data.to_queue()),
+    ev.QueueDeletedData: lambda data: ("delete", data.name),
+    ev.ConfigUpdatedData: lambda data: ("config", (data.node_pool, data.to_config())),
 }
 
 
@@ -410,8 +396,8 @@ class _Folder:
         if not entry.borrowed:
             part.entries += 1
         try:
-            event = decode_event(entry.value)
-        except EventRejected as error:
+            event = ev.decode_event(entry.value)
+        except ev.EventRejected as error:
             self._skip(entry, f"invalid: {error}")
             return
         at = event.time
@@ -446,11 +432,11 @@ class _Folder:
 
     def _podgroup(
         self,
-        data: PodGroupSubmittedData
-        | PodGroupAllocatedData
-        | PodGroupReleasedData
-        | PodGroupAnnotatedData
-        | PodGroupDeletedData,
+        data: ev.PodGroupSubmittedData
+        | ev.PodGroupAllocatedData
+        | ev.PodGroupReleasedData
+        | ev.PodGroupAnnotatedData
+        | ev.PodGroupDeletedData,
         at: datetime,
     ) -> None:
         uid = data.uid
@@ -471,11 +457,11 @@ class _Folder:
         else:
             self._states[uid] = after
 
-    def _decision(self, seq: int, event: Event) -> None:
+    def _decision(self, seq: int, event: ev.Event) -> None:
         data = decision_data(event)
         state = self._states.get(data.uid) or PodGroupState(data.uid)
         beneficiaries: tuple[Beneficiary, ...] = ()
-        if isinstance(data, RequeueCommittedData):
+        if isinstance(data, ev.RequeueCommittedData):
             # As the store does (store.decisions): the committed run now waits for its release.
             state = state._replace(
                 awaiting_release=state.status == "running" and state.start_time == data.run_start

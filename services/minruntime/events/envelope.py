@@ -11,28 +11,8 @@ from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
+from minruntime.events import inputs, outputs
 from minruntime.events.base import EventData
-from minruntime.events.inputs import (
-    ConfigUpdatedData,
-    NodeDeletedData,
-    NodeUpsertedData,
-    PodGroupAllocatedData,
-    PodGroupAnnotatedData,
-    PodGroupDeletedData,
-    PodGroupReleasedData,
-    PodGroupSubmittedData,
-    QueueDeletedData,
-    QueueUpsertedData,
-    RequeueAbandonedData,
-    RequeueCheckpointData,
-    RequeueNominatedData,
-)
-from minruntime.events.outputs import (
-    ProtectionExpiredData,
-    RequeueCommittedData,
-    RequeueRolledBackData,
-    RequeueSkippedData,
-)
 from minruntime.events.types import BoundedName, Timestamp
 
 
@@ -112,71 +92,71 @@ Event: TypeAlias = CloudEvent[EventData]
 
 # One concrete class per type: ``type`` is a literal, so a union of them is discriminated by
 # ``type`` inside pydantic-core (one pass over the JSON), and each JSON Schema has a const.
-class QueueUpsertedEvent(CloudEvent[QueueUpsertedData]):
+class QueueUpsertedEvent(CloudEvent[inputs.QueueUpsertedData]):
     type: Literal["queue.upserted"] = "queue.upserted"
 
 
-class QueueDeletedEvent(CloudEvent[QueueDeletedData]):
+class QueueDeletedEvent(CloudEvent[inputs.QueueDeletedData]):
     type: Literal["queue.deleted"] = "queue.deleted"
 
 
-class ConfigUpdatedEvent(CloudEvent[ConfigUpdatedData]):
+class ConfigUpdatedEvent(CloudEvent[inputs.ConfigUpdatedData]):
     type: Literal["config.updated"] = "config.updated"
 
 
-class PodGroupSubmittedEvent(CloudEvent[PodGroupSubmittedData]):
+class PodGroupSubmittedEvent(CloudEvent[inputs.PodGroupSubmittedData]):
     type: Literal["podgroup.submitted"] = "podgroup.submitted"
 
 
-class PodGroupAllocatedEvent(CloudEvent[PodGroupAllocatedData]):
+class PodGroupAllocatedEvent(CloudEvent[inputs.PodGroupAllocatedData]):
     type: Literal["podgroup.allocated"] = "podgroup.allocated"
 
 
-class PodGroupReleasedEvent(CloudEvent[PodGroupReleasedData]):
+class PodGroupReleasedEvent(CloudEvent[inputs.PodGroupReleasedData]):
     type: Literal["podgroup.released"] = "podgroup.released"
 
 
-class PodGroupAnnotatedEvent(CloudEvent[PodGroupAnnotatedData]):
+class PodGroupAnnotatedEvent(CloudEvent[inputs.PodGroupAnnotatedData]):
     type: Literal["podgroup.annotated"] = "podgroup.annotated"
 
 
-class PodGroupDeletedEvent(CloudEvent[PodGroupDeletedData]):
+class PodGroupDeletedEvent(CloudEvent[inputs.PodGroupDeletedData]):
     type: Literal["podgroup.deleted"] = "podgroup.deleted"
 
 
-class NodeUpsertedEvent(CloudEvent[NodeUpsertedData]):
+class NodeUpsertedEvent(CloudEvent[inputs.NodeUpsertedData]):
     type: Literal["node.upserted"] = "node.upserted"
 
 
-class NodeDeletedEvent(CloudEvent[NodeDeletedData]):
+class NodeDeletedEvent(CloudEvent[inputs.NodeDeletedData]):
     type: Literal["node.deleted"] = "node.deleted"
 
 
-class RequeueNominatedEvent(CloudEvent[RequeueNominatedData]):
+class RequeueNominatedEvent(CloudEvent[inputs.RequeueNominatedData]):
     type: Literal["requeue.nominated"] = "requeue.nominated"
 
 
-class RequeueAbandonedEvent(CloudEvent[RequeueAbandonedData]):
+class RequeueAbandonedEvent(CloudEvent[inputs.RequeueAbandonedData]):
     type: Literal["requeue.abandoned"] = "requeue.abandoned"
 
 
-class RequeueCheckpointEvent(CloudEvent[RequeueCheckpointData]):
+class RequeueCheckpointEvent(CloudEvent[inputs.RequeueCheckpointData]):
     type: Literal["requeue.checkpoint"] = "requeue.checkpoint"
 
 
-class RequeueCommittedEvent(CloudEvent[RequeueCommittedData]):
+class RequeueCommittedEvent(CloudEvent[outputs.RequeueCommittedData]):
     type: Literal["requeue.committed"] = "requeue.committed"
 
 
-class RequeueRolledBackEvent(CloudEvent[RequeueRolledBackData]):
+class RequeueRolledBackEvent(CloudEvent[outputs.RequeueRolledBackData]):
     type: Literal["requeue.rolled-back"] = "requeue.rolled-back"
 
 
-class RequeueSkippedEvent(CloudEvent[RequeueSkippedData]):
+class RequeueSkippedEvent(CloudEvent[outputs.RequeueSkippedData]):
     type: Literal["requeue.skipped"] = "requeue.skipped"
 
 
-class ProtectionExpiredEvent(CloudEvent[ProtectionExpiredData]):
+class ProtectionExpiredEvent(CloudEvent[outputs.ProtectionExpiredData]):
     type: Literal["protection.expired"] = "protection.expired"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import fields
 from datetime import timedelta
 from typing import Annotated, Any, ClassVar, Final, Literal
 
@@ -282,15 +283,7 @@ class ConfigUpdatedData(EventData):
     def to_config(self) -> MinRuntimeConfig:
         """The rule engine's ``MinRuntimeConfig`` for this node pool."""
         return MinRuntimeConfig(
-            default_preempt_min_runtime=self.default_preempt_min_runtime,
-            default_reclaim_min_runtime=self.default_reclaim_min_runtime,
-            reclaim_resolve_method=self.reclaim_resolve_method,
-            default_requeue_delay=self.default_requeue_delay,
-            max_requeues=self.max_requeues,
-            max_requeues_window=self.max_requeues_window,
-            max_evictions_per_window=self.max_evictions_per_window,
-            eviction_window=self.eviction_window,
-            min_eviction_gap=self.min_eviction_gap,
+            **{field.name: getattr(self, field.name) for field in fields(MinRuntimeConfig)}
         )
 
     @classmethod

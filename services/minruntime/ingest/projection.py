@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from sqlalchemy import Connection
 
+from minruntime import events as ev
 from minruntime.core import (
     IgnoredValue,
     MinRuntimeConfig,
@@ -32,23 +33,6 @@ from minruntime.core import (
     RunRules,
     ended_run,
     ignored_values,
-)
-from minruntime.events import (
-    ConfigUpdatedData,
-    Event,
-    EventData,
-    NodeDeletedData,
-    NodeUpsertedData,
-    PodGroupAllocatedData,
-    PodGroupAnnotatedData,
-    PodGroupDeletedData,
-    PodGroupReleasedData,
-    PodGroupSubmittedData,
-    QueueDeletedData,
-    QueueUpsertedData,
-    RequeueAbandonedData,
-    RequeueCheckpointData,
-    RequeueNominatedData,
 )
 from minruntime.ingest.podgroups import PodGroupData, PodGroupProjection, podgroup_change
 from minruntime.ingest.queues import QueueProjection
@@ -60,15 +44,15 @@ from minruntime.store.queues import load_tree, lock_tree
 from minruntime.store.schema import StateTables
 
 PODGROUP_TYPES: Final = (
-    PodGroupSubmittedData,
-    PodGroupAllocatedData,
-    PodGroupReleasedData,
-    PodGroupAnnotatedData,
-    PodGroupDeletedData,
-    RequeueNominatedData,
-    RequeueAbandonedData,
+    ev.PodGroupSubmittedData,
+    ev.PodGroupAllocatedData,
+    ev.PodGroupReleasedData,
+    ev.PodGroupAnnotatedData,
+    ev.PodGroupDeletedData,
+    ev.RequeueNominatedData,
+    ev.RequeueAbandonedData,
 )
-QUEUE_TYPES: Final = (QueueUpsertedData, QueueDeletedData)
+QUEUE_TYPES: Final = (ev.QueueUpsertedData, ev.QueueDeletedData)
 _PODGROUP_MODELS: Final = frozenset(PODGROUP_TYPES)
 _QUEUE_MODELS: Final = frozenset(QUEUE_TYPES)
 _RUN_RULES: Final = "minruntime.run_rules"
@@ -102,7 +86,7 @@ class Projections:
         """How many podgroups this run has loaded or touched (what a flush may write)."""
         return self.podgroups.size
 
-    def include(self, events: Iterable[Event]) -> None:
+    def include(self, events: Iterable[ev.Event]) -> None:
         """Load what ``events`` will need: their podgroups, the queue tree if one is a queue's."""
         uids = []
         for event in events:
@@ -123,7 +107,7 @@ class Projections:
             self._queues = self._queue_projection()
         self.podgroups.include(uids)
 
-    def apply(self, event: Event) -> None:
+    def apply(self, event: ev.Event) -> None:
         """Apply one event in memory; the core's errors propagate, changing nothing.
 
         What ``include`` or ``include_named`` did not load is loaded here, one query each:
@@ -143,7 +127,7 @@ class Projections:
         if not self.podgroups.included(uid):
             self.podgroups.include((uid,))
 
-    def _fold(self, event: Event, data: PodGroupData) -> None:
+    def _fold(self, event: ev.Event, data: PodGroupData) -> None:
         self._podgroup(data.uid)
         change = podgroup_change(data, event.time)
         before = self.podgroups.apply(data.uid, change)
@@ -152,23 +136,23 @@ class Projections:
         if ended is not None:
             self.runs.record(ended, event.source, event.id, self._run_rules())
 
-    def _abandon(self, event: Event, data: RequeueAbandonedData) -> None:
+    def _abandon(self, event: ev.Event, data: ev.RequeueAbandonedData) -> None:
         self._fold(event, data)
         self._abandoned[event.id] = abandoned_row(event.id, data, event.time)
 
-    def _nominate(self, event: Event, data: RequeueNominatedData) -> None:
+    def _nominate(self, event: ev.Event, data: ev.RequeueNominatedData) -> None:
         self._podgroup(data.uid)
         self.podgroups.nominate(data.uid, data.nominated_by, data.reason, event.time)
 
-    def _upsert_queue(self, event: Event, data: QueueUpsertedData) -> None:
+    def _upsert_queue(self, event: ev.Event, data: ev.QueueUpsertedData) -> None:
         self._queue_tree().upsert(data.to_queue())
         self._rules = None
 
-    def _delete_queue(self, event: Event, data: QueueDeletedData) -> None:
+    def _delete_queue(self, event: ev.Event, data: ev.QueueDeletedData) -> None:
         self._queue_tree().delete(data.name)
         self._rules = None
 
-    def _update_config(self, event: Event, data: ConfigUpdatedData) -> None:
+    def _update_config(self, event: ev.Event, data: ev.ConfigUpdatedData) -> None:
         config = data.to_config()
         self._change_tree()
         self._pool_configs[data.node_pool] = config
@@ -186,13 +170,13 @@ class Projections:
             "min_eviction_gap": config.min_eviction_gap,
         }
 
-    def _checkpoint(self, event: Event, data: RequeueCheckpointData) -> None:
+    def _checkpoint(self, event: ev.Event, data: ev.RequeueCheckpointData) -> None:
         self._handshakes.setdefault(data.decision, handshake_row(data))
 
-    def _upsert_node(self, event: Event, data: NodeUpsertedData) -> None:
+    def _upsert_node(self, event: ev.Event, data: ev.NodeUpsertedData) -> None:
         self._nodes[data.name] = {"name": data.name, "pool": data.node_pool, "gpu": data.gpu}
 
-    def _delete_node(self, event: Event, data: NodeDeletedData) -> None:
+    def _delete_node(self, event: ev.Event, data: ev.NodeDeletedData) -> None:
         self._nodes[data.name] = None
 
     def _log_abandoned(self) -> None:
@@ -268,26 +252,26 @@ class Projections:
             self._rules = None
 
 
-HANDLERS: Final[Mapping[type[EventData], Callable[[Projections, Event, Any], None]]] = {
-    PodGroupSubmittedData: Projections._fold,
-    PodGroupAllocatedData: Projections._fold,
-    PodGroupReleasedData: Projections._fold,
-    PodGroupAnnotatedData: Projections._fold,
-    PodGroupDeletedData: Projections._fold,
-    RequeueAbandonedData: Projections._abandon,
-    RequeueNominatedData: Projections._nominate,
-    QueueUpsertedData: Projections._upsert_queue,
-    QueueDeletedData: Projections._delete_queue,
-    ConfigUpdatedData: Projections._update_config,
-    RequeueCheckpointData: Projections._checkpoint,
-    NodeUpsertedData: Projections._upsert_node,
-    NodeDeletedData: Projections._delete_node,
+HANDLERS: Final[Mapping[type[ev.EventData], Callable[[Projections, ev.Event, Any], None]]] = {
+    ev.PodGroupSubmittedData: Projections._fold,
+    ev.PodGroupAllocatedData: Projections._fold,
+    ev.PodGroupReleasedData: Projections._fold,
+    ev.PodGroupAnnotatedData: Projections._fold,
+    ev.PodGroupDeletedData: Projections._fold,
+    ev.RequeueAbandonedData: Projections._abandon,
+    ev.RequeueNominatedData: Projections._nominate,
+    ev.QueueUpsertedData: Projections._upsert_queue,
+    ev.QueueDeletedData: Projections._delete_queue,
+    ev.ConfigUpdatedData: Projections._update_config,
+    ev.RequeueCheckpointData: Projections._checkpoint,
+    ev.NodeUpsertedData: Projections._upsert_node,
+    ev.NodeDeletedData: Projections._delete_node,
 }
 """What ``Projections.apply`` does with each input type's data (one entry per input type:
 tests/unit/test_event_registry.py)."""
 
 
-def abandoned_row(event_id: str, data: RequeueAbandonedData, at: datetime) -> dict[str, Any]:
+def abandoned_row(event_id: str, data: ev.RequeueAbandonedData, at: datetime) -> dict[str, Any]:
     """The ``requeue_decision_log`` row of a ``requeue.abandoned`` event (decided at ``at``,
     when the evictor gave up; the reason; the cooldown the abandoned decision had written)."""
     return {
@@ -307,7 +291,7 @@ def abandoned_row(event_id: str, data: RequeueAbandonedData, at: datetime) -> di
     }
 
 
-def handshake_row(data: RequeueCheckpointData) -> dict[str, Any]:
+def handshake_row(data: ev.RequeueCheckpointData) -> dict[str, Any]:
     """The ``checkpoint_handshakes`` row of a ``requeue.checkpoint`` event."""
     return {
         "decision_id": data.decision,

@@ -219,14 +219,7 @@ def quota_shares(verdict: QuotaVerdict) -> QuotaShares:
     """The wire form of a share verdict (rolled back for beneficiary_over_quota)."""
 
     def view(share: ShareView) -> QueueShareView:
-        return QueueShareView(
-            queue=share.queue,
-            deserved=share.deserved,
-            fair_share=share.fair_share,
-            limit=share.limit,
-            allocated_before=share.allocated_before,
-            allocated_after=share.allocated_after,
-        )
+        return QueueShareView.model_validate(share, from_attributes=True)
 
     return QuotaShares(
         rule=verdict.rule.value,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from typing import Any, Final
 
 from sqlalchemy import Connection
@@ -48,10 +49,10 @@ _CONFIG_OK: Final = " AND ".join(
         "min_eviction_gap",
     )
 )
+# A config's columns are named as MinRuntimeConfig's fields.
+_CONFIG_FIELDS: Final = tuple(field.name for field in fields(MinRuntimeConfig))
 _CONFIGS: Final = (
-    "SELECT node_pool, default_preempt_min_runtime, default_reclaim_min_runtime,"
-    " reclaim_resolve_method, default_requeue_delay, max_requeues, max_requeues_window,"
-    " max_evictions_per_window, eviction_window, min_eviction_gap"
+    f"SELECT node_pool, {', '.join(_CONFIG_FIELDS)}"
     f" FROM minruntime_state.node_pool_configs WHERE {_CONFIG_OK}"
 )
 _BAD_CONFIGS: Final = (
@@ -93,20 +94,9 @@ def read_configs(cursor: Any, tables: StateTables) -> tuple[NodePoolConfigs, set
     cursor.execute(tables.sql(_CONFIGS))
     configs: dict[str, MinRuntimeConfig] = {}
     bad_pools: set[str] = set()
-    for row in cursor.fetchall():
-        pool, preempt, reclaim, method, delay, cap, window, budget, budget_window, gap = row
+    for pool, *values in cursor.fetchall():
         try:
-            configs[pool] = MinRuntimeConfig(
-                default_preempt_min_runtime=preempt,
-                default_reclaim_min_runtime=reclaim,
-                reclaim_resolve_method=method,
-                default_requeue_delay=delay,
-                max_requeues=cap,
-                max_requeues_window=window,
-                max_evictions_per_window=budget,
-                eviction_window=budget_window,
-                min_eviction_gap=gap,
-            )
+            configs[pool] = MinRuntimeConfig(**dict(zip(_CONFIG_FIELDS, values, strict=True)))
         except MinRuntimeError:
             bad_pools.add(pool)
     cursor.execute(tables.sql(_BAD_CONFIGS))

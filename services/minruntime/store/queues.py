@@ -90,26 +90,26 @@ def _placeholder(column: str) -> str:
     return f":{column}"
 
 
+def _upsert(table: str, columns: tuple[str, ...], keys: int, also: str = "") -> str:
+    """Insert a row of ``columns`` into ``table``, or update all but its first ``keys``."""
+    return (
+        f"INSERT INTO minruntime_state.{table} ({', '.join(columns)})"
+        f" VALUES ({', '.join(_placeholder(column) for column in columns)})"
+        f" ON CONFLICT ({', '.join(columns[:keys])}) DO UPDATE SET "
+        + ", ".join(f"{column} = excluded.{column}" for column in columns[keys:])
+        + also
+    )
+
+
 _LOCK_VERSION: Final = (
     "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton FOR UPDATE"
 )
 _READ_VERSION: Final = "SELECT version FROM minruntime_state.queue_tree_version WHERE singleton"
 _LOAD: Final = f"SELECT {', '.join(_COLUMNS)} FROM minruntime_state.queue_nodes"
-_UPSERT: Final = (
-    f"INSERT INTO minruntime_state.queue_nodes ({', '.join(_COLUMNS)})"
-    f" VALUES ({', '.join(_placeholder(column) for column in _COLUMNS)})"
-    " ON CONFLICT (name) DO UPDATE SET "
-    + ", ".join(f"{column} = excluded.{column}" for column in _COLUMNS[1:])
-    + ", updated_at = now()"
-)
+_UPSERT: Final = _upsert("queue_nodes", _COLUMNS, 1, ", updated_at = now()")
 _DELETE: Final = "DELETE FROM minruntime_state.queue_nodes WHERE name = ANY(:names)"
 _LOAD_POOLS: Final = f"SELECT {', '.join(_POOL_COLUMNS)} FROM minruntime_state.queue_nodes_in_pool"
-_UPSERT_POOLS: Final = (
-    f"INSERT INTO minruntime_state.queue_nodes_in_pool ({', '.join(_POOL_COLUMNS)})"
-    f" VALUES ({', '.join(f':{column}' for column in _POOL_COLUMNS)})"
-    " ON CONFLICT (node_pool, name) DO UPDATE SET "
-    + ", ".join(f"{column} = excluded.{column}" for column in _POOL_COLUMNS[2:])
-)
+_UPSERT_POOLS: Final = _upsert("queue_nodes_in_pool", _POOL_COLUMNS, 2)
 _DELETE_POOLS: Final = (
     "DELETE FROM minruntime_state.queue_nodes_in_pool"
     " WHERE (node_pool, name) IN (SELECT * FROM unnest(CAST(:pools AS text[]),"

@@ -20,19 +20,8 @@ from pathlib import Path
 
 from minruntime.errors import MissingToolError, StackError
 from minruntime.settings import Settings
+from minruntime_dev.stack import process
 from minruntime_dev.stack.kube_build import KubeBinaries
-from minruntime_dev.stack.process import (
-    Health,
-    pid_alive,
-    port_in_use,
-    read_pid,
-    require_free_port,
-    run,
-    spawn_daemon,
-    stop_daemon,
-    tail,
-    wait_until,
-)
 
 HOST = "127.0.0.1"
 ADMIN_USER = "minruntime-admin"
@@ -51,19 +40,19 @@ class _Daemon:
 
     @property
     def pid(self) -> int | None:
-        return read_pid(self.pid_file)
+        return process.read_pid(self.pid_file)
 
     def is_running(self) -> bool:
-        return pid_alive(self.pid)
+        return process.pid_alive(self.pid)
 
     def start(self, command: Sequence[str], cwd: Path) -> None:
-        spawn_daemon(command, self.log_file, self.pid_file, cwd)
+        process.spawn_daemon(command, self.log_file, self.pid_file, cwd)
 
     def stop(self, timeout: float) -> bool:
-        return stop_daemon(self.pid_file, timeout)
+        return process.stop_daemon(self.pid_file, timeout)
 
     def log_tail(self) -> str:
-        return tail(self.log_file, 3)
+        return process.tail(self.log_file, 3)
 
 
 class KubeNode:
@@ -112,12 +101,12 @@ class KubeNode:
             )
         ports = self.settings
         if not self.etcd.is_running():
-            require_free_port(HOST, ports.kube_etcd_port_resolved, "etcd", _PORT_HINT)
-            require_free_port(
+            process.require_free_port(HOST, ports.kube_etcd_port_resolved, "etcd", _PORT_HINT)
+            process.require_free_port(
                 HOST, ports.kube_etcd_port_resolved + 1, "etcd's peer port (+1)", _PORT_HINT
             )
         if not self.apiserver.is_running():
-            require_free_port(
+            process.require_free_port(
                 HOST, ports.kube_apiserver_port_resolved, "kube-apiserver", _PORT_HINT
             )
 
@@ -132,7 +121,9 @@ class KubeNode:
         self._write_credentials()
         if not self.etcd.is_running():
             self.etcd.start(self._etcd_command(), self.home)
-        if not wait_until(lambda: self._etcd_healthy() or not self.etcd.is_running(), timeout):
+        if not process.wait_until(
+            lambda: self._etcd_healthy() or not self.etcd.is_running(), timeout
+        ):
             raise StackError(f"etcd did not answer in {timeout:.0f}s: {self.etcd.log_tail()}")
         if not self.etcd.is_running():
             raise StackError(f"etcd exited during start-up: {self.etcd.log_tail()}")
@@ -143,7 +134,7 @@ class KubeNode:
 
     def wait_ready(self, timeout: float) -> None:
         """Return once the API server answers /readyz; then write the kubeconfig."""
-        ready = wait_until(
+        ready = process.wait_until(
             lambda: self._apiserver_ready() or not self.apiserver.is_running(), timeout, 0.5
         )
         if not self.apiserver.is_running():
@@ -162,23 +153,23 @@ class KubeNode:
         stopped_etcd = self.etcd.stop(timeout)
         return stopped_apiserver or stopped_etcd
 
-    def health(self) -> list[tuple[str, Health]]:
+    def health(self) -> list[tuple[str, process.Health]]:
         """etcd's and the API server's health, without changing anything."""
         etcd_pid, api_pid = self.etcd.pid, self.apiserver.pid
         etcd_url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}"
         if not self.etcd.is_running():
-            etcd = Health(False, False, None, "not running")
+            etcd = process.Health(False, False, None, "not running")
         elif self._etcd_healthy():
-            etcd = Health(True, True, etcd_pid, f"etcd {self._etcd_version()}, {etcd_url}")
+            etcd = process.Health(True, True, etcd_pid, f"etcd {self._etcd_version()}, {etcd_url}")
         else:
-            etcd = Health(True, False, etcd_pid, f"not answering on {etcd_url}")
+            etcd = process.Health(True, False, etcd_pid, f"not answering on {etcd_url}")
         if not self.apiserver.is_running():
-            api = Health(False, False, None, "not running")
+            api = process.Health(False, False, None, "not running")
         elif self._apiserver_ready():
             version = self._get_json("/version").get("gitVersion", "?")
-            api = Health(True, True, api_pid, f"Kubernetes {version}, {self.server}")
+            api = process.Health(True, True, api_pid, f"Kubernetes {version}, {self.server}")
         else:
-            api = Health(True, False, api_pid, f"not ready at {self.server}")
+            api = process.Health(True, False, api_pid, f"not ready at {self.server}")
         return [("etcd", etcd), ("kube-apiserver", api)]
 
     # -- configuration --------------------------------------------------------------------
@@ -197,8 +188,8 @@ class KubeNode:
         key, public = self.pki / "sa.key", self.pki / "sa.pub"
         if not key.is_file():
             openssl = shutil.which("openssl") or "openssl"
-            run([openssl, "genrsa", "-out", str(key), "2048"], what="openssl genrsa")
-            run(
+            process.run([openssl, "genrsa", "-out", str(key), "2048"], what="openssl genrsa")
+            process.run(
                 [openssl, "rsa", "-in", str(key), "-pubout", "-out", str(public)],
                 what="openssl rsa -pubout",
             )
@@ -284,7 +275,7 @@ class KubeNode:
             return "?"
 
     def _apiserver_ready(self) -> bool:
-        if not port_in_use(HOST, self.settings.kube_apiserver_port_resolved):
+        if not process.port_in_use(HOST, self.settings.kube_apiserver_port_resolved):
             return False
         try:
             return self._get("/readyz") == b"ok"
