@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import subprocess
@@ -258,6 +259,19 @@ def measure(pipe: BenchPipeline, args: argparse.Namespace) -> None:
                 " WHERE topic = %s GROUP BY applied_at) b",
                 (pipe.topics["podgroups"],),
             ).fetchone()
+            # The batch cycle: the time between two podgroup batches' transaction starts.
+            starts = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT DISTINCT applied_at FROM minruntime_state.event_log"
+                    " WHERE topic = %s ORDER BY 1",
+                    (pipe.topics["podgroups"],),
+                )
+            ]
+        gaps = sorted(
+            (later - earlier).total_seconds() * 1000
+            for earlier, later in itertools.pairwise(starts)
+        )
         query_ms = statistics.mean(watcher.query_seconds) * 1000 if watcher.query_seconds else 0
         print(
             f"produced {sent:,} events ({sent // 2:,} podgroups) in {elapsed:.1f} s ="
@@ -266,6 +280,12 @@ def measure(pipe: BenchPipeline, args: argparse.Namespace) -> None:
             f" within={settings.batch_within_seconds}s; {batches} podgroup batches,"
             f" {float(mean_size or 0):.0f} events each on average (incl. warm-up)"
         )
+        if gaps:
+            print(
+                f"    from one podgroup batch's start to the next: p50"
+                f" {percentile(gaps, 0.50):.1f} ms, p99 {percentile(gaps, 0.99):.1f} ms, max"
+                f" {gaps[-1]:.1f} ms; {sum(gap > 100 for gap in gaps)} over 100 ms"
+            )
         p99 = percentile(latencies, 0.99)
         print(
             f"produce -> visible in preempt_protection, {len(latencies):,} podgroups"
