@@ -17,6 +17,13 @@ for the 2 cores.
 
     .venv/bin/python benchmarks/bench_freshness.py [--rate 1000] [--seconds 30] [--poll-ms 10]
         [--busy-cores 1]   # one core's worth of other load beside the measurement
+        [--prioritise]     # root: this run, the processor and the backends given the CPU
+
+A busy loop runs in a session of its own (its own autogroup, as any other program on the
+machine); with ``--prioritise`` it is a descendant, so it gets the benchmark's priority: one
+core's worth of load at the benchmark's own weight, whatever else the machine runs.
+``--prioritise`` (benchkit.prioritised, prioritise.sh): start the benchmark with
+``setsid nice -n -15``; the broker is not covered (prioritise its process by hand).
 
 Needs the local stack (``minruntime stack up``).
 """
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import subprocess
@@ -36,9 +44,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench_ingest import generate
+from benchkit import add_prioritise, prioritised
 from pipeline import BenchPipeline, overrides, percentile, produce, rfc3339
 
-P99_TARGET_MS = 250.0
+P99_TARGET_MS = 50.0  # issue 30 part 5, on a quiet machine
+P99_BUSY_TARGET_MS = 100.0  # the same beside one core's worth of other load
 
 
 class Watcher(threading.Thread):
@@ -171,9 +181,19 @@ def main() -> None:
         default=0,
         help="run this many busy loops beside the measurement (issue 30: one core's worth)",
     )
+    add_prioritise(parser)
     args = parser.parse_args()
 
     pipe = BenchPipeline("fresh", **overrides(args)).create()
+    try:
+        with prioritised(pipe.database_url, args.prioritise):
+            measure(pipe, args)
+    finally:
+        pipe.drop(keep=args.keep)
+
+
+def measure(pipe: BenchPipeline, args: argparse.Namespace) -> None:
+    """Load the queue tree, warm up, then produce at ``--rate`` and print the latencies."""
     busy: list[subprocess.Popen[bytes]] = []
     try:
         tree = generate(args.queues, 100, 0)
@@ -212,7 +232,7 @@ def main() -> None:
 
         # Other load on the machine: a busy loop per core asked for, for the measurement only.
         busy = [
-            subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
             for _ in range(args.busy_cores)
         ]
         watcher = Watcher(pipe, args.poll_ms / 1000)
@@ -239,6 +259,19 @@ def main() -> None:
                 " WHERE topic = %s GROUP BY applied_at) b",
                 (pipe.topics["podgroups"],),
             ).fetchone()
+            # The batch cycle: the time between two podgroup batches' transaction starts.
+            starts = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT DISTINCT applied_at FROM minruntime_state.event_log"
+                    " WHERE topic = %s ORDER BY 1",
+                    (pipe.topics["podgroups"],),
+                )
+            ]
+        gaps = sorted(
+            (later - earlier).total_seconds() * 1000
+            for earlier, later in itertools.pairwise(starts)
+        )
         query_ms = statistics.mean(watcher.query_seconds) * 1000 if watcher.query_seconds else 0
         print(
             f"produced {sent:,} events ({sent // 2:,} podgroups) in {elapsed:.1f} s ="
@@ -247,6 +280,12 @@ def main() -> None:
             f" within={settings.batch_within_seconds}s; {batches} podgroup batches,"
             f" {float(mean_size or 0):.0f} events each on average (incl. warm-up)"
         )
+        if gaps:
+            print(
+                f"    from one podgroup batch's start to the next: p50"
+                f" {percentile(gaps, 0.50):.1f} ms, p99 {percentile(gaps, 0.99):.1f} ms, max"
+                f" {gaps[-1]:.1f} ms; {sum(gap > 100 for gap in gaps)} over 100 ms"
+            )
         p99 = percentile(latencies, 0.99)
         print(
             f"produce -> visible in preempt_protection, {len(latencies):,} podgroups"
@@ -260,14 +299,14 @@ def main() -> None:
             f" overstates by up to ~{args.poll_ms + query_ms:.0f} ms"
             f" (~{(args.poll_ms + query_ms) / 2:.0f} ms on average)"
         )
-        verdict = "meets" if p99 <= P99_TARGET_MS and not missing else "misses"
-        print(f"p99 {p99:.1f} ms {verdict} the target {P99_TARGET_MS:.0f} ms")
+        target = P99_BUSY_TARGET_MS if args.busy_cores else P99_TARGET_MS
+        verdict = "meets" if p99 <= target and not missing else "misses"
+        print(f"p99 {p99:.1f} ms {verdict} the target {target:.0f} ms")
     finally:
         for loop in busy:  # an error mid-measurement leaves no busy loop behind
             if loop.poll() is None:
                 loop.kill()
                 loop.wait()
-        pipe.drop(keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -45,8 +45,6 @@ import resource
 import statistics
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -54,20 +52,26 @@ import sqlalchemy as sa
 
 from bench_ingest import T0, trace_events
 from bench_violations import build
-from benchkit import built_log, log_arguments, migrated_scratch_database, print_profile
+from benchkit import (
+    add_prioritise,
+    built_log,
+    database_name,
+    log_arguments,
+    migrated_scratch_database,
+    print_profile,
+    prioritised,
+)
 from direct_log import write_direct
 from minruntime.audit.simulate import simulate
 from minruntime.audit.whatif import ChangeEvent
 from minruntime.core import MinRuntimeConfig, format_rfc3339
 from minruntime.events import ConfigUpdatedData, new_event
-from minruntime.pgurl import PgAddress
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from run_sampler import RunSampler
 
 KEPT = Path(__file__).parent / "out" / "simulate-database.txt"
 MINRUNTIME = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "minruntime"
-PRIORITISE = Path(__file__).resolve().parent / "prioritise.sh"
 SINCE = T0
 UNTIL = T0 + timedelta(days=365)
 CHANGE_YAML = """apiVersion: v1
@@ -102,7 +106,7 @@ def cli(url: str, change_file: Path, out: Path) -> tuple[float, float, RunSample
     user runs it (its default parts), stdout to ``out``; the CPU is the CLI's and its parts'."""
     env = {**os.environ, "MINRUNTIME_DATABASE_URL": url, "MINRUNTIME_OWNER_DATABASE_URL": url}
     args = ["--since", format_rfc3339(SINCE), "--until", format_rfc3339(UNTIL)]
-    with out.open("w") as sink, RunSampler(_database(url)) as peak:
+    with out.open("w") as sink, RunSampler(database_name(url)) as peak:
         used = _children_cpu()
         started = time.perf_counter()
         done = subprocess.run(
@@ -122,10 +126,6 @@ def _children_cpu() -> float:
     """User + system seconds of this process's reaped children (and theirs)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def _database(url: str) -> str:
-    return PgAddress.parse(url).dbname or ""
 
 
 def _now() -> str:
@@ -167,7 +167,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
                     seconds, cpu, peak = cli(url, change_file, out / "simulate.json")
                 else:
                     jobs = 1 if mode == "one" else args.jobs
-                    with RunSampler(_database(url)) as peak:
+                    with RunSampler(database_name(url)) as peak:
                         started, used = time.perf_counter(), time.process_time()
                         parts = _children_cpu()
                         report = simulate(engine, change(), since=SINCE, until=UNTIL, jobs=jobs)
@@ -221,21 +221,6 @@ _LABELS = {
 }
 
 
-@contextmanager
-def prioritised(url: str, enabled: bool) -> Iterator[None]:
-    """With ``enabled``, ``prioritise.sh`` running beside: this process, its descendants and
-    the PostgreSQL backends of ``url``'s database reniced to -15 every second."""
-    if not enabled:
-        yield
-        return
-    loop = subprocess.Popen([str(PRIORITISE), _database(url), str(os.getpid())])
-    try:
-        yield
-    finally:
-        loop.terminate()
-        loop.wait()
-
-
 def main() -> None:
     parser = log_arguments(__doc__.splitlines()[0])
     parser.set_defaults(podgroups=24_000)
@@ -254,11 +239,7 @@ def main() -> None:
         choices=("one", "parts", "cli"),
         help="measure only this (1 part, --jobs parts, the CLI); repeatable",
     )
-    parser.add_argument(
-        "--prioritise",
-        action="store_true",
-        help="renice this run and its database's backends to -15 (root; prioritise.sh)",
-    )
+    add_prioritise(parser)
     args = parser.parse_args()
     settings = Settings()
     print(
