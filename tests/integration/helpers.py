@@ -219,6 +219,11 @@ def rows(engine: sa.Engine, query: str, **params: Any) -> list[Any]:
         return list(conn.execute(sa.text(query), params))
 
 
+def columns(items: Sequence[Sequence[Any]], names: str) -> dict[str, list[Any]]:
+    """Array parameters by name, one a letter of ``names``: the items' first, second, ... field."""
+    return {name: [item[i] for item in items] for i, name in enumerate(names)}
+
+
 def reclaim_protection(engine: sa.Engine, reclaimer: str, at: datetime) -> dict[str, Any]:
     """The rows of ``minruntime.reclaim_protection(reclaimer, at)`` by podgroup uid."""
     query = "SELECT * FROM minruntime.reclaim_protection(:q, :at)"
