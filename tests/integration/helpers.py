@@ -16,9 +16,12 @@ import hypothesis
 import sqlalchemy as sa
 from aiokafka.admin import AIOKafkaAdminClient
 
+from minruntime.audit.violations import ViolationReport, find_violations
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch
 from minruntime.kafka_access import KafkaAccess, start_client
 from minruntime.requeue import CycleReport, run_cycle
+from minruntime.store.read_transactions import repeatable_read
+from minruntime.store.unit import ReadUnit
 from minruntime.stream.sink import BatchSink
 from tests.cloudevents import T0, Event, Message, allocated, submitted
 from tests.cloudevents import message as as_message
@@ -217,6 +220,12 @@ def execute(engine: sa.Engine, *statements: str, **params: Any) -> None:
 def rows(engine: sa.Engine, query: str, **params: Any) -> list[Any]:
     with engine.connect() as conn:
         return list(conn.execute(sa.text(query), params))
+
+
+def live_violations(engine: sa.Engine) -> ViolationReport:
+    """``find_violations`` over the live state, in one repeatable-read transaction."""
+    with repeatable_read(engine) as conn:
+        return find_violations(ReadUnit(conn))
 
 
 def columns(items: Sequence[Sequence[Any]], names: str) -> dict[str, list[Any]]:
