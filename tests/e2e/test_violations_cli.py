@@ -50,10 +50,15 @@ def ended(uid: str, queue: str, seconds: float, reason: str) -> list[dict[str, A
 
 @contextmanager
 def ended_runs(
-    settings: Settings, workdir: Path, name: str, podgroup_events: list[dict[str, Any]], count: int
+    settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    podgroup_events: list[dict[str, Any]],
+    count: int,
 ) -> Iterator[Ended]:
-    """A pipeline with the design tree (reclaim default 120s) and ``podgroup_events``, once its
-    ``count`` runs have ended."""
+    """A pipeline named ``name`` with the design tree (reclaim default 120s) and
+    ``podgroup_events``, in a fresh directory, once its ``count`` runs have ended."""
+    workdir = tmp_path_factory.mktemp(name)
     port = free_ports()
     with running_pipeline(settings, workdir, name, processor_metrics_port=str(port)) as pipeline:
         pipeline.produce_events(
@@ -73,6 +78,19 @@ def ended_runs(
         yield Ended(pipeline, port)
 
 
+def runs_fixture(name: str, podgroup_events: list[dict[str, Any]], count: int) -> Any:
+    """A module's ``runs`` fixture: ``ended_runs`` of these events, once for the module."""
+
+    @pytest.fixture(scope="module")
+    def runs(
+        stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[Ended]:
+        with ended_runs(settings, tmp_path_factory, name, podgroup_events, count) as ended_:
+            yield ended_
+
+    return runs
+
+
 def metric_samples(port: int) -> dict[str, float]:
     """The processor's metrics, sample by sample (name with labels -> value)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
@@ -84,19 +102,13 @@ def metric_samples(port: int) -> dict[str, float]:
     }
 
 
-@pytest.fixture(scope="module")
-def runs(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Ended]:
-    events = [
-        *ended("def", "leaf3", 50, "evicted"),  # inside every window: definite
-        *ended("pos", "leaf1", 100, "preempted"),  # inside some: possible
-        *ended("late", "leaf3", 900, "evicted"),  # after every window
-        *ended("done", "leaf3", 50, "completed"),  # inside, but not evicted
-    ]
-    workdir = tmp_path_factory.mktemp("violations")
-    with ended_runs(settings, workdir, "vi", events, 4) as ended_:
-        yield ended_
+EVENTS = [
+    *ended("def", "leaf3", 50, "evicted"),  # inside every window: definite
+    *ended("pos", "leaf1", 100, "preempted"),  # inside some: possible
+    *ended("late", "leaf3", 900, "evicted"),  # after every window
+    *ended("done", "leaf3", 50, "completed"),  # inside, but not evicted
+]
+runs = runs_fixture("vi", EVENTS, 4)
 
 
 def test_the_json_lists_each_violation_with_its_rules(runs: Ended) -> None:
