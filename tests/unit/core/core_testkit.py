@@ -193,6 +193,12 @@ def queue_names(tree: QueueTree) -> st.SearchStrategy[str]:
     return st.sampled_from([*(queue.name for queue in tree), "nowhere"])
 
 
+def reclaimer_and_victim(tree: QueueTree, data: st.DataObject) -> tuple[str, str]:
+    """A reclaimer's and a victim's queue, each drawn from ``queue_names(tree)``."""
+    names = queue_names(tree)
+    return data.draw(names), data.draw(names)
+
+
 # --- requeue planning: builders with the defaults of the §9 scenarios ----------------------
 
 EXPECTED = "1h"
