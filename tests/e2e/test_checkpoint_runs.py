@@ -8,7 +8,6 @@ checkpoint in the future of its event is ignored and counted (docs/storage.md, d
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from typing import Any
 
@@ -58,9 +57,7 @@ def test_the_runs_view_has_the_work_lost_since_the_checkpoint(runs: Ended) -> No
 
 
 def test_violations_and_the_metrics_count_the_smaller_figure(runs: Ended) -> None:
-    shown = runs.cli("violations", "--json")
-    assert shown.returncode == 0, shown.stderr
-    rows = {row["uid"]: row for row in json.loads(shown.stdout)["rows"]}
+    rows = {row["uid"]: row for row in runs.cli_json("violations")["rows"]}
     assert (rows["saved"]["gpu_seconds"], rows["saved"]["gpu_seconds_lost"]) == (100, 40)
     assert rows["saved"]["gpu_seconds_since_checkpoint"] == 40
     assert (rows["plain"]["gpu_seconds_lost"], rows["liar"]["gpu_seconds_lost"]) == (100, 100)

@@ -9,7 +9,6 @@ that `replay --verify` rebuilds `run_log` equal.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -53,9 +52,7 @@ runs = runs_fixture("va", EVENTS, 3)
 
 
 def test_violations_json_has_the_exact_verdicts_the_action_and_the_evictor(runs: Ended) -> None:
-    shown = runs.cli("violations", "--json")
-    assert shown.returncode == 0, shown.stderr
-    report = json.loads(shown.stdout)
+    report = runs.cli_json("violations")
     counts = ("evicted_runs", "violations", "violated", "honoured", "unguarded", "definite")
     assert {key: report[key] for key in counts} == {
         "evicted_runs": 3,
@@ -78,9 +75,7 @@ def test_violations_json_has_the_exact_verdicts_the_action_and_the_evictor(runs:
 
 
 def test_the_audit_shows_who_evicted(runs: Ended) -> None:
-    shown = runs.cli("audit", "far", "--json")
-    assert shown.returncode == 0, shown.stderr
-    (run,) = json.loads(shown.stdout)["runs"]
+    (run,) = runs.cli_json("audit", "far")["runs"]
     assert (run["ended_by"], run["action"], run["evictor"], run["exact_verdict"]) == (
         "evicted by reclaim",
         "reclaim",

@@ -36,6 +36,12 @@ class Ended:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return run_cli(*args, env={**self.pipeline.env, "COLUMNS": "400"})
 
+    def cli_json(self, *args: str) -> Any:
+        """The command's ``--json`` output, once it has succeeded."""
+        shown = self.cli(*args, "--json")
+        assert shown.returncode == 0, shown.stderr
+        return json.loads(shown.stdout)
+
 
 def ended(uid: str, queue: str, seconds: float, reason: str) -> list[dict[str, Any]]:
     """A 2-GPU podgroup of ``queue`` that runs from T0 for ``seconds`` and ends for ``reason``."""
@@ -112,9 +118,7 @@ runs = runs_fixture("vi", EVENTS, 4)
 
 
 def test_the_json_lists_each_violation_with_its_rules(runs: Ended) -> None:
-    shown = runs.cli("violations", "--json")
-    assert shown.returncode == 0, shown.stderr
-    report = json.loads(shown.stdout)
+    report = runs.cli_json("violations")
     assert {key: report[key] for key in ("evicted_runs", "violations", "definite", "possible")} == {
         "evicted_runs": 3,
         "violations": 2,
