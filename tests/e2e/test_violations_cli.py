@@ -9,7 +9,6 @@ harness proves at the end that `replay --verify` rebuilds `run_log` equal.
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,19 +21,15 @@ import pytest
 from minruntime.settings import Settings
 from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
-from tests.conftest import free_ports, run_cli
-from tests.e2e.harness import Pipeline, one_error_line, running_pipeline, wait_for
+from tests.conftest import free_ports
+from tests.e2e.harness import PipelineCli, one_error_line, running_pipeline, wait_for
 
 pytestmark = pytest.mark.stack
 
 
 @dataclass(frozen=True)
-class Ended:
-    pipeline: Pipeline
+class Ended(PipelineCli):
     metrics_port: int
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli(*args, env={**self.pipeline.env, "COLUMNS": "400"})
 
     def cli_json(self, *args: str) -> Any:
         """The command's ``--json`` output, once it has succeeded."""
