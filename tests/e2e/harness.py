@@ -19,8 +19,9 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 
@@ -428,3 +429,18 @@ class Worker(Subprocess):
         code = self.process.wait(timeout)
         self.process = None
         return code
+
+
+@dataclass(frozen=True)
+class PipelineCli:
+    """A running pipeline and ``minruntime COMMAND ARGS`` against it, in a terminal
+    ``COLUMNS`` wide (wide enough that a table's cells stay on one line)."""
+
+    command: ClassVar[tuple[str, ...]] = ()
+    columns: ClassVar[int] = 400
+
+    pipeline: Pipeline
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**self.pipeline.env, "COLUMNS": str(self.columns)}
+        return run_cli(*self.command, *args, env=env)

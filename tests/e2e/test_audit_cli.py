@@ -22,24 +22,25 @@ from minruntime.core import EXPECTED_RUNTIME_PLUGIN
 from minruntime.settings import Settings
 from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
-from tests.conftest import run_cli
-from tests.e2e.harness import Pipeline, running_pipeline
+from tests.e2e.harness import PipelineCli, running_pipeline
 from tests.e2e.test_requeue_worker import OVERRUN, Scene, wait_decisions
 
 pytestmark = pytest.mark.stack
 
 
 @dataclass(frozen=True)
-class Requeued:
+class Requeued(PipelineCli):
     """The pipeline, the requeued job and the gang it made room for."""
 
-    pipeline: Pipeline
+    command = ("audit",)
+    # A wide "terminal": every table cell on one line, so phrases can be searched.
+    columns = 500
+
     victim: str
     contender: str
 
     def audit(self, *args: str) -> subprocess.CompletedProcess[str]:
-        # A wide "terminal": every table cell on one line, so phrases can be searched.
-        return run_cli("audit", *args, env={**self.pipeline.env, "COLUMNS": "500"})
+        return self.cli(*args)
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,12 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from minruntime.events import decode_dead_letter
 from minruntime.events.dead_letter import DEAD_LETTER_MAX_BYTES
-from minruntime.settings import Settings
-from minruntime_dev.stack import StackStatus
 from tests.conftest import MINRUNTIME, ROOT
 from tests.e2e.harness import Pipeline, wait_for
 from tests.e2e.test_requeue_worker import (
@@ -32,7 +29,7 @@ from tests.e2e.test_requeue_worker import (
     decision_ids,
     decisions,
     read_topic,
-    requeue_stack,
+    requeue_stack_fixture,
     scrape,
     wait_decisions,
     wait_published,
@@ -44,12 +41,7 @@ MIB = 1024 * 1024
 EXCLUDED_NODES = ("kai_requeue_excluded_total", {"what": "node", "reason": "invalid_gpu"})
 
 
-@pytest.fixture(scope="module")
-def rq(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RequeueStack]:
-    with requeue_stack(settings, tmp_path_factory.mktemp("outputs"), "bo") as running:
-        yield running
+rq = requeue_stack_fixture("bo")
 
 
 def commits_for_a_contender(rq: RequeueStack, name: str) -> str:

@@ -8,17 +8,13 @@ checkpoint in the future of its event is ignored and counted (docs/storage.md, d
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from minruntime.settings import Settings
-from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
-from tests.e2e.test_violations_cli import Ended, ended, ended_runs, metric_samples
+from tests.e2e.test_violations_cli import Ended, ended, metric_samples, runs_fixture
 
 pytestmark = pytest.mark.stack
 
@@ -35,20 +31,14 @@ def _checkpointed(
     return [submit, allocation, note, release]
 
 
-@pytest.fixture(scope="module")
-def runs(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Ended]:
-    events = [
-        # leaf3: every window is at least 60s, so an eviction at 50s is a definite violation.
-        *_checkpointed("saved", "leaf3", 30, 31, 50),  # 20s x 2 GPUs lost, not 50s
-        *ended("plain", "leaf3", 50, "evicted"),  # no checkpoint: the whole run
-        # A checkpoint "written" 5s in the future of its event: ignored (and counted).
-        *_checkpointed("liar", "leaf3", 45, 40, 50),
-    ]
-    workdir = tmp_path_factory.mktemp("checkpoint-runs")
-    with ended_runs(settings, workdir, "ck", events, 3) as ended_:
-        yield ended_
+EVENTS = [
+    # leaf3: every window is at least 60s, so an eviction at 50s is a definite violation.
+    *_checkpointed("saved", "leaf3", 30, 31, 50),  # 20s x 2 GPUs lost, not 50s
+    *ended("plain", "leaf3", 50, "evicted"),  # no checkpoint: the whole run
+    # A checkpoint "written" 5s in the future of its event: ignored (and counted).
+    *_checkpointed("liar", "leaf3", 45, 40, 50),
+]
+runs = runs_fixture("ck", EVENTS, 3)
 
 
 def test_the_runs_view_has_the_work_lost_since_the_checkpoint(runs: Ended) -> None:
@@ -67,9 +57,7 @@ def test_the_runs_view_has_the_work_lost_since_the_checkpoint(runs: Ended) -> No
 
 
 def test_violations_and_the_metrics_count_the_smaller_figure(runs: Ended) -> None:
-    shown = runs.cli("violations", "--json")
-    assert shown.returncode == 0, shown.stderr
-    rows = {row["uid"]: row for row in json.loads(shown.stdout)["rows"]}
+    rows = {row["uid"]: row for row in runs.cli_json("violations")["rows"]}
     assert (rows["saved"]["gpu_seconds"], rows["saved"]["gpu_seconds_lost"]) == (100, 40)
     assert rows["saved"]["gpu_seconds_since_checkpoint"] == 40
     assert (rows["plain"]["gpu_seconds_lost"], rows["liar"]["gpu_seconds_lost"]) == (100, 100)

@@ -130,6 +130,21 @@ def the_handshake(settings: Settings) -> tuple[Any, RequeueCheckpointData]:
     return event, event.data
 
 
+def evicted_once(
+    settings: Settings, cluster: Cluster, pod: str
+) -> tuple[EvictionWatch, RunningEvictor]:
+    """An evictor run until it has carried out one eviction, with a watch on ``pod``; both
+    stopped."""
+    watch = EvictionWatch(cluster, pod)
+    evictor = RunningEvictor(settings)
+    try:
+        wait_for(lambda: evictor.count("carried_out") == 1, 90, "the eviction")
+    finally:
+        evictor.stop()
+        watch.stop()
+    return watch, evictor
+
+
 def test_an_acknowledged_checkpoint_is_followed_by_the_eviction(
     scene: tuple[Settings, Cluster],
 ) -> None:
@@ -146,13 +161,9 @@ def test_an_acknowledged_checkpoint_is_followed_by_the_eviction(
 
     sidecar = threading.Thread(target=workload, daemon=True)
     sidecar.start()
-    watch = EvictionWatch(cluster, "saver-0")
-    evictor = RunningEvictor(settings)
     try:
-        wait_for(lambda: evictor.count("carried_out") == 1, 90, "the eviction")
+        watch, evictor = evicted_once(settings, cluster, "saver-0")
     finally:
-        evictor.stop()
-        watch.stop()
         sidecar.join(10)
     event, data = the_handshake(settings)
     assert event.id == f"{decision.id}.checkpoint"
@@ -175,13 +186,7 @@ def test_a_workload_that_never_answers_is_evicted_when_its_grace_ends(
 ) -> None:
     settings, cluster = scene
     requeued_gang(settings, cluster, "silent", "3s")
-    watch = EvictionWatch(cluster, "silent-0")
-    evictor = RunningEvictor(settings)
-    try:
-        wait_for(lambda: evictor.count("carried_out") == 1, 90, "the eviction")
-    finally:
-        evictor.stop()
-        watch.stop()
+    watch, evictor = evicted_once(settings, cluster, "silent-0")
     _, data = the_handshake(settings)
     assert (data.outcome, data.checkpointed_at) == ("timed_out", None)
     ends = data.requested_at + timedelta(seconds=3)

@@ -10,7 +10,6 @@ decision, and the plan as of before it still shows it. The harness proves at the
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,22 +20,19 @@ import pytest
 from minruntime.settings import Settings
 from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
-from tests.conftest import run_cli
-from tests.e2e.harness import Pipeline, one_error_line, running_pipeline, wait_for
+from tests.e2e.harness import PipelineCli, one_error_line, running_pipeline, wait_for
 from tests.e2e.test_requeue_worker import OVERRUN, Scene
 
 pytestmark = pytest.mark.stack
 
 
 @dataclass(frozen=True)
-class Planned:
-    pipeline: Pipeline
+class Planned(PipelineCli):
+    command = ("requeue", "plan")
+
     scene: Scene
     # An instant after the scene was applied and before any worker ran.
     before_worker: datetime
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli("requeue", "plan", *args, env={**self.pipeline.env, "COLUMNS": "400"})
 
     def plan(self, *args: str) -> dict[str, Any]:
         shown = self.cli("--json", *args)

@@ -484,12 +484,20 @@ def requeue_stack(settings: Settings, workdir: Path, name: str) -> Iterator[Requ
         yield running
 
 
-@pytest.fixture(scope="module")
-def rq(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RequeueStack]:
-    with requeue_stack(settings, tmp_path_factory.mktemp("requeue"), "rq") as running:
-        yield running
+def requeue_stack_fixture(name: str) -> Any:
+    """A module's ``rq`` fixture: one ``requeue_stack`` named ``name`` for the module."""
+
+    @pytest.fixture(scope="module")
+    def rq(
+        stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[RequeueStack]:
+        with requeue_stack(settings, tmp_path_factory.mktemp(name), name) as running:
+            yield running
+
+    return rq
+
+
+rq = requeue_stack_fixture("rq")
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ an HTML page, and refuses bad input in one line. The harness proves at the end t
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,7 @@ import pytest
 from minruntime.settings import Settings
 from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
-from tests.conftest import run_cli
-from tests.e2e.harness import Pipeline, one_error_line, running_pipeline, wait_for
+from tests.e2e.harness import PipelineCli, one_error_line, running_pipeline, wait_for
 from tests.e2e.test_violations_cli import ended
 
 pytestmark = pytest.mark.stack
@@ -40,12 +38,10 @@ spec:
 
 
 @dataclass(frozen=True)
-class Simulated:
-    pipeline: Pipeline
-    workdir: Path
+class Simulated(PipelineCli):
+    columns = 300
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli(*args, env={**self.pipeline.env, "COLUMNS": "300"})
+    workdir: Path
 
     def change(self, name: str, text: str) -> str:
         path = self.workdir / name

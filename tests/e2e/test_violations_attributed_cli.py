@@ -9,16 +9,12 @@ that `replay --verify` rebuilds `run_log` equal.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from minruntime.settings import Settings
-from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
-from tests.e2e.test_violations_cli import Ended, ended_runs, metric_samples
+from tests.e2e.test_violations_cli import Ended, metric_samples, runs_fixture
 
 pytestmark = pytest.mark.stack
 
@@ -44,26 +40,19 @@ def evicted(
     ]
 
 
-@pytest.fixture(scope="module")
-def runs(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Ended]:
-    events = [
-        # leaf3 reclaims from leaf1 via B: B's 600s, cut 500s short.
-        *evicted("far", "leaf1", 100, "reclaim", "leaf3"),
-        # leaf2 reclaims from leaf1 via C: leaf1's 0s, honoured.
-        *evicted("near", "leaf1", 100, "reclaim", "leaf2"),
-        # Consolidation: KAI guards no minimum runtime.
-        *evicted("moved", "leaf3", 50, "consolidation", "leaf3"),
-    ]
-    with ended_runs(settings, tmp_path_factory.mktemp("attributed"), "va", events, 3) as ended:
-        yield ended
+EVENTS = [
+    # leaf3 reclaims from leaf1 via B: B's 600s, cut 500s short.
+    *evicted("far", "leaf1", 100, "reclaim", "leaf3"),
+    # leaf2 reclaims from leaf1 via C: leaf1's 0s, honoured.
+    *evicted("near", "leaf1", 100, "reclaim", "leaf2"),
+    # Consolidation: KAI guards no minimum runtime.
+    *evicted("moved", "leaf3", 50, "consolidation", "leaf3"),
+]
+runs = runs_fixture("va", EVENTS, 3)
 
 
 def test_violations_json_has_the_exact_verdicts_the_action_and_the_evictor(runs: Ended) -> None:
-    shown = runs.cli("violations", "--json")
-    assert shown.returncode == 0, shown.stderr
-    report = json.loads(shown.stdout)
+    report = runs.cli_json("violations")
     counts = ("evicted_runs", "violations", "violated", "honoured", "unguarded", "definite")
     assert {key: report[key] for key in counts} == {
         "evicted_runs": 3,
@@ -86,9 +75,7 @@ def test_violations_json_has_the_exact_verdicts_the_action_and_the_evictor(runs:
 
 
 def test_the_audit_shows_who_evicted(runs: Ended) -> None:
-    shown = runs.cli("audit", "far", "--json")
-    assert shown.returncode == 0, shown.stderr
-    (run,) = json.loads(shown.stdout)["runs"]
+    (run,) = runs.cli_json("audit", "far")["runs"]
     assert (run["ended_by"], run["action"], run["evictor"], run["exact_verdict"]) == (
         "evicted by reclaim",
         "reclaim",

@@ -9,7 +9,6 @@ harness proves at the end that `replay --verify` rebuilds `run_log` equal.
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,19 +21,21 @@ import pytest
 from minruntime.settings import Settings
 from minruntime_dev.stack import StackStatus
 from tests import cloudevents as ce
-from tests.conftest import free_ports, run_cli
-from tests.e2e.harness import Pipeline, one_error_line, running_pipeline, wait_for
+from tests.conftest import free_ports
+from tests.e2e.harness import PipelineCli, one_error_line, running_pipeline, wait_for
 
 pytestmark = pytest.mark.stack
 
 
 @dataclass(frozen=True)
-class Ended:
-    pipeline: Pipeline
+class Ended(PipelineCli):
     metrics_port: int
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli(*args, env={**self.pipeline.env, "COLUMNS": "400"})
+    def cli_json(self, *args: str) -> Any:
+        """The command's ``--json`` output, once it has succeeded."""
+        shown = self.cli(*args, "--json")
+        assert shown.returncode == 0, shown.stderr
+        return json.loads(shown.stdout)
 
 
 def ended(uid: str, queue: str, seconds: float, reason: str) -> list[dict[str, Any]]:
@@ -50,10 +51,15 @@ def ended(uid: str, queue: str, seconds: float, reason: str) -> list[dict[str, A
 
 @contextmanager
 def ended_runs(
-    settings: Settings, workdir: Path, name: str, podgroup_events: list[dict[str, Any]], count: int
+    settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    podgroup_events: list[dict[str, Any]],
+    count: int,
 ) -> Iterator[Ended]:
-    """A pipeline with the design tree (reclaim default 120s) and ``podgroup_events``, once its
-    ``count`` runs have ended."""
+    """A pipeline named ``name`` with the design tree (reclaim default 120s) and
+    ``podgroup_events``, in a fresh directory, once its ``count`` runs have ended."""
+    workdir = tmp_path_factory.mktemp(name)
     port = free_ports()
     with running_pipeline(settings, workdir, name, processor_metrics_port=str(port)) as pipeline:
         pipeline.produce_events(
@@ -73,6 +79,19 @@ def ended_runs(
         yield Ended(pipeline, port)
 
 
+def runs_fixture(name: str, podgroup_events: list[dict[str, Any]], count: int) -> Any:
+    """A module's ``runs`` fixture: ``ended_runs`` of these events, once for the module."""
+
+    @pytest.fixture(scope="module")
+    def runs(
+        stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[Ended]:
+        with ended_runs(settings, tmp_path_factory, name, podgroup_events, count) as ended_:
+            yield ended_
+
+    return runs
+
+
 def metric_samples(port: int) -> dict[str, float]:
     """The processor's metrics, sample by sample (name with labels -> value)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
@@ -84,25 +103,17 @@ def metric_samples(port: int) -> dict[str, float]:
     }
 
 
-@pytest.fixture(scope="module")
-def runs(
-    stack: StackStatus, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Ended]:
-    events = [
-        *ended("def", "leaf3", 50, "evicted"),  # inside every window: definite
-        *ended("pos", "leaf1", 100, "preempted"),  # inside some: possible
-        *ended("late", "leaf3", 900, "evicted"),  # after every window
-        *ended("done", "leaf3", 50, "completed"),  # inside, but not evicted
-    ]
-    workdir = tmp_path_factory.mktemp("violations")
-    with ended_runs(settings, workdir, "vi", events, 4) as ended_:
-        yield ended_
+EVENTS = [
+    *ended("def", "leaf3", 50, "evicted"),  # inside every window: definite
+    *ended("pos", "leaf1", 100, "preempted"),  # inside some: possible
+    *ended("late", "leaf3", 900, "evicted"),  # after every window
+    *ended("done", "leaf3", 50, "completed"),  # inside, but not evicted
+]
+runs = runs_fixture("vi", EVENTS, 4)
 
 
 def test_the_json_lists_each_violation_with_its_rules(runs: Ended) -> None:
-    shown = runs.cli("violations", "--json")
-    assert shown.returncode == 0, shown.stderr
-    report = json.loads(shown.stdout)
+    report = runs.cli_json("violations")
     assert {key: report[key] for key in ("evicted_runs", "violations", "definite", "possible")} == {
         "evicted_runs": 3,
         "violations": 2,

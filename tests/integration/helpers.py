@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -14,12 +15,17 @@ from typing import Any
 
 import hypothesis
 import sqlalchemy as sa
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from minruntime.audit.violations import ViolationReport, find_violations
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch
 from minruntime.kafka_access import KafkaAccess, start_client
 from minruntime.requeue import CycleReport, run_cycle
+from minruntime.store.read_transactions import repeatable_read
+from minruntime.store.unit import ReadUnit
 from minruntime.stream.sink import BatchSink
+from minruntime.topic_admin import FOREVER, TopicRole, TopicSpec, ensure_topics
 from tests.cloudevents import T0, Event, Message, allocated, submitted
 from tests.cloudevents import message as as_message
 
@@ -180,6 +186,21 @@ async def kafka_admin(access: KafkaAccess) -> AsyncIterator[AIOKafkaAdminClient]
         await admin.close()
 
 
+async def new_topic(access: KafkaAccess, role: TopicRole, prefix: str) -> str:
+    """A fresh one-partition topic ``test.<prefix>.<8 hex digits>`` of ``role``, kept forever
+    (delete it with ``kafka_admin``)."""
+    name = f"test.{prefix}.{uuid.uuid4().hex[:8]}"
+    await ensure_topics(access, [TopicSpec(role, name, 1, FOREVER)])
+    return name
+
+
+async def idempotent_producer(access: KafkaAccess) -> AIOKafkaProducer:
+    """A started idempotent producer (``acks=all``); stop it at the end."""
+    producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
+    await start_client(producer, access)
+    return producer
+
+
 async def until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     """Poll ``check`` on the running event loop until true; fail naming ``what`` after
     ``timeout`` seconds."""
@@ -217,6 +238,17 @@ def execute(engine: sa.Engine, *statements: str, **params: Any) -> None:
 def rows(engine: sa.Engine, query: str, **params: Any) -> list[Any]:
     with engine.connect() as conn:
         return list(conn.execute(sa.text(query), params))
+
+
+def live_violations(engine: sa.Engine) -> ViolationReport:
+    """``find_violations`` over the live state, in one repeatable-read transaction."""
+    with repeatable_read(engine) as conn:
+        return find_violations(ReadUnit(conn))
+
+
+def columns(items: Sequence[Sequence[Any]], names: str) -> dict[str, list[Any]]:
+    """Array parameters by name, one a letter of ``names``: the items' first, second, ... field."""
+    return {name: [item[i] for item in items] for i, name in enumerate(names)}
 
 
 def reclaim_protection(engine: sa.Engine, reclaimer: str, at: datetime) -> dict[str, Any]:

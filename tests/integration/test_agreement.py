@@ -23,6 +23,7 @@ from minruntime.core import (
 from tests.cloudevents import T0, Event, allocated, config_of, queue_deleted, queue_of, submitted
 from tests.integration.helpers import (
     Feed,
+    columns,
     database_examples,
     reclaim_protection,
     reset_state,
@@ -172,9 +173,7 @@ def _check_agreement(engine: sa.Engine, world: World) -> None:
         "SELECT minruntime.is_protected(u, q, a) AS p FROM unnest(CAST(:u AS text[]),"
         " CAST(:q AS text[]), CAST(:a AS timestamptz[])) WITH ORDINALITY AS t(u, q, a, n)"
         " ORDER BY n",
-        u=[x[0] for x in questions],
-        q=[x[1] for x in questions],
-        a=[x[2] for x in questions],
+        **columns(questions, "uqa"),
     )
     assert [a.p for a in answers] == [x[3] for x in questions]
 
@@ -189,9 +188,7 @@ def _check_agreement(engine: sa.Engine, world: World) -> None:
         "SELECT m.min_runtime, m.resolved_from FROM unnest(CAST(:v AS text[]),"
         " CAST(:p AS text[]), CAST(:n AS text[])) WITH ORDINALITY AS t(v, p, n, i)"
         " CROSS JOIN LATERAL minruntime.min_runtime_for(v, p, n) m ORDER BY i",
-        v=[x[0] for x in pairs],
-        p=[x[1] for x in pairs],
-        n=[x[2] for x in pairs],
+        **columns(pairs, "vpn"),
     )
     expected = [resolvers[pool].resolve_for(q, preemptor) for q, preemptor, pool in pairs]
     assert [(r.min_runtime, r.resolved_from) for r in resolved] == [

@@ -80,11 +80,20 @@ def _options(group: str) -> ConsumerOptions:
     return ConsumerOptions(group, batch_max_events=5, batch_within_seconds=0.05, lane_records=20)
 
 
+@pytest.fixture
+def access(settings: Settings, stack: StackStatus) -> KafkaAccess:
+    return kafka_access(settings)
+
+
+@pytest.fixture
+def group() -> str:
+    """A fresh consumer group's name."""
+    return f"test-lanes-{uuid.uuid4().hex[:8]}"
+
+
 def test_a_held_topic_holds_only_its_own_lane_and_commits_nothing_past_it(
-    settings: Settings, stack: StackStatus
+    access: KafkaAccess, group: str
 ) -> None:
-    access = kafka_access(settings)
-    group = f"test-lanes-{uuid.uuid4().hex[:8]}"
 
     async def scenario() -> None:
         async with _topics(access, 2, TopicRole.QUEUES, TopicRole.NODES) as (held, flowing):
@@ -132,10 +141,8 @@ def test_a_held_topic_holds_only_its_own_lane_and_commits_nothing_past_it(
 
 
 def test_records_buffered_for_revoked_partitions_are_not_applied_after_the_rebalance(
-    settings: Settings, stack: StackStatus
+    access: KafkaAccess, group: str
 ) -> None:
-    access = kafka_access(settings)
-    group = f"test-lanes-{uuid.uuid4().hex[:8]}"
 
     async def scenario() -> None:
         async with _topics(access, 4, TopicRole.PODGROUPS) as (topic,):
@@ -191,11 +198,7 @@ def test_records_buffered_for_revoked_partitions_are_not_applied_after_the_rebal
     asyncio.run(scenario())
 
 
-def test_the_consumer_joins_with_its_static_instance_id(
-    settings: Settings, stack: StackStatus
-) -> None:
-    access = kafka_access(settings)
-    group = f"test-lanes-{uuid.uuid4().hex[:8]}"
+def test_the_consumer_joins_with_its_static_instance_id(access: KafkaAccess, group: str) -> None:
 
     async def scenario() -> None:
         async with _topics(access, 1, TopicRole.NODES) as (topic,):
@@ -225,10 +228,8 @@ def test_the_consumer_joins_with_its_static_instance_id(
     asyncio.run(scenario())
 
 
-def test_assigned_partitions_are_reported_by_role(settings: Settings, stack: StackStatus) -> None:
+def test_assigned_partitions_are_reported_by_role(access: KafkaAccess, group: str) -> None:
     # The processor's metrics drop the lag of partitions it no longer owns (on_assigned).
-    access = kafka_access(settings)
-    group = f"test-lanes-{uuid.uuid4().hex[:8]}"
     reported: list[set[tuple[TopicRole, int]]] = []
 
     async def scenario() -> None:

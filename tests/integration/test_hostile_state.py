@@ -22,7 +22,7 @@ from minruntime.requeue import (
     RequeueWorker,
     WorkerOptions,
 )
-from tests.cloudevents import T0, allocated, config, node, queue, submitted
+from tests.cloudevents import T0, Event, allocated, config, node, queue, submitted
 from tests.integration.helpers import NOW, OVERRUN, TOPIC, Feed, cycle, execute, gang, running_job
 
 
@@ -54,6 +54,18 @@ def committed(report: Any) -> list[tuple[str, tuple[str, ...]]]:
     return [(d.uid, d.beneficiaries) for d in report.committed]
 
 
+def hostile_cycle(engine: sa.Engine, feed: Feed, events: list[Event], *updates: str) -> Any:
+    """The healthy cluster and ``events``, the stored state then spoiled by the SQL ``updates``,
+    and one cycle, which still requeues ``v`` for ``hi``."""
+    healthy(feed)
+    feed.send(*events)
+    for update in updates:
+        execute(engine, update)
+    report = cycle(engine)
+    assert committed(report) == [("v", ("hi",))]
+    return report
+
+
 @pytest.mark.parametrize("gpu", ["1e308", "NaN", "-1", "Infinity", "1e400"])
 def test_a_node_with_an_unusable_gpu_capacity_is_left_out(
     engine: sa.Engine, feed: Feed, gpu: str
@@ -71,28 +83,23 @@ def test_a_node_with_an_unusable_gpu_capacity_is_left_out(
 def test_unusable_podgroups_are_left_out_and_their_nodes_with_them(
     engine: sa.Engine, feed: Feed
 ) -> None:
-    healthy(feed)
-    feed.send(
-        node("node-2", gpu=8),
-        submitted("bad-gpu", "team", 2, priority=10),
-        allocated("bad-gpu", 2, time=T0, node="node-2"),
-        submitted("bad-time", "team", 1, priority=10),
-        submitted("bad-annotations", "team", 1, priority=10),
-    )
-    execute(engine, "UPDATE minruntime_state.pod_state SET gpu = 1e308 WHERE uid = 'bad-gpu'")
-    # Year 10000 once in UTC: psycopg cannot even return it.
-    execute(
+    report = hostile_cycle(
         engine,
+        feed,
+        [
+            node("node-2", gpu=8),
+            submitted("bad-gpu", "team", 2, priority=10),
+            allocated("bad-gpu", 2, time=T0, node="node-2"),
+            submitted("bad-time", "team", 1, priority=10),
+            submitted("bad-annotations", "team", 1, priority=10),
+        ],
+        "UPDATE minruntime_state.pod_state SET gpu = 1e308 WHERE uid = 'bad-gpu'",
+        # Year 10000 once in UTC: psycopg cannot even return it.
         "UPDATE minruntime_state.podgroup_state SET submitted_at = 'infinity'"
         " WHERE uid = 'bad-time'",
-    )
-    execute(
-        engine,
         "UPDATE minruntime_state.podgroup_state SET annotations = '[1, 2]'::jsonb"
         " WHERE uid = 'bad-annotations'",
     )
-
-    report = cycle(engine)
 
     assert excluded(report) == {
         ("podgroup", "bad-gpu", "invalid_gpu"),
@@ -101,51 +108,44 @@ def test_unusable_podgroups_are_left_out_and_their_nodes_with_them(
         # bad-gpu runs there: how full node-2 is, nobody knows.
         ("node", "node-2", "hosts_excluded_podgroup"),
     }
-    assert committed(report) == [("v", ("hi",))]
 
 
 def test_a_running_podgroup_with_a_start_time_past_year_9999_is_left_out(
     engine: sa.Engine, feed: Feed
 ) -> None:
-    healthy(feed)
-    feed.send(
-        node("node-2", gpu=8),
-        submitted("late", "team", 1, priority=10, annotations=OVERRUN),
-        allocated("late", 1, time=T0, node="node-2"),
-    )
-    execute(
+    report = hostile_cycle(
         engine,
+        feed,
+        [
+            node("node-2", gpu=8),
+            submitted("late", "team", 1, priority=10, annotations=OVERRUN),
+            allocated("late", 1, time=T0, node="node-2"),
+        ],
         "UPDATE minruntime_state.podgroup_state"
         " SET start_time = '9999-12-31T23:59:59-01:00' WHERE uid = 'late'",
     )
 
-    report = cycle(engine)
-
     assert ("podgroup", "late", "invalid_time") in excluded(report)
-    assert committed(report) == [("v", ("hi",))]
 
 
 def test_a_node_pool_with_an_unusable_config_leaves_its_podgroups_out(
     engine: sa.Engine, feed: Feed
 ) -> None:
-    healthy(feed)
-    feed.send(
-        config("gpu-b", defaultPreemptMinRuntime="1h"),
-        submitted("other", "team", 1, priority=10, node_pool="gpu-b"),
-    )
-    execute(
+    report = hostile_cycle(
         engine,
+        feed,
+        [
+            config("gpu-b", defaultPreemptMinRuntime="1h"),
+            submitted("other", "team", 1, priority=10, node_pool="gpu-b"),
+        ],
         "UPDATE minruntime_state.node_pool_configs"
         " SET default_preempt_min_runtime = interval '-5 minutes' WHERE node_pool = 'gpu-b'",
     )
-
-    report = cycle(engine)
 
     assert excluded(report) == {
         ("node_pool", "gpu-b", "invalid_config"),
         ("podgroup", "other", "invalid_config"),
     }
-    assert committed(report) == [("v", ("hi",))]
 
 
 def test_the_worker_loop_keeps_deciding_and_counts_what_it_left_out(

@@ -12,15 +12,14 @@ import asyncio
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from minruntime.ingest import InboundRecord
-from minruntime.kafka_access import kafka_access, start_client
+from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.stream.consumer import BatchedConsumer, ConsumerOptions
-from minruntime.topic_admin import FOREVER, TopicRole, TopicSpec, ensure_topics
+from minruntime.topic_admin import TopicRole
 from minruntime_dev.stack import StackStatus
-from tests.integration.helpers import kafka_admin, until
+from tests.integration.helpers import idempotent_producer, kafka_admin, new_topic, until
 
 pytestmark = pytest.mark.stack
 
@@ -31,12 +30,10 @@ def test_an_idle_consumer_applies_a_small_batch_without_waiting_for_the_window(
     settings: Settings, stack: StackStatus
 ) -> None:
     access = kafka_access(settings)
-    topic = f"test.idle.{uuid.uuid4().hex[:8]}"
 
     async def scenario() -> None:
-        await ensure_topics(access, [TopicSpec(TopicRole.NODES, topic, 1, FOREVER)])
-        producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
-        await start_client(producer, access)
+        topic = await new_topic(access, TopicRole.NODES, "idle")
+        producer = await idempotent_producer(access)
         batches: list[list[int]] = []
 
         async def apply(role: TopicRole, records: list[InboundRecord]) -> None:

@@ -55,6 +55,13 @@ def cluster(feed: Feed, *, victim_priority: int = 50, preempt: str | None = None
     )
 
 
+def requeued(engine: sa.Engine, feed: Feed, gpus: int) -> None:
+    """The cluster, a ``gpus``-GPU contender ``hi`` of priority 100, and one cycle."""
+    cluster(feed)
+    feed.send(gang("hi", gpus, priority=100))
+    cycle(engine)
+
+
 def test_contention_commits_with_cooldown_promise_log_and_outbox(
     engine: sa.Engine, feed: Feed
 ) -> None:
@@ -147,9 +154,7 @@ def test_a_changed_outcome_is_recorded_again(engine: sa.Engine, feed: Feed) -> N
 def test_a_committed_requeue_is_not_attempted_again_while_awaiting_release(
     engine: sa.Engine, feed: Feed
 ) -> None:
-    cluster(feed)
-    feed.send(gang("hi", 8, priority=100))
-    cycle(engine)
+    requeued(engine, feed, 8)
     # A second contender arrives; the cluster has not evicted the victim yet.
     feed.send(gang("hi2", 8, priority=100), nominated("v", "proportion"))
 
@@ -172,9 +177,7 @@ def test_a_committed_requeue_is_not_attempted_again_while_awaiting_release(
 def test_cooldown_after_a_requeue_stops_the_next_run_from_being_nominated(
     engine: sa.Engine, feed: Feed
 ) -> None:
-    cluster(feed)
-    feed.send(gang("hi", 4, priority=100))
-    cycle(engine)
+    requeued(engine, feed, 4)
     # The cluster evicts v; it is scheduled again at once, with "1s" expected runtime.
     feed.send(
         released("v", time=NOW + timedelta(seconds=1)),
@@ -273,9 +276,7 @@ def test_a_nomination_made_before_the_current_run_does_not_count(
 
 
 def test_allocating_the_beneficiary_ends_its_promise(engine: sa.Engine, feed: Feed) -> None:
-    cluster(feed)
-    feed.send(gang("hi", 4, priority=100))
-    cycle(engine)
+    requeued(engine, feed, 4)
     # The table, not the view: the view hides promises lapsed by the wall clock, and this
     # story's cooldown ends at a fixed instant (NOW + 5m) that the wall clock passes.
     assert scalar(engine, "SELECT count(*) FROM minruntime_state.requeue_promises") == 1

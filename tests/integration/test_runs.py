@@ -40,7 +40,7 @@ from tests.cloudevents import (
     released,
     submitted,
 )
-from tests.integration.helpers import GROUP, Feed, execute, rows, s
+from tests.integration.helpers import GROUP, Feed, execute, live_violations, rows, s
 
 
 def run_once(feed: Feed, uid: str, queue_name: str, seconds: float, reason: str | None) -> None:
@@ -123,8 +123,7 @@ def test_every_ended_run_is_a_row_of_the_runs_view_for_the_reader(
 def test_violations_say_which_rules_protected_the_run_and_by_how_much(
     feed: Feed, engine: sa.Engine
 ) -> None:
-    with repeatable_read(engine) as conn:
-        report = find_violations(ReadUnit(conn))
+    report = live_violations(engine)
     assert report.evicted_runs == 4
     assert [(v.uid, v.verdict) for v in report.violations] == [
         ("def", Verdict.DEFINITE),
@@ -264,8 +263,7 @@ def test_old_stored_rows_neither_stop_the_projection_nor_the_report(
     outcome = feed.send(released("old", time=T0 + s(5), reason="evicted"))
     assert (outcome.applied, outcome.dead_lettered) == (1, 0)
     assert "old" not in runs(engine)
-    with repeatable_read(engine) as conn:
-        report = find_violations(ReadUnit(conn))
+    report = live_violations(engine)
     pos = next(v for v in report.violations if v.uid == "pos")
     assert (pos.verdict, pos.cut_short, pos.rules) == (Verdict.POSSIBLE, s(500), ())
 

@@ -40,7 +40,7 @@ from tests.cloudevents import (
     submitted,
     with_data,
 )
-from tests.integration.helpers import Feed, execute, rows, s
+from tests.integration.helpers import Feed, execute, live_violations, rows, s
 
 
 def evicted(
@@ -159,8 +159,7 @@ def test_the_runs_view_shows_who_evicted_and_the_verdict_under_the_rule_that_app
 def test_violations_report_violated_and_honoured_and_list_unguarded_evictions(
     feed: Feed, engine: sa.Engine
 ) -> None:
-    with repeatable_read(engine) as conn:
-        report = find_violations(ReadUnit(conn))
+    report = live_violations(engine)
     assert report.evicted_runs == 6
     listed = {v.uid: v for v in report.violations}
     # Every attributed run some window still protected is listed, with its exact verdict.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from minruntime.core.topic_life import StoredOffset, TopicLife
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch, isolation
-from minruntime.kafka_access import kafka_access, start_client
+from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime.store.engine import bounded_idle_transactions
 from minruntime.store.offsets import stored_offsets
@@ -35,11 +34,8 @@ from minruntime.store.schema import LIVE
 from minruntime.stream.sink import BatchSink
 from minruntime.stream.topic_guard import TopicGuard
 from minruntime.topic_admin import (
-    FOREVER,
     TopicRole,
-    TopicSpec,
     describe_topics,
-    ensure_topics,
     input_topic_roles,
 )
 from tests.cloudevents import allocated, queue, submitted
@@ -49,7 +45,9 @@ from tests.integration.helpers import (
     GROUP,
     Feed,
     Other,
+    idempotent_producer,
     kafka_admin,
+    new_topic,
     rows,
     scalar,
     waiting_for_a_lock,
@@ -222,26 +220,23 @@ def test_a_frozen_instance_holds_its_partitions_no_longer_than_the_idle_bound(
 def kafka_topic(settings: Settings) -> Iterator[str]:
     """A fresh one-partition topic holding five queue.upserted records (offsets 0-4)."""
     access = kafka_access(settings)
-    name = f"test.shared.{uuid.uuid4().hex[:8]}"
 
-    async def create() -> None:
-        from aiokafka import AIOKafkaProducer
-
-        await ensure_topics(access, [TopicSpec(TopicRole.QUEUES, name, 1, FOREVER)])
-        producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
-        await start_client(producer, access)
+    async def create() -> str:
+        name = await new_topic(access, TopicRole.QUEUES, "shared")
+        producer = await idempotent_producer(access)
         try:
             for i in range(5):
                 message = as_message(queue(f"late-{i}"))
                 await producer.send_and_wait(name, message.value, key=message.key)
         finally:
             await producer.stop()
+        return name
 
     async def delete() -> None:
         async with kafka_admin(access) as admin:
             await admin.delete_topics([name])
 
-    asyncio.run(create())
+    name = asyncio.run(create())
     try:
         yield name
     finally:

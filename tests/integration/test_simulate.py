@@ -113,12 +113,18 @@ def run(engine: sa.Engine, events: Sequence[ChangeEvent], **options: Any) -> Sim
     return simulate(engine, events, **options)
 
 
+def described(
+    engine: sa.Engine, feed: Feed, *events: tuple[str, Any], **options: Any
+) -> dict[str, Any]:
+    """The story, then the simulation of these changes, as its JSON description."""
+    story(engine, feed)
+    return describe(run(engine, change(*events), **options))
+
+
 def test_lowering_longrun_avoids_the_violation_and_shortens_its_protection(
     engine: sa.Engine, feed: Feed
 ) -> None:
-    story(engine, feed)
-
-    data = describe(run(engine, change(LONGRUN_1H)))
+    data = described(engine, feed, LONGRUN_1H)
 
     longrun = data["queues"]["longrun"]
     assert longrun["violations"]["evicted_runs"] == 1
@@ -138,9 +144,7 @@ def test_lowering_longrun_avoids_the_violation_and_shortens_its_protection(
 def test_raising_short_flips_the_commit_and_makes_its_eviction_a_violation(
     engine: sa.Engine, feed: Feed
 ) -> None:
-    story(engine, feed)
-
-    data = describe(run(engine, change(SHORT_2H)))
+    data = described(engine, feed, SHORT_2H)
 
     short = data["queues"]["short"]
     assert short["flips_from_committed"] == {
@@ -214,9 +218,7 @@ def test_a_window_longer_than_the_log_says_what_is_missing(engine: sa.Engine, fe
 
 
 def test_one_queue_only(engine: sa.Engine, feed: Feed) -> None:
-    story(engine, feed)
-
-    data = describe(run(engine, change(SHORT_2H), queue="longrun"))
+    data = described(engine, feed, SHORT_2H, queue="longrun")
 
     assert list(data["queues"]) == ["longrun"]
     assert data["flips"] == []

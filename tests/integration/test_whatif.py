@@ -119,6 +119,14 @@ def event_data(report: WhatIfReport) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+def upserted_queue(
+    name: str, parent: str | None, preempt: str | None, reclaim: str | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The event data of one ``queue.upserted`` with these fields."""
+    fields = {"parentQueue": parent, "preemptMinRuntime": preempt, "reclaimMinRuntime": reclaim}
+    return [("queue.upserted", {"name": name, **fields})]
+
+
 def effects(report: WhatIfReport) -> dict[str, tuple[str, timedelta, str | None]]:
     return {
         change.before.uid: (change.effect, change.after.min_runtime, change.after.resolved_from)
@@ -137,34 +145,14 @@ def test_deepening_a_queue_value_keeps_its_other_fields(engine: sa.Engine, feed:
     report = agreed(
         engine, Change(queue_edits=[QueueEdit("leaf2", preempt_min_runtime=2 * 60 * M)])
     )
-    assert event_data(report) == [
-        (
-            "queue.upserted",
-            {
-                "name": "leaf2",
-                "parentQueue": "C",
-                "preemptMinRuntime": "2h",
-                "reclaimMinRuntime": "3m",
-            },
-        )
-    ]
+    assert event_data(report) == upserted_queue("leaf2", "C", "2h", "3m")
     assert effects(report) == {"pg-leaf2": ("longer", 120 * M, "leaf2")}
     assert (len(report.before), report.count("longer"), report.count("protected_now")) == (7, 1, 0)
 
 
 def test_unsetting_a_value_inherits_from_the_parent(engine: sa.Engine, feed: Feed) -> None:
     report = agreed(engine, Change(queue_edits=[QueueEdit("leaf1", preempt_min_runtime=None)]))
-    assert event_data(report) == [
-        (
-            "queue.upserted",
-            {
-                "name": "leaf1",
-                "parentQueue": "C",
-                "preemptMinRuntime": None,
-                "reclaimMinRuntime": "0s",
-            },
-        )
-    ]
+    assert event_data(report) == upserted_queue("leaf1", "C", None, "0s")
     assert effects(report) == {"pg-leaf1": ("protected_now", 10 * M, "B")}
 
 
@@ -177,17 +165,7 @@ def test_reparenting_changes_the_lca_for_a_reclaimer(engine: sa.Engine, feed: Fe
 
 def test_a_new_queue_without_a_parent_is_a_root(engine: sa.Engine, feed: Feed) -> None:
     report = agreed(engine, Change(queue_edits=[QueueEdit("ghost", preempt_min_runtime=8 * M)]))
-    assert event_data(report) == [
-        (
-            "queue.upserted",
-            {
-                "name": "ghost",
-                "parentQueue": None,
-                "preemptMinRuntime": "8m",
-                "reclaimMinRuntime": None,
-            },
-        )
-    ]
+    assert event_data(report) == upserted_queue("ghost", None, "8m", None)
     assert effects(report) == {"pg-ghost": ("protected_now", 8 * M, "ghost")}
 
 

@@ -20,16 +20,10 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from minruntime.cluster import evictions
+from minruntime.cluster.context import Emission, MirrorOptions
 from minruntime.cluster.eviction_metrics import EvictionMetrics
-from minruntime.cluster.mirror import (
-    ADDED,
-    DELETED,
-    MODIFIED,
-    ClusterMirror,
-    Emission,
-    Kind,
-    MirrorOptions,
-)
+from minruntime.cluster.mirror import ADDED, DELETED, MODIFIED, ClusterMirror
+from minruntime.cluster.objects import Kind
 from minruntime.core import format_rfc3339
 from tests.unit.test_cluster_mirror import data, pod, podgroup, types
 

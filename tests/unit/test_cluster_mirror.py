@@ -9,15 +9,9 @@ from typing import Any
 import pytest
 
 from minruntime.cluster import mapping
-from minruntime.cluster.mirror import (
-    ADDED,
-    DELETED,
-    MODIFIED,
-    ClusterMirror,
-    Emission,
-    Kind,
-    MirrorOptions,
-)
+from minruntime.cluster.context import Emission, MirrorOptions
+from minruntime.cluster.mirror import ADDED, DELETED, MODIFIED, ClusterMirror
+from minruntime.cluster.objects import Kind
 from minruntime.events import decode_event, encode_event
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

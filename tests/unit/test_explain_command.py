@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -59,20 +60,22 @@ def row(uid: str = "pg-1", **changes: Any) -> ProtectionRow:
 
 
 def facts(**changes: Any) -> PodGroupFacts:
-    fields: dict[str, Any] = {
-        "uid": "pg-1",
-        "name": "train",
-        "namespace": "team",
-        "queue": "leaf1",
-        "node_pool": "default",
-        "status": "running",
-        "preemptible": True,
-        "start_time": T0,
-        "last_start_time": T0,
-        "ended_at": None,
-        "running_pods": 3,
-    }
-    return PodGroupFacts(**{**fields, **changes})
+    return replace(
+        PodGroupFacts(
+            uid="pg-1",
+            name="train",
+            namespace="team",
+            queue="leaf1",
+            node_pool="default",
+            status="running",
+            preemptible=True,
+            start_time=T0,
+            last_start_time=T0,
+            ended_at=None,
+            running_pods=3,
+        ),
+        **changes,
+    )
 
 
 def lca_rule(**changes: Any) -> RulePath:

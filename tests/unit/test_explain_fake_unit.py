@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,6 +31,7 @@ from minruntime.errors import UnknownPodGroupError
 from minruntime.store.queues import StoredTree
 from minruntime.store.unit import LIVE, EvictedRun, Handshake, ProtectionRow, State, StateReader
 from tests.cloudevents import T0
+from tests.unit.test_explain_command import facts
 
 HOUR = timedelta(hours=1)
 AT = T0 + 10 * timedelta(minutes=1)
@@ -95,21 +96,8 @@ class FakeUnit:
     def podgroup_facts(self, uid: str) -> Mapping[str, Any] | None:
         if uid != "pg-1":
             return None
-        return {
-            "uid": "pg-1",
-            "name": "train",
-            "namespace": "ml",
-            "queue": "team",
-            "node_pool": "default",
-            "status": "running",
-            "preemptible": True,
-            "start_time": T0,
-            "last_start_time": T0,
-            "ended_at": None,
-            "running_pods": 2,
-            "is_elastic": False,
-            "preemptibility": "preemptible",
-        }
+        # The read surface's row: the explanation's facts plus the stored elasticity.
+        return {**asdict(facts(namespace="ml", queue="team", running_pods=2)), "is_elastic": False}
 
     def podgroup_annotations(self, uid: str) -> Any:
         return {}

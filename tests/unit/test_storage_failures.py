@@ -14,38 +14,32 @@ def wrapped(error: Exception, wrapper: type[StatementError] = OperationalError) 
     return wrapper("INSERT ...", {}, error)
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        errors.lookup("54000")("index row requires 100016 bytes, maximum size is 8191"),
-        errors.lookup("22P02")("invalid input syntax for type json"),
-        errors.lookup("22003")("numeric field overflow"),
-        errors.lookup("23505")("duplicate key value violates unique constraint"),
-        errors.lookup("23514")("new row violates check constraint"),
-    ],
-)
-def test_data_integrity_and_limit_errors_are_permanent(error: psycopg.Error) -> None:
-    assert is_permanent(error)
-    assert is_permanent(wrapped(error))
-    assert sqlstate(wrapped(error)) == error.sqlstate
+ERRORS: list[tuple[psycopg.Error, bool]] = [  # (error, permanent)
+    (errors.lookup("54000")("index row requires 100016 bytes, maximum size is 8191"), True),
+    (errors.lookup("22P02")("invalid input syntax for type json"), True),
+    (errors.lookup("22003")("numeric field overflow"), True),
+    (errors.lookup("23505")("duplicate key value violates unique constraint"), True),
+    (errors.lookup("23514")("new row violates check constraint"), True),
+    # transient errors, and bugs: stop, do not dead-letter
+    (errors.lookup("40001")("could not serialize access"), False),
+    (errors.lookup("40P01")("deadlock detected"), False),
+    (errors.lookup("57P01")("terminating connection due to administrator command"), False),
+    (errors.lookup("55P03")("lock not available"), False),
+    (errors.lookup("08006")("connection failure"), False),
+    (errors.lookup("53300")("too many connections"), False),
+    (errors.lookup("42P01")("relation does not exist"), False),  # a bug: stop, do not dead-letter
+    (psycopg.OperationalError("server closed the connection unexpectedly"), False),
+]
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        errors.lookup("40001")("could not serialize access"),
-        errors.lookup("40P01")("deadlock detected"),
-        errors.lookup("57P01")("terminating connection due to administrator command"),
-        errors.lookup("55P03")("lock not available"),
-        errors.lookup("08006")("connection failure"),
-        errors.lookup("53300")("too many connections"),
-        errors.lookup("42P01")("relation does not exist"),  # a bug: stop, do not dead-letter
-        psycopg.OperationalError("server closed the connection unexpectedly"),
-    ],
-)
-def test_transient_errors_and_bugs_are_not_permanent(error: psycopg.Error) -> None:
-    assert not is_permanent(error)
-    assert not is_permanent(wrapped(error))
+@pytest.mark.parametrize(("error", "permanent"), ERRORS)
+def test_data_integrity_and_limit_errors_are_permanent_and_others_are_not(
+    error: psycopg.Error, permanent: bool
+) -> None:
+    assert is_permanent(error) is permanent
+    assert is_permanent(wrapped(error)) is permanent
+    if permanent:
+        assert sqlstate(wrapped(error)) == error.sqlstate
 
 
 def test_a_lost_connection_is_never_permanent() -> None:

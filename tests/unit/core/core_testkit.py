@@ -193,6 +193,12 @@ def queue_names(tree: QueueTree) -> st.SearchStrategy[str]:
     return st.sampled_from([*(queue.name for queue in tree), "nowhere"])
 
 
+def reclaimer_and_victim(tree: QueueTree, data: st.DataObject) -> tuple[str, str]:
+    """A reclaimer's and a victim's queue, each drawn from ``queue_names(tree)``."""
+    names = queue_names(tree)
+    return data.draw(names), data.draw(names)
+
+
 # --- requeue planning: builders with the defaults of the §9 scenarios ----------------------
 
 EXPECTED = "1h"
@@ -200,6 +206,23 @@ EXPECTED = "1h"
 
 def node(name: str, gpu: float = 8.0, pool: str = "default") -> Node:
     return Node(name=name, gpu=gpu, node_pool=pool)
+
+
+def _pods(
+    uid: str,
+    gpus: Sequence[tuple[str | None, float]],
+    subgroups: Sequence[SubGroup],
+    pod_subgroups: Sequence[str] | None,
+    *,
+    running: bool,
+) -> tuple[Pod, ...]:
+    """One pod per (node, gpu), named ``<uid>-<i>``, in ``pod_subgroups`` (default: the first
+    subgroup)."""
+    names = pod_subgroups or [subgroups[0].name] * len(gpus)
+    return tuple(
+        Pod(name=f"{uid}-{i}", gpu=gpu, node=where, running=running, subgroup=sub)
+        for i, ((where, gpu), sub) in enumerate(zip(gpus, names, strict=True))
+    )
 
 
 def running_pg(
@@ -217,7 +240,6 @@ def running_pg(
     preemptibility: Preemptibility | None = None,
 ) -> RunningPodGroup:
     """A running podgroup with one running pod per (node, gpu); over its 1h runtime by default."""
-    names = pod_subgroups or [subgroups[0].name] * len(gpus)
     return RunningPodGroup(
         uid=uid,
         queue=queue,
@@ -227,10 +249,7 @@ def running_pg(
         preemptibility=preemptibility or Preemptibility.of_flag(preemptible),
         annotations={EXPECTED_RUNTIME_ANNOTATION: EXPECTED} if annotations is None else annotations,
         subgroups=tuple(subgroups),
-        pods=tuple(
-            Pod(name=f"{uid}-{i}", gpu=gpu, node=where, running=True, subgroup=sub)
-            for i, ((where, gpu), sub) in enumerate(zip(gpus, names, strict=True))
-        ),
+        pods=_pods(uid, gpus, subgroups, pod_subgroups, running=True),
     )
 
 
@@ -248,7 +267,6 @@ def pending_pg(
     """A pending podgroup with one pod per GPU request; by default one subgroup needs them all."""
     if subgroups is None:
         subgroups = (SubGroup(min_available=len(gpus)),)
-    names = pod_subgroups or [subgroups[0].name] * len(gpus)
     return PendingPodGroup(
         uid=uid,
         queue=queue,
@@ -256,10 +274,7 @@ def pending_pg(
         node_pool=pool,
         subgroups=tuple(subgroups),
         submitted_at=submitted_at,
-        pods=tuple(
-            Pod(name=f"{uid}-{i}", gpu=gpu, subgroup=sub)
-            for i, (gpu, sub) in enumerate(zip(gpus, names, strict=True))
-        ),
+        pods=_pods(uid, [(None, gpu) for gpu in gpus], subgroups, pod_subgroups, running=False),
     )
 
 

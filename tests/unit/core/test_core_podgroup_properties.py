@@ -246,6 +246,12 @@ def run(history: list[PodGroupChange], state: PodGroupState | None = None) -> Po
     return state
 
 
+def run_then(history: list[PodGroupChange], change: PodGroupChange) -> tuple[PodGroupState, ...]:
+    """The state after ``history``, and after ``change`` on top of it."""
+    before = run(history)
+    return before, fold(before, change)
+
+
 def waiting(state: PodGroupState) -> PodGroupState:
     """What the requeue worker's commit does to a running podgroup."""
     return state._replace(awaiting_release=True) if state.status == "running" else state
@@ -288,8 +294,7 @@ def test_folding_is_deterministic_and_leaves_its_input_alone(
 def test_the_start_time_moves_only_when_a_run_starts_or_ends(
     history: list[PodGroupChange], change: PodGroupChange
 ) -> None:
-    before = run(history)
-    after = fold(before, change)
+    before, after = run_then(history, change)
     if after.run.start_time == before.run.start_time:
         return
     if after.run.start_time is None:
@@ -345,8 +350,7 @@ def test_a_placeholders_allocations_survive_the_submission(
 def test_a_submission_replaces_the_spec_and_keeps_the_run(
     history: list[PodGroupChange], submission: Submission
 ) -> None:
-    before = run(history)
-    after = fold(before, submission)
+    before, after = run_then(history, submission)
     assert after.run == before.run
     assert after.spec is not None
     assert (after.spec.queue, after.spec.priority) == (submission.queue, submission.priority)
@@ -363,8 +367,7 @@ def test_a_submission_replaces_the_spec_and_keeps_the_run(
 def test_an_annotation_sets_and_none_removes(
     history: list[PodGroupChange], change: Annotation
 ) -> None:
-    before = run(history)
-    after = fold(before, change)
+    before, after = run_then(history, change)
     for key, value in change.changes.items():
         assert after.annotations.get(key) == value
     for key in before.annotations.keys() - change.changes.keys():

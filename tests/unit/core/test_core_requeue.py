@@ -231,14 +231,20 @@ def test_unparsable_not_before_is_skipped() -> None:
     assert (decision.outcome, decision.reason) == (SKIPPED, RequeueReason.INVALID_NOT_BEFORE)
 
 
-def test_candidates_that_are_not_running_are_skipped() -> None:
-    idle = RunningPodGroup(
+def never_started(annotations: dict[str, str]) -> RunningPodGroup:
+    """``idle``: a listed podgroup whose run never started (one pod, placed nowhere)."""
+    return RunningPodGroup(
         uid="idle",
         queue="team",
         priority=0,
         start_time=None,
+        annotations=annotations,
         pods=(Pod(name="p", gpu=1.0),),
     )
+
+
+def test_candidates_that_are_not_running_are_skipped() -> None:
+    idle = never_started({})
     snapshot = ClusterState(nodes=(node("n1"),), running=(idle,))
     result = plan(snapshot, nominated("idle", "gone", by="proportion"))
     assert [(d.uid, d.reason) for d in result.decisions] == [
@@ -248,14 +254,7 @@ def test_candidates_that_are_not_running_are_skipped() -> None:
 
 
 def test_a_cooldown_is_checked_before_running() -> None:
-    idle = RunningPodGroup(
-        uid="idle",
-        queue="team",
-        priority=0,
-        start_time=None,
-        annotations={REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(T0 + s(1))},
-        pods=(Pod(name="p", gpu=1.0),),
-    )
+    idle = never_started({REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(T0 + s(1))})
     snapshot = ClusterState(nodes=(node("n1"),), running=(idle,))
     assert plan(snapshot, nominated("idle")).decisions[0].reason is RequeueReason.COOLDOWN
 

@@ -11,6 +11,7 @@ from core_testkit import (
     naive_reclaim,
     queue_names,
     random_trees,
+    reclaimer_and_victim,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,10 +24,9 @@ def test_cached_resolver_equals_naive_reference(
     tree: QueueTree, config: MinRuntimeConfig, data: st.DataObject
 ) -> None:
     resolver = Resolver(tree, config)
-    names = queue_names(tree)
     # Several queries per resolver so later ones hit what earlier ones cached.
     for _ in range(10):
-        reclaimer, victim = data.draw(names), data.draw(names)
+        reclaimer, victim = reclaimer_and_victim(tree, data)
         result = resolver.reclaim_min_runtime(reclaimer, victim)
         assert (result.min_runtime, result.source) == naive_reclaim(tree, config, reclaimer, victim)
         preempt = resolver.preempt_min_runtime(victim)
@@ -47,8 +47,7 @@ def test_lca_equals_queue_method_when_reclaimer_is_the_victim_queue(
 def test_reclaim_source_is_on_the_victim_path_or_none(
     tree: QueueTree, config: MinRuntimeConfig, data: st.DataObject
 ) -> None:
-    names = queue_names(tree)
-    reclaimer, victim = data.draw(names), data.draw(names)
+    reclaimer, victim = reclaimer_and_victim(tree, data)
     source = Resolver(tree, config).reclaim_min_runtime(reclaimer, victim).source
     assert source is None or source in tree.path(victim)
 
@@ -97,8 +96,7 @@ def test_inserting_an_unset_queue_above_a_queue_never_changes_preempt(
 def test_trace_agrees_with_the_resolution(
     tree: QueueTree, config: MinRuntimeConfig, data: st.DataObject
 ) -> None:
-    names = queue_names(tree)
-    reclaimer, victim = data.draw(names), data.draw(names)
+    reclaimer, victim = reclaimer_and_victim(tree, data)
     resolver = Resolver(tree, config)
     trace = resolver.trace_reclaim(reclaimer, victim)
     assert trace.resolution == resolver.reclaim_min_runtime(reclaimer, victim)
