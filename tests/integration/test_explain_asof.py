@@ -21,9 +21,8 @@ import sqlalchemy as sa
 from minruntime.audit.asof import state_at
 from minruntime.audit.explain import Explainer, UnknownPodGroupError
 from minruntime.audit.explain_model import describe
-from minruntime.audit.protection import protection_table
+from minruntime.audit.protection import describe_row, protection_table
 from minruntime.cli import main
-from minruntime.commands.explain import describe_row
 from minruntime.commands.render import print_json
 from minruntime.core import format_rfc3339
 from minruntime.store.unit import Units

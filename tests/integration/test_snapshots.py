@@ -24,11 +24,10 @@ from minruntime.audit import asof
 from minruntime.audit.asof import state_at
 from minruntime.audit.explain import Explainer, UnknownPodGroupError
 from minruntime.audit.explain_model import describe
-from minruntime.audit.protection import protection_table
+from minruntime.audit.protection import describe_row, protection_table
 from minruntime.audit.replay import ReplayReport, replay
 from minruntime.audit.snapshots import ACTIVE_LIST, SnapshotPolicy, due, snapshots_in, take
 from minruntime.cli import main
-from minruntime.commands.explain import describe_row
 from minruntime.ingest import apply_batch
 from minruntime.store import snapshots as stored_snapshots
 from minruntime.store.checksums import checksum

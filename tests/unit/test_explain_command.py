@@ -22,12 +22,15 @@ from minruntime.audit.explain_model import (
     WalkStep,
     describe,
 )
-from minruntime.audit.protection import ProtectionRow, ProtectionTable
+from minruntime.audit.protection import (
+    ProtectionRow,
+    ProtectionTable,
+    describe_row,
+    resolved_from_label,
+)
 from minruntime.cli import main
 from minruntime.commands.explain import (
-    describe_row,
     render_explanation,
-    resolved_from_label,
     verdict_text,
 )
 from minruntime.commands.forecast import render_protection

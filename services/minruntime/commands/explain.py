@@ -32,20 +32,12 @@ from minruntime.audit.explain_model import (
     describe,
 )
 from minruntime.audit.handshake import handshake_text
-from minruntime.audit.protection import describe_row, moment_text, resolved_from_label
+from minruntime.audit.protection import moment_text
 from minruntime.audit.requeue_cap import RequeueCapFacts, cap_origin
 from minruntime.audit.violations import who_evicted
-from minruntime.commands.common import At, Json, ReclaimerQueue, Uid, option, parse_at, units
+from minruntime.commands.common import At, Json, Uid, option, parse_at, units
 from minruntime.commands.render import counted, print_json, rfc3339, wide_console
 from minruntime.core import format_duration
-
-__all__ = [
-    "ReclaimerQueue",
-    "describe_row",
-    "explain_command",
-    "render_explanation",
-    "resolved_from_label",
-]
 
 PreemptorQueue = Annotated[
     str | None,
