@@ -157,7 +157,7 @@ _NOMINATION_CONFLICT: Final = (
 )
 _DELETE_SUBGROUPS: Final = (
     "DELETE FROM minruntime_state.subgroup_state"
-    " WHERE uid IN (SELECT json_array_elements_text(CAST(:uids AS json)))"
+    " WHERE uid = ANY(ARRAY(SELECT json_array_elements_text(CAST(:uids AS json))))"
 )
 # A beneficiary that was allocated, finished or deleted no longer needs its promise.
 _DELETE_PROMISES: Final = (
