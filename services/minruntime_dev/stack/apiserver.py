@@ -160,7 +160,8 @@ class KubeNode:
         if not self.etcd.is_running():
             etcd = process.Health(False, False, None, "not running")
         elif self._etcd_healthy():
-            etcd = process.Health(True, True, etcd_pid, f"etcd {self._etcd_version()}, {etcd_url}")
+            version = self._etcd_json("/version").get("etcdserver", "?")
+            etcd = process.Health(True, True, etcd_pid, f"etcd {version}, {etcd_url}")
         else:
             etcd = process.Health(True, False, etcd_pid, f"not answering on {etcd_url}")
         if not self.apiserver.is_running():
@@ -259,20 +260,15 @@ class KubeNode:
 
     # -- probes ---------------------------------------------------------------------------
     def _etcd_healthy(self) -> bool:
-        url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}/health"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                return bool(json.loads(reply.read()).get("health") == "true")
-        except (OSError, ValueError):
-            return False
+        return self._etcd_json("/health").get("health") == "true"
 
-    def _etcd_version(self) -> str:
-        url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}/version"
+    def _etcd_json(self, path: str) -> dict[str, object]:
+        url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}{path}"
         try:
             with urllib.request.urlopen(url, timeout=2) as reply:
-                return str(json.loads(reply.read()).get("etcdserver", "?"))
-        except (OSError, ValueError):
-            return "?"
+                return _object(reply.read())
+        except OSError:
+            return {}
 
     def _apiserver_ready(self) -> bool:
         if not process.port_in_use(HOST, self.settings.kube_apiserver_port_resolved):
@@ -284,10 +280,9 @@ class KubeNode:
 
     def _get_json(self, path: str) -> dict[str, object]:
         try:
-            value = json.loads(self._get(path))
-        except (OSError, ValueError):
+            return _object(self._get(path))
+        except OSError:
             return {}
-        return value if isinstance(value, dict) else {}
 
     def _get(self, path: str) -> bytes:
         if not self.serving_cert.is_file() or not self.token_file.is_file():
@@ -301,3 +296,12 @@ class KubeNode:
                 return bytes(reply.read()).strip()
         except urllib.error.HTTPError as exc:
             raise OSError(f"{path}: HTTP {exc.code}") from exc
+
+
+def _object(body: bytes) -> dict[str, object]:
+    """A JSON object's fields; none when ``body`` is not a JSON object."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -388,14 +388,8 @@ class KafkaNode:
         except Exception as exc:
             return Health(True, False, pid, f"not answering: {exc!r}")
         protocol = self.settings.kafka_security_protocol
-        return Health(
-            True, True, pid, f"{brokers} broker(s), KRaft, Kafka {self.version}, {protocol}"
-        )
-
-    @property
-    def version(self) -> str:
-        """The Kafka version in use."""
-        return self.settings.kafka_version
+        version = self.settings.kafka_version
+        return Health(True, True, pid, f"{brokers} broker(s), KRaft, Kafka {version}, {protocol}")
 
 
 def min_heap(heap: str) -> str:

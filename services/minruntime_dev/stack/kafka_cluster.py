@@ -124,14 +124,9 @@ class KafkaCluster:
 
     # -- addresses ------------------------------------------------------------------------
     @property
-    def addresses(self) -> tuple[str, ...]:
-        """host:port of every broker, node 1 first."""
-        return tuple(node.address for node in self.nodes.values())
-
-    @property
     def bootstrap(self) -> str:
-        """Every broker, comma-separated: what clients bootstrap from."""
-        return ",".join(self.addresses)
+        """Every broker (host:port, node 1 first), comma-separated: what clients bootstrap from."""
+        return ",".join(node.address for node in self.nodes.values())
 
     @property
     def client_settings(self) -> Settings:

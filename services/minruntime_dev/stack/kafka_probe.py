@@ -39,17 +39,10 @@ async def round_trip(access: KafkaAccess, replicas: int = 1) -> None:
     await start_client(admin, access)
     try:
         if HEALTHCHECK_TOPIC not in await admin.list_topics():
+            configs = {"retention.ms": "3600000"}
+            topic = NewTopic(HEALTHCHECK_TOPIC, 1, replicas, topic_configs=configs)
             with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(
-                    [
-                        NewTopic(
-                            HEALTHCHECK_TOPIC,
-                            1,
-                            replicas,
-                            topic_configs={"retention.ms": "3600000"},
-                        )
-                    ]
-                )
+                await admin.create_topics([topic])
     finally:
         await admin.close()
 

@@ -105,7 +105,8 @@ class KubeBinaries:
             "GOTOOLCHAIN": "local",
         }
         timeout = self.settings.kube_build_timeout_seconds
-        (work / "go.mod").write_text(self._go_mod(go, work, env))
+        upstream = self._upstream_go_mod(go, work, env)
+        (work / "go.mod").write_text(scratch_go_mod(upstream, kube, self.settings.etcd_version))
         (work / "tools.go").write_text(
             _TOOLS_GO.format(etcd=ETCD_MODULE, apiserver=APISERVER_PACKAGE)
         )
@@ -145,11 +146,6 @@ class KubeBinaries:
             )
         for output in ("kube-apiserver", "etcd"):
             (work / output).replace(self.home / output)
-
-    def _go_mod(self, go: str, work: Path, env: dict[str, str]) -> str:
-        """A go.mod pinning both modules, with Kubernetes' staging modules replaced."""
-        upstream = self._upstream_go_mod(go, work, env)
-        return scratch_go_mod(upstream, self.settings.kube_version, self.settings.etcd_version)
 
     def _upstream_go_mod(self, go: str, work: Path, env: dict[str, str]) -> str:
         """Kubernetes' own go.mod, from the module proxy (the build needs the module anyway)."""

@@ -297,12 +297,10 @@ class PostgresPair:
 
     def down(self, say: Say) -> None:
         """Stop the primary first (its last WAL reaches the standby), then the other."""
-        for server, role in ((self.primary, "primary"), (self.standby, self._other_role())):
+        other = "fenced former primary" if self.topology.fenced else "standby"
+        for server, role in ((self.primary, "primary"), (self.standby, other)):
             stopped = server.stop()
             say(f"{server.title} ({role}) " + ("stopped" if stopped else "was not running"))
-
-    def _other_role(self) -> str:
-        return "fenced former primary" if self.topology.fenced else "standby"
 
     # -- health ----------------------------------------------------------------------------
     def health(self) -> list[tuple[str, Health]]:

@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 MIN_MAJOR = 15
 SUPERUSER = "postgres"
+_NOT_INSTALLED = (
+    "PostgreSQL >= 15 binaries (initdb, pg_ctl, postgres) are not installed; "
+    "install Debian's `postgresql` package (apt-get install postgresql)"
+)
 
 
 def find_bindir() -> Path | None:
@@ -71,10 +75,7 @@ def install_postgresql() -> None:
     """Install Debian's PostgreSQL packages with apt-get (root only)."""
     apt = shutil.which("apt-get")
     if apt is None or os.geteuid() != 0:
-        raise MissingToolError(
-            "PostgreSQL >= 15 binaries (initdb, pg_ctl, postgres) are not installed; "
-            "install Debian's `postgresql` package (apt-get install postgresql)"
-        )
+        raise MissingToolError(_NOT_INSTALLED)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     install = [apt, "install", "-y", "-q", "--no-install-recommends", "postgresql"]
     try:
@@ -139,10 +140,7 @@ class PostgresNode:
                 install_postgresql()
                 found = find_bindir()
             if found is None:
-                raise MissingToolError(
-                    "PostgreSQL >= 15 binaries (initdb, pg_ctl, postgres) are not installed; "
-                    "install Debian's `postgresql` package (apt-get install postgresql)"
-                )
+                raise MissingToolError(_NOT_INSTALLED)
             self._bindir = found
         return self._bindir
 

@@ -80,7 +80,8 @@ def send_signal(pid: int, sig: signal.Signals) -> bool:
 
 def exited(pid: int) -> bool:
     """True once the process is gone (reaped, when it is a child of this one)."""
-    _reap(pid)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # a child of this one stays a zombie until waited for
     return not pid_alive(pid)
 
 
@@ -121,12 +122,6 @@ def stop_daemon(pid_file: Path, timeout: float) -> bool:
     terminate(pid, timeout)
     pid_file.unlink(missing_ok=True)
     return True
-
-
-def _reap(pid: int) -> None:
-    # A child we started ourselves stays a zombie until waited for.
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.25) -> bool:
