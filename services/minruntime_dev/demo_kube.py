@@ -126,7 +126,7 @@ def _story(
     committed = until(lambda: ask(engine, KUBE_COMMITTED, uid=long), "the requeue to be committed")
     decision = committed[0]
     pod: dict[str, Any] = until(
-        lambda: _deleting(cluster.get_pod("long-0")), "the evictor to evict long-0"
+        lambda: cluster.evicting_pod("long-0"), "the evictor to evict long-0"
     )
     console.print(
         f"Committed (decision {decision[0]}); the evictor evicted long-0 through the Eviction "
@@ -137,7 +137,7 @@ def _story(
     cluster.finish_eviction("long-0")
     # Evicted: pending again, waiting to be scheduled (as KAI requeues it).
     until(lambda: _status(engine, long) == "pending", "the release")
-    annotations = cluster.get_podgroup("long")["metadata"].get("annotations") or {}
+    annotations = cluster.podgroup_annotations("long")
     show_query(console, engine, "After the release", long, urgent)
     console.print(
         f"PodGroup long carries {REQUEUE_NOT_BEFORE_ANNOTATION}="
@@ -154,10 +154,6 @@ def _clean_up(cluster: Cluster, nodes: list[str]) -> None:
     for node in nodes:
         with contextlib.suppress(Exception):
             cluster.core.delete_node(node)
-
-
-def _deleting(pod: dict[str, Any] | None) -> dict[str, Any] | None:
-    return pod if pod and pod["metadata"].get("deletionTimestamp") else None
 
 
 def _status(engine: sa.Engine, uid: str) -> str | None:

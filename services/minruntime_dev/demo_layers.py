@@ -18,12 +18,10 @@ processor and requeue worker:
 from __future__ import annotations
 
 import asyncio
-import functools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import sqlalchemy as sa
 from rich.console import Console
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_rfc3339
@@ -43,7 +41,7 @@ from minruntime_dev.demo_queries import (
     LAYERS_TWO_DECIDED,
     layers_decisions,
     layers_semi_preemptible,
-    run_query,
+    scalar,
 )
 
 NAMESPACE: Final = "demo-layers"
@@ -217,7 +215,11 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
     pattern = f"layers-{story.run}-%"
     port = free_port(settings.metrics_host)
     worker_env = {**WORKER_ENV, "MINRUNTIME_WORKER_METRICS_PORT": str(port)}
-    until = functools.partial(_until, engine, pattern, timeout)
+
+    def until(query: str, children: tuple[DemoChild, ...], what: str) -> None:
+        """Until ``query`` (one boolean, ``:pattern`` bound) is true."""
+        wait_for(lambda: scalar(engine, query, pattern=pattern), children, timeout, what)
+
     try:
         with DemoChild.start("processor", PROCESSOR_ENV) as processor:
             console.print(f"Started `minruntime processor` (pid {processor.pid}).")
@@ -274,20 +276,3 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
         ),
     )
     show_commands(console, steps)
-
-
-def _until(
-    engine: sa.Engine,
-    pattern: str,
-    timeout: float,
-    query: str,
-    children: tuple[DemoChild, ...],
-    what: str,
-) -> None:
-    """Until ``query`` (one boolean, ``:pattern`` bound) is true (``demo_process.wait_for``)."""
-
-    def holds() -> bool:
-        with engine.connect() as conn:
-            return bool(run_query(conn, query, pattern=pattern).scalar_one())
-
-    wait_for(holds, children, timeout, what)

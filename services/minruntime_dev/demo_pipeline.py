@@ -50,6 +50,7 @@ from minruntime_dev.demo_queries import (
     PIPELINE_QUERIES,
     requeue_queries,
     run_query,
+    scalar,
 )
 
 # The requeue story: three 4-GPU gangs, each alone on a 4-GPU node of its own node pool (so
@@ -256,7 +257,13 @@ def run_pipeline_demo(
             f"{podgroup_events} podgroup events, the requeue story ({len(requeue_story)} events: "
             "a queue, three nodes, three over-running jobs, two waiting ones), and one bad event."
         )
-        _wait_applied(engine, applied_before + len(outgoing) - 1, processor, timeout)
+        everything = applied_before + len(outgoing) - 1  # all but the dead letter
+        wait_for(
+            lambda: scalar(engine, APPLIED_EVENTS) >= everything and scalar(engine, DEAD_LETTERS),
+            [processor],
+            timeout,
+            "the processor to apply the demo's events",
+        )
         view = _run_worker(console, settings, engine, run, timeout)
     with engine.connect() as conn:
         for title, query in PIPELINE_QUERIES:
@@ -329,7 +336,12 @@ def _run_worker(
             f"every {WORKER_ENV['MINRUNTIME_REQUEUE_INTERVAL_SECONDS']}s; metrics on port "
             f"{port}) once the processor had applied every event."
         )
-        _wait_decisions(engine, f"demo-{run}-", worker, timeout)
+        wait_for(
+            lambda: scalar(engine, DECIDED_JOBS, pattern=f"demo-{run}-%") >= len(REQUEUE_JOBS),
+            [worker],
+            timeout,
+            "the requeue worker to decide about the demo's jobs",
+        )
         events = asyncio.run(
             _read_decisions(kafka_access(settings), topic, offsets, f"demo-{run}-", timeout)
         )
@@ -357,29 +369,6 @@ def _apply_seed_manifests(console: Console) -> int:
         result = run_cli_as_user(*command)
         console.print(result.strip(), markup=False, highlight=False)
     return len(commands)
-
-
-def _wait_applied(engine: sa.Engine, count: int, processor: DemoChild, timeout: float) -> None:
-    """Until the processor has applied ``count`` events and dead-lettered the bad one."""
-
-    def applied() -> bool:
-        with engine.connect() as conn:
-            events = run_query(conn, APPLIED_EVENTS).scalar_one()
-            dead = run_query(conn, DEAD_LETTERS).scalar_one()
-        return bool(events >= count and dead)
-
-    wait_for(applied, [processor], timeout, "the processor to apply the demo's events")
-
-
-def _wait_decisions(engine: sa.Engine, prefix: str, worker: DemoChild, timeout: float) -> None:
-    """Until the worker has recorded a decision about every over-running job."""
-
-    def decided() -> bool:
-        with engine.connect() as conn:
-            jobs = run_query(conn, DECIDED_JOBS, pattern=f"{prefix}%").scalar_one()
-        return bool(jobs >= len(REQUEUE_JOBS))
-
-    wait_for(decided, [worker], timeout, "the requeue worker to decide about the demo's jobs")
 
 
 async def _end_offsets(access: KafkaAccess, topic: str) -> dict[int, int]:

@@ -151,3 +151,9 @@ def ask(engine: sa.Engine, query: str, **params: Any) -> list[Any]:
     """Every row ``query`` returns, on a connection of its own."""
     with engine.connect() as conn:
         return list(run_query(conn, query, **params))
+
+
+def scalar(engine: sa.Engine, query: str, **params: Any) -> Any:
+    """The one value ``query`` returns, on a connection of its own."""
+    with engine.connect() as conn:
+        return run_query(conn, query, **params).scalar_one()
