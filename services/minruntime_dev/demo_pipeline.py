@@ -35,6 +35,7 @@ from minruntime.settings import Settings, project_root
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
 from minruntime.topic_admin import TopicRole, topic_names
+from minruntime_dev.demo import DESIGN_QUEUES
 from minruntime_dev.demo_process import (
     DemoChild,
     free_port,
@@ -96,26 +97,8 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
         return now - timedelta(seconds=seconds)
 
     tree: list[tuple[TopicRole, Any]] = [
-        (TopicRole.QUEUES, new_event("queue.upserted", data, time=ago(900)))
-        for data in (
-            {"name": "A"},
-            {
-                "name": "B",
-                "parentQueue": "A",
-                "preemptMinRuntime": "600s",
-                "reclaimMinRuntime": "600s",
-            },
-            {"name": "C", "parentQueue": "B"},
-            {"name": "D", "parentQueue": "B", "reclaimMinRuntime": "60s"},
-            {
-                "name": "leaf1",
-                "parentQueue": "C",
-                "preemptMinRuntime": "300s",
-                "reclaimMinRuntime": "0s",
-            },
-            {"name": "leaf2", "parentQueue": "C", "reclaimMinRuntime": "180s"},
-            {"name": "leaf3", "parentQueue": "D"},
-        )
+        (TopicRole.QUEUES, new_event("queue.upserted", dict(data), time=ago(900)))
+        for data in DESIGN_QUEUES
     ]
     jobs = (
         # (name, queue, pods, minAvailable, started seconds ago)
