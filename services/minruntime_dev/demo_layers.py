@@ -30,7 +30,7 @@ from minruntime.produce import Outgoing, send
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.topic_admin import TopicRole, topic_names
-from minruntime_dev.demo_pipeline import show_query
+from minruntime_dev.demo_pipeline import Story, show_query
 from minruntime_dev.demo_process import DemoChild, free_port, show_commands, wait_for
 from minruntime_dev.demo_queries import (
     LAYERS_EVICTION_APPLIED,
@@ -45,7 +45,6 @@ from minruntime_dev.demo_queries import (
 )
 
 NAMESPACE: Final = "demo-layers"
-STARTED_AGO: Final = timedelta(hours=2)
 PREEMPTION_DELAY: Final = "30m"
 # The capped pool: one committed requeue per hour, a cooldown short enough to see the cap.
 CAPPED_CONFIG: Final = {
@@ -68,47 +67,11 @@ WORKER_ENV: Final = {"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"}
 PROCESSOR_ENV: Final = {"MINRUNTIME_PROCESSOR_METRICS_PORT": "0"}
 
 
-class _Story:
+class _Story(Story):
     """The events of one run of part 5 (uids ``layers-<run>-<job>``)."""
 
     def __init__(self, run: str, now: datetime) -> None:
-        self.run = run
-        self.now = now
-        self.started = now - STARTED_AGO
-
-    def uid(self, job: str) -> str:
-        return f"layers-{self.run}-{job}"
-
-    def gang(self, job: str, pool: str, pods: int, priority: int, **extra: Any) -> dict[str, Any]:
-        """`podgroup.submitted` data of a gang of one-GPU pods that needs ``pods`` at once."""
-        return {
-            "uid": self.uid(job),
-            "name": job,
-            "namespace": NAMESPACE,
-            "queue": extra.pop("queue", "batch"),
-            "nodePool": pool,
-            "priority": priority,
-            "subGroups": [{"name": "default", "minAvailable": extra.pop("min_available", pods)}],
-            "pods": [{"name": f"{job}-{i}", "gpu": 1} for i in range(pods)],
-            **extra,
-        }
-
-    def submitted(self, data: dict[str, Any], at: datetime) -> tuple[TopicRole, Any]:
-        return TopicRole.PODGROUPS, new_event("podgroup.submitted", data, time=at)
-
-    def running(self, data: dict[str, Any], node: str, at: datetime) -> list[tuple[TopicRole, Any]]:
-        pods = [{"name": pod["name"], "node": node} for pod in data["pods"]]
-        return [
-            self.submitted(data, at),
-            (
-                TopicRole.PODGROUPS,
-                new_event("podgroup.allocated", {"uid": data["uid"], "pods": pods}, time=at),
-            ),
-        ]
-
-    def node(self, pool: str, gpus: int = 4) -> tuple[TopicRole, Any]:
-        data = {"name": f"{pool}-node", "nodePool": pool, "gpu": gpus}
-        return TopicRole.NODES, new_event("node.upserted", data, time=self.started)
+        super().__init__("layers", NAMESPACE, run, now)
 
     def first_round(self) -> list[tuple[TopicRole, Any]]:
         """Everything before the worker starts."""

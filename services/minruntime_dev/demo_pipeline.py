@@ -133,49 +133,65 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
     return tree + podgroups
 
 
-def _gang(run: str, name: str, pool: str, queue: str, pods: int, priority: int) -> dict[str, Any]:
-    """`podgroup.submitted` data of a gang of one-GPU pods that needs all of them at once."""
-    return {
-        "uid": f"demo-{run}-{name}",
-        "name": name,
-        "namespace": "demo",
-        "queue": queue,
-        "nodePool": pool,
-        "priority": priority,
-        "subGroups": [{"name": "default", "minAvailable": pods}],
-        "pods": [{"name": f"{name}-{i}", "gpu": 1} for i in range(pods)],
-    }
+class Story:
+    """The events of one demo run about gangs of one-GPU pods (uids ``<prefix>-<run>-<job>``),
+    the over-running ones started ``REQUEUE_STARTED_AGO`` ago."""
+
+    def __init__(self, prefix: str, namespace: str, run: str, now: datetime) -> None:
+        self.prefix, self.namespace, self.run, self.now = prefix, namespace, run, now
+        self.started = now - REQUEUE_STARTED_AGO
+
+    def uid(self, job: str) -> str:
+        return f"{self.prefix}-{self.run}-{job}"
+
+    def gang(self, job: str, pool: str, pods: int, priority: int, **extra: Any) -> dict[str, Any]:
+        """`podgroup.submitted` data of a gang of one-GPU pods that needs ``pods`` at once."""
+        return {
+            "uid": self.uid(job),
+            "name": job,
+            "namespace": self.namespace,
+            "queue": extra.pop("queue", "batch"),
+            "nodePool": pool,
+            "priority": priority,
+            "subGroups": [{"name": "default", "minAvailable": extra.pop("min_available", pods)}],
+            "pods": [{"name": f"{job}-{i}", "gpu": 1} for i in range(pods)],
+            **extra,
+        }
+
+    def submitted(self, data: dict[str, Any], at: datetime) -> tuple[TopicRole, Any]:
+        return TopicRole.PODGROUPS, new_event("podgroup.submitted", data, time=at)
+
+    def running(
+        self, data: dict[str, Any], node: str, at: datetime, submitted: datetime | None = None
+    ) -> list[tuple[TopicRole, Any]]:
+        """Submitted (at ``submitted``, else ``at``), its pods placed on ``node`` at ``at``."""
+        pods = [{"name": pod["name"], "node": node} for pod in data["pods"]]
+        allocated = {"uid": data["uid"], "pods": pods}
+        return [
+            self.submitted(data, submitted or at),
+            (TopicRole.PODGROUPS, new_event("podgroup.allocated", allocated, time=at)),
+        ]
+
+    def node(self, pool: str, gpus: int = 4) -> tuple[TopicRole, Any]:
+        data = {"name": f"{pool}-node", "nodePool": pool, "gpu": gpus}
+        return TopicRole.NODES, new_event("node.upserted", data, time=self.started)
 
 
 def _requeue_events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
     """The requeue story: a queue, three nodes, three over-running jobs, two contenders."""
-    started = now - REQUEUE_STARTED_AGO
+    story = Story("demo", "demo", run, now)
+    started = story.started
     events: list[tuple[TopicRole, Any]] = [
         (TopicRole.QUEUES, new_event("queue.upserted", LONGRUN_QUEUE, time=started)),
     ]
+    over = {EXPECTED_RUNTIME_ANNOTATION: EXPECTED_RUNTIME}
     for job, pool, queue, contender in REQUEUE_JOBS:
-        node = f"{pool}-node"
-        victim = _gang(run, job, pool, queue, 4, VICTIM_PRIORITY)
-        victim["annotations"] = {EXPECTED_RUNTIME_ANNOTATION: EXPECTED_RUNTIME}
-        pods = [{"name": pod["name"], "node": node} for pod in victim["pods"]]
-        capacity = {"name": node, "nodePool": pool, "gpu": 4}
-        events += [
-            (TopicRole.NODES, new_event("node.upserted", capacity, time=started)),
-            (
-                TopicRole.PODGROUPS,
-                new_event("podgroup.submitted", victim, time=started - timedelta(seconds=5)),
-            ),
-            (
-                TopicRole.PODGROUPS,
-                new_event("podgroup.allocated", {"uid": victim["uid"], "pods": pods}, time=started),
-            ),
-        ]
+        victim = story.gang(job, pool, 4, VICTIM_PRIORITY, queue=queue, annotations=over)
+        events.append(story.node(pool))
+        events += story.running(victim, f"{pool}-node", started, started - timedelta(seconds=5))
         if contender is not None:
-            waiting = _gang(run, contender, pool, queue, 2, CONTENDER_PRIORITY)
-            submitted = now - timedelta(minutes=1)
-            events.append(
-                (TopicRole.PODGROUPS, new_event("podgroup.submitted", waiting, time=submitted))
-            )
+            waiting = story.gang(contender, pool, 2, CONTENDER_PRIORITY, queue=queue)
+            events.append(story.submitted(waiting, now - timedelta(minutes=1)))
     return events
 
 
