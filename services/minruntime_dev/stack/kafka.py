@@ -194,18 +194,10 @@ class KafkaNode:
             pom.write_text(_POM.format(kafka=self.settings.kafka_version, log4j=LOG4J_VERSION))
             staging = Path(work) / "libs"
             run(
-                [
-                    mvn,
-                    "-q",
-                    "-B",
-                    "-f",
-                    str(pom),
-                    "dependency:copy-dependencies",
-                    f"-DoutputDirectory={staging}",
-                    "-DincludeScope=runtime",
-                ],
+                [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+                 f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
                 what=f"fetching Kafka {self.settings.kafka_version} jars with mvn",
-            )
+            )  # fmt: skip
             if not any(staging.glob("kafka_2.13-*.jar")):
                 raise StackError("mvn finished but no kafka_2.13 jar was fetched")
             if self.libs.exists():
@@ -270,14 +262,10 @@ class KafkaNode:
 
     def _classpath_command(self, main_class: str, *args: str) -> list[str]:
         return [
-            self._java(),
-            "-cp",
-            f"{self.libs}/*",
-            f"-Dlog4j2.configurationFile={self.log4j_file}",
-            f"-Dkafka.logs.dir={self.home}",
-            main_class,
-            *args,
-        ]
+            self._java(), "-cp", f"{self.libs}/*",
+            f"-Dlog4j2.configurationFile={self.log4j_file}", f"-Dkafka.logs.dir={self.home}",
+            main_class, *args,
+        ]  # fmt: skip
 
     def format_storage(self) -> None:
         """Format the KRaft metadata log once (a no-op when already formatted)."""
@@ -287,21 +275,16 @@ class KafkaNode:
         cluster_id = self.quorum.cluster_id or new_cluster_id()
         run(
             self._classpath_command(
-                "kafka.tools.StorageTool",
-                "format",
-                *self.quorum.format_arguments(self.settings.kafka_host),
-                "--ignore-formatted",
-                "-t",
-                cluster_id,
-                "-c",
-                str(self.config_file),
+                "kafka.tools.StorageTool", "format",
+                *self.quorum.format_arguments(self.settings.kafka_host), "--ignore-formatted",
+                "-t", cluster_id, "-c", str(self.config_file),
                 # SCRAM users live in the metadata log: created now, whatever the protocol,
                 # so the stack can be switched to SASL later without reformatting.
                 *scram_format_arguments(stored),
             ),
             what=f"formatting Kafka storage ({self.home.name})",
             timeout=120,
-        )
+        )  # fmt: skip
 
     # -- lifecycle ------------------------------------------------------------------------
     def is_running(self) -> bool:
@@ -345,17 +328,11 @@ class KafkaNode:
         self.format_storage()
         heap = self.settings.kafka_heap
         command = [
-            java,
-            f"-Xms{min_heap(heap)}",
-            f"-Xmx{heap}",
-            "-server",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-XX:InitiatingHeapOccupancyPercent=35",
-            "-XX:+ExitOnOutOfMemoryError",
-            "-Djava.awt.headless=true",
+            java, f"-Xms{min_heap(heap)}", f"-Xmx{heap}", "-server",
+            "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+            "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
             *self._classpath_command("kafka.Kafka", str(self.config_file))[1:],
-        ]
+        ]  # fmt: skip
         spawn_daemon(command, self.log_file, self.pid_file, self.home)
         return True
 

@@ -129,21 +129,13 @@ class KubeBinaries:
         )
         for package, output in ((APISERVER_PACKAGE, "kube-apiserver"), (ETCD_MODULE, "etcd")):
             run(
-                [
-                    go,
-                    "build",
-                    "-trimpath",
-                    "-ldflags",
-                    f"-s -w {version_flags}",
-                    "-o",
-                    str(work / output),
-                    package,
-                ],
+                [go, "build", "-trimpath", "-ldflags", f"-s -w {version_flags}",
+                 "-o", str(work / output), package],
                 what=f"go build {output}",
                 timeout=timeout,
                 cwd=work,
                 env=env,
-            )
+            )  # fmt: skip
         for output in ("kube-apiserver", "etcd"):
             (work / output).replace(self.home / output)
 

@@ -205,21 +205,11 @@ class PostgresPair:
             application_name="minruntime_basebackup",
         )
         standby.run_tool(
-            "pg_basebackup",
-            "-D",
-            str(standby.data_dir),
-            "-X",
-            "stream",
-            "-S",
-            SLOT,
-            "-c",
-            "fast",
-            "-w",
-            "-d",
-            conninfo,
+            "pg_basebackup", "-D", str(standby.data_dir), "-X", "stream", "-S", SLOT,
+            "-c", "fast", "-w", "-d", conninfo,
             what="pg_basebackup (the standby)",
             timeout=max(timeout, 120),
-        )
+        )  # fmt: skip
 
     def _write_standby_conf(self, server: PostgresNode, password: str, *, fenced: bool) -> None:
         passfile = self._server_passfile(server, password)

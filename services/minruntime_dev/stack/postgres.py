@@ -213,22 +213,14 @@ class PostgresNode:
         self.prepare_dirs()
         run(
             self._as_owner(
-                str(bindir / "initdb"),
-                "-D",
-                str(self.data_dir),
-                "-U",
-                SUPERUSER,
+                str(bindir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
                 # The superuser has no password: it logs in over the socket only (peer).
                 # configure() writes the real pg_hba.conf before the first start.
-                "--auth-local=peer",
-                "--auth-host=reject",
-                "-E",
-                "UTF8",
-                "--no-locale",
+                "--auth-local=peer", "--auth-host=reject", "-E", "UTF8", "--no-locale",
             ),
             what="initdb",
             timeout=300,
-        )
+        )  # fmt: skip
         with (self.data_dir / "postgresql.conf").open("a") as conf:
             conf.write(
                 # Address, port and socket dir are passed at each start (they follow
@@ -348,16 +340,9 @@ class PostgresNode:
                 f"-c listen_addresses={self.db.host} -c port={self.port} "
                 f"-c unix_socket_directories={self.socket_dir}"
             )
+            wait = ("-w", "-t", str(int(timeout)))
             self._pg_ctl(
-                "start",
-                "-o",
-                options,
-                "-l",
-                str(self.log_file),
-                "-w",
-                "-t",
-                str(int(timeout)),
-                timeout=timeout + 10,
+                "start", "-o", options, "-l", str(self.log_file), *wait, timeout=timeout + 10
             )
         except StackError as exc:
             raise StackError(f"{exc} (log: {tail(self.log_file, 3)})") from exc
