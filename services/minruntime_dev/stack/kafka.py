@@ -21,25 +21,13 @@ from pathlib import Path
 from minruntime.errors import MissingToolError, StackError
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
+from minruntime_dev.stack import process
 from minruntime_dev.stack.kafka_probe import checked_round_trip, describe
 from minruntime_dev.stack.kafka_security import (
     broker_secrets,
     ensure_keystores,
     listener_lines,
     scram_format_arguments,
-)
-from minruntime_dev.stack.process import (
-    Health,
-    pid_alive,
-    port_in_use,
-    read_pid,
-    require_free_port,
-    run,
-    spawn_daemon,
-    stop_daemon,
-    tail,
-    wait_until,
-    write_private,
 )
 
 LOG4J_VERSION = "2.24.3"
@@ -193,7 +181,7 @@ class KafkaNode:
             pom = Path(work) / "pom.xml"
             pom.write_text(_POM.format(kafka=self.settings.kafka_version, log4j=LOG4J_VERSION))
             staging = Path(work) / "libs"
-            run(
+            process.run(
                 [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
                  f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
                 what=f"fetching Kafka {self.settings.kafka_version} jars with mvn",
@@ -222,7 +210,7 @@ class KafkaNode:
         # the nodes of a cluster trust each other, and clients trust them all, through it.
         tls_home = self.settings.stack_dir / "kafka"
         keystores = ensure_keystores(tls_home, stored) if "SSL" in protocol else None
-        write_private(
+        process.write_private(
             self.config_file,
             "\n".join(
                 [
@@ -273,7 +261,7 @@ class KafkaNode:
             return
         stored = broker_secrets(self.settings.stack_dir, formatted=False)
         cluster_id = self.quorum.cluster_id or new_cluster_id()
-        run(
+        process.run(
             self._classpath_command(
                 "kafka.tools.StorageTool", "format",
                 *self.quorum.format_arguments(self.settings.kafka_host), "--ignore-formatted",
@@ -289,7 +277,7 @@ class KafkaNode:
     # -- lifecycle ------------------------------------------------------------------------
     def is_running(self) -> bool:
         """True when the broker process this checkout started is alive."""
-        return pid_alive(read_pid(self.pid_file))
+        return process.pid_alive(process.read_pid(self.pid_file))
 
     def preflight(self) -> None:
         """Fail before anything starts: Java present, jars fetchable, both ports free."""
@@ -299,8 +287,8 @@ class KafkaNode:
         if not (self.libs / ".complete").is_file() and shutil.which("mvn") is None:
             self.ensure_jars()  # raises the one-line "Maven is not installed" error
         host = self.settings.kafka_host
-        require_free_port(host, self.spec.port, self.name, "MINRUNTIME_KAFKA_BOOTSTRAP")
-        require_free_port(
+        process.require_free_port(host, self.spec.port, self.name, "MINRUNTIME_KAFKA_BOOTSTRAP")
+        process.require_free_port(
             host,
             self.spec.controller_port,
             f"the {self.name} controller (broker port + 1)",
@@ -333,18 +321,21 @@ class KafkaNode:
             "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
             *self._classpath_command("kafka.Kafka", str(self.config_file))[1:],
         ]  # fmt: skip
-        spawn_daemon(command, self.log_file, self.pid_file, self.home)
+        process.spawn_daemon(command, self.log_file, self.pid_file, self.home)
         return True
 
     def wait_listening(self, timeout: float) -> None:
         """Return once the broker's port accepts connections; fail if the process exits."""
         host, port = self.settings.kafka_host, self.spec.port
-        if not wait_until(lambda: port_in_use(host, port) or not self.is_running(), timeout):
-            raise StackError(
-                f"{self.name} did not open port {port} in {timeout:.0f}s: {tail(self.log_file, 3)}"
-            )
+        if not process.wait_until(
+            lambda: process.port_in_use(host, port) or not self.is_running(), timeout
+        ):
+            log = process.tail(self.log_file, 3)
+            raise StackError(f"{self.name} did not open port {port} in {timeout:.0f}s: {log}")
         if not self.is_running():
-            raise StackError(f"{self.name} exited during start-up: {tail(self.log_file, 3)}")
+            raise StackError(
+                f"{self.name} exited during start-up: {process.tail(self.log_file, 3)}"
+            )
 
     def wait_ready(self, timeout: float) -> None:
         """Return once a real produce/consume round trip through the broker succeeds."""
@@ -353,20 +344,22 @@ class KafkaNode:
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL); True when one was running."""
-        return stop_daemon(self.pid_file, timeout)
+        return process.stop_daemon(self.pid_file, timeout)
 
-    def health(self) -> Health:
+    def health(self) -> process.Health:
         """Is the process alive, and does the broker answer a metadata request?"""
-        pid = read_pid(self.pid_file)
-        if not pid_alive(pid):
-            return Health(False, False, None, "not running")
+        pid = process.read_pid(self.pid_file)
+        if not process.pid_alive(pid):
+            return process.Health(False, False, None, "not running")
         try:
             brokers = asyncio.run(asyncio.wait_for(describe(kafka_access(self.settings)), 10))
         except Exception as exc:
-            return Health(True, False, pid, f"not answering: {exc!r}")
+            return process.Health(True, False, pid, f"not answering: {exc!r}")
         protocol = self.settings.kafka_security_protocol
         version = self.settings.kafka_version
-        return Health(True, True, pid, f"{brokers} broker(s), KRaft, Kafka {version}, {protocol}")
+        return process.Health(
+            True, True, pid, f"{brokers} broker(s), KRaft, Kafka {version}, {protocol}"
+        )
 
 
 def min_heap(heap: str) -> str:

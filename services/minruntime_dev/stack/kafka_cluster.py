@@ -30,6 +30,7 @@ from typing import Any
 from minruntime.errors import StackError
 from minruntime.kafka_access import kafka_access, start_client
 from minruntime.settings import Settings
+from minruntime_dev.stack import process
 from minruntime_dev.stack.kafka import (
     KafkaNode,
     NodeSpec,
@@ -37,16 +38,6 @@ from minruntime_dev.stack.kafka import (
     new_cluster_id,
 )
 from minruntime_dev.stack.kafka_probe import checked_round_trip
-from minruntime_dev.stack.process import (
-    Health,
-    exited,
-    pid_alive,
-    read_pid,
-    send_signal,
-    terminate,
-    wait_until,
-    write_private,
-)
 
 PORT_STEP = 10
 IDENTITY_FILE = "kafka-cluster.json"
@@ -119,7 +110,7 @@ class KafkaCluster:
             identity = ClusterIdentity(
                 new_cluster_id(), tuple(new_cluster_id() for _ in range(self.count))
             )
-            write_private(self.identity_file, json.dumps(asdict(identity), indent=2) + "\n")
+            process.write_private(self.identity_file, json.dumps(asdict(identity), indent=2) + "\n")
         self.nodes = self._nodes(identity)
 
     # -- addresses ------------------------------------------------------------------------
@@ -179,33 +170,33 @@ class KafkaCluster:
         running = {
             node_id: pid
             for node_id, node in self.nodes.items()
-            if pid_alive(pid := read_pid(node.pid_file)) and pid is not None
+            if process.pid_alive(pid := process.read_pid(node.pid_file)) and pid is not None
         }
         self._resume()  # a stopped process would sit on its SIGTERM until the SIGKILL
         for pid in running.values():
-            send_signal(pid, signal.SIGTERM)
+            process.send_signal(pid, signal.SIGTERM)
         for node_id, pid in running.items():
-            terminate(pid, timeout)
+            process.terminate(pid, timeout)
             self.nodes[node_id].pid_file.unlink(missing_ok=True)
         return sorted(running)
 
     def _resume(self) -> None:
         for node in self.nodes.values():
-            pid = read_pid(node.pid_file)
-            if pid is not None and pid_alive(pid):
-                send_signal(pid, signal.SIGCONT)
+            pid = process.read_pid(node.pid_file)
+            if pid is not None and process.pid_alive(pid):
+                process.send_signal(pid, signal.SIGCONT)
 
     # -- one node ----------------------------------------------------------------------------
     def kill(self, node_id: int, sig: signal.Signals = signal.SIGKILL, timeout: float = 30) -> int:
         """Send `sig` to broker `node_id`; for SIGKILL and SIGTERM wait until it is gone.
         Returns its pid."""
         node = self.node(node_id)
-        pid = read_pid(node.pid_file)
-        if pid is None or not pid_alive(pid):
+        pid = process.read_pid(node.pid_file)
+        if pid is None or not process.pid_alive(pid):
             raise StackError(f"Kafka broker {node_id} is not running")
-        send_signal(pid, sig)
-        if sig in (signal.SIGKILL, signal.SIGTERM) and not wait_until(
-            lambda: exited(pid), timeout, 0.1
+        process.send_signal(pid, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM) and not process.wait_until(
+            lambda: process.exited(pid), timeout, 0.1
         ):
             raise StackError(f"Kafka broker {node_id} (pid {pid}) did not exit on {sig.name}")
         return pid
@@ -218,7 +209,7 @@ class KafkaCluster:
         node = self.nodes[node_id]
         started = node.start()
         node.wait_listening(timeout)
-        if not wait_until(lambda: node_id in self.registered(), timeout, 0.5):
+        if not process.wait_until(lambda: node_id in self.registered(), timeout, 0.5):
             raise StackError(
                 f"Kafka broker {node_id} runs but did not rejoin the cluster in {timeout:.0f}s"
             )
@@ -277,7 +268,7 @@ class KafkaCluster:
                     raise
                 time.sleep(0.5)
 
-    def health(self) -> dict[int, Health]:
+    def health(self) -> dict[int, process.Health]:
         """Each node: is its process alive, and does the cluster list it as a broker?"""
         listed: set[int] = set()
         controller, problem = -1, ""
@@ -289,17 +280,17 @@ class KafkaCluster:
             except Exception as exc:
                 problem = f"the cluster does not answer: {exc!r}"
         protocol = self.settings.kafka_security_protocol
-        found: dict[int, Health] = {}
+        found: dict[int, process.Health] = {}
         for node_id, node in self.nodes.items():
-            pid = read_pid(node.pid_file)
-            if not pid_alive(pid):
-                found[node_id] = Health(False, False, None, f"not running ({node.address})")
+            pid = process.read_pid(node.pid_file)
+            if not process.pid_alive(pid):
+                found[node_id] = process.Health(False, False, None, f"not running ({node.address})")
             elif node_id not in listed:
                 why = problem or "running, but not listed by the cluster"
-                found[node_id] = Health(True, False, pid, f"{node.address}: {why}")
+                found[node_id] = process.Health(True, False, pid, f"{node.address}: {why}")
             else:
                 role = ", active controller" if node_id == controller else ""
-                found[node_id] = Health(
+                found[node_id] = process.Health(
                     True,
                     True,
                     pid,
