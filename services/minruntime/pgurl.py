@@ -85,7 +85,6 @@ class PgAddress:
 
     @property
     def port(self) -> int:
-        """The first server's port."""
         return self.servers[0][1]
 
     def with_params(self, **params: str | None) -> PgAddress:

@@ -51,7 +51,6 @@ class DemoChild:
 
     @property
     def pid(self) -> int:
-        """The subprocess's id."""
         return self.process.pid
 
     def tail(self, count: int) -> list[str]:

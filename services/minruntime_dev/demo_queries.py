@@ -143,7 +143,6 @@ def kube_podgroups(columns: tuple[str, ...]) -> str:
 
 
 def run_query(conn: sa.Connection, query: str, **params: Any) -> sa.CursorResult[Any]:
-    """``query`` (one of this module's) with ``params``."""
     return conn.execute(sa.text(query), params)
 
 

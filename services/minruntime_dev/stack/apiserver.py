@@ -79,7 +79,6 @@ class KubeNode:
 
     @property
     def server(self) -> str:
-        """The API server's URL."""
         return f"https://{HOST}:{self.settings.kube_apiserver_port_resolved}"
 
     @property

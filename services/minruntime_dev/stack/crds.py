@@ -39,7 +39,6 @@ class CrdChoice:
 
 
 def crd_directory() -> Path:
-    """`deploy/kubernetes/crds/` of this checkout."""
     return project_root() / "deploy" / "kubernetes" / "crds"
 
 

@@ -277,7 +277,7 @@ class KafkaNode:
     # -- lifecycle ------------------------------------------------------------------------
     def is_running(self) -> bool:
         """True when the broker process this checkout started is alive."""
-        return process.pid_alive(process.read_pid(self.pid_file))
+        return process.running_pid(self.pid_file) is not None
 
     def preflight(self) -> None:
         """Fail before anything starts: Java present, jars fetchable, both ports free."""
@@ -348,8 +348,8 @@ class KafkaNode:
 
     def health(self) -> process.Health:
         """Is the process alive, and does the broker answer a metadata request?"""
-        pid = process.read_pid(self.pid_file)
-        if not process.pid_alive(pid):
+        pid = process.running_pid(self.pid_file)
+        if pid is None:
             return process.Health(False, False, None, "not running")
         try:
             brokers = asyncio.run(asyncio.wait_for(describe(kafka_access(self.settings)), 10))

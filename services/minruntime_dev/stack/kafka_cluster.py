@@ -121,7 +121,6 @@ class KafkaCluster:
 
     @property
     def client_settings(self) -> Settings:
-        """The settings with every broker as the bootstrap list."""
         return self.settings.model_copy(update={"kafka_bootstrap": self.bootstrap})
 
     def node(self, node_id: int) -> KafkaNode:
@@ -170,7 +169,7 @@ class KafkaCluster:
         running = {
             node_id: pid
             for node_id, node in self.nodes.items()
-            if process.pid_alive(pid := process.read_pid(node.pid_file)) and pid is not None
+            if (pid := process.running_pid(node.pid_file)) is not None
         }
         self._resume()  # a stopped process would sit on its SIGTERM until the SIGKILL
         for pid in running.values():
@@ -182,8 +181,7 @@ class KafkaCluster:
 
     def _resume(self) -> None:
         for node in self.nodes.values():
-            pid = process.read_pid(node.pid_file)
-            if pid is not None and process.pid_alive(pid):
+            if (pid := process.running_pid(node.pid_file)) is not None:
                 process.send_signal(pid, signal.SIGCONT)
 
     # -- one node ----------------------------------------------------------------------------
@@ -191,8 +189,8 @@ class KafkaCluster:
         """Send `sig` to broker `node_id`; for SIGKILL and SIGTERM wait until it is gone.
         Returns its pid."""
         node = self.node(node_id)
-        pid = process.read_pid(node.pid_file)
-        if pid is None or not process.pid_alive(pid):
+        pid = process.running_pid(node.pid_file)
+        if pid is None:
             raise StackError(f"Kafka broker {node_id} is not running")
         process.send_signal(pid, sig)
         if sig in (signal.SIGKILL, signal.SIGTERM) and not process.wait_until(
@@ -241,7 +239,6 @@ class KafkaCluster:
         raise StackError(f"topic {topic} has no partition {partition}")
 
     def leader_of(self, topic: str, partition: int) -> int:
-        """The broker that leads `topic`'s `partition` now."""
         return self.partition_state(topic, partition).leader
 
     def _ask(self, request: Any, timeout: float = 15.0) -> Any:
@@ -282,8 +279,8 @@ class KafkaCluster:
         protocol = self.settings.kafka_security_protocol
         found: dict[int, process.Health] = {}
         for node_id, node in self.nodes.items():
-            pid = process.read_pid(node.pid_file)
-            if not process.pid_alive(pid):
+            pid = process.running_pid(node.pid_file)
+            if pid is None:
                 found[node_id] = process.Health(False, False, None, f"not running ({node.address})")
             elif node_id not in listed:
                 why = problem or "running, but not listed by the cluster"

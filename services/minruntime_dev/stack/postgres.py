@@ -21,16 +21,7 @@ from typing import TYPE_CHECKING, Any
 from minruntime.errors import MissingToolError, StackError
 from minruntime.pgurl import PgAddress
 from minruntime.settings import Settings
-from minruntime_dev.stack.access import (
-    INCLUDE_LINE,
-    REPLICATION_INCLUDE_LINE,
-    REPLICATION_ROLE,
-    SECURITY_CONF,
-    hba_text,
-    ident_text,
-    make_certificate,
-    security_conf,
-)
+from minruntime_dev.stack import access
 from minruntime_dev.stack.process import Health, require_free_port, run, tail, write_private
 
 if TYPE_CHECKING:
@@ -237,21 +228,21 @@ class PostgresNode:
     def configure(self) -> None:
         """Write who may connect and how (minruntime_dev.stack.access); upgrades older stacks."""
         conf = self.data_dir / "postgresql.conf"
-        includes = {INCLUDE_LINE: "socket, passwords and TLS"}
+        includes = {access.INCLUDE_LINE: "socket, passwords and TLS"}
         if self.replication:
-            includes[REPLICATION_INCLUDE_LINE] = "primary or standby (stack up --pg-standby)"
+            includes[access.REPLICATION_INCLUDE_LINE] = "primary or standby (stack up --pg-standby)"
         text = conf.read_text()
         for line, why in includes.items():
             if line not in text:
                 with conf.open("a") as out:
                     out.write(f"\n# minruntime: {why}\n{line}\n")
-        tls = make_certificate(self.tls_dir, self.db.host)
+        tls = access.make_certificate(self.tls_dir, self.db.host)
         os_users = [pwd.getpwuid(os.geteuid()).pw_name, SUPERUSER]
-        replication_role = REPLICATION_ROLE if self.replication else None
+        replication_role = access.REPLICATION_ROLE if self.replication else None
         files = {
-            self.data_dir / "pg_hba.conf": hba_text(SUPERUSER, replication_role),
-            self.data_dir / "pg_ident.conf": ident_text(os_users, SUPERUSER),
-            self.data_dir / SECURITY_CONF: security_conf(*(tls or (None, None))),
+            self.data_dir / "pg_hba.conf": access.hba_text(SUPERUSER, replication_role),
+            self.data_dir / "pg_ident.conf": access.ident_text(os_users, SUPERUSER),
+            self.data_dir / access.SECURITY_CONF: access.security_conf(*(tls or (None, None))),
         }
         for path, text in files.items():
             path.write_text(text)
@@ -289,7 +280,6 @@ class PostgresNode:
         )
 
     def is_running(self) -> bool:
-        """True when this checkout's server is running."""
         if not (self.data_dir / "PG_VERSION").is_file():
             return False
         try:
@@ -304,7 +294,6 @@ class PostgresNode:
         return done.returncode == 0
 
     def pid(self) -> int | None:
-        """The postmaster's pid, from postmaster.pid."""
         try:
             return int((self.data_dir / "postmaster.pid").read_text().splitlines()[0])
         except (FileNotFoundError, PermissionError, ValueError, IndexError):

@@ -49,6 +49,12 @@ def read_pid(pid_file: Path) -> int | None:
         return None
 
 
+def running_pid(pid_file: Path) -> int | None:
+    """The pid recorded in pid_file while that process runs, else None."""
+    pid = read_pid(pid_file)
+    return pid if pid_alive(pid) else None
+
+
 def pid_alive(pid: int | None) -> bool:
     """True when a process with this pid exists (and is not a zombie)."""
     if pid is None:
@@ -114,11 +120,10 @@ def spawn_daemon(command: Sequence[str], log_file: Path, pid_file: Path, cwd: Pa
 
 def stop_daemon(pid_file: Path, timeout: float) -> bool:
     """Stop the server `pid_file` names (SIGTERM, then SIGKILL); True when one was running."""
-    pid = read_pid(pid_file)
-    if not pid_alive(pid):
+    pid = running_pid(pid_file)
+    if pid is None:
         pid_file.unlink(missing_ok=True)
         return False
-    assert pid is not None
     terminate(pid, timeout)
     pid_file.unlink(missing_ok=True)
     return True
