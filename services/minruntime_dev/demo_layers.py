@@ -86,72 +86,42 @@ class _Story(Story):
         for pool in ("ly-delay", "ly-semi", "ly-capped", "ly-guard"):
             events.append(self.node(pool))
         # delay: hog over-runs; eager would fit once it is gone, but waits out its delay.
-        events += self.running(
-            self.gang("hog", "ly-delay", 4, VICTIM_PRIORITY, annotations=over),
-            "ly-delay-node",
-            self.started,
-        )
+        hog = self.gang("hog", "ly-delay", 4, VICTIM_PRIORITY, annotations=over)
+        events += self.running(hog, "ly-delay-node", self.started)
         eager = self.gang("eager", "ly-delay", 2, CONTENDER_PRIORITY)
         eager["preemptionDelay"] = PREEMPTION_DELAY
         events.append(self.submitted(eager, waiting_since))
         # semi: a semi-preemptible gang of 4 with a core of 2, over its expected runtime.
-        events += self.running(
-            self.gang(
-                "core",
-                "ly-semi",
-                4,
-                VICTIM_PRIORITY,
-                min_available=2,
-                preemptibility="semi-preemptible",
-                annotations=over,
-            ),
-            "ly-semi-node",
-            self.started,
-        )
+        semi = {"preemptibility": "semi-preemptible", "annotations": over}
+        core = self.gang("core", "ly-semi", 4, VICTIM_PRIORITY, min_available=2, **semi)
+        events += self.running(core, "ly-semi-node", self.started)
         waiting = self.gang("wants-core", "ly-semi", 4, CONTENDER_PRIORITY)
         events.append(self.submitted(waiting, waiting_since))
         # cap: repeat over-runs and first waits: the one requeue the hour allows.
-        events += self.running(
-            self.gang("repeat", "ly-capped", 4, VICTIM_PRIORITY, annotations=over),
-            "ly-capped-node",
-            self.started,
-        )
+        repeat = self.gang("repeat", "ly-capped", 4, VICTIM_PRIORITY, annotations=over)
+        events += self.running(repeat, "ly-capped-node", self.started)
         first = self.gang("first", "ly-capped", 2, CONTENDER_PRIORITY)
         events.append(self.submitted(first, waiting_since))
         # violation: precious runs since 30 minutes in a queue that protects it for 4h.
-        events += self.running(
-            self.gang("precious", "ly-guard", 1, VICTIM_PRIORITY, queue="guarded"),
-            "ly-guard-node",
-            self.now - timedelta(minutes=30),
-        )
+        precious = self.gang("precious", "ly-guard", 1, VICTIM_PRIORITY, queue="guarded")
+        events += self.running(precious, "ly-guard-node", self.now - timedelta(minutes=30))
         return events
 
     def second_round(self, at: datetime) -> list[tuple[TopicRole, Any]]:
         """What the cluster does next: the requeue carried out, repeat back, named again."""
         repeat, first = self.uid("repeat"), self.uid("first")
         node = "ly-capped-node"
-        released = {"uid": repeat, "reason": "requeued"}
         placed = {"uid": first, "pods": [{"name": f"first-{i}", "node": node} for i in range(2)]}
         back = {"uid": repeat, "pods": [{"name": f"repeat-{i}", "node": node} for i in range(4)]}
         second = self.gang("second", "ly-capped", 2, CONTENDER_PRIORITY)
         return [
-            (TopicRole.PODGROUPS, new_event("podgroup.released", released, time=at)),
-            (TopicRole.PODGROUPS, new_event("podgroup.allocated", placed, time=at)),
-            (
-                TopicRole.PODGROUPS,
-                new_event("podgroup.released", {"uid": first, "reason": "completed"}, time=at),
-            ),
-            (TopicRole.PODGROUPS, new_event("podgroup.allocated", back, time=at)),
+            self.podgroup("released", {"uid": repeat, "reason": "requeued"}, at),
+            self.podgroup("allocated", placed, at),
+            self.podgroup("released", {"uid": first, "reason": "completed"}, at),
+            self.podgroup("allocated", back, at),
             self.submitted(second, at),
             # A scheduler that ignores the minimum runtime evicts precious.
-            (
-                TopicRole.PODGROUPS,
-                new_event(
-                    "podgroup.released",
-                    {"uid": self.uid("precious"), "reason": "evicted"},
-                    time=at,
-                ),
-            ),
+            self.podgroup("released", {"uid": self.uid("precious"), "reason": "evicted"}, at),
         ]
 
     def nomination(self, at: datetime) -> list[tuple[TopicRole, Any]]:

@@ -109,11 +109,11 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
         # In the seed's Queue YAML queue: its 20s are long over.
         ("serve", "production", 1, None, 300),
     )
+    story = Story("demo", "demo", run, now)
     podgroups: list[tuple[TopicRole, Any]] = []
     for name, queue_name, pods, min_available, started in jobs:
-        uid = f"demo-{run}-{name}"
         data: dict[str, Any] = {
-            "uid": uid,
+            "uid": story.uid(name),
             "name": name,
             "namespace": "demo",
             "queue": queue_name,
@@ -122,14 +122,7 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
         }
         if min_available is not None:
             data["subGroups"] = [{"name": "default", "minAvailable": min_available}]
-        allocated = {
-            "uid": uid,
-            "pods": [{"name": f"{name}-{i}", "node": "gpu-node-1"} for i in range(pods)],
-        }
-        podgroups += [
-            (TopicRole.PODGROUPS, new_event("podgroup.submitted", data, time=ago(started + 5))),
-            (TopicRole.PODGROUPS, new_event("podgroup.allocated", allocated, time=ago(started))),
-        ]
+        podgroups += story.running(data, "gpu-node-1", ago(started), ago(started + 5))
     return tree + podgroups
 
 
@@ -158,8 +151,12 @@ class Story:
             **extra,
         }
 
+    def podgroup(self, change: str, data: dict[str, Any], at: datetime) -> tuple[TopicRole, Any]:
+        """A `podgroup.<change>` event."""
+        return TopicRole.PODGROUPS, new_event(f"podgroup.{change}", data, time=at)
+
     def submitted(self, data: dict[str, Any], at: datetime) -> tuple[TopicRole, Any]:
-        return TopicRole.PODGROUPS, new_event("podgroup.submitted", data, time=at)
+        return self.podgroup("submitted", data, at)
 
     def running(
         self, data: dict[str, Any], node: str, at: datetime, submitted: datetime | None = None
@@ -167,10 +164,7 @@ class Story:
         """Submitted (at ``submitted``, else ``at``), its pods placed on ``node`` at ``at``."""
         pods = [{"name": pod["name"], "node": node} for pod in data["pods"]]
         allocated = {"uid": data["uid"], "pods": pods}
-        return [
-            self.submitted(data, submitted or at),
-            (TopicRole.PODGROUPS, new_event("podgroup.allocated", allocated, time=at)),
-        ]
+        return [self.submitted(data, submitted or at), self.podgroup("allocated", allocated, at)]
 
     def node(self, pool: str, gpus: int = 4) -> tuple[TopicRole, Any]:
         data = {"name": f"{pool}-node", "nodePool": pool, "gpu": gpus}
