@@ -276,7 +276,6 @@ class KafkaNode:
 
     # -- lifecycle ------------------------------------------------------------------------
     def is_running(self) -> bool:
-        """True when the broker process this checkout started is alive."""
         return process.running_pid(self.pid_file) is not None
 
     def preflight(self) -> None:
@@ -302,7 +301,6 @@ class KafkaNode:
 
     @property
     def address(self) -> str:
-        """host:port of its client listener."""
         return f"{self.settings.kafka_host}:{self.spec.port}"
 
     def start(self) -> bool:

@@ -137,7 +137,6 @@ class KafkaCluster:
             node.preflight()
 
     def is_running(self) -> bool:
-        """True when any node of the cluster runs."""
         return any(node.is_running() for node in self.nodes.values())
 
     def start(self) -> list[int]:

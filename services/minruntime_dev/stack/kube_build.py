@@ -58,7 +58,6 @@ class KubeBinaries:
 
     @property
     def built(self) -> bool:
-        """True when both binaries are in the cache."""
         return self.marker.is_file() and self.apiserver.is_file() and self.etcd.is_file()
 
     def go(self) -> str:

@@ -69,7 +69,6 @@ class StackStatus:
 
     @property
     def healthy(self) -> bool:
-        """True when every component is running and answering."""
         return all(c.healthy for c in self.components)
 
 

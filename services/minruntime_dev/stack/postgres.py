@@ -364,7 +364,6 @@ class PostgresNode:
         return True
 
     def reload(self) -> None:
-        """Make the running server re-read its configuration files."""
         self._pg_ctl("reload")
 
     def promote(self, timeout: float) -> None:
