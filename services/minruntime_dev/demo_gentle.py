@@ -80,9 +80,8 @@ metadata:
 )
 
 
-def gentle_env() -> dict[str, str]:
-    """What the four processes run with for this part."""
-    return {"MINRUNTIME_EVICTOR_DEADLINE_SECONDS": str(DEADLINE_SECONDS)}
+# What the four processes run with for this part.
+GENTLE_ENV = {"MINRUNTIME_EVICTOR_DEADLINE_SECONDS": str(DEADLINE_SECONDS)}
 
 
 def nodes(run: str) -> list[str]:

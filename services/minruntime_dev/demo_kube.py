@@ -25,7 +25,7 @@ from minruntime.core import DEFAULT_NODE_POOL
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime_dev.demo_gentle import Until, gentle_env, run_gentle
+from minruntime_dev.demo_gentle import GENTLE_ENV, Until, run_gentle
 from minruntime_dev.demo_gentle import nodes as gentle_nodes
 from minruntime_dev.demo_process import DemoChild, wait_for
 from minruntime_dev.demo_queries import KUBE_COMMITTED, KUBE_STATUS, ask, kube_podgroups
@@ -66,7 +66,7 @@ def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -
         "MINRUNTIME_KUBE_LEASE_NAME": f"demo-bridge-{run}",
         "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
         "MINRUNTIME_EVICTOR_GROUP": f"demo-evictor-{run}",
-        **gentle_env(),
+        **GENTLE_ENV,
     }
     children = [DemoChild.start(command, env) for command in ("processor", "requeue-worker")]
     children += [DemoChild.start(command, env) for command in ("kube bridge", "kube evictor")]

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from minruntime.errors import StackError
-from minruntime.kafka_access import kafka_access, start_client
+from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime_dev.stack import process
 from minruntime_dev.stack.kafka import (
@@ -37,7 +37,7 @@ from minruntime_dev.stack.kafka import (
     Quorum,
     new_cluster_id,
 )
-from minruntime_dev.stack.kafka_probe import checked_round_trip
+from minruntime_dev.stack.kafka_probe import admin_request, checked_round_trip
 
 PORT_STEP = 10
 IDENTITY_FILE = "kafka-cluster.json"
@@ -243,22 +243,12 @@ class KafkaCluster:
     def _ask(self, request: Any, timeout: float = 15.0) -> Any:
         """One admin request, asked again (a new client) while a broker just lost is still
         the one the client picks; the last error after `timeout`."""
-
-        async def ask() -> Any:
-            from aiokafka.admin import AIOKafkaAdminClient
-
-            access = kafka_access(self.client_settings)
-            admin = AIOKafkaAdminClient(**access.client_kwargs(), request_timeout_ms=5000)
-            await start_client(admin, access)
-            try:
-                return await request(admin)
-            finally:
-                await admin.close()
-
+        access = kafka_access(self.client_settings)
         deadline = time.monotonic() + timeout
         while True:
+            ask = admin_request(access, request)
             try:
-                return asyncio.run(asyncio.wait_for(ask(), max(deadline - time.monotonic(), 1)))
+                return asyncio.run(asyncio.wait_for(ask, max(deadline - time.monotonic(), 1)))
             except Exception:
                 if time.monotonic() >= deadline:
                     raise

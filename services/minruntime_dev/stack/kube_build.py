@@ -117,14 +117,14 @@ class KubeBinaries:
             env=env,
         )
         major, minor = kube.lstrip("v").split(".")[:2]
+        versions = {
+            "gitVersion": kube,
+            "gitMajor": major,
+            "gitMinor": minor,
+            "gitTreeState": "clean",
+        }
         version_flags = " ".join(
-            f"-X k8s.io/component-base/version.{name}={value}"
-            for name, value in (
-                ("gitVersion", kube),
-                ("gitMajor", major),
-                ("gitMinor", minor),
-                ("gitTreeState", "clean"),
-            )
+            f"-X k8s.io/component-base/version.{name}={value}" for name, value in versions.items()
         )
         for package, output in ((APISERVER_PACKAGE, "kube-apiserver"), (ETCD_MODULE, "etcd")):
             run(

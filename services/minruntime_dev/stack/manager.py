@@ -192,25 +192,22 @@ def _postgres_up(
     if remembered.standby:
         PostgresPair(settings, remembered).detach(say)
     postgres = PostgresNode(settings)
-    if postgres.start(timeout):
-        say(f"PostgreSQL started on port {settings.database_parts.port}")
-    else:
-        say("PostgreSQL already running")
+    started = postgres.start(timeout)
+    say(f"PostgreSQL started on port {postgres.port}" if started else "PostgreSQL already running")
     postgres.create_database()
     return topology
 
 
 def _kafka_up(settings: Settings, say: Say, began: float) -> None:
     kafka = KafkaNode(settings)
-    if kafka.start():
+    started = kafka.start()
+    if started:
         say(
             f"Kafka {settings.kafka_version} starting on {settings.kafka_bootstrap} "
             f"({settings.kafka_security_protocol})"
         )
-        started = True
     else:
         say("Kafka already running")
-        started = False
     kafka.wait_ready(settings.stack_timeout_seconds)
     if started:
         say(f"Kafka answered a produce/consume round trip ({time.monotonic() - began:.1f}s)")
