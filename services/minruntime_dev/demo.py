@@ -25,11 +25,6 @@ from minruntime.core import (
 )
 from minruntime.events.inputs import QueueUpsertedData
 
-
-def _d(text: str) -> timedelta:
-    return parse_duration(text)
-
-
 # The design document's tree as `queue.upserted` data (part 2 sends it as it is).
 # Reclaim values: A → B(600s) → {C(unset) → {leaf1(0s), leaf2(180s)}, D(60s) → {leaf3}}.
 # Preempt values: B(600s), leaf1(300s).
@@ -143,7 +138,7 @@ def run_demo(console: Console) -> None:
     )
     window = Table("now", "protected?")
     for offset in ("30s", "59.999999s", "60s", "90s"):
-        now = start + _d(offset)
+        now = start + parse_duration(offset)
         verdict = is_protected(start, resolution.min_runtime, now)
         window.add_row(
             f"start + {offset}", "[green]protected[/]" if verdict else "[red]reclaimable[/]"

@@ -172,18 +172,11 @@ class Cluster:
         """What the disruption controller would write: one disruption allowed now."""
         from kubernetes import client
 
-        client.PolicyV1Api(self.api).patch_namespaced_pod_disruption_budget_status(
-            name,
-            self.namespace,
-            {
-                "status": {
-                    "observedGeneration": 1,
-                    "disruptionsAllowed": 1,
-                    "currentHealthy": 1,
-                    "desiredHealthy": 0,
-                    "expectedPods": 1,
-                }
-            },
+        status = {"observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 1,
+                  "desiredHealthy": 0, "expectedPods": 1}  # fmt: skip
+        policy = client.PolicyV1Api(self.api)
+        policy.patch_namespaced_pod_disruption_budget_status(
+            name, self.namespace, {"status": status}
         )
 
     # -- what the scheduler and the kubelet would do -----------------------------------------

@@ -276,11 +276,9 @@ class KafkaCluster:
                 found[node_id] = process.Health(True, False, pid, f"{node.address}: {why}")
             else:
                 role = ", active controller" if node_id == controller else ""
-                found[node_id] = process.Health(
-                    True,
-                    True,
-                    pid,
+                detail = (
                     f"broker {node_id} at {node.address}{role}; {len(listed)} of {self.count} "
-                    f"brokers up, KRaft, Kafka {self.settings.kafka_version}, {protocol}",
+                    f"brokers up, KRaft, Kafka {self.settings.kafka_version}, {protocol}"
                 )
+                found[node_id] = process.Health(True, True, pid, detail)
         return found
