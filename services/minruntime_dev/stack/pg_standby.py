@@ -305,12 +305,8 @@ class PostgresPair:
         found = server.health()
         if server is self.standby and self.topology.fenced:
             state = "read-only" if found.running else "stopped"
-            return Health(
-                found.running,
-                False,
-                found.pid,
-                f"fenced former primary, {state}; `stack up` re-clones it as the standby",
-            )
+            detail = f"fenced former primary, {state}; `stack up` re-clones it as the standby"
+            return replace(found, healthy=False, detail=detail)
         if not found.healthy:
             return found
         if server is self.primary:
