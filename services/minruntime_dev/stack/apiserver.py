@@ -54,6 +54,13 @@ class _Daemon:
     def log_tail(self) -> str:
         return process.tail(self.log_file, 3)
 
+    def health(self, answer: Callable[[], str | None], silent: str) -> process.Health:
+        """Not running; running and answering (``answer()``: what it said); else ``silent``."""
+        if not self.is_running():
+            return process.Health(False, False, None, "not running")
+        said = answer()
+        return process.Health(True, said is not None, self.pid, said or silent)
+
 
 class KubeNode:
     """etcd and kube-apiserver of this checkout: configure, start, check, stop."""
@@ -154,23 +161,22 @@ class KubeNode:
 
     def health(self) -> list[tuple[str, process.Health]]:
         """etcd's and the API server's health, without changing anything."""
-        etcd_pid, api_pid = self.etcd.pid, self.apiserver.pid
         etcd_url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}"
-        if not self.etcd.is_running():
-            etcd = process.Health(False, False, None, "not running")
-        elif self._etcd_healthy():
-            version = self._etcd_json("/version").get("etcdserver", "?")
-            etcd = process.Health(True, True, etcd_pid, f"etcd {version}, {etcd_url}")
-        else:
-            etcd = process.Health(True, False, etcd_pid, f"not answering on {etcd_url}")
-        if not self.apiserver.is_running():
-            api = process.Health(False, False, None, "not running")
-        elif self._apiserver_ready():
-            version = self._get_json("/version").get("gitVersion", "?")
-            api = process.Health(True, True, api_pid, f"Kubernetes {version}, {self.server}")
-        else:
-            api = process.Health(True, False, api_pid, f"not ready at {self.server}")
-        return [("etcd", etcd), ("kube-apiserver", api)]
+
+        def etcd() -> str | None:
+            if not self._etcd_healthy():
+                return None
+            return f"etcd {self._etcd_json('/version').get('etcdserver', '?')}, {etcd_url}"
+
+        def api() -> str | None:
+            if not self._apiserver_ready():
+                return None
+            return f"Kubernetes {self._get_json('/version').get('gitVersion', '?')}, {self.server}"
+
+        return [
+            ("etcd", self.etcd.health(etcd, f"not answering on {etcd_url}")),
+            ("kube-apiserver", self.apiserver.health(api, f"not ready at {self.server}")),
+        ]
 
     # -- configuration --------------------------------------------------------------------
     def admin_token(self) -> str:
