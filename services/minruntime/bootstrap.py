@@ -181,12 +181,7 @@ def build_processor(
         metrics.owned((role.value, partition) for role, partition in owned)
 
     processor = build_app(
-        settings,
-        sink,
-        on_outcome=on_outcome,
-        relay=publish,
-        guard=guard,
-        on_assigned=on_assigned,
+        settings, sink, on_outcome=on_outcome, relay=publish, guard=guard, on_assigned=on_assigned
     )
     started = health.Condition("starting")
 

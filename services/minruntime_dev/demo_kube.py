@@ -101,10 +101,7 @@ def _story(
     urgent = cluster.podgroup("urgent", queue, f"demo-high-{run}")
     cluster.pod("urgent-0", "urgent", 4)
     long = cluster.podgroup(
-        "long",
-        queue,
-        f"demo-low-{run}",
-        annotations={"kai.scheduler/expected-runtime": "5s"},
+        "long", queue, f"demo-low-{run}", annotations={"kai.scheduler/expected-runtime": "5s"}
     )
     cluster.pod("long-0", "long", 4)
     console.print(

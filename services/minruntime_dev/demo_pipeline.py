@@ -176,7 +176,7 @@ def _requeue_events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
     story = Story("demo", "demo", run, now)
     started = story.started
     events: list[tuple[TopicRole, Any]] = [
-        (TopicRole.QUEUES, new_event("queue.upserted", LONGRUN_QUEUE, time=started)),
+        (TopicRole.QUEUES, new_event("queue.upserted", LONGRUN_QUEUE, time=started))
     ]
     over = {EXPECTED_RUNTIME_ANNOTATION: EXPECTED_RUNTIME}
     for job, pool, queue, contender in REQUEUE_JOBS:

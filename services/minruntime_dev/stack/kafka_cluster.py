@@ -31,12 +31,7 @@ from minruntime.errors import StackError
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
 from minruntime_dev.stack import process
-from minruntime_dev.stack.kafka import (
-    KafkaNode,
-    NodeSpec,
-    Quorum,
-    new_cluster_id,
-)
+from minruntime_dev.stack.kafka import KafkaNode, NodeSpec, Quorum, new_cluster_id
 from minruntime_dev.stack.kafka_probe import admin_request, checked_round_trip
 
 PORT_STEP = 10

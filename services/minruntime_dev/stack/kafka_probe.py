@@ -58,9 +58,7 @@ async def round_trip(access: KafkaAccess, replicas: int = 1) -> None:
 
     partition = TopicPartition(HEALTHCHECK_TOPIC, sent.partition)
     consumer = AIOKafkaConsumer(
-        **access.client_kwargs(),
-        group_id="minruntime-stack-healthcheck",
-        enable_auto_commit=False,
+        **access.client_kwargs(), group_id="minruntime-stack-healthcheck", enable_auto_commit=False
     )
     await start_client(consumer, access)
     try:

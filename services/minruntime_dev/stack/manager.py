@@ -29,12 +29,7 @@ from minruntime_dev.stack.kafka_cluster import KafkaCluster, node_port
 from minruntime_dev.stack.pg_standby import PostgresPair
 from minruntime_dev.stack.postgres import PostgresNode
 from minruntime_dev.stack.process import Health
-from minruntime_dev.topology import (
-    StackTopology,
-    read_topology,
-    write_stack_env,
-    write_topology,
-)
+from minruntime_dev.topology import StackTopology, read_topology, write_stack_env, write_topology
 
 Say = Callable[[str], None]
 
