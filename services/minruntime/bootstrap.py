@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import gc
 import logging
 import signal
 from collections.abc import Mapping
+from typing import TypeVar
 
 import faust
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -55,6 +57,7 @@ from minruntime.stream.topic_guard import TopicGuard
 from minruntime.topic_admin import TopicRole, ensure_topics, input_topic_roles, topic_specs
 
 log = logging.getLogger(__name__)
+OptionsT = TypeVar("OptionsT", WorkerOptions, ExpiryOptions)
 
 # How often the processor checks that PostgreSQL answers (for /readyz while it is idle).
 HEALTH_PROBE_SECONDS = 2.0
@@ -178,12 +181,7 @@ def build_processor(
         metrics.owned((role.value, partition) for role, partition in owned)
 
     processor = build_app(
-        settings,
-        sink,
-        on_outcome=on_outcome,
-        relay=publish,
-        guard=guard,
-        on_assigned=on_assigned,
+        settings, sink, on_outcome=on_outcome, relay=publish, guard=guard, on_assigned=on_assigned
     )
     started = health.Condition("starting")
 
@@ -235,10 +233,9 @@ def database_reachable(engine: Engine) -> str | None:
     return None
 
 
-# The processor's objects made at start-up are frozen (never scanned again) and cycles are
-# collected rarely (minruntime.ingest.memory says why).
 def tune_gc() -> None:
-    """Freeze the objects made at start-up and collect garbage cycles less often."""
+    """Freeze the objects made at start-up (never scanned again) and collect garbage cycles
+    less often (minruntime.ingest.memory says why)."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)  # for the process's whole life
 
@@ -271,25 +268,15 @@ def run_processor(settings: Settings, loglevel: str = "warning") -> None:
     worker.execute_from_commandline()
 
 
-def worker_options(settings: Settings) -> WorkerOptions:
-    """The requeue worker's options from the settings."""
-    return WorkerOptions(
-        topic=settings.topic_requeue_decisions,
-        interval_seconds=settings.requeue_interval_seconds,
-        standby_poll_seconds=settings.requeue_standby_poll_seconds,
-        settle_seconds=settings.requeue_settle_seconds,
-        conflict_retries=settings.requeue_conflict_retries,
-        exit_after_commit=settings.requeue_exit_after_commit,
-    )
-
-
-def expiry_options(settings: Settings) -> ExpiryOptions:
-    """The protection-expiry emitter's options from the settings."""
-    return ExpiryOptions(
-        topic=settings.topic_protection,
-        max_sleep_seconds=settings.protection_max_sleep_seconds,
-        catch_up_seconds=settings.protection_catch_up_seconds,
-    )
+def options_from(settings: Settings, cls: type[OptionsT], prefix: str, topic: str) -> OptionsT:
+    """A requeue-side process's options: ``topic``, and each other field from the setting of
+    its name after ``prefix`` (``requeue_interval_seconds`` for a worker's ``interval_seconds``)."""
+    values = {
+        field.name: getattr(settings, prefix + field.name)
+        for field in dataclasses.fields(cls)
+        if field.name != "topic"
+    }
+    return cls(topic=topic, **values)
 
 
 def run_requeue_worker(settings: Settings) -> None:
@@ -326,13 +313,11 @@ async def _serve_requeue_worker(
     def wake_relay() -> None:
         loop.call_soon_threadsafe(relay.notify)
 
-    worker = RequeueWorker(
-        engine, worker_options(settings), metrics, on_recorded=wake_relay, database=database
-    )
+    options = options_from(settings, WorkerOptions, "requeue_", settings.topic_requeue_decisions)
+    worker = RequeueWorker(engine, options, metrics, on_recorded=wake_relay, database=database)
     health.add_check("leader loop", worker.loop_problem)
-    emitter = ExpiryEmitter(
-        engine, expiry_options(settings), metrics, worker.leading, on_written=wake_relay
-    )
+    expiry = options_from(settings, ExpiryOptions, "protection_", settings.topic_protection)
+    emitter = ExpiryEmitter(engine, expiry, metrics, worker.leading, on_written=wake_relay)
 
     def stop() -> None:
         worker.stop.set()

@@ -67,12 +67,10 @@ class KafkaAccess:
 
     @property
     def uses_tls(self) -> bool:
-        """True for SSL and SASL_SSL."""
         return self.protocol in ("SSL", "SASL_SSL")
 
     @property
     def uses_sasl(self) -> bool:
-        """True for SASL_PLAINTEXT and SASL_SSL."""
         return self.protocol.startswith("SASL_")
 
     def ssl_context(self) -> ssl.SSLContext | None:

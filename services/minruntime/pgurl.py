@@ -85,15 +85,11 @@ class PgAddress:
 
     @property
     def port(self) -> int:
-        """The first server's port."""
         return self.servers[0][1]
 
     def with_params(self, **params: str | None) -> PgAddress:
         """The same address with these keywords set (None: removed)."""
-        merged = {**self.params, **{k: v for k, v in params.items() if v is not None}}
-        for key, value in params.items():
-            if value is None:
-                merged.pop(key, None)
+        merged = {k: v for k, v in {**self.params, **params}.items() if v is not None}
         return replace(self, params=merged)
 
     def as_role(self, role: str) -> PgAddress:

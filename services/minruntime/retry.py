@@ -93,7 +93,6 @@ class Backoff:
         return delay
 
     def reset(self) -> None:
-        """Start again from the first delay."""
         self._next = self._first
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -263,7 +263,7 @@ class Settings(BaseSettings):
     @property
     def owner_sqlalchemy_url(self) -> str:
         """`owner_url` with the psycopg 3 driver named, for SQLAlchemy."""
-        return _sqlalchemy(self.owner_url)
+        return PgAddress.parse(self.owner_url).sqlalchemy()
 
     @property
     def processor_group_instance_id(self) -> str | None:
@@ -338,12 +338,7 @@ class Settings(BaseSettings):
     @property
     def sqlalchemy_url(self) -> str:
         """`database_url` with the psycopg 3 driver named, for SQLAlchemy."""
-        return _sqlalchemy(self.database_url)
-
-
-def _sqlalchemy(url: str) -> str:
-    """SQLAlchemy's URL (psycopg 3) for any address libpq accepts (minruntime.pgurl)."""
-    return PgAddress.parse(url).sqlalchemy()
+        return PgAddress.parse(self.database_url).sqlalchemy()
 
 
 def with_passfile(url: str, passfile: Path) -> str:
@@ -373,16 +368,15 @@ def without_password(url: str, passfile: Path) -> str:
     return with_role(url, address.user or "", passfile)
 
 
-class DatabaseParts:
+class DatabaseParts(NamedTuple):
     """Host, port, user, password and database name of a PostgreSQL URL (its first server:
     the local stack has one)."""
 
-    def __init__(self, host: str, port: int, user: str, password: str, dbname: str) -> None:
-        self.host = host
-        self.port = port
-        self.user = user
-        self.password = password
-        self.dbname = dbname
+    host: str
+    port: int
+    user: str
+    password: str
+    dbname: str
 
     @classmethod
     def from_url(cls, url: str) -> DatabaseParts:

@@ -8,13 +8,13 @@ a user would type against PostgreSQL.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from rich.console import Console
 from rich.table import Table
 
 from minruntime.core import (
     MinRuntimeConfig,
-    Queue,
     QueueTree,
     Resolution,
     Resolver,
@@ -23,38 +23,31 @@ from minruntime.core import (
     parse_duration,
     protected_until,
 )
+from minruntime.events.inputs import QueueUpsertedData
 
-
-def _d(text: str) -> timedelta:
-    return parse_duration(text)
+# The design document's tree as `queue.upserted` data (part 2 sends it as it is).
+# Reclaim values: A → B(600s) → {C(unset) → {leaf1(0s), leaf2(180s)}, D(60s) → {leaf3}}.
+# Preempt values: B(600s), leaf1(300s).
+DESIGN_QUEUES: Final = (
+    {"name": "A"},
+    {"name": "B", "parentQueue": "A", "preemptMinRuntime": "600s", "reclaimMinRuntime": "600s"},
+    {"name": "C", "parentQueue": "B"},
+    {"name": "D", "parentQueue": "B", "reclaimMinRuntime": "60s"},
+    {"name": "leaf1", "parentQueue": "C", "preemptMinRuntime": "300s", "reclaimMinRuntime": "0s"},
+    {"name": "leaf2", "parentQueue": "C", "reclaimMinRuntime": "180s"},
+    {"name": "leaf3", "parentQueue": "D"},
+)
+# A second top-level queue, for the different-roots rule (part 1 only).
+SECOND_ROOT: Final = (
+    {"name": "research", "reclaimMinRuntime": "45s"},
+    {"name": "vision", "parentQueue": "research", "reclaimMinRuntime": "15s"},
+)
 
 
 def design_tree() -> QueueTree:
-    """The design document's tree, with a second top-level queue for the different-roots rule.
-
-    Reclaim values: A → B(600s) → {C(unset) → {leaf1(0s), leaf2(180s)}, D(60s) → {leaf3}}.
-    Preempt values: B(600s), leaf1(300s).
-    """
-    return QueueTree(
-        [
-            Queue(name="A"),
-            Queue(
-                name="B", parent="A", preempt_min_runtime=_d("600s"), reclaim_min_runtime=_d("600s")
-            ),
-            Queue(name="C", parent="B"),
-            Queue(name="D", parent="B", reclaim_min_runtime=_d("60s")),
-            Queue(
-                name="leaf1",
-                parent="C",
-                preempt_min_runtime=_d("300s"),
-                reclaim_min_runtime=_d("0s"),
-            ),
-            Queue(name="leaf2", parent="C", reclaim_min_runtime=_d("180s")),
-            Queue(name="leaf3", parent="D"),
-            Queue(name="research", reclaim_min_runtime=_d("45s")),
-            Queue(name="vision", parent="research", reclaim_min_runtime=_d("15s")),
-        ]
-    )
+    """The design document's tree, with a second top-level queue for the different-roots rule."""
+    queues = (*DESIGN_QUEUES, *SECOND_ROOT)
+    return QueueTree([QueueUpsertedData.model_validate(data).to_queue() for data in queues])
 
 
 # (reclaimer, victim, what it shows)
@@ -145,7 +138,7 @@ def run_demo(console: Console) -> None:
     )
     window = Table("now", "protected?")
     for offset in ("30s", "59.999999s", "60s", "90s"):
-        now = start + _d(offset)
+        now = start + parse_duration(offset)
         verdict = is_protected(start, resolution.min_runtime, now)
         window.add_row(
             f"start + {offset}", "[green]protected[/]" if verdict else "[red]reclaimable[/]"

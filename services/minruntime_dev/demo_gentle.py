@@ -80,9 +80,8 @@ metadata:
 )
 
 
-def gentle_env() -> dict[str, str]:
-    """What the four processes run with for this part."""
-    return {"MINRUNTIME_EVICTOR_DEADLINE_SECONDS": str(DEADLINE_SECONDS)}
+# What the four processes run with for this part.
+GENTLE_ENV = {"MINRUNTIME_EVICTOR_DEADLINE_SECONDS": str(DEADLINE_SECONDS)}
 
 
 def nodes(run: str) -> list[str]:
@@ -134,7 +133,7 @@ def run_gentle(
     )
     _checkpoint_story(console, cluster, until)
     for name in ("free", "ckpt"):
-        until(functools.partial(_evicted, cluster, f"{name}-0"), f"the evictor to evict {name}")
+        until(functools.partial(cluster.evicting_pod, f"{name}-0"), f"the evictor to evict {name}")
         cluster.finish_eviction(f"{name}-0")
     until(lambda: "abandoned" in _outcomes(engine, gangs["blocked"]), "blocked's abandonment")
     table = Table(
@@ -178,7 +177,7 @@ def run_gentle(
 def _checkpoint_story(console: Console, cluster: Cluster, until: Until[Any]) -> None:
     """Play the workload of ``ckpt``: answer the evictor's request after saving."""
     requested = until(
-        lambda: _annotation(cluster, "ckpt", CHECKPOINT_REQUESTED_AT_ANNOTATION),
+        lambda: cluster.podgroup_annotations("ckpt").get(CHECKPOINT_REQUESTED_AT_ANNOTATION),
         "the evictor's checkpoint request",
     )
     console.print(
@@ -190,17 +189,6 @@ def _checkpoint_story(console: Console, cluster: Cluster, until: Until[Any]) -> 
     console.print(f"[bold]$ minruntime checkpoint ack --podgroup {target}[/]")
     answer = run_cli_as_user("checkpoint", "ack", "--podgroup", target)
     console.print(answer.rstrip(), markup=False, highlight=False, soft_wrap=True)
-
-
-def _annotation(cluster: Cluster, podgroup: str, key: str) -> str | None:
-    annotations = cluster.get_podgroup(podgroup)["metadata"].get("annotations") or {}
-    value = annotations.get(key)
-    return str(value) if value else None
-
-
-def _evicted(cluster: Cluster, pod: str) -> bool:
-    found = cluster.get_pod(pod)
-    return bool(found and found["metadata"].get("deletionTimestamp"))
 
 
 def _outcomes(engine: sa.Engine, uid: str) -> list[str]:

@@ -25,7 +25,7 @@ from minruntime.core import DEFAULT_NODE_POOL
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
-from minruntime_dev.demo_gentle import Until, gentle_env, run_gentle
+from minruntime_dev.demo_gentle import GENTLE_ENV, Until, run_gentle
 from minruntime_dev.demo_gentle import nodes as gentle_nodes
 from minruntime_dev.demo_process import DemoChild, wait_for
 from minruntime_dev.demo_queries import KUBE_COMMITTED, KUBE_STATUS, ask, kube_podgroups
@@ -66,7 +66,7 @@ def run_kube_demo(console: Console, settings: Settings, timeout: float = 90.0) -
         "MINRUNTIME_KUBE_LEASE_NAME": f"demo-bridge-{run}",
         "MINRUNTIME_KUBE_LEASE_SECONDS": "3",
         "MINRUNTIME_EVICTOR_GROUP": f"demo-evictor-{run}",
-        **gentle_env(),
+        **GENTLE_ENV,
     }
     children = [DemoChild.start(command, env) for command in ("processor", "requeue-worker")]
     children += [DemoChild.start(command, env) for command in ("kube bridge", "kube evictor")]
@@ -101,10 +101,7 @@ def _story(
     urgent = cluster.podgroup("urgent", queue, f"demo-high-{run}")
     cluster.pod("urgent-0", "urgent", 4)
     long = cluster.podgroup(
-        "long",
-        queue,
-        f"demo-low-{run}",
-        annotations={"kai.scheduler/expected-runtime": "5s"},
+        "long", queue, f"demo-low-{run}", annotations={"kai.scheduler/expected-runtime": "5s"}
     )
     cluster.pod("long-0", "long", 4)
     console.print(
@@ -126,7 +123,7 @@ def _story(
     committed = until(lambda: ask(engine, KUBE_COMMITTED, uid=long), "the requeue to be committed")
     decision = committed[0]
     pod: dict[str, Any] = until(
-        lambda: _deleting(cluster.get_pod("long-0")), "the evictor to evict long-0"
+        lambda: cluster.evicting_pod("long-0"), "the evictor to evict long-0"
     )
     console.print(
         f"Committed (decision {decision[0]}); the evictor evicted long-0 through the Eviction "
@@ -137,7 +134,7 @@ def _story(
     cluster.finish_eviction("long-0")
     # Evicted: pending again, waiting to be scheduled (as KAI requeues it).
     until(lambda: _status(engine, long) == "pending", "the release")
-    annotations = cluster.get_podgroup("long")["metadata"].get("annotations") or {}
+    annotations = cluster.podgroup_annotations("long")
     show_query(console, engine, "After the release", long, urgent)
     console.print(
         f"PodGroup long carries {REQUEUE_NOT_BEFORE_ANNOTATION}="
@@ -154,10 +151,6 @@ def _clean_up(cluster: Cluster, nodes: list[str]) -> None:
     for node in nodes:
         with contextlib.suppress(Exception):
             cluster.core.delete_node(node)
-
-
-def _deleting(pod: dict[str, Any] | None) -> dict[str, Any] | None:
-    return pod if pod and pod["metadata"].get("deletionTimestamp") else None
 
 
 def _status(engine: sa.Engine, uid: str) -> str | None:

@@ -18,12 +18,10 @@ processor and requeue worker:
 from __future__ import annotations
 
 import asyncio
-import functools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import sqlalchemy as sa
 from rich.console import Console
 
 from minruntime.core import EXPECTED_RUNTIME_ANNOTATION, format_rfc3339
@@ -32,7 +30,7 @@ from minruntime.produce import Outgoing, send
 from minruntime.settings import Settings
 from minruntime.store import engine_from
 from minruntime.topic_admin import TopicRole, topic_names
-from minruntime_dev.demo_pipeline import show_query
+from minruntime_dev.demo_pipeline import Story, show_query
 from minruntime_dev.demo_process import DemoChild, free_port, show_commands, wait_for
 from minruntime_dev.demo_queries import (
     LAYERS_EVICTION_APPLIED,
@@ -43,11 +41,10 @@ from minruntime_dev.demo_queries import (
     LAYERS_TWO_DECIDED,
     layers_decisions,
     layers_semi_preemptible,
-    run_query,
+    scalar,
 )
 
 NAMESPACE: Final = "demo-layers"
-STARTED_AGO: Final = timedelta(hours=2)
 PREEMPTION_DELAY: Final = "30m"
 # The capped pool: one committed requeue per hour, a cooldown short enough to see the cap.
 CAPPED_CONFIG: Final = {
@@ -70,47 +67,11 @@ WORKER_ENV: Final = {"MINRUNTIME_REQUEUE_INTERVAL_SECONDS": "1"}
 PROCESSOR_ENV: Final = {"MINRUNTIME_PROCESSOR_METRICS_PORT": "0"}
 
 
-class _Story:
+class _Story(Story):
     """The events of one run of part 5 (uids ``layers-<run>-<job>``)."""
 
     def __init__(self, run: str, now: datetime) -> None:
-        self.run = run
-        self.now = now
-        self.started = now - STARTED_AGO
-
-    def uid(self, job: str) -> str:
-        return f"layers-{self.run}-{job}"
-
-    def gang(self, job: str, pool: str, pods: int, priority: int, **extra: Any) -> dict[str, Any]:
-        """`podgroup.submitted` data of a gang of one-GPU pods that needs ``pods`` at once."""
-        return {
-            "uid": self.uid(job),
-            "name": job,
-            "namespace": NAMESPACE,
-            "queue": extra.pop("queue", "batch"),
-            "nodePool": pool,
-            "priority": priority,
-            "subGroups": [{"name": "default", "minAvailable": extra.pop("min_available", pods)}],
-            "pods": [{"name": f"{job}-{i}", "gpu": 1} for i in range(pods)],
-            **extra,
-        }
-
-    def submitted(self, data: dict[str, Any], at: datetime) -> tuple[TopicRole, Any]:
-        return TopicRole.PODGROUPS, new_event("podgroup.submitted", data, time=at)
-
-    def running(self, data: dict[str, Any], node: str, at: datetime) -> list[tuple[TopicRole, Any]]:
-        pods = [{"name": pod["name"], "node": node} for pod in data["pods"]]
-        return [
-            self.submitted(data, at),
-            (
-                TopicRole.PODGROUPS,
-                new_event("podgroup.allocated", {"uid": data["uid"], "pods": pods}, time=at),
-            ),
-        ]
-
-    def node(self, pool: str, gpus: int = 4) -> tuple[TopicRole, Any]:
-        data = {"name": f"{pool}-node", "nodePool": pool, "gpu": gpus}
-        return TopicRole.NODES, new_event("node.upserted", data, time=self.started)
+        super().__init__("layers", NAMESPACE, run, now)
 
     def first_round(self) -> list[tuple[TopicRole, Any]]:
         """Everything before the worker starts."""
@@ -125,72 +86,42 @@ class _Story:
         for pool in ("ly-delay", "ly-semi", "ly-capped", "ly-guard"):
             events.append(self.node(pool))
         # delay: hog over-runs; eager would fit once it is gone, but waits out its delay.
-        events += self.running(
-            self.gang("hog", "ly-delay", 4, VICTIM_PRIORITY, annotations=over),
-            "ly-delay-node",
-            self.started,
-        )
+        hog = self.gang("hog", "ly-delay", 4, VICTIM_PRIORITY, annotations=over)
+        events += self.running(hog, "ly-delay-node", self.started)
         eager = self.gang("eager", "ly-delay", 2, CONTENDER_PRIORITY)
         eager["preemptionDelay"] = PREEMPTION_DELAY
         events.append(self.submitted(eager, waiting_since))
         # semi: a semi-preemptible gang of 4 with a core of 2, over its expected runtime.
-        events += self.running(
-            self.gang(
-                "core",
-                "ly-semi",
-                4,
-                VICTIM_PRIORITY,
-                min_available=2,
-                preemptibility="semi-preemptible",
-                annotations=over,
-            ),
-            "ly-semi-node",
-            self.started,
-        )
+        semi = {"preemptibility": "semi-preemptible", "annotations": over}
+        core = self.gang("core", "ly-semi", 4, VICTIM_PRIORITY, min_available=2, **semi)
+        events += self.running(core, "ly-semi-node", self.started)
         waiting = self.gang("wants-core", "ly-semi", 4, CONTENDER_PRIORITY)
         events.append(self.submitted(waiting, waiting_since))
         # cap: repeat over-runs and first waits: the one requeue the hour allows.
-        events += self.running(
-            self.gang("repeat", "ly-capped", 4, VICTIM_PRIORITY, annotations=over),
-            "ly-capped-node",
-            self.started,
-        )
+        repeat = self.gang("repeat", "ly-capped", 4, VICTIM_PRIORITY, annotations=over)
+        events += self.running(repeat, "ly-capped-node", self.started)
         first = self.gang("first", "ly-capped", 2, CONTENDER_PRIORITY)
         events.append(self.submitted(first, waiting_since))
         # violation: precious runs since 30 minutes in a queue that protects it for 4h.
-        events += self.running(
-            self.gang("precious", "ly-guard", 1, VICTIM_PRIORITY, queue="guarded"),
-            "ly-guard-node",
-            self.now - timedelta(minutes=30),
-        )
+        precious = self.gang("precious", "ly-guard", 1, VICTIM_PRIORITY, queue="guarded")
+        events += self.running(precious, "ly-guard-node", self.now - timedelta(minutes=30))
         return events
 
     def second_round(self, at: datetime) -> list[tuple[TopicRole, Any]]:
         """What the cluster does next: the requeue carried out, repeat back, named again."""
         repeat, first = self.uid("repeat"), self.uid("first")
         node = "ly-capped-node"
-        released = {"uid": repeat, "reason": "requeued"}
         placed = {"uid": first, "pods": [{"name": f"first-{i}", "node": node} for i in range(2)]}
         back = {"uid": repeat, "pods": [{"name": f"repeat-{i}", "node": node} for i in range(4)]}
         second = self.gang("second", "ly-capped", 2, CONTENDER_PRIORITY)
         return [
-            (TopicRole.PODGROUPS, new_event("podgroup.released", released, time=at)),
-            (TopicRole.PODGROUPS, new_event("podgroup.allocated", placed, time=at)),
-            (
-                TopicRole.PODGROUPS,
-                new_event("podgroup.released", {"uid": first, "reason": "completed"}, time=at),
-            ),
-            (TopicRole.PODGROUPS, new_event("podgroup.allocated", back, time=at)),
+            self.podgroup("released", {"uid": repeat, "reason": "requeued"}, at),
+            self.podgroup("allocated", placed, at),
+            self.podgroup("released", {"uid": first, "reason": "completed"}, at),
+            self.podgroup("allocated", back, at),
             self.submitted(second, at),
             # A scheduler that ignores the minimum runtime evicts precious.
-            (
-                TopicRole.PODGROUPS,
-                new_event(
-                    "podgroup.released",
-                    {"uid": self.uid("precious"), "reason": "evicted"},
-                    time=at,
-                ),
-            ),
+            self.podgroup("released", {"uid": self.uid("precious"), "reason": "evicted"}, at),
         ]
 
     def nomination(self, at: datetime) -> list[tuple[TopicRole, Any]]:
@@ -217,7 +148,11 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
     pattern = f"layers-{story.run}-%"
     port = free_port(settings.metrics_host)
     worker_env = {**WORKER_ENV, "MINRUNTIME_WORKER_METRICS_PORT": str(port)}
-    until = functools.partial(_until, engine, pattern, timeout)
+
+    def until(query: str, children: tuple[DemoChild, ...], what: str) -> None:
+        """Until ``query`` (one boolean, ``:pattern`` bound) is true."""
+        wait_for(lambda: scalar(engine, query, pattern=pattern), children, timeout, what)
+
     try:
         with DemoChild.start("processor", PROCESSOR_ENV) as processor:
             console.print(f"Started `minruntime processor` (pid {processor.pid}).")
@@ -274,20 +209,3 @@ def run_layers_demo(console: Console, settings: Settings, timeout: float = 60.0)
         ),
     )
     show_commands(console, steps)
-
-
-def _until(
-    engine: sa.Engine,
-    pattern: str,
-    timeout: float,
-    query: str,
-    children: tuple[DemoChild, ...],
-    what: str,
-) -> None:
-    """Until ``query`` (one boolean, ``:pattern`` bound) is true (``demo_process.wait_for``)."""
-
-    def holds() -> bool:
-        with engine.connect() as conn:
-            return bool(run_query(conn, query, pattern=pattern).scalar_one())
-
-    wait_for(holds, children, timeout, what)

@@ -35,6 +35,7 @@ from minruntime.settings import Settings, project_root
 from minruntime.store import engine_from
 from minruntime.store.migrate import upgrade
 from minruntime.topic_admin import TopicRole, topic_names
+from minruntime_dev.demo import DESIGN_QUEUES
 from minruntime_dev.demo_process import (
     DemoChild,
     free_port,
@@ -50,6 +51,7 @@ from minruntime_dev.demo_queries import (
     PIPELINE_QUERIES,
     requeue_queries,
     run_query,
+    scalar,
 )
 
 # The requeue story: three 4-GPU gangs, each alone on a 4-GPU node of its own node pool (so
@@ -95,26 +97,8 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
         return now - timedelta(seconds=seconds)
 
     tree: list[tuple[TopicRole, Any]] = [
-        (TopicRole.QUEUES, new_event("queue.upserted", data, time=ago(900)))
-        for data in (
-            {"name": "A"},
-            {
-                "name": "B",
-                "parentQueue": "A",
-                "preemptMinRuntime": "600s",
-                "reclaimMinRuntime": "600s",
-            },
-            {"name": "C", "parentQueue": "B"},
-            {"name": "D", "parentQueue": "B", "reclaimMinRuntime": "60s"},
-            {
-                "name": "leaf1",
-                "parentQueue": "C",
-                "preemptMinRuntime": "300s",
-                "reclaimMinRuntime": "0s",
-            },
-            {"name": "leaf2", "parentQueue": "C", "reclaimMinRuntime": "180s"},
-            {"name": "leaf3", "parentQueue": "D"},
-        )
+        (TopicRole.QUEUES, new_event("queue.upserted", dict(data), time=ago(900)))
+        for data in DESIGN_QUEUES
     ]
     jobs = (
         # (name, queue, pods, minAvailable, started seconds ago)
@@ -125,11 +109,11 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
         # In the seed's Queue YAML queue: its 20s are long over.
         ("serve", "production", 1, None, 300),
     )
+    story = Story("demo", "demo", run, now)
     podgroups: list[tuple[TopicRole, Any]] = []
     for name, queue_name, pods, min_available, started in jobs:
-        uid = f"demo-{run}-{name}"
         data: dict[str, Any] = {
-            "uid": uid,
+            "uid": story.uid(name),
             "name": name,
             "namespace": "demo",
             "queue": queue_name,
@@ -138,60 +122,70 @@ def _events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
         }
         if min_available is not None:
             data["subGroups"] = [{"name": "default", "minAvailable": min_available}]
-        allocated = {
-            "uid": uid,
-            "pods": [{"name": f"{name}-{i}", "node": "gpu-node-1"} for i in range(pods)],
-        }
-        podgroups += [
-            (TopicRole.PODGROUPS, new_event("podgroup.submitted", data, time=ago(started + 5))),
-            (TopicRole.PODGROUPS, new_event("podgroup.allocated", allocated, time=ago(started))),
-        ]
+        podgroups += story.running(data, "gpu-node-1", ago(started), ago(started + 5))
     return tree + podgroups
 
 
-def _gang(run: str, name: str, pool: str, queue: str, pods: int, priority: int) -> dict[str, Any]:
-    """`podgroup.submitted` data of a gang of one-GPU pods that needs all of them at once."""
-    return {
-        "uid": f"demo-{run}-{name}",
-        "name": name,
-        "namespace": "demo",
-        "queue": queue,
-        "nodePool": pool,
-        "priority": priority,
-        "subGroups": [{"name": "default", "minAvailable": pods}],
-        "pods": [{"name": f"{name}-{i}", "gpu": 1} for i in range(pods)],
-    }
+class Story:
+    """The events of one demo run about gangs of one-GPU pods (uids ``<prefix>-<run>-<job>``),
+    the over-running ones started ``REQUEUE_STARTED_AGO`` ago."""
+
+    def __init__(self, prefix: str, namespace: str, run: str, now: datetime) -> None:
+        self.prefix, self.namespace, self.run, self.now = prefix, namespace, run, now
+        self.started = now - REQUEUE_STARTED_AGO
+
+    def uid(self, job: str) -> str:
+        return f"{self.prefix}-{self.run}-{job}"
+
+    def gang(self, job: str, pool: str, pods: int, priority: int, **extra: Any) -> dict[str, Any]:
+        """`podgroup.submitted` data of a gang of one-GPU pods that needs ``pods`` at once."""
+        return {
+            "uid": self.uid(job),
+            "name": job,
+            "namespace": self.namespace,
+            "queue": extra.pop("queue", "batch"),
+            "nodePool": pool,
+            "priority": priority,
+            "subGroups": [{"name": "default", "minAvailable": extra.pop("min_available", pods)}],
+            "pods": [{"name": f"{job}-{i}", "gpu": 1} for i in range(pods)],
+            **extra,
+        }
+
+    def podgroup(self, change: str, data: dict[str, Any], at: datetime) -> tuple[TopicRole, Any]:
+        """A `podgroup.<change>` event."""
+        return TopicRole.PODGROUPS, new_event(f"podgroup.{change}", data, time=at)
+
+    def submitted(self, data: dict[str, Any], at: datetime) -> tuple[TopicRole, Any]:
+        return self.podgroup("submitted", data, at)
+
+    def running(
+        self, data: dict[str, Any], node: str, at: datetime, submitted: datetime | None = None
+    ) -> list[tuple[TopicRole, Any]]:
+        """Submitted (at ``submitted``, else ``at``), its pods placed on ``node`` at ``at``."""
+        pods = [{"name": pod["name"], "node": node} for pod in data["pods"]]
+        allocated = {"uid": data["uid"], "pods": pods}
+        return [self.submitted(data, submitted or at), self.podgroup("allocated", allocated, at)]
+
+    def node(self, pool: str, gpus: int = 4) -> tuple[TopicRole, Any]:
+        data = {"name": f"{pool}-node", "nodePool": pool, "gpu": gpus}
+        return TopicRole.NODES, new_event("node.upserted", data, time=self.started)
 
 
 def _requeue_events(run: str, now: datetime) -> list[tuple[TopicRole, Any]]:
     """The requeue story: a queue, three nodes, three over-running jobs, two contenders."""
-    started = now - REQUEUE_STARTED_AGO
+    story = Story("demo", "demo", run, now)
+    started = story.started
     events: list[tuple[TopicRole, Any]] = [
-        (TopicRole.QUEUES, new_event("queue.upserted", LONGRUN_QUEUE, time=started)),
+        (TopicRole.QUEUES, new_event("queue.upserted", LONGRUN_QUEUE, time=started))
     ]
+    over = {EXPECTED_RUNTIME_ANNOTATION: EXPECTED_RUNTIME}
     for job, pool, queue, contender in REQUEUE_JOBS:
-        node = f"{pool}-node"
-        victim = _gang(run, job, pool, queue, 4, VICTIM_PRIORITY)
-        victim["annotations"] = {EXPECTED_RUNTIME_ANNOTATION: EXPECTED_RUNTIME}
-        pods = [{"name": pod["name"], "node": node} for pod in victim["pods"]]
-        capacity = {"name": node, "nodePool": pool, "gpu": 4}
-        events += [
-            (TopicRole.NODES, new_event("node.upserted", capacity, time=started)),
-            (
-                TopicRole.PODGROUPS,
-                new_event("podgroup.submitted", victim, time=started - timedelta(seconds=5)),
-            ),
-            (
-                TopicRole.PODGROUPS,
-                new_event("podgroup.allocated", {"uid": victim["uid"], "pods": pods}, time=started),
-            ),
-        ]
+        victim = story.gang(job, pool, 4, VICTIM_PRIORITY, queue=queue, annotations=over)
+        events.append(story.node(pool))
+        events += story.running(victim, f"{pool}-node", started, started - timedelta(seconds=5))
         if contender is not None:
-            waiting = _gang(run, contender, pool, queue, 2, CONTENDER_PRIORITY)
-            submitted = now - timedelta(minutes=1)
-            events.append(
-                (TopicRole.PODGROUPS, new_event("podgroup.submitted", waiting, time=submitted))
-            )
+            waiting = story.gang(contender, pool, 2, CONTENDER_PRIORITY, queue=queue)
+            events.append(story.submitted(waiting, now - timedelta(minutes=1)))
     return events
 
 
@@ -256,7 +250,13 @@ def run_pipeline_demo(
             f"{podgroup_events} podgroup events, the requeue story ({len(requeue_story)} events: "
             "a queue, three nodes, three over-running jobs, two waiting ones), and one bad event."
         )
-        _wait_applied(engine, applied_before + len(outgoing) - 1, processor, timeout)
+        everything = applied_before + len(outgoing) - 1  # all but the dead letter
+        wait_for(
+            lambda: scalar(engine, APPLIED_EVENTS) >= everything and scalar(engine, DEAD_LETTERS),
+            [processor],
+            timeout,
+            "the processor to apply the demo's events",
+        )
         view = _run_worker(console, settings, engine, run, timeout)
     with engine.connect() as conn:
         for title, query in PIPELINE_QUERIES:
@@ -329,7 +329,12 @@ def _run_worker(
             f"every {WORKER_ENV['MINRUNTIME_REQUEUE_INTERVAL_SECONDS']}s; metrics on port "
             f"{port}) once the processor had applied every event."
         )
-        _wait_decisions(engine, f"demo-{run}-", worker, timeout)
+        wait_for(
+            lambda: scalar(engine, DECIDED_JOBS, pattern=f"demo-{run}-%") >= len(REQUEUE_JOBS),
+            [worker],
+            timeout,
+            "the requeue worker to decide about the demo's jobs",
+        )
         events = asyncio.run(
             _read_decisions(kafka_access(settings), topic, offsets, f"demo-{run}-", timeout)
         )
@@ -357,29 +362,6 @@ def _apply_seed_manifests(console: Console) -> int:
         result = run_cli_as_user(*command)
         console.print(result.strip(), markup=False, highlight=False)
     return len(commands)
-
-
-def _wait_applied(engine: sa.Engine, count: int, processor: DemoChild, timeout: float) -> None:
-    """Until the processor has applied ``count`` events and dead-lettered the bad one."""
-
-    def applied() -> bool:
-        with engine.connect() as conn:
-            events = run_query(conn, APPLIED_EVENTS).scalar_one()
-            dead = run_query(conn, DEAD_LETTERS).scalar_one()
-        return bool(events >= count and dead)
-
-    wait_for(applied, [processor], timeout, "the processor to apply the demo's events")
-
-
-def _wait_decisions(engine: sa.Engine, prefix: str, worker: DemoChild, timeout: float) -> None:
-    """Until the worker has recorded a decision about every over-running job."""
-
-    def decided() -> bool:
-        with engine.connect() as conn:
-            jobs = run_query(conn, DECIDED_JOBS, pattern=f"{prefix}%").scalar_one()
-        return bool(jobs >= len(REQUEUE_JOBS))
-
-    wait_for(decided, [worker], timeout, "the requeue worker to decide about the demo's jobs")
 
 
 async def _end_offsets(access: KafkaAccess, topic: str) -> dict[int, int]:

@@ -51,7 +51,6 @@ class DemoChild:
 
     @property
     def pid(self) -> int:
-        """The subprocess's id."""
         return self.process.pid
 
     def tail(self, count: int) -> list[str]:
@@ -82,11 +81,7 @@ class DemoChild:
                 message = refusal.partition("[ERROR] ")[2] or refusal
                 raise UserError(f"`minruntime {self.command}`: {message.strip()}")
             return
-        lines = self.tail(1)
-        why = f": {lines[-1]}" if lines else ""
-        raise UserError(
-            f"`minruntime {self.command}` exited with status {self.process.returncode}{why}"
-        )
+        raise _exited(self.command, self.process.returncode, self.tail(1))
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout``; the demo leaves nothing running."""
@@ -117,12 +112,14 @@ def run_cli_as_user(*args: str, check: bool = True, width: int | None = None) ->
         timeout=300,
     )
     if check and result.returncode != 0:
-        lines = result.stderr.strip().splitlines()
-        raise UserError(
-            f"`minruntime {' '.join(args)}` exited with status {result.returncode}"
-            + (f": {lines[-1]}" if lines else "")
-        )
+        raise _exited(" ".join(args), result.returncode, result.stderr.strip().splitlines())
     return result.stdout
+
+
+def _exited(command: str, status: int, log: list[str]) -> UserError:
+    """`minruntime COMMAND` exited with STATUS, and the last line of its log."""
+    why = f": {log[-1]}" if log else ""
+    return UserError(f"`minruntime {command}` exited with status {status}{why}")
 
 
 def show_commands(console: Console, steps: Sequence[tuple[str, tuple[str, ...]]]) -> None:

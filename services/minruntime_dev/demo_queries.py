@@ -143,7 +143,6 @@ def kube_podgroups(columns: tuple[str, ...]) -> str:
 
 
 def run_query(conn: sa.Connection, query: str, **params: Any) -> sa.CursorResult[Any]:
-    """``query`` (one of this module's) with ``params``."""
     return conn.execute(sa.text(query), params)
 
 
@@ -151,3 +150,9 @@ def ask(engine: sa.Engine, query: str, **params: Any) -> list[Any]:
     """Every row ``query`` returns, on a connection of its own."""
     with engine.connect() as conn:
         return list(run_query(conn, query, **params))
+
+
+def scalar(engine: sa.Engine, query: str, **params: Any) -> Any:
+    """The one value ``query`` returns, on a connection of its own."""
+    with engine.connect() as conn:
+        return run_query(conn, query, **params).scalar_one()

@@ -50,11 +50,8 @@ def create_scratch_database(settings: Settings, prefix: str = SCRATCH_PREFIX) ->
     with admin_connection(settings) as conn:
         split = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (OWNER_ROLE,)).fetchone()
         owner = OWNER_ROLE if split else settings.database_parts.user
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(name), sql.Identifier(owner)
-            )
-        )
+        create = sql.SQL("CREATE DATABASE {} OWNER {}")
+        conn.execute(create.format(sql.Identifier(name), sql.Identifier(owner)))
     return _on_database(settings.database_url, name)
 
 
@@ -77,6 +74,5 @@ def drop_scratch_database(settings: Settings, url: str) -> None:
     if not name.startswith(SCRATCH_PREFIX):
         raise ValueError(f"refusing to drop {name!r}: not a scratch database")
     with admin_connection(settings) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+        conn.execute(drop.format(sql.Identifier(name)))

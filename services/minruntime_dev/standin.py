@@ -48,6 +48,8 @@ class Cluster:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.namespace = namespace
+        # Group, version, namespace and plural of the namespace's PodGroups.
+        self._podgroups = (KAI_GROUP, "v2alpha2", namespace, "podgroups")
         try:
             self.core.create_namespace({"metadata": {"name": namespace}})
         except client.exceptions.ApiException as exc:
@@ -102,23 +104,18 @@ class Cluster:
             },
             "spec": {"queue": queue, "minMember": 1, "priorityClassName": priority_class, **extra},
         }
-        created = self.custom.create_namespaced_custom_object(
-            KAI_GROUP, "v2alpha2", self.namespace, "podgroups", body
-        )
+        created = self.custom.create_namespaced_custom_object(*self._podgroups, body)
         return str(created["metadata"]["uid"])
 
     def get_podgroup(self, name: str) -> dict[str, Any]:
-        return dict(
-            self.custom.get_namespaced_custom_object(
-                KAI_GROUP, "v2alpha2", self.namespace, "podgroups", name
-            )
-        )
+        return dict(self.custom.get_namespaced_custom_object(*self._podgroups, name))
+
+    def podgroup_annotations(self, name: str) -> dict[str, str]:
+        return dict(self.get_podgroup(name)["metadata"].get("annotations") or {})
 
     def annotate_podgroup(self, name: str, annotations: Mapping[str, str | None]) -> None:
-        self.custom.patch_namespaced_custom_object(
-            KAI_GROUP, "v2alpha2", self.namespace, "podgroups", name,
-            {"metadata": {"annotations": dict(annotations)}},
-        )  # fmt: skip
+        patch = {"metadata": {"annotations": dict(annotations)}}
+        self.custom.patch_namespaced_custom_object(*self._podgroups, name, patch)
 
     def pod(self, name: str, podgroup: str, gpus: int) -> None:
         """A pod of a podgroup (its `pod-group-name` annotation) asking for whole GPUs."""
@@ -152,6 +149,11 @@ class Cluster:
                 return None
             raise
 
+    def evicting_pod(self, name: str) -> dict[str, Any] | None:
+        """The pod once it is being deleted (an eviction's deletionTimestamp), else None."""
+        pod = self.get_pod(name)
+        return pod if pod and pod["metadata"].get("deletionTimestamp") else None
+
     def disruption_budget(self, name: str, app: str) -> None:
         """A PodDisruptionBudget keeping every pod of `app` (the Eviction API answers 429)."""
         from kubernetes import client
@@ -170,18 +172,11 @@ class Cluster:
         """What the disruption controller would write: one disruption allowed now."""
         from kubernetes import client
 
-        client.PolicyV1Api(self.api).patch_namespaced_pod_disruption_budget_status(
-            name,
-            self.namespace,
-            {
-                "status": {
-                    "observedGeneration": 1,
-                    "disruptionsAllowed": 1,
-                    "currentHealthy": 1,
-                    "desiredHealthy": 0,
-                    "expectedPods": 1,
-                }
-            },
+        status = {"observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 1,
+                  "desiredHealthy": 0, "expectedPods": 1}  # fmt: skip
+        policy = client.PolicyV1Api(self.api)
+        policy.patch_namespaced_pod_disruption_budget_status(
+            name, self.namespace, {"status": status}
         )
 
     # -- what the scheduler and the kubelet would do -----------------------------------------
@@ -215,13 +210,10 @@ class Cluster:
             self.core.delete_namespaced_pod(
                 pod.metadata.name, self.namespace, grace_period_seconds=0
             )
-        podgroups = self.custom.list_namespaced_custom_object(
-            KAI_GROUP, "v2alpha2", self.namespace, "podgroups"
-        )
+        podgroups = self.custom.list_namespaced_custom_object(*self._podgroups)
         for podgroup in podgroups.get("items", []):
-            self.custom.delete_namespaced_custom_object(
-                KAI_GROUP, "v2alpha2", self.namespace, "podgroups", podgroup["metadata"]["name"]
-            )
+            name = podgroup["metadata"]["name"]
+            self.custom.delete_namespaced_custom_object(*self._podgroups, name)
 
     def finish_eviction(self, pod: str) -> None:
         """What the kubelet would do after an eviction: the pod goes away (grace 0)."""

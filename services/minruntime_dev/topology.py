@@ -102,7 +102,6 @@ def _address(host: str, port: int) -> str:
 
 
 def topology_file(stack_dir: Path) -> Path:
-    """Where a stack directory remembers its topology."""
     return stack_dir / TOPOLOGY_FILE
 
 
@@ -144,7 +143,6 @@ def _replace(path: Path, text: str | None) -> None:
 
 
 def env_file(stack_dir: Path) -> Path:
-    """Where a stack directory exports its clients' addresses."""
     return stack_dir / ENV_FILE
 
 

@@ -89,8 +89,7 @@ def up_command(
 
 def down_command(
     kube: Annotated[
-        bool,
-        typer.Option("--kube", help="Stop only the Kubernetes API server and etcd."),
+        bool, typer.Option("--kube", help="Stop only the Kubernetes API server and etcd.")
     ] = False,
 ) -> None:
     """Stop the Kubernetes API server (if running), Kafka and PostgreSQL."""
@@ -121,9 +120,7 @@ def status_command() -> None:
         raise typer.Exit(3)
 
 
-def tool_command(
-    name: Annotated[str, typer.Argument(help="helm or promtool.")],
-) -> None:
+def tool_command(name: Annotated[str, typer.Argument(help="helm or promtool.")]) -> None:
     """Print the path of a checking tool (helm, promtool), building it once with Go into the
     cache (`~/.cache/minruntime/tools`) when it is missing."""
     from minruntime_dev.stack.gotools import TOOLS, ensure_tool

@@ -88,26 +88,12 @@ def make_certificate(directory: Path, host: str) -> tuple[Path, Path] | None:
     directory.mkdir(parents=True, exist_ok=True)
     names = {"DNS:localhost", "IP:127.0.0.1", _san(host)}
     run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "3650",
-            "-subj",
-            "/CN=minruntime-local-postgres",
-            "-addext",
-            "subjectAltName=" + ",".join(sorted(names)),
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
+         "-subj", "/CN=minruntime-local-postgres",
+         "-addext", "subjectAltName=" + ",".join(sorted(names)),
+         "-keyout", str(key), "-out", str(cert)],
         what="openssl (the PostgreSQL TLS certificate)",
-    )
+    )  # fmt: skip
     key.chmod(0o600)
     return cert, key
 

@@ -54,6 +54,13 @@ class _Daemon:
     def log_tail(self) -> str:
         return process.tail(self.log_file, 3)
 
+    def health(self, answer: Callable[[], str | None], silent: str) -> process.Health:
+        """Not running; running and answering (``answer()``: what it said); else ``silent``."""
+        if not self.is_running():
+            return process.Health(False, False, None, "not running")
+        said = answer()
+        return process.Health(True, said is not None, self.pid, said or silent)
+
 
 class KubeNode:
     """etcd and kube-apiserver of this checkout: configure, start, check, stop."""
@@ -79,7 +86,6 @@ class KubeNode:
 
     @property
     def server(self) -> str:
-        """The API server's URL."""
         return f"https://{HOST}:{self.settings.kube_apiserver_port_resolved}"
 
     @property
@@ -155,22 +161,22 @@ class KubeNode:
 
     def health(self) -> list[tuple[str, process.Health]]:
         """etcd's and the API server's health, without changing anything."""
-        etcd_pid, api_pid = self.etcd.pid, self.apiserver.pid
         etcd_url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}"
-        if not self.etcd.is_running():
-            etcd = process.Health(False, False, None, "not running")
-        elif self._etcd_healthy():
-            etcd = process.Health(True, True, etcd_pid, f"etcd {self._etcd_version()}, {etcd_url}")
-        else:
-            etcd = process.Health(True, False, etcd_pid, f"not answering on {etcd_url}")
-        if not self.apiserver.is_running():
-            api = process.Health(False, False, None, "not running")
-        elif self._apiserver_ready():
-            version = self._get_json("/version").get("gitVersion", "?")
-            api = process.Health(True, True, api_pid, f"Kubernetes {version}, {self.server}")
-        else:
-            api = process.Health(True, False, api_pid, f"not ready at {self.server}")
-        return [("etcd", etcd), ("kube-apiserver", api)]
+
+        def etcd() -> str | None:
+            if not self._etcd_healthy():
+                return None
+            return f"etcd {self._etcd_json('/version').get('etcdserver', '?')}, {etcd_url}"
+
+        def api() -> str | None:
+            if not self._apiserver_ready():
+                return None
+            return f"Kubernetes {self._get_json('/version').get('gitVersion', '?')}, {self.server}"
+
+        return [
+            ("etcd", self.etcd.health(etcd, f"not answering on {etcd_url}")),
+            ("kube-apiserver", self.apiserver.health(api, f"not ready at {self.server}")),
+        ]
 
     # -- configuration --------------------------------------------------------------------
     def admin_token(self) -> str:
@@ -259,20 +265,15 @@ class KubeNode:
 
     # -- probes ---------------------------------------------------------------------------
     def _etcd_healthy(self) -> bool:
-        url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}/health"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                return bool(json.loads(reply.read()).get("health") == "true")
-        except (OSError, ValueError):
-            return False
+        return self._etcd_json("/health").get("health") == "true"
 
-    def _etcd_version(self) -> str:
-        url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}/version"
+    def _etcd_json(self, path: str) -> dict[str, object]:
+        url = f"http://{HOST}:{self.settings.kube_etcd_port_resolved}{path}"
         try:
             with urllib.request.urlopen(url, timeout=2) as reply:
-                return str(json.loads(reply.read()).get("etcdserver", "?"))
-        except (OSError, ValueError):
-            return "?"
+                return _object(reply.read())
+        except OSError:
+            return {}
 
     def _apiserver_ready(self) -> bool:
         if not process.port_in_use(HOST, self.settings.kube_apiserver_port_resolved):
@@ -284,10 +285,9 @@ class KubeNode:
 
     def _get_json(self, path: str) -> dict[str, object]:
         try:
-            value = json.loads(self._get(path))
-        except (OSError, ValueError):
+            return _object(self._get(path))
+        except OSError:
             return {}
-        return value if isinstance(value, dict) else {}
 
     def _get(self, path: str) -> bytes:
         if not self.serving_cert.is_file() or not self.token_file.is_file():
@@ -301,3 +301,12 @@ class KubeNode:
                 return bytes(reply.read()).strip()
         except urllib.error.HTTPError as exc:
             raise OSError(f"{path}: HTTP {exc.code}") from exc
+
+
+def _object(body: bytes) -> dict[str, object]:
+    """A JSON object's fields; none when ``body`` is not a JSON object."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

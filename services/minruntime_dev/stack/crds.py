@@ -39,13 +39,7 @@ class CrdChoice:
 
 
 def crd_directory() -> Path:
-    """`deploy/kubernetes/crds/` of this checkout."""
     return project_root() / "deploy" / "kubernetes" / "crds"
-
-
-def semi_preemptible_patch() -> Path:
-    """The JSON patch that makes a PodGroup CRD accept `semi-preemptible`."""
-    return crd_directory() / "variants" / "semi-preemptible.yaml"
 
 
 def read_crds(path: Path) -> list[dict[str, Any]]:
@@ -102,7 +96,8 @@ def chosen_crds(choice: CrdChoice) -> list[dict[str, Any]]:
 def with_semi_preemptible(crd: dict[str, Any]) -> dict[str, Any]:
     """The PodGroup CRD patched by `variants/semi-preemptible.yaml` (unchanged when its enum
     already has the value, as KAI's feature-branch CRD does)."""
-    operations = yaml.safe_load(semi_preemptible_patch().read_text())
+    patch = crd_directory() / "variants" / "semi-preemptible.yaml"
+    operations = yaml.safe_load(patch.read_text())
     return json_patched(crd, operations)
 
 

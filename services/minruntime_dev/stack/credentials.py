@@ -13,6 +13,8 @@ import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from minruntime_dev.stack.process import write_private
+
 _HEADER = "# minruntime local stack: generated database passwords (libpq passfile). Keep private.\n"
 
 
@@ -81,11 +83,7 @@ def passfile_text(passwords: Mapping[str, str]) -> str:
 
 
 def _write(path: Path, passwords: Mapping[str, str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     # Created 0600 from the start: the passwords are never readable by others, not even briefly.
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(passfile_text(passwords))
-    os.chmod(temporary, 0o600)
+    write_private(temporary, passfile_text(passwords))
     os.replace(temporary, path)

@@ -33,7 +33,6 @@ TOOLS = {tool.name: tool for tool in (HELM, PROMTOOL)}
 
 
 def tool_home(settings: Settings, tool: GoTool) -> Path:
-    """The cache directory of one version of one tool."""
     return settings.cache_dir / "tools" / f"{tool.name}-{tool.version}"
 
 

@@ -21,25 +21,13 @@ from pathlib import Path
 from minruntime.errors import MissingToolError, StackError
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
+from minruntime_dev.stack import process
 from minruntime_dev.stack.kafka_probe import checked_round_trip, describe
 from minruntime_dev.stack.kafka_security import (
     broker_secrets,
     ensure_keystores,
     listener_lines,
     scram_format_arguments,
-)
-from minruntime_dev.stack.process import (
-    Health,
-    pid_alive,
-    port_in_use,
-    read_pid,
-    require_free_port,
-    run,
-    spawn_daemon,
-    stop_daemon,
-    tail,
-    wait_until,
-    write_private,
 )
 
 LOG4J_VERSION = "2.24.3"
@@ -193,19 +181,11 @@ class KafkaNode:
             pom = Path(work) / "pom.xml"
             pom.write_text(_POM.format(kafka=self.settings.kafka_version, log4j=LOG4J_VERSION))
             staging = Path(work) / "libs"
-            run(
-                [
-                    mvn,
-                    "-q",
-                    "-B",
-                    "-f",
-                    str(pom),
-                    "dependency:copy-dependencies",
-                    f"-DoutputDirectory={staging}",
-                    "-DincludeScope=runtime",
-                ],
+            process.run(
+                [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+                 f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
                 what=f"fetching Kafka {self.settings.kafka_version} jars with mvn",
-            )
+            )  # fmt: skip
             if not any(staging.glob("kafka_2.13-*.jar")):
                 raise StackError("mvn finished but no kafka_2.13 jar was fetched")
             if self.libs.exists():
@@ -230,7 +210,7 @@ class KafkaNode:
         # the nodes of a cluster trust each other, and clients trust them all, through it.
         tls_home = self.settings.stack_dir / "kafka"
         keystores = ensure_keystores(tls_home, stored) if "SSL" in protocol else None
-        write_private(
+        process.write_private(
             self.config_file,
             "\n".join(
                 [
@@ -270,14 +250,10 @@ class KafkaNode:
 
     def _classpath_command(self, main_class: str, *args: str) -> list[str]:
         return [
-            self._java(),
-            "-cp",
-            f"{self.libs}/*",
-            f"-Dlog4j2.configurationFile={self.log4j_file}",
-            f"-Dkafka.logs.dir={self.home}",
-            main_class,
-            *args,
-        ]
+            self._java(), "-cp", f"{self.libs}/*",
+            f"-Dlog4j2.configurationFile={self.log4j_file}", f"-Dkafka.logs.dir={self.home}",
+            main_class, *args,
+        ]  # fmt: skip
 
     def format_storage(self) -> None:
         """Format the KRaft metadata log once (a no-op when already formatted)."""
@@ -285,28 +261,22 @@ class KafkaNode:
             return
         stored = broker_secrets(self.settings.stack_dir, formatted=False)
         cluster_id = self.quorum.cluster_id or new_cluster_id()
-        run(
+        process.run(
             self._classpath_command(
-                "kafka.tools.StorageTool",
-                "format",
-                *self.quorum.format_arguments(self.settings.kafka_host),
-                "--ignore-formatted",
-                "-t",
-                cluster_id,
-                "-c",
-                str(self.config_file),
+                "kafka.tools.StorageTool", "format",
+                *self.quorum.format_arguments(self.settings.kafka_host), "--ignore-formatted",
+                "-t", cluster_id, "-c", str(self.config_file),
                 # SCRAM users live in the metadata log: created now, whatever the protocol,
                 # so the stack can be switched to SASL later without reformatting.
                 *scram_format_arguments(stored),
             ),
             what=f"formatting Kafka storage ({self.home.name})",
             timeout=120,
-        )
+        )  # fmt: skip
 
     # -- lifecycle ------------------------------------------------------------------------
     def is_running(self) -> bool:
-        """True when the broker process this checkout started is alive."""
-        return pid_alive(read_pid(self.pid_file))
+        return process.running_pid(self.pid_file) is not None
 
     def preflight(self) -> None:
         """Fail before anything starts: Java present, jars fetchable, both ports free."""
@@ -316,8 +286,8 @@ class KafkaNode:
         if not (self.libs / ".complete").is_file() and shutil.which("mvn") is None:
             self.ensure_jars()  # raises the one-line "Maven is not installed" error
         host = self.settings.kafka_host
-        require_free_port(host, self.spec.port, self.name, "MINRUNTIME_KAFKA_BOOTSTRAP")
-        require_free_port(
+        process.require_free_port(host, self.spec.port, self.name, "MINRUNTIME_KAFKA_BOOTSTRAP")
+        process.require_free_port(
             host,
             self.spec.controller_port,
             f"the {self.name} controller (broker port + 1)",
@@ -331,7 +301,6 @@ class KafkaNode:
 
     @property
     def address(self) -> str:
-        """host:port of its client listener."""
         return f"{self.settings.kafka_host}:{self.spec.port}"
 
     def start(self) -> bool:
@@ -345,29 +314,26 @@ class KafkaNode:
         self.format_storage()
         heap = self.settings.kafka_heap
         command = [
-            java,
-            f"-Xms{min_heap(heap)}",
-            f"-Xmx{heap}",
-            "-server",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-XX:InitiatingHeapOccupancyPercent=35",
-            "-XX:+ExitOnOutOfMemoryError",
-            "-Djava.awt.headless=true",
+            java, f"-Xms{min_heap(heap)}", f"-Xmx{heap}", "-server",
+            "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+            "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
             *self._classpath_command("kafka.Kafka", str(self.config_file))[1:],
-        ]
-        spawn_daemon(command, self.log_file, self.pid_file, self.home)
+        ]  # fmt: skip
+        process.spawn_daemon(command, self.log_file, self.pid_file, self.home)
         return True
 
     def wait_listening(self, timeout: float) -> None:
         """Return once the broker's port accepts connections; fail if the process exits."""
         host, port = self.settings.kafka_host, self.spec.port
-        if not wait_until(lambda: port_in_use(host, port) or not self.is_running(), timeout):
-            raise StackError(
-                f"{self.name} did not open port {port} in {timeout:.0f}s: {tail(self.log_file, 3)}"
-            )
+        if not process.wait_until(
+            lambda: process.port_in_use(host, port) or not self.is_running(), timeout
+        ):
+            log = process.tail(self.log_file, 3)
+            raise StackError(f"{self.name} did not open port {port} in {timeout:.0f}s: {log}")
         if not self.is_running():
-            raise StackError(f"{self.name} exited during start-up: {tail(self.log_file, 3)}")
+            raise StackError(
+                f"{self.name} exited during start-up: {process.tail(self.log_file, 3)}"
+            )
 
     def wait_ready(self, timeout: float) -> None:
         """Return once a real produce/consume round trip through the broker succeeds."""
@@ -376,26 +342,22 @@ class KafkaNode:
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL); True when one was running."""
-        return stop_daemon(self.pid_file, timeout)
+        return process.stop_daemon(self.pid_file, timeout)
 
-    def health(self) -> Health:
+    def health(self) -> process.Health:
         """Is the process alive, and does the broker answer a metadata request?"""
-        pid = read_pid(self.pid_file)
-        if not pid_alive(pid):
-            return Health(False, False, None, "not running")
+        pid = process.running_pid(self.pid_file)
+        if pid is None:
+            return process.Health(False, False, None, "not running")
         try:
             brokers = asyncio.run(asyncio.wait_for(describe(kafka_access(self.settings)), 10))
         except Exception as exc:
-            return Health(True, False, pid, f"not answering: {exc!r}")
+            return process.Health(True, False, pid, f"not answering: {exc!r}")
         protocol = self.settings.kafka_security_protocol
-        return Health(
-            True, True, pid, f"{brokers} broker(s), KRaft, Kafka {self.version}, {protocol}"
+        version = self.settings.kafka_version
+        return process.Health(
+            True, True, pid, f"{brokers} broker(s), KRaft, Kafka {version}, {protocol}"
         )
-
-    @property
-    def version(self) -> str:
-        """The Kafka version in use."""
-        return self.settings.kafka_version
 
 
 def min_heap(heap: str) -> str:

@@ -28,25 +28,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from minruntime.errors import StackError
-from minruntime.kafka_access import kafka_access, start_client
+from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
-from minruntime_dev.stack.kafka import (
-    KafkaNode,
-    NodeSpec,
-    Quorum,
-    new_cluster_id,
-)
-from minruntime_dev.stack.kafka_probe import checked_round_trip
-from minruntime_dev.stack.process import (
-    Health,
-    exited,
-    pid_alive,
-    read_pid,
-    send_signal,
-    terminate,
-    wait_until,
-    write_private,
-)
+from minruntime_dev.stack import process
+from minruntime_dev.stack.kafka import KafkaNode, NodeSpec, Quorum, new_cluster_id
+from minruntime_dev.stack.kafka_probe import admin_request, checked_round_trip
 
 PORT_STEP = 10
 IDENTITY_FILE = "kafka-cluster.json"
@@ -119,23 +105,17 @@ class KafkaCluster:
             identity = ClusterIdentity(
                 new_cluster_id(), tuple(new_cluster_id() for _ in range(self.count))
             )
-            write_private(self.identity_file, json.dumps(asdict(identity), indent=2) + "\n")
+            process.write_private(self.identity_file, json.dumps(asdict(identity), indent=2) + "\n")
         self.nodes = self._nodes(identity)
 
     # -- addresses ------------------------------------------------------------------------
     @property
-    def addresses(self) -> tuple[str, ...]:
-        """host:port of every broker, node 1 first."""
-        return tuple(node.address for node in self.nodes.values())
-
-    @property
     def bootstrap(self) -> str:
-        """Every broker, comma-separated: what clients bootstrap from."""
-        return ",".join(self.addresses)
+        """Every broker (host:port, node 1 first), comma-separated: what clients bootstrap from."""
+        return ",".join(node.address for node in self.nodes.values())
 
     @property
     def client_settings(self) -> Settings:
-        """The settings with every broker as the bootstrap list."""
         return self.settings.model_copy(update={"kafka_bootstrap": self.bootstrap})
 
     def node(self, node_id: int) -> KafkaNode:
@@ -152,7 +132,6 @@ class KafkaCluster:
             node.preflight()
 
     def is_running(self) -> bool:
-        """True when any node of the cluster runs."""
         return any(node.is_running() for node in self.nodes.values())
 
     def start(self) -> list[int]:
@@ -184,33 +163,32 @@ class KafkaCluster:
         running = {
             node_id: pid
             for node_id, node in self.nodes.items()
-            if pid_alive(pid := read_pid(node.pid_file)) and pid is not None
+            if (pid := process.running_pid(node.pid_file)) is not None
         }
         self._resume()  # a stopped process would sit on its SIGTERM until the SIGKILL
         for pid in running.values():
-            send_signal(pid, signal.SIGTERM)
+            process.send_signal(pid, signal.SIGTERM)
         for node_id, pid in running.items():
-            terminate(pid, timeout)
+            process.terminate(pid, timeout)
             self.nodes[node_id].pid_file.unlink(missing_ok=True)
         return sorted(running)
 
     def _resume(self) -> None:
         for node in self.nodes.values():
-            pid = read_pid(node.pid_file)
-            if pid is not None and pid_alive(pid):
-                send_signal(pid, signal.SIGCONT)
+            if (pid := process.running_pid(node.pid_file)) is not None:
+                process.send_signal(pid, signal.SIGCONT)
 
     # -- one node ----------------------------------------------------------------------------
     def kill(self, node_id: int, sig: signal.Signals = signal.SIGKILL, timeout: float = 30) -> int:
         """Send `sig` to broker `node_id`; for SIGKILL and SIGTERM wait until it is gone.
         Returns its pid."""
         node = self.node(node_id)
-        pid = read_pid(node.pid_file)
-        if pid is None or not pid_alive(pid):
+        pid = process.running_pid(node.pid_file)
+        if pid is None:
             raise StackError(f"Kafka broker {node_id} is not running")
-        send_signal(pid, sig)
-        if sig in (signal.SIGKILL, signal.SIGTERM) and not wait_until(
-            lambda: exited(pid), timeout, 0.1
+        process.send_signal(pid, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM) and not process.wait_until(
+            lambda: process.exited(pid), timeout, 0.1
         ):
             raise StackError(f"Kafka broker {node_id} (pid {pid}) did not exit on {sig.name}")
         return pid
@@ -223,7 +201,7 @@ class KafkaCluster:
         node = self.nodes[node_id]
         started = node.start()
         node.wait_listening(timeout)
-        if not wait_until(lambda: node_id in self.registered(), timeout, 0.5):
+        if not process.wait_until(lambda: node_id in self.registered(), timeout, 0.5):
             raise StackError(
                 f"Kafka broker {node_id} runs but did not rejoin the cluster in {timeout:.0f}s"
             )
@@ -255,34 +233,23 @@ class KafkaCluster:
         raise StackError(f"topic {topic} has no partition {partition}")
 
     def leader_of(self, topic: str, partition: int) -> int:
-        """The broker that leads `topic`'s `partition` now."""
         return self.partition_state(topic, partition).leader
 
     def _ask(self, request: Any, timeout: float = 15.0) -> Any:
         """One admin request, asked again (a new client) while a broker just lost is still
         the one the client picks; the last error after `timeout`."""
-
-        async def ask() -> Any:
-            from aiokafka.admin import AIOKafkaAdminClient
-
-            access = kafka_access(self.client_settings)
-            admin = AIOKafkaAdminClient(**access.client_kwargs(), request_timeout_ms=5000)
-            await start_client(admin, access)
-            try:
-                return await request(admin)
-            finally:
-                await admin.close()
-
+        access = kafka_access(self.client_settings)
         deadline = time.monotonic() + timeout
         while True:
+            ask = admin_request(access, request)
             try:
-                return asyncio.run(asyncio.wait_for(ask(), max(deadline - time.monotonic(), 1)))
+                return asyncio.run(asyncio.wait_for(ask, max(deadline - time.monotonic(), 1)))
             except Exception:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.5)
 
-    def health(self) -> dict[int, Health]:
+    def health(self) -> dict[int, process.Health]:
         """Each node: is its process alive, and does the cluster list it as a broker?"""
         listed: set[int] = set()
         controller, problem = -1, ""
@@ -294,21 +261,19 @@ class KafkaCluster:
             except Exception as exc:
                 problem = f"the cluster does not answer: {exc!r}"
         protocol = self.settings.kafka_security_protocol
-        found: dict[int, Health] = {}
+        found: dict[int, process.Health] = {}
         for node_id, node in self.nodes.items():
-            pid = read_pid(node.pid_file)
-            if not pid_alive(pid):
-                found[node_id] = Health(False, False, None, f"not running ({node.address})")
+            pid = process.running_pid(node.pid_file)
+            if pid is None:
+                found[node_id] = process.Health(False, False, None, f"not running ({node.address})")
             elif node_id not in listed:
                 why = problem or "running, but not listed by the cluster"
-                found[node_id] = Health(True, False, pid, f"{node.address}: {why}")
+                found[node_id] = process.Health(True, False, pid, f"{node.address}: {why}")
             else:
                 role = ", active controller" if node_id == controller else ""
-                found[node_id] = Health(
-                    True,
-                    True,
-                    pid,
+                detail = (
                     f"broker {node_id} at {node.address}{role}; {len(listed)} of {self.count} "
-                    f"brokers up, KRaft, Kafka {self.settings.kafka_version}, {protocol}",
+                    f"brokers up, KRaft, Kafka {self.settings.kafka_version}, {protocol}"
                 )
+                found[node_id] = process.Health(True, True, pid, detail)
         return found

@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from minruntime.errors import StackError
 from minruntime.kafka_access import KafkaAccess, start_client
@@ -39,17 +41,10 @@ async def round_trip(access: KafkaAccess, replicas: int = 1) -> None:
     await start_client(admin, access)
     try:
         if HEALTHCHECK_TOPIC not in await admin.list_topics():
+            configs = {"retention.ms": "3600000"}
+            topic = NewTopic(HEALTHCHECK_TOPIC, 1, replicas, topic_configs=configs)
             with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(
-                    [
-                        NewTopic(
-                            HEALTHCHECK_TOPIC,
-                            1,
-                            replicas,
-                            topic_configs={"retention.ms": "3600000"},
-                        )
-                    ]
-                )
+                await admin.create_topics([topic])
     finally:
         await admin.close()
 
@@ -63,9 +58,7 @@ async def round_trip(access: KafkaAccess, replicas: int = 1) -> None:
 
     partition = TopicPartition(HEALTHCHECK_TOPIC, sent.partition)
     consumer = AIOKafkaConsumer(
-        **access.client_kwargs(),
-        group_id="minruntime-stack-healthcheck",
-        enable_auto_commit=False,
+        **access.client_kwargs(), group_id="minruntime-stack-healthcheck", enable_auto_commit=False
     )
     await start_client(consumer, access)
     try:
@@ -87,12 +80,17 @@ async def round_trip(access: KafkaAccess, replicas: int = 1) -> None:
 
 async def describe(access: KafkaAccess) -> int:
     """Number of brokers the cluster reports (a cheap liveness probe)."""
+    cluster = await admin_request(access, lambda admin: admin.describe_cluster())
+    return len(cluster.get("brokers", []))
+
+
+async def admin_request(access: KafkaAccess, request: Callable[[Any], Awaitable[Any]]) -> Any:
+    """What ``request`` returns of a new admin client (5 s a request), closed after."""
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(**access.client_kwargs(), request_timeout_ms=5000)
     await start_client(admin, access)
     try:
-        cluster = await admin.describe_cluster()
+        return await request(admin)
     finally:
         await admin.close()
-    return len(cluster.get("brokers", []))

@@ -58,7 +58,6 @@ class KubeBinaries:
 
     @property
     def built(self) -> bool:
-        """True when both binaries are in the cache."""
         return self.marker.is_file() and self.apiserver.is_file() and self.etcd.is_file()
 
     def go(self) -> str:
@@ -105,7 +104,8 @@ class KubeBinaries:
             "GOTOOLCHAIN": "local",
         }
         timeout = self.settings.kube_build_timeout_seconds
-        (work / "go.mod").write_text(self._go_mod(go, work, env))
+        upstream = self._upstream_go_mod(go, work, env)
+        (work / "go.mod").write_text(scratch_go_mod(upstream, kube, self.settings.etcd_version))
         (work / "tools.go").write_text(
             _TOOLS_GO.format(etcd=ETCD_MODULE, apiserver=APISERVER_PACKAGE)
         )
@@ -117,39 +117,26 @@ class KubeBinaries:
             env=env,
         )
         major, minor = kube.lstrip("v").split(".")[:2]
+        versions = {
+            "gitVersion": kube,
+            "gitMajor": major,
+            "gitMinor": minor,
+            "gitTreeState": "clean",
+        }
         version_flags = " ".join(
-            f"-X k8s.io/component-base/version.{name}={value}"
-            for name, value in (
-                ("gitVersion", kube),
-                ("gitMajor", major),
-                ("gitMinor", minor),
-                ("gitTreeState", "clean"),
-            )
+            f"-X k8s.io/component-base/version.{name}={value}" for name, value in versions.items()
         )
         for package, output in ((APISERVER_PACKAGE, "kube-apiserver"), (ETCD_MODULE, "etcd")):
             run(
-                [
-                    go,
-                    "build",
-                    "-trimpath",
-                    "-ldflags",
-                    f"-s -w {version_flags}",
-                    "-o",
-                    str(work / output),
-                    package,
-                ],
+                [go, "build", "-trimpath", "-ldflags", f"-s -w {version_flags}",
+                 "-o", str(work / output), package],
                 what=f"go build {output}",
                 timeout=timeout,
                 cwd=work,
                 env=env,
-            )
+            )  # fmt: skip
         for output in ("kube-apiserver", "etcd"):
             (work / output).replace(self.home / output)
-
-    def _go_mod(self, go: str, work: Path, env: dict[str, str]) -> str:
-        """A go.mod pinning both modules, with Kubernetes' staging modules replaced."""
-        upstream = self._upstream_go_mod(go, work, env)
-        return scratch_go_mod(upstream, self.settings.kube_version, self.settings.etcd_version)
 
     def _upstream_go_mod(self, go: str, work: Path, env: dict[str, str]) -> str:
         """Kubernetes' own go.mod, from the module proxy (the build needs the module anyway)."""

@@ -29,12 +29,7 @@ from minruntime_dev.stack.kafka_cluster import KafkaCluster, node_port
 from minruntime_dev.stack.pg_standby import PostgresPair
 from minruntime_dev.stack.postgres import PostgresNode
 from minruntime_dev.stack.process import Health
-from minruntime_dev.topology import (
-    StackTopology,
-    read_topology,
-    write_stack_env,
-    write_topology,
-)
+from minruntime_dev.topology import StackTopology, read_topology, write_stack_env, write_topology
 
 Say = Callable[[str], None]
 
@@ -69,7 +64,6 @@ class StackStatus:
 
     @property
     def healthy(self) -> bool:
-        """True when every component is running and answering."""
         return all(c.healthy for c in self.components)
 
 
@@ -193,25 +187,22 @@ def _postgres_up(
     if remembered.standby:
         PostgresPair(settings, remembered).detach(say)
     postgres = PostgresNode(settings)
-    if postgres.start(timeout):
-        say(f"PostgreSQL started on port {settings.database_parts.port}")
-    else:
-        say("PostgreSQL already running")
+    started = postgres.start(timeout)
+    say(f"PostgreSQL started on port {postgres.port}" if started else "PostgreSQL already running")
     postgres.create_database()
     return topology
 
 
 def _kafka_up(settings: Settings, say: Say, began: float) -> None:
     kafka = KafkaNode(settings)
-    if kafka.start():
+    started = kafka.start()
+    if started:
         say(
             f"Kafka {settings.kafka_version} starting on {settings.kafka_bootstrap} "
             f"({settings.kafka_security_protocol})"
         )
-        started = True
     else:
         say("Kafka already running")
-        started = False
     kafka.wait_ready(settings.stack_timeout_seconds)
     if started:
         say(f"Kafka answered a produce/consume round trip ({time.monotonic() - began:.1f}s)")

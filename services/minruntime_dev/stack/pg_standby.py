@@ -205,21 +205,11 @@ class PostgresPair:
             application_name="minruntime_basebackup",
         )
         standby.run_tool(
-            "pg_basebackup",
-            "-D",
-            str(standby.data_dir),
-            "-X",
-            "stream",
-            "-S",
-            SLOT,
-            "-c",
-            "fast",
-            "-w",
-            "-d",
-            conninfo,
+            "pg_basebackup", "-D", str(standby.data_dir), "-X", "stream", "-S", SLOT,
+            "-c", "fast", "-w", "-d", conninfo,
             what="pg_basebackup (the standby)",
             timeout=max(timeout, 120),
-        )
+        )  # fmt: skip
 
     def _write_standby_conf(self, server: PostgresNode, password: str, *, fenced: bool) -> None:
         passfile = self._server_passfile(server, password)
@@ -297,12 +287,10 @@ class PostgresPair:
 
     def down(self, say: Say) -> None:
         """Stop the primary first (its last WAL reaches the standby), then the other."""
-        for server, role in ((self.primary, "primary"), (self.standby, self._other_role())):
+        other = "fenced former primary" if self.topology.fenced else "standby"
+        for server, role in ((self.primary, "primary"), (self.standby, other)):
             stopped = server.stop()
             say(f"{server.title} ({role}) " + ("stopped" if stopped else "was not running"))
-
-    def _other_role(self) -> str:
-        return "fenced former primary" if self.topology.fenced else "standby"
 
     # -- health ----------------------------------------------------------------------------
     def health(self) -> list[tuple[str, Health]]:
@@ -317,12 +305,8 @@ class PostgresPair:
         found = server.health()
         if server is self.standby and self.topology.fenced:
             state = "read-only" if found.running else "stopped"
-            return Health(
-                found.running,
-                False,
-                found.pid,
-                f"fenced former primary, {state}; `stack up` re-clones it as the standby",
-            )
+            detail = f"fenced former primary, {state}; `stack up` re-clones it as the standby"
+            return replace(found, healthy=False, detail=detail)
         if not found.healthy:
             return found
         if server is self.primary:

@@ -21,16 +21,7 @@ from typing import TYPE_CHECKING, Any
 from minruntime.errors import MissingToolError, StackError
 from minruntime.pgurl import PgAddress
 from minruntime.settings import Settings
-from minruntime_dev.stack.access import (
-    INCLUDE_LINE,
-    REPLICATION_INCLUDE_LINE,
-    REPLICATION_ROLE,
-    SECURITY_CONF,
-    hba_text,
-    ident_text,
-    make_certificate,
-    security_conf,
-)
+from minruntime_dev.stack import access
 from minruntime_dev.stack.process import Health, require_free_port, run, tail, write_private
 
 if TYPE_CHECKING:
@@ -38,6 +29,10 @@ if TYPE_CHECKING:
 
 MIN_MAJOR = 15
 SUPERUSER = "postgres"
+_NOT_INSTALLED = (
+    "PostgreSQL >= 15 binaries (initdb, pg_ctl, postgres) are not installed; "
+    "install Debian's `postgresql` package (apt-get install postgresql)"
+)
 
 
 def find_bindir() -> Path | None:
@@ -71,10 +66,7 @@ def install_postgresql() -> None:
     """Install Debian's PostgreSQL packages with apt-get (root only)."""
     apt = shutil.which("apt-get")
     if apt is None or os.geteuid() != 0:
-        raise MissingToolError(
-            "PostgreSQL >= 15 binaries (initdb, pg_ctl, postgres) are not installed; "
-            "install Debian's `postgresql` package (apt-get install postgresql)"
-        )
+        raise MissingToolError(_NOT_INSTALLED)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     install = [apt, "install", "-y", "-q", "--no-install-recommends", "postgresql"]
     try:
@@ -139,10 +131,7 @@ class PostgresNode:
                 install_postgresql()
                 found = find_bindir()
             if found is None:
-                raise MissingToolError(
-                    "PostgreSQL >= 15 binaries (initdb, pg_ctl, postgres) are not installed; "
-                    "install Debian's `postgresql` package (apt-get install postgresql)"
-                )
+                raise MissingToolError(_NOT_INSTALLED)
             self._bindir = found
         return self._bindir
 
@@ -215,22 +204,14 @@ class PostgresNode:
         self.prepare_dirs()
         run(
             self._as_owner(
-                str(bindir / "initdb"),
-                "-D",
-                str(self.data_dir),
-                "-U",
-                SUPERUSER,
+                str(bindir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
                 # The superuser has no password: it logs in over the socket only (peer).
                 # configure() writes the real pg_hba.conf before the first start.
-                "--auth-local=peer",
-                "--auth-host=reject",
-                "-E",
-                "UTF8",
-                "--no-locale",
+                "--auth-local=peer", "--auth-host=reject", "-E", "UTF8", "--no-locale",
             ),
             what="initdb",
             timeout=300,
-        )
+        )  # fmt: skip
         with (self.data_dir / "postgresql.conf").open("a") as conf:
             conf.write(
                 # Address, port and socket dir are passed at each start (they follow
@@ -247,21 +228,21 @@ class PostgresNode:
     def configure(self) -> None:
         """Write who may connect and how (minruntime_dev.stack.access); upgrades older stacks."""
         conf = self.data_dir / "postgresql.conf"
-        includes = {INCLUDE_LINE: "socket, passwords and TLS"}
+        includes = {access.INCLUDE_LINE: "socket, passwords and TLS"}
         if self.replication:
-            includes[REPLICATION_INCLUDE_LINE] = "primary or standby (stack up --pg-standby)"
+            includes[access.REPLICATION_INCLUDE_LINE] = "primary or standby (stack up --pg-standby)"
         text = conf.read_text()
         for line, why in includes.items():
             if line not in text:
                 with conf.open("a") as out:
                     out.write(f"\n# minruntime: {why}\n{line}\n")
-        tls = make_certificate(self.tls_dir, self.db.host)
+        tls = access.make_certificate(self.tls_dir, self.db.host)
         os_users = [pwd.getpwuid(os.geteuid()).pw_name, SUPERUSER]
-        replication_role = REPLICATION_ROLE if self.replication else None
+        replication_role = access.REPLICATION_ROLE if self.replication else None
         files = {
-            self.data_dir / "pg_hba.conf": hba_text(SUPERUSER, replication_role),
-            self.data_dir / "pg_ident.conf": ident_text(os_users, SUPERUSER),
-            self.data_dir / SECURITY_CONF: security_conf(*(tls or (None, None))),
+            self.data_dir / "pg_hba.conf": access.hba_text(SUPERUSER, replication_role),
+            self.data_dir / "pg_ident.conf": access.ident_text(os_users, SUPERUSER),
+            self.data_dir / access.SECURITY_CONF: access.security_conf(*(tls or (None, None))),
         }
         for path, text in files.items():
             path.write_text(text)
@@ -299,7 +280,6 @@ class PostgresNode:
         )
 
     def is_running(self) -> bool:
-        """True when this checkout's server is running."""
         if not (self.data_dir / "PG_VERSION").is_file():
             return False
         try:
@@ -314,7 +294,6 @@ class PostgresNode:
         return done.returncode == 0
 
     def pid(self) -> int | None:
-        """The postmaster's pid, from postmaster.pid."""
         try:
             return int((self.data_dir / "postmaster.pid").read_text().splitlines()[0])
         except (FileNotFoundError, PermissionError, ValueError, IndexError):
@@ -350,16 +329,9 @@ class PostgresNode:
                 f"-c listen_addresses={self.db.host} -c port={self.port} "
                 f"-c unix_socket_directories={self.socket_dir}"
             )
+            wait = ("-w", "-t", str(int(timeout)))
             self._pg_ctl(
-                "start",
-                "-o",
-                options,
-                "-l",
-                str(self.log_file),
-                "-w",
-                "-t",
-                str(int(timeout)),
-                timeout=timeout + 10,
+                "start", "-o", options, "-l", str(self.log_file), *wait, timeout=timeout + 10
             )
         except StackError as exc:
             raise StackError(f"{exc} (log: {tail(self.log_file, 3)})") from exc
@@ -392,7 +364,6 @@ class PostgresNode:
         return True
 
     def reload(self) -> None:
-        """Make the running server re-read its configuration files."""
         self._pg_ctl("reload")
 
     def promote(self, timeout: float) -> None:

@@ -49,6 +49,12 @@ def read_pid(pid_file: Path) -> int | None:
         return None
 
 
+def running_pid(pid_file: Path) -> int | None:
+    """The pid recorded in pid_file while that process runs, else None."""
+    pid = read_pid(pid_file)
+    return pid if pid_alive(pid) else None
+
+
 def pid_alive(pid: int | None) -> bool:
     """True when a process with this pid exists (and is not a zombie)."""
     if pid is None:
@@ -80,7 +86,8 @@ def send_signal(pid: int, sig: signal.Signals) -> bool:
 
 def exited(pid: int) -> bool:
     """True once the process is gone (reaped, when it is a child of this one)."""
-    _reap(pid)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # a child of this one stays a zombie until waited for
     return not pid_alive(pid)
 
 
@@ -113,20 +120,13 @@ def spawn_daemon(command: Sequence[str], log_file: Path, pid_file: Path, cwd: Pa
 
 def stop_daemon(pid_file: Path, timeout: float) -> bool:
     """Stop the server `pid_file` names (SIGTERM, then SIGKILL); True when one was running."""
-    pid = read_pid(pid_file)
-    if not pid_alive(pid):
+    pid = running_pid(pid_file)
+    if pid is None:
         pid_file.unlink(missing_ok=True)
         return False
-    assert pid is not None
     terminate(pid, timeout)
     pid_file.unlink(missing_ok=True)
     return True
-
-
-def _reap(pid: int) -> None:
-    # A child we started ourselves stays a zombie until waited for.
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.25) -> bool:

@@ -114,8 +114,7 @@ def _hand_over(conn: Connection[Any], runtime: str) -> None:
         )
     )
     schemas = conn.execute(
-        "SELECT count(*) FROM pg_namespace WHERE nspname = ANY(%s)",
-        ([STATE_SCHEMA, READ_SCHEMA],),
+        "SELECT count(*) FROM pg_namespace WHERE nspname = ANY(%s)", ([STATE_SCHEMA, READ_SCHEMA],)
     ).fetchone()
     if schemas is None or schemas[0] < 2:
         return  # not migrated yet: migration 0008 grants when it runs
