@@ -243,19 +243,16 @@ def _config_owner(config_node_pool: str | None, node_pool: str) -> str:
 
 
 def _elastic(elastic: Elasticity, protected: bool) -> str:
-    lines = [
-        ("yes" if elastic.is_elastic else "no")
-        + f": may lose {counted(elastic.evictable_pods, 'pod')} now"
-        + ("" if protected else " (not protected: any running pod)")
-    ]
+    pods = counted(elastic.evictable_pods, "pod")
+    first = f"{'yes' if elastic.is_elastic else 'no'}: may lose {pods} now"
     if elastic.semi_preemptible:
-        lines[0] = (
-            ("yes" if elastic.is_elastic else "no")
-            + f": may lose {counted(elastic.evictable_pods, 'pod')} now, protected or not: "
-            "semi-preemptible, each subgroup's minAvailable running pods (the core) are never "
-            "evictable"
+        first += (
+            ", protected or not: semi-preemptible, each subgroup's minAvailable running pods "
+            "(the core) are never evictable"
         )
-    lines += [
+    elif not protected:
+        first += " (not protected: any running pod)"
+    lines = [first] + [
         f"subgroup {sub.name}: minAvailable {sub.min_available}, {counted(sub.pods, 'pod')}, "
         f"{sub.running} running → {sub.evictable} may be evicted"
         + (f" ({sub.core} in the core)" if elastic.semi_preemptible else "")

@@ -27,7 +27,7 @@ from minruntime.audit.violations import (
     who_evicted,
 )
 from minruntime.commands.common import Json, option, parse_at, units
-from minruntime.commands.render import counted, rfc3339
+from minruntime.commands.render import aligned_with_details, counted, rfc3339
 from minruntime.core import ExactJudgement, ExactVerdict, RuleWindow, Verdict, format_duration
 
 Since = Annotated[
@@ -138,16 +138,13 @@ def render(report: ViolationReport) -> str:
         )
     if not report.violations:
         return "\n".join([head, *_abandoned_lines(report)])
-    rows = [_cells(violation) for violation in report.violations]
-    widths = [
-        max(len(_COLUMNS[i]), *(len(row[0][i]) for row in rows)) for i in range(len(_COLUMNS) - 1)
-    ]
-    lines = [head, _line([c.upper() for c in _COLUMNS], widths)]
-    indent = sum(width + 2 for width in widths)
-    for cells, more in rows:
-        lines.append(_line(cells, widths))
-        lines.extend(" " * indent + rule for rule in more)
-    return "\n".join([*lines, *_abandoned_lines(report)])
+    # The rules below the first on continuation lines, under the "protected by" column.
+    table = aligned_with_details(
+        [c.upper() for c in _COLUMNS],
+        [_cells(violation) for violation in report.violations],
+        indent_to=len(_COLUMNS) - 1,
+    )
+    return "\n".join([head, *table, *_abandoned_lines(report)])
 
 
 def _abandoned_lines(report: ViolationReport) -> list[str]:
@@ -245,11 +242,6 @@ _INEXACT: Final = {
 @cache
 def _rule(window: RuleWindow) -> str:
     return describe_rule(window)
-
-
-def _line(cells: list[str], widths: list[int]) -> str:
-    padded = [cell.ljust(width) for cell, width in zip(cells, widths, strict=False)]
-    return "  ".join([*padded, cells[-1]]).rstrip()
 
 
 def _duration(value: timedelta | None) -> str:

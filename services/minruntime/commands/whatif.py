@@ -27,8 +27,8 @@ from minruntime.audit.whatif import (
     whatif,
 )
 from minruntime.commands.common import Json, ReclaimerQueue, current_settings, engine
-from minruntime.commands.render import aligned, counted, duration, print_json, rfc3339
-from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeError, parse_duration
+from minruntime.commands.render import aligned, counted, print_json, rfc3339
+from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeError, format_duration, parse_duration
 from minruntime.errors import UserError
 from minruntime.produce import read_changes
 
@@ -352,7 +352,7 @@ def _field_text(key: str, value: Any) -> str:
 
 def _protection_cells(row: ProtectionRow) -> list[str]:
     return [
-        duration(row.min_runtime),
+        format_duration(row.min_runtime),
         resolved_from_label(row.resolved_from, row.node_pool),
         rfc3339(row.protected_until),
         "protected" if row.is_protected else "no",
