@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final
 
-import typer
-
 from minruntime.audit.protection import ProtectionRow, describe_row, resolved_from_label
 from minruntime.audit.whatif import (
     KEEP,
@@ -26,7 +24,7 @@ from minruntime.audit.whatif import (
     WhatIfReport,
     whatif,
 )
-from minruntime.commands.common import Json, ReclaimerQueue, current_settings, engine
+from minruntime.commands.common import Json, ReclaimerQueue, current_settings, engine, option
 from minruntime.commands.render import aligned, counted, print_json, rfc3339
 from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeError, format_duration, parse_duration
 from minruntime.errors import UserError
@@ -43,17 +41,14 @@ _EFFECTS: Final = {
 }
 
 
-def _option(*names: str, help: str, metavar: str = "NAME") -> Any:
-    return typer.Option(*names, help=help, metavar=metavar, show_default=False)
-
-
 def whatif_command(
     queue: Annotated[
-        str | None, _option("--queue", help="The queue to change (or create): its name.")
+        str | None,
+        option("--queue", metavar="NAME", help="The queue to change (or create): its name."),
     ] = None,
     parent: Annotated[
         str | None,
-        _option(
+        option(
             "--parent",
             help="--queue's new parent queue; 'unset' makes it a root.",
             metavar="NAME|unset",
@@ -61,7 +56,7 @@ def whatif_command(
     ] = None,
     preempt: Annotated[
         str | None,
-        _option(
+        option(
             "--preempt-min-runtime",
             help="--queue's new preemptMinRuntime (10m, 1h30m, 0s); 'unset' inherits.",
             metavar="DURATION|unset",
@@ -69,7 +64,7 @@ def whatif_command(
     ] = None,
     reclaim: Annotated[
         str | None,
-        _option(
+        option(
             "--reclaim-min-runtime",
             help="--queue's new reclaimMinRuntime; 'unset' inherits.",
             metavar="DURATION|unset",
@@ -77,21 +72,24 @@ def whatif_command(
     ] = None,
     delete_queues: Annotated[
         list[str] | None,
-        _option(
-            "--delete-queue", help="Delete this queue (its children become roots). Repeatable."
+        option(
+            "--delete-queue",
+            metavar="NAME",
+            help="Delete this queue (its children become roots). Repeatable.",
         ),
     ] = None,
     node_pool: Annotated[
         str | None,
-        _option(
+        option(
             "--node-pool",
+            metavar="NAME",
             help="The node pool the configuration flags and -f scheduler configs are for "
             "(default: default).",
         ),
     ] = None,
     default_preempt: Annotated[
         str | None,
-        _option(
+        option(
             "--default-preempt-min-runtime",
             help="The pool's new defaultPreemptMinRuntime.",
             metavar="DURATION",
@@ -99,7 +97,7 @@ def whatif_command(
     ] = None,
     default_reclaim: Annotated[
         str | None,
-        _option(
+        option(
             "--default-reclaim-min-runtime",
             help="The pool's new defaultReclaimMinRuntime.",
             metavar="DURATION",
@@ -107,7 +105,7 @@ def whatif_command(
     ] = None,
     method: Annotated[
         str | None,
-        _option(
+        option(
             "--reclaim-resolve-method",
             help="The pool's new reclaimResolveMethod: lca|queue.",
             metavar="lca|queue",
@@ -115,7 +113,7 @@ def whatif_command(
     ] = None,
     files: Annotated[
         list[str] | None,
-        _option(
+        option(
             "--filename",
             "-f",
             help="Queue YAML, a scheduler config (or its ConfigMap), or queue/config events "
