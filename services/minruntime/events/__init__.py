@@ -52,12 +52,10 @@ from minruntime.events.topics import (
     DEAD_LETTER_TOPIC,
     DEFAULT_TOPICS,
     INPUT_ROLES,
-    INPUT_TOPIC_TYPES,
     QUEUES_TOPIC,
     ROLE_TYPES,
     TOPIC_TYPES,
     topic_types,
-    types_for_topic_role,
 )
 
 __all__ = [
@@ -71,7 +69,6 @@ __all__ = [
     "EVENT_TYPES",
     "INPUT_DATA_MODELS",
     "INPUT_ROLES",
-    "INPUT_TOPIC_TYPES",
     "KNOWN_TYPES",
     "QUEUES_TOPIC",
     "REJECTION_KINDS",
@@ -112,5 +109,4 @@ __all__ = [
     "record_key",
     "structured_value",
     "topic_types",
-    "types_for_topic_role",
 ]

@@ -238,8 +238,3 @@ INPUT_DATA_MODELS: Final = frozenset(
 """The ``data`` models of the input types: every one is applied by the processor."""
 
 KNOWN_TYPES: Final = frozenset(EVENT_CLASSES)
-
-
-def data_model(event_type: str) -> type[EventData]:
-    """The ``data`` model of ``event_type`` (KeyError for an unknown type)."""
-    return DATA_MODELS[event_type]
