@@ -62,9 +62,10 @@ def explain_command(
     else:
         wide_console().print(render_explanation(explanation, as_of=instant is not None))
     if explanation.disagreements:
-        _stderr(
-            "error: the rule engine and the SQL read surface disagree (a bug, please report "
-            f"it): {'; '.join(explanation.disagreements)}"
+        print(
+            "minruntime: error: the rule engine and the SQL read surface disagree (a bug, please "
+            f"report it): {'; '.join(explanation.disagreements)}",
+            file=sys.stderr,
         )
         raise typer.Exit(1)
 
@@ -80,10 +81,6 @@ def _state(at: datetime | None, podgroups: tuple[str, ...] = ()) -> Iterator[Rea
     """
     with units() as made, state_at(made, at, podgroups=podgroups) as unit:
         yield unit
-
-
-def _stderr(message: str) -> None:
-    print(f"minruntime: {message}", file=sys.stderr)
 
 
 # -- explain --------------------------------------------------------------------------------------
