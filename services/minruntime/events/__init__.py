@@ -20,7 +20,6 @@ from minruntime.events.envelope import (
     EVENT_CLASSES,
     EVENT_TYPES,
     INPUT_DATA_MODELS,
-    KNOWN_TYPES,
     Event,
     EventType,
 )
@@ -69,7 +68,6 @@ __all__ = [
     "EVENT_TYPES",
     "INPUT_DATA_MODELS",
     "INPUT_ROLES",
-    "KNOWN_TYPES",
     "QUEUES_TOPIC",
     "REJECTION_KINDS",
     "ROLE_TYPES",

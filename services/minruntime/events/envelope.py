@@ -197,5 +197,3 @@ INPUT_DATA_MODELS: Final = frozenset(
     row.data_model for row in EVENT_TYPES.values() if row.direction == "input"
 )
 """The ``data`` models of the input types: every one is applied by the processor."""
-
-KNOWN_TYPES: Final = frozenset(EVENT_CLASSES)
