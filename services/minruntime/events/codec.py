@@ -58,6 +58,14 @@ MAX_JSON_DEPTH: Final = 64
 _NOT_STRUCTURAL: Final = bytes(sorted(set(range(256)) - set(b'"[]{}')))
 _NOT_OPENING: Final = bytes(sorted(set(range(256)) - set(b"[{")))
 _STRING_MARKS: Final = re.compile(rb'"[^"]*"')
+# What a JSON value that is not an object is, by the type the parsers return (null: None).
+_JSON_KINDS: Final = {
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+}
 _DEPTH_STEP: Final = [1 if byte in b"[{" else -1 if byte in b"]}" else 0 for byte in range(256)]
 
 # Every envelope class, told apart by the literal ``type`` inside pydantic-core.
@@ -148,8 +156,8 @@ def _binary_to_structured(value: bytes | None, attributes: dict[str, str]) -> by
         _check_depth(value, below=1)  # the bound first, as for a structured event
         raise EventRejected(
             NOT_CLOUDEVENT,
-            f"not a CloudEvent: data: must be a JSON object, got {_json_kind(data)} "
-            "(binary mode: the record value is the data)",
+            "not a CloudEvent: data: must be a JSON object, got "
+            f"{_JSON_KINDS.get(type(data), 'null')} (binary mode: the record value is the data)",
         )
     return b"".join((to_json(attributes)[:-1], b',"data":', value, b"}"))
 
@@ -260,7 +268,8 @@ def _parse_object(value: bytes | None) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise EventRejected(
             NOT_JSON,
-            f"JSON value is {_json_kind(document)}, expected an object (a CloudEvent)",
+            f"JSON value is {_JSON_KINDS.get(type(document), 'null')}, expected an object "
+            "(a CloudEvent)",
         )
     return document
 
@@ -317,15 +326,3 @@ def _finite(value: bytes) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _json_kind(document: object) -> str:
-    if isinstance(document, list):
-        return "an array"
-    if isinstance(document, str):
-        return "a string"
-    if isinstance(document, bool):
-        return "a boolean"
-    if isinstance(document, int | float):
-        return "a number"
-    return "null"
