@@ -138,7 +138,8 @@ def whatif_command(
         if queue is not None and name == queue:
             raise UserError(f"--delete-queue {name}: also given as --queue; choose one")
     events = read_change_files(files or [], pool, now)
-    if node_pool is not None and not config_edits and not _has_config(events):
+    has_config = any(item.event.type == "config.updated" for item in events)
+    if node_pool is not None and not config_edits and not has_config:
         raise UserError(
             f"--node-pool {node_pool}: give --default-preempt-min-runtime, "
             "--default-reclaim-min-runtime, --reclaim-resolve-method or a scheduler config (-f)"
@@ -244,10 +245,6 @@ def read_change_files(paths: Sequence[str], node_pool: str, now: datetime) -> li
     """The events of every file, in file and document order (nothing is sent anywhere)."""
     read = read_changes(paths, node_pool, now, current_settings(), source=WHATIF_SOURCE)
     return [ChangeEvent(origin, event) for origin, event in read]
-
-
-def _has_config(events: Sequence[ChangeEvent]) -> bool:
-    return any(item.event.type == "config.updated" for item in events)
 
 
 # -- output --------------------------------------------------------------------------------------
