@@ -28,7 +28,7 @@ from minruntime.audit.violations import (
 )
 from minruntime.commands.common import Json, option, parse_at, units
 from minruntime.commands.render import aligned_with_details, counted, rfc3339
-from minruntime.core import ExactJudgement, ExactVerdict, RuleWindow, Verdict, format_duration
+from minruntime.core import ExactJudgement, ExactVerdict, Verdict, format_duration
 
 Since = Annotated[
     str | None,
@@ -237,11 +237,8 @@ _INEXACT: Final = {
     "unknown-action": "an action KAI does not have",
     "no-evictor-queue": "the evictor's queue is not known",
 }
-
-
-@cache
-def _rule(window: RuleWindow) -> str:
-    return describe_rule(window)
+# Cached: the violations of a report share a few rules.
+_rule = cache(describe_rule)
 
 
 def _duration(value: timedelta | None) -> str:
@@ -255,5 +252,4 @@ def _duration(value: timedelta | None) -> str:
 @cache
 def _seconds(seconds: int) -> str:
     # Cached: the runs of a report share most of their durations, in seconds.
-
     return format_duration(timedelta(seconds=seconds))
