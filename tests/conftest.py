@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,21 @@ def free_ports(count: int = 1) -> int:
         if all(_bindable(port + i) for i in range(count)):
             return port
     raise RuntimeError(f"no {count} free consecutive ports found in {candidates}")
+
+
+@contextmanager
+def environ(env: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``env`` set for the block, as it was after it."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def free_port_pair() -> int:

@@ -127,13 +127,9 @@ def load(row: Row) -> Any:
         command: Any = typer.main.get_group(target)
         command.name = row.group
         return command
-    registry = typer.Typer()
+    registry = typer.Typer(add_completion=False)
     registry.command(row.name)(target)
-    return typer.main.get_command_from_info(
-        registry.registered_commands[0],
-        pretty_exceptions_short=registry.pretty_exceptions_short,
-        rich_markup_mode=registry.rich_markup_mode,
-    )
+    return typer.main.get_command(registry)
 
 
 class _LazyGroup(TyperGroup):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,6 +31,7 @@ from tests.conformance.kai import (
     missing_reason,
     rfc3339,
     running_kai,
+    scheduler_config,
     unique,
     wait_until,
 )
@@ -329,6 +330,24 @@ def kai_scene(
         cluster.kubelet.namespaces.discard(namespace)
         # MINRUNTIME_CONFORMANCE_KEEP=1 keeps the database and topics to look at afterwards.
         pipeline.drop(keep=bool(os.environ.get("MINRUNTIME_CONFORMANCE_KEEP")))
+
+
+def module_scene(name: str, start: Callable[[Scene], object] | None = None, **options: Any) -> Any:
+    """A test module's ``scene`` fixture: one ``kai_scene`` named ``name`` (KAI and the service
+    given ``scheduler_config()``; ``options``: kai_scene's) for the whole module, ``start``ed
+    (services of its own) before its first test."""
+
+    @pytest.fixture(scope="module")
+    def scene(
+        kai_cluster: KaiCluster, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[Scene]:
+        workdir = tmp_path_factory.mktemp(f"kai-{name}")
+        with kai_scene(kai_cluster, settings, workdir, name, scheduler_config(), **options) as made:
+            if start is not None:
+                start(made)
+            yield made
+
+    return scene
 
 
 def whole(moment: datetime) -> datetime:

@@ -7,40 +7,29 @@ difference."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from minruntime.settings import Settings
 from tests.conformance.conftest import (
     HIGH,
     LOW,
     SECOND,
     Eviction,
-    KaiCluster,
     Scene,
     assert_attributed,
     attribution_columns,
     kai_eviction,
-    kai_scene,
+    module_scene,
     violations,
 )
-from tests.conformance.kai import rfc3339, scheduler_config, wait_until
+from tests.conformance.kai import rfc3339, wait_until
 
 EVICTIONS: list[Eviction] = []
 HONOURED: list[str] = []  # uids of runs KAI ended outside every window
 
 
-@pytest.fixture(scope="module")
-def scene(
-    kai_cluster: KaiCluster, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Scene]:
-    with kai_scene(
-        kai_cluster, settings, tmp_path_factory.mktemp("kai-preempt"), "preempt",
-        scheduler_config(),
-    ) as scene:  # fmt: skip
-        yield scene
+scene = module_scene("preempt")
 
 
 def test_an_elastic_gang_loses_exactly_its_evictable_pods_while_protected(scene: Scene) -> None:

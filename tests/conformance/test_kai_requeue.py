@@ -16,31 +16,24 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import minruntime
-from minruntime.settings import Settings
-from tests.conformance.conftest import HIGH, LOW, KaiCluster, Scene, kai_scene
-from tests.conformance.kai import gpu_resources, scheduler_config, wait_until
+from tests.conformance.conftest import HIGH, LOW, Scene, module_scene
+from tests.conformance.kai import gpu_resources, wait_until
 
 EXPECTED_RUNTIME = "4s"
 
 
-@pytest.fixture(scope="module")
-def scene(
-    kai_cluster: KaiCluster, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Scene]:
-    with kai_scene(
-        kai_cluster, settings, tmp_path_factory.mktemp("kai-requeue"), "requeue",
-        scheduler_config(),
-    ) as scene:  # fmt: skip
-        scene.start_service("requeue-worker", MINRUNTIME_REQUEUE_INTERVAL_SECONDS="1")
-        scene.start_service("evictor")
-        yield scene
+def _start_the_worker_and_the_evictor(scene: Scene) -> None:
+    scene.start_service("requeue-worker", MINRUNTIME_REQUEUE_INTERVAL_SECONDS="1")
+    scene.start_service("evictor")
+
+
+scene = module_scene("requeue", start=_start_the_worker_and_the_evictor)
 
 
 def decision(scene: Scene, uid: str, outcome: str = "%", timeout: float = 60) -> dict[str, Any]:

@@ -5,42 +5,25 @@ the process's local offset). `kube diff` finds nothing to repair at either point
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
-from minruntime.settings import Settings
 from tests.conformance.conftest import (
     HIGH,
     LOW,
     SECOND,
     Eviction,
-    KaiCluster,
     Scene,
     assert_attributed,
     kai_eviction,
-    kai_scene,
+    module_scene,
 )
-from tests.conformance.kai import LAST_START, scheduler_config, wait_until
+from tests.conformance.kai import LAST_START, wait_until
 
 WINDOW = timedelta(seconds=15)
 EVICTIONS: list[Eviction] = []
 
 
-@pytest.fixture(scope="module")
-def scene(
-    kai_cluster: KaiCluster, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Scene]:
-    with kai_scene(
-        kai_cluster,
-        settings,
-        tmp_path_factory.mktemp("kai-start"),
-        "start",
-        scheduler_config(),
-        tz="Asia/Kolkata",
-    ) as scene:
-        yield scene
+scene = module_scene("start", tz="Asia/Kolkata")
 
 
 def test_start_time_is_kais_annotation_before_and_after_an_eviction_and_restart(

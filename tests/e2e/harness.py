@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import psycopg
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from minruntime.kafka_access import kafka_access, start_client
+from minruntime.kafka_access import KafkaAccess, kafka_access, start_client
 from minruntime.settings import Settings
 from minruntime.store.migrate import upgrade
 from minruntime.topic_admin import ensure_topics, topic_specs
@@ -35,7 +36,7 @@ from minruntime_dev.scratch import (
     drop_scratch_database,
     scratch_owner_url,
 )
-from tests.conftest import MINRUNTIME, ROOT, run_cli
+from tests.conftest import MINRUNTIME, ROOT, environ, run_cli
 
 TOPIC_ENV = {
     "queues": "MINRUNTIME_TOPIC_QUEUES",
@@ -62,6 +63,16 @@ def kafka_env(settings: Settings) -> dict[str, str]:
     if access.cafile is not None:
         env["MINRUNTIME_KAFKA_SSL_CAFILE"] = str(access.cafile)
     return env
+
+
+async def create_topic(access: KafkaAccess, topic: str, replicas: int = 1) -> None:
+    """Create ``topic`` (one partition, ``replicas`` replicas) with a client of its own."""
+    admin = AIOKafkaAdminClient(**access.client_kwargs())
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, replicas)])
+    finally:
+        await admin.close()
 
 
 def wait_for(
@@ -198,16 +209,8 @@ class Pipeline(Subprocess):
 
     def settings(self) -> Settings:
         """Settings as the processor subprocess sees them."""
-        saved = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        try:
+        with environ(self.env):
             return Settings()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
     def start(self) -> Pipeline:
         """Start `minruntime processor` (creates the topics if missing)."""

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import socket
 import subprocess
@@ -15,24 +14,26 @@ from pathlib import Path
 import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
 from minruntime_dev.stack import StackStatus, stack_status
-from tests.conftest import free_port_pair, free_ports, private_stack_env, remove_stack, run_cli
+from tests.conftest import (
+    environ,
+    free_port_pair,
+    free_ports,
+    private_stack_env,
+    remove_stack,
+    run_cli,
+)
+from tests.e2e.harness import create_topic
 
 pytestmark = pytest.mark.stack
 
 
 async def _produce_and_consume(access: KafkaAccess, records: list[tuple[bytes, bytes]]) -> list:
     topic = f"test.stack-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(**access.client_kwargs())
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        await admin.close()
+    await create_topic(access, topic)
     producer = AIOKafkaProducer(**access.client_kwargs(), enable_idempotence=True)
     await producer.start()
     try:
@@ -102,16 +103,8 @@ def private_stack(tmp_path: Path) -> Iterator[dict[str, str]]:
     kafka = free_ports(4)
     env = private_stack_env(tmp_path / "stack", kafka, kafka + 2)
     yield env
-    previous = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ(env):
         remove_stack(Settings())
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def test_lifecycle_from_nothing(private_stack: dict[str, str]) -> None:

@@ -20,7 +20,7 @@ from minruntime.events import (
     BAD_BINARY_HEADERS,
     BINARY_HEADER_MAX_BYTES,
     BINARY_MAX_HEADERS,
-    KNOWN_TYPES,
+    EVENT_CLASSES,
     TOPIC_TYPES,
     Event,
     binary_headers,
@@ -59,7 +59,7 @@ DELETED_HEADERS = [
 # --- the SDK's records decode in both modes --------------------------------------------------
 
 
-@pytest.mark.parametrize("event_type", sorted(KNOWN_TYPES))
+@pytest.mark.parametrize("event_type", sorted(EVENT_CLASSES))
 def test_every_example_decodes_in_both_modes_from_the_sdk(event_type: str) -> None:
     document = json.loads((EXAMPLES / f"{event_type}.json").read_bytes())
     topic = next(topic for topic, types in TOPIC_TYPES.items() if event_type in types)

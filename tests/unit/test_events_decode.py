@@ -11,10 +11,11 @@ import pytest
 
 from minruntime.core import DEFAULT_REQUEUE_DELAY, MinRuntimeConfig, Queue, SubGroup
 from minruntime.events import (
+    DEFAULT_TOPICS,
     EVENT_CLASSES,
-    INPUT_TOPIC_TYPES,
-    KNOWN_TYPES,
+    INPUT_ROLES,
     REJECTION_KINDS,
+    ROLE_TYPES,
     TOPIC_TYPES,
     ConfigUpdatedData,
     EventRejected,
@@ -29,7 +30,6 @@ from minruntime.events import (
     encode_event,
     new_event,
     topic_types,
-    types_for_topic_role,
 )
 from tests import cloudevents as ce
 from tests.cloudevents import T0
@@ -57,7 +57,7 @@ def submitted(**data: Any) -> dict[str, Any]:
 # --- every type decodes from its example ---------------------------------------------------
 
 
-@pytest.mark.parametrize("event_type", sorted(KNOWN_TYPES))
+@pytest.mark.parametrize("event_type", sorted(EVENT_CLASSES))
 def test_every_type_decodes_from_its_example(event_type: str) -> None:
     value = (EXAMPLES / f"{event_type}.json").read_bytes()
     event = decode_event(value)
@@ -67,7 +67,7 @@ def test_every_type_decodes_from_its_example(event_type: str) -> None:
     assert event.time.utcoffset() is not None
 
 
-@pytest.mark.parametrize("event_type", sorted(KNOWN_TYPES))
+@pytest.mark.parametrize("event_type", sorted(EVENT_CLASSES))
 def test_every_example_decodes_on_its_own_topic(event_type: str) -> None:
     value = (EXAMPLES / f"{event_type}.json").read_bytes()
     topic = next(topic for topic, types in TOPIC_TYPES.items() if event_type in types)
@@ -442,7 +442,8 @@ def test_a_long_message_is_cut() -> None:
 
 
 def test_topics_per_contract() -> None:
-    assert dict(INPUT_TOPIC_TYPES) == {
+    input_topic_types = {DEFAULT_TOPICS[role]: ROLE_TYPES[role] for role in INPUT_ROLES}
+    assert input_topic_types == {
         "kai.queues": {"queue.upserted", "queue.deleted", "config.updated"},
         "kai.podgroups": {
             "podgroup.submitted",
@@ -456,20 +457,17 @@ def test_topics_per_contract() -> None:
         "kai.nodes": {"node.upserted", "node.deleted"},
         "kai.nominations": {"requeue.nominated"},
     }
-    assert types_for_topic_role("nominations") == {"requeue.nominated"}
     assert TOPIC_TYPES["kai.requeue-decisions"] == {
         "requeue.committed",
         "requeue.rolled-back",
         "requeue.skipped",
     }
-    assert set(KNOWN_TYPES) == {str(t) for t in EventType}
-    with pytest.raises(KeyError, match="unknown topic role"):
-        types_for_topic_role("pods")
+    assert set(EVENT_CLASSES) == {str(t) for t in EventType}
 
 
 def test_two_roles_on_one_topic_carry_both() -> None:
     merged = topic_types({"queues": "kai.all", "nodes": "kai.all"})
-    assert merged["kai.all"] == INPUT_TOPIC_TYPES["kai.queues"] | INPUT_TOPIC_TYPES["kai.nodes"]
+    assert merged["kai.all"] == ROLE_TYPES["queues"] | ROLE_TYPES["nodes"]
 
 
 # --- new_event / encode_event -------------------------------------------------------------------

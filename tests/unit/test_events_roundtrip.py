@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from minruntime.core import MAX_DURATION, format_duration
 from minruntime.events import (
-    KNOWN_TYPES,
+    EVENT_CLASSES,
     Event,
     decode_event,
     encode_event,
@@ -192,7 +192,7 @@ def events(draw: st.DrawFn) -> Event:
 
 
 def test_every_type_has_a_strategy() -> None:
-    assert set(DATA) == set(KNOWN_TYPES)
+    assert set(DATA) == set(EVENT_CLASSES)
 
 
 @settings(max_examples=400, deadline=None)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from minruntime.events import KNOWN_TYPES, decode_dead_letter, decode_event
+from minruntime.events import EVENT_CLASSES, decode_dead_letter, decode_event
 from minruntime.events.schemas import generate, stale_files
 from tests.conftest import ROOT
 
@@ -119,12 +119,12 @@ def test_check_mode_lists_stale_files(tmp_path: Path) -> None:
 
 
 def test_there_is_one_schema_per_type_and_one_example_each() -> None:
-    expected = {f"{name}.json" for name in KNOWN_TYPES} | {"dead-letter.json"}
+    expected = {f"{name}.json" for name in EVENT_CLASSES} | {"dead-letter.json"}
     assert set(generate()) == expected
     assert {path.name for path in EXAMPLES.glob("*.json")} == expected
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN_TYPES))
+@pytest.mark.parametrize("name", sorted(EVENT_CLASSES))
 def test_schemas_are_self_contained_and_described(name: str) -> None:
     schema = schema_of(name)
     text = json.dumps(schema)

@@ -113,15 +113,6 @@ def insufficient_privilege(error: BaseException) -> bool:
     return sqlstate(error) == "42501"
 
 
-@contextmanager
-def disposed(database: sa.Engine) -> Iterator[sa.Engine]:
-    """``database`` for a ``with`` block; its connections are closed (disposed) after it."""
-    try:
-        yield database
-    finally:
-        database.dispose()
-
-
 def database_error(error: BaseException) -> str | None:
     """One line for a database error a user can act on (None: not one of those)."""
     if isinstance(error, DataError) or type(error).__name__ == "DataError":

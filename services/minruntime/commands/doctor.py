@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from dataclasses import asdict
 
 import typer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -31,20 +31,12 @@ def doctor_command(as_json: Json = False) -> None:
     settings = current_settings()
     findings = asyncio.run(kafka_findings(settings)) + database_findings(settings)
     if as_json:
-        print(json.dumps([_as_dict(f) for f in findings], indent=2))
+        print(json.dumps([asdict(f) for f in findings], indent=2))
     else:
         for finding in findings:
             print(finding.line())
     if any(f.severity is Severity.UNSAFE for f in findings):
         raise typer.Exit(1)
-
-
-def _as_dict(finding: Finding) -> dict[str, Any]:
-    return {
-        "severity": finding.severity.value,
-        "subject": finding.subject,
-        "message": finding.message,
-    }
 
 
 async def kafka_findings(settings: Settings) -> list[Finding]:

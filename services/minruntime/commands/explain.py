@@ -62,9 +62,10 @@ def explain_command(
     else:
         wide_console().print(render_explanation(explanation, as_of=instant is not None))
     if explanation.disagreements:
-        _stderr(
-            "error: the rule engine and the SQL read surface disagree (a bug, please report "
-            f"it): {'; '.join(explanation.disagreements)}"
+        print(
+            "minruntime: error: the rule engine and the SQL read surface disagree (a bug, please "
+            f"report it): {'; '.join(explanation.disagreements)}",
+            file=sys.stderr,
         )
         raise typer.Exit(1)
 
@@ -80,10 +81,6 @@ def _state(at: datetime | None, podgroups: tuple[str, ...] = ()) -> Iterator[Rea
     """
     with units() as made, state_at(made, at, podgroups=podgroups) as unit:
         yield unit
-
-
-def _stderr(message: str) -> None:
-    print(f"minruntime: {message}", file=sys.stderr)
 
 
 # -- explain --------------------------------------------------------------------------------------
@@ -243,19 +240,16 @@ def _config_owner(config_node_pool: str | None, node_pool: str) -> str:
 
 
 def _elastic(elastic: Elasticity, protected: bool) -> str:
-    lines = [
-        ("yes" if elastic.is_elastic else "no")
-        + f": may lose {counted(elastic.evictable_pods, 'pod')} now"
-        + ("" if protected else " (not protected: any running pod)")
-    ]
+    pods = counted(elastic.evictable_pods, "pod")
+    first = f"{'yes' if elastic.is_elastic else 'no'}: may lose {pods} now"
     if elastic.semi_preemptible:
-        lines[0] = (
-            ("yes" if elastic.is_elastic else "no")
-            + f": may lose {counted(elastic.evictable_pods, 'pod')} now, protected or not: "
-            "semi-preemptible, each subgroup's minAvailable running pods (the core) are never "
-            "evictable"
+        first += (
+            ", protected or not: semi-preemptible, each subgroup's minAvailable running pods "
+            "(the core) are never evictable"
         )
-    lines += [
+    elif not protected:
+        first += " (not protected: any running pod)"
+    lines = [first] + [
         f"subgroup {sub.name}: minAvailable {sub.min_available}, {counted(sub.pods, 'pod')}, "
         f"{sub.running} running → {sub.evictable} may be evicted"
         + (f" ({sub.core} in the core)" if elastic.semi_preemptible else "")

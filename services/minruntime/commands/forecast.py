@@ -49,14 +49,8 @@ def protection_table_command(
     json_output: Json = False,
 ) -> None:
     """The protection table: each running podgroup's minimum runtime, window and verdict."""
-    if context.invoked_subcommand is None:
-        protection_command(reclaimer_queue, at, json_output)
-
-
-def protection_command(
-    reclaimer_queue: ReclaimerQueue = None, at: At = None, json_output: Json = False
-) -> None:
-    """The protection table: each running podgroup's minimum runtime, window and verdict."""
+    if context.invoked_subcommand is not None:
+        return
     instant = parse_at(at)
     with units() as made, state_at(made, instant) as unit:
         table = protection_table(unit, instant, reclaimer_queue)

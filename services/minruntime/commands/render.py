@@ -1,8 +1,8 @@
 """How the commands show what they found: consoles for tables, aligned text tables, instants,
-durations, counted nouns, and one JSON document.
+counted nouns, and one JSON document.
 
-The one place for output conventions, so every command prints an instant, a duration or a
-count the same way (`commands.common` holds the options and the invocation's settings).
+The one place for output conventions, so every command prints an instant or a count the same
+way (`commands.common` holds the options and the invocation's settings).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from minruntime.core import format_duration, format_rfc3339
+from minruntime.core import format_rfc3339
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -37,11 +37,6 @@ def rfc3339(moment: datetime | None) -> str:
     return "-" if moment is None else format_rfc3339(moment)
 
 
-def duration(value: timedelta) -> str:
-    """A duration for people, as the Queue objects write it: 1h30m, 45s."""
-    return format_duration(value)
-
-
 def counted(count: int, noun: str) -> str:
     """A count and its noun, plural unless one: "1 pod", "3 running pods"."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
@@ -51,10 +46,27 @@ def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
     """Rows of cells as text lines, each column as wide as its widest cell (two spaces
     between columns, no trailing spaces)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
+    return [_line(row, widths) for row in rows]
+
+
+def aligned_with_details(
+    header: Sequence[str], rows: Sequence[tuple[Sequence[str], Sequence[str]]], indent_to: int
+) -> list[str]:
+    """``aligned`` header and rows, each row followed by its detail lines, indented to where
+    column ``indent_to`` starts."""
+    widths = [
+        max([len(header[i]), *(len(cells[i]) for cells, _ in rows)]) for i in range(len(header))
     ]
+    indent = " " * sum(width + 2 for width in widths[:indent_to])
+    lines = [_line(header, widths)]
+    for cells, details in rows:
+        lines.append(_line(cells, widths))
+        lines.extend(indent + detail for detail in details)
+    return lines
+
+
+def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
 
 def print_json(value: Any) -> None:

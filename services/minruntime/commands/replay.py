@@ -14,7 +14,7 @@ from minruntime.audit.replay import Progress as Advance
 from minruntime.audit.replay import ReplayReport, describe
 from minruntime.audit.snapshots import SnapshotCheck
 from minruntime.audit.verify import TableCheck
-from minruntime.commands.common import AT_HELP, Json, current_settings, engine, parse_at
+from minruntime.commands.common import AT_HELP, Json, current_settings, engine, option, parse_at
 from minruntime.commands.render import console, print_json
 from minruntime.errors import UserError
 from minruntime.topic_admin import input_topic_roles
@@ -40,19 +40,17 @@ def replay_command(
     ] = False,
     until: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--until",
             help="Stop at the state the service had at this instant. " + AT_HELP,
-            show_default=False,
         ),
     ] = None,
     into: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--into",
             help="Keep the result as shadow schemas INTO (read surface) and INTO_state "
             "(tables), to query with SQL. Default: a temporary shadow, dropped at the end.",
-            show_default=False,
         ),
     ] = None,
     from_kafka: Annotated[
@@ -64,20 +62,17 @@ def replay_command(
     ] = False,
     drop: Annotated[
         str | None,
-        typer.Option(
-            "--drop", help="Drop the shadow DROP made by --into, and exit.", show_default=False
-        ),
+        option("--drop", help="Drop the shadow DROP made by --into, and exit."),
     ] = None,
     jobs: Annotated[
         int | None,
-        typer.Option(
+        option(
             "--jobs",
             min=1,
             max=64,
             help="Replay in JOBS processes, each a share of the podgroups (the first also the "
             "queue tree, configs and nodes). Default: this machine's cores (at most 8), 1 for "
             "a log under 20,000 entries. Not with --into or --from-kafka.",
-            show_default=False,
         ),
     ] = None,
     as_json: Json = False,

@@ -20,7 +20,7 @@ import typer
 
 from minruntime.audit.asof import Units, state_at
 from minruntime.commands.common import At, Json, first_line, insufficient_privilege, parse_at, units
-from minruntime.commands.render import print_json, rfc3339
+from minruntime.commands.render import aligned_with_details, print_json, rfc3339
 from minruntime.core import RequeueDecision, format_duration
 from minruntime.core.proportion import QuotaVerdict
 from minruntime.errors import UserError
@@ -215,15 +215,7 @@ def render(result: RequeuePreview, *, at: datetime | None) -> str:
 
 def _table(result: RequeuePreview) -> list[str]:
     rows = [(_cells(result, decision), _details(decision)) for decision in result.decisions]
-    widths = [
-        max(len(_COLUMNS[i]), *(len(row[0][i]) for row in rows)) for i in range(len(_COLUMNS))
-    ]
-    indent = " " * (widths[0] + 2)
-    lines = [_line([column.upper() for column in _COLUMNS], widths)]
-    for cells, details in rows:
-        lines.append(_line(cells, widths))
-        lines.extend(indent + detail for detail in details)
-    return lines
+    return aligned_with_details([column.upper() for column in _COLUMNS], rows, indent_to=1)
 
 
 def _cells(result: RequeuePreview, decision: RequeueDecision) -> list[str]:
@@ -287,10 +279,6 @@ def _at_risk(gpu_seconds: float | None) -> str:
     # GPU-hours for people (since the last checkpoint, else the run's start: the decision's
     # last_checkpoint line says which); ``--json`` has the GPU-seconds.
     return "-" if gpu_seconds is None else f"{gpu_seconds / 3600:.2f} GPU-h"
-
-
-def _line(cells: list[str], widths: list[int]) -> str:
-    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
 
 def _text(value: Any) -> str:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
 from minruntime.audit.snapshots import SnapshotPolicy, Taken, take
 from minruntime.commands.common import Json, current_settings, option, units
 from minruntime.commands.render import print_json
+
+# A stored snapshot's fields `--list` shows, in this order.
+_LISTED: Final = ("id", "log_seq", "events", "applied_until", "taken_at")
 
 
 def snapshot_command(
@@ -49,17 +52,7 @@ def snapshot_command(
         if list_them:
             with made.connected() as unit:
                 found = unit.snapshots()
-            rows = [
-                {
-                    "id": snapshot.id,
-                    "log_seq": snapshot.log_seq,
-                    "events": snapshot.events,
-                    "applied_until": snapshot.applied_until,
-                    "taken_at": snapshot.taken_at,
-                }
-                for snapshot in found
-            ]
-            _show(rows, as_json)
+            _show([{name: getattr(each, name) for name in _LISTED} for each in found], as_json)
             return
         policy = SnapshotPolicy(
             settings.snapshot_every_events,

@@ -27,8 +27,8 @@ from minruntime.audit.violations import (
     who_evicted,
 )
 from minruntime.commands.common import Json, option, parse_at, units
-from minruntime.commands.render import counted, rfc3339
-from minruntime.core import ExactJudgement, ExactVerdict, RuleWindow, Verdict, format_duration
+from minruntime.commands.render import aligned_with_details, counted, rfc3339
+from minruntime.core import ExactJudgement, ExactVerdict, Verdict, format_duration
 
 Since = Annotated[
     str | None,
@@ -138,16 +138,13 @@ def render(report: ViolationReport) -> str:
         )
     if not report.violations:
         return "\n".join([head, *_abandoned_lines(report)])
-    rows = [_cells(violation) for violation in report.violations]
-    widths = [
-        max(len(_COLUMNS[i]), *(len(row[0][i]) for row in rows)) for i in range(len(_COLUMNS) - 1)
-    ]
-    lines = [head, _line([c.upper() for c in _COLUMNS], widths)]
-    indent = sum(width + 2 for width in widths)
-    for cells, more in rows:
-        lines.append(_line(cells, widths))
-        lines.extend(" " * indent + rule for rule in more)
-    return "\n".join([*lines, *_abandoned_lines(report)])
+    # The rules below the first on continuation lines, under the "protected by" column.
+    table = aligned_with_details(
+        [c.upper() for c in _COLUMNS],
+        [_cells(violation) for violation in report.violations],
+        indent_to=len(_COLUMNS) - 1,
+    )
+    return "\n".join([head, *table, *_abandoned_lines(report)])
 
 
 def _abandoned_lines(report: ViolationReport) -> list[str]:
@@ -240,16 +237,8 @@ _INEXACT: Final = {
     "unknown-action": "an action KAI does not have",
     "no-evictor-queue": "the evictor's queue is not known",
 }
-
-
-@cache
-def _rule(window: RuleWindow) -> str:
-    return describe_rule(window)
-
-
-def _line(cells: list[str], widths: list[int]) -> str:
-    padded = [cell.ljust(width) for cell, width in zip(cells, widths, strict=False)]
-    return "  ".join([*padded, cells[-1]]).rstrip()
+# Cached: the violations of a report share a few rules.
+_rule = cache(describe_rule)
 
 
 def _duration(value: timedelta | None) -> str:
@@ -263,5 +252,4 @@ def _duration(value: timedelta | None) -> str:
 @cache
 def _seconds(seconds: int) -> str:
     # Cached: the runs of a report share most of their durations, in seconds.
-
     return format_duration(timedelta(seconds=seconds))

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final
 
-import typer
-
 from minruntime.audit.protection import ProtectionRow, describe_row, resolved_from_label
 from minruntime.audit.whatif import (
     KEEP,
@@ -26,9 +24,9 @@ from minruntime.audit.whatif import (
     WhatIfReport,
     whatif,
 )
-from minruntime.commands.common import Json, ReclaimerQueue, current_settings, engine
-from minruntime.commands.render import aligned, counted, duration, print_json, rfc3339
-from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeError, parse_duration
+from minruntime.commands.common import Json, ReclaimerQueue, current_settings, engine, option
+from minruntime.commands.render import aligned, counted, print_json, rfc3339
+from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeError, format_duration, parse_duration
 from minruntime.errors import UserError
 from minruntime.produce import read_changes
 
@@ -43,17 +41,14 @@ _EFFECTS: Final = {
 }
 
 
-def _option(*names: str, help: str, metavar: str = "NAME") -> Any:
-    return typer.Option(*names, help=help, metavar=metavar, show_default=False)
-
-
 def whatif_command(
     queue: Annotated[
-        str | None, _option("--queue", help="The queue to change (or create): its name.")
+        str | None,
+        option("--queue", metavar="NAME", help="The queue to change (or create): its name."),
     ] = None,
     parent: Annotated[
         str | None,
-        _option(
+        option(
             "--parent",
             help="--queue's new parent queue; 'unset' makes it a root.",
             metavar="NAME|unset",
@@ -61,7 +56,7 @@ def whatif_command(
     ] = None,
     preempt: Annotated[
         str | None,
-        _option(
+        option(
             "--preempt-min-runtime",
             help="--queue's new preemptMinRuntime (10m, 1h30m, 0s); 'unset' inherits.",
             metavar="DURATION|unset",
@@ -69,7 +64,7 @@ def whatif_command(
     ] = None,
     reclaim: Annotated[
         str | None,
-        _option(
+        option(
             "--reclaim-min-runtime",
             help="--queue's new reclaimMinRuntime; 'unset' inherits.",
             metavar="DURATION|unset",
@@ -77,21 +72,24 @@ def whatif_command(
     ] = None,
     delete_queues: Annotated[
         list[str] | None,
-        _option(
-            "--delete-queue", help="Delete this queue (its children become roots). Repeatable."
+        option(
+            "--delete-queue",
+            metavar="NAME",
+            help="Delete this queue (its children become roots). Repeatable.",
         ),
     ] = None,
     node_pool: Annotated[
         str | None,
-        _option(
+        option(
             "--node-pool",
+            metavar="NAME",
             help="The node pool the configuration flags and -f scheduler configs are for "
             "(default: default).",
         ),
     ] = None,
     default_preempt: Annotated[
         str | None,
-        _option(
+        option(
             "--default-preempt-min-runtime",
             help="The pool's new defaultPreemptMinRuntime.",
             metavar="DURATION",
@@ -99,7 +97,7 @@ def whatif_command(
     ] = None,
     default_reclaim: Annotated[
         str | None,
-        _option(
+        option(
             "--default-reclaim-min-runtime",
             help="The pool's new defaultReclaimMinRuntime.",
             metavar="DURATION",
@@ -107,7 +105,7 @@ def whatif_command(
     ] = None,
     method: Annotated[
         str | None,
-        _option(
+        option(
             "--reclaim-resolve-method",
             help="The pool's new reclaimResolveMethod: lca|queue.",
             metavar="lca|queue",
@@ -115,7 +113,7 @@ def whatif_command(
     ] = None,
     files: Annotated[
         list[str] | None,
-        _option(
+        option(
             "--filename",
             "-f",
             help="Queue YAML, a scheduler config (or its ConfigMap), or queue/config events "
@@ -140,7 +138,8 @@ def whatif_command(
         if queue is not None and name == queue:
             raise UserError(f"--delete-queue {name}: also given as --queue; choose one")
     events = read_change_files(files or [], pool, now)
-    if node_pool is not None and not config_edits and not _has_config(events):
+    has_config = any(item.event.type == "config.updated" for item in events)
+    if node_pool is not None and not config_edits and not has_config:
         raise UserError(
             f"--node-pool {node_pool}: give --default-preempt-min-runtime, "
             "--default-reclaim-min-runtime, --reclaim-resolve-method or a scheduler config (-f)"
@@ -248,10 +247,6 @@ def read_change_files(paths: Sequence[str], node_pool: str, now: datetime) -> li
     return [ChangeEvent(origin, event) for origin, event in read]
 
 
-def _has_config(events: Sequence[ChangeEvent]) -> bool:
-    return any(item.event.type == "config.updated" for item in events)
-
-
 # -- output --------------------------------------------------------------------------------------
 
 
@@ -352,7 +347,7 @@ def _field_text(key: str, value: Any) -> str:
 
 def _protection_cells(row: ProtectionRow) -> list[str]:
     return [
-        duration(row.min_runtime),
+        format_duration(row.min_runtime),
         resolved_from_label(row.resolved_from, row.node_pool),
         rfc3339(row.protected_until),
         "protected" if row.is_protected else "no",

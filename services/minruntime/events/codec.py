@@ -58,6 +58,14 @@ MAX_JSON_DEPTH: Final = 64
 _NOT_STRUCTURAL: Final = bytes(sorted(set(range(256)) - set(b'"[]{}')))
 _NOT_OPENING: Final = bytes(sorted(set(range(256)) - set(b"[{")))
 _STRING_MARKS: Final = re.compile(rb'"[^"]*"')
+# What a JSON value that is not an object is, by the type the parsers return (null: None).
+_JSON_KINDS: Final = {
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+}
 _DEPTH_STEP: Final = [1 if byte in b"[{" else -1 if byte in b"]}" else 0 for byte in range(256)]
 
 # Every envelope class, told apart by the literal ``type`` inside pydantic-core.
@@ -145,11 +153,11 @@ def _binary_to_structured(value: bytes | None, attributes: dict[str, str]) -> by
     except ValueError as error:
         raise _diagnose_data(value, error) from None
     if not isinstance(data, dict):
-        _check_data_depth(value)  # the bound first, as for a structured event
+        _check_depth(value, below=1)  # the bound first, as for a structured event
         raise EventRejected(
             NOT_CLOUDEVENT,
-            f"not a CloudEvent: data: must be a JSON object, got {_json_kind(data)} "
-            "(binary mode: the record value is the data)",
+            "not a CloudEvent: data: must be a JSON object, got "
+            f"{_JSON_KINDS.get(type(data), 'null')} (binary mode: the record value is the data)",
         )
     return b"".join((to_json(attributes)[:-1], b',"data":', value, b"}"))
 
@@ -163,30 +171,11 @@ def _diagnose_data(value: bytes | None, error: ValueError) -> EventRejected:
             "(binary mode)",
         )
     try:
-        text = bytes(value).decode("utf-8")
-    except UnicodeDecodeError as not_utf8:
-        return EventRejected(NOT_JSON, f"value is not UTF-8 text: {not_utf8}")
-    try:
-        _check_data_depth(value)
+        _json_document(value, below=1)
     except EventRejected as rejected:
         return rejected
-    try:
-        json.loads(text)
-    except ValueError as not_json:
-        return EventRejected(NOT_JSON, f"value is not valid JSON: {not_json}")
     # Python's parser took what pydantic-core refused: a lone surrogate escape, say.
     return EventRejected(NOT_JSON, f"value is not valid JSON: {error}")
-
-
-def _check_data_depth(value: bytes) -> None:
-    # As deep as the structured event would be: the data is one level below the event.
-    depth = json_depth(value) + 1
-    if depth > MAX_JSON_DEPTH:
-        raise EventRejected(
-            TOO_DEEP,
-            f"JSON nested {depth} levels deep (the event object counts as one); at most "
-            f"{MAX_JSON_DEPTH} are accepted",
-        )
 
 
 def encode_event(event: Event) -> bytes:
@@ -275,21 +264,28 @@ def _parse_object(value: bytes | None) -> dict[str, Any]:
         raise EventRejected(
             NOT_JSON, "record has no value (a tombstone); expected a CloudEvent JSON object"
         )
+    document = _json_document(value)
+    if not isinstance(document, dict):
+        raise EventRejected(
+            NOT_JSON,
+            f"JSON value is {_JSON_KINDS.get(type(document), 'null')}, expected an object "
+            "(a CloudEvent)",
+        )
+    return document
+
+
+def _json_document(value: bytes, below: int = 0) -> Any:
+    """The JSON value of ``value`` (``below`` levels under the event), or EventRejected: not
+    UTF-8, nested too deep, not JSON."""
     try:
         text = bytes(value).decode("utf-8")
     except UnicodeDecodeError as error:
         raise EventRejected(NOT_JSON, f"value is not UTF-8 text: {error}") from None
-    _check_depth(value)  # before json.loads, which recurses once per level
+    _check_depth(value, below)  # before json.loads, which recurses once per level
     try:
-        document = json.loads(text)
+        return json.loads(text)
     except ValueError as error:
         raise EventRejected(NOT_JSON, f"value is not valid JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise EventRejected(
-            NOT_JSON,
-            f"JSON value is {_json_kind(document)}, expected an object (a CloudEvent)",
-        )
-    return document
 
 
 def json_depth(value: bytes) -> int:
@@ -311,11 +307,14 @@ def json_depth(value: bytes) -> int:
     return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets), initial=0))
 
 
-def _check_depth(value: bytes) -> None:
-    depth = json_depth(value)
+def _check_depth(value: bytes, below: int = 0) -> None:
+    # A binary record's data is one level below the event: as deep as the event would be.
+    depth = json_depth(value) + below
     if depth > MAX_JSON_DEPTH:
+        counted = " (the event object counts as one)" if below else ""
         raise EventRejected(
-            TOO_DEEP, f"JSON nested {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted"
+            TOO_DEEP,
+            f"JSON nested {depth} levels deep{counted}; at most {MAX_JSON_DEPTH} are accepted",
         )
 
 
@@ -327,15 +326,3 @@ def _finite(value: bytes) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _json_kind(document: object) -> str:
-    if isinstance(document, list):
-        return "an array"
-    if isinstance(document, str):
-        return "a string"
-    if isinstance(document, bool):
-        return "a boolean"
-    if isinstance(document, int | float):
-        return "a number"
-    return "null"

@@ -158,14 +158,9 @@ def _preview(raw: bytes, limit: int) -> tuple[bytes, bool]:
         raw.decode("utf-8")
     except UnicodeDecodeError:
         return head, True
-    # UTF-8 text stays text: drop a character the cut split in two (at most 3 bytes).
-    for trim in range(4):
-        try:
-            (head[: len(head) - trim]).decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        return head[: len(head) - trim], True
-    return head, True
+    # UTF-8 text stays text: drop a character the cut split in two (at most 3 bytes; the
+    # head of valid UTF-8 has nothing else to ignore).
+    return head.decode("utf-8", "ignore").encode("utf-8"), True
 
 
 def _cut(text: str | None, limit: int) -> str | None:

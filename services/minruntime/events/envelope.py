@@ -8,7 +8,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
 from minruntime.events import inputs, outputs
@@ -90,74 +90,35 @@ Event: TypeAlias = CloudEvent[EventData]
 """Any decoded event; narrow with ``isinstance(event.data, PodGroupAllocatedData)``."""
 
 
+def _envelope(event_type: str, data: type[EventData]) -> type[Event]:
+    """The envelope class of one type (``QueueUpsertedData`` -> ``QueueUpsertedEvent``)."""
+    return create_model(
+        data.__name__.removesuffix("Data") + "Event",
+        __base__=CloudEvent[data],  # type: ignore[valid-type]
+        __module__=__name__,
+        type=(Literal[event_type], event_type),  # type: ignore[arg-type]
+    )
+
+
 # One concrete class per type: ``type`` is a literal, so a union of them is discriminated by
 # ``type`` inside pydantic-core (one pass over the JSON), and each JSON Schema has a const.
-class QueueUpsertedEvent(CloudEvent[inputs.QueueUpsertedData]):
-    type: Literal["queue.upserted"] = "queue.upserted"
-
-
-class QueueDeletedEvent(CloudEvent[inputs.QueueDeletedData]):
-    type: Literal["queue.deleted"] = "queue.deleted"
-
-
-class ConfigUpdatedEvent(CloudEvent[inputs.ConfigUpdatedData]):
-    type: Literal["config.updated"] = "config.updated"
-
-
-class PodGroupSubmittedEvent(CloudEvent[inputs.PodGroupSubmittedData]):
-    type: Literal["podgroup.submitted"] = "podgroup.submitted"
-
-
-class PodGroupAllocatedEvent(CloudEvent[inputs.PodGroupAllocatedData]):
-    type: Literal["podgroup.allocated"] = "podgroup.allocated"
-
-
-class PodGroupReleasedEvent(CloudEvent[inputs.PodGroupReleasedData]):
-    type: Literal["podgroup.released"] = "podgroup.released"
-
-
-class PodGroupAnnotatedEvent(CloudEvent[inputs.PodGroupAnnotatedData]):
-    type: Literal["podgroup.annotated"] = "podgroup.annotated"
-
-
-class PodGroupDeletedEvent(CloudEvent[inputs.PodGroupDeletedData]):
-    type: Literal["podgroup.deleted"] = "podgroup.deleted"
-
-
-class NodeUpsertedEvent(CloudEvent[inputs.NodeUpsertedData]):
-    type: Literal["node.upserted"] = "node.upserted"
-
-
-class NodeDeletedEvent(CloudEvent[inputs.NodeDeletedData]):
-    type: Literal["node.deleted"] = "node.deleted"
-
-
-class RequeueNominatedEvent(CloudEvent[inputs.RequeueNominatedData]):
-    type: Literal["requeue.nominated"] = "requeue.nominated"
-
-
-class RequeueAbandonedEvent(CloudEvent[inputs.RequeueAbandonedData]):
-    type: Literal["requeue.abandoned"] = "requeue.abandoned"
-
-
-class RequeueCheckpointEvent(CloudEvent[inputs.RequeueCheckpointData]):
-    type: Literal["requeue.checkpoint"] = "requeue.checkpoint"
-
-
-class RequeueCommittedEvent(CloudEvent[outputs.RequeueCommittedData]):
-    type: Literal["requeue.committed"] = "requeue.committed"
-
-
-class RequeueRolledBackEvent(CloudEvent[outputs.RequeueRolledBackData]):
-    type: Literal["requeue.rolled-back"] = "requeue.rolled-back"
-
-
-class RequeueSkippedEvent(CloudEvent[outputs.RequeueSkippedData]):
-    type: Literal["requeue.skipped"] = "requeue.skipped"
-
-
-class ProtectionExpiredEvent(CloudEvent[outputs.ProtectionExpiredData]):
-    type: Literal["protection.expired"] = "protection.expired"
+QueueUpsertedEvent = _envelope("queue.upserted", inputs.QueueUpsertedData)
+QueueDeletedEvent = _envelope("queue.deleted", inputs.QueueDeletedData)
+ConfigUpdatedEvent = _envelope("config.updated", inputs.ConfigUpdatedData)
+PodGroupSubmittedEvent = _envelope("podgroup.submitted", inputs.PodGroupSubmittedData)
+PodGroupAllocatedEvent = _envelope("podgroup.allocated", inputs.PodGroupAllocatedData)
+PodGroupReleasedEvent = _envelope("podgroup.released", inputs.PodGroupReleasedData)
+PodGroupAnnotatedEvent = _envelope("podgroup.annotated", inputs.PodGroupAnnotatedData)
+PodGroupDeletedEvent = _envelope("podgroup.deleted", inputs.PodGroupDeletedData)
+NodeUpsertedEvent = _envelope("node.upserted", inputs.NodeUpsertedData)
+NodeDeletedEvent = _envelope("node.deleted", inputs.NodeDeletedData)
+RequeueNominatedEvent = _envelope("requeue.nominated", inputs.RequeueNominatedData)
+RequeueAbandonedEvent = _envelope("requeue.abandoned", inputs.RequeueAbandonedData)
+RequeueCheckpointEvent = _envelope("requeue.checkpoint", inputs.RequeueCheckpointData)
+RequeueCommittedEvent = _envelope("requeue.committed", outputs.RequeueCommittedData)
+RequeueRolledBackEvent = _envelope("requeue.rolled-back", outputs.RequeueRolledBackData)
+RequeueSkippedEvent = _envelope("requeue.skipped", outputs.RequeueSkippedData)
+ProtectionExpiredEvent = _envelope("protection.expired", outputs.ProtectionExpiredData)
 
 
 Direction: TypeAlias = Literal["input", "output"]
@@ -236,10 +197,3 @@ INPUT_DATA_MODELS: Final = frozenset(
     row.data_model for row in EVENT_TYPES.values() if row.direction == "input"
 )
 """The ``data`` models of the input types: every one is applied by the processor."""
-
-KNOWN_TYPES: Final = frozenset(EVENT_CLASSES)
-
-
-def data_model(event_type: str) -> type[EventData]:
-    """The ``data`` model of ``event_type`` (KeyError for an unknown type)."""
-    return DATA_MODELS[event_type]

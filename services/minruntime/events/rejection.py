@@ -121,11 +121,17 @@ def wrong_topic(event_type: str, topic: str | None, allowed: frozenset[str]) -> 
 
 def not_a_cloudevent(error: ValidationError) -> EventRejected:
     """The rejection of an envelope that is not a CloudEvent 1.0."""
-    first = error.errors()[0]
+    return _envelope_rejection(error.errors()[0], (), error.error_count())
+
+
+def _envelope_rejection(
+    first: ErrorDetails, prefix: tuple[str | int, ...], count: int
+) -> EventRejected:
+    """An envelope attribute's error: over a bound, the bound's kind; else not_cloudevent."""
     bound = _BOUND_KINDS.get(first["type"])
     if bound is not None:
-        return EventRejected(bound, _message(first, (), error.error_count()))
-    return EventRejected(NOT_CLOUDEVENT, envelope_message(first, error.error_count()))
+        return EventRejected(bound, _message(first, prefix, count))
+    return EventRejected(NOT_CLOUDEVENT, envelope_message(first, count))
 
 
 def rejection(
@@ -138,10 +144,7 @@ def rejection(
         return EventRejected(NOT_JSON, f"value is not valid JSON: {details[0]['msg']}")
     envelope = [item for item in details if (prefix + item["loc"])[:1] != ("data",)]
     if envelope and envelope[0]["type"] != "subject_mismatch":
-        bound = _BOUND_KINDS.get(envelope[0]["type"])
-        if bound is not None:
-            return EventRejected(bound, _message(envelope[0], prefix, len(details)))
-        return EventRejected(NOT_CLOUDEVENT, envelope_message(envelope[0], len(details)))
+        return _envelope_rejection(envelope[0], prefix, len(details))
     first = details[0]
     bound = _BOUND_KINDS.get(first["type"])
     if bound is not None:

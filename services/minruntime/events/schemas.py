@@ -47,10 +47,6 @@ class WireJsonSchema(GenerateJsonSchema):
         return False
 
 
-def _topic_of(event_type: str) -> str:
-    return DEFAULT_TOPICS[EVENT_TYPES[event_type].role]
-
-
 def event_schema(event_type: str) -> dict[str, Any]:
     """The JSON Schema of one event type: the CloudEvent envelope with that type's data."""
     event_class = EVENT_CLASSES[event_type]
@@ -66,7 +62,7 @@ def event_schema(event_type: str) -> dict[str, Any]:
         "description": "The CloudEvents version: always 1.0.",
     }
     properties["data"] = {"$ref": f"#/$defs/{data_model}"}
-    topic = _topic_of(event_type)
+    topic = DEFAULT_TOPICS[EVENT_TYPES[event_type].role]
     return {
         "$schema": DIALECT,
         "$id": f"{event_type}.json",

@@ -2,7 +2,7 @@
 
 Topic names are configurable; the contract is stated per *role*. Each event type's role is
 in the registry (``envelope.EVENT_TYPES``); ``ROLE_TYPES`` is the same keyed by role,
-``INPUT_TOPIC_TYPES`` by the default topic names, and ``topic_types(...)`` builds the same
+and ``topic_types(...)`` builds the same
 mapping for configured names (pass it to ``decode_event(..., topic_types=...)``).
 """
 
@@ -21,9 +21,6 @@ NOMINATIONS_TOPIC: Final = "kai.nominations"
 REQUEUE_DECISIONS_TOPIC: Final = "kai.requeue-decisions"
 DEAD_LETTER_TOPIC: Final = "kai.dead-letter"
 PROTECTION_TOPIC: Final = "kai.protection"
-
-OUTPUT_TOPICS: Final = (REQUEUE_DECISIONS_TOPIC, DEAD_LETTER_TOPIC, PROTECTION_TOPIC)
-"""The default names of the topics the service writes."""
 
 
 def _roles(direction: Direction | None = None) -> tuple[str, ...]:
@@ -65,14 +62,6 @@ def _merged(pairs: list[tuple[str, frozenset[str]]]) -> Mapping[str, frozenset[s
     return MappingProxyType(merged)
 
 
-def types_for_topic_role(role: str) -> frozenset[str]:
-    """The event types a topic of ``role`` carries (KeyError names the known roles)."""
-    try:
-        return ROLE_TYPES[role]
-    except KeyError:
-        raise KeyError(f"unknown topic role {role!r} (known: {', '.join(ROLE_TYPES)})") from None
-
-
 def topic_types(names: Mapping[str, str] | None = None) -> Mapping[str, frozenset[str]]:
     """Topic name -> event types, for the default names overridden by ``names`` (role -> name)."""
     unknown = sorted(set(names or {}) - set(DEFAULT_TOPICS))
@@ -83,11 +72,6 @@ def topic_types(names: Mapping[str, str] | None = None) -> Mapping[str, frozense
     chosen = {**DEFAULT_TOPICS, **(names or {})}
     return _merged([(chosen[role], types) for role, types in ROLE_TYPES.items()])
 
-
-INPUT_TOPIC_TYPES: Final[Mapping[str, frozenset[str]]] = _merged(
-    [(DEFAULT_TOPICS[role], ROLE_TYPES[role]) for role in INPUT_ROLES]
-)
-"""Default input topic name -> the event types it carries."""
 
 TOPIC_TYPES: Final = topic_types()
 """Every default topic name that carries events (inputs and outputs) -> its types."""

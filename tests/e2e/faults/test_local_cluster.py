@@ -19,7 +19,7 @@ import uuid
 import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from minruntime.kafka_access import KafkaAccess, kafka_access
@@ -29,7 +29,7 @@ from minruntime_dev.stack.pg_standby import APPLICATION_NAME
 from minruntime_dev.topology import read_stack_env
 from tests.conftest import run_cli
 from tests.e2e.faults.conftest import FaultStack
-from tests.e2e.harness import wait_for
+from tests.e2e.harness import create_topic, wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -135,22 +135,13 @@ async def _consume(access: KafkaAccess, topic: str, count: int) -> list[bytes]:
     return got
 
 
-async def _create(access: KafkaAccess, topic: str) -> None:
-    admin = AIOKafkaAdminClient(**access.client_kwargs())
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 1, 3)])
-    finally:
-        await admin.close()
-
-
 def test_with_the_leader_killed_acks_all_writes_are_acknowledged_and_kept(
     fault_stack: FaultStack,
 ) -> None:
     access = kafka_access(fault_stack.settings)
     cluster = fault_stack.cluster
     topic = f"test.faults-{uuid.uuid4().hex[:8]}"
-    asyncio.run(_create(access, topic))
+    asyncio.run(create_topic(access, topic, replicas=3))
     before = [f"before-{i}".encode() for i in range(20)]
     asyncio.run(_produce(access, topic, before))
     leader = wait_for(lambda: max(cluster.leader_of(topic, 0), 0), 30, "a leader")
