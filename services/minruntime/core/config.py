@@ -222,10 +222,6 @@ class NodePoolConfigs:
         found = self.by_pool.get(pool) or self.by_pool.get(DEFAULT_NODE_POOL)
         return found if found is not None else MinRuntimeConfig()
 
-    def with_config(self, node_pool: str | None, config: MinRuntimeConfig) -> NodePoolConfigs:
-        """Return new configs with ``node_pool``'s entry replaced."""
-        return NodePoolConfigs({**self.by_pool, node_pool or DEFAULT_NODE_POOL: config})
-
     def __iter__(self) -> Iterator[str]:
         return iter(self.by_pool)
 

@@ -29,34 +29,9 @@ from typing import Final, NamedTuple
 
 from minruntime.core.checkpoint import last_checkpoint
 from minruntime.core.disruption import TopOwner
-from minruntime.core.evictions import (
-    DELETED,
-    DELETED_BY_EVICTION,
-    EVICTED,
-    EVICTION_REASONS,
-    EVICTIONS,
-    RELEASED,
-    REQUEUED,
-    Attribution,
-    ended_by_reason,
-)
+from minruntime.core.evictions import EVICTIONS, Attribution, ended_by_reason
 from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release, owner_of
 from minruntime.core.preemptibility import Preemptibility, core_pods
-
-__all__ = [
-    "DELETED",
-    "DELETED_BY_EVICTION",
-    "EVICTED",
-    "EVICTIONS",
-    "EVICTION_REASONS",
-    "RELEASED",
-    "REQUEUED",
-    "EndedRun",
-    "Preemptibility",
-    "ended_by",
-    "ended_run",
-    "held_gpus",
-]
 
 # Fixed scales, so a run's numbers are the same text whether its pods' GPUs were folded from
 # the wire (floats) or loaded back from the store (numerics).

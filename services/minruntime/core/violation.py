@@ -167,11 +167,6 @@ class RuleSet:
         """The preempt rule's window (always the first)."""
         return self.windows[0]
 
-    @property
-    def reclaims(self) -> tuple[RuleWindow, ...]:
-        """The reclaim rules' windows (at least one: the unknown queue's, or any queue's)."""
-        return self.windows[1:]
-
     def verdict(self, start: datetime, end: datetime) -> tuple[Verdict, timedelta | None]:
         """What ``judge(start, end, windows)`` says — the verdict and ``cut_short`` — from the
         extremes alone (a window's end grows with its minimum runtime)."""
