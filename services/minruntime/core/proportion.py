@@ -266,11 +266,7 @@ class QuotaJudge:
 
     def commit(self, moves: Iterable[tuple[str, float]]) -> None:
         """Apply allocation changes (queue, +/- GPUs) of a committed requeue."""
-        tree = self._tree
-        for queue, gpus in moves:
-            if queue in tree:
-                for name in tree.path(queue):
-                    self._allocated[name] = self._allocated.get(name, 0.0) + gpus
+        self._allocated = self._after(moves)
 
     def judge(
         self,
@@ -309,6 +305,7 @@ class QuotaJudge:
         return self._verdict(rule, where, beneficiary_queue, victim_queue, after)
 
     def _after(self, moves: Iterable[tuple[str, float]]) -> dict[str, float]:
+        """The allocations with ``moves`` (queue, +/- GPUs) counted up each queue's path."""
         after = dict(self._allocated)
         tree = self._tree
         for queue, gpus in moves:

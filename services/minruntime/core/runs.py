@@ -23,6 +23,7 @@ since its last checkpoint when the workload wrote one during the run
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Final, NamedTuple
@@ -153,11 +154,10 @@ def held_core(state: PodGroupState) -> int:
     """The running pods of a semi-preemptible podgroup's core (0 for the other values)."""
     if state.preemptibility is not Preemptibility.SEMI_PREEMPTIBLE:
         return 0
-    running: dict[str, int] = {}
-    for name in state.allocated:
-        pod = state.pods.get(name)
-        subgroup = state.fallback_subgroup if pod is None else pod.subgroup
-        running[subgroup] = running.get(subgroup, 0) + 1
+    pods = state.pods
+    running = Counter(
+        pods[name].subgroup if name in pods else state.fallback_subgroup for name in state.allocated
+    )
     return core_pods(state.subgroups, running)
 
 

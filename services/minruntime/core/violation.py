@@ -42,7 +42,7 @@ from minruntime.core.config import NodePoolConfigs, ReclaimResolveMethod
 from minruntime.core.protection import FOREVER, protected_until
 from minruntime.core.protection_windows import ProtectionRule
 from minruntime.core.queue_tree import QueueTree
-from minruntime.core.resolution import PoolResolvers, Resolution, Resolver
+from minruntime.core.resolution import PoolResolvers, Resolution, Resolver, common_prefix_length
 from minruntime.core.runs import EndedRun
 from minruntime.core.timestamps import require_aware
 
@@ -253,11 +253,8 @@ class RunRules:
         path, theirs = tree.path(victim), tree.path(reclaimer)
         if path[0] != theirs[0]:
             return _reclaim(Reclaimers.OTHER_ROOTS, resolution)
-        common = next(
-            (depth for depth, (a, b) in enumerate(zip(path, theirs, strict=False)) if a != b),
-            min(len(path), len(theirs)),
-        )
-        return _reclaim(Reclaimers.BELOW, resolution, path[common - 1])
+        lca = path[common_prefix_length(path, theirs) - 1]
+        return _reclaim(Reclaimers.BELOW, resolution, lca)
 
     @staticmethod
     def _windows(resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
