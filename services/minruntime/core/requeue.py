@@ -303,10 +303,6 @@ class _Planner:
             self._queue_policies[key] = policy
         return policy
 
-    def _resolver(self, pool: str) -> Resolver:
-        # In the tree the pool's scheduler sees: its queues and the queues of no pool.
-        return self._resolvers(pool)
-
     def _attempt(self, victim: RunningPodGroup, nominated_by: tuple[str, ...]) -> RequeueDecision:
         ledger = self._ledger
         checkpoint = ledger.checkpoint()
@@ -351,7 +347,8 @@ class _Planner:
         ledger = self._ledger
         pending = self._pending.get(pool, [])
         higher = pending[: bisect_left(self._ranks.get(pool, []), -victim.priority)]
-        excluded = _Exclusion(victim, self._resolver(pool), self._now)
+        # In the tree the pool's scheduler sees: its queues and the queues of no pool.
+        excluded = _Exclusion(victim, self._resolvers(pool), self._now)
         fits_now = self._fits_now.setdefault(pool, {})
         fits_freed: dict[tuple[int, ...], bool] = {}
         placed: list[tuple[_Contender, tuple[str, ...]]] = []

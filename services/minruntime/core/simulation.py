@@ -142,16 +142,9 @@ class QueueFigures:
     @property
     def differs(self) -> bool:
         """True when some difference is not zero."""
-        return bool(
-            self.new_definite
-            or self.new_possible
-            or self.avoided_definite
-            or self.avoided_possible
-            or self.flips_to_rolled_back
-            or self.flips_to_skipped
-            or self.flips_to_committed
-            or self.runs_protected_longer
-            or self.runs_protected_shorter
+        changes = ("new_", "avoided_", "flips_", "runs_protected_")
+        return any(
+            getattr(self, item.name) for item in fields(self) if item.name.startswith(changes)
         )
 
 

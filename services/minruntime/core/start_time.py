@@ -32,11 +32,6 @@ class RunState(NamedTuple):
         """True while at least one pod holds resources."""
         return bool(self.allocated)
 
-    @property
-    def running_pods(self) -> int:
-        """The number of pods holding resources (releasing pods included)."""
-        return len(self.allocated)
-
 
 NOT_STARTED = RunState()
 

@@ -11,7 +11,7 @@ from minruntime.core import NOT_STARTED, InvalidTimestampError, apply_allocated,
 def test_first_allocation_sets_the_start() -> None:
     state = apply_allocated(NOT_STARTED, ["p0", "p1"], T0)
     assert state.start_time == T0
-    assert state.running_pods == 2
+    assert len(state.allocated) == 2
     assert state.running
 
 
