@@ -17,7 +17,7 @@ from minruntime.core.annotations import (
     EXPECTED_RUNTIME_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
 )
-from minruntime.core.durations import parse_duration
+from minruntime.core.durations import read_duration
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.preemptibility import Preemptibility
 from minruntime.core.timestamps import parse_rfc3339, require_aware
@@ -73,8 +73,8 @@ def nominate(candidate: NominationCandidate, now: datetime) -> NominationVerdict
         return _skip(SkipReason.NOT_PREEMPTIBLE)
     if candidate.preemptibility is Preemptibility.SEMI_PREEMPTIBLE:
         return _skip(SkipReason.SEMI_PREEMPTIBLE)
-    expected = _expected_runtime(candidate.annotations.get(EXPECTED_RUNTIME_ANNOTATION))
-    if expected is None:
+    expected = read_duration(candidate.annotations.get(EXPECTED_RUNTIME_ANNOTATION))
+    if expected is None or expected <= timedelta(0):
         return _skip(SkipReason.INVALID_DURATION)
     start = candidate.start_time
     if start is None:
@@ -96,13 +96,3 @@ def nominate(candidate: NominationCandidate, now: datetime) -> NominationVerdict
         if now < not_before:
             return _skip(SkipReason.COOLDOWN, overrun)
     return NominationVerdict(True, None, overrun)
-
-
-def _expected_runtime(text: str | None) -> timedelta | None:
-    if text is None:
-        return None
-    try:
-        expected = parse_duration(text)
-    except MinRuntimeError:
-        return None
-    return expected if expected > timedelta(0) else None

@@ -22,12 +22,12 @@ Rules (SEMANTICS.md §5 and §6, docs/storage.md):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Final, NamedTuple, TypeVar
+from typing import Final, NamedTuple
 
 from minruntime.core.annotations import (
     EXPECTED_RUNTIME_ANNOTATION,
@@ -41,7 +41,7 @@ from minruntime.core.checkpoint import (
 )
 from minruntime.core.config import DEFAULT_NODE_POOL, parse_max_requeues
 from minruntime.core.disruption import TOP_OWNER_ANNOTATION, TopOwner, read_top_owner
-from minruntime.core.durations import parse_duration
+from minruntime.core.durations import read_duration
 from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.evictions import EVICTIONS, Attribution, ended_by_reason
@@ -60,7 +60,7 @@ from minruntime.core.preemption_delay import (
     valid_delay,
 )
 from minruntime.core.start_time import RunState, apply_allocated, apply_released
-from minruntime.core.timestamps import parse_rfc3339
+from minruntime.core.timestamps import read_time_between
 
 
 class MemberPod(NamedTuple):
@@ -74,7 +74,6 @@ class MemberPod(NamedTuple):
     gpu: float | Decimal | None = None
 
 
-_T = TypeVar("_T")
 _NO_PODS: Final[Mapping[str, MemberPod]] = MappingProxyType({})
 _NO_NODES: Final[Mapping[str, str | None]] = MappingProxyType({})
 _NO_ANNOTATIONS: Final[Mapping[str, str]] = MappingProxyType({})
@@ -198,12 +197,12 @@ class PodGroupState(NamedTuple):
     @property
     def expected_runtime(self) -> timedelta | None:
         """The expected-runtime annotation, parsed (None when absent or invalid)."""
-        return _parsed(self.annotations.get(EXPECTED_RUNTIME_ANNOTATION), parse_duration)
+        return read_duration(self.annotations.get(EXPECTED_RUNTIME_ANNOTATION))
 
     @property
     def requeue_not_before(self) -> datetime | None:
         """The requeue-not-before annotation, parsed (None when absent or invalid)."""
-        return _parsed(self.annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION), parse_rfc3339)
+        return read_time_between(self.annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION), None, None)
 
     @property
     def preemption_delay(self) -> PreemptionDelay | None:
@@ -237,15 +236,6 @@ def owner_of(state: PodGroupState) -> TopOwner | None:
     if state.spec is not None and state.spec.owner is not None:
         return state.spec.owner
     return read_top_owner(state.annotations).owner
-
-
-def _parsed(text: str | None, parse: Callable[[str], _T]) -> _T | None:
-    if text is None:
-        return None
-    try:
-        return parse(text)
-    except MinRuntimeError:
-        return None
 
 
 class Submission(NamedTuple):

@@ -23,8 +23,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Final, NamedTuple
 
-from minruntime.core.durations import parse_duration
-from minruntime.core.errors import MinRuntimeError
+from minruntime.core.durations import read_duration
 from minruntime.core.timestamps import read_time_between
 
 PREEMPTION_DELAY_ANNOTATION: Final = "kai.scheduler/preemption-delay"
@@ -100,14 +99,8 @@ class DelayWindow(NamedTuple):
         return now < self.ends_at
 
 
-def valid_delay(text: str | None) -> timedelta | None:
-    """The duration ``text`` says, or None when it is absent, invalid or negative (ignored)."""
-    if text is None:
-        return None
-    try:
-        return parse_duration(text)
-    except MinRuntimeError:
-        return None
+# A delay, in the spec or an annotation, reads as any duration does (None: absent or ignored).
+valid_delay = read_duration
 
 
 def submitted_delay(

@@ -241,12 +241,11 @@ class RunRules:
         default, as the unknown queue's class)."""
         resolver = self._resolvers(node_pool)
         config, tree = resolver.config, resolver.tree
+        default = Resolution(config.default_reclaim_min_runtime, None)
         if victim is None or victim not in tree:
-            return _reclaim(Reclaimers.ANY, Resolution(config.default_reclaim_min_runtime, None))
+            return _reclaim(Reclaimers.ANY, default)
         if reclaimer not in tree:
-            return _reclaim(
-                Reclaimers.UNKNOWN, Resolution(config.default_reclaim_min_runtime, None)
-            )
+            return _reclaim(Reclaimers.UNKNOWN, default)
         resolution = resolver.reclaim_min_runtime(reclaimer, victim)
         if config.reclaim_resolve_method == ReclaimResolveMethod.QUEUE:
             return _reclaim(Reclaimers.ANY, resolution)
@@ -258,10 +257,9 @@ class RunRules:
 
     @staticmethod
     def _windows(resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
-        config = resolver.config
-        tree = resolver.tree
+        config, tree = resolver.config, resolver.tree
+        default = Resolution(config.default_reclaim_min_runtime, None)
         if victim is None or victim not in tree:
-            default = Resolution(config.default_reclaim_min_runtime, None)
             return (
                 _preempt(Resolution(config.default_preempt_min_runtime, None)),
                 _reclaim(Reclaimers.ANY, default),
@@ -287,8 +285,7 @@ class RunRules:
             if children:
                 resolution = resolver.reclaim_min_runtime(children[0], victim)
                 windows.append(_reclaim(Reclaimers.BELOW, resolution, victim))
-        unknown = Resolution(config.default_reclaim_min_runtime, None)
-        windows.append(_reclaim(Reclaimers.UNKNOWN, unknown))
+        windows.append(_reclaim(Reclaimers.UNKNOWN, default))
         return tuple(windows)
 
 
