@@ -66,13 +66,10 @@ def read_checkpoint_grace(annotations: Mapping[str, str | None]) -> GraceReading
     return GraceReading(grace)
 
 
-def read_checkpoint_time(
-    text: str | None, not_before: datetime | None, not_after: datetime | None
-) -> datetime | None:
-    """A checkpoint time annotation's value, or None when absent or ignored: not RFC3339,
-    before ``not_before`` (the run's start, or the request), after ``not_after`` (the event
-    that carries it: a checkpoint cannot be in the future)."""
-    return read_time_between(text, not_before, not_after)
+# A checkpoint time annotation's value, or None when absent or ignored: not RFC3339, before
+# ``not_before`` (the run's start, or the request), after ``not_after`` (the event that carries
+# it: a checkpoint cannot be in the future).
+read_checkpoint_time = read_time_between
 
 
 def last_checkpoint(

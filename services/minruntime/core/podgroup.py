@@ -520,7 +520,8 @@ def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[Ig
     if refused_checkpoint(annotations, state.annotations, at, state.start_time):
         ignored.add(IgnoredValue.CHECKPOINTED_AT)
     owner = annotations.get(TOP_OWNER_ANNOTATION)
-    carried = change.owner if isinstance(change, Submission) else _carried_owner(state)
+    held = None if state.spec is None else state.spec.owner
+    carried = change.owner if isinstance(change, Submission) else held
     if (
         owner is not None
         and carried is None
@@ -528,7 +529,3 @@ def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[Ig
     ):
         ignored.add(IgnoredValue.TOP_OWNER_METADATA)
     return frozenset(ignored)
-
-
-def _carried_owner(state: PodGroupState) -> TopOwner | None:
-    return None if state.spec is None else state.spec.owner

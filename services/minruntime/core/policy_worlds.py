@@ -28,11 +28,6 @@ class PolicyChange:
     queues: Mapping[str, Queue | None] = field(default_factory=dict)
     configs: Mapping[str, MinRuntimeConfig] = field(default_factory=dict)
 
-    @property
-    def is_empty(self) -> bool:
-        """True when it pins nothing."""
-        return not (self.queues or self.configs)
-
 
 class World:
     """One world's queue tree and node-pool configs, and its rules, made again on a change."""

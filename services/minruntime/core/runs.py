@@ -82,10 +82,7 @@ class EndedRun(NamedTuple):
     @property
     def gpu_seconds(self) -> Decimal | None:
         """GPUs held at the end times the seconds it ran (None when the GPUs are not known)."""
-        if self.gpus is None:
-            return None
-        seconds = Decimal(self.duration // timedelta(microseconds=1)) / 1_000_000
-        return _scaled(self.gpus * seconds, _GPU_SECONDS_SCALE)
+        return None if self.gpus is None else _gpu_seconds(self.gpus, self.duration)
 
     @property
     def since_checkpoint(self) -> timedelta | None:
@@ -102,8 +99,7 @@ class EndedRun(NamedTuple):
         lost = self.since_checkpoint
         if lost is None or self.gpus is None:
             return None
-        seconds = Decimal(lost // timedelta(microseconds=1)) / 1_000_000
-        return _scaled(self.gpus * seconds, _GPU_SECONDS_SCALE)
+        return _gpu_seconds(self.gpus, lost)
 
     @property
     def gpu_seconds_lost(self) -> Decimal | None:
@@ -120,6 +116,8 @@ def ended_run(
     if before.status != "running" or after.status == "running" or before.start_time is None:
         return None
     spec = before.spec
+    release = change if isinstance(change, Release) else None
+    eviction = None if release is None else release.eviction
     return EndedRun(
         uid=before.uid,
         queue=None if spec is None else spec.queue,
@@ -127,26 +125,17 @@ def ended_run(
         preemptibility=before.preemptibility,
         start=before.start_time,
         end=at,
-        ended_by=ended_by(change, awaiting_release=before.awaiting_release),
+        ended_by=ended_by_reason(
+            None if release is None else release.reason,
+            deleted=isinstance(change, Deletion),
+            awaiting_release=before.awaiting_release,
+            attributed=eviction is not None,
+        ),
         gpus=held_gpus(before),
         core=held_core(before),
-        attribution=change.eviction if isinstance(change, Release) else None,
+        attribution=eviction,
         owner=owner_of(before),
         checkpoint=last_checkpoint(before.annotations, before.start_time, at),
-    )
-
-
-def ended_by(change: PodGroupChange, *, awaiting_release: bool) -> str:
-    """Why a run ended: the release reason, refined as the module says."""
-    if isinstance(change, Release):
-        reason, attributed = change.reason, change.eviction is not None
-    else:
-        reason, attributed = None, False
-    return ended_by_reason(
-        reason,
-        deleted=isinstance(change, Deletion),
-        awaiting_release=awaiting_release,
-        attributed=attributed,
     )
 
 
@@ -171,6 +160,11 @@ def held_gpus(state: PodGroupState) -> Decimal | None:
         gpu = pod.gpu
         total += gpu if isinstance(gpu, Decimal) else Decimal(str(gpu))
     return _scaled(total, _GPU_SCALE)
+
+
+def _gpu_seconds(gpus: Decimal, span: timedelta) -> Decimal | None:
+    seconds = Decimal(span // timedelta(microseconds=1)) / 1_000_000
+    return _scaled(gpus * seconds, _GPU_SECONDS_SCALE)
 
 
 def _scaled(value: Decimal, scale: Decimal) -> Decimal | None:
