@@ -177,25 +177,22 @@ class MinRuntimeConfig:
 
         The requeue cap's arguments are left out when unset (absent = unlimited).
         """
-        arguments = {
-            ARG_DEFAULT_PREEMPT_MIN_RUNTIME: format_duration(self.default_preempt_min_runtime),
-            ARG_DEFAULT_RECLAIM_MIN_RUNTIME: format_duration(self.default_reclaim_min_runtime),
-            ARG_RECLAIM_RESOLVE_METHOD: str(self.reclaim_resolve_method),
-            ARG_DEFAULT_REQUEUE_DELAY: format_duration(self.default_requeue_delay),
+        values: dict[str, timedelta | int | str | None] = {
+            ARG_DEFAULT_PREEMPT_MIN_RUNTIME: self.default_preempt_min_runtime,
+            ARG_DEFAULT_RECLAIM_MIN_RUNTIME: self.default_reclaim_min_runtime,
+            ARG_RECLAIM_RESOLVE_METHOD: self.reclaim_resolve_method,
+            ARG_DEFAULT_REQUEUE_DELAY: self.default_requeue_delay,
+            ARG_MAX_REQUEUES: self.max_requeues,
+            ARG_MAX_REQUEUES_WINDOW: self.max_requeues_window,
+            ARG_MAX_EVICTIONS_PER_WINDOW: self.max_evictions_per_window,
+            ARG_EVICTION_WINDOW: self.eviction_window,
+            ARG_MIN_EVICTION_GAP: self.min_eviction_gap,
         }
-        if self.max_requeues is not None:
-            arguments[ARG_MAX_REQUEUES] = str(self.max_requeues)
-        if self.max_requeues_window is not None:
-            arguments[ARG_MAX_REQUEUES_WINDOW] = format_duration(self.max_requeues_window)
-        if self.max_evictions_per_window is not None:
-            arguments[ARG_MAX_EVICTIONS_PER_WINDOW] = str(self.max_evictions_per_window)
-        for argument, value in (
-            (ARG_EVICTION_WINDOW, self.eviction_window),
-            (ARG_MIN_EVICTION_GAP, self.min_eviction_gap),
-        ):
-            if value is not None:
-                arguments[argument] = format_duration(value)
-        return arguments
+        return {
+            argument: format_duration(value) if isinstance(value, timedelta) else str(value)
+            for argument, value in values.items()
+            if value is not None
+        }
 
 
 @dataclass(frozen=True, slots=True)
