@@ -17,7 +17,7 @@ from datetime import timedelta
 from minruntime.core.config import DEFAULT_NODE_POOL, MinRuntimeConfig, NodePoolConfigs
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.queue_tree import Queue, QueueTree
-from minruntime.core.resolution import Resolver
+from minruntime.core.resolution import PoolResolvers
 from minruntime.core.violation import RunRules
 
 
@@ -38,7 +38,7 @@ class World:
         self.tree = tree
         self.configs = configs
         self._rules: RunRules | None = None
-        self._resolvers: dict[MinRuntimeConfig, Resolver] = {}
+        self._resolvers = PoolResolvers(tree, configs)
 
     def set(self, tree: QueueTree, configs: NodePoolConfigs) -> None:
         """Replace the tree and the configs (the rules are made again when next asked)."""
@@ -46,7 +46,7 @@ class World:
             return
         self.tree, self.configs = tree, configs
         self._rules = None
-        self._resolvers = {}
+        self._resolvers = PoolResolvers(tree, configs)
 
     @property
     def rules(self) -> RunRules:
@@ -69,9 +69,7 @@ class World:
             )
         if contender is None or contender not in tree:
             return config.default_reclaim_min_runtime
-        resolver = self._resolvers.get(config)
-        if resolver is None:
-            resolver = self._resolvers[config] = Resolver(tree, config)
+        resolver = self._resolvers.resolver(tree, config)
         return resolver.resolve_for(victim, contender).min_runtime
 
 

@@ -313,27 +313,23 @@ class _Planner:
         if trial.placed:
             return self._commit(victim, nominated_by, trial.placed, checkpoint)
         ledger.rollback(checkpoint)
-        delayed = trial.delayed
-        rolled_back = RequeueOutcome.ROLLED_BACK
+        delayed, quota = trial.delayed, trial.quota
         if delayed is not None:
             # Every possible beneficiary is inside its preemption-delay window.
-            reason = RequeueReason.PREEMPTION_DELAY
-            return self._uncommitted(
-                victim.uid, nominated_by, reason, rolled_back, delay_ends_at=delayed
-            )
-        if trial.quota is not None:
+            reason, quota = RequeueReason.PREEMPTION_DELAY, None
+        elif quota is not None:
             # Every beneficiary that would be placed is one KAI refuses or reclaims back.
             reason = RequeueReason.BENEFICIARY_OVER_QUOTA
-            return self._uncommitted(
-                victim.uid, nominated_by, reason, rolled_back, quota=trial.quota
-            )
-        if not trial.contenders:
+        elif not trial.contenders:
             reason = RequeueReason.NO_HIGHER_PRIORITY_PENDING
         elif trial.protected_fit:
             reason = RequeueReason.PROTECTED
         else:
             reason = RequeueReason.NO_CONTENDER_FITS
-        return self._uncommitted(victim.uid, nominated_by, reason, rolled_back)
+        outcome = RequeueOutcome.ROLLED_BACK
+        return self._uncommitted(
+            victim.uid, nominated_by, reason, outcome, delay_ends_at=delayed, quota=quota
+        )
 
     def _serve(self, victim: RunningPodGroup, checkpoint: int) -> _Trial:
         """Place higher-priority contenders that need the capacity the victim freed.

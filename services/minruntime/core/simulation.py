@@ -249,10 +249,7 @@ class Simulation:
         key = queue or NO_QUEUE
         if self._queue is not None and key != self._queue:
             return None
-        found = self._result.queues.get(key)
-        if found is None:
-            found = self._result.queues[key] = QueueFigures()
-        return found
+        return self._result.queues.setdefault(key, QueueFigures())
 
     # -- runs --------------------------------------------------------------------------------
 
