@@ -24,10 +24,8 @@ def protected_until(start_time: datetime | None, min_runtime: timedelta) -> date
 
 def is_protected(start_time: datetime | None, min_runtime: timedelta, now: datetime) -> bool:
     """Return True iff ``now < start_time + min_runtime``; never without a start time."""
-    require_aware(now, "now")
-    until = protected_until(start_time, min_runtime)
     # Strict: at exactly start + minRuntime the podgroup is no longer protected.
-    return until is not None and now < until
+    return remaining_protection(start_time, min_runtime, now) > timedelta(0)
 
 
 def remaining_protection(

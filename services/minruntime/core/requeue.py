@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Final
 
-from minruntime.core.annotations import REQUEUE_DELAY_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
+from minruntime.core.annotations import REQUEUE_DELAY_ANNOTATION
 from minruntime.core.config import NodePoolConfigs
-from minruntime.core.cooldown import in_cooldown, requeue_delay, requeue_not_before
+from minruntime.core.cooldown import cooldown_gate, requeue_delay, requeue_not_before
 from minruntime.core.disruption import (
     DisruptionLedger,
     DisruptionPolicy,
@@ -32,7 +32,6 @@ from minruntime.core.elastic import (
     passes_victim_filter,
     validate_scenario,
 )
-from minruntime.core.errors import MinRuntimeError
 from minruntime.core.nomination import nominate
 from minruntime.core.placement import FreeCapacityLedger, gpu_units, units_to_gpu
 from minruntime.core.preemptibility import Preemptibility
@@ -54,7 +53,7 @@ from minruntime.core.requeue_model import (
     RunningPodGroup,
 )
 from minruntime.core.resolution import PoolResolvers, Resolver
-from minruntime.core.timestamps import parse_rfc3339, require_aware
+from minruntime.core.timestamps import require_aware
 
 _FAR_FUTURE: Final = datetime.max.replace(tzinfo=UTC)
 # What deciding one candidate may raise on values at the edge of what Python can compute
@@ -106,18 +105,6 @@ def _contender_order(podgroup: PendingPodGroup) -> tuple[int, int, datetime, str
         submitted if submitted is not None else _FAR_FUTURE,
         podgroup.uid,
     )
-
-
-def _cooldown_gate(annotations: Mapping[str, str], now: datetime) -> RequeueReason | None:
-    text = annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        not_before = parse_rfc3339(text)
-    except MinRuntimeError:
-        # Conservative, like the nominator: an unreadable cooldown is a cooldown.
-        return RequeueReason.INVALID_NOT_BEFORE
-    return RequeueReason.COOLDOWN if in_cooldown(not_before, now) else None
 
 
 def plan_requeue_cycle(
@@ -268,9 +255,9 @@ class _Planner:
     def _decide(self, uid: str, nominated_by: tuple[str, ...]) -> RequeueDecision:
         podgroup = self._running.get(uid)
         if podgroup is not None:
-            gate = _cooldown_gate(podgroup.annotations, self._now)
+            gate = cooldown_gate(podgroup.annotations, self._now)
             if gate is not None:
-                return self._uncommitted(uid, nominated_by, gate)
+                return self._uncommitted(uid, nominated_by, RequeueReason(gate))
         if podgroup is None or not podgroup.running_pods:
             return self._uncommitted(uid, nominated_by, RequeueReason.NOT_RUNNING)
         if uid in self._cluster.awaiting_release:

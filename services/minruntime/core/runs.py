@@ -2,17 +2,10 @@
 
 A run lasts from the allocation that took a podgroup from zero pods to some (§5) to the event
 that took it out of ``running``: the release of its last pod, or its deletion. Its
-``ended_by`` is the release reason, with three refinements for what the reason alone cannot
-say:
-
-- a release without a reason is ``released``, or ``requeued`` when a committed requeue of the
-  run was waiting for it (``awaiting_release``: the cluster carried the requeue out);
-- a deletion (``podgroup.deleted``, or a release with reason ``deleted``) is ``deleted``, or
-  ``deleted-by-eviction`` when a committed requeue was waiting for it;
-- any other reason is kept as it came (``completed``, ``failed``, ``evicted``, ...);
-- a release the scheduler attributed (``Release.eviction``) is ``evicted`` unless its reason
-  already names an eviction; the run carries the attribution (action, evictor, its queue,
-  when), which names the one rule that applied (``core.attribution``).
+``ended_by`` is the release reason, refined as ``core.evictions`` says for what the reason
+alone cannot say. A run the scheduler attributed (``Release.eviction``) carries the
+attribution (action, evictor, its queue, when), which names the one rule that applied
+(``core.attribution``).
 
 A run ended by an eviction — ``evicted``, ``preempted``, ``requeued``,
 ``deleted-by-eviction`` — may be a protection violation (``core.violation``); completions,
