@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -148,7 +149,7 @@ class _Planner:
         self._at_risk: dict[str, tuple[float | None, datetime | None]] = {}
         # Per pool: gang shape -> fits without any eviction, valid until the next commit.
         self._fits_now: dict[str, dict[tuple[int, ...], bool]] = {}
-        self._new_promises: dict[str, int] = {}
+        self._new_promises: Counter[str] = Counter()
         # §10: the running podgroups that reached their requeue cap, decided once per cycle.
         self._capped = capped_podgroups(self._running, cluster.requeue_history, configs, now)
         # Disruption budgets and pacing: off (no ledger) unless a pool or a queue sets one.
@@ -197,9 +198,8 @@ class _Planner:
                 # gets no decision, and whatever its trial changed is undone.
                 self._ledger.rollback(checkpoint)
                 excluded.append(_planner_error(uid, error))
-        promised = {node: gpu_units(gpus) for node, gpus in self._cluster.promised.items()}
-        for node, units in self._new_promises.items():
-            promised[node] = promised.get(node, 0) + units
+        promised = Counter({node: gpu_units(gpus) for node, gpus in self._cluster.promised.items()})
+        promised.update(self._new_promises)
         return CyclePlan(
             tuple(decisions),
             MappingProxyType(
@@ -416,7 +416,7 @@ class _Planner:
         for pool in self._ledger.pools_changed_since(checkpoint):
             self._fits_now.pop(pool, None)
         risk, saved_at = self._at_risk.get(victim.uid, (None, None))
-        reserved: dict[str, int] = {}
+        reserved: Counter[str] = Counter()
         placements: list[PodPlacement] = []
         for contender, nodes in placed:
             self._taken.add(contender.uid)
@@ -424,9 +424,8 @@ class _Planner:
                 contender.pods, nodes, contender.demands or (), strict=True
             ):
                 placements.append(PodPlacement(contender.uid, pod, node, gpu))
-                reserved[node] = reserved.get(node, 0) + units
-        for node, units in reserved.items():
-            self._new_promises[node] = self._new_promises.get(node, 0) + units
+                reserved[node] += units
+        self._new_promises.update(reserved)
         self._disruption.record(victim.queue, _owner(victim), self._now)
         judge = self._judges.get(victim.node_pool)
         if judge is not None:
@@ -482,25 +481,18 @@ def _gang_units(pods: tuple[Pod, ...], subgroups: tuple[SubGroup, ...]) -> int:
 def _pool_judge(cluster: ClusterState, tree: QueueTree, pool: str) -> QuotaJudge:
     """KAI's shares of ``pool``'s GPUs, with earlier commits counted as done."""
     total = sum(gpu_units(node.gpu) for node in cluster.nodes if node.node_pool == pool)
-    allocated: dict[str, int] = {}
-    requested: dict[str, int] = {}
+    allocated: Counter[str] = Counter()
+    requested: Counter[str] = Counter()
     for running in cluster.running:
-        if running.node_pool != pool:
-            continue
-        requested[running.queue] = requested.get(running.queue, 0) + sum(
-            gpu_units(pod.gpu) for pod in running.pods
-        )
-        if running.uid not in cluster.awaiting_release:
-            allocated[running.queue] = allocated.get(running.queue, 0) + _running_units(running)
+        if running.node_pool == pool:
+            requested[running.queue] += sum(gpu_units(pod.gpu) for pod in running.pods)
+            if running.uid not in cluster.awaiting_release:
+                allocated[running.queue] += _running_units(running)
     for pending in cluster.pending:
-        if pending.node_pool != pool:
-            continue
-        requested[pending.queue] = requested.get(pending.queue, 0) + sum(
-            gpu_units(pod.gpu) for pod in pending.pods
-        )
-        if pending.uid in cluster.promised_to:
-            gang = _gang_units(pending.pods, pending.subgroups)
-            allocated[pending.queue] = allocated.get(pending.queue, 0) + gang
+        if pending.node_pool == pool:
+            requested[pending.queue] += sum(gpu_units(pod.gpu) for pod in pending.pods)
+            if pending.uid in cluster.promised_to:
+                allocated[pending.queue] += _gang_units(pending.pods, pending.subgroups)
     shares = fair_shares(
         tree,
         units_to_gpu(total),
