@@ -34,11 +34,7 @@ from minruntime.core.annotations import (
     MAX_REQUEUES_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
 )
-from minruntime.core.checkpoint import (
-    kept_checkpoint,
-    read_checkpoint_grace,
-    refused_checkpoint,
-)
+from minruntime.core.checkpoint import kept_checkpoint, read_checkpoint_grace, refused_checkpoint
 from minruntime.core.config import DEFAULT_NODE_POOL, parse_max_requeues
 from minruntime.core.disruption import TOP_OWNER_ANNOTATION, TopOwner, read_top_owner
 from minruntime.core.durations import read_duration

@@ -27,12 +27,7 @@ from minruntime.core.disruption import (
     queue_policy,
     read_top_owner,
 )
-from minruntime.core.elastic import (
-    SubGroup,
-    VictimEviction,
-    passes_victim_filter,
-    validate_scenario,
-)
+from minruntime.core.elastic import VictimEviction, passes_victim_filter, validate_scenario
 from minruntime.core.nomination import nominate
 from minruntime.core.placement import FreeCapacityLedger, gpu_units, units_to_gpu
 from minruntime.core.preemptibility import Preemptibility
@@ -46,7 +41,6 @@ from minruntime.core.requeue_model import (
     Exclusion,
     ExclusionReason,
     PendingPodGroup,
-    Pod,
     PodPlacement,
     RequeueDecision,
     RequeueOutcome,
@@ -469,11 +463,11 @@ def _running_units(podgroup: RunningPodGroup) -> int:
     return sum(gpu_units(pod.gpu) for pod in podgroup.pods if pod.running and pod.node)
 
 
-def _gang_units(pods: tuple[Pod, ...], subgroups: tuple[SubGroup, ...]) -> int:
+def _gang_units(podgroup: RunningPodGroup | PendingPodGroup) -> int:
     """The GPUs of each subgroup's first minAvailable pods (KAI's reclaimer request)."""
     total = 0
-    for subgroup in subgroups:
-        members = [pod for pod in pods if pod.subgroup == subgroup.name]
+    for subgroup in podgroup.subgroups:
+        members = [pod for pod in podgroup.pods if pod.subgroup == subgroup.name]
         total += sum(gpu_units(pod.gpu) for pod in members[: subgroup.min_available])
     return total
 
@@ -492,7 +486,7 @@ def _pool_judge(cluster: ClusterState, tree: QueueTree, pool: str) -> QuotaJudge
         if pending.node_pool == pool:
             requested[pending.queue] += sum(gpu_units(pod.gpu) for pod in pending.pods)
             if pending.uid in cluster.promised_to:
-                allocated[pending.queue] += _gang_units(pending.pods, pending.subgroups)
+                allocated[pending.queue] += _gang_units(pending)
     shares = fair_shares(
         tree,
         units_to_gpu(total),
@@ -510,7 +504,7 @@ class _VictimShares:
     def __init__(self, victim: RunningPodGroup) -> None:
         self._victim = victim
         self._freed = units_to_gpu(_running_units(victim))
-        self._demand = units_to_gpu(_gang_units(victim.pods, victim.subgroups))
+        self._demand = units_to_gpu(_gang_units(victim))
         self.placed: list[tuple[str, float]] = []
 
     def judge(self, judge: QuotaJudge, queue: str, gpus: float) -> QuotaVerdict | None:

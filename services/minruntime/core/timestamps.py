@@ -6,11 +6,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
-from minruntime.core.errors import (
-    InvalidTimestampError,
-    MinRuntimeError,
-    TimestampOutOfRangeError,
-)
+from minruntime.core.errors import InvalidTimestampError, MinRuntimeError, TimestampOutOfRangeError
 
 BEGINNING: Final = datetime.min.replace(tzinfo=UTC)
 
