@@ -53,17 +53,8 @@ from minruntime.core.errors import (
 )
 from minruntime.core.evictions import EVICTIONS, Attribution, EvictionAction
 from minruntime.core.gpus import GPU_UNITS_PER_GPU, MAX_GPUS_IN_PLAN
-from minruntime.core.nomination import (
-    NominationCandidate,
-    NominationVerdict,
-    SkipReason,
-    nominate,
-)
-from minruntime.core.placement import (
-    FreeCapacityLedger,
-    gpu_units,
-    units_to_gpu,
-)
+from minruntime.core.nomination import NominationCandidate, NominationVerdict, SkipReason, nominate
+from minruntime.core.placement import FreeCapacityLedger, gpu_units, units_to_gpu
 from minruntime.core.podgroup import (
     Abandonment,
     Allocation,
@@ -110,12 +101,7 @@ from minruntime.core.requeue_candidates import (
     collect_candidates,
     expected_runtime_nominations,
 )
-from minruntime.core.requeue_cap import (
-    CapSource,
-    RequeueCap,
-    annotated_max_requeues,
-    requeue_cap,
-)
+from minruntime.core.requeue_cap import CapSource, RequeueCap, annotated_max_requeues, requeue_cap
 from minruntime.core.requeue_model import (
     ClusterState,
     CyclePlan,

@@ -358,12 +358,8 @@ class QuotaJudge:
         victim_queue: str,
         after: Mapping[str, float],
     ) -> QuotaVerdict:
-        return QuotaVerdict(
-            rule,
-            where,
-            self._view(beneficiary_queue, after),
-            self._view(victim_queue, after),
-        )
+        beneficiary, victim = self._view(beneficiary_queue, after), self._view(victim_queue, after)
+        return QuotaVerdict(rule, where, beneficiary, victim)
 
     def _view(self, queue: str, after: Mapping[str, float]) -> ShareView:
         # A queue the tree does not know (a victim's) has no share: shown as unmanaged.

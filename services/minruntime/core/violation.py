@@ -243,17 +243,17 @@ class RunRules:
         config, tree = resolver.config, resolver.tree
         default = Resolution(config.default_reclaim_min_runtime, None)
         if victim is None or victim not in tree:
-            return _reclaim(Reclaimers.ANY, default)
+            return _window(Reclaimers.ANY, default)
         if reclaimer not in tree:
-            return _reclaim(Reclaimers.UNKNOWN, default)
+            return _window(Reclaimers.UNKNOWN, default)
         resolution = resolver.reclaim_min_runtime(reclaimer, victim)
         if config.reclaim_resolve_method == ReclaimResolveMethod.QUEUE:
-            return _reclaim(Reclaimers.ANY, resolution)
+            return _window(Reclaimers.ANY, resolution)
         path, theirs = tree.path(victim), tree.path(reclaimer)
         if path[0] != theirs[0]:
-            return _reclaim(Reclaimers.OTHER_ROOTS, resolution)
+            return _window(Reclaimers.OTHER_ROOTS, resolution)
         lca = path[common_prefix_length(path, theirs) - 1]
-        return _reclaim(Reclaimers.BELOW, resolution, lca)
+        return _window(Reclaimers.BELOW, resolution, lca)
 
     @staticmethod
     def _windows(resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
@@ -261,47 +261,39 @@ class RunRules:
         default = Resolution(config.default_reclaim_min_runtime, None)
         if victim is None or victim not in tree:
             return (
-                _preempt(Resolution(config.default_preempt_min_runtime, None)),
-                _reclaim(Reclaimers.ANY, default),
+                _window(Reclaimers.OWN_QUEUE, Resolution(config.default_preempt_min_runtime, None)),
+                _window(Reclaimers.ANY, default),
             )
-        windows = [_preempt(resolver.preempt_min_runtime(victim))]
+        windows = [_window(Reclaimers.OWN_QUEUE, resolver.preempt_min_runtime(victim))]
         path = tree.path(victim)
         if config.reclaim_resolve_method == ReclaimResolveMethod.QUEUE:
             other = next((queue.name for queue in tree if queue.name != victim), None)
             if other is not None:
                 resolution = resolver.reclaim_min_runtime(other, victim)
-                windows.append(_reclaim(Reclaimers.ANY, resolution))
+                windows.append(_window(Reclaimers.ANY, resolution))
         else:
             # One representative reclaimer per class: its resolution is the class's.
             other_root = next((root for root in tree.roots() if root != path[0]), None)
             if other_root is not None:
                 resolution = resolver.reclaim_min_runtime(other_root, victim)
-                windows.append(_reclaim(Reclaimers.OTHER_ROOTS, resolution))
+                windows.append(_window(Reclaimers.OTHER_ROOTS, resolution))
             # An ancestor of the victim is its own class's representative.
             for ancestor in path[:-1]:
                 resolution = resolver.reclaim_min_runtime(ancestor, victim)
-                windows.append(_reclaim(Reclaimers.BELOW, resolution, ancestor))
+                windows.append(_window(Reclaimers.BELOW, resolution, ancestor))
             children = tree.children_of(victim)
             if children:
                 resolution = resolver.reclaim_min_runtime(children[0], victim)
-                windows.append(_reclaim(Reclaimers.BELOW, resolution, victim))
-        windows.append(_reclaim(Reclaimers.UNKNOWN, default))
+                windows.append(_window(Reclaimers.BELOW, resolution, victim))
+        windows.append(_window(Reclaimers.UNKNOWN, default))
         return tuple(windows)
 
 
-def _preempt(resolution: Resolution) -> RuleWindow:
+def _window(reclaimers: Reclaimers, resolution: Resolution, lca: str | None = None) -> RuleWindow:
+    """The window of ``resolution`` for ``reclaimers``: the preempt rule for the run's own
+    queue, the reclaim rule for any other class."""
     return RuleWindow(
-        ProtectionRule.PREEMPT,
-        Reclaimers.OWN_QUEUE,
-        resolution.min_runtime,
-        resolution.source,
-        walk_start=resolution.start,
-    )
-
-
-def _reclaim(reclaimers: Reclaimers, resolution: Resolution, lca: str | None = None) -> RuleWindow:
-    return RuleWindow(
-        ProtectionRule.RECLAIM,
+        ProtectionRule.PREEMPT if reclaimers is Reclaimers.OWN_QUEUE else ProtectionRule.RECLAIM,
         reclaimers,
         resolution.min_runtime,
         resolution.source,
