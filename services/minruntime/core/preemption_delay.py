@@ -140,12 +140,9 @@ def last_eviction_annotation(
 
 def last_eviction(service: datetime | None, annotation: datetime | None) -> LastEviction | None:
     """The later of the service's own eviction and KAI's annotation (the service's on a tie)."""
-    if service is None and annotation is None:
-        return None
-    if annotation is None or (service is not None and service >= annotation):
-        assert service is not None
+    if service is not None and (annotation is None or service >= annotation):
         return LastEviction(service, "service")
-    return LastEviction(annotation, "annotation")
+    return None if annotation is None else LastEviction(annotation, "annotation")
 
 
 def delay_window(

@@ -263,12 +263,9 @@ def _lca_walk_start(reclaimer_path: tuple[str, ...], victim_path: tuple[str, ...
 
 
 def _walk_up(path: tuple[str, ...], source: str | None) -> tuple[str, ...]:
-    walked = []
-    for name in reversed(path):
-        walked.append(name)
-        if name == source:
-            break
-    return tuple(walked)
+    """The queues from the end of ``path`` upwards, up to ``source`` if it is on it."""
+    upwards = path[::-1]
+    return upwards[: upwards.index(source) + 1] if source in upwards else upwards
 
 
 def _walk_reason(field: str, start: str, resolution: Resolution) -> str:
