@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Final, NamedTuple
 
 from minruntime.core.durations import read_duration
+from minruntime.core.protection import window_end
 from minruntime.core.timestamps import read_time_between
 
 PREEMPTION_DELAY_ANNOTATION: Final = "kai.scheduler/preemption-delay"
@@ -157,11 +158,7 @@ def delay_window(
         start, since = submitted_at, None
     else:
         return None
-    try:
-        ends = min(start + delay.delay, DELAY_FOREVER)
-    except OverflowError:
-        ends = DELAY_FOREVER
-    return DelayWindow(delay, start, since, ends)
+    return DelayWindow(delay, start, since, min(window_end(start, delay.delay), DELAY_FOREVER))
 
 
 def in_delay_window(ends_at: datetime | None, now: datetime) -> bool:

@@ -11,15 +11,20 @@ from minruntime.core.timestamps import require_aware
 FOREVER: Final = datetime.max.replace(tzinfo=UTC)
 
 
+def window_end(start: datetime, span: timedelta) -> datetime:
+    """``start + span``, or FOREVER where that does not fit in a datetime."""
+    try:
+        return start + span
+    except OverflowError:
+        return FOREVER
+
+
 def protected_until(start_time: datetime | None, min_runtime: timedelta) -> datetime | None:
     """Return the end of the protection window, or None when there is no start time."""
     if start_time is None:
         return None
     require_aware(start_time, "start time")
-    try:
-        return start_time + min_runtime
-    except OverflowError:
-        return FOREVER
+    return window_end(start_time, min_runtime)
 
 
 def is_protected(start_time: datetime | None, min_runtime: timedelta, now: datetime) -> bool:

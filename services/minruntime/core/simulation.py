@@ -38,6 +38,7 @@ from typing import Final, NamedTuple
 from minruntime.core.annotations import REQUEUE_DELAY_ANNOTATION
 from minruntime.core.cooldown import requeue_delay
 from minruntime.core.policy_worlds import World, Worlds
+from minruntime.core.protection import window_end
 from minruntime.core.requeue_cap import requeue_cap
 from minruntime.core.runs import EndedRun
 from minruntime.core.timestamps import require_aware
@@ -320,10 +321,7 @@ class Simulation:
 
     def _protected(self, start: datetime, end: datetime, window: timedelta) -> float:
         """Seconds of [start, min(end, start + window)) inside the simulation's window."""
-        try:
-            until = min(end, start + window)
-        except OverflowError:
-            until = end
+        until = min(end, window_end(start, window))
         low = max(start, self._since)
         high = min(until, self._until)
         return max((high - low).total_seconds(), 0.0)
@@ -458,7 +456,4 @@ class Simulation:
 
 def _before(at: datetime, start: datetime, window: timedelta) -> bool:
     """Strict protection (§5): ``at < start + window``."""
-    try:
-        return at < start + window
-    except OverflowError:
-        return True
+    return at < window_end(start, window)

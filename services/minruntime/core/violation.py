@@ -39,7 +39,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from minruntime.core.config import NodePoolConfigs, ReclaimResolveMethod
-from minruntime.core.protection import FOREVER, protected_until
+from minruntime.core.protection import protected_until, window_end
 from minruntime.core.protection_windows import ProtectionRule
 from minruntime.core.queue_tree import QueueTree
 from minruntime.core.resolution import PoolResolvers, Resolution, Resolver, common_prefix_length
@@ -124,10 +124,7 @@ def judge(start: datetime, end: datetime, windows: Iterable[RuleWindow]) -> Judg
     for window in windows:
         # protected_until's rule, without its checks per window (a report judges every rule
         # of tens of thousands of runs).
-        try:
-            until = start + window.min_runtime
-        except OverflowError:
-            until = FOREVER
+        until = window_end(start, window.min_runtime)
         protected = end < until
         rules.append(RuleVerdict(window, until, protected, until - end if protected else _ZERO))
     protecting = sum(rule.protected for rule in rules)
