@@ -484,10 +484,8 @@ def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:
 
 
 def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[IgnoredValue]:
-    """The values ``change`` carries that the fold of it into ``state`` ignores (invalid or
-    negative delays, an unusable last-eviction-timestamp, a max-requeues annotation that is not
-    a count in range, a checkpoint-grace out of (0, 30m], a new checkpointed-at that is not
-    RFC3339, in the event's future or before the run's start): each counted once per event."""
+    """The values ``change`` carries that the fold of it into ``state`` ignores, each counted
+    once per event (``IgnoredValue`` says when each kind is ignored)."""
     if isinstance(change, Submission):
         delays: list[str | None] = [change.preemption_delay]
         delays += [text for _, text in change.pod_preemption_delays]

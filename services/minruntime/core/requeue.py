@@ -156,19 +156,18 @@ class _Planner:
 
     def _free_nodes(self) -> list[tuple[str, str, int]]:
         cluster = self._cluster
-        used: dict[str, int] = {}
+        used: Counter[str] = Counter()
         for podgroup in cluster.running:
-            if podgroup.uid in cluster.awaiting_release:
-                continue
-            for pod in podgroup.pods:
-                if pod.running and pod.node is not None:
-                    used[pod.node] = used.get(pod.node, 0) + gpu_units(pod.gpu)
+            if podgroup.uid not in cluster.awaiting_release:
+                for pod in podgroup.pods:
+                    if pod.running and pod.node is not None:
+                        used[pod.node] += gpu_units(pod.gpu)
         return [
             (
                 node.name,
                 node.node_pool,
                 gpu_units(node.gpu)
-                - used.get(node.name, 0)
+                - used[node.name]
                 - gpu_units(cluster.promised.get(node.name, 0.0)),
             )
             for node in cluster.nodes

@@ -232,10 +232,7 @@ class ClusterState:
         object.__setattr__(self, "awaiting_release", frozenset(self.awaiting_release))
         object.__setattr__(self, "promised_to", frozenset(self.promised_to))
         _unique("node name", (node.name for node in self.nodes))
-        _unique(
-            "podgroup uid",
-            [*(pg.uid for pg in self.running), *(pg.uid for pg in self.pending)],
-        )
+        _unique("podgroup uid", [pg.uid for pg in self.running] + [pg.uid for pg in self.pending])
         for node, gpus in self.promised.items():
             _check_gpu(gpus, f"promised capacity on node {node}")
 

@@ -150,8 +150,7 @@ def held_gpus(state: PodGroupState) -> Decimal | None:
         pod = state.pods.get(name)
         if pod is None or pod.gpu is None:
             return None
-        gpu = pod.gpu
-        total += gpu if isinstance(gpu, Decimal) else Decimal(str(gpu))
+        total += pod.gpu if isinstance(pod.gpu, Decimal) else Decimal(str(pod.gpu))
     return _scaled(total, _GPU_SCALE)
 
 
