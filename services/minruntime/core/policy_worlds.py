@@ -62,15 +62,12 @@ class World:
         preempt rule in one queue, the reclaim rule across; defaults for unknown queues)."""
         config = self.configs.for_pool(node_pool)
         tree = self.tree
-        if victim is None or victim not in tree:
+        if victim is None or contender is None or victim not in tree or contender not in tree:
             same = contender == victim
             return (
                 config.default_preempt_min_runtime if same else config.default_reclaim_min_runtime
             )
-        if contender is None or contender not in tree:
-            return config.default_reclaim_min_runtime
-        resolver = self._resolvers.resolver(tree, config)
-        return resolver.resolve_for(victim, contender).min_runtime
+        return self._resolvers.resolver(tree, config).resolve_for(victim, contender).min_runtime
 
 
 class Worlds:

@@ -136,11 +136,6 @@ class RunningPodGroup:
         """Its run's last checkpoint at ``now`` (core.checkpoint; None: none usable)."""
         return last_checkpoint(self.annotations, self.start_time, now)
 
-    @property
-    def running_gpus(self) -> float:
-        """The GPUs its running pods hold."""
-        return math.fsum(pod.gpu for pod in self.pods if pod.running)
-
     def work_at_risk(self, now: datetime, checkpoint: datetime | None = None) -> float | None:
         """GPU-seconds an eviction at ``now`` would lose: since its last checkpoint (``checkpoint``
         when the caller has read it already), else since its start, times the GPUs its pods
@@ -148,7 +143,8 @@ class RunningPodGroup:
         if self.start_time is None:
             return None
         saved = self.last_checkpoint(now) if checkpoint is None else checkpoint
-        return work_at_risk(self.start_time, saved, self.running_gpus, now)
+        held = math.fsum(pod.gpu for pod in self.pods if pod.running)
+        return work_at_risk(self.start_time, saved, held, now)
 
     def nomination_candidate(self) -> NominationCandidate:
         """The view of this podgroup that the expected-runtime nominator judges."""

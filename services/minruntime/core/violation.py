@@ -111,8 +111,7 @@ class Judgement(NamedTuple):
     @property
     def cut_short(self) -> timedelta | None:
         """How much of the longest window still protecting it was left (None: none was)."""
-        protecting = self.protecting
-        return max(rule.cut_short for rule in protecting) if protecting else None
+        return max((rule.cut_short for rule in self.protecting), default=None)
 
 
 def judge(start: datetime, end: datetime, windows: Iterable[RuleWindow]) -> Judgement:
