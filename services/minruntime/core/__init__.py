@@ -8,13 +8,10 @@ from minruntime.core.annotations import (
     REQUEUE_NOT_BEFORE_ANNOTATION,
 )
 from minruntime.core.attribution import (
-    GUARDED_ACTIONS,
-    UNGUARDED_ACTIONS,
     ExactJudgement,
     ExactVerdict,
     Inexact,
     applied_window,
-    eviction_instant,
     exact_judgement,
     inexact,
     judge_exact,
@@ -29,14 +26,12 @@ from minruntime.core.config import (
     ReclaimResolveMethod,
     check_max_requeues,
     check_requeues_window,
-    parse_max_requeues,
 )
 from minruntime.core.cooldown import in_cooldown, requeue_delay, requeue_not_before
 from minruntime.core.durations import MAX_DURATION, format_duration, parse_duration
 from minruntime.core.elastic import (
     DEFAULT_SUBGROUP,
     PodGroupPods,
-    ScenarioVerdict,
     SubGroup,
     VictimEviction,
     evictable_pods,
@@ -56,19 +51,10 @@ from minruntime.core.errors import (
     NegativeDurationError,
     QueueCycleError,
 )
-from minruntime.core.evictions import Attribution, EvictionAction, EvictionSource
-from minruntime.core.gpus import GPU_UNITS_PER_GPU, MAX_GPUS_IN_PLAN, MAX_GPUS_PER_EVENT
-from minruntime.core.nomination import (
-    NominationCandidate,
-    NominationVerdict,
-    SkipReason,
-    nominate,
-)
-from minruntime.core.placement import (
-    FreeCapacityLedger,
-    gpu_units,
-    units_to_gpu,
-)
+from minruntime.core.evictions import EVICTIONS, Attribution, EvictionAction
+from minruntime.core.gpus import GPU_UNITS_PER_GPU, MAX_GPUS_IN_PLAN
+from minruntime.core.nomination import NominationCandidate, NominationVerdict, SkipReason, nominate
+from minruntime.core.placement import FreeCapacityLedger, gpu_units, units_to_gpu
 from minruntime.core.podgroup import (
     Abandonment,
     Allocation,
@@ -115,14 +101,7 @@ from minruntime.core.requeue_candidates import (
     collect_candidates,
     expected_runtime_nominations,
 )
-from minruntime.core.requeue_cap import (
-    AnnotatedCap,
-    CapSource,
-    RequeueCap,
-    annotated_max_requeues,
-    capped_podgroups,
-    requeue_cap,
-)
+from minruntime.core.requeue_cap import CapSource, RequeueCap, annotated_max_requeues, requeue_cap
 from minruntime.core.requeue_model import (
     ClusterState,
     CyclePlan,
@@ -147,20 +126,10 @@ from minruntime.core.resolution import (
     ResolutionTrace,
     Resolver,
 )
-from minruntime.core.runs import EVICTED, EVICTIONS, EndedRun, ended_run
-from minruntime.core.start_time import (
-    NOT_STARTED,
-    AllocationEvent,
-    AllocationKind,
-    RunState,
-    apply_allocated,
-    apply_released,
-    fold_history,
-    start_time_of,
-)
+from minruntime.core.runs import EndedRun, ended_run
+from minruntime.core.start_time import NOT_STARTED, apply_allocated, apply_released
 from minruntime.core.timestamps import format_rfc3339, parse_rfc3339
 from minruntime.core.violation import (
-    Judgement,
     Reclaimers,
     RuleSet,
     RuleVerdict,
@@ -175,16 +144,13 @@ __all__ = [
     "DEFAULT_NODE_POOL",
     "DEFAULT_REQUEUE_DELAY",
     "DEFAULT_SUBGROUP",
-    "EVICTED",
     "EVICTIONS",
     "EXPECTED_RUNTIME_ANNOTATION",
     "EXPECTED_RUNTIME_PLUGIN",
     "GPU_UNITS_PER_GPU",
-    "GUARDED_ACTIONS",
     "LAST_EVICTION_ANNOTATION",
     "MAX_DURATION",
     "MAX_GPUS_IN_PLAN",
-    "MAX_GPUS_PER_EVENT",
     "MAX_REQUEUES",
     "MAX_REQUEUES_ANNOTATION",
     "MAX_REQUEUES_WINDOW",
@@ -192,12 +158,8 @@ __all__ = [
     "PREEMPTION_DELAY_ANNOTATION",
     "REQUEUE_DELAY_ANNOTATION",
     "REQUEUE_NOT_BEFORE_ANNOTATION",
-    "UNGUARDED_ACTIONS",
     "Abandonment",
     "Allocation",
-    "AllocationEvent",
-    "AllocationKind",
-    "AnnotatedCap",
     "Annotation",
     "Attribution",
     "CapSource",
@@ -209,7 +171,6 @@ __all__ = [
     "DuplicateQueueError",
     "EndedRun",
     "EvictionAction",
-    "EvictionSource",
     "ExactJudgement",
     "ExactVerdict",
     "Exclusion",
@@ -224,7 +185,6 @@ __all__ = [
     "InvalidPodGroupError",
     "InvalidQueueError",
     "InvalidTimestampError",
-    "Judgement",
     "LastEviction",
     "MemberPod",
     "MinRuntimeConfig",
@@ -267,9 +227,7 @@ __all__ = [
     "RuleVerdict",
     "RuleWindow",
     "RunRules",
-    "RunState",
     "RunningPodGroup",
-    "ScenarioVerdict",
     "SkipReason",
     "SubGroup",
     "Submission",
@@ -280,7 +238,6 @@ __all__ = [
     "applied_window",
     "apply_allocated",
     "apply_released",
-    "capped_podgroups",
     "check_max_requeues",
     "check_requeues_window",
     "collect_candidates",
@@ -288,13 +245,11 @@ __all__ = [
     "delay_window",
     "ended_run",
     "evictable_pods",
-    "eviction_instant",
     "exact_judgement",
     "exclusion_reason",
     "expected_runtime_nominations",
     "fallback_subgroup",
     "fold",
-    "fold_history",
     "format_duration",
     "format_rfc3339",
     "gpu_units",
@@ -310,7 +265,6 @@ __all__ = [
     "last_eviction_annotation",
     "nominate",
     "parse_duration",
-    "parse_max_requeues",
     "parse_rfc3339",
     "passes_victim_filter",
     "plan_requeue_cycle",
@@ -322,7 +276,6 @@ __all__ = [
     "requeue_not_before",
     "resolve_delay",
     "run_verdict",
-    "start_time_of",
     "submitted_delay",
     "units_to_gpu",
     "valid_delay",

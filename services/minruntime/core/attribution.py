@@ -129,10 +129,8 @@ def judge_exact(
     if window is None:
         return ExactJudgement(ExactVerdict.UNGUARDED, instant, None)
     rule = judge(start, instant, (window,)).rules[0]
-    violated = rule.protected or core > 0
-    return ExactJudgement(
-        ExactVerdict.VIOLATED if violated else ExactVerdict.HONOURED, instant, rule
-    )
+    verdict = ExactVerdict.VIOLATED if rule.protected or core > 0 else ExactVerdict.HONOURED
+    return ExactJudgement(verdict, instant, rule)
 
 
 def exact_judgement(rules: RunRules, run: EndedRun) -> ExactJudgement | None:

@@ -36,10 +36,9 @@ MAX_CHECKPOINT_GRACE: Final = timedelta(minutes=30)
 # checkpointed-at at or after the request; the grace ran out first; the PodGroup was deleted
 # during the wait (the wait ends at once, nothing is left to evict).
 CHECKPOINT_OUTCOMES: Final = ("acknowledged", "timed_out", "gone")
-# How far a workload's checkpoint time may lie after the event that carries it, or before the
-# evictor's request, and still count: the API server keeps change times in whole seconds
-# (managedFields: a checkpoint at 10:00:00.6 arrives in an event of 10:00:00), and the
-# workload's clock is not the API server's nor the evictor's.
+# How far a workload's checkpoint time may lie after the event that carries it and still
+# count: the API server keeps change times in whole seconds (managedFields: a checkpoint at
+# 10:00:00.6 arrives in an event of 10:00:00), and the workload's clock is not the API server's.
 CLOCK_TOLERANCE: Final = timedelta(seconds=2)
 
 
@@ -67,13 +66,10 @@ def read_checkpoint_grace(annotations: Mapping[str, str | None]) -> GraceReading
     return GraceReading(grace)
 
 
-def read_checkpoint_time(
-    text: str | None, not_before: datetime | None, not_after: datetime | None
-) -> datetime | None:
-    """A checkpoint time annotation's value, or None when absent or ignored: not RFC3339,
-    before ``not_before`` (the run's start, or the request), after ``not_after`` (the event
-    that carries it: a checkpoint cannot be in the future)."""
-    return read_time_between(text, not_before, not_after)
+# A checkpoint time annotation's value, or None when absent or ignored: not RFC3339, before
+# ``not_before`` (the run's start, or the request), after ``not_after`` (the event that carries
+# it: a checkpoint cannot be in the future).
+read_checkpoint_time = read_time_between
 
 
 def last_checkpoint(
@@ -83,13 +79,6 @@ def last_checkpoint(
     time at most CLOCK_TOLERANCE after ``at`` counts)."""
     text = annotations.get(CHECKPOINTED_AT_ANNOTATION)
     return read_checkpoint_time(text, run_start, at + CLOCK_TOLERANCE)
-
-
-def acknowledged(annotations: Mapping[str, str | None], requested_at: datetime) -> datetime | None:
-    """The ``checkpointed-at`` that answers a request made at ``requested_at`` (None: not yet;
-    a checkpoint at most CLOCK_TOLERANCE before the request answers it)."""
-    text = annotations.get(CHECKPOINTED_AT_ANNOTATION)
-    return read_checkpoint_time(text, requested_at - CLOCK_TOLERANCE, None)
 
 
 def work_at_risk(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Final
+from typing import Final, TypeVar
 
 from minruntime.core.disruption import (
     ARG_EVICTION_WINDOW,
@@ -24,6 +24,7 @@ from minruntime.core.durations import format_duration
 from minruntime.core.errors import InvalidConfigError
 
 DEFAULT_NODE_POOL: Final = "default"
+_T = TypeVar("_T")
 
 # How long a requeued podgroup is left alone before it may be nominated again, when neither
 # its annotation nor the configuration says otherwise: long enough to let the beneficiary
@@ -80,9 +81,9 @@ def parse_max_requeues(text: str, label: str = ARG_MAX_REQUEUES) -> int:
     return check_max_requeues(parse_count(text, label, MAX_REQUEUES), label)
 
 
-def _optional_duration(arguments: Mapping[str, str | None], argument: str) -> timedelta | None:
+def _duration(arguments: Mapping[str, str | None], argument: str, default: _T) -> timedelta | _T:
     text = arguments.get(argument)
-    return None if text is None else parse_config_duration(text, argument)
+    return default if text is None else parse_config_duration(text, argument)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -150,30 +151,25 @@ class MinRuntimeConfig:
                 f"known: {', '.join(sorted(KNOWN_ARGUMENTS))}"
             )
         defaults = cls()
-
-        def duration(argument: str, default: timedelta) -> timedelta:
-            text = arguments.get(argument)
-            return default if text is None else parse_config_duration(text, argument)
-
         method = arguments.get(ARG_RECLAIM_RESOLVE_METHOD)
         cap = arguments.get(ARG_MAX_REQUEUES)
         budget = arguments.get(ARG_MAX_EVICTIONS_PER_WINDOW)
         return cls(
-            default_preempt_min_runtime=duration(
-                ARG_DEFAULT_PREEMPT_MIN_RUNTIME, defaults.default_preempt_min_runtime
+            default_preempt_min_runtime=_duration(
+                arguments, ARG_DEFAULT_PREEMPT_MIN_RUNTIME, defaults.default_preempt_min_runtime
             ),
-            default_reclaim_min_runtime=duration(
-                ARG_DEFAULT_RECLAIM_MIN_RUNTIME, defaults.default_reclaim_min_runtime
+            default_reclaim_min_runtime=_duration(
+                arguments, ARG_DEFAULT_RECLAIM_MIN_RUNTIME, defaults.default_reclaim_min_runtime
             ),
             reclaim_resolve_method=defaults.reclaim_resolve_method if method is None else method,
-            default_requeue_delay=duration(
-                ARG_DEFAULT_REQUEUE_DELAY, defaults.default_requeue_delay
+            default_requeue_delay=_duration(
+                arguments, ARG_DEFAULT_REQUEUE_DELAY, defaults.default_requeue_delay
             ),
             max_requeues=None if cap is None else parse_max_requeues(cap),
-            max_requeues_window=_optional_duration(arguments, ARG_MAX_REQUEUES_WINDOW),
+            max_requeues_window=_duration(arguments, ARG_MAX_REQUEUES_WINDOW, None),
             max_evictions_per_window=None if budget is None else parse_max_evictions(budget),
-            eviction_window=_optional_duration(arguments, ARG_EVICTION_WINDOW),
-            min_eviction_gap=_optional_duration(arguments, ARG_MIN_EVICTION_GAP),
+            eviction_window=_duration(arguments, ARG_EVICTION_WINDOW, None),
+            min_eviction_gap=_duration(arguments, ARG_MIN_EVICTION_GAP, None),
         )
 
     def to_arguments(self) -> dict[str, str]:
@@ -181,25 +177,22 @@ class MinRuntimeConfig:
 
         The requeue cap's arguments are left out when unset (absent = unlimited).
         """
-        arguments = {
-            ARG_DEFAULT_PREEMPT_MIN_RUNTIME: format_duration(self.default_preempt_min_runtime),
-            ARG_DEFAULT_RECLAIM_MIN_RUNTIME: format_duration(self.default_reclaim_min_runtime),
-            ARG_RECLAIM_RESOLVE_METHOD: str(self.reclaim_resolve_method),
-            ARG_DEFAULT_REQUEUE_DELAY: format_duration(self.default_requeue_delay),
+        values: dict[str, timedelta | int | str | None] = {
+            ARG_DEFAULT_PREEMPT_MIN_RUNTIME: self.default_preempt_min_runtime,
+            ARG_DEFAULT_RECLAIM_MIN_RUNTIME: self.default_reclaim_min_runtime,
+            ARG_RECLAIM_RESOLVE_METHOD: self.reclaim_resolve_method,
+            ARG_DEFAULT_REQUEUE_DELAY: self.default_requeue_delay,
+            ARG_MAX_REQUEUES: self.max_requeues,
+            ARG_MAX_REQUEUES_WINDOW: self.max_requeues_window,
+            ARG_MAX_EVICTIONS_PER_WINDOW: self.max_evictions_per_window,
+            ARG_EVICTION_WINDOW: self.eviction_window,
+            ARG_MIN_EVICTION_GAP: self.min_eviction_gap,
         }
-        if self.max_requeues is not None:
-            arguments[ARG_MAX_REQUEUES] = str(self.max_requeues)
-        if self.max_requeues_window is not None:
-            arguments[ARG_MAX_REQUEUES_WINDOW] = format_duration(self.max_requeues_window)
-        if self.max_evictions_per_window is not None:
-            arguments[ARG_MAX_EVICTIONS_PER_WINDOW] = str(self.max_evictions_per_window)
-        for argument, value in (
-            (ARG_EVICTION_WINDOW, self.eviction_window),
-            (ARG_MIN_EVICTION_GAP, self.min_eviction_gap),
-        ):
-            if value is not None:
-                arguments[argument] = format_duration(value)
-        return arguments
+        return {
+            argument: format_duration(value) if isinstance(value, timedelta) else str(value)
+            for argument, value in values.items()
+            if value is not None
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,10 +214,6 @@ class NodePoolConfigs:
         pool = node_pool or DEFAULT_NODE_POOL
         found = self.by_pool.get(pool) or self.by_pool.get(DEFAULT_NODE_POOL)
         return found if found is not None else MinRuntimeConfig()
-
-    def with_config(self, node_pool: str | None, config: MinRuntimeConfig) -> NodePoolConfigs:
-        """Return new configs with ``node_pool``'s entry replaced."""
-        return NodePoolConfigs({**self.by_pool, node_pool or DEFAULT_NODE_POOL: config})
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.by_pool)

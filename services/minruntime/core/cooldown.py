@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from minruntime.core.annotations import REQUEUE_NOT_BEFORE_ANNOTATION
 from minruntime.core.durations import parse_duration
 from minruntime.core.errors import MinRuntimeError
-from minruntime.core.timestamps import require_aware
+from minruntime.core.timestamps import parse_rfc3339, require_aware
 
 
 def in_cooldown(not_before: datetime | None, now: datetime) -> bool:
@@ -16,6 +18,21 @@ def in_cooldown(not_before: datetime | None, now: datetime) -> bool:
         return False
     require_aware(not_before, "requeue-not-before")
     return now < not_before
+
+
+def cooldown_gate(annotations: Mapping[str, str], now: datetime) -> str | None:
+    """Why the requeue-not-before annotation holds a podgroup back at ``now``: ``cooldown``, or
+    ``invalid_not_before`` when it does not read (the nominator's and the planner's reason
+    values); None: it does not."""
+    text = annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        not_before = parse_rfc3339(text)
+    except MinRuntimeError:
+        # Conservative: an unreadable cooldown is treated as a cooldown.
+        return "invalid_not_before"
+    return "cooldown" if in_cooldown(not_before, now) else None
 
 
 def requeue_delay(annotation: str | None, default: timedelta) -> tuple[timedelta, str | None]:

@@ -27,11 +27,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Final, TypeVar, cast
 
 from minruntime.core.durations import format_duration, parse_duration
 from minruntime.core.errors import InvalidConfigError, MinRuntimeError
+from minruntime.core.timestamps import window_start
 
 ARG_MAX_EVICTIONS_PER_WINDOW: Final = "maxEvictionsPerWindow"
 ARG_EVICTION_WINDOW: Final = "evictionWindow"
@@ -53,7 +54,6 @@ MAX_EVICTION_GAP: Final = timedelta(days=7)
 # KAI writes five short YAML fields; anything much longer is not its metadata.
 MAX_OWNER_METADATA: Final = 2048
 _OWNER_FIELD: Final = 253  # a Kubernetes name (and a uid, a kind) fits
-_BEGINNING: Final = datetime.min.replace(tzinfo=UTC)
 _T = TypeVar("_T")
 
 
@@ -295,7 +295,7 @@ class DisruptionLedger:
         """The first rule (budget, then gap) that refuses an eviction at ``now``; None: none."""
         limit, window = policy.max_evictions_per_window, policy.eviction_window
         if limit is not None and window is not None:
-            start = _minus(now, window)
+            start = window_start(now, window)
             counted = sorted(
                 moment for moment in self._queues.get(queue, ()) if start < moment <= now
             )
@@ -316,14 +316,7 @@ class DisruptionLedger:
             self._owners[owner.uid] = max(now, self._owners.get(owner.uid, now))
 
 
-def _minus(now: datetime, window: timedelta) -> datetime:
-    try:
-        return now - window
-    except OverflowError:
-        return _BEGINNING
-
-
 def evictions_in_window(times: Iterable[datetime], now: datetime, window: timedelta) -> int:
     """How many of ``times`` are in (now - window, now]."""
-    start = _minus(now, window)
+    start = window_start(now, window)
     return sum(1 for moment in times if start < moment <= now)

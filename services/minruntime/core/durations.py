@@ -6,7 +6,7 @@ import re
 from datetime import timedelta
 from typing import Final
 
-from minruntime.core.errors import InvalidDurationError, NegativeDurationError
+from minruntime.core.errors import InvalidDurationError, MinRuntimeError, NegativeDurationError
 
 _NS_PER_UNIT: Final[dict[str, int]] = {
     "ns": 1,
@@ -53,6 +53,16 @@ def parse_duration(text: str) -> timedelta:
             f"invalid duration {text!r}: negative durations are not allowed"
         )
     return _to_timedelta(text, nanoseconds)
+
+
+def read_duration(text: str | None) -> timedelta | None:
+    """The duration ``text`` says, or None when it is absent or not a valid one (ignored)."""
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except MinRuntimeError:
+        return None
 
 
 def _parse_components(text: str, body: str) -> int:

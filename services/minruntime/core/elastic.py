@@ -95,16 +95,11 @@ def protected_elasticity(
     of each pod and of each running pod of a podgroup whose pods all belong to its declared,
     distinct subgroups (what ``PodGroupPods`` checks; this does not).
     """
-    pods: dict[str, int] = {}
-    for name in pod_subgroups:
-        pods[name] = pods.get(name, 0) + 1
+    pods = Counter(pod_subgroups)
     declared = tuple(subgroups)
-    if not any(sub.min_available < pods.get(sub.name, 0) for sub in declared):
+    if not any(sub.min_available < pods[sub.name] for sub in declared):
         return False, 0
-    running: dict[str, int] = {}
-    for name in running_subgroups:
-        running[name] = running.get(name, 0) + 1
-    return True, sum(max(0, running.get(sub.name, 0) - sub.min_available) for sub in declared)
+    return True, above_core(declared, Counter(running_subgroups))
 
 
 def passes_victim_filter(podgroup: PodGroupPods, protected: bool) -> bool:
@@ -119,21 +114,14 @@ def evictable_pods(
 ) -> int:
     """Return how many running pods the podgroup may lose now without breaking §6 (§10: a
     semi-preemptible one never its core, protected or not)."""
-    if preemptibility is Preemptibility.SEMI_PREEMPTIBLE:
-        # Protected or not: a protected non-elastic gang has nothing above its core either.
-        running: dict[str, int] = {}
-        for pod in podgroup.running:
-            name = podgroup.pods[pod]
-            running[name] = running.get(name, 0) + 1
-        return above_core(podgroup.subgroups, running)
-    if not protected:
+    semi = preemptibility is Preemptibility.SEMI_PREEMPTIBLE
+    if not (semi or protected):
         return len(podgroup.running)
-    if not is_elastic(podgroup):
+    # Semi-preemptible, protected or not: a protected non-elastic gang has nothing above its
+    # core either.
+    if not (semi or is_elastic(podgroup)):
         return 0
-    return sum(
-        max(0, podgroup.running_count(subgroup.name) - subgroup.min_available)
-        for subgroup in podgroup.subgroups
-    )
+    return above_core(podgroup.subgroups, Counter(podgroup.pods[pod] for pod in podgroup.running))
 
 
 @dataclass(frozen=True, slots=True)

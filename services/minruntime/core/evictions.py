@@ -1,14 +1,16 @@
 """What ended a run, in the words of ``core.runs``, for the fold too (no podgroup types here).
 
 A release without a reason is ``released``, or ``requeued`` when a committed requeue of the run
-was waiting for it; a deletion is ``deleted``, or ``deleted-by-eviction`` when one was waiting;
-any other reason is kept as it came. A release the scheduler attributed (an ``Attribution``:
-KAI's ``Evict`` Event, its last-eviction-timestamp annotation or the pods' ``DisruptionTarget``
-condition) is ``evicted`` whatever its reason said (a default KAI evicts by deleting pods, so
-the bridge may see a plain deletion), unless the reason already names an eviction. The ones
-that say the cluster took the resources away are ``EVICTIONS``: a protection violation may be
-one (``core.violation``), and a podgroup's last one re-arms its preemption delay
-(``core.preemption_delay``).
+was waiting for it (``awaiting_release``: the cluster carried the requeue out); a deletion
+(``podgroup.deleted``, or a release with reason ``deleted``) is ``deleted``, or
+``deleted-by-eviction`` when one was waiting; any other reason is kept as it came
+(``completed``, ``failed``, ``evicted``, ...). A release the scheduler attributed (an
+``Attribution``: KAI's ``Evict`` Event, its last-eviction-timestamp annotation or the pods'
+``DisruptionTarget`` condition) is ``evicted`` whatever its reason said (a default KAI evicts
+by deleting pods, so the bridge may see a plain deletion), unless the reason already names an
+eviction. The ones that say the cluster took the resources away are ``EVICTIONS``: a
+protection violation may be one (``core.violation``), and a podgroup's last one re-arms its
+preemption delay (``core.preemption_delay``).
 """
 
 from __future__ import annotations

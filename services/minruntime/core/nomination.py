@@ -13,14 +13,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
-from minruntime.core.annotations import (
-    EXPECTED_RUNTIME_ANNOTATION,
-    REQUEUE_NOT_BEFORE_ANNOTATION,
-)
-from minruntime.core.durations import parse_duration
-from minruntime.core.errors import MinRuntimeError
+from minruntime.core.annotations import EXPECTED_RUNTIME_ANNOTATION
+from minruntime.core.cooldown import cooldown_gate
+from minruntime.core.durations import read_duration
 from minruntime.core.preemptibility import Preemptibility
-from minruntime.core.timestamps import parse_rfc3339, require_aware
+from minruntime.core.timestamps import require_aware
 
 
 class SkipReason(StrEnum):
@@ -73,8 +70,8 @@ def nominate(candidate: NominationCandidate, now: datetime) -> NominationVerdict
         return _skip(SkipReason.NOT_PREEMPTIBLE)
     if candidate.preemptibility is Preemptibility.SEMI_PREEMPTIBLE:
         return _skip(SkipReason.SEMI_PREEMPTIBLE)
-    expected = _expected_runtime(candidate.annotations.get(EXPECTED_RUNTIME_ANNOTATION))
-    if expected is None:
+    expected = read_duration(candidate.annotations.get(EXPECTED_RUNTIME_ANNOTATION))
+    if expected is None or expected <= timedelta(0):
         return _skip(SkipReason.INVALID_DURATION)
     start = candidate.start_time
     if start is None:
@@ -86,23 +83,7 @@ def nominate(candidate: NominationCandidate, now: datetime) -> NominationVerdict
     # Inclusive: exactly at start + expected the podgroup is due.
     if overrun < timedelta(0):
         return NOT_YET_DUE
-    not_before_text = candidate.annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION)
-    if not_before_text is not None:
-        try:
-            not_before = parse_rfc3339(not_before_text)
-        except MinRuntimeError:
-            # Conservative: an unreadable cooldown is treated as a cooldown.
-            return _skip(SkipReason.INVALID_NOT_BEFORE, overrun)
-        if now < not_before:
-            return _skip(SkipReason.COOLDOWN, overrun)
+    gate = cooldown_gate(candidate.annotations, now)
+    if gate is not None:
+        return _skip(SkipReason(gate), overrun)
     return NominationVerdict(True, None, overrun)
-
-
-def _expected_runtime(text: str | None) -> timedelta | None:
-    if text is None:
-        return None
-    try:
-        expected = parse_duration(text)
-    except MinRuntimeError:
-        return None
-    return expected if expected > timedelta(0) else None

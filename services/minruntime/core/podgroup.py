@@ -22,26 +22,22 @@ Rules (SEMANTICS.md §5 and §6, docs/storage.md):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Final, NamedTuple, TypeVar
+from typing import Final, NamedTuple
 
 from minruntime.core.annotations import (
     EXPECTED_RUNTIME_ANNOTATION,
     MAX_REQUEUES_ANNOTATION,
     REQUEUE_NOT_BEFORE_ANNOTATION,
 )
-from minruntime.core.checkpoint import (
-    kept_checkpoint,
-    read_checkpoint_grace,
-    refused_checkpoint,
-)
+from minruntime.core.checkpoint import kept_checkpoint, read_checkpoint_grace, refused_checkpoint
 from minruntime.core.config import DEFAULT_NODE_POOL, parse_max_requeues
 from minruntime.core.disruption import TOP_OWNER_ANNOTATION, TopOwner, read_top_owner
-from minruntime.core.durations import parse_duration
+from minruntime.core.durations import read_duration
 from minruntime.core.elastic import DEFAULT_SUBGROUP, SubGroup, protected_elasticity
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.evictions import EVICTIONS, Attribution, ended_by_reason
@@ -60,7 +56,7 @@ from minruntime.core.preemption_delay import (
     valid_delay,
 )
 from minruntime.core.start_time import RunState, apply_allocated, apply_released
-from minruntime.core.timestamps import parse_rfc3339
+from minruntime.core.timestamps import read_time_between
 
 
 class MemberPod(NamedTuple):
@@ -74,7 +70,6 @@ class MemberPod(NamedTuple):
     gpu: float | Decimal | None = None
 
 
-_T = TypeVar("_T")
 _NO_PODS: Final[Mapping[str, MemberPod]] = MappingProxyType({})
 _NO_NODES: Final[Mapping[str, str | None]] = MappingProxyType({})
 _NO_ANNOTATIONS: Final[Mapping[str, str]] = MappingProxyType({})
@@ -198,12 +193,12 @@ class PodGroupState(NamedTuple):
     @property
     def expected_runtime(self) -> timedelta | None:
         """The expected-runtime annotation, parsed (None when absent or invalid)."""
-        return _parsed(self.annotations.get(EXPECTED_RUNTIME_ANNOTATION), parse_duration)
+        return read_duration(self.annotations.get(EXPECTED_RUNTIME_ANNOTATION))
 
     @property
     def requeue_not_before(self) -> datetime | None:
         """The requeue-not-before annotation, parsed (None when absent or invalid)."""
-        return _parsed(self.annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION), parse_rfc3339)
+        return read_time_between(self.annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION), None, None)
 
     @property
     def preemption_delay(self) -> PreemptionDelay | None:
@@ -237,15 +232,6 @@ def owner_of(state: PodGroupState) -> TopOwner | None:
     if state.spec is not None and state.spec.owner is not None:
         return state.spec.owner
     return read_top_owner(state.annotations).owner
-
-
-def _parsed(text: str | None, parse: Callable[[str], _T]) -> _T | None:
-    if text is None:
-        return None
-    try:
-        return parse(text)
-    except MinRuntimeError:
-        return None
 
 
 class Submission(NamedTuple):
@@ -498,10 +484,8 @@ def _annotate(state: PodGroupState, change: Annotation) -> PodGroupState:
 
 
 def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[IgnoredValue]:
-    """The values ``change`` carries that the fold of it into ``state`` ignores (invalid or
-    negative delays, an unusable last-eviction-timestamp, a max-requeues annotation that is not
-    a count in range, a checkpoint-grace out of (0, 30m], a new checkpointed-at that is not
-    RFC3339, in the event's future or before the run's start): each counted once per event."""
+    """The values ``change`` carries that the fold of it into ``state`` ignores, each counted
+    once per event (``IgnoredValue`` says when each kind is ignored)."""
     if isinstance(change, Submission):
         delays: list[str | None] = [change.preemption_delay]
         delays += [text for _, text in change.pod_preemption_delays]
@@ -530,7 +514,8 @@ def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[Ig
     if refused_checkpoint(annotations, state.annotations, at, state.start_time):
         ignored.add(IgnoredValue.CHECKPOINTED_AT)
     owner = annotations.get(TOP_OWNER_ANNOTATION)
-    carried = change.owner if isinstance(change, Submission) else _carried_owner(state)
+    held = None if state.spec is None else state.spec.owner
+    carried = change.owner if isinstance(change, Submission) else held
     if (
         owner is not None
         and carried is None
@@ -538,7 +523,3 @@ def ignored_values(state: PodGroupState, change: PodGroupChange) -> frozenset[Ig
     ):
         ignored.add(IgnoredValue.TOP_OWNER_METADATA)
     return frozenset(ignored)
-
-
-def _carried_owner(state: PodGroupState) -> TopOwner | None:
-    return None if state.spec is None else state.spec.owner

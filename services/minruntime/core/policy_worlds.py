@@ -17,7 +17,7 @@ from datetime import timedelta
 from minruntime.core.config import DEFAULT_NODE_POOL, MinRuntimeConfig, NodePoolConfigs
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.queue_tree import Queue, QueueTree
-from minruntime.core.resolution import Resolver
+from minruntime.core.resolution import PoolResolvers
 from minruntime.core.violation import RunRules
 
 
@@ -27,11 +27,6 @@ class PolicyChange:
 
     queues: Mapping[str, Queue | None] = field(default_factory=dict)
     configs: Mapping[str, MinRuntimeConfig] = field(default_factory=dict)
-
-    @property
-    def is_empty(self) -> bool:
-        """True when it pins nothing."""
-        return not (self.queues or self.configs)
 
 
 class World:
@@ -43,7 +38,7 @@ class World:
         self.tree = tree
         self.configs = configs
         self._rules: RunRules | None = None
-        self._resolvers: dict[MinRuntimeConfig, Resolver] = {}
+        self._resolvers = PoolResolvers(tree, configs)
 
     def set(self, tree: QueueTree, configs: NodePoolConfigs) -> None:
         """Replace the tree and the configs (the rules are made again when next asked)."""
@@ -51,7 +46,7 @@ class World:
             return
         self.tree, self.configs = tree, configs
         self._rules = None
-        self._resolvers = {}
+        self._resolvers = PoolResolvers(tree, configs)
 
     @property
     def rules(self) -> RunRules:
@@ -67,17 +62,12 @@ class World:
         preempt rule in one queue, the reclaim rule across; defaults for unknown queues)."""
         config = self.configs.for_pool(node_pool)
         tree = self.tree
-        if victim is None or victim not in tree:
+        if victim is None or contender is None or victim not in tree or contender not in tree:
             same = contender == victim
             return (
                 config.default_preempt_min_runtime if same else config.default_reclaim_min_runtime
             )
-        if contender is None or contender not in tree:
-            return config.default_reclaim_min_runtime
-        resolver = self._resolvers.get(config)
-        if resolver is None:
-            resolver = self._resolvers[config] = Resolver(tree, config)
-        return resolver.resolve_for(victim, contender).min_runtime
+        return self._resolvers.resolver(tree, config).resolve_for(victim, contender).min_runtime
 
 
 class Worlds:

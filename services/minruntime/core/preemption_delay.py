@@ -23,8 +23,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Final, NamedTuple
 
-from minruntime.core.durations import parse_duration
-from minruntime.core.errors import MinRuntimeError
+from minruntime.core.durations import read_duration
+from minruntime.core.protection import window_end
 from minruntime.core.timestamps import read_time_between
 
 PREEMPTION_DELAY_ANNOTATION: Final = "kai.scheduler/preemption-delay"
@@ -100,14 +100,8 @@ class DelayWindow(NamedTuple):
         return now < self.ends_at
 
 
-def valid_delay(text: str | None) -> timedelta | None:
-    """The duration ``text`` says, or None when it is absent, invalid or negative (ignored)."""
-    if text is None:
-        return None
-    try:
-        return parse_duration(text)
-    except MinRuntimeError:
-        return None
+# A delay, in the spec or an annotation, reads as any duration does (None: absent or ignored).
+valid_delay = read_duration
 
 
 def submitted_delay(
@@ -147,12 +141,9 @@ def last_eviction_annotation(
 
 def last_eviction(service: datetime | None, annotation: datetime | None) -> LastEviction | None:
     """The later of the service's own eviction and KAI's annotation (the service's on a tie)."""
-    if service is None and annotation is None:
-        return None
-    if annotation is None or (service is not None and service >= annotation):
-        assert service is not None
+    if service is not None and (annotation is None or service >= annotation):
         return LastEviction(service, "service")
-    return LastEviction(annotation, "annotation")
+    return None if annotation is None else LastEviction(annotation, "annotation")
 
 
 def delay_window(
@@ -167,11 +158,7 @@ def delay_window(
         start, since = submitted_at, None
     else:
         return None
-    try:
-        ends = min(start + delay.delay, DELAY_FOREVER)
-    except OverflowError:
-        ends = DELAY_FOREVER
-    return DelayWindow(delay, start, since, ends)
+    return DelayWindow(delay, start, since, min(window_end(start, delay.delay), DELAY_FOREVER))
 
 
 def in_delay_window(ends_at: datetime | None, now: datetime) -> bool:

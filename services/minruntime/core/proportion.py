@@ -155,12 +155,18 @@ def _up_to_fair_share(
 
 def with_ancestors(tree: QueueTree, per_queue: Mapping[str, float]) -> dict[str, float]:
     """Add each queue's amount to it and every ancestor (KAI counts a job up the tree)."""
-    totals: dict[str, float] = {}
-    for name, amount in per_queue.items():
-        if name not in tree:
-            continue
-        for queue in tree.path(name):
-            totals[queue] = totals.get(queue, 0.0) + amount
+    return _added_up(tree, per_queue.items(), {})
+
+
+def _added_up(
+    tree: QueueTree, moves: Iterable[tuple[str, float]], totals: dict[str, float]
+) -> dict[str, float]:
+    """``totals`` with each (queue, amount) added to the queue and its ancestors (a queue not
+    in ``tree`` counts nowhere)."""
+    for name, amount in moves:
+        if name in tree:
+            for queue in tree.path(name):
+                totals[queue] = totals.get(queue, 0.0) + amount
     return totals
 
 
@@ -266,11 +272,7 @@ class QuotaJudge:
 
     def commit(self, moves: Iterable[tuple[str, float]]) -> None:
         """Apply allocation changes (queue, +/- GPUs) of a committed requeue."""
-        tree = self._tree
-        for queue, gpus in moves:
-            if queue in tree:
-                for name in tree.path(queue):
-                    self._allocated[name] = self._allocated.get(name, 0.0) + gpus
+        self._allocated = self._after(moves)
 
     def judge(
         self,
@@ -309,13 +311,8 @@ class QuotaJudge:
         return self._verdict(rule, where, beneficiary_queue, victim_queue, after)
 
     def _after(self, moves: Iterable[tuple[str, float]]) -> dict[str, float]:
-        after = dict(self._allocated)
-        tree = self._tree
-        for queue, gpus in moves:
-            if queue in tree:
-                for name in tree.path(queue):
-                    after[name] = after.get(name, 0.0) + gpus
-        return after
+        """The allocations with ``moves`` (queue, +/- GPUs) counted up each queue's path."""
+        return _added_up(self._tree, moves, dict(self._allocated))
 
     def _reclaims_back(
         self,
@@ -361,12 +358,8 @@ class QuotaJudge:
         victim_queue: str,
         after: Mapping[str, float],
     ) -> QuotaVerdict:
-        return QuotaVerdict(
-            rule,
-            where,
-            self._view(beneficiary_queue, after),
-            self._view(victim_queue, after),
-        )
+        beneficiary, victim = self._view(beneficiary_queue, after), self._view(victim_queue, after)
+        return QuotaVerdict(rule, where, beneficiary, victim)
 
     def _view(self, queue: str, after: Mapping[str, float]) -> ShareView:
         # A queue the tree does not know (a victim's) has no share: shown as unmanaged.

@@ -11,23 +11,26 @@ from minruntime.core.timestamps import require_aware
 FOREVER: Final = datetime.max.replace(tzinfo=UTC)
 
 
+def window_end(start: datetime, span: timedelta) -> datetime:
+    """``start + span``, or FOREVER where that does not fit in a datetime."""
+    try:
+        return start + span
+    except OverflowError:
+        return FOREVER
+
+
 def protected_until(start_time: datetime | None, min_runtime: timedelta) -> datetime | None:
     """Return the end of the protection window, or None when there is no start time."""
     if start_time is None:
         return None
     require_aware(start_time, "start time")
-    try:
-        return start_time + min_runtime
-    except OverflowError:
-        return FOREVER
+    return window_end(start_time, min_runtime)
 
 
 def is_protected(start_time: datetime | None, min_runtime: timedelta, now: datetime) -> bool:
     """Return True iff ``now < start_time + min_runtime``; never without a start time."""
-    require_aware(now, "now")
-    until = protected_until(start_time, min_runtime)
     # Strict: at exactly start + minRuntime the podgroup is no longer protected.
-    return until is not None and now < until
+    return remaining_protection(start_time, min_runtime, now) > timedelta(0)
 
 
 def remaining_protection(

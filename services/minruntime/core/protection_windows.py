@@ -34,11 +34,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
-from minruntime.core.config import (
-    DEFAULT_NODE_POOL,
-    NodePoolConfigs,
-    ReclaimResolveMethod,
-)
+from minruntime.core.config import DEFAULT_NODE_POOL, NodePoolConfigs, ReclaimResolveMethod
 from minruntime.core.durations import format_duration
 from minruntime.core.protection import protected_until
 from minruntime.core.queue_tree import QueueTree

@@ -44,16 +44,12 @@ class Queue:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidQueueError("a queue needs a non-empty name")
-        if self.parent is not None and (not isinstance(self.parent, str) or not self.parent):
-            raise InvalidQueueError(
-                f"queue {self.name!r}: parent must be a non-empty queue name or absent"
-            )
-        if self.node_pool is not None and (
-            not isinstance(self.node_pool, str) or not self.node_pool
-        ):
-            raise InvalidQueueError(
-                f"queue {self.name!r}: node pool must be a non-empty name or absent"
-            )
+        for label, named in (("parent", self.parent), ("node pool", self.node_pool)):
+            if named is not None and (not isinstance(named, str) or not named):
+                what = "queue name" if label == "parent" else "name"
+                raise InvalidQueueError(
+                    f"queue {self.name!r}: {label} must be a non-empty {what} or absent"
+                )
         for label, value in (
             ("preemptMinRuntime", self.preempt_min_runtime),
             ("reclaimMinRuntime", self.reclaim_min_runtime),

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Final
 
-from minruntime.core.annotations import REQUEUE_DELAY_ANNOTATION, REQUEUE_NOT_BEFORE_ANNOTATION
+from minruntime.core.annotations import REQUEUE_DELAY_ANNOTATION
 from minruntime.core.config import NodePoolConfigs
-from minruntime.core.cooldown import in_cooldown, requeue_delay, requeue_not_before
+from minruntime.core.cooldown import cooldown_gate, requeue_delay, requeue_not_before
 from minruntime.core.disruption import (
     DisruptionLedger,
     DisruptionPolicy,
@@ -26,13 +27,7 @@ from minruntime.core.disruption import (
     queue_policy,
     read_top_owner,
 )
-from minruntime.core.elastic import (
-    SubGroup,
-    VictimEviction,
-    passes_victim_filter,
-    validate_scenario,
-)
-from minruntime.core.errors import MinRuntimeError
+from minruntime.core.elastic import VictimEviction, passes_victim_filter, validate_scenario
 from minruntime.core.nomination import nominate
 from minruntime.core.placement import FreeCapacityLedger, gpu_units, units_to_gpu
 from minruntime.core.preemptibility import Preemptibility
@@ -46,7 +41,6 @@ from minruntime.core.requeue_model import (
     Exclusion,
     ExclusionReason,
     PendingPodGroup,
-    Pod,
     PodPlacement,
     RequeueDecision,
     RequeueOutcome,
@@ -54,7 +48,7 @@ from minruntime.core.requeue_model import (
     RunningPodGroup,
 )
 from minruntime.core.resolution import PoolResolvers, Resolver
-from minruntime.core.timestamps import parse_rfc3339, require_aware
+from minruntime.core.timestamps import require_aware
 
 _FAR_FUTURE: Final = datetime.max.replace(tzinfo=UTC)
 # What deciding one candidate may raise on values at the edge of what Python can compute
@@ -108,18 +102,6 @@ def _contender_order(podgroup: PendingPodGroup) -> tuple[int, int, datetime, str
     )
 
 
-def _cooldown_gate(annotations: Mapping[str, str], now: datetime) -> RequeueReason | None:
-    text = annotations.get(REQUEUE_NOT_BEFORE_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        not_before = parse_rfc3339(text)
-    except MinRuntimeError:
-        # Conservative, like the nominator: an unreadable cooldown is a cooldown.
-        return RequeueReason.INVALID_NOT_BEFORE
-    return RequeueReason.COOLDOWN if in_cooldown(not_before, now) else None
-
-
 def plan_requeue_cycle(
     cluster: ClusterState,
     candidates: Mapping[str, Collection[str]],
@@ -161,7 +143,7 @@ class _Planner:
         self._at_risk: dict[str, tuple[float | None, datetime | None]] = {}
         # Per pool: gang shape -> fits without any eviction, valid until the next commit.
         self._fits_now: dict[str, dict[tuple[int, ...], bool]] = {}
-        self._new_promises: dict[str, int] = {}
+        self._new_promises: Counter[str] = Counter()
         # §10: the running podgroups that reached their requeue cap, decided once per cycle.
         self._capped = capped_podgroups(self._running, cluster.requeue_history, configs, now)
         # Disruption budgets and pacing: off (no ledger) unless a pool or a queue sets one.
@@ -174,19 +156,18 @@ class _Planner:
 
     def _free_nodes(self) -> list[tuple[str, str, int]]:
         cluster = self._cluster
-        used: dict[str, int] = {}
+        used: Counter[str] = Counter()
         for podgroup in cluster.running:
-            if podgroup.uid in cluster.awaiting_release:
-                continue
-            for pod in podgroup.pods:
-                if pod.running and pod.node is not None:
-                    used[pod.node] = used.get(pod.node, 0) + gpu_units(pod.gpu)
+            if podgroup.uid not in cluster.awaiting_release:
+                for pod in podgroup.pods:
+                    if pod.running and pod.node is not None:
+                        used[pod.node] += gpu_units(pod.gpu)
         return [
             (
                 node.name,
                 node.node_pool,
                 gpu_units(node.gpu)
-                - used.get(node.name, 0)
+                - used[node.name]
                 - gpu_units(cluster.promised.get(node.name, 0.0)),
             )
             for node in cluster.nodes
@@ -210,9 +191,8 @@ class _Planner:
                 # gets no decision, and whatever its trial changed is undone.
                 self._ledger.rollback(checkpoint)
                 excluded.append(_planner_error(uid, error))
-        promised = {node: gpu_units(gpus) for node, gpus in self._cluster.promised.items()}
-        for node, units in self._new_promises.items():
-            promised[node] = promised.get(node, 0) + units
+        promised = Counter({node: gpu_units(gpus) for node, gpus in self._cluster.promised.items()})
+        promised.update(self._new_promises)
         return CyclePlan(
             tuple(decisions),
             MappingProxyType(
@@ -268,9 +248,9 @@ class _Planner:
     def _decide(self, uid: str, nominated_by: tuple[str, ...]) -> RequeueDecision:
         podgroup = self._running.get(uid)
         if podgroup is not None:
-            gate = _cooldown_gate(podgroup.annotations, self._now)
+            gate = cooldown_gate(podgroup.annotations, self._now)
             if gate is not None:
-                return self._uncommitted(uid, nominated_by, gate)
+                return self._uncommitted(uid, nominated_by, RequeueReason(gate))
         if podgroup is None or not podgroup.running_pods:
             return self._uncommitted(uid, nominated_by, RequeueReason.NOT_RUNNING)
         if uid in self._cluster.awaiting_release:
@@ -303,10 +283,6 @@ class _Planner:
             self._queue_policies[key] = policy
         return policy
 
-    def _resolver(self, pool: str) -> Resolver:
-        # In the tree the pool's scheduler sees: its queues and the queues of no pool.
-        return self._resolvers(pool)
-
     def _attempt(self, victim: RunningPodGroup, nominated_by: tuple[str, ...]) -> RequeueDecision:
         ledger = self._ledger
         checkpoint = ledger.checkpoint()
@@ -317,27 +293,23 @@ class _Planner:
         if trial.placed:
             return self._commit(victim, nominated_by, trial.placed, checkpoint)
         ledger.rollback(checkpoint)
-        delayed = trial.delayed
-        rolled_back = RequeueOutcome.ROLLED_BACK
+        delayed, quota = trial.delayed, trial.quota
         if delayed is not None:
             # Every possible beneficiary is inside its preemption-delay window.
-            reason = RequeueReason.PREEMPTION_DELAY
-            return self._uncommitted(
-                victim.uid, nominated_by, reason, rolled_back, delay_ends_at=delayed
-            )
-        if trial.quota is not None:
+            reason, quota = RequeueReason.PREEMPTION_DELAY, None
+        elif quota is not None:
             # Every beneficiary that would be placed is one KAI refuses or reclaims back.
             reason = RequeueReason.BENEFICIARY_OVER_QUOTA
-            return self._uncommitted(
-                victim.uid, nominated_by, reason, rolled_back, quota=trial.quota
-            )
-        if not trial.contenders:
+        elif not trial.contenders:
             reason = RequeueReason.NO_HIGHER_PRIORITY_PENDING
         elif trial.protected_fit:
             reason = RequeueReason.PROTECTED
         else:
             reason = RequeueReason.NO_CONTENDER_FITS
-        return self._uncommitted(victim.uid, nominated_by, reason, rolled_back)
+        outcome = RequeueOutcome.ROLLED_BACK
+        return self._uncommitted(
+            victim.uid, nominated_by, reason, outcome, delay_ends_at=delayed, quota=quota
+        )
 
     def _serve(self, victim: RunningPodGroup, checkpoint: int) -> _Trial:
         """Place higher-priority contenders that need the capacity the victim freed.
@@ -351,7 +323,8 @@ class _Planner:
         ledger = self._ledger
         pending = self._pending.get(pool, [])
         higher = pending[: bisect_left(self._ranks.get(pool, []), -victim.priority)]
-        excluded = _Exclusion(victim, self._resolver(pool), self._now)
+        # In the tree the pool's scheduler sees: its queues and the queues of no pool.
+        excluded = _Exclusion(victim, self._resolvers(pool), self._now)
         fits_now = self._fits_now.setdefault(pool, {})
         fits_freed: dict[tuple[int, ...], bool] = {}
         placed: list[tuple[_Contender, tuple[str, ...]]] = []
@@ -436,7 +409,7 @@ class _Planner:
         for pool in self._ledger.pools_changed_since(checkpoint):
             self._fits_now.pop(pool, None)
         risk, saved_at = self._at_risk.get(victim.uid, (None, None))
-        reserved: dict[str, int] = {}
+        reserved: Counter[str] = Counter()
         placements: list[PodPlacement] = []
         for contender, nodes in placed:
             self._taken.add(contender.uid)
@@ -444,9 +417,8 @@ class _Planner:
                 contender.pods, nodes, contender.demands or (), strict=True
             ):
                 placements.append(PodPlacement(contender.uid, pod, node, gpu))
-                reserved[node] = reserved.get(node, 0) + units
-        for node, units in reserved.items():
-            self._new_promises[node] = self._new_promises.get(node, 0) + units
+                reserved[node] += units
+        self._new_promises.update(reserved)
         self._disruption.record(victim.queue, _owner(victim), self._now)
         judge = self._judges.get(victim.node_pool)
         if judge is not None:
@@ -490,11 +462,11 @@ def _running_units(podgroup: RunningPodGroup) -> int:
     return sum(gpu_units(pod.gpu) for pod in podgroup.pods if pod.running and pod.node)
 
 
-def _gang_units(pods: tuple[Pod, ...], subgroups: tuple[SubGroup, ...]) -> int:
+def _gang_units(podgroup: RunningPodGroup | PendingPodGroup) -> int:
     """The GPUs of each subgroup's first minAvailable pods (KAI's reclaimer request)."""
     total = 0
-    for subgroup in subgroups:
-        members = [pod for pod in pods if pod.subgroup == subgroup.name]
+    for subgroup in podgroup.subgroups:
+        members = [pod for pod in podgroup.pods if pod.subgroup == subgroup.name]
         total += sum(gpu_units(pod.gpu) for pod in members[: subgroup.min_available])
     return total
 
@@ -502,25 +474,18 @@ def _gang_units(pods: tuple[Pod, ...], subgroups: tuple[SubGroup, ...]) -> int:
 def _pool_judge(cluster: ClusterState, tree: QueueTree, pool: str) -> QuotaJudge:
     """KAI's shares of ``pool``'s GPUs, with earlier commits counted as done."""
     total = sum(gpu_units(node.gpu) for node in cluster.nodes if node.node_pool == pool)
-    allocated: dict[str, int] = {}
-    requested: dict[str, int] = {}
+    allocated: Counter[str] = Counter()
+    requested: Counter[str] = Counter()
     for running in cluster.running:
-        if running.node_pool != pool:
-            continue
-        requested[running.queue] = requested.get(running.queue, 0) + sum(
-            gpu_units(pod.gpu) for pod in running.pods
-        )
-        if running.uid not in cluster.awaiting_release:
-            allocated[running.queue] = allocated.get(running.queue, 0) + _running_units(running)
+        if running.node_pool == pool:
+            requested[running.queue] += sum(gpu_units(pod.gpu) for pod in running.pods)
+            if running.uid not in cluster.awaiting_release:
+                allocated[running.queue] += _running_units(running)
     for pending in cluster.pending:
-        if pending.node_pool != pool:
-            continue
-        requested[pending.queue] = requested.get(pending.queue, 0) + sum(
-            gpu_units(pod.gpu) for pod in pending.pods
-        )
-        if pending.uid in cluster.promised_to:
-            gang = _gang_units(pending.pods, pending.subgroups)
-            allocated[pending.queue] = allocated.get(pending.queue, 0) + gang
+        if pending.node_pool == pool:
+            requested[pending.queue] += sum(gpu_units(pod.gpu) for pod in pending.pods)
+            if pending.uid in cluster.promised_to:
+                allocated[pending.queue] += _gang_units(pending)
     shares = fair_shares(
         tree,
         units_to_gpu(total),
@@ -538,7 +503,7 @@ class _VictimShares:
     def __init__(self, victim: RunningPodGroup) -> None:
         self._victim = victim
         self._freed = units_to_gpu(_running_units(victim))
-        self._demand = units_to_gpu(_gang_units(victim.pods, victim.subgroups))
+        self._demand = units_to_gpu(_gang_units(victim))
         self.placed: list[tuple[str, float]] = []
 
     def judge(self, judge: QuotaJudge, queue: str, gpus: float) -> QuotaVerdict | None:

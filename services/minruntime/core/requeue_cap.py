@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Final
 
 from minruntime.core.annotations import MAX_REQUEUES_ANNOTATION
 from minruntime.core.config import MinRuntimeConfig, NodePoolConfigs, parse_max_requeues
 from minruntime.core.errors import MinRuntimeError
 from minruntime.core.requeue_model import RunningPodGroup
-from minruntime.core.timestamps import require_aware
-
-_BEGINNING: Final = datetime.min.replace(tzinfo=UTC)
+from minruntime.core.timestamps import BEGINNING, require_aware, window_start
 
 
 class CapSource(StrEnum):
@@ -61,12 +58,7 @@ class RequeueCap:
 
     def window_start(self, now: datetime) -> datetime:
         """Requeues decided after this instant count (the beginning of time without a window)."""
-        if self.window is None:
-            return _BEGINNING
-        try:
-            return now - self.window
-        except OverflowError:  # ``now`` within a window of year 1: everything counts
-            return _BEGINNING
+        return BEGINNING if self.window is None else window_start(now, self.window)
 
     def counted(self, requeues: Iterable[datetime], now: datetime) -> tuple[datetime, ...]:
         """The requeue times inside the window at ``now`` (after now - window), oldest first."""

@@ -136,11 +136,6 @@ class RunningPodGroup:
         """Its run's last checkpoint at ``now`` (core.checkpoint; None: none usable)."""
         return last_checkpoint(self.annotations, self.start_time, now)
 
-    @property
-    def running_gpus(self) -> float:
-        """The GPUs its running pods hold."""
-        return math.fsum(pod.gpu for pod in self.pods if pod.running)
-
     def work_at_risk(self, now: datetime, checkpoint: datetime | None = None) -> float | None:
         """GPU-seconds an eviction at ``now`` would lose: since its last checkpoint (``checkpoint``
         when the caller has read it already), else since its start, times the GPUs its pods
@@ -148,7 +143,8 @@ class RunningPodGroup:
         if self.start_time is None:
             return None
         saved = self.last_checkpoint(now) if checkpoint is None else checkpoint
-        return work_at_risk(self.start_time, saved, self.running_gpus, now)
+        held = math.fsum(pod.gpu for pod in self.pods if pod.running)
+        return work_at_risk(self.start_time, saved, held, now)
 
     def nomination_candidate(self) -> NominationCandidate:
         """The view of this podgroup that the expected-runtime nominator judges."""
@@ -232,10 +228,7 @@ class ClusterState:
         object.__setattr__(self, "awaiting_release", frozenset(self.awaiting_release))
         object.__setattr__(self, "promised_to", frozenset(self.promised_to))
         _unique("node name", (node.name for node in self.nodes))
-        _unique(
-            "podgroup uid",
-            [*(pg.uid for pg in self.running), *(pg.uid for pg in self.pending)],
-        )
+        _unique("podgroup uid", [pg.uid for pg in self.running] + [pg.uid for pg in self.pending])
         for node, gpus in self.promised.items():
             _check_gpu(gpus, f"promised capacity on node {node}")
 

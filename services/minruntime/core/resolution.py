@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from operator import attrgetter
 
 from minruntime.core.config import MinRuntimeConfig, NodePoolConfigs, ReclaimResolveMethod
 from minruntime.core.queue_tree import Queue, QueueTree
@@ -48,14 +49,8 @@ class ResolutionTrace:
 
 
 _Field = Callable[[Queue], timedelta | None]
-
-
-def _preempt_field(queue: Queue) -> timedelta | None:
-    return queue.preempt_min_runtime
-
-
-def _reclaim_field(queue: Queue) -> timedelta | None:
-    return queue.reclaim_min_runtime
+_preempt_field: _Field = attrgetter("preempt_min_runtime")
+_reclaim_field: _Field = attrgetter("reclaim_min_runtime")
 
 
 class Resolver:
@@ -193,7 +188,7 @@ class Resolver:
                     _walk_reason("reclaimMinRuntime", start, resolution)
                 )
             else:
-                common = _common_prefix_length(reclaimer_path, victim_path)
+                common = common_prefix_length(reclaimer_path, victim_path)
                 lca = victim_path[common - 1]
                 where = "the victim's queue is the LCA" if start == lca else "LCA's child"
                 reason = (
@@ -247,7 +242,8 @@ class PoolResolvers:
         return found
 
 
-def _common_prefix_length(first: tuple[str, ...], second: tuple[str, ...]) -> int:
+def common_prefix_length(first: tuple[str, ...], second: tuple[str, ...]) -> int:
+    """How many queues two root-to-queue paths share from the root."""
     shortest = min(len(first), len(second))
     index = 0
     while index < shortest and first[index] == second[index]:
@@ -261,18 +257,15 @@ def _lca_walk_start(reclaimer_path: tuple[str, ...], victim_path: tuple[str, ...
         # KAI's implicit shadow parent: one step below the virtual common root is the
         # victim's root, and a root has nothing above it to inherit from.
         return victim_path[0]
-    common = _common_prefix_length(reclaimer_path, victim_path)
+    common = common_prefix_length(reclaimer_path, victim_path)
     # One step down from the LCA toward the victim; the victim itself when it is the LCA.
     return victim_path[common] if common < len(victim_path) else victim_path[-1]
 
 
 def _walk_up(path: tuple[str, ...], source: str | None) -> tuple[str, ...]:
-    walked = []
-    for name in reversed(path):
-        walked.append(name)
-        if name == source:
-            break
-    return tuple(walked)
+    """The queues from the end of ``path`` upwards, up to ``source`` if it is on it."""
+    upwards = path[::-1]
+    return upwards[: upwards.index(source) + 1] if source in upwards else upwards
 
 
 def _walk_reason(field: str, start: str, resolution: Resolution) -> str:

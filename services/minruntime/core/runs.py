@@ -2,17 +2,10 @@
 
 A run lasts from the allocation that took a podgroup from zero pods to some (§5) to the event
 that took it out of ``running``: the release of its last pod, or its deletion. Its
-``ended_by`` is the release reason, with three refinements for what the reason alone cannot
-say:
-
-- a release without a reason is ``released``, or ``requeued`` when a committed requeue of the
-  run was waiting for it (``awaiting_release``: the cluster carried the requeue out);
-- a deletion (``podgroup.deleted``, or a release with reason ``deleted``) is ``deleted``, or
-  ``deleted-by-eviction`` when a committed requeue was waiting for it;
-- any other reason is kept as it came (``completed``, ``failed``, ``evicted``, ...);
-- a release the scheduler attributed (``Release.eviction``) is ``evicted`` unless its reason
-  already names an eviction; the run carries the attribution (action, evictor, its queue,
-  when), which names the one rule that applied (``core.attribution``).
+``ended_by`` is the release reason, refined as ``core.evictions`` says for what the reason
+alone cannot say. A run the scheduler attributed (``Release.eviction``) carries the
+attribution (action, evictor, its queue, when), which names the one rule that applied
+(``core.attribution``).
 
 A run ended by an eviction — ``evicted``, ``preempted``, ``requeued``,
 ``deleted-by-eviction`` — may be a protection violation (``core.violation``); completions,
@@ -23,40 +16,16 @@ since its last checkpoint when the workload wrote one during the run
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Final, NamedTuple
 
 from minruntime.core.checkpoint import last_checkpoint
 from minruntime.core.disruption import TopOwner
-from minruntime.core.evictions import (
-    DELETED,
-    DELETED_BY_EVICTION,
-    EVICTED,
-    EVICTION_REASONS,
-    EVICTIONS,
-    RELEASED,
-    REQUEUED,
-    Attribution,
-    ended_by_reason,
-)
+from minruntime.core.evictions import EVICTIONS, Attribution, ended_by_reason
 from minruntime.core.podgroup import Deletion, PodGroupChange, PodGroupState, Release, owner_of
 from minruntime.core.preemptibility import Preemptibility, core_pods
-
-__all__ = [
-    "DELETED",
-    "DELETED_BY_EVICTION",
-    "EVICTED",
-    "EVICTIONS",
-    "EVICTION_REASONS",
-    "RELEASED",
-    "REQUEUED",
-    "EndedRun",
-    "Preemptibility",
-    "ended_by",
-    "ended_run",
-    "held_gpus",
-]
 
 # Fixed scales, so a run's numbers are the same text whether its pods' GPUs were folded from
 # the wire (floats) or loaded back from the store (numerics).
@@ -106,10 +75,7 @@ class EndedRun(NamedTuple):
     @property
     def gpu_seconds(self) -> Decimal | None:
         """GPUs held at the end times the seconds it ran (None when the GPUs are not known)."""
-        if self.gpus is None:
-            return None
-        seconds = Decimal(self.duration // timedelta(microseconds=1)) / 1_000_000
-        return _scaled(self.gpus * seconds, _GPU_SECONDS_SCALE)
+        return None if self.gpus is None else _gpu_seconds(self.gpus, self.duration)
 
     @property
     def since_checkpoint(self) -> timedelta | None:
@@ -126,8 +92,7 @@ class EndedRun(NamedTuple):
         lost = self.since_checkpoint
         if lost is None or self.gpus is None:
             return None
-        seconds = Decimal(lost // timedelta(microseconds=1)) / 1_000_000
-        return _scaled(self.gpus * seconds, _GPU_SECONDS_SCALE)
+        return _gpu_seconds(self.gpus, lost)
 
     @property
     def gpu_seconds_lost(self) -> Decimal | None:
@@ -144,6 +109,8 @@ def ended_run(
     if before.status != "running" or after.status == "running" or before.start_time is None:
         return None
     spec = before.spec
+    release = change if isinstance(change, Release) else None
+    eviction = None if release is None else release.eviction
     return EndedRun(
         uid=before.uid,
         queue=None if spec is None else spec.queue,
@@ -151,26 +118,17 @@ def ended_run(
         preemptibility=before.preemptibility,
         start=before.start_time,
         end=at,
-        ended_by=ended_by(change, awaiting_release=before.awaiting_release),
+        ended_by=ended_by_reason(
+            None if release is None else release.reason,
+            deleted=isinstance(change, Deletion),
+            awaiting_release=before.awaiting_release,
+            attributed=eviction is not None,
+        ),
         gpus=held_gpus(before),
         core=held_core(before),
-        attribution=change.eviction if isinstance(change, Release) else None,
+        attribution=eviction,
         owner=owner_of(before),
         checkpoint=last_checkpoint(before.annotations, before.start_time, at),
-    )
-
-
-def ended_by(change: PodGroupChange, *, awaiting_release: bool) -> str:
-    """Why a run ended: the release reason, refined as the module says."""
-    if isinstance(change, Release):
-        reason, attributed = change.reason, change.eviction is not None
-    else:
-        reason, attributed = None, False
-    return ended_by_reason(
-        reason,
-        deleted=isinstance(change, Deletion),
-        awaiting_release=awaiting_release,
-        attributed=attributed,
     )
 
 
@@ -178,11 +136,10 @@ def held_core(state: PodGroupState) -> int:
     """The running pods of a semi-preemptible podgroup's core (0 for the other values)."""
     if state.preemptibility is not Preemptibility.SEMI_PREEMPTIBLE:
         return 0
-    running: dict[str, int] = {}
-    for name in state.allocated:
-        pod = state.pods.get(name)
-        subgroup = state.fallback_subgroup if pod is None else pod.subgroup
-        running[subgroup] = running.get(subgroup, 0) + 1
+    pods = state.pods
+    running = Counter(
+        pods[name].subgroup if name in pods else state.fallback_subgroup for name in state.allocated
+    )
     return core_pods(state.subgroups, running)
 
 
@@ -193,9 +150,13 @@ def held_gpus(state: PodGroupState) -> Decimal | None:
         pod = state.pods.get(name)
         if pod is None or pod.gpu is None:
             return None
-        gpu = pod.gpu
-        total += gpu if isinstance(gpu, Decimal) else Decimal(str(gpu))
+        total += pod.gpu if isinstance(pod.gpu, Decimal) else Decimal(str(pod.gpu))
     return _scaled(total, _GPU_SCALE)
+
+
+def _gpu_seconds(gpus: Decimal, span: timedelta) -> Decimal | None:
+    seconds = Decimal(span // timedelta(microseconds=1)) / 1_000_000
+    return _scaled(gpus * seconds, _GPU_SECONDS_SCALE)
 
 
 def _scaled(value: Decimal, scale: Decimal) -> Decimal | None:

@@ -38,6 +38,7 @@ from typing import Final, NamedTuple
 from minruntime.core.annotations import REQUEUE_DELAY_ANNOTATION
 from minruntime.core.cooldown import requeue_delay
 from minruntime.core.policy_worlds import World, Worlds
+from minruntime.core.protection import window_end
 from minruntime.core.requeue_cap import requeue_cap
 from minruntime.core.runs import EndedRun
 from minruntime.core.timestamps import require_aware
@@ -142,16 +143,9 @@ class QueueFigures:
     @property
     def differs(self) -> bool:
         """True when some difference is not zero."""
-        return bool(
-            self.new_definite
-            or self.new_possible
-            or self.avoided_definite
-            or self.avoided_possible
-            or self.flips_to_rolled_back
-            or self.flips_to_skipped
-            or self.flips_to_committed
-            or self.runs_protected_longer
-            or self.runs_protected_shorter
+        changes = ("new_", "avoided_", "flips_", "runs_protected_")
+        return any(
+            getattr(self, item.name) for item in fields(self) if item.name.startswith(changes)
         )
 
 
@@ -256,10 +250,7 @@ class Simulation:
         key = queue or NO_QUEUE
         if self._queue is not None and key != self._queue:
             return None
-        found = self._result.queues.get(key)
-        if found is None:
-            found = self._result.queues[key] = QueueFigures()
-        return found
+        return self._result.queues.setdefault(key, QueueFigures())
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -330,10 +321,7 @@ class Simulation:
 
     def _protected(self, start: datetime, end: datetime, window: timedelta) -> float:
         """Seconds of [start, min(end, start + window)) inside the simulation's window."""
-        try:
-            until = min(end, start + window)
-        except OverflowError:
-            until = end
+        until = min(end, window_end(start, window))
         low = max(start, self._since)
         high = min(until, self._until)
         return max((high - low).total_seconds(), 0.0)
@@ -468,7 +456,4 @@ class Simulation:
 
 def _before(at: datetime, start: datetime, window: timedelta) -> bool:
     """Strict protection (§5): ``at < start + window``."""
-    try:
-        return at < start + window
-    except OverflowError:
-        return True
+    return at < window_end(start, window)

@@ -7,9 +7,7 @@ same history always gives the same start time.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import NamedTuple
 
 from minruntime.core.timestamps import require_aware
@@ -33,11 +31,6 @@ class RunState(NamedTuple):
     def running(self) -> bool:
         """True while at least one pod holds resources."""
         return bool(self.allocated)
-
-    @property
-    def running_pods(self) -> int:
-        """The number of pods holding resources (releasing pods included)."""
-        return len(self.allocated)
 
 
 NOT_STARTED = RunState()
@@ -67,35 +60,3 @@ def apply_released(state: RunState, pods: Iterable[str] | None, at: datetime) ->
     if remaining:
         return RunState(remaining, state.start_time, state.last_start_time, state.ended_at)
     return RunState(frozenset(), None, state.last_start_time, at)
-
-
-class AllocationKind(StrEnum):
-    """The two kinds of events that move the start time."""
-
-    ALLOCATED = "allocated"
-    RELEASED = "released"
-
-
-@dataclass(frozen=True, slots=True)
-class AllocationEvent:
-    """One allocation or release, as it happened in the cluster."""
-
-    kind: AllocationKind
-    at: datetime
-    # None on a release means all pods.
-    pods: tuple[str, ...] | None = field(default=None)
-
-
-def fold_history(history: Iterable[AllocationEvent], state: RunState = NOT_STARTED) -> RunState:
-    """Apply a sequence of allocation events, in order, to ``state``."""
-    for event in history:
-        if event.kind is AllocationKind.ALLOCATED:
-            state = apply_allocated(state, event.pods or (), event.at)
-        else:
-            state = apply_released(state, event.pods, event.at)
-    return state
-
-
-def start_time_of(history: Iterable[AllocationEvent]) -> datetime | None:
-    """Return the start time of the current run after ``history`` (None if not running)."""
-    return fold_history(history).start_time

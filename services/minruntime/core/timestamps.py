@@ -6,11 +6,9 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
-from minruntime.core.errors import (
-    InvalidTimestampError,
-    MinRuntimeError,
-    TimestampOutOfRangeError,
-)
+from minruntime.core.errors import InvalidTimestampError, MinRuntimeError, TimestampOutOfRangeError
+
+BEGINNING: Final = datetime.min.replace(tzinfo=UTC)
 
 # Stricter than datetime.fromisoformat, which also takes dates without times, week dates
 # and naive times: an annotation either is RFC3339 or it is rejected.
@@ -90,6 +88,14 @@ def format_rfc3339(moment: datetime) -> str:
     if "." in text:
         text = text.rstrip("0")
     return text + "Z"
+
+
+def window_start(now: datetime, window: timedelta) -> datetime:
+    """``now - window``, or the first instant (year 1) where that falls before it."""
+    try:
+        return now - window
+    except OverflowError:
+        return BEGINNING
 
 
 def require_aware(moment: datetime, what: str) -> None:

@@ -39,10 +39,10 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from minruntime.core.config import NodePoolConfigs, ReclaimResolveMethod
-from minruntime.core.protection import FOREVER, protected_until
+from minruntime.core.protection import protected_until, window_end
 from minruntime.core.protection_windows import ProtectionRule
 from minruntime.core.queue_tree import QueueTree
-from minruntime.core.resolution import PoolResolvers, Resolution, Resolver
+from minruntime.core.resolution import PoolResolvers, Resolution, Resolver, common_prefix_length
 from minruntime.core.runs import EndedRun
 from minruntime.core.timestamps import require_aware
 
@@ -111,8 +111,7 @@ class Judgement(NamedTuple):
     @property
     def cut_short(self) -> timedelta | None:
         """How much of the longest window still protecting it was left (None: none was)."""
-        protecting = self.protecting
-        return max(rule.cut_short for rule in protecting) if protecting else None
+        return max((rule.cut_short for rule in self.protecting), default=None)
 
 
 def judge(start: datetime, end: datetime, windows: Iterable[RuleWindow]) -> Judgement:
@@ -124,10 +123,7 @@ def judge(start: datetime, end: datetime, windows: Iterable[RuleWindow]) -> Judg
     for window in windows:
         # protected_until's rule, without its checks per window (a report judges every rule
         # of tens of thousands of runs).
-        try:
-            until = start + window.min_runtime
-        except OverflowError:
-            until = FOREVER
+        until = window_end(start, window.min_runtime)
         protected = end < until
         rules.append(RuleVerdict(window, until, protected, until - end if protected else _ZERO))
     protecting = sum(rule.protected for rule in rules)
@@ -166,11 +162,6 @@ class RuleSet:
     def preempt(self) -> RuleWindow:
         """The preempt rule's window (always the first)."""
         return self.windows[0]
-
-    @property
-    def reclaims(self) -> tuple[RuleWindow, ...]:
-        """The reclaim rules' windows (at least one: the unknown queue's, or any queue's)."""
-        return self.windows[1:]
 
     def verdict(self, start: datetime, end: datetime) -> tuple[Verdict, timedelta | None]:
         """What ``judge(start, end, windows)`` says — the verdict and ``cut_short`` — from the
@@ -246,73 +237,59 @@ class RunRules:
         default, as the unknown queue's class)."""
         resolver = self._resolvers(node_pool)
         config, tree = resolver.config, resolver.tree
+        default = Resolution(config.default_reclaim_min_runtime, None)
         if victim is None or victim not in tree:
-            return _reclaim(Reclaimers.ANY, Resolution(config.default_reclaim_min_runtime, None))
+            return _window(Reclaimers.ANY, default)
         if reclaimer not in tree:
-            return _reclaim(
-                Reclaimers.UNKNOWN, Resolution(config.default_reclaim_min_runtime, None)
-            )
+            return _window(Reclaimers.UNKNOWN, default)
         resolution = resolver.reclaim_min_runtime(reclaimer, victim)
         if config.reclaim_resolve_method == ReclaimResolveMethod.QUEUE:
-            return _reclaim(Reclaimers.ANY, resolution)
+            return _window(Reclaimers.ANY, resolution)
         path, theirs = tree.path(victim), tree.path(reclaimer)
         if path[0] != theirs[0]:
-            return _reclaim(Reclaimers.OTHER_ROOTS, resolution)
-        common = next(
-            (depth for depth, (a, b) in enumerate(zip(path, theirs, strict=False)) if a != b),
-            min(len(path), len(theirs)),
-        )
-        return _reclaim(Reclaimers.BELOW, resolution, path[common - 1])
+            return _window(Reclaimers.OTHER_ROOTS, resolution)
+        lca = path[common_prefix_length(path, theirs) - 1]
+        return _window(Reclaimers.BELOW, resolution, lca)
 
     @staticmethod
     def _windows(resolver: Resolver, victim: str | None) -> tuple[RuleWindow, ...]:
-        config = resolver.config
-        tree = resolver.tree
+        config, tree = resolver.config, resolver.tree
+        default = Resolution(config.default_reclaim_min_runtime, None)
         if victim is None or victim not in tree:
-            default = Resolution(config.default_reclaim_min_runtime, None)
             return (
-                _preempt(Resolution(config.default_preempt_min_runtime, None)),
-                _reclaim(Reclaimers.ANY, default),
+                _window(Reclaimers.OWN_QUEUE, Resolution(config.default_preempt_min_runtime, None)),
+                _window(Reclaimers.ANY, default),
             )
-        windows = [_preempt(resolver.preempt_min_runtime(victim))]
+        windows = [_window(Reclaimers.OWN_QUEUE, resolver.preempt_min_runtime(victim))]
         path = tree.path(victim)
         if config.reclaim_resolve_method == ReclaimResolveMethod.QUEUE:
             other = next((queue.name for queue in tree if queue.name != victim), None)
             if other is not None:
                 resolution = resolver.reclaim_min_runtime(other, victim)
-                windows.append(_reclaim(Reclaimers.ANY, resolution))
+                windows.append(_window(Reclaimers.ANY, resolution))
         else:
             # One representative reclaimer per class: its resolution is the class's.
             other_root = next((root for root in tree.roots() if root != path[0]), None)
             if other_root is not None:
                 resolution = resolver.reclaim_min_runtime(other_root, victim)
-                windows.append(_reclaim(Reclaimers.OTHER_ROOTS, resolution))
+                windows.append(_window(Reclaimers.OTHER_ROOTS, resolution))
             # An ancestor of the victim is its own class's representative.
             for ancestor in path[:-1]:
                 resolution = resolver.reclaim_min_runtime(ancestor, victim)
-                windows.append(_reclaim(Reclaimers.BELOW, resolution, ancestor))
+                windows.append(_window(Reclaimers.BELOW, resolution, ancestor))
             children = tree.children_of(victim)
             if children:
                 resolution = resolver.reclaim_min_runtime(children[0], victim)
-                windows.append(_reclaim(Reclaimers.BELOW, resolution, victim))
-        unknown = Resolution(config.default_reclaim_min_runtime, None)
-        windows.append(_reclaim(Reclaimers.UNKNOWN, unknown))
+                windows.append(_window(Reclaimers.BELOW, resolution, victim))
+        windows.append(_window(Reclaimers.UNKNOWN, default))
         return tuple(windows)
 
 
-def _preempt(resolution: Resolution) -> RuleWindow:
+def _window(reclaimers: Reclaimers, resolution: Resolution, lca: str | None = None) -> RuleWindow:
+    """The window of ``resolution`` for ``reclaimers``: the preempt rule for the run's own
+    queue, the reclaim rule for any other class."""
     return RuleWindow(
-        ProtectionRule.PREEMPT,
-        Reclaimers.OWN_QUEUE,
-        resolution.min_runtime,
-        resolution.source,
-        walk_start=resolution.start,
-    )
-
-
-def _reclaim(reclaimers: Reclaimers, resolution: Resolution, lca: str | None = None) -> RuleWindow:
-    return RuleWindow(
-        ProtectionRule.RECLAIM,
+        ProtectionRule.PREEMPT if reclaimers is Reclaimers.OWN_QUEUE else ProtectionRule.RECLAIM,
         reclaimers,
         resolution.min_runtime,
         resolution.source,

@@ -27,7 +27,6 @@ from minruntime.core.checkpoint import (
     CHECKPOINTED_AT_ANNOTATION,
     CLOCK_TOLERANCE,
     MAX_CHECKPOINT_GRACE,
-    acknowledged,
     last_checkpoint,
     read_checkpoint_grace,
     read_checkpoint_time,
@@ -151,16 +150,6 @@ def test_the_last_checkpoint_is_bounded_by_the_run_start_and_now() -> None:
     assert last_checkpoint({}, T0, T0 + HOUR) is None
     # No run start known: only the future bound applies.
     assert last_checkpoint(annotations, None, T0 + 2 * HOUR) == T0 + HOUR
-
-
-def test_an_acknowledgement_is_a_checkpoint_at_or_after_the_request() -> None:
-    annotations = {CHECKPOINTED_AT_ANNOTATION: format_rfc3339(T0)}
-    assert acknowledged(annotations, T0) == T0
-    # A checkpoint just before the request (other clocks) answers it; an older one does not.
-    assert acknowledged(annotations, T0 + CLOCK_TOLERANCE) == T0
-    assert acknowledged(annotations, T0 + CLOCK_TOLERANCE + timedelta(microseconds=1)) is None
-    assert acknowledged({CHECKPOINTED_AT_ANNOTATION: "soon"}, T0) is None
-    assert acknowledged({}, T0) is None
 
 
 # --- work at risk ---------------------------------------------------------------------------

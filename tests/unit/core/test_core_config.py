@@ -94,12 +94,12 @@ def test_node_pool_fallback() -> None:
     empty = NodePoolConfigs()
     assert empty.for_pool("gpu-a") == MinRuntimeConfig()
     assert empty.for_pool(None) == MinRuntimeConfig()
-    configs = empty.with_config("gpu-a", custom)
+    configs = NodePoolConfigs({"gpu-a": custom})
     assert configs.for_pool("gpu-a") == custom
     assert configs.for_pool("gpu-b") == MinRuntimeConfig()
-    configs = configs.with_config(None, fallback)
+    configs = NodePoolConfigs({"gpu-a": custom, "default": fallback})
     assert configs.for_pool("gpu-b") == fallback
-    assert configs.for_pool("default") == fallback
+    assert configs.for_pool(None) == fallback
     assert configs.for_pool("gpu-a") == custom
     assert sorted(configs) == ["default", "gpu-a"]
-    assert len(empty) == 0  # with_config returned new objects
+    assert len(empty) == 0

@@ -5,24 +5,13 @@ from datetime import datetime
 import pytest
 from core_testkit import T0, s
 
-from minruntime.core import (
-    NOT_STARTED,
-    AllocationEvent,
-    AllocationKind,
-    InvalidTimestampError,
-    apply_allocated,
-    apply_released,
-    fold_history,
-    start_time_of,
-)
-
-ALLOC, REL = AllocationKind.ALLOCATED, AllocationKind.RELEASED
+from minruntime.core import NOT_STARTED, InvalidTimestampError, apply_allocated, apply_released
 
 
 def test_first_allocation_sets_the_start() -> None:
     state = apply_allocated(NOT_STARTED, ["p0", "p1"], T0)
     assert state.start_time == T0
-    assert state.running_pods == 2
+    assert len(state.allocated) == 2
     assert state.running
 
 
@@ -62,25 +51,19 @@ def test_full_release_ends_the_run_and_keeps_the_last_start() -> None:
 
 
 def test_reallocation_after_full_release_gets_a_new_start() -> None:
-    history = [
-        AllocationEvent(ALLOC, T0, ("p0",)),
-        AllocationEvent(REL, T0 + s(10)),
-        AllocationEvent(ALLOC, T0 + s(20), ("p0",)),
-    ]
-    assert start_time_of(history) == T0 + s(20)
-    assert fold_history(history).ended_at is None
+    state = apply_released(apply_allocated(NOT_STARTED, ["p0"], T0), None, T0 + s(10))
+    state = apply_allocated(state, ["p0"], T0 + s(20))
+    assert state.start_time == T0 + s(20)
+    assert state.ended_at is None
 
 
-def test_history_fold_uses_event_times() -> None:
-    history = [
-        AllocationEvent(ALLOC, T0, ("a",)),
-        AllocationEvent(ALLOC, T0 + s(5), ("b",)),
-        AllocationEvent(REL, T0 + s(6), ("a",)),
-        AllocationEvent(ALLOC, T0 + s(7), ("a",)),
-    ]
-    assert start_time_of(history) == T0
-    assert start_time_of([]) is None
-    assert start_time_of([*history[:1], AllocationEvent(REL, T0 + s(1), ("a",))]) is None
+def test_the_fold_uses_event_times() -> None:
+    first = apply_allocated(NOT_STARTED, ["a"], T0)
+    state = apply_allocated(first, ["b"], T0 + s(5))
+    state = apply_allocated(apply_released(state, ["a"], T0 + s(6)), ["a"], T0 + s(7))
+    assert state.start_time == T0
+    assert NOT_STARTED.start_time is None
+    assert apply_released(first, ["a"], T0 + s(1)).start_time is None
 
 
 def test_allocating_no_pods_starts_nothing() -> None:
