@@ -66,7 +66,7 @@ def resolved_rows(
     for queue in tree:
         pool = queue.node_pool
         resolver = shared if pool is None else resolvers(pool)
-        rows[queue.name] = (
+        rows[queue.name] = QueueRow(
             queue.name,
             queue.parent,
             queue.preempt_min_runtime,
@@ -84,7 +84,7 @@ def resolved_rows(
             if queue.node_pool is None:
                 walks = _walks(resolver, queue.name)
                 if walks != rows[queue.name][4:9]:
-                    pool_rows[(pool, queue.name)] = (pool, queue.name, *walks)
+                    pool_rows[(pool, queue.name)] = PoolRow(pool, queue.name, *walks)
     return rows, pool_rows
 
 
