@@ -1,5 +1,6 @@
 """What a requeue decision writes: its log row, the nominations it consumes, the podgroup's
-cooldown and the promises of a commit (``ingest.decisions`` says which, from the event)."""
+cooldown and the promises of a commit (``ingest.decisions`` says which, from the event); and
+the evictor's checkpoint handshake of a committed one (``requeue.checkpoint``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
+from sqlalchemy.dialects.postgresql import insert
 
 from minruntime.store.schema import StateTables
 
@@ -60,3 +62,15 @@ def insert_promises(
     """Record the capacity a committed requeue promised to its beneficiaries."""
     if promises:
         conn.execute(sa.insert(tables.requeue_promises), list(promises))
+
+
+def insert_handshakes(
+    conn: Connection, tables: StateTables, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Record handshakes (the ``checkpoint_handshakes`` view), one row per decision, written
+    once: a decision's first row stays (a redelivered or replayed event changes nothing)."""
+    if rows:
+        statement = insert(tables.checkpoint_handshakes).on_conflict_do_nothing(
+            index_elements=["decision_id"]
+        )
+        conn.execute(statement, list(rows))
