@@ -32,6 +32,18 @@ def recorded_decision_ids(conn: Connection, tables: StateTables, ids: Iterable[s
     return set(conn.scalars(sa.select(log.c.decision_id).where(log.c.decision_id.in_(list(ids)))))
 
 
+def insert_handshakes(
+    conn: Connection, tables: StateTables, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Record handshakes (the ``checkpoint_handshakes`` view), one row per decision, written
+    once: a decision's first row stays (a redelivered or replayed event changes nothing)."""
+    if rows:
+        statement = insert(tables.checkpoint_handshakes).on_conflict_do_nothing(
+            index_elements=["decision_id"]
+        )
+        conn.execute(statement, list(rows))
+
+
 def insert_decisions(
     conn: Connection, tables: StateTables, rows: Sequence[Mapping[str, Any]]
 ) -> None:
@@ -62,15 +74,3 @@ def insert_promises(
     """Record the capacity a committed requeue promised to its beneficiaries."""
     if promises:
         conn.execute(sa.insert(tables.requeue_promises), list(promises))
-
-
-def insert_handshakes(
-    conn: Connection, tables: StateTables, rows: Sequence[Mapping[str, Any]]
-) -> None:
-    """Record handshakes (the ``checkpoint_handshakes`` view), one row per decision, written
-    once: a decision's first row stays (a redelivered or replayed event changes nothing)."""
-    if rows:
-        statement = insert(tables.checkpoint_handshakes).on_conflict_do_nothing(
-            index_elements=["decision_id"]
-        )
-        conn.execute(statement, list(rows))

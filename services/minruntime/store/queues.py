@@ -164,12 +164,12 @@ def stored_tree(conn: Connection, tables: StateTables, *, lock: bool = False) ->
         Queue(
             name=r.name,
             parent=r.parent,
+            node_pool=r.node_pool,
+            resources=resources_of(r.resources),
             preempt_min_runtime=r.preempt_min_runtime,
             reclaim_min_runtime=r.reclaim_min_runtime,
-            priority=r.priority,
-            resources=resources_of(r.resources),
-            node_pool=r.node_pool,
             disruption=disruption_of(r.disruption),
+            priority=r.priority,
         )
         for r in rows.values()
     )
