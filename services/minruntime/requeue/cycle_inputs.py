@@ -291,28 +291,18 @@ def _podgroup(
     if problem is not None:
         reader.exclude("podgroup", uid, *problem)
         return None
-    shape = _shape(uid, pods, subgroups)
+    shared = _shared(row, pods, subgroups)
     try:
         if row.status == "running":
             return RunningPodGroup(
-                uid=uid,
-                queue=row.queue,
-                priority=row.priority,
                 start_time=row.start_time,
-                node_pool=row.pool,
                 preemptibility=Preemptibility(row.preemptibility),
                 annotations={str(k): str(v) for k, v in (row.annotations or {}).items()},
                 owner=_stored_owner(row),
-                **shape,
+                **shared,
             )
         return PendingPodGroup(
-            uid=uid,
-            queue=row.queue,
-            priority=row.priority,
-            node_pool=row.pool,
-            submitted_at=row.submitted_at,
-            delay_ends_at=row.delay_ends_at,
-            **shape,
+            submitted_at=row.submitted_at, delay_ends_at=row.delay_ends_at, **shared
         )
     except MinRuntimeError as error:
         # One inconsistent row must not stop every other decision: it is left out of the
@@ -419,11 +409,19 @@ def last_decisions(
     }
 
 
-def _shape(
-    uid: str, pods: Mapping[str, list[Pod]], subgroups: Mapping[str, list[SubGroup]]
+def _shared(
+    row: _Row, pods: Mapping[str, list[Pod]], subgroups: Mapping[str, list[SubGroup]]
 ) -> dict[str, Any]:
+    """What a running and a pending podgroup are both built with: who it is, and its shape."""
+    uid = row.uid
+    shared: dict[str, Any] = {
+        "uid": uid,
+        "queue": row.queue,
+        "priority": row.priority,
+        "node_pool": row.pool,
+        "pods": tuple(pods.get(uid, ())),
+    }
     declared = subgroups.get(uid)
-    shape: dict[str, Any] = {"pods": tuple(pods.get(uid, ()))}
     if declared:
-        shape["subgroups"] = tuple(declared)
-    return shape
+        shared["subgroups"] = tuple(declared)
+    return shared
