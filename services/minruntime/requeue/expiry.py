@@ -27,9 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -90,8 +89,7 @@ def _reason(error: Exception) -> ExclusionReason:
     return ExclusionReason.PLANNER_ERROR
 
 
-@dataclass(frozen=True)
-class ExpiryOptions:
+class ExpiryOptions(NamedTuple):
     """How the protection-expiry emitter runs (from Settings)."""
 
     topic: str
@@ -99,8 +97,7 @@ class ExpiryOptions:
     catch_up_seconds: float = 300.0
 
 
-@dataclass(frozen=True)
-class ExpiryReport:
+class ExpiryReport(NamedTuple):
     """One check: the range it covered, what ended in it, what was newly written."""
 
     after: datetime

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from minruntime.kafka_access import KafkaAccess, start_client
 
@@ -30,8 +29,7 @@ BEHIND_READ_SECONDS: Final = 5.0
 _FETCH_WAIT_MS: Final = 200
 
 
-@dataclass(frozen=True)
-class Behind:
+class Behind(NamedTuple):
     """Records still to apply in one partition; ``exact`` False: an upper bound."""
 
     records: int
