@@ -139,11 +139,7 @@ def expiry_event(window: ProtectionWindow) -> Event:
 
 
 def write_expiries(
-    conn: Connection,
-    windows: Sequence[ProtectionWindow],
-    *,
-    topic: str,
-    excluded: list[Exclusion] | None = None,
+    conn: Connection, windows: Sequence[ProtectionWindow], *, topic: str, excluded: list[Exclusion]
 ) -> set[str]:
     """Queue the windows' events in the outbox; return the ids that were not there yet.
 
@@ -155,15 +151,10 @@ def write_expiries(
         try:
             events.append(expiry_event(window))
         except _UNUSABLE as error:
-            if excluded is not None:
-                excluded.append(_unusable_run(window.run, error))
+            excluded.append(_unusable_run(window.run, error))
     if not events:
         return set()
-    return enqueue(
-        conn,
-        LIVE,
-        [event_message(event, topic, encode_event(event)) for event in events],
-    )
+    return enqueue(conn, LIVE, [event_message(e, topic, encode_event(e)) for e in events])
 
 
 def load_runs_ending(
