@@ -18,8 +18,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import faust
 from faust.app.base import BootStrategy
@@ -66,8 +65,7 @@ class _HostOnly(BootStrategy):
     enable_web = False
 
 
-@dataclass(frozen=True)
-class ProcessorApp:
+class ProcessorApp(NamedTuple):
     """The faust host and the batched consumer it runs."""
 
     app: faust.App
