@@ -51,9 +51,7 @@ class QueueProjection:
 _Walks = tuple[tuple[str, ...], timedelta | None, str | None, timedelta | None, str | None]
 
 
-def resolved_rows(
-    tree: QueueTree,
-) -> tuple[dict[str, QueueRow], dict[tuple[str, str], PoolRow]]:
+def resolved_rows(tree: QueueTree) -> tuple[dict[str, QueueRow], dict[tuple[str, str], PoolRow]]:
     """Every queue's maintained row: its path and where each upward walk starting there ends,
     in its node pool's tree (a queue of no pool: in the tree of the queues of no pool); and the
     rows of the queues of no pool in each pool's tree where those differ."""

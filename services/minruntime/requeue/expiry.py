@@ -43,13 +43,7 @@ from minruntime.core import (
     ProtectionWindows,
     ReclaimResolveMethod,
 )
-from minruntime.events import (
-    Event,
-    EventType,
-    ProtectionExpiredData,
-    encode_event,
-    new_event,
-)
+from minruntime.events import Event, EventType, ProtectionExpiredData, encode_event, new_event
 from minruntime.health import one_line
 from minruntime.requeue.cycle import WORKER_SOURCE
 from minruntime.requeue.cycle_inputs import pool_unusable

@@ -122,10 +122,7 @@ _READ: Final = (
 # The columns a replay of the log does not read come back as NULLs (a third of the cost of a
 # row, converted for nothing otherwise).
 _FULL: Final = {"offset": '"offset",', "rest": "subject, event_time, applied_at,"}
-_LEAN: Final = {
-    "offset": "NULL::bigint,",
-    "rest": "subject, NULL::timestamptz, NULL::timestamptz,",
-}
+_LEAN: Final = {"offset": "NULL::bigint,", "rest": "subject, NULL::timestamptz, NULL::timestamptz,"}
 _ABOUT: Final = "AND ((subject = %(subject)s AND type <> ALL(%(other)s)) OR type = ANY(%(shared)s))"
 _READS: Final = {
     (full, about): _READ.format(only=_ABOUT if about else "", **(_FULL if full else _LEAN))

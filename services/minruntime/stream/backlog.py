@@ -49,9 +49,7 @@ async def records_behind(
     if not nexts:
         return {}
     consumer = AIOKafkaConsumer(
-        **access.client_kwargs(),
-        enable_auto_commit=False,
-        isolation_level="read_committed",
+        **access.client_kwargs(), enable_auto_commit=False, isolation_level="read_committed"
     )
     await start_client(consumer, access)
     try:
