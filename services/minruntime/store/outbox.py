@@ -110,7 +110,6 @@ def claim(conn: Connection, tables: StateTables, limit: int) -> list[OutboxRow]:
 
 
 def mark_published(conn: Connection, tables: StateTables, ids: Sequence[str]) -> None:
-    """Record that these rows reached Kafka."""
     if ids:
         table = tables.outbox
         conn.execute(
