@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -63,8 +62,7 @@ from minruntime.store.schema import LIVE, StateTables
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class LastDecision:
+class LastDecision(NamedTuple):
     """The newest recorded decision about a podgroup: a repeat of it is not recorded again."""
 
     outcome: str
@@ -73,8 +71,7 @@ class LastDecision:
     run_start: datetime | None
 
 
-@dataclass(frozen=True, slots=True)
-class CycleInputs:
+class CycleInputs(NamedTuple):
     """What one requeue cycle reads."""
 
     cluster: ClusterState
