@@ -28,7 +28,7 @@ from minruntime.core import (
     SubGroup,
 )
 from minruntime.errors import UnknownPodGroupError
-from minruntime.store.queues import StoredTree
+from minruntime.store.queues import QueueRow, StoredTree
 from minruntime.store.unit import LIVE, EvictedRun, Handshake, ProtectionRow, State, StateReader
 from tests.cloudevents import T0
 from tests.unit.test_explain_command import facts
@@ -39,7 +39,9 @@ AT = T0 + 10 * timedelta(minutes=1)
 
 def stored_tree() -> StoredTree:
     """One root queue, ``team``, whose podgroups are protected for an hour (preempt rule)."""
-    row = ("team", None, HOUR, None, ("team",), None, None, None, None, None, None, None, None)
+    row = QueueRow(
+        "team", None, HOUR, None, ("team",), None, None, None, None, None, None, None, None
+    )
     return StoredTree(
         uuid.uuid4(), QueueTree([Queue(name="team", preempt_min_runtime=HOUR)]), {"team": row}
     )

@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
-from minruntime.core import RequeueOutcome, RequeueReason
+from minruntime.core import ClusterState, NodePoolConfigs, QueueTree, RequeueOutcome, RequeueReason
 from minruntime.core.requeue_candidates import NominationReport
 from minruntime.core.requeue_model import CyclePlan, RequeueDecision
 from minruntime.requeue import CycleReport, RequeueMetrics
+from minruntime.requeue.cycle_inputs import CycleInputs
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
@@ -26,13 +27,14 @@ def decision(
 def report(*decisions: RequeueDecision) -> CycleReport:
     return CycleReport(
         now=NOW,
-        decided_at=NOW,
+        inputs=CycleInputs(ClusterState(nodes=()), QueueTree(()), NodePoolConfigs(), ()),
         nominations=NominationReport(nominated=(), skipped={}, overruns={}),
         candidates={d.uid: frozenset(d.nominated_by) for d in decisions},
         plan=CyclePlan(decisions=decisions, promised={}),
+        timings={},
+        decided_at=NOW,
         recorded=(),
         repeats=0,
-        excluded=(),
     )
 
 

@@ -11,8 +11,6 @@ request from the server's thread, so it reads state and does no I/O.
 
 from minruntime.health.checks import (
     LIVENESS,
-    READINESS,
-    Check,
     Condition,
     Liveness,
     Readiness,
@@ -25,8 +23,6 @@ from minruntime.health.server import HealthServer, MetricsPortError, serve_metri
 
 __all__ = [
     "LIVENESS",
-    "READINESS",
-    "Check",
     "Condition",
     "HealthServer",
     "Liveness",

@@ -43,7 +43,6 @@ class Readiness:
             self._checks.pop(name, None)
 
     def names(self) -> list[str]:
-        """The names of the checks, sorted."""
         with self._lock:
             return sorted(self._checks)
 

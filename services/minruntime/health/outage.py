@@ -11,10 +11,9 @@ the process with its one-line message.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import psycopg
@@ -56,18 +55,6 @@ def waiting_status(what: str, *, grace: float = 0.0) -> Outage:
     return Outage(what, log, WAITING_STATUS_EVERY_SECONDS, grace=grace, wording=WAITING)
 
 
-@contextlib.contextmanager
-def quiet_kafka_client() -> Iterator[None]:
-    """Silence aiokafka's own per-attempt error lines while we report the outage ourselves."""
-    logger = logging.getLogger("aiokafka")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def wait_until_available(
     what: str,
     attempt: Callable[[], T],
@@ -83,8 +70,14 @@ def wait_until_available(
     """
 
     def quietly() -> T:
-        with quiet_kafka_client():
+        # aiokafka's own per-attempt error lines are silenced: we report the outage ourselves.
+        logger = logging.getLogger("aiokafka")
+        level = logger.level
+        logger.setLevel(logging.CRITICAL)
+        try:
             return attempt()
+        finally:
+            logger.setLevel(level)
 
     def unavailable(error: Exception) -> None:
         if condition is not None:

@@ -59,7 +59,6 @@ class HealthServer:
         return int(self._server.server_address[1])
 
     def start(self) -> HealthServer:
-        """Start answering."""
         self._thread.start()
         return self
 

@@ -150,11 +150,7 @@ def record_decisions(conn: Connection, events: Sequence[Event], *, topic: str) -
     if applied != len(seen):
         raise RuntimeError("a requeue decision id was reused: decisions must be fresh events")
     encoded = log_decisions(conn, events, topic=topic)
-    enqueue(
-        conn,
-        LIVE,
-        [event_message(event, topic, payload) for event, payload in encoded],
-    )
+    enqueue(conn, LIVE, [event_message(event, topic, payload) for event, payload in encoded])
     return applied
 
 

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import Final, Required, TypedDict, Unpack
 
 from sqlalchemy import Connection, Engine
 
 from minruntime.core.topic_life import TopicLife
-from minruntime.events import DEAD_LETTER_TOPIC
 from minruntime.ingest.batch import DecodedAhead, apply_batch, dead_letter_alone
 from minruntime.ingest.records import BatchOutcome, InboundRecord
 from minruntime.store.failures import describe, is_permanent
@@ -36,15 +35,21 @@ UNSTORABLE: Final = "unstorable"
 _Apply = Callable[[Connection, Sequence[InboundRecord]], BatchOutcome]
 
 
+class BatchOptions(TypedDict, total=False):
+    """What every part of a batch is applied with (keyword arguments of ``apply_batch``)."""
+
+    consumer_group: Required[str]
+    topic_roles: Mapping[str, str] | None
+    dead_letter_topic: str
+
+
 def apply_isolated(
     engine: Engine,
     records: Sequence[InboundRecord],
     *,
-    consumer_group: str,
-    topic_roles: Mapping[str, str] | None = None,
-    dead_letter_topic: str = DEAD_LETTER_TOPIC,
     topic_lives: Mapping[str, TopicLife] | None = None,
     ahead: DecodedAhead | None = None,
+    **options: Unpack[BatchOptions],
 ) -> BatchOutcome:
     """Apply ``records`` (transactions of its own); dead-letter any record that fails for good.
 
@@ -54,26 +59,11 @@ def apply_isolated(
     """
 
     def apply(conn: Connection, part: Sequence[InboundRecord]) -> BatchOutcome:
-        return apply_batch(
-            conn,
-            part,
-            consumer_group=consumer_group,
-            topic_roles=topic_roles,
-            dead_letter_topic=dead_letter_topic,
-            topic_lives=topic_lives,
-            ahead=ahead,
-        )
+        return apply_batch(conn, part, topic_lives=topic_lives, ahead=ahead, **options)
 
     def dead_letter(conn: Connection, record: InboundRecord, message: str) -> BatchOutcome:
         return dead_letter_alone(
-            conn,
-            record,
-            UNSTORABLE,
-            message,
-            consumer_group=consumer_group,
-            topic_roles=topic_roles,
-            dead_letter_topic=dead_letter_topic,
-            topic_lives=topic_lives,
+            conn, record, UNSTORABLE, message, topic_lives=topic_lives, **options
         )
 
     outcome = BatchOutcome()

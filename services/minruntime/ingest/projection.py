@@ -38,7 +38,7 @@ from minruntime.ingest.podgroups import PodGroupData, PodGroupProjection, podgro
 from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.runs import RunLog
 from minruntime.store import decisions as stored_decisions
-from minruntime.store.handshakes import insert_handshakes
+from minruntime.store.decisions import insert_handshakes
 from minruntime.store.node_pools import read_node_pool_configs, upsert_configs, write_nodes
 from minruntime.store.queues import load_tree, lock_tree
 from minruntime.store.schema import StateTables

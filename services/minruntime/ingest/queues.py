@@ -51,9 +51,7 @@ class QueueProjection:
 _Walks = tuple[tuple[str, ...], timedelta | None, str | None, timedelta | None, str | None]
 
 
-def resolved_rows(
-    tree: QueueTree,
-) -> tuple[dict[str, QueueRow], dict[tuple[str, str], PoolRow]]:
+def resolved_rows(tree: QueueTree) -> tuple[dict[str, QueueRow], dict[tuple[str, str], PoolRow]]:
     """Every queue's maintained row: its path and where each upward walk starting there ends,
     in its node pool's tree (a queue of no pool: in the tree of the queues of no pool); and the
     rows of the queues of no pool in each pool's tree where those differ."""
@@ -66,7 +64,7 @@ def resolved_rows(
     for queue in tree:
         pool = queue.node_pool
         resolver = shared if pool is None else resolvers(pool)
-        rows[queue.name] = (
+        rows[queue.name] = QueueRow(
             queue.name,
             queue.parent,
             queue.preempt_min_runtime,
@@ -84,7 +82,7 @@ def resolved_rows(
             if queue.node_pool is None:
                 walks = _walks(resolver, queue.name)
                 if walks != rows[queue.name][4:9]:
-                    pool_rows[(pool, queue.name)] = (pool, queue.name, *walks)
+                    pool_rows[(pool, queue.name)] = PoolRow(pool, queue.name, *walks)
     return rows, pool_rows
 
 

@@ -21,7 +21,7 @@ leadership, no Kafka, no metrics), so tests and the benchmark call it directly:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from time import perf_counter
@@ -73,31 +73,6 @@ _UNCOMMITTED: Final[dict[RequeueOutcome, tuple[EventType, type[UncommittedDecisi
 
 
 @dataclass(frozen=True)
-class CycleReport:
-    """What one cycle saw, decided and recorded."""
-
-    now: datetime
-    decided_at: datetime
-    nominations: NominationReport
-    # uid -> its nominators, the planner's input.
-    candidates: Mapping[str, frozenset[str]]
-    plan: CyclePlan
-    # The decision events written (projection + event log + outbox), in order.
-    recorded: tuple[Event, ...]
-    # Decisions equal to the newest recorded one for the same run: counted, not recorded.
-    repeats: int
-    # Nodes, podgroups, pools or the tree left out: the stored values were unusable.
-    excluded: tuple[Exclusion, ...]
-    # Seconds spent reading, planning and writing.
-    timings: Mapping[str, float] = field(default_factory=dict)
-
-    @property
-    def committed(self) -> tuple[RequeueDecision, ...]:
-        """The decisions that evict a podgroup."""
-        return self.plan.committed()
-
-
-@dataclass(frozen=True)
 class PlannedCycle:
     """A cycle's reading and planning: what it read, nominated and decided, nothing written."""
 
@@ -119,6 +94,22 @@ class PlannedCycle:
     def run_starts(self) -> Mapping[str, datetime | None]:
         """uid -> start time (None: none) of every running podgroup read; the others absent."""
         return {podgroup.uid: podgroup.start_time for podgroup in self.inputs.cluster.running}
+
+
+@dataclass(frozen=True)
+class CycleReport(PlannedCycle):
+    """What one cycle saw, decided and recorded (its timings: "write" too)."""
+
+    decided_at: datetime
+    # The decision events written (projection + event log + outbox), in order.
+    recorded: tuple[Event, ...]
+    # Decisions equal to the newest recorded one for the same run: counted, not recorded.
+    repeats: int
+
+    @property
+    def committed(self) -> tuple[RequeueDecision, ...]:
+        """The decisions that evict a podgroup."""
+        return self.plan.committed()
 
 
 def plan_cycle(unit: ReadUnit, *, now: datetime) -> PlannedCycle:
@@ -191,14 +182,14 @@ def run_cycle(
     written = perf_counter()
     return CycleReport(
         now=now,
-        decided_at=now + shift,
+        inputs=planned.inputs,
         nominations=planned.nominations,
         candidates=planned.candidates,
         plan=plan,
+        timings={**planned.timings, "write": written - writing},
+        decided_at=now + shift,
         recorded=tuple(events),
         repeats=repeats,
-        excluded=planned.excluded,
-        timings={**planned.timings, "write": written - writing},
     )
 
 

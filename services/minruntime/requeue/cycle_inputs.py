@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -63,8 +62,7 @@ from minruntime.store.schema import LIVE, StateTables
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class LastDecision:
+class LastDecision(NamedTuple):
     """The newest recorded decision about a podgroup: a repeat of it is not recorded again."""
 
     outcome: str
@@ -73,8 +71,7 @@ class LastDecision:
     run_start: datetime | None
 
 
-@dataclass(frozen=True, slots=True)
-class CycleInputs:
+class CycleInputs(NamedTuple):
     """What one requeue cycle reads."""
 
     cluster: ClusterState
@@ -291,28 +288,18 @@ def _podgroup(
     if problem is not None:
         reader.exclude("podgroup", uid, *problem)
         return None
-    shape = _shape(uid, pods, subgroups)
+    shared = _shared(row, pods, subgroups)
     try:
         if row.status == "running":
             return RunningPodGroup(
-                uid=uid,
-                queue=row.queue,
-                priority=row.priority,
                 start_time=row.start_time,
-                node_pool=row.pool,
                 preemptibility=Preemptibility(row.preemptibility),
                 annotations={str(k): str(v) for k, v in (row.annotations or {}).items()},
                 owner=_stored_owner(row),
-                **shape,
+                **shared,
             )
         return PendingPodGroup(
-            uid=uid,
-            queue=row.queue,
-            priority=row.priority,
-            node_pool=row.pool,
-            submitted_at=row.submitted_at,
-            delay_ends_at=row.delay_ends_at,
-            **shape,
+            submitted_at=row.submitted_at, delay_ends_at=row.delay_ends_at, **shared
         )
     except MinRuntimeError as error:
         # One inconsistent row must not stop every other decision: it is left out of the
@@ -419,11 +406,19 @@ def last_decisions(
     }
 
 
-def _shape(
-    uid: str, pods: Mapping[str, list[Pod]], subgroups: Mapping[str, list[SubGroup]]
+def _shared(
+    row: _Row, pods: Mapping[str, list[Pod]], subgroups: Mapping[str, list[SubGroup]]
 ) -> dict[str, Any]:
+    """What a running and a pending podgroup are both built with: who it is, and its shape."""
+    uid = row.uid
+    shared: dict[str, Any] = {
+        "uid": uid,
+        "queue": row.queue,
+        "priority": row.priority,
+        "node_pool": row.pool,
+        "pods": tuple(pods.get(uid, ())),
+    }
     declared = subgroups.get(uid)
-    shape: dict[str, Any] = {"pods": tuple(pods.get(uid, ()))}
     if declared:
-        shape["subgroups"] = tuple(declared)
-    return shape
+        shared["subgroups"] = tuple(declared)
+    return shared

@@ -27,9 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -44,13 +43,7 @@ from minruntime.core import (
     ProtectionWindows,
     ReclaimResolveMethod,
 )
-from minruntime.events import (
-    Event,
-    EventType,
-    ProtectionExpiredData,
-    encode_event,
-    new_event,
-)
+from minruntime.events import Event, EventType, ProtectionExpiredData, encode_event, new_event
 from minruntime.health import one_line
 from minruntime.requeue.cycle import WORKER_SOURCE
 from minruntime.requeue.cycle_inputs import pool_unusable
@@ -90,8 +83,7 @@ def _reason(error: Exception) -> ExclusionReason:
     return ExclusionReason.PLANNER_ERROR
 
 
-@dataclass(frozen=True)
-class ExpiryOptions:
+class ExpiryOptions(NamedTuple):
     """How the protection-expiry emitter runs (from Settings)."""
 
     topic: str
@@ -99,8 +91,7 @@ class ExpiryOptions:
     catch_up_seconds: float = 300.0
 
 
-@dataclass(frozen=True)
-class ExpiryReport:
+class ExpiryReport(NamedTuple):
     """One check: the range it covered, what ended in it, what was newly written."""
 
     after: datetime
@@ -142,11 +133,7 @@ def expiry_event(window: ProtectionWindow) -> Event:
 
 
 def write_expiries(
-    conn: Connection,
-    windows: Sequence[ProtectionWindow],
-    *,
-    topic: str,
-    excluded: list[Exclusion] | None = None,
+    conn: Connection, windows: Sequence[ProtectionWindow], *, topic: str, excluded: list[Exclusion]
 ) -> set[str]:
     """Queue the windows' events in the outbox; return the ids that were not there yet.
 
@@ -158,15 +145,10 @@ def write_expiries(
         try:
             events.append(expiry_event(window))
         except _UNUSABLE as error:
-            if excluded is not None:
-                excluded.append(_unusable_run(window.run, error))
+            excluded.append(_unusable_run(window.run, error))
     if not events:
         return set()
-    return enqueue(
-        conn,
-        LIVE,
-        [event_message(event, topic, encode_event(event)) for event in events],
-    )
+    return enqueue(conn, LIVE, [event_message(e, topic, encode_event(e)) for e in events])
 
 
 def load_runs_ending(

@@ -14,9 +14,8 @@ make for it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Final, NamedTuple
 
 from minruntime.core import DEFAULT_NODE_POOL, Exclusion, RequeueDecision, SkipReason
 from minruntime.errors import UserError
@@ -31,8 +30,7 @@ class UnknownNodePoolError(UserError):
     """``--node-pool`` names a pool the state does not know."""
 
 
-@dataclass(frozen=True)
-class RequeuePreview:
+class RequeuePreview(NamedTuple):
     """What one requeue cycle at ``now`` would nominate and decide (of one pool, or all)."""
 
     now: datetime

@@ -28,9 +28,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, NamedTuple
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -52,8 +51,7 @@ LEADER_LOCK_KEY: Final = int.from_bytes(b"minrtrqw", "big", signed=True)
 _CONFLICTS: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
+class WorkerOptions(NamedTuple):
     """How the worker runs (from Settings)."""
 
     topic: str

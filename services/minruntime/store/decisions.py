@@ -1,5 +1,6 @@
 """What a requeue decision writes: its log row, the nominations it consumes, the podgroup's
-cooldown and the promises of a commit (``ingest.decisions`` says which, from the event)."""
+cooldown and the promises of a commit (``ingest.decisions`` says which, from the event); and
+the evictor's checkpoint handshake of a committed one (``requeue.checkpoint``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
+from sqlalchemy.dialects.postgresql import insert
 
 from minruntime.store.schema import StateTables
 
@@ -28,6 +30,18 @@ def recorded_decision_ids(conn: Connection, tables: StateTables, ids: Iterable[s
     """The decision ids of ``ids`` already in the decision log."""
     log = tables.requeue_decision_log
     return set(conn.scalars(sa.select(log.c.decision_id).where(log.c.decision_id.in_(list(ids)))))
+
+
+def insert_handshakes(
+    conn: Connection, tables: StateTables, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Record handshakes (the ``checkpoint_handshakes`` view), one row per decision, written
+    once: a decision's first row stays (a redelivered or replayed event changes nothing)."""
+    if rows:
+        statement = insert(tables.checkpoint_handshakes).on_conflict_do_nothing(
+            index_elements=["decision_id"]
+        )
+        conn.execute(statement, list(rows))
 
 
 def insert_decisions(

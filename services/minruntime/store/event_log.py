@@ -9,9 +9,8 @@ the service made itself without one (logged in the transaction that makes them).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import psycopg
 from sqlalchemy import Connection
@@ -123,10 +122,7 @@ _READ: Final = (
 # The columns a replay of the log does not read come back as NULLs (a third of the cost of a
 # row, converted for nothing otherwise).
 _FULL: Final = {"offset": '"offset",', "rest": "subject, event_time, applied_at,"}
-_LEAN: Final = {
-    "offset": "NULL::bigint,",
-    "rest": "subject, NULL::timestamptz, NULL::timestamptz,",
-}
+_LEAN: Final = {"offset": "NULL::bigint,", "rest": "subject, NULL::timestamptz, NULL::timestamptz,"}
 _ABOUT: Final = "AND ((subject = %(subject)s AND type <> ALL(%(other)s)) OR type = ANY(%(shared)s))"
 _READS: Final = {
     (full, about): _READ.format(only=_ABOUT if about else "", **(_FULL if full else _LEAN))
@@ -142,8 +138,7 @@ _COUNT: Final = (
 LoggedRow = tuple[int, str, int | None, int | None, str, str | None, datetime | None, datetime, str]
 
 
-@dataclass(frozen=True)
-class About:
+class About(NamedTuple):
     """The entries about one subject (except ``other`` types), and every entry of ``shared``
     types (events that concern every subject, such as the queue tree's)."""
 
@@ -152,8 +147,7 @@ class About:
     shared: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class OfPart:
+class OfPart(NamedTuple):
     """The entries of one part of the state (``store.parts``): those of ``scoped`` types
     whose subject (a podgroup) is in the part, the others in the first part; and the entries
     at ``positions`` whatever their part (where the reader must stop: snapshots)."""
@@ -197,8 +191,7 @@ class OfPart:
         }
 
 
-@dataclass(frozen=True)
-class Marks:
+class Marks(NamedTuple):
     """Entries a part reads that are not simply its own."""
 
     # At a position only (another part's): a boundary, not applied.

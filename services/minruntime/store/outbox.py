@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -21,8 +20,7 @@ from minruntime.events import Event
 from minruntime.store.schema import StateTables
 
 
-@dataclass(frozen=True)
-class OutboxMessage:
+class OutboxMessage(NamedTuple):
     """One message to publish: ``id`` is also its Kafka header ``id``."""
 
     id: uuid.UUID | str
@@ -43,8 +41,7 @@ def event_message(event: Event, topic: str, payload: bytes) -> OutboxMessage:
     )
 
 
-@dataclass(frozen=True)
-class OutboxRow:
+class OutboxRow(NamedTuple):
     """One message waiting to be published."""
 
     id: str
@@ -53,8 +50,7 @@ class OutboxRow:
     value: bytes
 
 
-@dataclass(frozen=True)
-class OutboxStats:
+class OutboxStats(NamedTuple):
     """The outbox as the table has it now."""
 
     backlog: int
@@ -114,7 +110,6 @@ def claim(conn: Connection, tables: StateTables, limit: int) -> list[OutboxRow]:
 
 
 def mark_published(conn: Connection, tables: StateTables, ids: Sequence[str]) -> None:
-    """Record that these rows reached Kafka."""
     if ids:
         table = tables.outbox
         conn.execute(

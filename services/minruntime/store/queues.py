@@ -15,7 +15,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Connection
 
@@ -25,56 +25,39 @@ from minruntime.store.schema import StateTables
 
 _CACHE_KEY: Final = "minruntime.queue_tree"
 
-# A queue_nodes row: its columns, in this order.
-_COLUMNS: Final = (
-    "name",
-    "parent",
-    "preempt_min_runtime",
-    "reclaim_min_runtime",
-    "path",
-    "preempt_resolved",
-    "preempt_source",
-    "reclaim_resolved",
-    "reclaim_source",
-    "priority",
-    "resources",
-    "node_pool",
-    "disruption",
-)
-QueueRow = tuple[
-    str,
-    str | None,
-    timedelta | None,
-    timedelta | None,
-    tuple[str, ...],
-    timedelta | None,
-    str | None,
-    timedelta | None,
-    str | None,
-    int | None,
-    dict[str, dict[str, float]] | None,
-    str | None,
-    dict[str, str] | None,
-]
-# A queue_nodes_in_pool row: its columns, in this order.
-_POOL_COLUMNS: Final = (
-    "node_pool",
-    "name",
-    "path",
-    "preempt_resolved",
-    "preempt_source",
-    "reclaim_resolved",
-    "reclaim_source",
-)
-PoolRow = tuple[
-    str,
-    str,
-    tuple[str, ...],
-    timedelta | None,
-    str | None,
-    timedelta | None,
-    str | None,
-]
+
+class QueueRow(NamedTuple):
+    """A queue_nodes row: its columns, in this order."""
+
+    name: str
+    parent: str | None
+    preempt_min_runtime: timedelta | None
+    reclaim_min_runtime: timedelta | None
+    path: tuple[str, ...]
+    preempt_resolved: timedelta | None
+    preempt_source: str | None
+    reclaim_resolved: timedelta | None
+    reclaim_source: str | None
+    priority: int | None
+    resources: dict[str, dict[str, float]] | None
+    node_pool: str | None
+    disruption: dict[str, str] | None
+
+
+class PoolRow(NamedTuple):
+    """A queue_nodes_in_pool row: its columns, in this order."""
+
+    node_pool: str
+    name: str
+    path: tuple[str, ...]
+    preempt_resolved: timedelta | None
+    preempt_source: str | None
+    reclaim_resolved: timedelta | None
+    reclaim_source: str | None
+
+
+_COLUMNS: Final = QueueRow._fields
+_POOL_COLUMNS: Final = PoolRow._fields
 # A resources column: resource -> its three settings, by their wire (Kubernetes) names.
 _RESOURCES: Final = ("gpu", "cpu", "memory")
 _SETTINGS: Final = (
@@ -157,10 +140,10 @@ class StoredTree:
     def path_in(self, node_pool: str, name: str) -> tuple[str, ...] | None:
         """The stored path of queue ``name`` in ``node_pool``'s tree (None: not in it)."""
         row = self.rows.get(name)
-        if row is None or row[11] not in (None, node_pool):
+        if row is None or row.node_pool not in (None, node_pool):
             return None
         seen = self.pool_rows.get((node_pool, name))
-        return row[4] if seen is None else seen[2]
+        return row.path if seen is None else seen.path
 
 
 def stored_tree(conn: Connection, tables: StateTables, *, lock: bool = False) -> StoredTree:
@@ -179,14 +162,14 @@ def stored_tree(conn: Connection, tables: StateTables, *, lock: bool = False) ->
     }
     tree = QueueTree(
         Queue(
-            name=r[0],
-            parent=r[1],
-            preempt_min_runtime=r[2],
-            reclaim_min_runtime=r[3],
-            priority=r[9],
-            resources=resources_of(r[10]),
-            node_pool=r[11],
-            disruption=disruption_of(r[12]),
+            name=r.name,
+            parent=r.parent,
+            node_pool=r.node_pool,
+            resources=resources_of(r.resources),
+            preempt_min_runtime=r.preempt_min_runtime,
+            reclaim_min_runtime=r.reclaim_min_runtime,
+            disruption=disruption_of(r.disruption),
+            priority=r.priority,
         )
         for r in rows.values()
     )
@@ -271,20 +254,24 @@ def disruption_of(column: object) -> tuple[tuple[str, str], ...]:
 
 def _row_of(row: Any) -> QueueRow:
     # The path comes back as a list.
-    return cast(QueueRow, (*row[:4], tuple(row[4]), *row[5:]))
+    return QueueRow._make((*row[:4], tuple(row[4]), *row[5:]))
 
 
 def _pool_row_of(row: Any) -> PoolRow:
-    return cast(PoolRow, (row[0], row[1], tuple(row[2]), *row[3:]))
+    return PoolRow._make((row[0], row[1], tuple(row[2]), *row[3:]))
 
 
 def _pool_params(row: PoolRow) -> dict[str, Any]:
-    return {**dict(zip(_POOL_COLUMNS, row, strict=True)), "path": list(row[2])}
+    return {**row._asdict(), "path": list(row.path)}
 
 
 def _params(row: QueueRow) -> dict[str, Any]:
-    params: dict[str, Any] = dict(zip(_COLUMNS, row, strict=True))
-    params["path"] = list(row[4])
-    params["resources"] = None if row[10] is None else json.dumps(row[10], sort_keys=True)
-    params["disruption"] = None if row[12] is None else json.dumps(row[12], sort_keys=True)
+    params = row._asdict()
+    params["path"] = list(row.path)
+    params["resources"] = (
+        None if row.resources is None else json.dumps(row.resources, sort_keys=True)
+    )
+    params["disruption"] = (
+        None if row.disruption is None else json.dumps(row.disruption, sort_keys=True)
+    )
     return params

@@ -93,7 +93,6 @@ def _row(conn: Connection, statement: str, **params: Any) -> Mapping[str, Any] |
 
 
 def _scalar(conn: Connection, statement: str, **params: Any) -> Any:
-    """The one value of ``statement``'s one row."""
     return conn.execute(sa.text(statement), params).scalar_one()
 
 

@@ -37,7 +37,6 @@ def begin_repeatable_read(conn: Connection) -> None:
 
 
 def read_only(conn: Connection) -> None:
-    """Make the rest of ``conn``'s transaction read-only."""
     conn.exec_driver_sql("SET TRANSACTION READ ONLY")
 
 

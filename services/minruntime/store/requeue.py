@@ -9,9 +9,8 @@ of pods, and SQLAlchemy's per-row objects would cost more than the queries.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import psycopg
 import sqlalchemy as sa
@@ -108,8 +107,7 @@ _OWN_ROLE_SENDERS: Final = sa.text(
 )
 
 
-@dataclass(frozen=True)
-class CycleRows:
+class CycleRows(NamedTuple):
     """One cycle's rows as stored, before the core's checks (``requeue.cycle_inputs`` builds)."""
 
     # (name, node_pool, gpu)

@@ -31,22 +31,15 @@ class StateTables:
         self._texts: dict[str, sa.TextClause] = {}
         self._sql: dict[str, str] = {}
         tables = self.metadata.tables
-        self.queue_nodes = tables[f"{schema}.queue_nodes"]
-        self.queue_nodes_in_pool = tables[f"{schema}.queue_nodes_in_pool"]
-        self.queue_tree_version = tables[f"{schema}.queue_tree_version"]
-        self.node_pool_configs = tables[f"{schema}.node_pool_configs"]
         self.podgroup_state = tables[f"{schema}.podgroup_state"]
         self.subgroup_state = tables[f"{schema}.subgroup_state"]
         self.pod_state = tables[f"{schema}.pod_state"]
-        self.node_state = tables[f"{schema}.node_state"]
         self.nominations = tables[f"{schema}.nominations"]
         self.requeue_decision_log = tables[f"{schema}.requeue_decision_log"]
         self.requeue_promises = tables[f"{schema}.requeue_promises"]
         self.checkpoint_handshakes = tables[f"{schema}.checkpoint_handshakes"]
         self.run_log = tables[f"{schema}.run_log"]
         self.event_log = tables[f"{schema}.event_log"]
-        self.dead_letter_log = tables[f"{schema}.dead_letter_log"]
-        self.consumer_offsets = tables[f"{schema}.consumer_offsets"]
         self.outbox = tables[f"{schema}.outbox"]
 
     @property

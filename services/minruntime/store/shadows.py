@@ -96,7 +96,6 @@ class State:
 
     @property
     def is_live(self) -> bool:
-        """True for the live state."""
         return self.name == READ_SCHEMA
 
     @property

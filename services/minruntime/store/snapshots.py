@@ -19,9 +19,8 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import psycopg
 import sqlalchemy as sa
@@ -96,8 +95,7 @@ _TABLES: Final = (
 )
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """One stored snapshot: the state after every event-log entry up to ``log_seq``."""
 
     id: int
@@ -108,8 +106,7 @@ class Snapshot:
     taken_at: datetime
 
 
-@dataclass(frozen=True)
-class LogPosition:
+class LogPosition(NamedTuple):
     """How far the event log a transaction sees goes (``seq`` 0: empty)."""
 
     seq: int
@@ -364,8 +361,7 @@ def refresh_statistics(conn: Connection, tables: StateTables) -> None:
     conn.exec_driver_sql("RESET default_statistics_target")
 
 
-@dataclass(frozen=True)
-class Pruned:
+class Pruned(NamedTuple):
     """What ``prune`` removed."""
 
     snapshots: int

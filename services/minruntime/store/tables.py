@@ -151,9 +151,7 @@ podgroup_state = sa.Table(
         name="preemptibility",
     ),
     sa.Index(
-        "ix_podgroup_state_running_queue",
-        "queue",
-        postgresql_where=sa.text("status = 'running'"),
+        "ix_podgroup_state_running_queue", "queue", postgresql_where=sa.text("status = 'running'")
     ),
 )
 
@@ -412,9 +410,7 @@ outbox = sa.Table(
     # Failed publishes of this row, retriable ones included.
     sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("0")),
     sa.Index(
-        "ix_outbox_unpublished",
-        "created_at",
-        postgresql_where=sa.text("published_at IS NULL"),
+        "ix_outbox_unpublished", "created_at", postgresql_where=sa.text("published_at IS NULL")
     ),
     sa.Index(
         "ix_outbox_pending",

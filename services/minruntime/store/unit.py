@@ -140,7 +140,6 @@ class ReadUnit:
         return ReadUnit(self._conn, state)
 
     def read_only(self) -> None:
-        """Make the rest of the transaction read-only."""
         read_only(self._conn)
 
     def now(self) -> datetime:
@@ -233,7 +232,6 @@ class ReadUnit:
         return stored_offsets(self._conn, self._state.tables, group)
 
     def set_aside_outbox(self) -> list[dict[str, Any]]:
-        """The outbox rows set aside after repeated failures."""
         return set_aside_rows(self._conn)
 
     def snapshots(self) -> list[Snapshot]:
@@ -258,7 +256,6 @@ class WriteUnit(ReadUnit):
         return snapshots.prune(self._conn, keep)
 
     def lock_topic(self, group: str, topic: str) -> list[StoredOffset]:
-        """Lock and return the stored offsets of ``topic`` for ``group``."""
         return lock_topic(self._conn, self._state.tables, group, topic)
 
     def rebaseline(
@@ -302,5 +299,4 @@ class Units:
             yield WriteUnit(conn, LIVE)
 
     def dispose(self) -> None:
-        """Close the engine's pooled connections."""
         self._engine.dispose()

@@ -18,8 +18,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import faust
 from faust.app.base import BootStrategy
@@ -66,8 +65,7 @@ class _HostOnly(BootStrategy):
     enable_web = False
 
 
-@dataclass(frozen=True)
-class ProcessorApp:
+class ProcessorApp(NamedTuple):
     """The faust host and the batched consumer it runs."""
 
     app: faust.App
@@ -122,7 +120,7 @@ def build_app(
             )
         if on_outcome is not None:
             seconds = time.perf_counter() - started
-            on_outcome(role, outcome, seconds, reader.behind(topic, _partitions(records)))
+            on_outcome(role, outcome, seconds, reader.behind(topic, {r.partition for r in records}))
 
     async def prepare(role: TopicRole, records: list[InboundRecord]) -> ApplyBatch:
         # The next batch of a lane, decoded while the lane's current batch is written.
@@ -167,8 +165,3 @@ def _firsts(records: list[InboundRecord]) -> dict[int, int]:
     for record in records:
         firsts[record.partition] = min(record.offset, firsts.get(record.partition, record.offset))
     return firsts
-
-
-def _partitions(records: list[InboundRecord]) -> set[int]:
-    """The partitions of a batch."""
-    return {record.partition for record in records}

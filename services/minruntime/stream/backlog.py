@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from minruntime.kafka_access import KafkaAccess, start_client
 
@@ -30,8 +29,7 @@ BEHIND_READ_SECONDS: Final = 5.0
 _FETCH_WAIT_MS: Final = 200
 
 
-@dataclass(frozen=True)
-class Behind:
+class Behind(NamedTuple):
     """Records still to apply in one partition; ``exact`` False: an upper bound."""
 
     records: int
@@ -51,9 +49,7 @@ async def records_behind(
     if not nexts:
         return {}
     consumer = AIOKafkaConsumer(
-        **access.client_kwargs(),
-        enable_auto_commit=False,
-        isolation_level="read_committed",
+        **access.client_kwargs(), enable_auto_commit=False, isolation_level="read_committed"
     )
     await start_client(consumer, access)
     try:

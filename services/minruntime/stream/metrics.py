@@ -26,15 +26,14 @@ from minruntime.ingest.runs import LostRun
 # queues would otherwise make as many series.
 MAX_QUEUE_LABELS: Final = 100
 UNKNOWN_QUEUE: Final = "unknown"
-OTHER_QUEUES: Final = "other"
 VIOLATION_VERDICTS: Final = (
     *(verdict.value for verdict in Verdict if verdict is not Verdict.NONE),
     ExactVerdict.VIOLATED.value,
 )
 # The action label: KAI's actions, any other word, or none said (an unattributed run).
 ACTIONS: Final = frozenset(action.value for action in EvictionAction)
-OTHER_ACTION: Final = "other"
-NO_ACTION: Final = "none"
+OTHER: Final = "other"
+NOT_SAID: Final = "none"
 # The owner_kind label: the kinds of top owners KAI's podgrouper knows well; any other kind
 # is "other", no top-owner metadata "none" (never a name: the labels stay finite).
 OWNER_KINDS: Final = frozenset(
@@ -184,15 +183,14 @@ class ProcessorMetrics:
         lost = run.gpu_seconds_lost
         if lost is not None:
             self.gpu_seconds_lost.labels(self.queue_label(run)).inc(max(lost, 0.0))
-        action = action_label(run.action)
+        action = bounded_label(run.action, ACTIONS)
         verdict = run.protection if run.exact_verdict is None else run.exact_verdict
         self.evictions.labels(action, verdict).inc()
         self.run_seconds_lost_by_action.labels(action).inc(max(run.seconds_lost, 0.0))
         if lost is not None:
             self.gpu_seconds_lost_by_action.labels(action).inc(max(lost, 0.0))
-        self.evicted_runs.labels(
-            self.queue_label(run), owner_kind_label(run.owner_kind), protection_label(verdict)
-        ).inc()
+        owner = bounded_label(run.owner_kind, OWNER_KINDS)
+        self.evicted_runs.labels(self.queue_label(run), owner, protection_label(verdict)).inc()
         # An exact verdict replaces definite / possible: honoured and unguarded are no violation.
         if verdict in VIOLATION_VERDICTS:
             self.violations.labels(verdict).inc()
@@ -207,7 +205,7 @@ class ProcessorMetrics:
         if len(self._queue_labels) < MAX_QUEUE_LABELS:
             self._queue_labels.add(queue)
             return queue
-        return OTHER_QUEUES
+        return OTHER
 
     def owned(self, partitions: Iterable[tuple[str, int]]) -> None:
         """After a rebalance: drop the lag of every partition not in ``partitions`` (role, number).
@@ -221,11 +219,11 @@ class ProcessorMetrics:
         self._lag_series &= keep
 
 
-def owner_kind_label(kind: str | None) -> str:
-    """The top owner's kind as a label value: a known kind, ``other`` or ``none``."""
-    if not kind:
-        return "none"
-    return kind if kind in OWNER_KINDS else "other"
+def bounded_label(value: str | None, known: frozenset[str]) -> str:
+    """``value`` as a label value: a ``known`` one, ``other``, or ``none`` when not said."""
+    if not value:
+        return NOT_SAID
+    return value if value in known else OTHER
 
 
 def protection_label(verdict: str) -> str:
@@ -233,10 +231,3 @@ def protection_label(verdict: str) -> str:
     if verdict in INSIDE_VERDICTS:
         return "inside"
     return "maybe" if verdict in MAYBE_VERDICTS else "outside"
-
-
-def action_label(action: str | None) -> str:
-    """The scheduler's action as a label value: KAI's, ``other`` or ``none``."""
-    if not action:
-        return NO_ACTION
-    return action if action in ACTIONS else OTHER_ACTION

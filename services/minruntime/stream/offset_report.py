@@ -11,15 +11,11 @@ from typing import Any, Final
 from minruntime.core.topic_life import StoredOffset, TopicLife, life_changed, untied
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
-from minruntime.stream.backlog import Behind, records_behind
+from minruntime.stream.backlog import records_behind
 from minruntime.topic_admin import KafkaTopic, describe_topics
 
 # Statuses whose stored offsets belong to the topic Kafka holds now (a backlog means something).
 _READABLE: Final = frozenset({"ok", "untied (tied at the next batch)"})
-
-
-def _behind(settings: Settings, nexts: dict[tuple[str, int], int]) -> dict[tuple[str, int], Behind]:
-    return asyncio.run(records_behind(kafka_access(settings), nexts))
 
 
 def describe_kafka(settings: Settings, topics: list[str]) -> dict[str, KafkaTopic]:
@@ -52,7 +48,7 @@ def partition_rows(
         for row in stored.get(topic, [])
         if row.partition in kafka[topic].log_ends
     }
-    behind = _behind(settings, nexts)
+    behind = asyncio.run(records_behind(kafka_access(settings), nexts))
     rows: list[dict[str, Any]] = []
     for topic in topics:
         status = status_of(topic, stored.get(topic, []), kafka.get(topic))

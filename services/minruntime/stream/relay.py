@@ -93,14 +93,12 @@ class OutboxRelay:
         poll_seconds: float = 0.25,
         batch: int = 500,
         metrics: OutboxMetrics | None = None,
-        producer_options: dict[str, Any] | None = None,
     ) -> None:
         self._engine = engine
         self._access = access
         self._poll = poll_seconds
         self._batch = batch
         self._metrics = metrics
-        self._producer_options = producer_options or {}
         self._wake = asyncio.Event()
         self._stats_due = 0.0
         self.published = 0
@@ -113,9 +111,7 @@ class OutboxRelay:
         """Publish forever (the processor's background task)."""
         from aiokafka import AIOKafkaProducer
 
-        producer = AIOKafkaProducer(
-            **self._access.client_kwargs(), enable_idempotence=True, **self._producer_options
-        )
+        producer = AIOKafkaProducer(**self._access.client_kwargs(), enable_idempotence=True)
         await producer.start()
         backoff = Backoff(self._poll, MAX_BACKOFF_SECONDS)
         outage = Outage("outbox publishing", log)

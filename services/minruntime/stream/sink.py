@@ -31,7 +31,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypedDict
 
 import psycopg
 from sqlalchemy import Engine
@@ -42,7 +41,7 @@ from minruntime.health import Condition, one_line
 from minruntime.health.outage import storage_transient, waiting_status
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.ingest.batch import DecodedAhead, decode_ahead
-from minruntime.ingest.isolation import apply_isolated
+from minruntime.ingest.isolation import BatchOptions, apply_isolated
 from minruntime.retry import BATCH_FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, retry
 from minruntime.store.engine import IDLE_TRANSACTION_SECONDS
 from minruntime.store.failures import sqlstate
@@ -52,14 +51,6 @@ log = logging.getLogger(__name__)
 
 EXIT_STORAGE_UNAVAILABLE = 75  # EX_TEMPFAIL
 EXIT_UNEXPECTED = 70  # EX_SOFTWARE
-
-
-class BatchOptions(TypedDict):
-    """What every batch is applied with (keyword arguments of `apply_batch`)."""
-
-    consumer_group: str
-    topic_roles: Mapping[str, str]
-    dead_letter_topic: str
 
 
 class StorageUnavailableError(RuntimeError):
@@ -117,7 +108,7 @@ class BatchSink:
     def decode(self, records: Sequence[InboundRecord]) -> DecodedAhead:
         """Decode and validate a batch ahead of applying it (no database): the processor does
         it for a topic's next batch while the current one is written (``decode_ahead``)."""
-        return decode_ahead(records, self._options["topic_roles"])
+        return decode_ahead(records, self._options.get("topic_roles"))
 
     def __call__(
         self,

@@ -44,7 +44,7 @@ from minruntime.core.topic_life import (
 from minruntime.errors import TopicLifeChangedError, UserError
 from minruntime.ingest import BatchOutcome
 from minruntime.kafka_access import KafkaAccess
-from minruntime.retry import MAX_BACKOFF_SECONDS, retry_async
+from minruntime.retry import retry_async
 from minruntime.topic_admin import describe_topics, fetch_topic_ids
 
 log = logging.getLogger(__name__)
@@ -72,12 +72,10 @@ class TopicGuard:
         read_stored: ReadStored,
         *,
         recheck_seconds: float = 5.0,
-        max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
     ) -> None:
         self._access = access
         self._read_stored = read_stored
         self._recheck = recheck_seconds
-        self._max_backoff = max_backoff_seconds
         self._client: AIOKafkaClient | None = None
         self._client_lock = asyncio.Lock()
         self._refused: dict[str, str] = {}
@@ -191,7 +189,6 @@ class TopicGuard:
             what=f"asking Kafka for {what} of topic {topic!r}",
             transient=lambda error: isinstance(error, KafkaError | OSError | UserError),
             logger=log,
-            cap=self._max_backoff,
         )
 
     def _refuse(self, topic: str, role: str, reason: str) -> None:

@@ -19,8 +19,8 @@ on the cluster, not on the service:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Severity(StrEnum):
@@ -31,8 +31,7 @@ class Severity(StrEnum):
     UNSAFE = "unsafe"  # an acknowledged event can be lost, or writes stop
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(NamedTuple):
     """One line of the doctor's answer."""
 
     severity: Severity
