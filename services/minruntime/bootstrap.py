@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import gc
 import logging
@@ -271,11 +270,7 @@ def run_processor(settings: Settings, loglevel: str = "warning") -> None:
 def options_from(settings: Settings, cls: type[OptionsT], prefix: str, topic: str) -> OptionsT:
     """A requeue-side process's options: ``topic``, and each other field from the setting of
     its name after ``prefix`` (``requeue_interval_seconds`` for a worker's ``interval_seconds``)."""
-    values = {
-        field.name: getattr(settings, prefix + field.name)
-        for field in dataclasses.fields(cls)
-        if field.name != "topic"
-    }
+    values = {name: getattr(settings, prefix + name) for name in cls._fields if name != "topic"}
     return cls(topic=topic, **values)
 
 

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from minruntime.bootstrap import options_from
@@ -17,12 +15,12 @@ from minruntime.settings import Settings
     ("cls", "prefix"), [(WorkerOptions, "requeue_"), (ExpiryOptions, "protection_")]
 )
 def test_every_option_is_read_from_its_setting(cls: type, prefix: str) -> None:
-    fields = [field for field in dataclasses.fields(cls) if field.name != "topic"]
+    fields = [name for name in cls._fields if name != "topic"]
     assert fields
     chosen: dict[str, object] = {}
-    for number, field in enumerate(fields, start=2):
-        default = getattr(Settings(), prefix + field.name)  # AttributeError: no such setting
-        chosen[field.name] = (not default) if isinstance(default, bool) else default * number
+    for number, name in enumerate(fields, start=2):
+        default = getattr(Settings(), prefix + name)  # AttributeError: no such setting
+        chosen[name] = (not default) if isinstance(default, bool) else default * number
     settings = Settings.model_validate({prefix + name: value for name, value in chosen.items()})
 
     options = options_from(settings, cls, prefix, "the-topic")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict
 
 import typer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -31,7 +30,7 @@ def doctor_command(as_json: Json = False) -> None:
     settings = current_settings()
     findings = asyncio.run(kafka_findings(settings)) + database_findings(settings)
     if as_json:
-        print(json.dumps([asdict(f) for f in findings], indent=2))
+        print(json.dumps([f._asdict() for f in findings], indent=2))
     else:
         for finding in findings:
             print(finding.line())
