@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from multiprocessing.connection import Connection as Pipe
 from typing import Any, Final
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from minruntime import events as ev
-from minruntime.audit.parallel import MOST_PARTS, default_parts
+from minruntime.audit.parallel import MOST_PARTS, ForkedParts, Outbox, default_parts, run_part
 from minruntime.audit.replay import LogEntry, read_log
 from minruntime.audit.whatif import ChangeEvent
 from minruntime.core import (
@@ -57,6 +58,7 @@ from minruntime.store.log_span import (
     dead_letters_between,
     log_span,
 )
+from minruntime.store.parts import Part
 from minruntime.store.read_transactions import read_only, repeatable_read
 from minruntime.store.schema import LIVE
 
@@ -123,8 +125,6 @@ def simulate(
 ) -> SimulationReport:
     """Judge the log's window ``[since, until]`` as recorded and under ``change``, in
     ``jobs`` processes (None: ``parallel.default_parts`` of the log's length)."""
-    from minruntime.audit.simulate_parts import fold_in_parts
-
     if not change:
         raise SimulationError("nothing to simulate: give -f FILE with a queue or config change")
     if until <= since:
@@ -247,6 +247,45 @@ def fold_part(
     # Every part folds the queue tree's entries; the one that reports them counts conflicts.
     part.conflicts = worlds.conflicts if shared else 0
     return part
+
+
+def fold_in_parts(
+    engine: Engine,
+    conn: Connection,
+    parts: int,
+    window: Window,
+    beneficiaries: frozenset[str],
+) -> list[FoldedPart]:
+    """Fold the log of ``conn``'s snapshot in ``parts`` forked processes; their results in order.
+
+    A podgroup's log entries depend on no other podgroup's (``store.parts``), so each part
+    reads the entries of one part of the podgroups (and the queue and configuration entries,
+    which every part applies) and folds them: their runs are judged there. The decisions and
+    the facts about the beneficiaries of committed requeues come back here, where ``_decided``
+    judges the decisions in log order. Every part imports ``conn``'s exported REPEATABLE READ
+    snapshot, READ ONLY: the parts read exactly one log, as one process would, and write
+    nothing. As in ``audit.parallel``, each part opens its own connection.
+    """
+    url = engine.url.render_as_string(hide_password=False)
+    with ForkedParts("simulation", parts, _fold_part, (url, window, beneficiaries)) as split:
+        return split.results(conn)
+
+
+def _fold_part(
+    url: str,
+    window: Window,
+    beneficiaries: frozenset[str],
+    part: Part,
+    inbox: Pipe,
+    outbox: Outbox,
+) -> None:
+    """One part, in its forked process: import the snapshot, fold, send the result."""
+
+    def fold(conn: Connection) -> FoldedPart:
+        read_only(conn)
+        return fold_part(read_log(conn, part=part), window, beneficiaries, shared=part.first)
+
+    run_part(url, part.index, inbox, outbox, fold)
 
 
 def _decided(folded: Sequence[FoldedPart], window: Window) -> SimulationResult:
