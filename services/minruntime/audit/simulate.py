@@ -153,7 +153,9 @@ def simulate(
         else:
             folded = fold_in_parts(engine, conn, parts, window, beneficiaries)
         dead_letters = dead_letters_between(conn, LIVE, since, until)
-    report = SimulationReport(_decided(folded, window), queue, change, span)
+    # The rules in force at the end of the log, once ``_decided`` has applied every entry.
+    worlds = Worlds(pinned)
+    report = SimulationReport(_decided(folded, window, worlds), queue, change, span)
     report.dead_letters = dead_letters
     for part in folded:
         report.entries += part.entries
@@ -162,20 +164,10 @@ def simulate(
         report.skipped_lines.extend(part.skipped_lines)
         report.result.absorb(part.result)
     del report.skipped_lines[SHOWN_SKIPPED:]
-    worlds = Worlds(pinned)
-    for part in folded:
-        for _, what in part.shared:
-            try:
-                _apply_shared(worlds, what)
-            except MinRuntimeError:
-                continue  # skipped and counted by the fold
     if queue is not None and queue not in report.result.queues and not _known(worlds, queue):
         raise SimulationError(f"--queue {queue!r}: no queue of that name in the log or the change")
     if report.in_window == 0:
-        raise SimulationError(
-            f"no event in the window {format_rfc3339(since)} .. {format_rfc3339(until)}: "
-            f"{_span_text(span)}"
-        )
+        raise _no_event(span, since, until)
     if span.first is not None and since < span.first:
         report.missing = (since, span.first)
     report.notes = _notes(report, sum(part.conflicts for part in folded))
@@ -288,9 +280,10 @@ def _fold_part(
     run_part(url, part.index, inbox, outbox, fold)
 
 
-def _decided(folded: Sequence[FoldedPart], window: Window) -> SimulationResult:
-    """Every decision judged in log order, with the rules in force at it and the facts the
-    parts found about its beneficiaries."""
+def _decided(folded: Sequence[FoldedPart], window: Window, worlds: Worlds) -> SimulationResult:
+    """Every decision judged in log order, with the rules in force at it (``worlds``, fresh,
+    follows the log's queue and configuration entries) and the facts the parts found about
+    its beneficiaries."""
     starts: dict[str, list[tuple[datetime, str | None]]] = {}
     queues: dict[str, str | None] = {}
     for part in folded:
@@ -301,7 +294,6 @@ def _decided(folded: Sequence[FoldedPart], window: Window) -> SimulationResult:
     ]
     merged += [(seq, 1, decision) for part in folded for seq, decision in part.decisions]
     merged.sort(key=lambda item: (item[0], item[1]))
-    worlds = Worlds(window.change)
     simulation = Simulation(worlds, window.since, window.until, queue=window.queue)
     for _, kind, what in merged:
         if kind == 0:
@@ -350,18 +342,18 @@ def _check_window(span: LogSpan, since: datetime, until: datetime) -> None:
     if span.entries == 0 or span.first is None or span.last is None:
         raise SimulationError("the event log is empty: there is nothing to simulate")
     if until < span.first or since > span.last:
-        raise SimulationError(
-            f"no event in the window {format_rfc3339(since)} .. {format_rfc3339(until)}: "
-            f"{_span_text(span)}"
+        raise _no_event(span, since, until)
+
+
+def _no_event(span: LogSpan, since: datetime, until: datetime) -> SimulationError:
+    held = "the event log is empty"
+    if span.first is not None and span.last is not None:
+        held = (
+            f"the log holds {span.entries} entries from {format_rfc3339(span.first)} "
+            f"to {format_rfc3339(span.last)}"
         )
-
-
-def _span_text(span: LogSpan) -> str:
-    if span.first is None or span.last is None:
-        return "the event log is empty"
-    return (
-        f"the log holds {span.entries} entries from {format_rfc3339(span.first)} "
-        f"to {format_rfc3339(span.last)}"
+    return SimulationError(
+        f"no event in the window {format_rfc3339(since)} .. {format_rfc3339(until)}: {held}"
     )
 
 
@@ -507,14 +499,13 @@ class _Folder:
             )
             self._states[data.uid] = state
             beneficiaries = tuple(Beneficiary(uid, None) for uid in data.beneficiaries)
-        spec = state.spec
         decision = RecordedDecision(
             uid=data.uid,
             outcome=outcome_of(event),
             reason=getattr(data, "reason", None),
             decided_at=data.decided_at,
             run_start=data.run_start,
-            queue=None if spec is None else spec.queue,
+            queue=_queue_of(state),
             node_pool=state.node_pool,
             gpus=held_gpus(state) if state.status == "running" else None,
             beneficiaries=beneficiaries,
@@ -527,9 +518,9 @@ class _Folder:
         found = []
         for state in self._states.values():
             if state.status == "running" and state.start_time is not None:
-                spec = state.spec
-                queue = None if spec is None else spec.queue
-                found.append((queue, state.node_pool, state.start_time, held_gpus(state)))
+                found.append(
+                    (_queue_of(state), state.node_pool, state.start_time, held_gpus(state))
+                )
         return found
 
 

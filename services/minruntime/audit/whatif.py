@@ -28,7 +28,6 @@ from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeError
 from minruntime.errors import UserError
 from minruntime.events import (
     QUEUES_TOPIC,
-    ROLE_TYPES,
     ConfigUpdatedData,
     Event,
     EventType,
@@ -48,8 +47,6 @@ from minruntime.store.unit import Units
 
 WHATIF_GROUP: Final = "minruntime-whatif"
 WHATIF_SOURCE: Final = "minruntime-whatif"
-CHANGE_TYPES: Final = ROLE_TYPES["queues"]
-"""What a what-if takes: queue.upserted, queue.deleted, config.updated."""
 
 
 class Keep(Enum):
