@@ -348,18 +348,17 @@ def notes_for(facts: PodGroupFacts, trace: ResolutionTrace) -> tuple[str, ...]:
             "unknown, so the node pool's default applies"
         )
     elif trace.victim_path is None:
-        notes.append(
-            f"the podgroup's queue {facts.queue!r} is not in the queue tree of node pool "
-            f"{facts.node_pool!r} (unknown, or another pool's): as in KAI, the node pool's "
-            "default applies"
-        )
+        notes.append(_not_in_tree("the podgroup's", facts.queue, facts.node_pool))
     if trace.reclaimer_queue is not None and trace.reclaimer_path is None:
-        notes.append(
-            f"the reclaimer's queue {trace.reclaimer_queue!r} is not in the queue tree of node "
-            f"pool {facts.node_pool!r} (unknown, or another pool's): as in KAI, the node pool's "
-            "default applies"
-        )
+        notes.append(_not_in_tree("the reclaimer's", trace.reclaimer_queue, facts.node_pool))
     return tuple(notes)
+
+
+def _not_in_tree(whose: str, queue: str, node_pool: str) -> str:
+    return (
+        f"{whose} queue {queue!r} is not in the queue tree of node pool {node_pool!r} "
+        "(unknown, or another pool's): as in KAI, the node pool's default applies"
+    )
 
 
 def not_running_note(facts: PodGroupFacts) -> str:

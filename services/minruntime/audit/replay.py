@@ -157,11 +157,6 @@ Progress = Callable[[int], None]
 """Called after each applied batch with the number of log entries done so far."""
 
 
-def count_log(conn: Connection, until: datetime | None = None, after: int = 0) -> int:
-    """How many live event-log entries a replay up to ``until`` (from ``after``) reads."""
-    return event_log.count(conn, LIVE, after=after, until=until)
-
-
 def read_log(
     conn: Connection,
     until: datetime | None = None,
