@@ -27,6 +27,7 @@ import queue
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from multiprocessing.connection import Connection as Pipe
 from typing import Any, Final, Self, TypeAlias
 
@@ -63,20 +64,21 @@ def default_parts(entries: int) -> int:
 
 # What the parts send back: (kind, part index, payload).
 Outbox: TypeAlias = "multiprocessing.Queue[tuple[str, int, Any]]"
+# A part's work in its process: (connection in the imported snapshot, the part, progress=).
+Work = Callable[..., Any]
 
 
 class ForkedParts:
-    """``parts`` processes forked when it is made, part ``i`` running
-    ``target(*args, Part(i, parts), inbox, outbox)`` (``with``: stopped at the end).
+    """``parts`` processes forked when it is made, part ``i`` calling
+    ``work(conn, Part(i, parts), progress=...)`` on its own connection to ``url`` in the
+    snapshot ``results`` exports (``with``: stopped at the end).
 
     Made before this process opens the connection whose snapshot the parts import or starts a
     thread (a progress bar's): a fork copies only the forking thread. ``what`` names the parts
     in their errors (``replay part 2 of 4 failed: …``).
     """
 
-    def __init__(
-        self, what: str, parts: int, target: Callable[..., None], args: tuple[Any, ...]
-    ) -> None:
+    def __init__(self, what: str, url: str, parts: int, work: Work) -> None:
         self._what = what
         context = multiprocessing.get_context("fork")
         self._outbox: Outbox = context.Queue()
@@ -85,8 +87,8 @@ class ForkedParts:
         for index in range(parts):
             receive, send = context.Pipe(duplex=False)
             worker = context.Process(
-                target=target,
-                args=(*args, Part(index, parts), receive, self._outbox),
+                target=_run_part,
+                args=(url, Part(index, parts), work, receive, self._outbox),
                 name=f"minruntime-{what}-part-{index}",
                 daemon=True,
             )
@@ -172,7 +174,7 @@ class ReplayInParts(ForkedParts):
         if parts < 2:
             raise ValueError("a replay in parts needs 2 parts or more")
         self._url = url
-        super().__init__("replay", parts, _replay_part, (url, verify, until))
+        super().__init__("replay", url, parts, partial(replay_part, verify=verify, until=until))
 
     def run(self, progress: Progress | None = None) -> CheckedReplay:
         """Export this process's database snapshot to the parts, wait for them, merge."""
@@ -192,53 +194,26 @@ class ReplayInParts(ForkedParts):
         )
 
 
-def run_part(
-    url: str,
-    index: int,
-    inbox: Pipe,
-    outbox: Outbox,
-    work: Callable[[Connection], Any],
-) -> None:
+def _run_part(url: str, part: Part, work: Work, inbox: Pipe, outbox: Outbox) -> None:
     """One part's body in its forked process: import the exported snapshot into a repeatable
-    read, ``work`` on it, send ("done", index, result), or ("failed", index, one line)."""
+    read, ``work`` on it (its progress sent as ("progress", index, done)), send ("done", index,
+    result), or ("failed", index, one line)."""
     try:
         exported = inbox.recv()
         engine = engine_from(url, pool_pre_ping=False)
         with repeatable_read(engine) as conn:
             import_snapshot(conn, exported)
-            result = work(conn)
+            result = work(
+                conn, part, progress=lambda done: outbox.put(("progress", part.index, done))
+            )
         engine.dispose()
-        outbox.put(("done", index, result))
+        outbox.put(("done", part.index, result))
     except BaseException as error:
         reason = needs_the_primary(error) or f"{type(error).__name__}: {error}".splitlines()[0]
-        outbox.put(("failed", index, reason))
+        outbox.put(("failed", part.index, reason))
     finally:
         outbox.close()
         outbox.join_thread()
-
-
-def _replay_part(
-    url: str,
-    verify: bool,
-    until: datetime | None,
-    part: Part,
-    inbox: Pipe,
-    outbox: Outbox,
-) -> None:
-    """One part, in its forked process: import the snapshot, replay, compare, report."""
-    run_part(
-        url,
-        part.index,
-        inbox,
-        outbox,
-        lambda conn: replay_part(
-            conn,
-            part,
-            verify=verify,
-            until=until,
-            progress=lambda done: outbox.put(("progress", part.index, done)),
-        ),
-    )
 
 
 def replay_part(

@@ -21,14 +21,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from multiprocessing.connection import Connection as Pipe
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine
 
 from minruntime import events as ev
-from minruntime.audit.parallel import MOST_PARTS, ForkedParts, Outbox, default_parts, run_part
-from minruntime.audit.replay import LogEntry, read_log
+from minruntime.audit.parallel import MOST_PARTS, ForkedParts, default_parts
+from minruntime.audit.replay import LogEntry, Progress, read_log
 from minruntime.audit.whatif import ChangeEvent
 from minruntime.core import (
     MinRuntimeError,
@@ -259,25 +258,13 @@ def fold_in_parts(
     nothing. As in ``audit.parallel``, each part opens its own connection.
     """
     url = engine.url.render_as_string(hide_password=False)
-    with ForkedParts("simulation", parts, _fold_part, (url, window, beneficiaries)) as split:
+
+    def fold(part_conn: Connection, part: Part, progress: Progress) -> FoldedPart:
+        read_only(part_conn)
+        return fold_part(read_log(part_conn, part=part), window, beneficiaries, shared=part.first)
+
+    with ForkedParts("simulation", url, parts, fold) as split:
         return split.results(conn)
-
-
-def _fold_part(
-    url: str,
-    window: Window,
-    beneficiaries: frozenset[str],
-    part: Part,
-    inbox: Pipe,
-    outbox: Outbox,
-) -> None:
-    """One part, in its forked process: import the snapshot, fold, send the result."""
-
-    def fold(conn: Connection) -> FoldedPart:
-        read_only(conn)
-        return fold_part(read_log(conn, part=part), window, beneficiaries, shared=part.first)
-
-    run_part(url, part.index, inbox, outbox, fold)
 
 
 def _decided(folded: Sequence[FoldedPart], window: Window, worlds: Worlds) -> SimulationResult:
