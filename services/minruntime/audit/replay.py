@@ -126,8 +126,6 @@ class LogEntry(NamedTuple):
 
 @dataclass
 class ReplayReport:
-    """What a replay did."""
-
     events: int = 0
     decisions: int = 0
     # Logged events of other types (nothing to project) and inputs the replay had to reject.

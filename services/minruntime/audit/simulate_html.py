@@ -66,7 +66,6 @@ _ROWS: Final = (
 
 
 def render_page(data: dict[str, Any]) -> str:
-    """The whole page."""
     queues: dict[str, Any] = data["queues"]
     title = f"minruntime simulate {data['since']} .. {data['until']}"
     parts = [

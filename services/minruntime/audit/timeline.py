@@ -64,7 +64,6 @@ TREE_TYPES: Final = ROLE_TYPES["queues"]
 _NODE_TYPES: Final = ROLE_TYPES["nodes"]
 
 
-# This podgroup's own events, and every change of the tree or a configuration.
 def podgroup_story(units: Units, uid: str) -> Story:
     """The story of podgroup ``uid``; UnknownPodGroupError when the log never mentions it."""
     with units.read() as live:
@@ -83,6 +82,7 @@ def podgroup_story(units: Units, uid: str) -> Story:
 def _read_entries(
     conn: Connection, uid: str
 ) -> tuple[list[LogEntry], dict[int, tuple[datetime, datetime]]]:
+    # This podgroup's own events, and every change of the tree or a configuration.
     about = About(
         uid, other=tuple(sorted(TREE_TYPES | _NODE_TYPES)), shared=tuple(sorted(TREE_TYPES))
     )

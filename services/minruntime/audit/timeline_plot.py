@@ -206,7 +206,6 @@ class _Labels:
         self.taken: dict[float, list[list[tuple[float, float]]]] = {}
 
     def mark(self, at: datetime, lane: float, marker: str, color: str, label: str) -> None:
-        """A marker on the lane with its label."""
         self.axes.plot([_x(at)], [lane], marker=marker, color=color, markersize=9, ls="none")
         self.place(at, lane, label, color)
 

@@ -33,8 +33,6 @@ class RowDifference:
 
 @dataclass(frozen=True)
 class TableCheck:
-    """One projection table compared."""
-
     table: str
     live_rows: int
     replay_rows: int

@@ -100,7 +100,6 @@ class Violation(NamedTuple):
 
     @property
     def ran(self) -> timedelta:
-        """How long it ran."""
         return max(self.run_end - self.run_start, timedelta(0))
 
     @property
@@ -305,7 +304,6 @@ class ViolationJson:
         self._windows: dict[int, dict[str, Any]] = {}
 
     def of(self, violation: Violation) -> dict[str, Any]:
-        """One violation."""
         return {
             "uid": violation.uid,
             "queue": violation.queue,
