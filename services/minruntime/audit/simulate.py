@@ -321,15 +321,15 @@ def _apply_shared(worlds: Worlds, what: Shared) -> None:
         worlds.config_updated(pool, config)
 
 
-def _known(worlds: Worlds, queue: str) -> bool:
-    return queue in worlds.recorded.tree or queue in worlds.changed.tree
-
-
 def _check_window(span: LogSpan, since: datetime, until: datetime) -> None:
     if span.entries == 0 or span.first is None or span.last is None:
         raise SimulationError("the event log is empty: there is nothing to simulate")
     if until < span.first or since > span.last:
         raise _no_event(span, since, until)
+
+
+def _known(worlds: Worlds, queue: str) -> bool:
+    return queue in worlds.recorded.tree or queue in worlds.changed.tree
 
 
 def _no_event(span: LogSpan, since: datetime, until: datetime) -> SimulationError:
@@ -431,14 +431,12 @@ class _Folder:
             elif isinstance(data, _FOLDED):
                 self._podgroup(data, at)
             elif (shared := _SHARED.get(type(data))) is not None:
-                self._shared_entry(entry, shared(data))
+                what = shared(data)
+                _apply_shared(self._worlds, what)
+                if self._shared and not entry.borrowed:
+                    part.shared.append((entry.seq, what))
         except MinRuntimeError as error:
             self._skip(entry, f"not applied: {error.kind}: {error}")
-
-    def _shared_entry(self, entry: LogEntry, what: Shared) -> None:
-        _apply_shared(self._worlds, what)
-        if self._shared and not entry.borrowed:
-            self.part.shared.append((entry.seq, what))
 
     def _skip(self, entry: LogEntry, why: str) -> None:
         if entry.borrowed:

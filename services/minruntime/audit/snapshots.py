@@ -224,7 +224,7 @@ class SnapshotChecker:
         self._part = part
         self._pending = {snapshot.log_seq: snapshot for snapshot in snapshots}
         self._previous: Snapshot | None = None
-        self._scratch: ExitStack | None = None
+        self._scratch = ExitStack()
         self._tables: StateTables | None = None
         self.results: list[SnapshotCheck] = []
 
@@ -234,7 +234,6 @@ class SnapshotChecker:
     def after(self, entry: LogEntry) -> None:
         snapshot = self._pending.pop(entry.seq)
         if self._tables is None:
-            self._scratch = ExitStack()
             self._tables = self._scratch.enter_context(scratch_state(self._conn, SNAPSHOTTED))
         else:
             empty(self._conn, self._tables, SNAPSHOTTED)
@@ -244,9 +243,8 @@ class SnapshotChecker:
 
     def finish(self) -> list[SnapshotCheck]:
         """Every snapshot's check, oldest first; one the replay never reached is a problem."""
-        if self._scratch is not None:
-            self._scratch.close()
-            self._scratch = self._tables = None
+        self._scratch.close()
+        self._tables = None
         for snapshot in self._pending.values():
             problem = f"no event-log entry has its position (seq {snapshot.log_seq})"
             self.results.append(SnapshotCheck(snapshot, problem=problem))

@@ -149,15 +149,13 @@ class WhatIfReport:
     @cached_property
     def changes(self) -> list[ProtectionChange]:
         """The running podgroups whose minimum runtime or its source would change, by uid."""
-        changed = []
-        for uid in sorted(self.before):
-            before, after = self.before[uid], self.after[uid]
-            if (before.min_runtime, before.resolved_from) != (
-                after.min_runtime,
-                after.resolved_from,
-            ):
-                changed.append(ProtectionChange(before, after))
-        return changed
+        rows = ((self.before[uid], self.after[uid]) for uid in sorted(self.before))
+        return [
+            ProtectionChange(before, after)
+            for before, after in rows
+            if (before.min_runtime, before.resolved_from)
+            != (after.min_runtime, after.resolved_from)
+        ]
 
     def count(self, effect: Effect) -> int:
         """How many podgroups the change affects in this way."""
