@@ -26,12 +26,12 @@ from minruntime.audit.explain_model import (
     allowance,
     delay_facts,
     disagreements_of,
+    handshake_facts,
     not_running_note,
     notes_for,
     rule_path,
     trace_for,
 )
-from minruntime.audit.handshake import handshake_facts
 from minruntime.audit.protection import ProtectionRow, instant
 from minruntime.audit.requeue_cap import RequeueCapFacts, requeue_cap_facts
 from minruntime.core import (

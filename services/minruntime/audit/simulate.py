@@ -333,14 +333,13 @@ def _known(worlds: Worlds, queue: str) -> bool:
 
 
 def _no_event(span: LogSpan, since: datetime, until: datetime) -> SimulationError:
-    held = "the event log is empty"
-    if span.first is not None and span.last is not None:
-        held = (
-            f"the log holds {span.entries} entries from {format_rfc3339(span.first)} "
-            f"to {format_rfc3339(span.last)}"
-        )
+    # _check_window let only a log with a first and a last entry through.
+    assert span.first is not None
+    assert span.last is not None
     return SimulationError(
-        f"no event in the window {format_rfc3339(since)} .. {format_rfc3339(until)}: {held}"
+        f"no event in the window {format_rfc3339(since)} .. {format_rfc3339(until)}: "
+        f"the log holds {span.entries} entries from {format_rfc3339(span.first)} "
+        f"to {format_rfc3339(span.last)}"
     )
 
 
