@@ -50,7 +50,7 @@ from minruntime.errors import UserError
 from minruntime.ingest import outcome_of
 from minruntime.ingest.decisions import decision_data
 from minruntime.ingest.memory import collected_rarely
-from minruntime.ingest.podgroups import podgroup_change
+from minruntime.ingest.podgroups import PodGroupData, podgroup_change
 from minruntime.store.log_span import (
     LogSpan,
     committed_beneficiaries,
@@ -445,15 +445,7 @@ class _Folder:
         if len(part.skipped_lines) < SHOWN_SKIPPED:
             part.skipped_lines.append(f"seq {entry.seq} ({entry.type}): {why}")
 
-    def _podgroup(
-        self,
-        data: ev.PodGroupSubmittedData
-        | ev.PodGroupAllocatedData
-        | ev.PodGroupReleasedData
-        | ev.PodGroupAnnotatedData
-        | ev.PodGroupDeletedData,
-        at: datetime,
-    ) -> None:
+    def _podgroup(self, data: PodGroupData, at: datetime) -> None:
         uid = data.uid
         before = self._states.get(uid) or PodGroupState(uid)
         change = podgroup_change(data, at)

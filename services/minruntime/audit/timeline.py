@@ -229,7 +229,7 @@ class _Teller:
             entry,
             time,
             applied_at,
-            "other" if event is None else _KINDS.get(event.type, "other"),
+            _kind(event),
             describe_event(event, entry.type),
             before,
             run=run,
@@ -335,6 +335,10 @@ def _decode(entry: LogEntry) -> Event | None:
     except EventRejected:
         # Logged events were valid when applied; a newer schema may refuse an old one.
         return None
+
+
+def _kind(event: Event | None) -> str:
+    return "other" if event is None else _KINDS.get(event.type, "other")
 
 
 def _nomination(event: Event | None) -> Nomination | None:

@@ -307,16 +307,14 @@ def _moments(story: Story) -> Iterable[datetime]:
 
 
 def _title(story: Story) -> str:
-    parts = [f"podgroup {story.uid}"]
-    if story.name:
-        parts.append(f"{story.namespace}/{story.name}")
-    if story.queue:
-        parts.append(f"queue {story.queue}")
-    if story.node_pool:
-        parts.append(f"pool {story.node_pool}")
-    if story.status:
-        parts.append(story.status)
-    return " | ".join(parts)
+    parts = (
+        f"podgroup {story.uid}",
+        story.name and f"{story.namespace}/{story.name}",
+        story.queue and f"queue {story.queue}",
+        story.node_pool and f"pool {story.node_pool}",
+        story.status,
+    )
+    return " | ".join(part for part in parts if part)
 
 
 def _x(moment: datetime) -> float:

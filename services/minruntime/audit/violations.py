@@ -190,20 +190,8 @@ def find_violations(
         start, end = row[_START], row[_END]
         rules = judge(start, end, windows).rules
         attribution, exact = _attributed(start, end, row[_CORE:_CHECKPOINT])
-        violations.append(
-            Violation._make(
-                (
-                    *row[:_PROTECTION],
-                    Verdict(protection),
-                    cut_short,
-                    rules,
-                    seq,
-                    attribution,
-                    exact,
-                    *row[_CHECKPOINT:],
-                )
-            )
-        )
+        judged = (Verdict(protection), cut_short, rules, seq, attribution, exact)
+        violations.append(Violation._make((*row[:_PROTECTION], *judged, *row[_CHECKPOINT:])))
     abandoned = tuple(
         AbandonedRequeue(row[0], row[1], row[2], str(row[3]))
         for row in unit.abandoned_requeues(since, queue)
