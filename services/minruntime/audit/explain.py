@@ -119,14 +119,10 @@ class Explainer:
         protected = self._sql_is_protected(facts, reclaimer, row)
         elastic = self._elasticity(uid, protected)
         rule = rule_path(trace, row, config, config_pool, facts, reclaimer, tree)
-        verdict = Verdict(
-            protected=protected,
-            start_time=row.start_time,
-            protected_until=row.protected_until,
-            remaining=remaining_protection(row.start_time, row.min_runtime, self.at)
-            if protected
-            else timedelta(0),
-        )
+        left = timedelta(0)
+        if protected:
+            left = remaining_protection(row.start_time, row.min_runtime, self.at)
+        verdict = Verdict(protected, row.start_time, row.protected_until, left)
         disagreements = disagreements_of(
             trace=trace,
             row=row,

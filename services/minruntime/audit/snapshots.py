@@ -18,7 +18,6 @@ a replay in parts): the replay with its snapshot checks, then the comparison wit
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from minruntime.audit.verify import (
     TableCheck,
     compare,
     compare_schemas,
+    md5_of,
 )
 from minruntime.audit.verify import merge_parts as merge_checks
 from minruntime.store import parts
@@ -173,20 +173,18 @@ def _active_list(
     listed, active = stored.active_list(conn, snapshot), stored.active_uids(conn, replay)
     if part is not None:
         listed, active = parts.only(conn, part, listed), parts.only(conn, part, active)
-    digest = [hashlib.md5("\n".join(uids).encode()).hexdigest() for uids in (listed, active)]
     only = sorted(set(listed) ^ set(active))
+    differences = [
+        RowDifference(uid, "listed", None) if uid in listed else RowDifference(uid, None, "listed")
+        for uid in only[:SHOWN_ROWS]
+    ]
     return TableCheck(
         ACTIVE_LIST,
         len(listed),
         len(active),
-        digest[0],
-        digest[1],
-        [
-            RowDifference(
-                uid, "listed" if uid in listed else None, None if uid in listed else "listed"
-            )
-            for uid in only[:SHOWN_ROWS]
-        ],
+        md5_of(listed),
+        md5_of(active),
+        differences,
         len(only),
     )
 

@@ -225,16 +225,8 @@ class _Teller:
             return
         event = _decode(entry)
         run = self._follow_run(time, before, after, event)
-        self._add_row(
-            entry,
-            time,
-            applied_at,
-            _kind(event),
-            describe_event(event, entry.type),
-            before,
-            run=run,
-            event=event,
-        )
+        summary = describe_event(event, entry.type)
+        self._add_row(entry, time, applied_at, _kind(event), summary, before, run=run, event=event)
 
     # -- building -----------------------------------------------------------------------------
     def story(self, replayed: int) -> Story:
