@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from minruntime.audit.disruption import DisruptionFacts, disruption_facts
 from minruntime.audit.explain_model import (
     AbandonedRequeue,
-    CheckpointHandshake,
     Elasticity,
     Explanation,
     LastEviction,
@@ -81,20 +80,16 @@ class Explainer:
         explanation = self._protection(uid, preemptor_queue)
         shares = self._unit.newest_quota_shares(uid, self.at)
         abandoned = self._unit.newest_abandoned(uid, self.at)
+        handshake = self._unit.newest_handshake(uid, self.at)
         return replace(
             explanation,
-            checkpoint=self._checkpoint(uid),
+            checkpoint=handshake_facts(self._annotations(uid), handshake, self.at),
             requeue_abandoned=None if abandoned is None else AbandonedRequeue(*abandoned),
             requeue_cap=self._requeue_cap(explanation.podgroup),
             disruption=self._disruption(explanation.podgroup),
             requeue_shares=shares,
             last_eviction=self._last_eviction(uid),
         )
-
-    def _checkpoint(self, uid: str) -> CheckpointHandshake | None:
-        """Its newest checkpoint handshake, waiting or ended (None: never asked)."""
-        ended = self._unit.newest_handshake(uid, self.at)
-        return handshake_facts(self._annotations(uid), ended, self.at)
 
     def _last_eviction(self, uid: str) -> LastEviction | None:
         """Who evicted its last evicted run, when the scheduler said so (None otherwise)."""
