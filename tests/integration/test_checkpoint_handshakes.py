@@ -14,8 +14,7 @@ import sqlalchemy as sa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from minruntime.audit.explain import explain
-from minruntime.audit.explain_model import CheckpointHandshake
-from minruntime.audit.handshake import handshake_text
+from minruntime.audit.explain_model import CheckpointHandshake, handshake_text
 from minruntime.audit.timeline import podgroup_story
 from minruntime.core.checkpoint import (
     CHECKPOINT_GRACE_ANNOTATION,

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from minruntime.audit.forecast import describe, forecast, lines
+from minruntime.audit.forecast import describe, forecast
+from minruntime.commands.forecast import forecast_lines
 from minruntime.errors import UserError
 from minruntime.store.unit import Units
 from tests.cloudevents import allocated, config, queue, submitted
@@ -56,7 +57,7 @@ def test_one_queue_and_bad_options(engine: sa.Engine, feed: Feed) -> None:
     only = forecast(Units(engine), hours=1, queue="infer")
 
     assert {e.uid for e in only.expiries} == {"i"}
-    assert lines(only)[0].startswith(
+    assert forecast_lines(only)[0].startswith(
         "1 protection window(s) of 1 running podgroup(s) in queue infer"
     )
     with pytest.raises(UserError, match="--queue 'nope'"):

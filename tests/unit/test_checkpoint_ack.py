@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minruntime.audit.explain_model import CheckpointHandshake
-from minruntime.audit.handshake import handshake_facts, handshake_text
+from minruntime.audit.explain_model import CheckpointHandshake, handshake_facts, handshake_text
 from minruntime.cluster.checkpoint_ack import (
     CheckpointAckError,
     checkpoint_time,

@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from minruntime.audit.disruption import DisruptionFacts, disruption_facts
 from minruntime.audit.explain_model import (
     AbandonedRequeue,
-    CheckpointHandshake,
     Elasticity,
     Explanation,
     LastEviction,
@@ -26,12 +25,12 @@ from minruntime.audit.explain_model import (
     allowance,
     delay_facts,
     disagreements_of,
+    handshake_facts,
     not_running_note,
     notes_for,
     rule_path,
     trace_for,
 )
-from minruntime.audit.handshake import handshake_facts
 from minruntime.audit.protection import ProtectionRow, instant
 from minruntime.audit.requeue_cap import RequeueCapFacts, requeue_cap_facts
 from minruntime.core import (
@@ -81,9 +80,10 @@ class Explainer:
         explanation = self._protection(uid, preemptor_queue)
         shares = self._unit.newest_quota_shares(uid, self.at)
         abandoned = self._unit.newest_abandoned(uid, self.at)
+        handshake = self._unit.newest_handshake(uid, self.at)
         return replace(
             explanation,
-            checkpoint=self._checkpoint(uid),
+            checkpoint=handshake_facts(self._annotations(uid), handshake, self.at),
             requeue_abandoned=None if abandoned is None else AbandonedRequeue(*abandoned),
             requeue_cap=self._requeue_cap(explanation.podgroup),
             disruption=self._disruption(explanation.podgroup),
@@ -91,36 +91,14 @@ class Explainer:
             last_eviction=self._last_eviction(uid),
         )
 
-    def _checkpoint(self, uid: str) -> CheckpointHandshake | None:
-        """Its newest checkpoint handshake, waiting or ended (None: never asked)."""
-        annotations = self._unit.podgroup_annotations(uid)
-        strings = (
-            {str(k): str(v) for k, v in annotations.items()}
-            if isinstance(annotations, dict)
-            else {}
-        )
-        ended = self._unit.newest_handshake(uid, self.at)
-        return handshake_facts(strings, ended, self.at)
-
     def _last_eviction(self, uid: str) -> LastEviction | None:
         """Who evicted its last evicted run, when the scheduler said so (None otherwise)."""
         row = self._unit.last_eviction(uid, self.at)
         if row is None or row.eviction_source is None:
             return None
-        return LastEviction(
-            run_start=row.run_start,
-            run_end=row.run_end,
-            ended_by=row.ended_by,
-            source=row.eviction_source,
-            action=row.eviction_action,
-            evictor=row.evictor,
-            evictor_queue=row.evictor_queue,
-            evicted_at=row.evicted_at,
-            exact_verdict=row.exact_verdict,
-            protection=row.protection,
-            applied_min_runtime=row.applied_min_runtime,
-            applied_cut_short=row.applied_cut_short,
-        )
+        fields = row._asdict()
+        source, action = fields.pop("eviction_source"), fields.pop("eviction_action")
+        return LastEviction(source=source, action=action, **fields)
 
     def _protection(self, uid: str, preemptor_queue: str | None) -> Explanation:
         facts, stored_elastic = self._podgroup(uid)
@@ -136,14 +114,10 @@ class Explainer:
         protected = self._sql_is_protected(facts, reclaimer, row)
         elastic = self._elasticity(uid, protected)
         rule = rule_path(trace, row, config, config_pool, facts, reclaimer, tree)
-        verdict = Verdict(
-            protected=protected,
-            start_time=row.start_time,
-            protected_until=row.protected_until,
-            remaining=remaining_protection(row.start_time, row.min_runtime, self.at)
-            if protected
-            else timedelta(0),
-        )
+        left = timedelta(0)
+        if protected:
+            left = remaining_protection(row.start_time, row.min_runtime, self.at)
+        verdict = Verdict(protected, row.start_time, row.protected_until, left)
         disagreements = disagreements_of(
             trace=trace,
             row=row,
@@ -168,16 +142,11 @@ class Explainer:
         """The cap in force and the committed requeues it counts (None: never submitted)."""
         if facts.queue is None:
             return None
-        annotations = self._unit.podgroup_annotations(facts.uid)
         # The newest MAX_REQUEUES are enough: no cap counts more.
         committed = self._unit.committed_requeues(facts.uid, self.at, MAX_REQUEUES)
         config, config_pool = self._config_for(facts.node_pool)
-        strings = (
-            {str(k): str(v) for k, v in annotations.items()}
-            if isinstance(annotations, dict)
-            else {}
-        )
-        return requeue_cap_facts(config, config_pool, strings, committed, self.at)
+        annotations = self._annotations(facts.uid)
+        return requeue_cap_facts(config, config_pool, annotations, committed, self.at)
 
     def _disruption(self, facts: PodGroupFacts) -> DisruptionFacts | None:
         """The disruption budget and gap in force for its queue, and whether one more
@@ -191,7 +160,7 @@ class Explainer:
         spans = [s for s in (policy.eviction_window, policy.min_eviction_gap) if s is not None]
         if not spans and not annotations:
             return None
-        found = self._unit.podgroup_states([facts.uid]).get(facts.uid)
+        found = self._stored_state(facts.uid)
         owner = None if found is None else owner_of(found)
         evictions = []
         if spans:
@@ -216,6 +185,13 @@ class Explainer:
         fields = dict(found)
         stored_elastic = bool(fields.pop("is_elastic"))
         return PodGroupFacts(**fields), stored_elastic
+
+    def _annotations(self, uid: str) -> dict[str, str]:
+        """The podgroup's stored annotations, as strings (none: not stored)."""
+        annotations = self._unit.podgroup_annotations(uid)
+        if not isinstance(annotations, dict):
+            return {}
+        return {str(k): str(v) for k, v in annotations.items()}
 
     def _config_for(self, node_pool: str) -> tuple[MinRuntimeConfig, str | None]:
         """The configuration in force for the pool, and whose it is (None: the built-ins)."""

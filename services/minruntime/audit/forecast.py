@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from minruntime.audit.violations import whose
-from minruntime.core import RunRules, format_duration, format_rfc3339
+from minruntime.core import RunRules, format_rfc3339
 from minruntime.core.forecast import Expiry, RunningRun, expiring
 from minruntime.errors import UserError
 from minruntime.store.unit import Units
@@ -78,36 +78,3 @@ def describe(forecast: Forecast) -> dict[str, Any]:
             for expiry in forecast.expiries
         ],
     }
-
-
-def lines(forecast: Forecast) -> list[str]:
-    """The forecast for people: a summary line, then one line per window, soonest first."""
-    scope = f" in queue {forecast.queue}" if forecast.queue else ""
-    head = (
-        f"{len(forecast.expiries)} protection window(s) of {forecast.running} running "
-        f"podgroup(s){scope} end in the next {forecast.hours:g}h "
-        f"(from {format_rfc3339(forecast.at)})"
-    )
-    rows = [["ENDS AT", "IN", "UID", "QUEUE", "RULE", "WINDOW", "FROM"]]
-    for expiry in forecast.expiries:
-        window = expiry.window
-        rows.append(
-            [
-                format_rfc3339(expiry.ends_at),
-                format_duration(
-                    timedelta(seconds=round((expiry.ends_at - forecast.at).total_seconds()))
-                ),
-                expiry.uid,
-                expiry.queue or "-",
-                whose(window),
-                format_duration(window.min_runtime),
-                f"queue {window.resolved_from}" if window.resolved_from else "pool default",
-            ]
-        )
-    if len(rows) == 1:
-        return [head]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [head] + [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]

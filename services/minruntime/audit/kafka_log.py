@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from contextlib import suppress
 from datetime import datetime
 from typing import Any, Final
 
@@ -144,14 +145,10 @@ def _peek(value: bytes) -> tuple[str | None, str | None, float | None]:
         return None, None, None
     if not isinstance(document, dict):
         return None, None, None
-    event_type = document.get("type")
-    subject = document.get("subject")
-    moment = None
+    event_type, subject, moment = document.get("type"), document.get("subject"), None
     if isinstance(document.get("time"), str):
-        try:
+        with suppress(InvalidTimestampError):
             moment = parse_rfc3339(document["time"]).timestamp()
-        except InvalidTimestampError:
-            moment = None
     return (
         event_type if isinstance(event_type, str) else None,
         subject if isinstance(subject, str) else None,

@@ -27,8 +27,9 @@ import queue
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from multiprocessing.connection import Connection as Pipe
-from typing import Any, Final
+from typing import Any, Final, Self, TypeAlias
 
 from sqlalchemy import Connection
 
@@ -61,31 +62,34 @@ def default_parts(entries: int) -> int:
     return min(MOST_PARTS, len(os.sched_getaffinity(0)))
 
 
-class ReplayInParts:
-    """A replay of the live log in ``parts`` processes (``with``: stopped at the end).
+# What the parts send back: (kind, part index, payload).
+Outbox: TypeAlias = "multiprocessing.Queue[tuple[str, int, Any]]"
+# A part's work in its process: (connection in the imported snapshot, the part, progress=).
+Work = Callable[..., Any]
 
-    Made before this process starts a thread (a progress bar's): the parts are forked when
-    it is made, and a fork copies only the forking thread. ``run`` replays and, with
-    ``verify``, compares each part; ``url`` is the owner's database URL (each part connects
-    with it).
+
+class ForkedParts:
+    """``parts`` processes forked when it is made, part ``i`` calling
+    ``work(conn, Part(i, parts), progress=...)`` on its own connection to ``url`` in the
+    snapshot ``results`` exports (``with``: stopped at the end).
+
+    Made before this process opens the connection whose snapshot the parts import or starts a
+    thread (a progress bar's): a fork copies only the forking thread. ``what`` names the parts
+    in their errors (``replay part 2 of 4 failed: …``).
     """
 
-    def __init__(
-        self, url: str, parts: int, *, verify: bool, until: datetime | None = None
-    ) -> None:
-        if parts < 2:
-            raise ValueError("a replay in parts needs 2 parts or more")
-        self._url = url
+    def __init__(self, what: str, url: str, parts: int, work: Work) -> None:
+        self._what = what
         context = multiprocessing.get_context("fork")
-        self._outbox: multiprocessing.Queue[tuple[str, int, Any]] = context.Queue()
+        self._outbox: Outbox = context.Queue()
         self._inboxes: list[Pipe] = []
         self._workers: list[multiprocessing.process.BaseProcess] = []
         for index in range(parts):
             receive, send = context.Pipe(duplex=False)
             worker = context.Process(
-                target=_replay_part,
-                args=(url, Part(index, parts), verify, until, receive, self._outbox),
-                name=f"minruntime-replay-part-{index}",
+                target=_run_part,
+                args=(url, Part(index, parts), work, receive, self._outbox),
+                name=f"minruntime-{what}-part-{index}",
                 daemon=True,
             )
             worker.start()
@@ -93,33 +97,20 @@ class ReplayInParts:
             self._inboxes.append(send)
             self._workers.append(worker)
 
-    def __enter__(self) -> ReplayInParts:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def run(self, progress: Progress | None = None) -> CheckedReplay:
-        """Export this process's database snapshot to the parts, wait for them, merge."""
-        started = time.perf_counter()
-        engine = engine_from(self._url, pool_pre_ping=False)
-        try:
-            with repeatable_read(engine) as conn:
-                exported = export_snapshot(conn)
-                for inbox in self._inboxes:
-                    inbox.send(exported)
-                # The exporting transaction stays open until every part is done with it.
-                found = _collect(self._workers, self._outbox, progress)
-        finally:
-            engine.dispose()
-        ordered = [found[index] for index in range(len(self._workers))]
-        report = _merged_report([result.report for result in ordered])
-        report.seconds = time.perf_counter() - started
-        return CheckedReplay(
-            report,
-            merge_checks(result.checks for result in ordered),
-            merge_snapshot_checks(result.snapshots for result in ordered),
-        )
+    def results(self, conn: Connection, progress: Progress | None = None) -> list[Any]:
+        """Export ``conn``'s database snapshot to the parts and wait for them (the exporting
+        transaction stays open until every part is done with it); their results in order."""
+        exported = export_snapshot(conn)
+        for inbox in self._inboxes:
+            inbox.send(exported)
+        found = self._collect(progress)
+        return [found[index] for index in range(len(self._workers))]
 
     def close(self) -> None:
         """Stop the parts still running (after a failure or an interrupt) and reap them."""
@@ -130,101 +121,99 @@ class ReplayInParts:
         for inbox in self._inboxes:
             inbox.close()
 
+    def _collect(self, progress: Progress | None) -> dict[int, Any]:
+        """Every part's result; PartFailedError as soon as one fails or dies.
 
-def _collect(
-    workers: Sequence[multiprocessing.process.BaseProcess],
-    outbox: multiprocessing.Queue[tuple[str, int, Any]],
-    progress: Progress | None,
-) -> dict[int, CheckedReplay]:
-    """Every part's result; PartFailedError as soon as one fails or dies.
+        A part that was killed (a non-zero exit code) is noticed at the next message or poll;
+        one that exited without a word only when the queue is empty (a part that is done exits
+        right after its result is in the queue, possibly before this process has read it).
+        """
+        found: dict[int, Any] = {}
+        seen = [0] * len(self._workers)
+        while len(found) < len(self._workers):
+            try:
+                kind, index, payload = self._outbox.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                self._check_alive(found, clean_exit_too=True)
+                continue
+            if kind == "progress":
+                seen[index] = payload
+                if progress is not None:
+                    progress(sum(seen))
+            elif kind == "done":
+                found[index] = payload
+            else:
+                raise PartFailedError(f"{self._part(index)} failed: {payload}")
+            self._check_alive(found, clean_exit_too=False)
+        return found
 
-    A part that was killed (a non-zero exit code) is noticed at the next message or poll; one
-    that exited without a word only when the queue is empty (a part that is done exits right
-    after its result is in the queue, possibly before this process has read it).
+    def _check_alive(self, found: dict[int, Any], *, clean_exit_too: bool) -> None:
+        for index, worker in enumerate(self._workers):
+            code = worker.exitcode
+            if index in found or code is None or (code == 0 and not clean_exit_too):
+                continue
+            raise PartFailedError(
+                f"{self._part(index)} stopped (exit code {code}) before it finished"
+            )
+
+    def _part(self, index: int) -> str:
+        return f"{self._what} part {index + 1} of {len(self._workers)}"
+
+
+class ReplayInParts(ForkedParts):
+    """A replay of the live log in ``parts`` processes (``with``: stopped at the end).
+
+    Made before this process starts a thread (``ForkedParts``). ``run`` replays and, with
+    ``verify``, compares each part; ``url`` is the owner's database URL (each part connects
+    with it).
     """
-    found: dict[int, CheckedReplay] = {}
-    seen = [0] * len(workers)
-    while len(found) < len(workers):
+
+    def __init__(
+        self, url: str, parts: int, *, verify: bool, until: datetime | None = None
+    ) -> None:
+        if parts < 2:
+            raise ValueError("a replay in parts needs 2 parts or more")
+        self._url = url
+        super().__init__("replay", url, parts, partial(replay_part, verify=verify, until=until))
+
+    def run(self, progress: Progress | None = None) -> CheckedReplay:
+        """Export this process's database snapshot to the parts, wait for them, merge."""
+        started = time.perf_counter()
+        engine = engine_from(self._url, pool_pre_ping=False)
         try:
-            kind, index, payload = outbox.get(timeout=_POLL_SECONDS)
-        except queue.Empty:
-            _check_alive(workers, found, clean_exit_too=True)
-            continue
-        if kind == "progress":
-            seen[index] = payload
-            if progress is not None:
-                progress(sum(seen))
-        elif kind == "done":
-            found[index] = payload
-        else:
-            raise PartFailedError(f"replay part {index + 1} of {len(workers)} failed: {payload}")
-        _check_alive(workers, found, clean_exit_too=False)
-    return found
-
-
-def _check_alive(
-    workers: Sequence[multiprocessing.process.BaseProcess],
-    found: dict[int, CheckedReplay],
-    *,
-    clean_exit_too: bool,
-) -> None:
-    for index, worker in enumerate(workers):
-        code = worker.exitcode
-        if index in found or code is None or (code == 0 and not clean_exit_too):
-            continue
-        raise PartFailedError(
-            f"replay part {index + 1} of {len(workers)} stopped (exit code {code}) "
-            "before it finished"
+            with repeatable_read(engine) as conn:
+                ordered: list[CheckedReplay] = self.results(conn, progress)
+        finally:
+            engine.dispose()
+        report = _merged_report([result.report for result in ordered])
+        report.seconds = time.perf_counter() - started
+        return CheckedReplay(
+            report,
+            merge_checks(result.checks for result in ordered),
+            merge_snapshot_checks(result.snapshots for result in ordered),
         )
 
 
-def run_part(
-    url: str,
-    index: int,
-    inbox: Pipe,
-    outbox: multiprocessing.Queue[tuple[str, int, Any]],
-    work: Callable[[Connection], Any],
-) -> None:
+def _run_part(url: str, part: Part, work: Work, inbox: Pipe, outbox: Outbox) -> None:
     """One part's body in its forked process: import the exported snapshot into a repeatable
-    read, ``work`` on it, send ("done", index, result), or ("failed", index, one line)."""
+    read, ``work`` on it (its progress sent as ("progress", index, done)), send ("done", index,
+    result), or ("failed", index, one line)."""
     try:
         exported = inbox.recv()
         engine = engine_from(url, pool_pre_ping=False)
         with repeatable_read(engine) as conn:
             import_snapshot(conn, exported)
-            result = work(conn)
+            result = work(
+                conn, part, progress=lambda done: outbox.put(("progress", part.index, done))
+            )
         engine.dispose()
-        outbox.put(("done", index, result))
+        outbox.put(("done", part.index, result))
     except BaseException as error:
         reason = needs_the_primary(error) or f"{type(error).__name__}: {error}".splitlines()[0]
-        outbox.put(("failed", index, reason))
+        outbox.put(("failed", part.index, reason))
     finally:
         outbox.close()
         outbox.join_thread()
-
-
-def _replay_part(
-    url: str,
-    part: Part,
-    verify: bool,
-    until: datetime | None,
-    inbox: Pipe,
-    outbox: multiprocessing.Queue[tuple[str, int, Any]],
-) -> None:
-    """One part, in its forked process: import the snapshot, replay, compare, report."""
-    run_part(
-        url,
-        part.index,
-        inbox,
-        outbox,
-        lambda conn: replay_part(
-            conn,
-            part,
-            verify=verify,
-            until=until,
-            progress=lambda done: outbox.put(("progress", part.index, done)),
-        ),
-    )
 
 
 def replay_part(

@@ -12,19 +12,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from minruntime.core import format_duration, format_rfc3339
-from minruntime.store.unit import ProtectionRow, ReadUnit, StateReader
-
-__all__ = [
-    "PREEMPT",
-    "RECLAIM",
-    "ProtectionRow",
-    "ProtectionTable",
-    "describe_row",
-    "instant",
-    "moment_text",
-    "protection_table",
-    "resolved_from_label",
-]
+from minruntime.store.unit import ProtectionRow as ProtectionRow  # for the commands
+from minruntime.store.unit import ReadUnit, StateReader
 
 PREEMPT: Final = "preempt"
 RECLAIM: Final = "reclaim"

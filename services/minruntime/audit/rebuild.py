@@ -19,12 +19,14 @@ from sqlalchemy import Engine
 
 from minruntime.audit.kafka_log import read_kafka
 from minruntime.audit.parallel import PartFailedError, ReplayInParts, default_parts
-from minruntime.audit.replay import LogEntry, Progress, count_log, read_log
+from minruntime.audit.replay import LogEntry, Progress, read_log
 from minruntime.audit.snapshots import CheckedReplay, replay_checked, snapshots_in
 from minruntime.errors import UserError
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
+from minruntime.store import event_log
 from minruntime.store.read_transactions import repeatable_read
+from minruntime.store.schema import LIVE
 from minruntime.store.shadows import create_shadow, drop_shadow, temporary_name
 
 # A progress display for a replay of ``total`` entries: a context that yields the callback.
@@ -79,7 +81,7 @@ def rebuild(
     total = 0
     if not request.from_kafka:
         with engine.connect() as conn:
-            total = count_log(conn, request.until)
+            total = event_log.count(conn, LIVE, after=0, until=request.until)
     kept_or_kafka = request.into is not None or request.from_kafka
     parts = 1 if kept_or_kafka else request.jobs or default_parts(total)
     if parts > 1:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Connection
 
@@ -126,8 +126,6 @@ class LogEntry(NamedTuple):
 
 @dataclass
 class ReplayReport:
-    """What a replay did."""
-
     events: int = 0
     decisions: int = 0
     # Logged events of other types (nothing to project) and inputs the replay had to reject.
@@ -155,11 +153,6 @@ class ReplayReport:
 
 Progress = Callable[[int], None]
 """Called after each applied batch with the number of log entries done so far."""
-
-
-def count_log(conn: Connection, until: datetime | None = None, after: int = 0) -> int:
-    """How many live event-log entries a replay up to ``until`` (from ``after``) reads."""
-    return event_log.count(conn, LIVE, after=after, until=until)
 
 
 def read_log(
@@ -256,7 +249,7 @@ def replay(
         raise RuntimeError("replay writes a shadow schema, never the live state")
     report = ReplayReport()
     started = time.perf_counter()
-    inputs: _Inputs = (
+    inputs: _LoggedEvents | _KafkaRecords = (
         _KafkaRecords(conn, into, report, roles) if roles else _LoggedEvents(conn, into, report)
     )
     pending: list[LogEntry] = []
@@ -300,26 +293,10 @@ def replay(
     return report
 
 
-class _Inputs(Protocol):
-    """How a replay applies the input entries of the log (in pages of ``page`` entries)."""
-
-    @property
-    def page(self) -> int: ...
-
-    def add(self, entries: Sequence[LogEntry]) -> None:
-        """Apply ``entries`` (perhaps only in memory)."""
-
-    def write(self, *, keep: bool = False) -> None:
-        """Write everything applied so far to the shadow (``keep``: and go on from it, the
-        shadow's rows written by nothing else meanwhile)."""
-
-
 class _LoggedEvents:
     """Input events of the event log, applied in long runs of in-memory projections."""
 
-    @property
-    def page(self) -> int:
-        return PAGE_SIZE
+    page = PAGE_SIZE
 
     def __init__(self, conn: Connection, tables: StateTables, report: ReplayReport) -> None:
         self._conn = conn
@@ -372,6 +349,8 @@ class _LoggedEvents:
             self.write()
 
     def write(self, *, keep: bool = False) -> None:
+        """Write the run to the shadow (``keep``: and go on from it, the shadow's rows written
+        by nothing else meanwhile)."""
         if self._run is not None:
             self._run.flush(keep=keep)
             if not keep:
@@ -386,10 +365,7 @@ class _KafkaRecords:
     tables: StateTables
     report: ReplayReport
     roles: Mapping[str, str]
-
-    @property
-    def page(self) -> int:
-        return BATCH_SIZE
+    page = BATCH_SIZE
 
     def add(self, entries: Sequence[LogEntry]) -> None:
         records = [

@@ -55,9 +55,7 @@ def requeue_cap_facts(
     if cap is None:
         return RequeueCapFacts(None, None, None, config_pool, problem, (), False, None, None)
     counted = cap.counted((moment for moment in committed if moment <= at), at)
-    oldest = None
-    if counted and cap.window is not None:
-        oldest = counted[0] + cap.window
+    oldest = counted[0] + cap.window if counted and cap.window is not None else None
     return RequeueCapFacts(
         limit=cap.limit,
         window=cap.window,

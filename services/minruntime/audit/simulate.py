@@ -23,11 +23,11 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from minruntime import events as ev
-from minruntime.audit.parallel import MOST_PARTS, default_parts
-from minruntime.audit.replay import LogEntry, read_log
+from minruntime.audit.parallel import MOST_PARTS, ForkedParts, default_parts
+from minruntime.audit.replay import LogEntry, Progress, read_log
 from minruntime.audit.whatif import ChangeEvent
 from minruntime.core import (
     MinRuntimeError,
@@ -50,13 +50,14 @@ from minruntime.errors import UserError
 from minruntime.ingest import outcome_of
 from minruntime.ingest.decisions import decision_data
 from minruntime.ingest.memory import collected_rarely
-from minruntime.ingest.podgroups import podgroup_change
+from minruntime.ingest.podgroups import PodGroupData, podgroup_change
 from minruntime.store.log_span import (
     LogSpan,
     committed_beneficiaries,
     dead_letters_between,
     log_span,
 )
+from minruntime.store.parts import Part
 from minruntime.store.read_transactions import read_only, repeatable_read
 from minruntime.store.schema import LIVE
 
@@ -123,8 +124,6 @@ def simulate(
 ) -> SimulationReport:
     """Judge the log's window ``[since, until]`` as recorded and under ``change``, in
     ``jobs`` processes (None: ``parallel.default_parts`` of the log's length)."""
-    from minruntime.audit.simulate_parts import fold_in_parts
-
     if not change:
         raise SimulationError("nothing to simulate: give -f FILE with a queue or config change")
     if until <= since:
@@ -153,7 +152,9 @@ def simulate(
         else:
             folded = fold_in_parts(engine, conn, parts, window, beneficiaries)
         dead_letters = dead_letters_between(conn, LIVE, since, until)
-    report = SimulationReport(_decided(folded, window), queue, change, span)
+    # The rules in force at the end of the log, once ``_decided`` has applied every entry.
+    worlds = Worlds(pinned)
+    report = SimulationReport(_decided(folded, window, worlds), queue, change, span)
     report.dead_letters = dead_letters
     for part in folded:
         report.entries += part.entries
@@ -162,20 +163,10 @@ def simulate(
         report.skipped_lines.extend(part.skipped_lines)
         report.result.absorb(part.result)
     del report.skipped_lines[SHOWN_SKIPPED:]
-    worlds = Worlds(pinned)
-    for part in folded:
-        for _, what in part.shared:
-            try:
-                _apply_shared(worlds, what)
-            except MinRuntimeError:
-                continue  # skipped and counted by the fold
     if queue is not None and queue not in report.result.queues and not _known(worlds, queue):
         raise SimulationError(f"--queue {queue!r}: no queue of that name in the log or the change")
     if report.in_window == 0:
-        raise SimulationError(
-            f"no event in the window {format_rfc3339(since)} .. {format_rfc3339(until)}: "
-            f"{_span_text(span)}"
-        )
+        raise _no_event(span, since, until)
     if span.first is not None and since < span.first:
         report.missing = (since, span.first)
     report.notes = _notes(report, sum(part.conflicts for part in folded))
@@ -249,9 +240,37 @@ def fold_part(
     return part
 
 
-def _decided(folded: Sequence[FoldedPart], window: Window) -> SimulationResult:
-    """Every decision judged in log order, with the rules in force at it and the facts the
-    parts found about its beneficiaries."""
+def fold_in_parts(
+    engine: Engine,
+    conn: Connection,
+    parts: int,
+    window: Window,
+    beneficiaries: frozenset[str],
+) -> list[FoldedPart]:
+    """Fold the log of ``conn``'s snapshot in ``parts`` forked processes; their results in order.
+
+    A podgroup's log entries depend on no other podgroup's (``store.parts``), so each part
+    reads the entries of one part of the podgroups (and the queue and configuration entries,
+    which every part applies) and folds them: their runs are judged there. The decisions and
+    the facts about the beneficiaries of committed requeues come back here, where ``_decided``
+    judges the decisions in log order. Every part imports ``conn``'s exported REPEATABLE READ
+    snapshot, READ ONLY: the parts read exactly one log, as one process would, and write
+    nothing. As in ``audit.parallel``, each part opens its own connection.
+    """
+    url = engine.url.render_as_string(hide_password=False)
+
+    def fold(part_conn: Connection, part: Part, progress: Progress) -> FoldedPart:
+        read_only(part_conn)
+        return fold_part(read_log(part_conn, part=part), window, beneficiaries, shared=part.first)
+
+    with ForkedParts("simulation", url, parts, fold) as split:
+        return split.results(conn)
+
+
+def _decided(folded: Sequence[FoldedPart], window: Window, worlds: Worlds) -> SimulationResult:
+    """Every decision judged in log order, with the rules in force at it (``worlds``, fresh,
+    follows the log's queue and configuration entries) and the facts the parts found about
+    its beneficiaries."""
     starts: dict[str, list[tuple[datetime, str | None]]] = {}
     queues: dict[str, str | None] = {}
     for part in folded:
@@ -262,7 +281,6 @@ def _decided(folded: Sequence[FoldedPart], window: Window) -> SimulationResult:
     ]
     merged += [(seq, 1, decision) for part in folded for seq, decision in part.decisions]
     merged.sort(key=lambda item: (item[0], item[1]))
-    worlds = Worlds(window.change)
     simulation = Simulation(worlds, window.since, window.until, queue=window.queue)
     for _, kind, what in merged:
         if kind == 0:
@@ -303,24 +321,23 @@ def _apply_shared(worlds: Worlds, what: Shared) -> None:
         worlds.config_updated(pool, config)
 
 
-def _known(worlds: Worlds, queue: str) -> bool:
-    return queue in worlds.recorded.tree or queue in worlds.changed.tree
-
-
 def _check_window(span: LogSpan, since: datetime, until: datetime) -> None:
     if span.entries == 0 or span.first is None or span.last is None:
         raise SimulationError("the event log is empty: there is nothing to simulate")
     if until < span.first or since > span.last:
-        raise SimulationError(
-            f"no event in the window {format_rfc3339(since)} .. {format_rfc3339(until)}: "
-            f"{_span_text(span)}"
-        )
+        raise _no_event(span, since, until)
 
 
-def _span_text(span: LogSpan) -> str:
-    if span.first is None or span.last is None:
-        return "the event log is empty"
-    return (
+def _known(worlds: Worlds, queue: str) -> bool:
+    return queue in worlds.recorded.tree or queue in worlds.changed.tree
+
+
+def _no_event(span: LogSpan, since: datetime, until: datetime) -> SimulationError:
+    # _check_window let only a log with a first and a last entry through.
+    assert span.first is not None
+    assert span.last is not None
+    return SimulationError(
+        f"no event in the window {format_rfc3339(since)} .. {format_rfc3339(until)}: "
         f"the log holds {span.entries} entries from {format_rfc3339(span.first)} "
         f"to {format_rfc3339(span.last)}"
     )
@@ -413,14 +430,12 @@ class _Folder:
             elif isinstance(data, _FOLDED):
                 self._podgroup(data, at)
             elif (shared := _SHARED.get(type(data))) is not None:
-                self._shared_entry(entry, shared(data))
+                what = shared(data)
+                _apply_shared(self._worlds, what)
+                if self._shared and not entry.borrowed:
+                    part.shared.append((entry.seq, what))
         except MinRuntimeError as error:
             self._skip(entry, f"not applied: {error.kind}: {error}")
-
-    def _shared_entry(self, entry: LogEntry, what: Shared) -> None:
-        _apply_shared(self._worlds, what)
-        if self._shared and not entry.borrowed:
-            self.part.shared.append((entry.seq, what))
 
     def _skip(self, entry: LogEntry, why: str) -> None:
         if entry.borrowed:
@@ -430,15 +445,7 @@ class _Folder:
         if len(part.skipped_lines) < SHOWN_SKIPPED:
             part.skipped_lines.append(f"seq {entry.seq} ({entry.type}): {why}")
 
-    def _podgroup(
-        self,
-        data: ev.PodGroupSubmittedData
-        | ev.PodGroupAllocatedData
-        | ev.PodGroupReleasedData
-        | ev.PodGroupAnnotatedData
-        | ev.PodGroupDeletedData,
-        at: datetime,
-    ) -> None:
+    def _podgroup(self, data: PodGroupData, at: datetime) -> None:
         uid = data.uid
         before = self._states.get(uid) or PodGroupState(uid)
         change = podgroup_change(data, at)
@@ -468,14 +475,13 @@ class _Folder:
             )
             self._states[data.uid] = state
             beneficiaries = tuple(Beneficiary(uid, None) for uid in data.beneficiaries)
-        spec = state.spec
         decision = RecordedDecision(
             uid=data.uid,
             outcome=outcome_of(event),
             reason=getattr(data, "reason", None),
             decided_at=data.decided_at,
             run_start=data.run_start,
-            queue=None if spec is None else spec.queue,
+            queue=_queue_of(state),
             node_pool=state.node_pool,
             gpus=held_gpus(state) if state.status == "running" else None,
             beneficiaries=beneficiaries,
@@ -488,9 +494,9 @@ class _Folder:
         found = []
         for state in self._states.values():
             if state.status == "running" and state.start_time is not None:
-                spec = state.spec
-                queue = None if spec is None else spec.queue
-                found.append((queue, state.node_pool, state.start_time, held_gpus(state)))
+                found.append(
+                    (_queue_of(state), state.node_pool, state.start_time, held_gpus(state))
+                )
         return found
 
 

@@ -10,7 +10,7 @@ of each figure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from html import escape
 from typing import Any, Final
@@ -66,7 +66,6 @@ _ROWS: Final = (
 
 
 def render_page(data: dict[str, Any]) -> str:
-    """The whole page."""
     queues: dict[str, Any] = data["queues"]
     title = f"minruntime simulate {data['since']} .. {data['until']}"
     parts = [
@@ -156,17 +155,20 @@ def _bars(queues: dict[str, Any]) -> str:
     series = _SERIES
     label_width, bar_width, row = 160, 420, 16
     height = len(queues) * (row * len(series) + 10) + 10
-    largest_count = max((max(s[2](f) for s in series[:2]) for f in queues.values()), default=0) or 1
-    largest_hours = max((max(s[2](f) for s in series[2:]) for f in queues.values()), default=0) or 1
+    values = {
+        name: [float(sum(_get(figures, path) for path in paths)) for _, _, paths in series]
+        for name, figures in queues.items()
+    }
+    largest_count = max((max(bars[:2]) for bars in values.values()), default=0) or 1
+    largest_hours = max((max(bars[2:]) for bars in values.values()), default=0) or 1
     out = [
         f'<svg id="bars" width="{label_width + bar_width + 80}" height="{height}" '
         'xmlns="http://www.w3.org/2000/svg">'
     ]
     y = 10
-    for name, figures in queues.items():
+    for name, bars in values.items():
         out.append(f'<text x="0" y="{y + 12}">{escape(name)}</text>')
-        for index, (key, label, value_of) in enumerate(series):
-            value = value_of(figures)
+        for index, ((key, label, _), value) in enumerate(zip(series, bars, strict=True)):
             scale = largest_count if index < 2 else largest_hours
             width = 0 if not value else max(1, round(bar_width * value / scale))
             out.append(
@@ -185,40 +187,19 @@ def _bars(queues: dict[str, Any]) -> str:
     return f'<div class="legend">{legend}</div>' + "".join(out)
 
 
-def _new(figures: dict[str, Any]) -> float:
-    new = figures["violations"]["new"]
-    return float(new["definite"] + new["possible"])
-
-
-def _avoided(figures: dict[str, Any]) -> float:
-    avoided = figures["violations"]["avoided"]
-    return float(avoided["definite"] + avoided["possible"])
-
-
-def _lost_before(figures: dict[str, Any]) -> float:
-    return float(figures["gpu_hours_lost"]["before"])
-
-
-def _lost_after(figures: dict[str, Any]) -> float:
-    return float(figures["gpu_hours_lost"]["after"])
-
-
-def _protected_before(figures: dict[str, Any]) -> float:
-    return float(figures["protection"]["gpu_hours_before"])
-
-
-def _protected_after(figures: dict[str, Any]) -> float:
-    return float(figures["protection"]["gpu_hours_after"])
-
-
-# Per-queue bars: (colour key, label, value); the first two are counts, the others GPU-hours.
-_SERIES: Final[tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...]] = (
-    ("new", "violations added", _new),
-    ("avoided", "violations avoided", _avoided),
-    ("lost_before", "GPU-h lost, recorded", _lost_before),
-    ("lost_after", "GPU-h lost, changed", _lost_after),
-    ("protected_before", "GPU-h protected, recorded", _protected_before),
-    ("protected_after", "GPU-h protected, changed", _protected_after),
+# Per-queue bars: (colour key, label, the figures they add up); the first two are counts, the
+# others GPU-hours.
+_SERIES: Final = (
+    ("new", "violations added", ("violations.new.definite", "violations.new.possible")),
+    (
+        "avoided",
+        "violations avoided",
+        ("violations.avoided.definite", "violations.avoided.possible"),
+    ),
+    ("lost_before", "GPU-h lost, recorded", ("gpu_hours_lost.before",)),
+    ("lost_after", "GPU-h lost, changed", ("gpu_hours_lost.after",)),
+    ("protected_before", "GPU-h protected, recorded", ("protection.gpu_hours_before",)),
+    ("protected_after", "GPU-h protected, changed", ("protection.gpu_hours_after",)),
 )
 
 

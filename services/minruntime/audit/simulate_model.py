@@ -22,7 +22,6 @@ def hours(seconds: float) -> float:
 
 
 def describe(report: SimulationReport) -> dict[str, Any]:
-    """The whole report."""
     result = report.result
     span = report.span
     return {
@@ -105,7 +104,6 @@ def figures(of: QueueFigures) -> dict[str, Any]:
 
 
 def flip_json(flip: Flip) -> dict[str, Any]:
-    """One flipped decision."""
     return {
         "at": format_rfc3339(flip.at),
         "uid": flip.uid,

@@ -18,7 +18,6 @@ a replay in parts): the replay with its snapshot checks, then the comparison wit
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from minruntime.audit.verify import (
     TableCheck,
     compare,
     compare_schemas,
+    md5_of,
 )
 from minruntime.audit.verify import merge_parts as merge_checks
 from minruntime.store import parts
@@ -173,20 +173,18 @@ def _active_list(
     listed, active = stored.active_list(conn, snapshot), stored.active_uids(conn, replay)
     if part is not None:
         listed, active = parts.only(conn, part, listed), parts.only(conn, part, active)
-    digest = [hashlib.md5("\n".join(uids).encode()).hexdigest() for uids in (listed, active)]
     only = sorted(set(listed) ^ set(active))
+    differences = [
+        RowDifference(uid, "listed", None) if uid in listed else RowDifference(uid, None, "listed")
+        for uid in only[:SHOWN_ROWS]
+    ]
     return TableCheck(
         ACTIVE_LIST,
         len(listed),
         len(active),
-        digest[0],
-        digest[1],
-        [
-            RowDifference(
-                uid, "listed" if uid in listed else None, None if uid in listed else "listed"
-            )
-            for uid in only[:SHOWN_ROWS]
-        ],
+        md5_of(listed),
+        md5_of(active),
+        differences,
         len(only),
     )
 
@@ -224,7 +222,7 @@ class SnapshotChecker:
         self._part = part
         self._pending = {snapshot.log_seq: snapshot for snapshot in snapshots}
         self._previous: Snapshot | None = None
-        self._scratch: ExitStack | None = None
+        self._scratch = ExitStack()
         self._tables: StateTables | None = None
         self.results: list[SnapshotCheck] = []
 
@@ -234,7 +232,6 @@ class SnapshotChecker:
     def after(self, entry: LogEntry) -> None:
         snapshot = self._pending.pop(entry.seq)
         if self._tables is None:
-            self._scratch = ExitStack()
             self._tables = self._scratch.enter_context(scratch_state(self._conn, SNAPSHOTTED))
         else:
             empty(self._conn, self._tables, SNAPSHOTTED)
@@ -244,9 +241,8 @@ class SnapshotChecker:
 
     def finish(self) -> list[SnapshotCheck]:
         """Every snapshot's check, oldest first; one the replay never reached is a problem."""
-        if self._scratch is not None:
-            self._scratch.close()
-            self._scratch = self._tables = None
+        self._scratch.close()
+        self._tables = None
         for snapshot in self._pending.values():
             problem = f"no event-log entry has its position (seq {snapshot.log_seq})"
             self.results.append(SnapshotCheck(snapshot, problem=problem))

@@ -18,7 +18,7 @@ fast on a long log. The transaction is rolled back: nothing is left behind.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -64,7 +64,6 @@ TREE_TYPES: Final = ROLE_TYPES["queues"]
 _NODE_TYPES: Final = ROLE_TYPES["nodes"]
 
 
-# This podgroup's own events, and every change of the tree or a configuration.
 def podgroup_story(units: Units, uid: str) -> Story:
     """The story of podgroup ``uid``; UnknownPodGroupError when the log never mentions it."""
     with units.read() as live:
@@ -83,6 +82,7 @@ def podgroup_story(units: Units, uid: str) -> Story:
 def _read_entries(
     conn: Connection, uid: str
 ) -> tuple[list[LogEntry], dict[int, tuple[datetime, datetime]]]:
+    # This podgroup's own events, and every change of the tree or a configuration.
     about = About(
         uid, other=tuple(sorted(TREE_TYPES | _NODE_TYPES)), shared=tuple(sorted(TREE_TYPES))
     )
@@ -134,6 +134,8 @@ _TRACKED: Final = (
     "nominations",
 )
 _FIELD_NAMES: Final = {"start_time": "run_start"}
+# The fields of _State a story tells of the podgroup.
+_STORY_FIELDS: Final = ("name", "namespace", "queue", "node_pool", "priority", "status")
 # A podgroup the service does not know yet: no pods, no nominations, nothing awaited.
 _UNKNOWN: Final[dict[str, Any]] = {"running_pods": 0, "awaiting_release": False, "nominations": ()}
 
@@ -223,35 +225,17 @@ class _Teller:
             return
         event = _decode(entry)
         run = self._follow_run(time, before, after, event)
-        self._add_row(
-            entry,
-            time,
-            applied_at,
-            _kind(event),
-            describe_event(event, entry.type),
-            before,
-            run=run,
-            event=event,
-        )
+        summary = describe_event(event, entry.type)
+        self._add_row(entry, time, applied_at, _kind(event), summary, before, run=run, event=event)
 
     # -- building -----------------------------------------------------------------------------
     def story(self, replayed: int) -> Story:
         runs = list(self.runs)
         if self.open_run is not None:
             runs.append(self.open_run.closed(None, None))
-        state = self.state
-        return Story(
-            uid=self.uid,
-            name=state.name if state else None,
-            namespace=state.namespace if state else None,
-            queue=state.queue if state else None,
-            node_pool=state.node_pool if state else None,
-            priority=state.priority if state else None,
-            status=state.status if state else None,
-            rows=tuple(self.rows),
-            runs=tuple(runs),
-            replayed=replayed,
-        )
+        # What the last state read says of the podgroup (None: the service never knew it).
+        known = {name: getattr(self.state, name, None) for name in _STORY_FIELDS}
+        return Story(self.uid, **known, rows=tuple(self.rows), runs=tuple(runs), replayed=replayed)
 
     def _judged(self, event: Event | None) -> tuple[Any, ...] | None:
         if event is None:
@@ -361,16 +345,8 @@ def _decision(event: Event | None) -> Decision | None:
     if event is None or row_of is None:
         return None
     row = row_of(event, event.data)
-    return Decision(
-        decision_id=row["decision_id"],
-        outcome=row["outcome"],
-        reason=row["reason"],
-        nominated_by=tuple(row["nominated_by"]),
-        beneficiaries=tuple(row["beneficiaries"]),
-        requeue_not_before=row["requeue_not_before"],
-        delay_problem=row["delay_problem"],
-        run_start=row["run_start"],
-    )
+    row.update(nominated_by=tuple(row["nominated_by"]), beneficiaries=tuple(row["beneficiaries"]))
+    return Decision(**{field.name: row[field.name] for field in fields(Decision)})
 
 
 # The kind of a podgroup's own event in its story, by type (anything else: "other"); the

@@ -206,7 +206,6 @@ class _Labels:
         self.taken: dict[float, list[list[tuple[float, float]]]] = {}
 
     def mark(self, at: datetime, lane: float, marker: str, color: str, label: str) -> None:
-        """A marker on the lane with its label."""
         self.axes.plot([_x(at)], [lane], marker=marker, color=color, markersize=9, ls="none")
         self.place(at, lane, label, color)
 
@@ -308,16 +307,14 @@ def _moments(story: Story) -> Iterable[datetime]:
 
 
 def _title(story: Story) -> str:
-    parts = [f"podgroup {story.uid}"]
-    if story.name:
-        parts.append(f"{story.namespace}/{story.name}")
-    if story.queue:
-        parts.append(f"queue {story.queue}")
-    if story.node_pool:
-        parts.append(f"pool {story.node_pool}")
-    if story.status:
-        parts.append(story.status)
-    return " | ".join(parts)
+    parts = (
+        f"podgroup {story.uid}",
+        story.name and f"{story.namespace}/{story.name}",
+        story.queue and f"queue {story.queue}",
+        story.node_pool and f"pool {story.node_pool}",
+        story.status,
+    )
+    return " | ".join(part for part in parts if part)
 
 
 def _x(moment: datetime) -> float:

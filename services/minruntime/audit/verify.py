@@ -33,8 +33,6 @@ class RowDifference:
 
 @dataclass(frozen=True)
 class TableCheck:
-    """One projection table compared."""
-
     table: str
     live_rows: int
     replay_rows: int
@@ -125,13 +123,14 @@ def _merged(parts: list[TableCheck]) -> TableCheck:
         parts[0].table,
         sum(check.live_rows for check in parts),
         sum(check.replay_rows for check in parts),
-        _of_sums(check.live_checksum for check in parts),
-        _of_sums(check.replay_checksum for check in parts),
+        md5_of(check.live_checksum for check in parts),
+        md5_of(check.replay_checksum for check in parts),
         differences[:SHOWN_ROWS],
         sum(check.differing_keys for check in parts),
         sum(check.unmatched_rows for check in parts),
     )
 
 
-def _of_sums(sums: Iterable[str]) -> str:
-    return hashlib.md5("\n".join(sums).encode()).hexdigest()
+def md5_of(lines: Iterable[str]) -> str:
+    """The md5 of the lines joined by newlines (a list of uids, the checksums of parts)."""
+    return hashlib.md5("\n".join(lines).encode()).hexdigest()

@@ -100,7 +100,6 @@ class Violation(NamedTuple):
 
     @property
     def ran(self) -> timedelta:
-        """How long it ran."""
         return max(self.run_end - self.run_start, timedelta(0))
 
     @property
@@ -191,20 +190,8 @@ def find_violations(
         start, end = row[_START], row[_END]
         rules = judge(start, end, windows).rules
         attribution, exact = _attributed(start, end, row[_CORE:_CHECKPOINT])
-        violations.append(
-            Violation._make(
-                (
-                    *row[:_PROTECTION],
-                    Verdict(protection),
-                    cut_short,
-                    rules,
-                    seq,
-                    attribution,
-                    exact,
-                    *row[_CHECKPOINT:],
-                )
-            )
-        )
+        judged = (Verdict(protection), cut_short, rules, seq, attribution, exact)
+        violations.append(Violation._make((*row[:_PROTECTION], *judged, *row[_CHECKPOINT:])))
     abandoned = tuple(
         AbandonedRequeue(row[0], row[1], row[2], str(row[3]))
         for row in unit.abandoned_requeues(since, queue)
@@ -305,7 +292,6 @@ class ViolationJson:
         self._windows: dict[int, dict[str, Any]] = {}
 
     def of(self, violation: Violation) -> dict[str, Any]:
-        """One violation."""
         return {
             "uid": violation.uid,
             "queue": violation.queue,
@@ -328,16 +314,9 @@ class ViolationJson:
             "gpu_seconds_since_checkpoint": _number(violation.gpu_seconds_since_checkpoint),
             "gpu_seconds_lost": _number(violation.gpu_seconds_lost),
             "seq": violation.seq,
-            "rules": [
-                # The window's end is run_start + min_runtime: not written out per rule
-                # (a report of a long log has hundreds of thousands of rules).
-                {
-                    **self._window(rule.window),
-                    "protected": rule.protected,
-                    "cut_short": rule.cut_short.total_seconds(),
-                }
-                for rule in violation.rules
-            ],
+            # The window's end is run_start + min_runtime: not written out per rule (a report
+            # of a long log has hundreds of thousands of rules).
+            "rules": [_rule_json(self._window(rule.window), rule) for rule in violation.rules],
             **_attribution_json(violation),
         }
 
@@ -367,16 +346,14 @@ def _attribution_json(violation: Violation) -> dict[str, Any]:
         # Why no exact verdict (null: there is one): the verdict is then definite / possible.
         "inexact": None if violation.inexact is None else violation.inexact.value,
         "judged_at": None if exact is None else format_rfc3339(exact.instant),
-        "applied_rule": None
-        if rule is None
-        else {
-            **window_json(rule.window),
-            "protected": rule.protected,
-            "cut_short": rule.cut_short.total_seconds(),
-        },
+        "applied_rule": None if rule is None else _rule_json(window_json(rule.window), rule),
         # Definite / possible over every possible preemptor, as for an unattributed run.
         "protection": violation.verdict.value,
     }
+
+
+def _rule_json(window: dict[str, Any], rule: RuleVerdict) -> dict[str, Any]:
+    return {**window, "protected": rule.protected, "cut_short": rule.cut_short.total_seconds()}
 
 
 def _seconds(value: timedelta | None) -> float | None:

@@ -28,7 +28,6 @@ from minruntime.core import DEFAULT_NODE_POOL, MinRuntimeError
 from minruntime.errors import UserError
 from minruntime.events import (
     QUEUES_TOPIC,
-    ROLE_TYPES,
     ConfigUpdatedData,
     Event,
     EventType,
@@ -41,15 +40,11 @@ from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.store import read_surface
 from minruntime.store.dead_letters import first_dead_letter
 from minruntime.store.event_log import logged_ids
-from minruntime.store.read_surface import queue_exists
 from minruntime.store.schema import LIVE, StateTables
-from minruntime.store.shadows import Shadow
-from minruntime.store.unit import Units
+from minruntime.store.unit import ReadUnit, Units
 
 WHATIF_GROUP: Final = "minruntime-whatif"
 WHATIF_SOURCE: Final = "minruntime-whatif"
-CHANGE_TYPES: Final = ROLE_TYPES["queues"]
-"""What a what-if takes: queue.upserted, queue.deleted, config.updated."""
 
 
 class Keep(Enum):
@@ -154,15 +149,13 @@ class WhatIfReport:
     @cached_property
     def changes(self) -> list[ProtectionChange]:
         """The running podgroups whose minimum runtime or its source would change, by uid."""
-        changed = []
-        for uid in sorted(self.before):
-            before, after = self.before[uid], self.after[uid]
-            if (before.min_runtime, before.resolved_from) != (
-                after.min_runtime,
-                after.resolved_from,
-            ):
-                changed.append(ProtectionChange(before, after))
-        return changed
+        rows = ((self.before[uid], self.after[uid]) for uid in sorted(self.before))
+        return [
+            ProtectionChange(before, after)
+            for before, after in rows
+            if (before.min_runtime, before.resolved_from)
+            != (after.min_runtime, after.resolved_from)
+        ]
 
     def count(self, effect: Effect) -> int:
         """How many podgroups the change affects in this way."""
@@ -180,27 +173,19 @@ def whatif(
     if change.is_empty:
         raise WhatIfError("nothing to try: no queue or configuration change given")
     with live_copy(Units(engine)) as unit:
-        conn, shadow = unit.connection, unit.state
-        before = _by_uid(conn, shadow, at, reclaimer_queue)
-        known_before = reclaimer_queue is None or queue_exists(conn, shadow, reclaimer_queue)
-        applier = _Applier(conn, shadow.tables)
-        fresh, notes = _not_yet_applied(conn, change.events)
+        before = {row.uid: row for row in unit.protection_rows(at, reclaimer_queue)}
+        known_before = reclaimer_queue is None or unit.queue_exists(reclaimer_queue)
+        applier = _Applier(unit.connection, unit.state.tables)
+        fresh, notes = _not_yet_applied(unit.connection, change.events)
         applier.apply(fresh)
-        edited, edit_notes = _edit_events(conn, shadow, change, at)
+        edited, edit_notes = _edit_events(unit, change, at)
         applier.apply(edited)
-        after = _by_uid(conn, shadow, at, reclaimer_queue)
+        after = {row.uid: row for row in unit.protection_rows(at, reclaimer_queue)}
         if reclaimer_queue is not None:
-            notes += _unknown_reclaimer(
-                reclaimer_queue, known_before, queue_exists(conn, shadow, reclaimer_queue)
-            )
+            known_after = unit.queue_exists(reclaimer_queue)
+            notes += _unknown_reclaimer(reclaimer_queue, known_before, known_after)
     notes += edit_notes + applier.notes
     return WhatIfReport(at, reclaimer_queue, applier.applied, before, after, notes)
-
-
-def _by_uid(
-    conn: Connection, shadow: Shadow, at: datetime, reclaimer_queue: str | None
-) -> dict[str, ProtectionRow]:
-    return {row.uid: row for row in read_surface.protection_rows(conn, shadow, at, reclaimer_queue)}
 
 
 # -- applying events to the copy -----------------------------------------------------------------
@@ -287,29 +272,29 @@ def _unknown_reclaimer(queue: str, known_before: bool, known_after: bool) -> lis
 
 
 def _edit_events(
-    conn: Connection, shadow: Shadow, change: Change, at: datetime
+    unit: ReadUnit, change: Change, at: datetime
 ) -> tuple[list[ChangeEvent], list[str]]:
     """The events the edits amount to, merged with the copy's current rows; notes on them."""
-    events = [_queue_event(conn, shadow, edit, at) for edit in change.queue_edits]
+    events = [_queue_event(unit, edit, at) for edit in change.queue_edits]
     notes = [
         f"{edit.origin or '--queue ' + edit.name}: parent {edit.parent!r} is not a queue: "
         f"{edit.name} is a root until it appears"
         for edit in change.queue_edits
-        if isinstance(edit.parent, str) and not queue_exists(conn, shadow, edit.parent)
+        if isinstance(edit.parent, str) and not unit.queue_exists(edit.parent)
     ]
     for name in change.deleted_queues:
         origin = f"--delete-queue {name}"
-        if not queue_exists(conn, shadow, name):
+        if not unit.queue_exists(name):
             raise WhatIfError(f"{origin}: there is no queue {name!r}")
         data = QueueDeletedData(name=name)
         events.append(ChangeEvent(origin, _event(EventType.QUEUE_DELETED, data, at)))
-    events += [_config_event(conn, shadow, edit, at) for edit in change.config_edits]
+    events += [_config_event(unit, edit, at) for edit in change.config_edits]
     return events, notes
 
 
-def _queue_event(conn: Connection, shadow: Shadow, edit: QueueEdit, at: datetime) -> ChangeEvent:
+def _queue_event(unit: ReadUnit, edit: QueueEdit, at: datetime) -> ChangeEvent:
     origin = edit.origin or f"--queue {edit.name}"
-    current = read_surface.queue_row(conn, shadow, edit.name)
+    current = read_surface.queue_row(unit.connection, unit.state, edit.name)
     fields = (edit.parent, edit.preempt_min_runtime, edit.reclaim_min_runtime)
     if current is not None and all(value is KEEP for value in fields):
         raise WhatIfError(
@@ -330,7 +315,7 @@ def _queue_event(conn: Connection, shadow: Shadow, edit: QueueEdit, at: datetime
     return ChangeEvent(origin, _event(EventType.QUEUE_UPSERTED, data, at))
 
 
-def _config_event(conn: Connection, shadow: Shadow, edit: ConfigEdit, at: datetime) -> ChangeEvent:
+def _config_event(unit: ReadUnit, edit: ConfigEdit, at: datetime) -> ChangeEvent:
     origin = edit.origin or f"--node-pool {edit.node_pool}"
     given: dict[str, Any] = {
         "default_preempt_min_runtime": edit.default_preempt_min_runtime,
@@ -339,7 +324,7 @@ def _config_event(conn: Connection, shadow: Shadow, edit: ConfigEdit, at: dateti
     }
     try:
         config = replace(
-            read_surface.node_pool_configs(conn, shadow).for_pool(edit.node_pool),
+            unit.node_pool_configs().for_pool(edit.node_pool),
             **{name: value for name, value in given.items() if value is not None},
         )
     except MinRuntimeError as error:

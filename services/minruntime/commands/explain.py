@@ -30,8 +30,8 @@ from minruntime.audit.explain_model import (
     RulePath,
     Verdict,
     describe,
+    handshake_text,
 )
-from minruntime.audit.handshake import handshake_text
 from minruntime.audit.protection import moment_text
 from minruntime.audit.requeue_cap import RequeueCapFacts, cap_origin
 from minruntime.audit.violations import who_evicted

@@ -9,6 +9,7 @@ options and renders; notes go to stderr, so ``--json`` output stays one JSON doc
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from typing import Annotated
 
 import typer
@@ -18,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from minruntime.audit.asof import state_at
-from minruntime.audit.forecast import describe, forecast, lines
+from minruntime.audit.forecast import Forecast, describe, forecast
 from minruntime.audit.protection import (
     ProtectionRow,
     ProtectionTable,
@@ -27,8 +28,9 @@ from minruntime.audit.protection import (
     protection_table,
     resolved_from_label,
 )
+from minruntime.audit.violations import whose
 from minruntime.commands.common import At, Json, ReclaimerQueue, option, parse_at, units
-from minruntime.commands.render import print_json, rfc3339, wide_console
+from minruntime.commands.render import aligned, duration, print_json, rfc3339, wide_console
 from minruntime.core import format_duration
 
 protection_app = typer.Typer(
@@ -81,7 +83,33 @@ def forecast_command(
     if json_output:
         print_json(describe(found))
         return
-    sys.stdout.write("\n".join(lines(found)) + "\n")
+    sys.stdout.write("\n".join(forecast_lines(found)) + "\n")
+
+
+def forecast_lines(found: Forecast) -> list[str]:
+    """The forecast for people: a summary line, then one line per window, soonest first."""
+    scope = f" in queue {found.queue}" if found.queue else ""
+    head = (
+        f"{len(found.expiries)} protection window(s) of {found.running} running "
+        f"podgroup(s){scope} end in the next {found.hours:g}h (from {rfc3339(found.at)})"
+    )
+    if not found.expiries:
+        return [head]
+    rows = [["ENDS AT", "IN", "UID", "QUEUE", "RULE", "WINDOW", "FROM"]]
+    for expiry in found.expiries:
+        window, left = expiry.window, (expiry.ends_at - found.at).total_seconds()
+        rows.append(
+            [
+                rfc3339(expiry.ends_at),
+                duration(timedelta(seconds=round(left))),
+                expiry.uid,
+                expiry.queue or "-",
+                whose(window),
+                duration(window.min_runtime),
+                f"queue {window.resolved_from}" if window.resolved_from else "pool default",
+            ]
+        )
+    return [head, *aligned(rows)]
 
 
 def render_protection(
