@@ -30,7 +30,7 @@ from minruntime.audit.protection import (
 )
 from minruntime.audit.violations import whose
 from minruntime.commands.common import At, Json, ReclaimerQueue, option, parse_at, units
-from minruntime.commands.render import aligned, duration, print_json, rfc3339, wide_console
+from minruntime.commands.render import aligned, print_json, rfc3339, wide_console
 from minruntime.core import format_duration
 
 protection_app = typer.Typer(
@@ -101,11 +101,11 @@ def forecast_lines(found: Forecast) -> list[str]:
         rows.append(
             [
                 rfc3339(expiry.ends_at),
-                duration(timedelta(seconds=round(left))),
+                format_duration(timedelta(seconds=round(left))),
                 expiry.uid,
                 expiry.queue or "-",
                 whose(window),
-                duration(window.min_runtime),
+                format_duration(window.min_runtime),
                 f"queue {window.resolved_from}" if window.resolved_from else "pool default",
             ]
         )
