@@ -288,3 +288,88 @@ def test_a_late_batch_with_a_stale_watermark_is_applied_as_a_no_op_not_refused(
     late = asyncio.run(late_batch())
     assert (late.applied, late.skipped_offsets) == (0, 3)
     assert scalar(engine, "SELECT count(*) FROM minruntime.event_log") == 5
+
+
+def test_a_batch_written_against_a_stale_topic_id_is_rolled_back_and_refused(
+    engine: sa.Engine, settings: Settings, kafka_topic: str
+) -> None:
+    """Once a batch of a topic has committed, the next one is written while Kafka is asked for
+    the topic's ID, and commits only if the answer is the ID it was written against. Here the
+    topic is deleted and re-created between two batches and its new life already holds more
+    records than were applied (so the log ends alone cannot tell): the second batch, written
+    against the first one's ID, is rolled back at its commit and the topic refused."""
+    access = kafka_access(settings)
+    sink = BatchSink(
+        engine,
+        consumer_group=GROUP,
+        topic_roles={kafka_topic: "queues"},
+        dead_letter_topic=settings.topic_dead_letter,
+    )
+    confirms: list[object] = []
+
+    def batch(names: Sequence[str], first: int) -> Any:
+        records = [
+            InboundRecord(kafka_topic, 0, first + n, message.key, message.value, None)
+            for n, message in enumerate(as_message(queue(name)) for name in names)
+        ]
+
+        async def run(lives: Any, confirm: Any) -> BatchOutcome:
+            confirms.append(confirm)
+            return await asyncio.to_thread(sink, records, lives, confirm)
+
+        return run
+
+    async def read_stored(topic: str) -> list[StoredOffset]:
+        with engine.connect() as conn:
+            return stored_offsets(conn, LIVE, GROUP).get(topic, [])
+
+    async def recreate() -> None:
+        from aiokafka.admin import NewTopic
+
+        async with kafka_admin(access) as admin:
+            await admin.delete_topics([kafka_topic])
+        for _ in range(300):
+            async with kafka_admin(access) as admin:
+                if kafka_topic not in await admin.list_topics():
+                    break
+            await asyncio.sleep(0.2)
+        async with kafka_admin(access) as admin:
+            await admin.create_topics([NewTopic(kafka_topic, 1, 1)])
+        producer = await idempotent_producer(access)
+        try:
+            for i in range(5):
+                message = as_message(queue(f"second-{i}"))
+                await producer.send_and_wait(kafka_topic, message.value, key=message.key)
+        finally:
+            await producer.stop()
+
+    async def scenario() -> None:
+        guard = TopicGuard(access, CollectorRegistry(), read_stored, recheck_seconds=0.5)
+        try:
+            first = batch(["first-0", "first-1"], 0)
+            applied = await guard.apply(kafka_topic, "queues", {0: 0}, lambda: {0: 5}, first)
+            assert applied.applied == 2
+            await recreate()
+            second = batch(["second-2", "second-3", "second-4"], 2)
+            with pytest.raises(TimeoutError):  # held: refused until re-baselined
+                await asyncio.wait_for(
+                    guard.apply(kafka_topic, "queues", {0: 2}, lambda: {0: 5}, second), 10
+                )
+            assert guard.readiness() is not None
+        finally:
+            await guard.close()
+
+    asyncio.run(scenario())
+    assert confirms[0] is None  # the topic's first batch waited for Kafka's answer
+    assert confirms[1] is not None  # the next one was written while Kafka was asked
+    assert len(confirms) > 2  # checked again at once, against Kafka's answer, and refused
+    assert all(confirm is None for confirm in confirms[2:])
+    assert scalar(engine, "SELECT count(*) FROM minruntime.event_log") == 2
+    stored = scalar(
+        engine,
+        "SELECT next_offset FROM minruntime_state.consumer_offsets"
+        " WHERE consumer_group = :g AND topic = :t",
+        g=GROUP,
+        t=kafka_topic,
+    )
+    assert stored == 2

@@ -33,6 +33,8 @@ UNSTORABLE: Final = "unstorable"
 """The dead-letter kind of a record that failed to apply for a reason retrying cannot cure."""
 
 _Apply = Callable[[Connection, Sequence[InboundRecord]], BatchOutcome]
+# Called just before a transaction of the batch commits; raises to roll it back.
+Confirm = Callable[[], None]
 
 
 class BatchOptions(TypedDict, total=False):
@@ -49,11 +51,14 @@ def apply_isolated(
     *,
     topic_lives: Mapping[str, TopicLife] | None = None,
     ahead: DecodedAhead | None = None,
+    confirm: Confirm | None = None,
     **options: Unpack[BatchOptions],
 ) -> BatchOutcome:
     """Apply ``records`` (transactions of its own); dead-letter any record that fails for good.
 
     ``ahead``: the records decoded already (``decode_ahead``), for every part of a split too.
+    ``confirm``: called in each transaction just before its commit (it may raise, e.g.
+    TopicLifeChangedError, to roll the transaction back and propagate).
     Raises what is not permanent (a lost connection, a deadlock, a bug) for the caller to retry
     or to stop on; outcomes of halves committed before such an error are not reported.
     """
@@ -67,8 +72,12 @@ def apply_isolated(
         )
 
     outcome = BatchOutcome()
-    _apply_or_split(engine, records, apply, dead_letter, outcome)
+    _apply_or_split(engine, records, apply, dead_letter, outcome, confirm or _nothing)
     return outcome
+
+
+def _nothing() -> None:
+    return None
 
 
 def _apply_or_split(
@@ -77,10 +86,13 @@ def _apply_or_split(
     apply: _Apply,
     dead_letter: Callable[[Connection, InboundRecord, str], BatchOutcome],
     outcome: BatchOutcome,
+    confirm: Confirm,
 ) -> None:
     try:
         with engine.begin() as conn:
-            outcome.add(apply(conn, records))
+            applied = apply(conn, records)
+            confirm()
+        outcome.add(applied)
         return
     except Exception as error:
         if not is_permanent(error):
@@ -89,8 +101,8 @@ def _apply_or_split(
     if len(records) > 1:
         middle = len(records) // 2
         # In order: a partition's records stay in offset order across the two halves.
-        _apply_or_split(engine, records[:middle], apply, dead_letter, outcome)
-        _apply_or_split(engine, records[middle:], apply, dead_letter, outcome)
+        _apply_or_split(engine, records[:middle], apply, dead_letter, outcome, confirm)
+        _apply_or_split(engine, records[middle:], apply, dead_letter, outcome, confirm)
         return
     record = records[0]
     message = describe(failure)
@@ -102,4 +114,6 @@ def _apply_or_split(
         message,
     )
     with engine.begin() as conn:
-        outcome.add(dead_letter(conn, record, message))
+        letter = dead_letter(conn, record, message)
+        confirm()
+    outcome.add(letter)

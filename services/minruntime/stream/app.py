@@ -106,7 +106,7 @@ def build_app(
         topic = names[role]
         started = time.perf_counter()
         if guard is None:
-            outcome = await asyncio.to_thread(sink, records, None, ahead)
+            outcome = await asyncio.to_thread(sink, records, ahead=ahead)
         else:
             firsts = _firsts(records)
             # Stored offsets must belong to the topic's current life (topic_guard).

@@ -41,7 +41,7 @@ from minruntime.health import Condition, one_line
 from minruntime.health.outage import storage_transient, waiting_status
 from minruntime.ingest import BatchOutcome, InboundRecord
 from minruntime.ingest.batch import DecodedAhead, decode_ahead
-from minruntime.ingest.isolation import BatchOptions, apply_isolated
+from minruntime.ingest.isolation import BatchOptions, Confirm, apply_isolated
 from minruntime.retry import BATCH_FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, retry
 from minruntime.store.engine import IDLE_TRANSACTION_SECONDS
 from minruntime.store.failures import sqlstate
@@ -114,11 +114,13 @@ class BatchSink:
         self,
         records: Sequence[InboundRecord],
         topic_lives: Mapping[str, TopicLife] | None = None,
+        confirm: Confirm | None = None,
         ahead: DecodedAhead | None = None,
     ) -> BatchOutcome:
         """Apply the batch, retrying transient storage errors for as long as they last.
 
         ``topic_lives``: see ``apply_batch`` (its TopicLifeChangedError propagates).
+        ``confirm``: see ``apply_isolated`` (what it raises propagates).
         ``ahead``: what ``decode`` made of the records, if it was called (each retry uses it).
         """
         what = f"batch of {len(records)} records not stored"
@@ -131,7 +133,12 @@ class BatchSink:
         try:
             outcome = retry(
                 lambda: apply_isolated(
-                    self._engine, records, topic_lives=topic_lives, ahead=ahead, **self._options
+                    self._engine,
+                    records,
+                    topic_lives=topic_lives,
+                    ahead=ahead,
+                    confirm=confirm,
+                    **self._options,
                 ),
                 what=what,
                 transient=_storage_transient,

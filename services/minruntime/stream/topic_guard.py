@@ -1,9 +1,15 @@
 """The processor's side of "offsets belong to one topic's life": refuse loudly, keep the rest.
 
-Before each batch is applied, the guard asks Kafka for the topic's ID (after the records were
-fetched, so the answer is at least as new as they are) and hands it, with the partitions'
-high watermarks, to the batch's transaction, which compares them with the stored offsets
-under their row locks (``ingest.offsets.lock_offsets``). The watermarks are the fetcher's
+For each batch the guard asks Kafka for the topic's ID (after the records were fetched, so the
+answer is at least as new as they are) and hands it, with the partitions' high watermarks, to
+the batch's transaction, which compares them with the stored offsets under their row locks
+(``ingest.offsets.lock_offsets``). Once a batch of the topic has committed, the next ones do not
+wait for the answer: each is written against the ID the last one confirmed while the request
+runs, and its transaction waits for the answer just before it commits; an answer that differs
+rolls the batch back, and it is checked again as below, against the answer (a request's round
+trip, 1.5 ms at the median and 16 ms at the p99 on a loaded machine, was on every batch's path
+before: docs/benchmarks.md). The first batch of a topic, and every batch of a refused one,
+waits for the answer first. The watermarks are the fetcher's
 last figures, which can be older than the stored offsets when several instances share the
 partitions: an instance that stalled past its session resumes with a batch fetched before
 another instance took the partition over and read on. So a refusal is never made on the
@@ -25,6 +31,7 @@ a mismatch nothing is stored and the guard:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -54,8 +61,29 @@ log = logging.getLogger(__name__)
 REFUSAL = "refusing to consume it until re-baselined"
 _Answer = TypeVar("_Answer")
 
-ApplyWithLives = Callable[[Mapping[str, TopicLife]], Awaitable[BatchOutcome]]
+# Applies the batch with these lives; the callable (if any) is called just before its commit.
+ApplyWithLives = Callable[
+    [Mapping[str, TopicLife], Callable[[], None] | None], Awaitable[BatchOutcome]
+]
 ReadStored = Callable[[str], Awaitable[list[StoredOffset]]]
+
+
+def _confirmation(
+    topic: str, known: str | None, answer: concurrent.futures.Future[str | None]
+) -> Callable[[], None]:
+    """What a batch written against ``known`` calls before its commit (in its thread): waits
+    for Kafka's answer and raises TopicLifeChangedError (a rollback) unless it is ``known``."""
+
+    def confirm() -> None:
+        current = answer.result()
+        if current != known:
+            raise TopicLifeChangedError(
+                topic,
+                f"topic {topic!r} changed while a batch was written (topic ID was {known}, "
+                f"is now {current})",
+            )
+
+    return confirm
 
 
 class RereadRequiredError(RuntimeError):
@@ -79,6 +107,8 @@ class TopicGuard:
         self._client: AIOKafkaClient | None = None
         self._client_lock = asyncio.Lock()
         self._refused: dict[str, str] = {}
+        # Topic -> the ID the last committed batch of it was checked against.
+        self._confirmed: dict[str, str] = {}
         self._refused_gauge = Gauge(
             "minruntime_topic_refused",
             "1 while the processor refuses to consume the topic of this role because its "
@@ -108,11 +138,20 @@ class TopicGuard:
         from_broker = False  # log ends: the fetcher's watermarks, or Kafka's figures now
         while True:
             ends = await self._broker_log_ends(topic, firsts) if from_broker else log_ends()
-            life = TopicLife(await self._topic_id(topic), ends)
-            if topic in self._refused:
-                await self._check_rebaselined(topic, life, firsts)
+            known = self._confirmed.get(topic)
+            answer: concurrent.futures.Future[str | None] | None = None
+            if known is None or from_broker or topic in self._refused:
+                life = TopicLife(await self._topic_id(topic), ends)
+                if topic in self._refused:
+                    await self._check_rebaselined(topic, life, firsts)
+            else:
+                # Asked now, awaited by the batch's transaction just before it commits.
+                loop = asyncio.get_running_loop()
+                answer = asyncio.run_coroutine_threadsafe(self._topic_id(topic), loop)
+                life = TopicLife(known, ends)
             try:
-                outcome = await run({topic: life})
+                confirm = None if answer is None else _confirmation(topic, known, answer)
+                outcome = await run({topic: life}, confirm)
             except TopicLifeChangedError as refused:
                 if not from_broker:
                     from_broker = True  # the watermarks may be stale: ask Kafka, at once
@@ -120,6 +159,11 @@ class TopicGuard:
                 self._refuse(topic, role, refused.reason)
                 await self._hold(topic, stopping)
                 continue
+            finally:
+                if answer is not None:
+                    answer.cancel()  # a batch that failed before its commit: not waited for
+            if life.topic_id is not None:
+                self._confirmed[topic] = life.topic_id
             self._resume(topic, role)
             return outcome
 
@@ -192,6 +236,7 @@ class TopicGuard:
         )
 
     def _refuse(self, topic: str, role: str, reason: str) -> None:
+        self._confirmed.pop(topic, None)
         if self._refused.get(topic) != reason:
             log.error(
                 "%s; " + REFUSAL + ": `minruntime offsets rebaseline %s --from-start` "
