@@ -92,10 +92,6 @@ PRODUCER_HEADER: Final = "minruntime-bridge"
 _ROLES: Final = ("queues", "podgroups", "nodes")
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class TermEndedError(Exception):
     """The replica can no longer prove it holds the Lease (or is stopping)."""
 
@@ -107,7 +103,7 @@ class Bridge:
         self,
         settings: Settings,
         client: ApiClient,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         registry: CollectorRegistry | None = None,
         read_service: ServiceReader | None = None,
     ) -> None:

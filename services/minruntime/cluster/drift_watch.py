@@ -47,10 +47,6 @@ class _NotWhileChecking(logging.Filter):
 logging.getLogger("minruntime.cluster.mirror").addFilter(_NotWhileChecking())
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class DriftWatch:
     """Compares the cluster with the service once per period of a term (see the module doc)."""
 
@@ -60,7 +56,7 @@ class DriftWatch:
         client: ApiClient,
         read_service: ServiceReader,
         gauges: DriftGauges,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.settings = settings
         self.client = client

@@ -192,14 +192,7 @@ class Evictor:
         not done yet raises DeadlinePassedError instead of evicting anything. `read`: the
         PodGroup as `look` just read it (not read again), else None.
         """
-        podgroup = read if read is not None else self._podgroup(decision.uid)
-        if podgroup is None:
-            raise PodGroupGoneError(f"PodGroup {decision.uid} not found")
-        metadata = mapping.metadata(podgroup)
-        self.pools[decision.uid] = (metadata.get("labels") or {}).get(
-            NODE_POOL_LABEL, DEFAULT_NODE_POOL
-        )
-        annotations = metadata.get("annotations") or {}
+        podgroup, annotations = self._read(decision.uid, read)
         if annotations.get(mapping.REQUEUE_DECISION_ANNOTATION) == decision_id:
             return Outcome(decision_id, skipped="already_done")
         if not evict:
@@ -224,14 +217,7 @@ class Evictor:
         """Read the decision's PodGroup before acting on it: done already, its checkpoint
         grace (remembered for the deadline), a request already on it (PodGroupGoneError:
         gone)."""
-        podgroup = self._podgroup(decision.uid)
-        if podgroup is None:
-            raise PodGroupGoneError(f"PodGroup {decision.uid} not found")
-        metadata = mapping.metadata(podgroup)
-        self.pools[decision.uid] = (metadata.get("labels") or {}).get(
-            NODE_POOL_LABEL, DEFAULT_NODE_POOL
-        )
-        annotations = metadata.get("annotations") or {}
+        podgroup, annotations = self._read(decision.uid)
         reading = read_checkpoint_grace(annotations)
         if reading.grace is not None:
             self.graces[decision.uid] = reading.grace
@@ -245,6 +231,18 @@ class Evictor:
             grace=reading,
             requested_at=pending_request(annotations, decision.decided_at),
         )
+
+    def _read(
+        self, uid: str, read: Mapping[str, Any] | None = None
+    ) -> tuple[Mapping[str, Any], Mapping[str, str]]:
+        """The PodGroup (``read``, else read fresh) and its annotations, its node pool
+        remembered (PodGroupGoneError: gone)."""
+        podgroup = read if read is not None else self._podgroup(uid)
+        if podgroup is None:
+            raise PodGroupGoneError(f"PodGroup {uid} not found")
+        metadata = mapping.metadata(podgroup)
+        self.pools[uid] = (metadata.get("labels") or {}).get(NODE_POOL_LABEL, DEFAULT_NODE_POOL)
+        return podgroup, metadata.get("annotations") or {}
 
     def request_checkpoint(self, namespace: str, name: str, requested_at: datetime) -> datetime:
         """Write ``checkpoint-requested-at`` on the PodGroup, return it (PodGroupGoneError:
@@ -682,6 +680,13 @@ async def consume(
 
         return carry_out
 
+    async def commit() -> None:
+        moved = offsets.committable()
+        if moved:
+            await consumer.commit(
+                {TopicPartition(p.topic, p.partition): o for p, o in moved.items()}
+            )
+
     try:
         with contextlib.suppress(InterruptedError):  # stopped before Kafka was reached
             for client in (consumer, producer):
@@ -710,21 +715,13 @@ async def consume(
                         event_id, data = decision
                         lanes.add(data.uid, job(partition, record.offset, event_id, data))
             metrics.open.set(offsets.open_count)
-            moved = offsets.committable()
-            if moved:
-                await consumer.commit(
-                    {TopicPartition(p.topic, p.partition): o for p, o in moved.items()}
-                )
+            await commit()
     finally:
         stopping.set()
         await lanes.close()
         executor.shutdown(wait=True, cancel_futures=True)
         with contextlib.suppress(Exception):
-            moved = offsets.committable()
-            if moved:
-                await consumer.commit(
-                    {TopicPartition(p.topic, p.partition): o for p, o in moved.items()}
-                )
+            await commit()
         await consumer.stop()
         await producer.stop()
 

@@ -171,10 +171,6 @@ class ClusterMirror:
             yield from self.listed(kind, listing[kind])
             yield from self.finish_listing([kind])
 
-    def relisted(self, kind: Kind, objs: Iterable[ApiObject]) -> list[Emission]:
-        """A whole listing of ``kind`` in one call (after a 410 Gone)."""
-        return list(self.list_all({kind: objs}))
-
     def due(self) -> list[Emission]:
         """The held releases whose window has passed, sent without a PodGroup signal."""
         return self._releases.due()
