@@ -106,7 +106,7 @@ class ClusterPodGroup:
     @property
     def running(self) -> tuple[ApiObject, ...]:
         """The pods holding resources: bound and not finished."""
-        return tuple(pod for pod in self.pods if holds_resources(pod))
+        return tuple(pod for pod in self.pods if mapping.holds_resources(pod))
 
     @property
     def status(self) -> str:
@@ -187,11 +187,6 @@ def confirmed(first: Drift, second: Drift) -> Drift:
     """
     seen = set(first.differences)
     return Drift(tuple(d for d in second.differences if d in seen), second.checked)
-
-
-def holds_resources(pod: ApiObject) -> bool:
-    """Bound and not finished: the pod holds its GPUs (until it is gone, if deleted)."""
-    return mapping.pod_node(pod) is not None and mapping.finished(pod) is None
 
 
 def cluster_podgroups(

@@ -268,17 +268,17 @@ def _attribution(annotations: object, tally: Tally) -> tuple[str | None, str | N
 def condition_signal(pod: ApiObject, tally: Tally = no_tally) -> Signal | None:
     """The pod's DisruptionTarget condition (the Eviction API's, or KAI's with its
     --update-pod-eviction-condition) as a signal of this pod alone; None without one."""
-    for condition in (pod.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            at = mapping.parse_time(condition.get("lastTransitionTime"))
-            if at is None:
-                tally(CONDITION, BAD_TIME)
-                at = mapping.deleted_at(pod) or mapping.changed_at(pod)
-            if at is None:
-                return None
-            tally(CONDITION, ACCEPTED)
-            return Signal(CONDITION, at)
-    return None
+    condition = mapping.condition(pod, "DisruptionTarget")
+    if condition is None:
+        return None
+    at = mapping.parse_time(condition.get("lastTransitionTime"))
+    if at is None:
+        tally(CONDITION, BAD_TIME)
+        at = mapping.deleted_at(pod) or mapping.changed_at(pod)
+    if at is None:
+        return None
+    tally(CONDITION, ACCEPTED)
+    return Signal(CONDITION, at)
 
 
 def requested_at(pod: ApiObject) -> datetime | None:

@@ -451,11 +451,6 @@ class DecisionRunner:
         """``call(*args)`` in the executor, holding an API slot, retried with backoff while
         the cluster refuses or is away (`waits`) until it succeeds (its result) or the
         decision is abandoned (None: the event is sent). Any other error propagates."""
-        loop = asyncio.get_running_loop()
-
-        async def attempt() -> T:
-            async with self.calls:
-                return await loop.run_in_executor(self.executor, functools.partial(call, *args))
 
         def left() -> float:
             return (self.deadline(decision) - self.clock()).total_seconds()
@@ -465,7 +460,7 @@ class DecisionRunner:
 
         try:
             return await retry_async(
-                attempt,
+                lambda: self._call(call, *args),
                 what=f"decision {event_id}",
                 stop=self.stopping,
                 transient=lambda error: waits(error) and left() > 0,
@@ -483,6 +478,13 @@ class DecisionRunner:
                 raise  # a bug: not an outage, and not the cluster's refusal
             await self._abandon(event_id, decision, error)  # refused until its deadline
             return None
+
+    async def _call(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` in the executor, holding an API slot."""
+        async with self.calls:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(call, *args)
+            )
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -565,7 +567,7 @@ class DecisionRunner:
             left = time_left(requested_at, grace, self.clock())
             try:
                 annotations = await asyncio.wait_for(
-                    self._annotations(uid), left if left > 0 else poll
+                    self._call(self.evictor.annotations, uid), left if left > 0 else poll
                 )
             except TimeoutError:
                 return WaitEnd("timed_out", self.clock())
@@ -583,13 +585,6 @@ class DecisionRunner:
                 if end is not None:
                     return end
             await self._sleep(max(0.0, min(poll, time_left(requested_at, grace, now))))
-
-    async def _annotations(self, uid: str) -> Mapping[str, str] | None:
-        """The PodGroup's annotations, read in the executor holding an API slot."""
-        async with self.calls:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.executor, self.evictor.annotations, uid
-            )
 
     async def _abandon(
         self, event_id: str, decision: RequeueCommittedData, error: BaseException

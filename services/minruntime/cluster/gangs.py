@@ -281,10 +281,7 @@ class Gangs(Shared):
             return []
         if mapping.LAST_START_ANNOTATION not in mapping.annotations_of(podgroup):
             return []  # never ran: nothing to end (and no placeholder for the service)
-        if any(
-            mapping.pod_node(pod) is not None and mapping.finished(pod) is None
-            for pod in ctx.pods_of(podgroup)
-        ):
+        if any(mapping.holds_resources(pod) for pod in ctx.pods_of(podgroup)):
             return []
         data: dict[str, object] = {"uid": uid, "reason": "deleted"}
         start = run_start(podgroup)

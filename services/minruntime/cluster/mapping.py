@@ -342,7 +342,8 @@ def pod_phase(pod: ApiObject) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
-def _condition(pod: ApiObject, kind: str) -> ApiObject | None:
+def condition(pod: ApiObject, kind: str) -> ApiObject | None:
+    """The pod's condition of this type when its status is True."""
     for condition in (pod.get("status") or {}).get("conditions") or ():
         if condition.get("type") == kind and condition.get("status") == "True":
             return condition  # type: ignore[no-any-return]
@@ -359,7 +360,7 @@ def allocated_at(pod: ApiObject, podgroup: ApiObject) -> datetime | None:
     created = created_at(pod)
     if last_start is not None and (created is None or last_start >= created):
         return last_start
-    scheduled = _condition(pod, "PodScheduled")
+    scheduled = condition(pod, "PodScheduled")
     moment = parse_time(scheduled.get("lastTransitionTime")) if scheduled else None
     return moment or parse_time((pod.get("status") or {}).get("startTime")) or created
 
@@ -390,12 +391,17 @@ def finished(pod: ApiObject) -> Release | None:
     return Release(reason, max(known) if known else changed_at(pod))
 
 
+def holds_resources(pod: ApiObject) -> bool:
+    """Bound and not finished: the pod holds its GPUs (until it is gone, if deleted)."""
+    return pod_node(pod) is not None and finished(pod) is None
+
+
 def removed(pod: ApiObject) -> Release:
     """A pod deleted from the API server: evicted (the Eviction API's DisruptionTarget) or not."""
     ended = finished(pod)
     if ended is not None:
         return ended
-    disruption = _condition(pod, "DisruptionTarget")
+    disruption = condition(pod, "DisruptionTarget")
     reason = "evicted" if disruption is not None else "deleted"
     return Release(reason, deleted_at(pod) or changed_at(pod))
 
