@@ -51,7 +51,6 @@ def group_of_pod(pod: ApiObject) -> GroupKey | None:
 
 
 def key_of_podgroup(podgroup: ApiObject) -> GroupKey:
-    """A PodGroup's (namespace, name)."""
     return (mapping.namespace_of(podgroup), mapping.name_of(podgroup))
 
 

@@ -50,16 +50,13 @@ class EvictionMetrics:
             self.releases.labels(attribution)
 
     def signal(self, signal: str, outcome: str) -> None:
-        """Count one signal's outcome."""
         if signal in SIGNALS and outcome in OUTCOMES:
             self.signals.labels(signal, outcome).inc()
 
     def ignore(self, value: str) -> None:
-        """Count one value left out."""
         if value in IGNORED_VALUES:
             self.ignored.labels(value).inc()
 
     def release(self, attribution: str) -> None:
-        """Count one deletion's release."""
         if attribution in ATTRIBUTIONS:
             self.releases.labels(attribution).inc()

@@ -471,7 +471,6 @@ class Evictions:
         return podgroup_uid in self._held_by_podgroup
 
     def is_held(self, pod_uid: str) -> bool:
-        """Whether the pod's release is held."""
         return pod_uid in self._held
 
     def held_of(self, podgroup_uid: str) -> list[Held]:
@@ -503,5 +502,4 @@ class Evictions:
 
     @property
     def held_count(self) -> int:
-        """How many releases are held now."""
         return len(self._held)

@@ -37,6 +37,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
 from typing import Any, Final, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -85,14 +86,11 @@ from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
 
-HTTP_FORBIDDEN = 403
-HTTP_NOT_FOUND = 404
 ABANDON_SOURCE: Final = "minruntime/kube-evictor"
 # A namespace's pod listing serves the decisions decided this long before it (the worker's
 # and the evictor's clocks may differ by that much).
 LISTING_MARGIN: Final = timedelta(seconds=1)
 LIST_PAGE_SIZE = 500
-HTTP_TOO_MANY_REQUESTS = 429
 
 
 T = TypeVar("T")
@@ -142,9 +140,9 @@ def abandon_reason(error: BaseException | None) -> str:
     if isinstance(error, DeadlinePassedError):
         return "expired"
     if isinstance(error, ApiException):
-        if error.status == HTTP_FORBIDDEN:
+        if error.status == HTTPStatus.FORBIDDEN:
             return "forbidden"
-        if error.status == HTTP_NOT_FOUND:
+        if error.status == HTTPStatus.NOT_FOUND:
             return "not_found"
     return "api_error"
 
@@ -256,7 +254,7 @@ class Evictor:
                 {CHECKPOINT_REQUESTED_AT_ANNOTATION: format_rfc3339(requested_at)},
             )
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 raise PodGroupGoneError(f"PodGroup {namespace}/{name} not found") from error
             raise
         log.info("asked PodGroup %s/%s for a checkpoint at %s", namespace, name, requested_at)
@@ -303,7 +301,7 @@ class Evictor:
                 KAI_GROUP, PODGROUP_VERSION, known[0], "podgroups", known[1]
             )
         except ApiException as error:
-            if error.status != HTTP_NOT_FOUND:
+            if error.status != HTTPStatus.NOT_FOUND:
                 raise
             with self._index_lock:
                 self._index.pop(uid, None)
@@ -359,9 +357,9 @@ class Evictor:
         try:
             self.core.create_namespaced_pod_eviction(name, namespace, body)
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return False
-            if error.status == HTTP_TOO_MANY_REQUESTS:
+            if error.status == HTTPStatus.TOO_MANY_REQUESTS:
                 raise EvictionRefusedError(
                     f"eviction of pod {namespace}/{name} refused by a disruption budget (429)"
                 ) from error

@@ -74,7 +74,6 @@ class EvictorMetrics:
             self.decisions.labels(outcome).inc()
 
     def abandoned(self, reason: str) -> None:
-        """Count one abandoned decision."""
         if reason in ABANDON_REASONS:
             self.abandons.labels(reason).inc()
 

@@ -43,7 +43,6 @@ _TOPIC_CONFIGS: Final = (
 
 
 def meta_record(topic_ids: Mapping[str, str]) -> bytes:
-    """The meta value: the input topics' IDs."""
     return json.dumps({"topics": dict(sorted(topic_ids.items()))}).encode()
 
 

@@ -130,7 +130,6 @@ def _mapping(value: object) -> ApiObject:
 
 
 def metadata(obj: ApiObject) -> ApiObject:
-    """metadata, or {}."""
     return _mapping(obj.get("metadata"))
 
 
@@ -143,7 +142,6 @@ def uid_of(obj: ApiObject) -> str:
 
 
 def name_of(obj: ApiObject) -> str:
-    """metadata.name."""
     return str(metadata(obj).get("name") or "")
 
 
@@ -187,12 +185,10 @@ def _forwarded(obj: ApiObject) -> tuple[dict[str, str], list[str]]:
 
 
 def labels_of(obj: ApiObject) -> Mapping[str, str]:
-    """metadata.labels."""
     return _mapping(metadata(obj).get("labels"))
 
 
 def version_of(obj: ApiObject) -> str:
-    """metadata.resourceVersion."""
     return str(metadata(obj).get("resourceVersion") or "")
 
 
@@ -228,7 +224,6 @@ def changed_at(obj: ApiObject) -> datetime | None:
 
 
 def created_at(obj: ApiObject) -> datetime | None:
-    """metadata.creationTimestamp."""
     return parse_time(metadata(obj).get("creationTimestamp"))
 
 
@@ -338,7 +333,6 @@ def pod_node(pod: ApiObject) -> str | None:
 
 
 def pod_phase(pod: ApiObject) -> str:
-    """status.phase."""
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
@@ -410,12 +404,10 @@ def removed(pod: ApiObject) -> Release:
 
 
 def podgroup_spec(podgroup: ApiObject) -> ApiObject:
-    """spec, or {}."""
     return _mapping(podgroup.get("spec"))
 
 
 def priority_class_name(podgroup: ApiObject) -> str | None:
-    """spec.priorityClassName."""
     name = podgroup_spec(podgroup).get("priorityClassName")
     return name if isinstance(name, str) and name else None
 

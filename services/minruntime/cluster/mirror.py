@@ -133,7 +133,6 @@ class ClusterMirror:
         self._present[kind] = set()
 
     def listed(self, kind: Kind, objs: Iterable[ApiObject]) -> list[Emission]:
-        """One page of a listing of ``kind``."""
         present = self._present.setdefault(kind, set())
         emissions: list[Emission] = []
         for obj in objs:

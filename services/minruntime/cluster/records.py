@@ -66,7 +66,6 @@ _ENCODER: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 def ledger_key(kind: RecordKind, uid: str) -> str:
-    """The ledger key of an object's record."""
     return f"{kind.value}/{uid}"
 
 
