@@ -141,20 +141,14 @@ def read_manifests(
 def parse_manifests(file: str, text: str) -> list[Manifest]:
     """Every non-empty YAML document of one file's text; a v1 List is expanded into its items."""
     manifests: list[Manifest] = []
-    documents = yaml.safe_load_all(text)
-    index = 0
-    while True:
-        try:
-            body = next(documents)
-        except StopIteration:
-            break
-        except yaml.YAMLError as exc:
-            raise ManifestError(
-                f"{file} document {index + 1}: not valid YAML: {_yaml_problem(exc)}"
-            ) from exc
-        index += 1
-        if body is not None:
-            manifests.extend(_expand_list(Manifest(file, index, body)))
+    index = 0  # the documents read so far
+    try:
+        for index, body in enumerate(yaml.safe_load_all(text), 1):
+            if body is not None:
+                manifests.extend(_expand_list(Manifest(file, index, body)))
+    except yaml.YAMLError as exc:
+        problem = _yaml_problem(exc)
+        raise ManifestError(f"{file} document {index + 1}: not valid YAML: {problem}") from exc
     return manifests
 
 

@@ -515,22 +515,17 @@ class DecisionRunner:
                 format_rfc3339(requested_at),
             )
         end = await self._wait(event_id, decision.uid, requested_at, grace)
-        await self.publish(
-            new_event(
-                str(EventType.REQUEUE_CHECKPOINT),
-                RequeueCheckpointData(
-                    uid=decision.uid,
-                    decision=event_id,
-                    outcome=end.outcome,
-                    requested_at=requested_at,
-                    grace=grace,
-                    ended_at=end.ended_at,
-                    checkpointed_at=end.checkpointed_at,
-                ),
-                time=end.ended_at,
-                source=ABANDON_SOURCE,
-                id=f"{event_id}.checkpoint",
-            )
+        checkpoint = RequeueCheckpointData(
+            uid=decision.uid,
+            decision=event_id,
+            outcome=end.outcome,
+            requested_at=requested_at,
+            grace=grace,
+            ended_at=end.ended_at,
+            checkpointed_at=end.checkpointed_at,
+        )
+        await self._send(
+            event_id, "checkpoint", EventType.REQUEUE_CHECKPOINT, checkpoint, end.ended_at
         )
         self.metrics.checkpointed(end.outcome, (end.ended_at - requested_at).total_seconds())
         log.warning(
@@ -584,28 +579,34 @@ class DecisionRunner:
                     return end
             await self._sleep(max(0.0, min(poll, time_left(requested_at, grace, now))))
 
+    async def _send(
+        self, event_id: str, ending: str, event_type: EventType, data: Any, time: datetime
+    ) -> None:
+        """A decision's end on the podgroups topic; its id the decision's and ``.ending``, so
+        a repeat is applied once."""
+        await self.publish(
+            new_event(
+                str(event_type), data, time=time, source=ABANDON_SOURCE, id=f"{event_id}.{ending}"
+            )
+        )
+
     async def _abandon(
         self, event_id: str, decision: RequeueCommittedData, error: BaseException
     ) -> None:
         reason = abandon_reason(error)
-        now = self.clock()
-        event = new_event(
-            str(EventType.REQUEUE_ABANDONED),
-            RequeueAbandonedData(
-                uid=decision.uid,
-                decision=event_id,
-                reason=reason,
-                nominated_by=decision.nominated_by,
-                requeue_not_before=decision.requeue_not_before,
-                decided_at=decision.decided_at,
-                deadline=self.deadline(decision),
-                message=one_line(error),
-            ),
-            time=now,
-            source=ABANDON_SOURCE,
-            id=f"{event_id}.abandoned",
+        abandoned = RequeueAbandonedData(
+            uid=decision.uid,
+            decision=event_id,
+            reason=reason,
+            nominated_by=decision.nominated_by,
+            requeue_not_before=decision.requeue_not_before,
+            decided_at=decision.decided_at,
+            deadline=self.deadline(decision),
+            message=one_line(error),
         )
-        await self.publish(event)
+        await self._send(
+            event_id, "abandoned", EventType.REQUEUE_ABANDONED, abandoned, self.clock()
+        )
         self.metrics.abandoned(reason)
         log.warning(
             "decision %s for %s: abandoned (%s): %s",
