@@ -121,7 +121,7 @@ def main() -> None:
     asyncio.run(produce(settings, events))
 
     stop = threading.Event()
-    evictor = Evictor(api, settings.kube_backoff_max_seconds, stop)
+    evictor = Evictor(api)
     metrics = EvictorMetrics(CollectorRegistry())
     thread = threading.Thread(
         target=lambda: asyncio.run(consume(settings, evictor, stop, metrics)), daemon=True

@@ -45,7 +45,7 @@ class RunningEvictor:
     def __init__(self, settings: Settings) -> None:
         self.stop_event = threading.Event()
         self.metrics = EvictorMetrics(CollectorRegistry())
-        evictor = Evictor(api_client(settings), settings.kube_backoff_max_seconds, self.stop_event)
+        evictor = Evictor(api_client(settings))
         self.evictor = evictor
         self.thread = threading.Thread(
             target=lambda: asyncio.run(consume(settings, evictor, self.stop_event, self.metrics)),

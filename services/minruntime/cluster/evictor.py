@@ -159,13 +159,11 @@ def waits(error: BaseException) -> bool:
 class Evictor:
     """Carries out decisions against the API server (blocking; run it in a thread)."""
 
-    def __init__(self, client: Any, backoff_max: float, stop: threading.Event) -> None:
+    def __init__(self, client: Any) -> None:
         from kubernetes import client as k8s
 
         self.core = k8s.CoreV1Api(client)
         self.custom = k8s.CustomObjectsApi(client)
-        self.backoff_max = backoff_max
-        self.stop = stop
         # PodGroup uid -> its node pool (label), as last read: which deadline applies.
         self.pools: dict[str, str] = {}
         # PodGroup uid -> its valid checkpoint grace, as last read: the deadline is that longer.
@@ -734,7 +732,7 @@ def _decision(value: bytes | None) -> tuple[str, RequeueCommittedData] | None:
 def run_evictor(settings: Settings) -> None:
     """`minruntime kube evictor`: run until SIGINT/SIGTERM."""
     stop = threading.Event()
-    evictor = Evictor(api_client(settings), settings.kube_backoff_max_seconds, stop)
+    evictor = Evictor(api_client(settings))
     metrics = EvictorMetrics(REGISTRY)
     health.serve_metrics(
         settings.metrics_host,
