@@ -67,6 +67,17 @@ def api_client(settings: Settings) -> Any:
         raise KubeConfigError(f"cannot use {where}: {' '.join(str(exc).split())}") from exc
 
 
+def annotate_podgroup(
+    custom: Any, namespace: str, name: str, annotations: Mapping[str, str]
+) -> None:
+    """Merge ``annotations`` into the PodGroup's (a merge patch: others' stay), through the
+    client's CustomObjectsApi ``custom``."""
+    body = {"metadata": {"annotations": dict(annotations)}}
+    custom.patch_namespaced_custom_object(
+        KAI_GROUP, PODGROUP_VERSION, namespace, "podgroups", name, body
+    )
+
+
 def is_gone(error: BaseException) -> bool:
     """A 410 Gone: the resourceVersion is too old to watch from; relist."""
     return getattr(error, "status", None) == HTTP_GONE

@@ -15,7 +15,7 @@ from datetime import datetime
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
-from minruntime.cluster.api import KAI_GROUP, PODGROUP_VERSION
+from minruntime.cluster.api import annotate_podgroup
 from minruntime.core import InvalidTimestampError, format_rfc3339, parse_rfc3339
 from minruntime.core.checkpoint import CHECKPOINTED_AT_ANNOTATION
 from minruntime.errors import UserError
@@ -79,14 +79,8 @@ def acknowledge(client: ApiClient, namespace: str, name: str, at: datetime) -> s
 
     value = format_rfc3339(at)
     try:
-        k8s.CustomObjectsApi(client).patch_namespaced_custom_object(
-            KAI_GROUP,
-            PODGROUP_VERSION,
-            namespace,
-            "podgroups",
-            name,
-            {"metadata": {"annotations": {CHECKPOINTED_AT_ANNOTATION: value}}},
-        )
+        annotations = {CHECKPOINTED_AT_ANNOTATION: value}
+        annotate_podgroup(k8s.CustomObjectsApi(client), namespace, name, annotations)
     except ApiException as error:
         if error.status == HTTPStatus.NOT_FOUND:
             raise CheckpointAckError(f"PodGroup {namespace}/{name} not found") from None

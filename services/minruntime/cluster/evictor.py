@@ -48,6 +48,7 @@ from minruntime.cluster.api import (
     KAI_GROUP,
     PODGROUP_VERSION,
     Source,
+    annotate_podgroup,
     api_client,
     list_all,
 )
@@ -199,14 +200,11 @@ class Evictor:
             for pod in self._pods(namespace, name, decision.decided_at)
             if _of_this_run(pod, decision.decided_at) and self._evict(pod)
         )
-        self._annotate(
-            namespace,
-            name,
-            {
-                mapping.REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(decision.requeue_not_before),
-                mapping.REQUEUE_DECISION_ANNOTATION: decision_id,
-            },
-        )
+        marks = {
+            mapping.REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(decision.requeue_not_before),
+            mapping.REQUEUE_DECISION_ANNOTATION: decision_id,
+        }
+        annotate_podgroup(self.custom, namespace, name, marks)
         return Outcome(decision_id, evicted)
 
     def look(self, decision_id: str, decision: RequeueCommittedData) -> Look:
@@ -246,28 +244,14 @@ class Evictor:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self._annotate(
-                namespace,
-                name,
-                {CHECKPOINT_REQUESTED_AT_ANNOTATION: format_rfc3339(requested_at)},
-            )
+            request = {CHECKPOINT_REQUESTED_AT_ANNOTATION: format_rfc3339(requested_at)}
+            annotate_podgroup(self.custom, namespace, name, request)
         except ApiException as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 raise PodGroupGoneError(f"PodGroup {namespace}/{name} not found") from error
             raise
         log.info("asked PodGroup %s/%s for a checkpoint at %s", namespace, name, requested_at)
         return requested_at
-
-    def _annotate(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
-        """Merge ``annotations`` into the PodGroup's (a merge patch: others' stay)."""
-        self.custom.patch_namespaced_custom_object(
-            KAI_GROUP,
-            PODGROUP_VERSION,
-            namespace,
-            "podgroups",
-            name,
-            {"metadata": {"annotations": dict(annotations)}},
-        )
 
     def annotations(self, uid: str) -> Mapping[str, str] | None:
         """The PodGroup's annotations as they are now (None: gone)."""
