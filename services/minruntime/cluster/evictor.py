@@ -52,9 +52,9 @@ from minruntime.cluster.api import (
     api_client,
     list_all,
 )
-from minruntime.cluster.evictor_metrics import EvictorMetrics
 from minruntime.cluster.lanes import Lanes, Offsets
 from minruntime.cluster.mapping import NODE_POOL_LABEL
+from minruntime.cluster.metrics import EvictorMetrics
 from minruntime.cluster.mirror import Kind
 from minruntime.cluster.transient import transient
 from minruntime.core import DEFAULT_NODE_POOL, format_rfc3339
