@@ -394,12 +394,7 @@ class DecisionRunner:
         evict = read_at < self.deadline(decision)  # with the pool and the grace just read
         if look.grace.problem is not None:
             self.metrics.invalid_grace()
-            log.warning(
-                "decision %s for %s: no checkpoint handshake: %s",
-                event_id,
-                decision.uid,
-                look.grace.problem,
-            )
+            _say(event_id, decision, "no checkpoint handshake: %s", look.grace.problem)
         grace = look.grace.grace if evict and not look.done else None
         if grace is not None and await self._handshake(event_id, decision, look, grace):
             return
@@ -414,12 +409,8 @@ class DecisionRunner:
         if outcome is None:
             return
         self.metrics.decided(outcome.skipped or "carried_out")
-        log.warning(
-            "decision %s for %s: %s",
-            event_id,
-            decision.uid,
-            outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}",
-        )
+        done = outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}"
+        _say(event_id, decision, "%s", done)
 
     async def _attempt(
         self,
@@ -490,12 +481,8 @@ class DecisionRunner:
                 return True  # gone before it was asked: abandoned (not_found)
             requested_at = asked
         else:
-            log.warning(
-                "decision %s for %s: resuming the checkpoint wait requested at %s",
-                event_id,
-                decision.uid,
-                format_rfc3339(requested_at),
-            )
+            at = format_rfc3339(requested_at)
+            _say(event_id, decision, "resuming the checkpoint wait requested at %s", at)
         end = await self._wait(event_id, decision.uid, requested_at, grace)
         checkpoint = RequeueCheckpointData(
             uid=decision.uid,
@@ -509,14 +496,9 @@ class DecisionRunner:
         await self._send(
             event_id, "checkpoint", EventType.REQUEUE_CHECKPOINT, checkpoint, end.ended_at
         )
-        self.metrics.checkpointed(end.outcome, (end.ended_at - requested_at).total_seconds())
-        log.warning(
-            "decision %s for %s: checkpoint %s after %.1f s",
-            event_id,
-            decision.uid,
-            end.outcome,
-            (end.ended_at - requested_at).total_seconds(),
-        )
+        waited = (end.ended_at - requested_at).total_seconds()
+        self.metrics.checkpointed(end.outcome, waited)
+        _say(event_id, decision, "checkpoint %s after %.1f s", end.outcome, waited)
         if end.outcome != "gone":
             return False
         await self._abandon(
@@ -590,13 +572,7 @@ class DecisionRunner:
             event_id, "abandoned", EventType.REQUEUE_ABANDONED, abandoned, self.clock()
         )
         self.metrics.abandoned(reason)
-        log.warning(
-            "decision %s for %s: abandoned (%s): %s",
-            event_id,
-            decision.uid,
-            reason,
-            one_line(error),
-        )
+        _say(event_id, decision, "abandoned (%s): %s", reason, one_line(error))
 
 
 async def consume(
@@ -700,6 +676,11 @@ async def consume(
             await commit()
         await consumer.stop()
         await producer.stop()
+
+
+def _say(event_id: str, decision: RequeueCommittedData, message: str, *args: object) -> None:
+    """One line about a decision, its id and PodGroup first."""
+    log.warning("decision %s for %s: " + message, event_id, decision.uid, *args)
 
 
 def _decision(value: bytes | None) -> tuple[str, RequeueCommittedData] | None:
