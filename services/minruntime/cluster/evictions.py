@@ -127,15 +127,9 @@ class Signal:
 
     def wire(self) -> dict[str, object]:
         """The release's ``eviction`` object (the contract's EvictionAttribution)."""
-        found: dict[str, object] = {"source": self.source, "at": format_rfc3339(self.at)}
-        for key, value in (
-            ("action", self.action),
-            ("evictor", self.evictor),
-            ("evictorQueue", self.evictor_queue),
-        ):
-            if value is not None:
-                found[key] = value
-        return found
+        named = {"action": self.action, "evictor": self.evictor, "evictorQueue": self.evictor_queue}
+        found = {key: value for key, value in named.items() if value is not None}
+        return {"source": self.source, "at": format_rfc3339(self.at), **found}
 
     def merged(self, other: Signal) -> Signal:
         """One eviction said twice (an Event and the annotation, an Event again): the Event's
