@@ -95,7 +95,5 @@ def from_json(value: bytes | None) -> Record | None:
         read = json.loads(value)
     except ValueError:
         return None
-    if not isinstance(read, dict):
-        return None
-    version = read.pop(_VERSION_FIELD, 1)
+    version = read.pop(_VERSION_FIELD, 1) if isinstance(read, dict) else None
     return cast(Record, read) if version in READABLE else None
