@@ -224,19 +224,15 @@ def compare(
     }
     differences: list[Difference] = []
     checked = 0
-    for uid in sorted(cluster.keys() | rows.keys(), key=lambda uid: _order(uid, cluster, rows)):
+    for uid in sorted(
+        cluster.keys() | rows.keys(),
+        key=lambda uid: (*_identity(cluster.get(uid), rows.get(uid)), uid),
+    ):
         found = _compare_one(cluster.get(uid), rows.get(uid))
         if found is not None:
             checked += 1
             differences += found
     return Drift(tuple(differences), checked)
-
-
-def _order(
-    uid: str, cluster: Mapping[str, ClusterPodGroup], rows: Mapping[str, ServicePodGroup]
-) -> tuple[str, str, str]:
-    namespace, name = _identity(cluster.get(uid), rows.get(uid))
-    return namespace, name, uid
 
 
 def _identity(side: ClusterPodGroup | None, row: ServicePodGroup | None) -> tuple[str, str]:
@@ -281,9 +277,6 @@ def _compare_one(
             found.append(differ(key, annotations.get(key), row.annotations.get(key)))
     expected = side.expected_start
     if expected is not None and row.status == RUNNING and row.start_time != expected:
-        found.append(differ(START_TIME, format_rfc3339(expected), _time(row.start_time)))
+        started = None if row.start_time is None else format_rfc3339(row.start_time)
+        found.append(differ(START_TIME, format_rfc3339(expected), started))
     return found
-
-
-def _time(moment: datetime | None) -> str | None:
-    return None if moment is None else format_rfc3339(moment)
