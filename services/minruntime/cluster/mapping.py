@@ -253,7 +253,10 @@ def queue_data(
     with the node pool of KAI's shard rule (``node_pool_of``; no label key: every pool). A
     disruption annotation out of bounds is left out, its problem appended to ``ignored`` (an
     operator's typo must not stop the whole Queue; `queues apply` refuses it instead)."""
-    manifest = Manifest(f"Queue {name_of(obj)}", 1, _without_status(obj))
+    # As for the ConfigMap below; a Queue's status is the scheduler's, not the spec's.
+    body = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", **obj}
+    body.pop("status", None)
+    manifest = Manifest(f"Queue {name_of(obj)}", 1, body)
     try:
         return queue_upserts(
             [manifest], node_pool_label, DEFAULT_NODE_POOL, [] if ignored is None else ignored
@@ -271,13 +274,6 @@ def config_data(obj: ApiObject, node_pool: str) -> ConfigUpdatedData:
         return config_update([manifest], node_pool)
     except (UserError, ValueError) as exc:
         raise ObjectError(str(exc)) from exc
-
-
-def _without_status(obj: ApiObject) -> dict[str, object]:
-    body = {key: value for key, value in obj.items() if key != "status"}
-    body.setdefault("apiVersion", "scheduling.run.ai/v2")
-    body.setdefault("kind", "Queue")
-    return body
 
 
 def node_data(obj: ApiObject, node_pool_label: str = NODE_POOL_LABEL) -> dict[str, object]:

@@ -34,10 +34,7 @@ def _count(counter: Counter, value: str, known: Collection[str]) -> None:
 
 
 class EvictionMetrics:
-    """The bridge's ``minruntime_kube_bridge_eviction_signals_total{signal,outcome}``,
-    ``minruntime_kube_bridge_deletion_releases_total{attribution}``,
-    ``minruntime_kube_bridge_ignored_values_total{value}`` and
-    ``minruntime_kube_bridge_held_releases``."""
+    """The bridge's eviction signals, deletion releases, ignored values and held releases."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.signals = Counter(
@@ -85,12 +82,7 @@ class EvictionMetrics:
 
 
 class EvictorMetrics:
-    """The evictor's ``minruntime_kube_evictor_decisions_total{outcome}``,
-    ``minruntime_kube_evictor_abandoned_total{reason}``,
-    ``minruntime_kube_evictor_open_decisions``, and the checkpoint handshake's
-    ``minruntime_kube_evictor_checkpoints_total{outcome}``,
-    ``minruntime_kube_evictor_checkpoint_ack_seconds`` (histogram) and
-    ``minruntime_kube_evictor_checkpoint_grace_invalid_total``."""
+    """The evictor's decisions, abandons and open decisions, and its checkpoint handshakes."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.decisions = _counter(
