@@ -280,8 +280,9 @@ def _queue_upsert(
 ) -> QueueUpsertedData:
     body = _object(manifest)
     _expect_queue(manifest, body)
-    name = _metadata_name(manifest, body)
-    node_pool = _node_pool(manifest, body, node_pool_label, unlabelled)
+    metadata = _mapping(manifest, body.get("metadata"), "metadata")
+    name = _metadata_name(manifest, metadata)
+    node_pool = _node_pool(manifest, metadata, node_pool_label, unlabelled)
     spec = _mapping(manifest, body.get("spec"), "spec")
     unknown = sorted(str(field) for field in spec if field not in QUEUE_SPEC_FIELDS)
     if unknown:
@@ -299,7 +300,7 @@ def _queue_upsert(
         **{field: _queue_duration(manifest, spec, field) for field in QUEUE_DURATION_FIELDS},
         **_queue_shares(manifest, spec),
         "nodePool": node_pool,
-        "annotations": _queue_disruption(manifest, body, ignored),
+        "annotations": _queue_disruption(manifest, metadata, ignored),
     }
     try:
         return QueueUpsertedData.model_validate(data)
@@ -308,11 +309,10 @@ def _queue_upsert(
 
 
 def _queue_disruption(
-    manifest: Manifest, body: Mapping[Any, Any], ignored: list[str] | None
+    manifest: Manifest, metadata: Mapping[Any, Any], ignored: list[str] | None
 ) -> dict[str, str] | None:
     """The Queue's valid disruption annotations (None: none); a bad one raises, or with
     ``ignored`` is left out and named there."""
-    metadata = _mapping(manifest, body.get("metadata"), "metadata")
     annotations = _mapping(manifest, metadata.get("annotations"), "metadata.annotations")
     kept: dict[str, str] = {}
     for key in QUEUE_DISRUPTION_ANNOTATIONS:
@@ -404,13 +404,12 @@ def _expect_queue(manifest: Manifest, body: Mapping[Any, Any]) -> None:
 
 
 def _node_pool(
-    manifest: Manifest, body: Mapping[Any, Any], node_pool_label: str, unlabelled: str | None
+    manifest: Manifest, metadata: Mapping[Any, Any], node_pool_label: str, unlabelled: str | None
 ) -> str | None:
     """The queue's node pool by KAI's shard rule: its label's value, else ``unlabelled``."""
     if not node_pool_label:
         return None
-    labels = _mapping(manifest, _mapping(manifest, body.get("metadata"), "metadata").get("labels"),
-                      "metadata.labels")  # fmt: skip
+    labels = _mapping(manifest, metadata.get("labels"), "metadata.labels")
     value = labels.get(node_pool_label)
     if value is None or value == "":
         return unlabelled
@@ -420,8 +419,7 @@ def _node_pool(
     return value
 
 
-def _metadata_name(manifest: Manifest, body: Mapping[Any, Any]) -> str:
-    metadata = _mapping(manifest, body.get("metadata"), "metadata")
+def _metadata_name(manifest: Manifest, metadata: Mapping[Any, Any]) -> str:
     name = metadata.get("name")
     if name is None:
         raise manifest.error("metadata.name", "required field is missing (the queue's name)")

@@ -27,6 +27,7 @@ Per podgroup uid:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -168,10 +169,7 @@ class Drift:
 
     def podgroups_by_field(self) -> dict[str, int]:
         """How many podgroups differ in each field (every field, zeros too)."""
-        counts = dict.fromkeys(FIELDS, 0)
-        for difference in self.differences:
-            counts[difference.field] += 1
-        return counts
+        return {**dict.fromkeys(FIELDS, 0), **Counter(d.field for d in self.differences)}
 
     @property
     def uids(self) -> tuple[str, ...]:

@@ -540,11 +540,7 @@ def _subgroup_of(pod: ApiObject, known: set[str], fallback: str) -> str:
     return named if isinstance(named, str) and named in known else fallback
 
 
-# -- what the bridge keeps of an object ------------------------------------------------------
-#
-# The bridge keeps, per object, only the fields the functions above read, in the same shape
-# (so every function works on a kept object as on the API server's): a pod of 2-3 KB of JSON
-# becomes a few hundred bytes. managedFields shrink to the one newest time (changed_at).
+# -- what the bridge keeps of an object (the fields the functions above read: cluster.objects)
 
 _POD_ANNOTATIONS: Final = (
     POD_GROUP_ANNOTATION,
