@@ -114,7 +114,6 @@ class Source:
 
 
 def mirror_options(settings: Settings) -> MirrorOptions:
-    """What the mapping needs from the settings."""
     return MirrorOptions(
         node_pool_label=settings.kube_node_pool_label,
         config_node_pool=settings.kube_scheduler_node_pool,

@@ -62,8 +62,6 @@ class Cache:
             name: {} for name, index in self._indexers.items() if index.one
         }
 
-    # -- the objects ------------------------------------------------------------------------
-
     def get(self, uid: str) -> Kept | None:
         """The kept object of ``uid`` (a new copy each time), if any."""
         return self._items.get(uid)
@@ -98,8 +96,6 @@ class Cache:
     def drop(self, uid: str) -> None:
         """Forget the object of ``uid`` without reading it (a kind without indexes)."""
         self._items.pop(uid, None)
-
-    # -- the indexes ------------------------------------------------------------------------
 
     def by_index(self, index: str, value: Hashable) -> Mapping[str, str]:
         """The objects an index finds for ``value``: uid -> name, in arrival order."""

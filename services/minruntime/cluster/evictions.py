@@ -320,8 +320,6 @@ class Evictions:
         self._plain: OrderedDict[GroupKey, deque[tuple[datetime, datetime | None]]] = OrderedDict()
         self.stamps: dict[str, str] = {}  # PodGroup uid -> last-eviction-timestamp seen
 
-    # -- signals ---------------------------------------------------------------------------
-
     def seen_event(self, uid: str, version: tuple[str, str]) -> bool:
         """Whether this delivery of Event ``uid`` says nothing new (counted as a duplicate);
         a higher count is a repetition (counted), and new."""
@@ -385,8 +383,6 @@ class Evictions:
         self._plain.pop(group, None)
         self.stamps.pop(podgroup_uid, None)
 
-    # -- matching --------------------------------------------------------------------------
-
     def _belongs(self, signal: Signal, requested: datetime, created: datetime | None) -> bool:
         return abs(requested - signal.at) <= self.window and (
             created is None or created <= signal.at
@@ -439,8 +435,6 @@ class Evictions:
         self._plain[group] = sent
         if len(self._plain) > MAX_PLAIN_GROUPS:
             self._plain.popitem(last=False)
-
-    # -- held releases ---------------------------------------------------------------------
 
     def deadline(self, requested: datetime) -> datetime | None:
         """Until when a deletion asked for at ``requested`` waits for its signal (at most W

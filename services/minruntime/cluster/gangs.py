@@ -40,8 +40,6 @@ class Gangs(Shared):
         self._releases = releases
         self._annotation_digests: dict[str, tuple[str, dict[str, str]]] = {}
 
-    # -- the handlers ------------------------------------------------------------------------
-
     def podgroup(self, action: Action, obj: ApiObject, uid: str) -> list[Emission]:
         """A PodGroup added, changed or deleted (its indexes follow in the cache)."""
         ctx = self._ctx
@@ -91,8 +89,6 @@ class Gangs(Shared):
         for podgroup_uid in sorted(members):
             emissions += self.sync(podgroup_uid, "")
         return emissions
-
-    # -- a gang's sync ------------------------------------------------------------------------
 
     def _podgroup_of(self, pod: ApiObject) -> str | None:
         key = group_of_pod(pod)

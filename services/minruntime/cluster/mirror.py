@@ -96,8 +96,6 @@ class ClusterMirror:
         # A listing in progress: the uids seen per kind.
         self._present: dict[Kind, set[str]] = {}
 
-    # -- input -----------------------------------------------------------------------------
-
     def observe(self, kind: Kind, action: str, obj: ApiObject) -> list[Emission]:
         """The events one watch notification causes (often none)."""
         try:
@@ -173,8 +171,6 @@ class ClusterMirror:
     def due(self) -> list[Emission]:
         """The held releases whose window has passed, sent without a PodGroup signal."""
         return self._releases.due()
-
-    # -- memory ----------------------------------------------------------------------------
 
     def memory(self) -> dict[str, Record]:
         """Every record of what was sent, by ledger key."""
