@@ -91,13 +91,11 @@ class Manifest:
 
     @property
     def kind(self) -> str | None:
-        """The object's kind, when it says one."""
         kind = self.body.get("kind") if isinstance(self.body, Mapping) else None
         return kind if isinstance(kind, str) and kind else None
 
     @property
     def name(self) -> str | None:
-        """metadata.name, when it is a non-empty string."""
         metadata = self.body.get("metadata") if isinstance(self.body, Mapping) else None
         name = metadata.get("name") if isinstance(metadata, Mapping) else None
         return name if isinstance(name, str) and name else None

@@ -417,7 +417,6 @@ class Evictions:
             self.tally(signal.source, DROPPED)
 
     def linked(self, pod_uid: str) -> Signal | None:
-        """The signal a terminating pod was linked to, if any."""
         return self._links.get(pod_uid)
 
     def unlink(self, pod_uid: str) -> None:
@@ -455,7 +454,6 @@ class Evictions:
         return self.take(oldest.pod_uid)
 
     def is_holding(self, podgroup_uid: str) -> bool:
-        """Whether any release of the podgroup is held."""
         return podgroup_uid in self._held_by_podgroup
 
     def is_held(self, pod_uid: str) -> bool:

@@ -357,10 +357,7 @@ def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:
 
 class DecisionRunner:
     """Carries out one decision until it reaches an end: done, or abandoned at its deadline.
-
-    A PodGroup that declares a valid checkpoint grace is asked for a checkpoint first (the
-    handshake, core.checkpoint_wait): the wait sleeps between reads of the PodGroup, holding
-    no thread and no API slot, and ends as `requeue.checkpoint` before the eviction."""
+    The checkpoint wait (the module docstring) holds no thread and no API slot between reads."""
 
     def __init__(
         self,
