@@ -84,11 +84,8 @@ class Gangs(Shared):
             priorities.pop(name, None)
         else:
             priorities[name] = value
-        emissions: list[Emission] = []
         members = self._ctx.objects[Kind.POD_GROUP].by_index(PODGROUPS_BY_CLASS, name)
-        for podgroup_uid in sorted(members):
-            emissions += self.sync(podgroup_uid, "")
-        return emissions
+        return [emission for uid in sorted(members) for emission in self.sync(uid, "")]
 
     def _podgroup_of(self, pod: ApiObject) -> str | None:
         key = group_of_pod(pod)
