@@ -60,7 +60,9 @@ class Gangs(Shared):
         """A pod added, changed or deleted: its gang synced, or its deletion a release."""
         ctx = self._ctx
         if action != Action.DELETED:
-            podgroup_uid = self._podgroup_of(obj)
+            key = group_of_pod(obj)
+            podgroups = ctx.objects[Kind.POD_GROUP]
+            podgroup_uid = None if key is None else podgroups.one(PODGROUPS_BY_NAME, key)
             return [] if podgroup_uid is None else self.sync(podgroup_uid, uid)
         record = ctx.memory.pods.get(uid)
         if record is None or not record.get("allocated") or record.get("released"):
@@ -86,11 +88,6 @@ class Gangs(Shared):
             priorities[name] = value
         members = self._ctx.objects[Kind.POD_GROUP].by_index(PODGROUPS_BY_CLASS, name)
         return [emission for uid in sorted(members) for emission in self.sync(uid, "")]
-
-    def _podgroup_of(self, pod: ApiObject) -> str | None:
-        key = group_of_pod(pod)
-        podgroups = self._ctx.objects[Kind.POD_GROUP]
-        return None if key is None else podgroups.one(PODGROUPS_BY_NAME, key)
 
     def sync(self, uid: str, pod_uid: str | None = None) -> list[Emission]:
         """Send what changed of a podgroup: its annotations, its shape, and the transitions of

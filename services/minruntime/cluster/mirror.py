@@ -189,20 +189,15 @@ class ClusterMirror:
         if memory_kind is not None:
             known |= set(self._memory.of(memory_kind))
         for uid in sorted(known - present):
-            obj = objects.get(uid) or self._remembered_object(kind, uid)
+            obj: ApiObject | None = objects.get(uid)
+            if not obj:  # known only from memory: a stand-in with its uid and name
+                record = self._memory.of(_MEMORY_OF[kind]).get(uid) or {}
+                obj = {"metadata": {"uid": uid, "name": str(record.get("name") or "")}}
+            meta = dict(mapping.metadata(obj))
+            meta.setdefault("deletionTimestamp", format_rfc3339(self._ctx.clock()))
             self._ctx.unseen = True
             try:
-                emissions = self.observe(kind, DELETED, self._deleted_now(obj))
+                emissions = self.observe(kind, DELETED, {**obj, "metadata": meta})
             finally:
                 self._ctx.unseen = False
             yield from emissions
-
-    def _remembered_object(self, kind: Kind, uid: str) -> ApiObject:
-        """A stand-in for an object known only from memory (its uid and name)."""
-        record = self._memory.of(_MEMORY_OF[kind]).get(uid) or {}
-        return {"metadata": {"uid": uid, "name": str(record.get("name") or "")}}
-
-    def _deleted_now(self, obj: ApiObject) -> ApiObject:
-        meta = dict(mapping.metadata(obj))
-        meta.setdefault("deletionTimestamp", format_rfc3339(self._ctx.clock()))
-        return {**obj, "metadata": meta}
