@@ -135,7 +135,7 @@ def sources(client: Any, settings: Settings) -> list[Source]:
     scheduling = k8s.SchedulingV1Api(client)
     namespace, _, name = settings.kube_scheduler_config.partition("/")
     options = mirror_options(settings)
-    pods: Callable[..., Any] = core.list_pod_for_all_namespaces
+    pods = core.list_pod_for_all_namespaces
     if settings.kube_scheduler_name:
         selector = f"spec.schedulerName={settings.kube_scheduler_name}"
         pods = functools.partial(pods, field_selector=selector)

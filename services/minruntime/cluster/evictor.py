@@ -95,6 +95,7 @@ LIST_PAGE_SIZE = 500
 
 
 T = TypeVar("T")
+Ending = RequeueCheckpointData | RequeueAbandonedData  # the events that end a decision
 
 
 class EvictionRefusedError(Exception):
@@ -541,7 +542,7 @@ class DecisionRunner:
             await self._sleep(max(0.0, min(poll, time_left(requested_at, grace, now))))
 
     async def _send(
-        self, event_id: str, ending: str, event_type: EventType, data: Any, time: datetime
+        self, event_id: str, ending: str, event_type: EventType, data: Ending, time: datetime
     ) -> None:
         """A decision's end on the podgroups topic; its id the decision's and ``.ending``, so
         a repeat is applied once."""
