@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from minruntime.cluster.api import KAI_GROUP, api_client
 from minruntime.cluster.evictor import Evictor, consume
-from minruntime.cluster.evictor_metrics import EvictorMetrics
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
+from minruntime.cluster.metrics import EvictorMetrics
 from minruntime.events import encode_event, new_event
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
@@ -121,7 +121,7 @@ def main() -> None:
     asyncio.run(produce(settings, events))
 
     stop = threading.Event()
-    evictor = Evictor(api, settings.kube_backoff_max_seconds, stop)
+    evictor = Evictor(api)
     metrics = EvictorMetrics(CollectorRegistry())
     thread = threading.Thread(
         target=lambda: asyncio.run(consume(settings, evictor, stop, metrics)), daemon=True

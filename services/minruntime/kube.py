@@ -91,13 +91,11 @@ class Manifest:
 
     @property
     def kind(self) -> str | None:
-        """The object's kind, when it says one."""
         kind = self.body.get("kind") if isinstance(self.body, Mapping) else None
         return kind if isinstance(kind, str) and kind else None
 
     @property
     def name(self) -> str | None:
-        """metadata.name, when it is a non-empty string."""
         metadata = self.body.get("metadata") if isinstance(self.body, Mapping) else None
         name = metadata.get("name") if isinstance(metadata, Mapping) else None
         return name if isinstance(name, str) and name else None
@@ -141,20 +139,14 @@ def read_manifests(
 def parse_manifests(file: str, text: str) -> list[Manifest]:
     """Every non-empty YAML document of one file's text; a v1 List is expanded into its items."""
     manifests: list[Manifest] = []
-    documents = yaml.safe_load_all(text)
-    index = 0
-    while True:
-        try:
-            body = next(documents)
-        except StopIteration:
-            break
-        except yaml.YAMLError as exc:
-            raise ManifestError(
-                f"{file} document {index + 1}: not valid YAML: {_yaml_problem(exc)}"
-            ) from exc
-        index += 1
-        if body is not None:
-            manifests.extend(_expand_list(Manifest(file, index, body)))
+    index = 0  # the documents read so far
+    try:
+        for index, body in enumerate(yaml.safe_load_all(text), 1):
+            if body is not None:
+                manifests.extend(_expand_list(Manifest(file, index, body)))
+    except yaml.YAMLError as exc:
+        problem = _yaml_problem(exc)
+        raise ManifestError(f"{file} document {index + 1}: not valid YAML: {problem}") from exc
     return manifests
 
 
@@ -286,8 +278,9 @@ def _queue_upsert(
 ) -> QueueUpsertedData:
     body = _object(manifest)
     _expect_queue(manifest, body)
-    name = _metadata_name(manifest, body)
-    node_pool = _node_pool(manifest, body, node_pool_label, unlabelled)
+    metadata = _mapping(manifest, body.get("metadata"), "metadata")
+    name = _metadata_name(manifest, metadata)
+    node_pool = _node_pool(manifest, metadata, node_pool_label, unlabelled)
     spec = _mapping(manifest, body.get("spec"), "spec")
     unknown = sorted(str(field) for field in spec if field not in QUEUE_SPEC_FIELDS)
     if unknown:
@@ -305,7 +298,7 @@ def _queue_upsert(
         **{field: _queue_duration(manifest, spec, field) for field in QUEUE_DURATION_FIELDS},
         **_queue_shares(manifest, spec),
         "nodePool": node_pool,
-        "annotations": _queue_disruption(manifest, body, ignored),
+        "annotations": _queue_disruption(manifest, metadata, ignored),
     }
     try:
         return QueueUpsertedData.model_validate(data)
@@ -314,11 +307,10 @@ def _queue_upsert(
 
 
 def _queue_disruption(
-    manifest: Manifest, body: Mapping[Any, Any], ignored: list[str] | None
+    manifest: Manifest, metadata: Mapping[Any, Any], ignored: list[str] | None
 ) -> dict[str, str] | None:
     """The Queue's valid disruption annotations (None: none); a bad one raises, or with
     ``ignored`` is left out and named there."""
-    metadata = _mapping(manifest, body.get("metadata"), "metadata")
     annotations = _mapping(manifest, metadata.get("annotations"), "metadata.annotations")
     kept: dict[str, str] = {}
     for key in QUEUE_DISRUPTION_ANNOTATIONS:
@@ -410,13 +402,12 @@ def _expect_queue(manifest: Manifest, body: Mapping[Any, Any]) -> None:
 
 
 def _node_pool(
-    manifest: Manifest, body: Mapping[Any, Any], node_pool_label: str, unlabelled: str | None
+    manifest: Manifest, metadata: Mapping[Any, Any], node_pool_label: str, unlabelled: str | None
 ) -> str | None:
     """The queue's node pool by KAI's shard rule: its label's value, else ``unlabelled``."""
     if not node_pool_label:
         return None
-    labels = _mapping(manifest, _mapping(manifest, body.get("metadata"), "metadata").get("labels"),
-                      "metadata.labels")  # fmt: skip
+    labels = _mapping(manifest, metadata.get("labels"), "metadata.labels")
     value = labels.get(node_pool_label)
     if value is None or value == "":
         return unlabelled
@@ -426,8 +417,7 @@ def _node_pool(
     return value
 
 
-def _metadata_name(manifest: Manifest, body: Mapping[Any, Any]) -> str:
-    metadata = _mapping(manifest, body.get("metadata"), "metadata")
+def _metadata_name(manifest: Manifest, metadata: Mapping[Any, Any]) -> str:
     name = metadata.get("name")
     if name is None:
         raise manifest.error("metadata.name", "required field is missing (the queue's name)")

@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from minruntime.cluster.api import api_client
 from minruntime.cluster.evictor import Evictor, consume
-from minruntime.cluster.evictor_metrics import EvictorMetrics
 from minruntime.cluster.mapping import REQUEUE_DECISION_ANNOTATION
+from minruntime.cluster.metrics import EvictorMetrics
 from minruntime.events import RequeueAbandonedData, decode_event, encode_event, new_event
 from minruntime.kafka_access import kafka_access
 from minruntime.settings import Settings
@@ -45,7 +45,7 @@ class RunningEvictor:
     def __init__(self, settings: Settings) -> None:
         self.stop_event = threading.Event()
         self.metrics = EvictorMetrics(CollectorRegistry())
-        evictor = Evictor(api_client(settings), settings.kube_backoff_max_seconds, self.stop_event)
+        evictor = Evictor(api_client(settings))
         self.evictor = evictor
         self.thread = threading.Thread(
             target=lambda: asyncio.run(consume(settings, evictor, self.stop_event, self.metrics)),

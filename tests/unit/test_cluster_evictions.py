@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from minruntime.cluster import evictions
 from minruntime.cluster.context import Emission, MirrorOptions
-from minruntime.cluster.eviction_metrics import EvictionMetrics
+from minruntime.cluster.metrics import EvictionMetrics
 from minruntime.cluster.mirror import ADDED, DELETED, MODIFIED, ClusterMirror
 from minruntime.cluster.objects import Kind
 from minruntime.core import format_rfc3339

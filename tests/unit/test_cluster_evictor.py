@@ -24,8 +24,8 @@ from minruntime.cluster.evictor import (
     PodGroupGoneError,
     abandon_reason,
 )
-from minruntime.cluster.evictor_metrics import EvictorMetrics
 from minruntime.cluster.lanes import Lanes, Offsets
+from minruntime.cluster.metrics import EvictorMetrics
 from minruntime.core import format_rfc3339
 from minruntime.core.checkpoint import (
     CHECKPOINT_GRACE_ANNOTATION,

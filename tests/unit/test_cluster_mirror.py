@@ -372,10 +372,10 @@ def test_a_deleted_podgroup_and_a_relist_that_misses_objects() -> None:
         {"metadata": meta("n1", "node-1"), "status": {"capacity": {"nvidia.com/gpu": "8"}}},
     )
     # The pod and the node went away while the watch was down (410 Gone): a relist finds out.
-    [released] = view.relisted(Kind.POD, [])
+    [released] = view.list_all({Kind.POD: []})
     assert data(released)["reason"] == "deleted"
     assert released.event.time == NOW
-    [gone] = view.relisted(Kind.NODE, [])
+    [gone] = view.list_all({Kind.NODE: []})
     assert (gone.event.type, gone.role) == ("node.deleted", "nodes")
     [deleted] = view.observe(Kind.POD_GROUP, DELETED, podgroup())
     assert deleted.event.type == "podgroup.deleted"

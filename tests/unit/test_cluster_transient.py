@@ -33,9 +33,9 @@ from minruntime.cluster import bridge as bridge_module
 from minruntime.cluster.api import Inbox, Source, Watcher, WatchGarbageError, mirror_options
 from minruntime.cluster.bridge import Bridge
 from minruntime.cluster.evictor import DecisionRunner, EvictionRefusedError, waits
-from minruntime.cluster.evictor_metrics import EvictorMetrics
 from minruntime.cluster.lanes import Lanes
 from minruntime.cluster.lease import LeaseKeeper
+from minruntime.cluster.metrics import EvictorMetrics
 from minruntime.cluster.mirror import ClusterMirror, Emission, Kind
 from minruntime.cluster.transient import transient
 from minruntime.core import InvalidDurationError

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from minruntime.cluster import mapping
-from minruntime.cluster.eviction_metrics import EvictionMetrics
+from minruntime.cluster.metrics import EvictionMetrics
 from minruntime.cluster.mirror import ADDED, ClusterMirror, Kind, MirrorOptions
 from minruntime.core.disruption import (
     EVICTION_WINDOW_ANNOTATION,

@@ -67,6 +67,17 @@ def api_client(settings: Settings) -> Any:
         raise KubeConfigError(f"cannot use {where}: {' '.join(str(exc).split())}") from exc
 
 
+def annotate_podgroup(
+    custom: Any, namespace: str, name: str, annotations: Mapping[str, str]
+) -> None:
+    """Merge ``annotations`` into the PodGroup's (a merge patch: others' stay), through the
+    client's CustomObjectsApi ``custom``."""
+    body = {"metadata": {"annotations": dict(annotations)}}
+    custom.patch_namespaced_custom_object(
+        KAI_GROUP, PODGROUP_VERSION, namespace, "podgroups", name, body
+    )
+
+
 def is_gone(error: BaseException) -> bool:
     """A 410 Gone: the resourceVersion is too old to watch from; relist."""
     return getattr(error, "status", None) == HTTP_GONE
@@ -103,7 +114,6 @@ class Source:
 
 
 def mirror_options(settings: Settings) -> MirrorOptions:
-    """What the mapping needs from the settings."""
     return MirrorOptions(
         node_pool_label=settings.kube_node_pool_label,
         config_node_pool=settings.kube_scheduler_node_pool,
@@ -125,45 +135,26 @@ def sources(client: Any, settings: Settings) -> list[Source]:
     scheduling = k8s.SchedulingV1Api(client)
     namespace, _, name = settings.kube_scheduler_config.partition("/")
     options = mirror_options(settings)
-    pods = (
-        functools.partial(
-            core.list_pod_for_all_namespaces,
-            field_selector=f"spec.schedulerName={settings.kube_scheduler_name}",
-        )
-        if settings.kube_scheduler_name
-        else core.list_pod_for_all_namespaces
-    )
-    calls: list[tuple[Kind, Callable[..., Any]]] = [
-        (Kind.PRIORITY_CLASS, scheduling.list_priority_class),
-        (
-            Kind.CONFIG_MAP,
-            functools.partial(
-                core.list_namespaced_config_map, namespace, field_selector=f"metadata.name={name}"
-            ),
+    pods = core.list_pod_for_all_namespaces
+    if settings.kube_scheduler_name:
+        selector = f"spec.schedulerName={settings.kube_scheduler_name}"
+        pods = functools.partial(pods, field_selector=selector)
+    kai = functools.partial(custom.list_cluster_custom_object, KAI_GROUP)
+    calls: dict[Kind, Callable[..., Any]] = {
+        Kind.PRIORITY_CLASS: scheduling.list_priority_class,
+        Kind.CONFIG_MAP: functools.partial(
+            core.list_namespaced_config_map, namespace, field_selector=f"metadata.name={name}"
         ),
-        (
-            Kind.QUEUE,
-            functools.partial(
-                custom.list_cluster_custom_object, KAI_GROUP, QUEUE_VERSION, "queues"
-            ),
-        ),
-        (Kind.NODE, core.list_node),
-        (
-            Kind.POD_GROUP,
-            functools.partial(
-                custom.list_cluster_custom_object, KAI_GROUP, PODGROUP_VERSION, "podgroups"
-            ),
-        ),
+        Kind.QUEUE: functools.partial(kai, QUEUE_VERSION, "queues"),
+        Kind.NODE: core.list_node,
+        Kind.POD_GROUP: functools.partial(kai, PODGROUP_VERSION, "podgroups"),
         # After the PodGroups (an Event names its evictor's), before the pods (whose
         # deletions its signals attribute, also those gone while no bridge watched).
-        (
-            Kind.EVENT,
-            functools.partial(
-                core.list_event_for_all_namespaces, field_selector=EVICT_EVENT_SELECTOR
-            ),
+        Kind.EVENT: functools.partial(
+            core.list_event_for_all_namespaces, field_selector=EVICT_EVENT_SELECTOR
         ),
-        (Kind.POD, pods),
-    ]
+        Kind.POD: pods,
+    }
     return [
         Source(
             kind,
@@ -172,7 +163,7 @@ def sources(client: Any, settings: Settings) -> list[Source]:
             decode_pod_list if kind == Kind.POD else json.loads,
             from_cache=kind == Kind.POD,
         )
-        for kind, call in calls
+        for kind, call in calls.items()
     ]
 
 
@@ -478,12 +469,6 @@ class Watcher:
                     yield Notification(self.source.kind, LIST_RESTART)
         yield Notification(self.source.kind, LIST_END)
 
-    def relist(self) -> None:
-        """List everything into the inbox (after a 410 Gone of the watch)."""
-        for note in self.pages():
-            if not self.out.put(note, self.stop):
-                return
-
     def run(self) -> None:
         """Watch until `stop` is set; an error that is not `transient` ends the watch and is
         kept in `failure` (the bridge raises it: a bug is not retried as an outage)."""
@@ -507,8 +492,10 @@ class Watcher:
         """List if there is no resourceVersion to watch from, then watch until the API server
         ends the watch; a 410 Gone forgets the resourceVersion (the next round relists)."""
         try:
-            if self.resource_version is None:
-                self.relist()
+            if self.resource_version is None:  # list everything into the inbox
+                for note in self.pages():
+                    if not self.out.put(note, self.stop):
+                        break
             self._watch_once()
         except Exception as error:
             if not is_gone(error):

@@ -54,7 +54,6 @@ from minruntime.cluster.api import (
 )
 from minruntime.cluster.drift_metrics import DriftGauges
 from minruntime.cluster.drift_watch import DriftWatch, ServiceReader
-from minruntime.cluster.eviction_metrics import EvictionMetrics
 from minruntime.cluster.lease import Lease, LeaseKeeper, default_identity
 from minruntime.cluster.ledger import (
     META_KEY,
@@ -63,6 +62,7 @@ from minruntime.cluster.ledger import (
     read_ledger,
     topic_ids,
 )
+from minruntime.cluster.metrics import EvictionMetrics
 from minruntime.cluster.mirror import ClusterMirror, Emission
 from minruntime.cluster.records import Record, to_json
 from minruntime.cluster.transient import transient
@@ -92,10 +92,6 @@ PRODUCER_HEADER: Final = "minruntime-bridge"
 _ROLES: Final = ("queues", "podgroups", "nodes")
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class TermEndedError(Exception):
     """The replica can no longer prove it holds the Lease (or is stopping)."""
 
@@ -107,7 +103,7 @@ class Bridge:
         self,
         settings: Settings,
         client: ApiClient,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         registry: CollectorRegistry | None = None,
         read_service: ServiceReader | None = None,
     ) -> None:

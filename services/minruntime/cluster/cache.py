@@ -5,15 +5,14 @@ indexes up to date as objects are stored and deleted: an index function names th
 object is found by (a pod: its PodGroup's namespace/name; a PodGroup: its own, and its
 priority class). A change then costs the size of its gang, never the cluster's.
 
-Two sorts of index: a ``MANY`` index finds every object of a value (uid -> name, in the order
-they came), a ``ONE`` index the object that last claimed it (a PodGroup's name: its newest).
+Two sorts of index: one finds every object of a value (uid -> name, in the order they came),
+a ``one`` index the object that last claimed it (a PodGroup's name: its newest).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Final
 
 from minruntime.cluster import mapping
@@ -23,19 +22,13 @@ from minruntime.cluster.packed import Packed
 GroupKey = tuple[str, str]  # (namespace, PodGroup name)
 
 
-class Sort(Enum):
-    """How many objects one value of an index finds."""
-
-    MANY = "many"
-    ONE = "one"
-
-
 @dataclass(frozen=True, slots=True)
 class IndexFunc:
-    """An index: the value (None: not indexed) an object is found by, and its sort."""
+    """An index: the value (None: not indexed) an object is found by; ``one``: a value finds
+    the one object that last claimed it, else every object of it."""
 
     value: Callable[[ApiObject], Hashable | None]
-    sort: Sort = Sort.MANY
+    one: bool = False
 
 
 # The indexes' names.
@@ -51,7 +44,6 @@ def group_of_pod(pod: ApiObject) -> GroupKey | None:
 
 
 def key_of_podgroup(podgroup: ApiObject) -> GroupKey:
-    """A PodGroup's (namespace, name)."""
     return (mapping.namespace_of(podgroup), mapping.name_of(podgroup))
 
 
@@ -64,13 +56,11 @@ class Cache:
         self._items: Packed[Kept] = Packed(Kept)
         self._indexers = dict(indexers or {})
         self._many: dict[str, dict[Hashable, dict[str, str]]] = {
-            name: {} for name, index in self._indexers.items() if index.sort is Sort.MANY
+            name: {} for name, index in self._indexers.items() if not index.one
         }
         self._one: dict[str, dict[Hashable, str]] = {
-            name: {} for name, index in self._indexers.items() if index.sort is Sort.ONE
+            name: {} for name, index in self._indexers.items() if index.one
         }
-
-    # -- the objects ------------------------------------------------------------------------
 
     def get(self, uid: str) -> Kept | None:
         """The kept object of ``uid`` (a new copy each time), if any."""
@@ -107,21 +97,19 @@ class Cache:
         """Forget the object of ``uid`` without reading it (a kind without indexes)."""
         self._items.pop(uid, None)
 
-    # -- the indexes ------------------------------------------------------------------------
-
     def by_index(self, index: str, value: Hashable) -> Mapping[str, str]:
-        """The objects a ``MANY`` index finds for ``value``: uid -> name, in arrival order."""
+        """The objects an index finds for ``value``: uid -> name, in arrival order."""
         return self._many[index].get(value) or _NONE
 
     def one(self, index: str, value: Hashable) -> str | None:
-        """The uid a ``ONE`` index finds for ``value`` (the last object that claimed it)."""
+        """The uid a ``one`` index finds for ``value`` (the last object that claimed it)."""
         return self._one[index].get(value)
 
     def _reindex(self, uid: str, before: ApiObject | None, after: ApiObject | None) -> None:
         for name, index in self._indexers.items():
             old = None if before is None else index.value(before)
             new = None if after is None else index.value(after)
-            if index.sort is Sort.ONE:
+            if index.one:
                 found = self._one[name]
                 if old is not None and old != new and found.get(old) == uid:
                     del found[old]
@@ -143,6 +131,6 @@ _NONE: Final[Mapping[str, str]] = {}
 
 POD_INDEXES: Final = {PODS_BY_GROUP: IndexFunc(group_of_pod)}
 PODGROUP_INDEXES: Final = {
-    PODGROUPS_BY_NAME: IndexFunc(key_of_podgroup, Sort.ONE),
+    PODGROUPS_BY_NAME: IndexFunc(key_of_podgroup, one=True),
     PODGROUPS_BY_CLASS: IndexFunc(mapping.priority_class_name),
 }

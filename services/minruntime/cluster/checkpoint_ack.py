@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
-from minruntime.cluster.api import KAI_GROUP, PODGROUP_VERSION
+from minruntime.cluster.api import annotate_podgroup
 from minruntime.core import InvalidTimestampError, format_rfc3339, parse_rfc3339
 from minruntime.core.checkpoint import CHECKPOINTED_AT_ANNOTATION
 from minruntime.errors import UserError
@@ -29,8 +30,6 @@ _NAMESPACE: Final = re.compile(_LABEL)
 _NAME: Final = re.compile(rf"{_LABEL}(\.{_LABEL})*")
 MAX_NAMESPACE: Final = 63
 MAX_NAME: Final = 253
-HTTP_FORBIDDEN: Final = 403
-HTTP_NOT_FOUND: Final = 404
 
 
 class CheckpointAckError(UserError):
@@ -80,18 +79,12 @@ def acknowledge(client: ApiClient, namespace: str, name: str, at: datetime) -> s
 
     value = format_rfc3339(at)
     try:
-        k8s.CustomObjectsApi(client).patch_namespaced_custom_object(
-            KAI_GROUP,
-            PODGROUP_VERSION,
-            namespace,
-            "podgroups",
-            name,
-            {"metadata": {"annotations": {CHECKPOINTED_AT_ANNOTATION: value}}},
-        )
+        annotations = {CHECKPOINTED_AT_ANNOTATION: value}
+        annotate_podgroup(k8s.CustomObjectsApi(client), namespace, name, annotations)
     except ApiException as error:
-        if error.status == HTTP_NOT_FOUND:
+        if error.status == HTTPStatus.NOT_FOUND:
             raise CheckpointAckError(f"PodGroup {namespace}/{name} not found") from None
-        if error.status == HTTP_FORBIDDEN:
+        if error.status == HTTPStatus.FORBIDDEN:
             raise CheckpointAckError(
                 f"forbidden to patch PodGroup {namespace}/{name}: the workload's role needs"
                 " `patch` on podgroups.scheduling.run.ai (docs/kubernetes.md)"

@@ -71,43 +71,26 @@ def kept(kind: Kind, obj: ApiObject, options: MirrorOptions) -> Kept:
 _INDEXES: Final = {Kind.POD: POD_INDEXES, Kind.POD_GROUP: PODGROUP_INDEXES}
 
 
+def _caches() -> dict[Kind, Cache]:
+    return {kind: Cache(_INDEXES.get(kind)) for kind in Kind}
+
+
+@dataclass(slots=True, eq=False)
 class Context:
     """The state the handlers share (one per mirror)."""
 
-    __slots__ = (
-        "clock",
-        "deferred",
-        "evictions",
-        "ignored",
-        "memory",
-        "objects",
-        "options",
-        "priorities",
-        "released",
-        "unseen",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        options: MirrorOptions,
-        clock: Callable[[], datetime],
-        memory: Memory,
-        evictions: Evictions,
-        released: Callable[[str], None],
-        ignored: Callable[[str], None],
-    ) -> None:
-        self.options = options
-        self.clock = clock
-        # Held packed (cluster.packed): a tenth of the memory of the kept dicts.
-        self.objects: Mapping[Kind, Cache] = {kind: Cache(_INDEXES.get(kind)) for kind in Kind}
-        self.memory = memory
-        self.evictions = evictions
-        self.released = released  # counts deletions' releases by attribution
-        self.ignored = ignored  # counts a value left out (IGNORED_VALUES)
-        self.unseen = False  # handling deletions found missing from a listing
-        # A listing in progress: the podgroups to sync at its end (None: none in progress).
-        self.deferred: set[str] | None = None
-        self.priorities: dict[str, int] = {}  # PriorityClass name -> value
+    options: MirrorOptions
+    clock: Callable[[], datetime]
+    memory: Memory
+    evictions: Evictions
+    released: Callable[[str], None]  # counts deletions' releases by attribution
+    ignored: Callable[[str], None]  # counts a value left out (IGNORED_VALUES)
+    # Held packed (cluster.packed): a tenth of the memory of the kept dicts.
+    objects: Mapping[Kind, Cache] = field(init=False, default_factory=_caches)
+    unseen: bool = field(init=False, default=False)  # handling deletions missing from a listing
+    # A listing in progress: the podgroups to sync at its end (None: none in progress).
+    deferred: set[str] | None = field(init=False, default=None)
+    priorities: dict[str, int] = field(init=False, default_factory=dict)  # class name -> value
 
     def pods_of(self, podgroup: ApiObject) -> list[Kept]:
         """The kept pods that name ``podgroup``."""

@@ -27,6 +27,7 @@ Per podgroup uid:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -106,7 +107,7 @@ class ClusterPodGroup:
     @property
     def running(self) -> tuple[ApiObject, ...]:
         """The pods holding resources: bound and not finished."""
-        return tuple(pod for pod in self.pods if holds_resources(pod))
+        return tuple(pod for pod in self.pods if mapping.holds_resources(pod))
 
     @property
     def status(self) -> str:
@@ -168,10 +169,7 @@ class Drift:
 
     def podgroups_by_field(self) -> dict[str, int]:
         """How many podgroups differ in each field (every field, zeros too)."""
-        counts = dict.fromkeys(FIELDS, 0)
-        for difference in self.differences:
-            counts[difference.field] += 1
-        return counts
+        return {**dict.fromkeys(FIELDS, 0), **Counter(d.field for d in self.differences)}
 
     @property
     def uids(self) -> tuple[str, ...]:
@@ -187,11 +185,6 @@ def confirmed(first: Drift, second: Drift) -> Drift:
     """
     seen = set(first.differences)
     return Drift(tuple(d for d in second.differences if d in seen), second.checked)
-
-
-def holds_resources(pod: ApiObject) -> bool:
-    """Bound and not finished: the pod holds its GPUs (until it is gone, if deleted)."""
-    return mapping.pod_node(pod) is not None and mapping.finished(pod) is None
 
 
 def cluster_podgroups(
@@ -229,19 +222,15 @@ def compare(
     }
     differences: list[Difference] = []
     checked = 0
-    for uid in sorted(cluster.keys() | rows.keys(), key=lambda uid: _order(uid, cluster, rows)):
+    for uid in sorted(
+        cluster.keys() | rows.keys(),
+        key=lambda uid: (*_identity(cluster.get(uid), rows.get(uid)), uid),
+    ):
         found = _compare_one(cluster.get(uid), rows.get(uid))
         if found is not None:
             checked += 1
             differences += found
     return Drift(tuple(differences), checked)
-
-
-def _order(
-    uid: str, cluster: Mapping[str, ClusterPodGroup], rows: Mapping[str, ServicePodGroup]
-) -> tuple[str, str, str]:
-    namespace, name = _identity(cluster.get(uid), rows.get(uid))
-    return namespace, name, uid
 
 
 def _identity(side: ClusterPodGroup | None, row: ServicePodGroup | None) -> tuple[str, str]:
@@ -286,9 +275,6 @@ def _compare_one(
             found.append(differ(key, annotations.get(key), row.annotations.get(key)))
     expected = side.expected_start
     if expected is not None and row.status == RUNNING and row.start_time != expected:
-        found.append(differ(START_TIME, format_rfc3339(expected), _time(row.start_time)))
+        started = None if row.start_time is None else format_rfc3339(row.start_time)
+        found.append(differ(START_TIME, format_rfc3339(expected), started))
     return found
-
-
-def _time(moment: datetime | None) -> str | None:
-    return None if moment is None else format_rfc3339(moment)

@@ -45,18 +45,12 @@ def drift_families(drift: Drift, at: datetime) -> list[Metric]:
     ]
 
 
-class _Families(Collector):
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return self._families
-
-
 def write_textfile(drift: Drift, path: Path, at: datetime) -> None:
     """The gauges in Prometheus' text format, replaced atomically (OSError when it cannot)."""
+    gauges = DriftGauges(lambda: True)
+    gauges.record(drift, at)
     registry = CollectorRegistry()
-    registry.register(_Families(drift_families(drift, at)))
+    registry.register(gauges)
     write_to_textfile(str(path), registry)
 
 

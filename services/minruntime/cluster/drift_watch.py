@@ -15,6 +15,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -47,27 +48,18 @@ class _NotWhileChecking(logging.Filter):
 logging.getLogger("minruntime.cluster.mirror").addFilter(_NotWhileChecking())
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
+@dataclass(eq=False)
 class DriftWatch:
     """Compares the cluster with the service once per period of a term (see the module doc)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        client: ApiClient,
-        read_service: ServiceReader,
-        gauges: DriftGauges,
-        clock: Callable[[], datetime] = _utcnow,
-    ) -> None:
-        self.settings = settings
-        self.client = client
-        self.read_service = read_service
-        self.gauges = gauges
-        self.clock = clock
-        self.period = settings.kube_drift_seconds
+    settings: Settings
+    client: ApiClient
+    read_service: ServiceReader
+    gauges: DriftGauges
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    def __post_init__(self) -> None:
+        self.period = self.settings.kube_drift_seconds
         self._outage = Outage("the drift check", log)
 
     async def run(self, keeper: LeaseKeeper) -> None:

@@ -127,15 +127,9 @@ class Signal:
 
     def wire(self) -> dict[str, object]:
         """The release's ``eviction`` object (the contract's EvictionAttribution)."""
-        found: dict[str, object] = {"source": self.source, "at": format_rfc3339(self.at)}
-        for key, value in (
-            ("action", self.action),
-            ("evictor", self.evictor),
-            ("evictorQueue", self.evictor_queue),
-        ):
-            if value is not None:
-                found[key] = value
-        return found
+        named = {"action": self.action, "evictor": self.evictor, "evictorQueue": self.evictor_queue}
+        found = {key: value for key, value in named.items() if value is not None}
+        return {"source": self.source, "at": format_rfc3339(self.at), **found}
 
     def merged(self, other: Signal) -> Signal:
         """One eviction said twice (an Event and the annotation, an Event again): the Event's
@@ -268,17 +262,17 @@ def _attribution(annotations: object, tally: Tally) -> tuple[str | None, str | N
 def condition_signal(pod: ApiObject, tally: Tally = no_tally) -> Signal | None:
     """The pod's DisruptionTarget condition (the Eviction API's, or KAI's with its
     --update-pod-eviction-condition) as a signal of this pod alone; None without one."""
-    for condition in (pod.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            at = mapping.parse_time(condition.get("lastTransitionTime"))
-            if at is None:
-                tally(CONDITION, BAD_TIME)
-                at = mapping.deleted_at(pod) or mapping.changed_at(pod)
-            if at is None:
-                return None
-            tally(CONDITION, ACCEPTED)
-            return Signal(CONDITION, at)
-    return None
+    condition = mapping.condition(pod, "DisruptionTarget")
+    if condition is None:
+        return None
+    at = mapping.parse_time(condition.get("lastTransitionTime"))
+    if at is None:
+        tally(CONDITION, BAD_TIME)
+        at = mapping.deleted_at(pod) or mapping.changed_at(pod)
+    if at is None:
+        return None
+    tally(CONDITION, ACCEPTED)
+    return Signal(CONDITION, at)
 
 
 def requested_at(pod: ApiObject) -> datetime | None:
@@ -325,8 +319,6 @@ class Evictions:
         self._events: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._plain: OrderedDict[GroupKey, deque[tuple[datetime, datetime | None]]] = OrderedDict()
         self.stamps: dict[str, str] = {}  # PodGroup uid -> last-eviction-timestamp seen
-
-    # -- signals ---------------------------------------------------------------------------
 
     def seen_event(self, uid: str, version: tuple[str, str]) -> bool:
         """Whether this delivery of Event ``uid`` says nothing new (counted as a duplicate);
@@ -391,8 +383,6 @@ class Evictions:
         self._plain.pop(group, None)
         self.stamps.pop(podgroup_uid, None)
 
-    # -- matching --------------------------------------------------------------------------
-
     def _belongs(self, signal: Signal, requested: datetime, created: datetime | None) -> bool:
         return abs(requested - signal.at) <= self.window and (
             created is None or created <= signal.at
@@ -427,7 +417,6 @@ class Evictions:
             self.tally(signal.source, DROPPED)
 
     def linked(self, pod_uid: str) -> Signal | None:
-        """The signal a terminating pod was linked to, if any."""
         return self._links.get(pod_uid)
 
     def unlink(self, pod_uid: str) -> None:
@@ -445,8 +434,6 @@ class Evictions:
         self._plain[group] = sent
         if len(self._plain) > MAX_PLAIN_GROUPS:
             self._plain.popitem(last=False)
-
-    # -- held releases ---------------------------------------------------------------------
 
     def deadline(self, requested: datetime) -> datetime | None:
         """Until when a deletion asked for at ``requested`` waits for its signal (at most W
@@ -467,11 +454,9 @@ class Evictions:
         return self.take(oldest.pod_uid)
 
     def is_holding(self, podgroup_uid: str) -> bool:
-        """Whether any release of the podgroup is held."""
         return podgroup_uid in self._held_by_podgroup
 
     def is_held(self, pod_uid: str) -> bool:
-        """Whether the pod's release is held."""
         return pod_uid in self._held
 
     def held_of(self, podgroup_uid: str) -> list[Held]:
@@ -503,5 +488,4 @@ class Evictions:
 
     @property
     def held_count(self) -> int:
-        """How many releases are held now."""
         return len(self._held)

@@ -37,6 +37,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
 from typing import Any, Final, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -47,12 +48,13 @@ from minruntime.cluster.api import (
     KAI_GROUP,
     PODGROUP_VERSION,
     Source,
+    annotate_podgroup,
     api_client,
     list_all,
 )
-from minruntime.cluster.evictor_metrics import EvictorMetrics
 from minruntime.cluster.lanes import Lanes, Offsets
 from minruntime.cluster.mapping import NODE_POOL_LABEL
+from minruntime.cluster.metrics import EvictorMetrics
 from minruntime.cluster.mirror import Kind
 from minruntime.cluster.transient import transient
 from minruntime.core import DEFAULT_NODE_POOL, format_rfc3339
@@ -85,17 +87,15 @@ from minruntime.settings import Settings
 
 log = logging.getLogger(__name__)
 
-HTTP_FORBIDDEN = 403
-HTTP_NOT_FOUND = 404
 ABANDON_SOURCE: Final = "minruntime/kube-evictor"
 # A namespace's pod listing serves the decisions decided this long before it (the worker's
 # and the evictor's clocks may differ by that much).
 LISTING_MARGIN: Final = timedelta(seconds=1)
 LIST_PAGE_SIZE = 500
-HTTP_TOO_MANY_REQUESTS = 429
 
 
 T = TypeVar("T")
+Ending = RequeueCheckpointData | RequeueAbandonedData  # the events that end a decision
 
 
 class EvictionRefusedError(Exception):
@@ -142,9 +142,9 @@ def abandon_reason(error: BaseException | None) -> str:
     if isinstance(error, DeadlinePassedError):
         return "expired"
     if isinstance(error, ApiException):
-        if error.status == HTTP_FORBIDDEN:
+        if error.status == HTTPStatus.FORBIDDEN:
             return "forbidden"
-        if error.status == HTTP_NOT_FOUND:
+        if error.status == HTTPStatus.NOT_FOUND:
             return "not_found"
     return "api_error"
 
@@ -161,13 +161,11 @@ def waits(error: BaseException) -> bool:
 class Evictor:
     """Carries out decisions against the API server (blocking; run it in a thread)."""
 
-    def __init__(self, client: Any, backoff_max: float, stop: threading.Event) -> None:
+    def __init__(self, client: Any) -> None:
         from kubernetes import client as k8s
 
         self.core = k8s.CoreV1Api(client)
         self.custom = k8s.CustomObjectsApi(client)
-        self.backoff_max = backoff_max
-        self.stop = stop
         # PodGroup uid -> its node pool (label), as last read: which deadline applies.
         self.pools: dict[str, str] = {}
         # PodGroup uid -> its valid checkpoint grace, as last read: the deadline is that longer.
@@ -192,14 +190,7 @@ class Evictor:
         not done yet raises DeadlinePassedError instead of evicting anything. `read`: the
         PodGroup as `look` just read it (not read again), else None.
         """
-        podgroup = read if read is not None else self._podgroup(decision.uid)
-        if podgroup is None:
-            raise PodGroupGoneError(f"PodGroup {decision.uid} not found")
-        metadata = mapping.metadata(podgroup)
-        self.pools[decision.uid] = (metadata.get("labels") or {}).get(
-            NODE_POOL_LABEL, DEFAULT_NODE_POOL
-        )
-        annotations = metadata.get("annotations") or {}
+        podgroup, annotations = self._read(decision.uid, read)
         if annotations.get(mapping.REQUEUE_DECISION_ANNOTATION) == decision_id:
             return Outcome(decision_id, skipped="already_done")
         if not evict:
@@ -210,28 +201,18 @@ class Evictor:
             for pod in self._pods(namespace, name, decision.decided_at)
             if _of_this_run(pod, decision.decided_at) and self._evict(pod)
         )
-        self._annotate(
-            namespace,
-            name,
-            {
-                mapping.REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(decision.requeue_not_before),
-                mapping.REQUEUE_DECISION_ANNOTATION: decision_id,
-            },
-        )
+        marks = {
+            mapping.REQUEUE_NOT_BEFORE_ANNOTATION: format_rfc3339(decision.requeue_not_before),
+            mapping.REQUEUE_DECISION_ANNOTATION: decision_id,
+        }
+        annotate_podgroup(self.custom, namespace, name, marks)
         return Outcome(decision_id, evicted)
 
     def look(self, decision_id: str, decision: RequeueCommittedData) -> Look:
         """Read the decision's PodGroup before acting on it: done already, its checkpoint
         grace (remembered for the deadline), a request already on it (PodGroupGoneError:
         gone)."""
-        podgroup = self._podgroup(decision.uid)
-        if podgroup is None:
-            raise PodGroupGoneError(f"PodGroup {decision.uid} not found")
-        metadata = mapping.metadata(podgroup)
-        self.pools[decision.uid] = (metadata.get("labels") or {}).get(
-            NODE_POOL_LABEL, DEFAULT_NODE_POOL
-        )
-        annotations = metadata.get("annotations") or {}
+        podgroup, annotations = self._read(decision.uid)
         reading = read_checkpoint_grace(annotations)
         if reading.grace is not None:
             self.graces[decision.uid] = reading.grace
@@ -246,34 +227,32 @@ class Evictor:
             requested_at=pending_request(annotations, decision.decided_at),
         )
 
+    def _read(
+        self, uid: str, read: Mapping[str, Any] | None = None
+    ) -> tuple[Mapping[str, Any], Mapping[str, str]]:
+        """The PodGroup (``read``, else read fresh) and its annotations, its node pool
+        remembered (PodGroupGoneError: gone)."""
+        podgroup = read if read is not None else self._podgroup(uid)
+        if podgroup is None:
+            raise PodGroupGoneError(f"PodGroup {uid} not found")
+        metadata = mapping.metadata(podgroup)
+        self.pools[uid] = (metadata.get("labels") or {}).get(NODE_POOL_LABEL, DEFAULT_NODE_POOL)
+        return podgroup, metadata.get("annotations") or {}
+
     def request_checkpoint(self, namespace: str, name: str, requested_at: datetime) -> datetime:
         """Write ``checkpoint-requested-at`` on the PodGroup, return it (PodGroupGoneError:
         gone)."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self._annotate(
-                namespace,
-                name,
-                {CHECKPOINT_REQUESTED_AT_ANNOTATION: format_rfc3339(requested_at)},
-            )
+            request = {CHECKPOINT_REQUESTED_AT_ANNOTATION: format_rfc3339(requested_at)}
+            annotate_podgroup(self.custom, namespace, name, request)
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 raise PodGroupGoneError(f"PodGroup {namespace}/{name} not found") from error
             raise
         log.info("asked PodGroup %s/%s for a checkpoint at %s", namespace, name, requested_at)
         return requested_at
-
-    def _annotate(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
-        """Merge ``annotations`` into the PodGroup's (a merge patch: others' stay)."""
-        self.custom.patch_namespaced_custom_object(
-            KAI_GROUP,
-            PODGROUP_VERSION,
-            namespace,
-            "podgroups",
-            name,
-            {"metadata": {"annotations": dict(annotations)}},
-        )
 
     def annotations(self, uid: str) -> Mapping[str, str] | None:
         """The PodGroup's annotations as they are now (None: gone)."""
@@ -305,7 +284,7 @@ class Evictor:
                 KAI_GROUP, PODGROUP_VERSION, known[0], "podgroups", known[1]
             )
         except ApiException as error:
-            if error.status != HTTP_NOT_FOUND:
+            if error.status != HTTPStatus.NOT_FOUND:
                 raise
             with self._index_lock:
                 self._index.pop(uid, None)
@@ -361,9 +340,9 @@ class Evictor:
         try:
             self.core.create_namespaced_pod_eviction(name, namespace, body)
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return False
-            if error.status == HTTP_TOO_MANY_REQUESTS:
+            if error.status == HTTPStatus.TOO_MANY_REQUESTS:
                 raise EvictionRefusedError(
                     f"eviction of pod {namespace}/{name} refused by a disruption budget (429)"
                 ) from error
@@ -379,10 +358,7 @@ def _of_this_run(pod: Mapping[str, Any], decided_at: datetime) -> bool:
 
 class DecisionRunner:
     """Carries out one decision until it reaches an end: done, or abandoned at its deadline.
-
-    A PodGroup that declares a valid checkpoint grace is asked for a checkpoint first (the
-    handshake, core.checkpoint_wait): the wait sleeps between reads of the PodGroup, holding
-    no thread and no API slot, and ends as `requeue.checkpoint` before the eviction."""
+    The checkpoint wait (the module docstring) holds no thread and no API slot between reads."""
 
     def __init__(
         self,
@@ -416,12 +392,7 @@ class DecisionRunner:
         evict = read_at < self.deadline(decision)  # with the pool and the grace just read
         if look.grace.problem is not None:
             self.metrics.invalid_grace()
-            log.warning(
-                "decision %s for %s: no checkpoint handshake: %s",
-                event_id,
-                decision.uid,
-                look.grace.problem,
-            )
+            _say(event_id, decision, "no checkpoint handshake: %s", look.grace.problem)
         grace = look.grace.grace if evict and not look.done else None
         if grace is not None and await self._handshake(event_id, decision, look, grace):
             return
@@ -436,12 +407,8 @@ class DecisionRunner:
         if outcome is None:
             return
         self.metrics.decided(outcome.skipped or "carried_out")
-        log.warning(
-            "decision %s for %s: %s",
-            event_id,
-            decision.uid,
-            outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}",
-        )
+        done = outcome.skipped or f"evicted {', '.join(outcome.evicted) or 'no pod'}"
+        _say(event_id, decision, "%s", done)
 
     async def _attempt(
         self,
@@ -453,11 +420,6 @@ class DecisionRunner:
         """``call(*args)`` in the executor, holding an API slot, retried with backoff while
         the cluster refuses or is away (`waits`) until it succeeds (its result) or the
         decision is abandoned (None: the event is sent). Any other error propagates."""
-        loop = asyncio.get_running_loop()
-
-        async def attempt() -> T:
-            async with self.calls:
-                return await loop.run_in_executor(self.executor, functools.partial(call, *args))
 
         def left() -> float:
             return (self.deadline(decision) - self.clock()).total_seconds()
@@ -467,7 +429,7 @@ class DecisionRunner:
 
         try:
             return await retry_async(
-                attempt,
+                lambda: self._call(call, *args),
                 what=f"decision {event_id}",
                 stop=self.stopping,
                 transient=lambda error: waits(error) and left() > 0,
@@ -485,6 +447,13 @@ class DecisionRunner:
                 raise  # a bug: not an outage, and not the cluster's refusal
             await self._abandon(event_id, decision, error)  # refused until its deadline
             return None
+
+    async def _call(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` in the executor, holding an API slot."""
+        async with self.calls:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(call, *args)
+            )
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -510,38 +479,24 @@ class DecisionRunner:
                 return True  # gone before it was asked: abandoned (not_found)
             requested_at = asked
         else:
-            log.warning(
-                "decision %s for %s: resuming the checkpoint wait requested at %s",
-                event_id,
-                decision.uid,
-                format_rfc3339(requested_at),
-            )
+            at = format_rfc3339(requested_at)
+            _say(event_id, decision, "resuming the checkpoint wait requested at %s", at)
         end = await self._wait(event_id, decision.uid, requested_at, grace)
-        await self.publish(
-            new_event(
-                str(EventType.REQUEUE_CHECKPOINT),
-                RequeueCheckpointData(
-                    uid=decision.uid,
-                    decision=event_id,
-                    outcome=end.outcome,
-                    requested_at=requested_at,
-                    grace=grace,
-                    ended_at=end.ended_at,
-                    checkpointed_at=end.checkpointed_at,
-                ),
-                time=end.ended_at,
-                source=ABANDON_SOURCE,
-                id=f"{event_id}.checkpoint",
-            )
+        checkpoint = RequeueCheckpointData(
+            uid=decision.uid,
+            decision=event_id,
+            outcome=end.outcome,
+            requested_at=requested_at,
+            grace=grace,
+            ended_at=end.ended_at,
+            checkpointed_at=end.checkpointed_at,
         )
-        self.metrics.checkpointed(end.outcome, (end.ended_at - requested_at).total_seconds())
-        log.warning(
-            "decision %s for %s: checkpoint %s after %.1f s",
-            event_id,
-            decision.uid,
-            end.outcome,
-            (end.ended_at - requested_at).total_seconds(),
+        await self._send(
+            event_id, "checkpoint", EventType.REQUEUE_CHECKPOINT, checkpoint, end.ended_at
         )
+        waited = (end.ended_at - requested_at).total_seconds()
+        self.metrics.checkpointed(end.outcome, waited)
+        _say(event_id, decision, "checkpoint %s after %.1f s", end.outcome, waited)
         if end.outcome != "gone":
             return False
         await self._abandon(
@@ -567,7 +522,7 @@ class DecisionRunner:
             left = time_left(requested_at, grace, self.clock())
             try:
                 annotations = await asyncio.wait_for(
-                    self._annotations(uid), left if left > 0 else poll
+                    self._call(self.evictor.annotations, uid), left if left > 0 else poll
                 )
             except TimeoutError:
                 return WaitEnd("timed_out", self.clock())
@@ -586,43 +541,36 @@ class DecisionRunner:
                     return end
             await self._sleep(max(0.0, min(poll, time_left(requested_at, grace, now))))
 
-    async def _annotations(self, uid: str) -> Mapping[str, str] | None:
-        """The PodGroup's annotations, read in the executor holding an API slot."""
-        async with self.calls:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.executor, self.evictor.annotations, uid
+    async def _send(
+        self, event_id: str, ending: str, event_type: EventType, data: Ending, time: datetime
+    ) -> None:
+        """A decision's end on the podgroups topic; its id the decision's and ``.ending``, so
+        a repeat is applied once."""
+        await self.publish(
+            new_event(
+                str(event_type), data, time=time, source=ABANDON_SOURCE, id=f"{event_id}.{ending}"
             )
+        )
 
     async def _abandon(
         self, event_id: str, decision: RequeueCommittedData, error: BaseException
     ) -> None:
         reason = abandon_reason(error)
-        now = self.clock()
-        event = new_event(
-            str(EventType.REQUEUE_ABANDONED),
-            RequeueAbandonedData(
-                uid=decision.uid,
-                decision=event_id,
-                reason=reason,
-                nominated_by=decision.nominated_by,
-                requeue_not_before=decision.requeue_not_before,
-                decided_at=decision.decided_at,
-                deadline=self.deadline(decision),
-                message=one_line(error),
-            ),
-            time=now,
-            source=ABANDON_SOURCE,
-            id=f"{event_id}.abandoned",
+        abandoned = RequeueAbandonedData(
+            uid=decision.uid,
+            decision=event_id,
+            reason=reason,
+            nominated_by=decision.nominated_by,
+            requeue_not_before=decision.requeue_not_before,
+            decided_at=decision.decided_at,
+            deadline=self.deadline(decision),
+            message=one_line(error),
         )
-        await self.publish(event)
+        await self._send(
+            event_id, "abandoned", EventType.REQUEUE_ABANDONED, abandoned, self.clock()
+        )
         self.metrics.abandoned(reason)
-        log.warning(
-            "decision %s for %s: abandoned (%s): %s",
-            event_id,
-            decision.uid,
-            reason,
-            one_line(error),
-        )
+        _say(event_id, decision, "abandoned (%s): %s", reason, one_line(error))
 
 
 async def consume(
@@ -682,6 +630,13 @@ async def consume(
 
         return carry_out
 
+    async def commit() -> None:
+        moved = offsets.committable()
+        if moved:
+            await consumer.commit(
+                {TopicPartition(p.topic, p.partition): o for p, o in moved.items()}
+            )
+
     try:
         with contextlib.suppress(InterruptedError):  # stopped before Kafka was reached
             for client in (consumer, producer):
@@ -710,23 +665,20 @@ async def consume(
                         event_id, data = decision
                         lanes.add(data.uid, job(partition, record.offset, event_id, data))
             metrics.open.set(offsets.open_count)
-            moved = offsets.committable()
-            if moved:
-                await consumer.commit(
-                    {TopicPartition(p.topic, p.partition): o for p, o in moved.items()}
-                )
+            await commit()
     finally:
         stopping.set()
         await lanes.close()
         executor.shutdown(wait=True, cancel_futures=True)
         with contextlib.suppress(Exception):
-            moved = offsets.committable()
-            if moved:
-                await consumer.commit(
-                    {TopicPartition(p.topic, p.partition): o for p, o in moved.items()}
-                )
+            await commit()
         await consumer.stop()
         await producer.stop()
+
+
+def _say(event_id: str, decision: RequeueCommittedData, message: str, *args: object) -> None:
+    """One line about a decision, its id and PodGroup first."""
+    log.warning("decision %s for %s: " + message, event_id, decision.uid, *args)
 
 
 def _decision(value: bytes | None) -> tuple[str, RequeueCommittedData] | None:
@@ -743,7 +695,7 @@ def _decision(value: bytes | None) -> tuple[str, RequeueCommittedData] | None:
 def run_evictor(settings: Settings) -> None:
     """`minruntime kube evictor`: run until SIGINT/SIGTERM."""
     stop = threading.Event()
-    evictor = Evictor(api_client(settings), settings.kube_backoff_max_seconds, stop)
+    evictor = Evictor(api_client(settings))
     metrics = EvictorMetrics(REGISTRY)
     health.serve_metrics(
         settings.metrics_host,

@@ -40,8 +40,6 @@ class Gangs(Shared):
         self._releases = releases
         self._annotation_digests: dict[str, tuple[str, dict[str, str]]] = {}
 
-    # -- the handlers ------------------------------------------------------------------------
-
     def podgroup(self, action: Action, obj: ApiObject, uid: str) -> list[Emission]:
         """A PodGroup added, changed or deleted (its indexes follow in the cache)."""
         ctx = self._ctx
@@ -62,7 +60,9 @@ class Gangs(Shared):
         """A pod added, changed or deleted: its gang synced, or its deletion a release."""
         ctx = self._ctx
         if action != Action.DELETED:
-            podgroup_uid = self._podgroup_of(obj)
+            key = group_of_pod(obj)
+            podgroups = ctx.objects[Kind.POD_GROUP]
+            podgroup_uid = None if key is None else podgroups.one(PODGROUPS_BY_NAME, key)
             return [] if podgroup_uid is None else self.sync(podgroup_uid, uid)
         record = ctx.memory.pods.get(uid)
         if record is None or not record.get("allocated") or record.get("released"):
@@ -86,18 +86,8 @@ class Gangs(Shared):
             priorities.pop(name, None)
         else:
             priorities[name] = value
-        emissions: list[Emission] = []
         members = self._ctx.objects[Kind.POD_GROUP].by_index(PODGROUPS_BY_CLASS, name)
-        for podgroup_uid in sorted(members):
-            emissions += self.sync(podgroup_uid, "")
-        return emissions
-
-    # -- a gang's sync ------------------------------------------------------------------------
-
-    def _podgroup_of(self, pod: ApiObject) -> str | None:
-        key = group_of_pod(pod)
-        podgroups = self._ctx.objects[Kind.POD_GROUP]
-        return None if key is None else podgroups.one(PODGROUPS_BY_NAME, key)
+        return [emission for uid in sorted(members) for emission in self.sync(uid, "")]
 
     def sync(self, uid: str, pod_uid: str | None = None) -> list[Emission]:
         """Send what changed of a podgroup: its annotations, its shape, and the transitions of
@@ -281,10 +271,7 @@ class Gangs(Shared):
             return []
         if mapping.LAST_START_ANNOTATION not in mapping.annotations_of(podgroup):
             return []  # never ran: nothing to end (and no placeholder for the service)
-        if any(
-            mapping.pod_node(pod) is not None and mapping.finished(pod) is None
-            for pod in ctx.pods_of(podgroup)
-        ):
+        if any(mapping.holds_resources(pod) for pod in ctx.pods_of(podgroup)):
             return []
         data: dict[str, object] = {"uid": uid, "reason": "deleted"}
         start = run_start(podgroup)

@@ -84,19 +84,13 @@ class Lanes:
         lane.put_nowait(job)
 
     async def _run(self, key: str, lane: asyncio.Queue[Callable[[], Awaitable[None]]]) -> None:
-        while True:
-            try:
-                job = lane.get_nowait()
-            except asyncio.QueueEmpty:
-                del self._lanes[key]
-                return
-            try:
-                await job()
-            except Exception as error:
-                if self.failure is None:
-                    self.failure = error
-                del self._lanes[key]
-                return
+        try:
+            while not lane.empty():
+                await lane.get_nowait()()
+        except Exception as error:
+            if self.failure is None:
+                self.failure = error
+        del self._lanes[key]  # not when cancelled: `close` clears every lane
 
     async def close(self) -> None:
         """Cancel every lane (their unfinished jobs stay open) and wait for them."""

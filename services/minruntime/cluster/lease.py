@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
 from typing import Any
 
 from minruntime.cluster.api import read_json
@@ -25,9 +26,6 @@ from minruntime.cluster.transient import transient
 from minruntime.retry import Outage
 
 log = logging.getLogger(__name__)
-
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
 
 
 def default_identity() -> str:
@@ -64,7 +62,7 @@ class Lease:
         try:
             lease = self._read()
         except ApiException as error:
-            if error.status != HTTP_NOT_FOUND:
+            if error.status != HTTPStatus.NOT_FOUND:
                 raise
             return self._create(now)
         spec = lease.setdefault("spec", {})
@@ -86,7 +84,7 @@ class Lease:
         try:
             self._replace(lease)
         except ApiException as error:
-            if error.status == HTTP_CONFLICT:
+            if error.status == HTTPStatus.CONFLICT:
                 return False
             raise
         return True
@@ -135,7 +133,7 @@ class Lease:
         try:
             self._api.create_namespaced_lease(self.namespace, body, _request_timeout=self._timeout)
         except ApiException as error:
-            if error.status == HTTP_CONFLICT:
+            if error.status == HTTPStatus.CONFLICT:
                 return False
             raise
         return True
@@ -174,7 +172,6 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, daemon=True, name="lease")
 
     def start(self) -> LeaseKeeper:
-        """Start renewing."""
         self._thread.start()
         return self
 

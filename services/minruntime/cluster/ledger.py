@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from minruntime.cluster.packed import Packed
-from minruntime.cluster.records import Record, from_object, split_key
+from minruntime.cluster.records import Record, from_json, split_key
 from minruntime.kafka_access import KafkaAccess, start_client
 from minruntime.settings import Settings
 from minruntime.topic_admin import FOREVER, TopicRole, TopicSpec, describe_topics, replication_for
@@ -43,7 +43,6 @@ _TOPIC_CONFIGS: Final = (
 
 
 def meta_record(topic_ids: Mapping[str, str]) -> bytes:
-    """The meta value: the input topics' IDs."""
     return json.dumps({"topics": dict(sorted(topic_ids.items()))}).encode()
 
 
@@ -103,7 +102,7 @@ async def read_ledger(
                     if split_key(key) is None:
                         skipped += 1
                         continue
-                    record = from_object(_json(message.value))
+                    record = from_json(message.value)
                     if record is not None:
                         records[key] = record
                     else:

@@ -130,7 +130,6 @@ def _mapping(value: object) -> ApiObject:
 
 
 def metadata(obj: ApiObject) -> ApiObject:
-    """metadata, or {}."""
     return _mapping(obj.get("metadata"))
 
 
@@ -143,7 +142,6 @@ def uid_of(obj: ApiObject) -> str:
 
 
 def name_of(obj: ApiObject) -> str:
-    """metadata.name."""
     return str(metadata(obj).get("name") or "")
 
 
@@ -187,12 +185,10 @@ def _forwarded(obj: ApiObject) -> tuple[dict[str, str], list[str]]:
 
 
 def labels_of(obj: ApiObject) -> Mapping[str, str]:
-    """metadata.labels."""
     return _mapping(metadata(obj).get("labels"))
 
 
 def version_of(obj: ApiObject) -> str:
-    """metadata.resourceVersion."""
     return str(metadata(obj).get("resourceVersion") or "")
 
 
@@ -228,7 +224,6 @@ def changed_at(obj: ApiObject) -> datetime | None:
 
 
 def created_at(obj: ApiObject) -> datetime | None:
-    """metadata.creationTimestamp."""
     return parse_time(metadata(obj).get("creationTimestamp"))
 
 
@@ -258,7 +253,10 @@ def queue_data(
     with the node pool of KAI's shard rule (``node_pool_of``; no label key: every pool). A
     disruption annotation out of bounds is left out, its problem appended to ``ignored`` (an
     operator's typo must not stop the whole Queue; `queues apply` refuses it instead)."""
-    manifest = Manifest(f"Queue {name_of(obj)}", 1, _without_status(obj))
+    # As for the ConfigMap below; a Queue's status is the scheduler's, not the spec's.
+    body = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", **obj}
+    body.pop("status", None)
+    manifest = Manifest(f"Queue {name_of(obj)}", 1, body)
     try:
         return queue_upserts(
             [manifest], node_pool_label, DEFAULT_NODE_POOL, [] if ignored is None else ignored
@@ -276,13 +274,6 @@ def config_data(obj: ApiObject, node_pool: str) -> ConfigUpdatedData:
         return config_update([manifest], node_pool)
     except (UserError, ValueError) as exc:
         raise ObjectError(str(exc)) from exc
-
-
-def _without_status(obj: ApiObject) -> dict[str, object]:
-    body = {key: value for key, value in obj.items() if key != "status"}
-    body.setdefault("apiVersion", "scheduling.run.ai/v2")
-    body.setdefault("kind", "Queue")
-    return body
 
 
 def node_data(obj: ApiObject, node_pool_label: str = NODE_POOL_LABEL) -> dict[str, object]:
@@ -338,11 +329,11 @@ def pod_node(pod: ApiObject) -> str | None:
 
 
 def pod_phase(pod: ApiObject) -> str:
-    """status.phase."""
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
-def _condition(pod: ApiObject, kind: str) -> ApiObject | None:
+def condition(pod: ApiObject, kind: str) -> ApiObject | None:
+    """The pod's condition of this type when its status is True."""
     for condition in (pod.get("status") or {}).get("conditions") or ():
         if condition.get("type") == kind and condition.get("status") == "True":
             return condition  # type: ignore[no-any-return]
@@ -359,7 +350,7 @@ def allocated_at(pod: ApiObject, podgroup: ApiObject) -> datetime | None:
     created = created_at(pod)
     if last_start is not None and (created is None or last_start >= created):
         return last_start
-    scheduled = _condition(pod, "PodScheduled")
+    scheduled = condition(pod, "PodScheduled")
     moment = parse_time(scheduled.get("lastTransitionTime")) if scheduled else None
     return moment or parse_time((pod.get("status") or {}).get("startTime")) or created
 
@@ -390,12 +381,17 @@ def finished(pod: ApiObject) -> Release | None:
     return Release(reason, max(known) if known else changed_at(pod))
 
 
+def holds_resources(pod: ApiObject) -> bool:
+    """Bound and not finished: the pod holds its GPUs (until it is gone, if deleted)."""
+    return pod_node(pod) is not None and finished(pod) is None
+
+
 def removed(pod: ApiObject) -> Release:
     """A pod deleted from the API server: evicted (the Eviction API's DisruptionTarget) or not."""
     ended = finished(pod)
     if ended is not None:
         return ended
-    disruption = _condition(pod, "DisruptionTarget")
+    disruption = condition(pod, "DisruptionTarget")
     reason = "evicted" if disruption is not None else "deleted"
     return Release(reason, deleted_at(pod) or changed_at(pod))
 
@@ -404,12 +400,10 @@ def removed(pod: ApiObject) -> Release:
 
 
 def podgroup_spec(podgroup: ApiObject) -> ApiObject:
-    """spec, or {}."""
     return _mapping(podgroup.get("spec"))
 
 
 def priority_class_name(podgroup: ApiObject) -> str | None:
-    """spec.priorityClassName."""
     name = podgroup_spec(podgroup).get("priorityClassName")
     return name if isinstance(name, str) and name else None
 
@@ -546,11 +540,7 @@ def _subgroup_of(pod: ApiObject, known: set[str], fallback: str) -> str:
     return named if isinstance(named, str) and named in known else fallback
 
 
-# -- what the bridge keeps of an object ------------------------------------------------------
-#
-# The bridge keeps, per object, only the fields the functions above read, in the same shape
-# (so every function works on a kept object as on the API server's): a pod of 2-3 KB of JSON
-# becomes a few hundred bytes. managedFields shrink to the one newest time (changed_at).
+# -- what the bridge keeps of an object (the fields the functions above read: cluster.objects)
 
 _POD_ANNOTATIONS: Final = (
     POD_GROUP_ANNOTATION,

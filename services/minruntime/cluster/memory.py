@@ -53,7 +53,6 @@ class Records(Generic[R]):
         return record
 
     def items(self) -> Iterator[tuple[str, R]]:
-        """(uid, record) pairs."""
         return ((uid, self._items[uid]) for uid in self._items)
 
     def load(self, uid: str, item: bytes | Mapping[str, object]) -> None:
@@ -93,11 +92,9 @@ class Memory:
                 self._by_kind[parts[0]].load(parts[1], item)
 
     def of(self, kind: RecordKind) -> KindRecords:
-        """The records of ``kind``."""
         return self._by_kind[kind]
 
     def all(self) -> dict[str, Record]:
-        """Every record, by ledger key."""
         return {
             ledger_key(kind, uid): record
             for kind, records in self._by_kind.items()

@@ -96,8 +96,6 @@ class ClusterMirror:
         # A listing in progress: the uids seen per kind.
         self._present: dict[Kind, set[str]] = {}
 
-    # -- input -----------------------------------------------------------------------------
-
     def observe(self, kind: Kind, action: str, obj: ApiObject) -> list[Emission]:
         """The events one watch notification causes (often none)."""
         try:
@@ -133,7 +131,6 @@ class ClusterMirror:
         self._present[kind] = set()
 
     def listed(self, kind: Kind, objs: Iterable[ApiObject]) -> list[Emission]:
-        """One page of a listing of ``kind``."""
         present = self._present.setdefault(kind, set())
         emissions: list[Emission] = []
         for obj in objs:
@@ -171,15 +168,9 @@ class ClusterMirror:
             yield from self.listed(kind, listing[kind])
             yield from self.finish_listing([kind])
 
-    def relisted(self, kind: Kind, objs: Iterable[ApiObject]) -> list[Emission]:
-        """A whole listing of ``kind`` in one call (after a 410 Gone)."""
-        return list(self.list_all({kind: objs}))
-
     def due(self) -> list[Emission]:
         """The held releases whose window has passed, sent without a PodGroup signal."""
         return self._releases.due()
-
-    # -- memory ----------------------------------------------------------------------------
 
     def memory(self) -> dict[str, Record]:
         """Every record of what was sent, by ledger key."""
@@ -198,20 +189,15 @@ class ClusterMirror:
         if memory_kind is not None:
             known |= set(self._memory.of(memory_kind))
         for uid in sorted(known - present):
-            obj = objects.get(uid) or self._remembered_object(kind, uid)
+            obj: ApiObject | None = objects.get(uid)
+            if not obj:  # known only from memory: a stand-in with its uid and name
+                record = self._memory.of(_MEMORY_OF[kind]).get(uid) or {}
+                obj = {"metadata": {"uid": uid, "name": str(record.get("name") or "")}}
+            meta = dict(mapping.metadata(obj))
+            meta.setdefault("deletionTimestamp", format_rfc3339(self._ctx.clock()))
             self._ctx.unseen = True
             try:
-                emissions = self.observe(kind, DELETED, self._deleted_now(obj))
+                emissions = self.observe(kind, DELETED, {**obj, "metadata": meta})
             finally:
                 self._ctx.unseen = False
             yield from emissions
-
-    def _remembered_object(self, kind: Kind, uid: str) -> ApiObject:
-        """A stand-in for an object known only from memory (its uid and name)."""
-        record = self._memory.of(_MEMORY_OF[kind]).get(uid) or {}
-        return {"metadata": {"uid": uid, "name": str(record.get("name") or "")}}
-
-    def _deleted_now(self, obj: ApiObject) -> ApiObject:
-        meta = dict(mapping.metadata(obj))
-        meta.setdefault("deletionTimestamp", format_rfc3339(self._ctx.clock()))
-        return {**obj, "metadata": meta}

@@ -66,7 +66,6 @@ _ENCODER: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 def ledger_key(kind: RecordKind, uid: str) -> str:
-    """The ledger key of an object's record."""
     return f"{kind.value}/{uid}"
 
 
@@ -96,14 +95,5 @@ def from_json(value: bytes | None) -> Record | None:
         read = json.loads(value)
     except ValueError:
         return None
-    return from_object(read)
-
-
-def from_object(read: object) -> Record | None:
-    """A decoded ledger value as a record (see ``from_json``)."""
-    if not isinstance(read, dict):
-        return None
-    version = read.pop(_VERSION_FIELD, 1)
-    if version not in READABLE:
-        return None
-    return cast(Record, read)
+    version = read.pop(_VERSION_FIELD, 1) if isinstance(read, dict) else None
+    return cast(Record, read) if version in READABLE else None

@@ -40,7 +40,6 @@ class _Metadata(TypedDict, total=False):
     deletionGracePeriodSeconds: object
     labels: object
     annotations: object
-    ownerReferences: object  # not kept today; decoded for a pod's owner (issue 28's mapping)
     managedFields: list[_Time] | None
 
 
