@@ -315,7 +315,7 @@ def test_a_batch_written_against_a_stale_topic_id_is_rolled_back_and_refused(
 
         async def run(lives: Any, confirm: Any) -> BatchOutcome:
             confirms.append(confirm)
-            return await asyncio.to_thread(sink, records, lives, confirm)
+            return await asyncio.to_thread(sink, records, lives, confirm=confirm)
 
         return run
 

@@ -115,7 +115,7 @@ def build_app(
                 role.value,
                 firsts,
                 functools.partial(reader.highwaters, topic, firsts),
-                functools.partial(asyncio.to_thread, sink, records, ahead=ahead),
+                lambda lives, confirm: asyncio.to_thread(sink, records, lives, ahead, confirm),
                 lambda: reader.stopping or bool(app.should_stop),
             )
         if on_outcome is not None:

@@ -114,8 +114,8 @@ class BatchSink:
         self,
         records: Sequence[InboundRecord],
         topic_lives: Mapping[str, TopicLife] | None = None,
-        confirm: Confirm | None = None,
         ahead: DecodedAhead | None = None,
+        confirm: Confirm | None = None,
     ) -> BatchOutcome:
         """Apply the batch, retrying transient storage errors for as long as they last.
 
