@@ -13,22 +13,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from minruntime.store.bulk import delete_statement, update_statement
+from minruntime.store.podgroups import _POD_COLUMNS as POD_COLUMNS
+from minruntime.store.podgroups import _POD_KEY as POD_KEY
 from minruntime.store.schema import LIVE
 from tests.cloudevents import submitted
 from tests.integration.helpers import Feed
 
 PODGROUPS = 3000
 PODS = 2
-# pod_state's columns as the batch writes them (store.podgroups), its primary key first.
-POD_COLUMNS = {
-    "uid": "text",
-    "name": "text",
-    "subgroup": "text",
-    "gpu": "numeric",
-    "node": "text",
-    "allocated": "boolean",
-}
-POD_KEY = ("uid", "name")
 
 
 def _plan(engine: sa.Engine, statement: str, params: dict[str, str]) -> str:

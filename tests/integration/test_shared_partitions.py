@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from minruntime.core.topic_life import StoredOffset, TopicLife
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch, isolation
-from minruntime.kafka_access import kafka_access
+from minruntime.kafka_access import KafkaAccess, kafka_access
 from minruntime.settings import Settings
 from minruntime.store.engine import bounded_idle_transactions
 from minruntime.store.offsets import stored_offsets
@@ -216,6 +216,17 @@ def test_a_frozen_instance_holds_its_partitions_no_longer_than_the_idle_bound(
     assert scalar(engine, OFFSET, g=GROUP) == 20
 
 
+async def _send_queues(access: KafkaAccess, topic: str, prefix: str) -> None:
+    """Five queue.upserted records (``prefix-0`` .. ``prefix-4``) at the end of ``topic``."""
+    producer = await idempotent_producer(access)
+    try:
+        for i in range(5):
+            message = as_message(queue(f"{prefix}-{i}"))
+            await producer.send_and_wait(topic, message.value, key=message.key)
+    finally:
+        await producer.stop()
+
+
 @pytest.fixture
 def kafka_topic(settings: Settings) -> Iterator[str]:
     """A fresh one-partition topic holding five queue.upserted records (offsets 0-4)."""
@@ -223,13 +234,7 @@ def kafka_topic(settings: Settings) -> Iterator[str]:
 
     async def create() -> str:
         name = await new_topic(access, TopicRole.QUEUES, "shared")
-        producer = await idempotent_producer(access)
-        try:
-            for i in range(5):
-                message = as_message(queue(f"late-{i}"))
-                await producer.send_and_wait(name, message.value, key=message.key)
-        finally:
-            await producer.stop()
+        await _send_queues(access, name, "late")
         return name
 
     async def delete() -> None:
@@ -335,13 +340,7 @@ def test_a_batch_written_against_a_stale_topic_id_is_rolled_back_and_refused(
             await asyncio.sleep(0.2)
         async with kafka_admin(access) as admin:
             await admin.create_topics([NewTopic(kafka_topic, 1, 1)])
-        producer = await idempotent_producer(access)
-        try:
-            for i in range(5):
-                message = as_message(queue(f"second-{i}"))
-                await producer.send_and_wait(kafka_topic, message.value, key=message.key)
-        finally:
-            await producer.stop()
+        await _send_queues(access, kafka_topic, "second")
 
     async def scenario() -> None:
         guard = TopicGuard(access, CollectorRegistry(), read_stored, recheck_seconds=0.5)

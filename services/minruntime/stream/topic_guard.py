@@ -50,6 +50,7 @@ from minruntime.core.topic_life import (
 )
 from minruntime.errors import TopicLifeChangedError, UserError
 from minruntime.ingest import BatchOutcome
+from minruntime.ingest.isolation import Confirm
 from minruntime.kafka_access import KafkaAccess
 from minruntime.retry import retry_async
 from minruntime.topic_admin import describe_topics, fetch_topic_ids
@@ -62,15 +63,11 @@ REFUSAL = "refusing to consume it until re-baselined"
 _Answer = TypeVar("_Answer")
 
 # Applies the batch with these lives; the callable (if any) is called just before its commit.
-ApplyWithLives = Callable[
-    [Mapping[str, TopicLife], Callable[[], None] | None], Awaitable[BatchOutcome]
-]
+ApplyWithLives = Callable[[Mapping[str, TopicLife], Confirm | None], Awaitable[BatchOutcome]]
 ReadStored = Callable[[str], Awaitable[list[StoredOffset]]]
 
 
-def _confirmation(
-    topic: str, known: str | None, answer: concurrent.futures.Future[str | None]
-) -> Callable[[], None]:
+def _confirmation(topic: str, known: str, answer: concurrent.futures.Future[str | None]) -> Confirm:
     """What a batch written against ``known`` calls before its commit (in its thread): waits
     for Kafka's answer and raises TopicLifeChangedError (a rollback) unless it is ``known``."""
 
@@ -140,6 +137,7 @@ class TopicGuard:
             ends = await self._broker_log_ends(topic, firsts) if from_broker else log_ends()
             known = self._confirmed.get(topic)
             answer: concurrent.futures.Future[str | None] | None = None
+            confirm: Confirm | None = None
             if known is None or from_broker or topic in self._refused:
                 life = TopicLife(await self._topic_id(topic), ends)
                 if topic in self._refused:
@@ -148,9 +146,9 @@ class TopicGuard:
                 # Asked now, awaited by the batch's transaction just before it commits.
                 loop = asyncio.get_running_loop()
                 answer = asyncio.run_coroutine_threadsafe(self._topic_id(topic), loop)
+                confirm = _confirmation(topic, known, answer)
                 life = TopicLife(known, ends)
             try:
-                confirm = None if answer is None else _confirmation(topic, known, answer)
                 outcome = await run({topic: life}, confirm)
             except TopicLifeChangedError as refused:
                 if not from_broker:
