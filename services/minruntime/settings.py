@@ -125,6 +125,9 @@ class Settings(BaseSettings):
     batch_within_seconds: float = 0.05
     # Decode a topic's next full batch while the current one is written (docs/pipeline.md).
     decode_ahead: bool = True
+    # Lanes per input topic: its partitions dealt to this many lanes that apply batches at
+    # once, each on its own connection (docs/pipeline.md, "Lanes"); 1: one batch at a time.
+    processor_lanes_per_topic: int = Field(default=2, ge=1, le=64)
     outbox_poll_seconds: float = 0.25
     # How often a topic refused for offsets of another life is re-checked (docs/pipeline.md).
     topic_recheck_seconds: float = Field(default=5.0, gt=0)

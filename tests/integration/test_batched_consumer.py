@@ -140,6 +140,54 @@ def test_a_held_topic_holds_only_its_own_lane_and_commits_nothing_past_it(
     asyncio.run(scenario())
 
 
+def test_lanes_of_one_topic_apply_at_once_each_partition_in_order_once(
+    access: KafkaAccess, group: str
+) -> None:
+    """Two lanes per topic: the even partitions' lane is held until the odd partitions' lane
+    has applied everything of its own (one lane would wait for ever), then both finish."""
+
+    async def scenario() -> None:
+        async with _topics(access, 4, TopicRole.PODGROUPS) as (topic,):
+            applied: list[tuple[str, int, int]] = []
+            odd_done = asyncio.Event()
+            batches: list[set[int]] = []
+            waited_in_vain: list[bool] = []
+
+            async def apply(role: TopicRole, records: list[InboundRecord]) -> None:
+                partitions = {record.partition % 2 for record in records}
+                batches.append(partitions)
+                if partitions == {0}:
+                    try:
+                        await asyncio.wait_for(odd_done.wait(), 10)
+                    except TimeoutError:
+                        waited_in_vain.append(True)
+                applied.extend(_coordinates(records))
+                odd = [(t, p, o) for t, p, o in applied if p % 2]
+                if len(odd) == 2 * PER_PARTITION:
+                    odd_done.set()
+
+            options = ConsumerOptions(
+                group, batch_max_events=5, batch_within_seconds=0.05, lanes_per_topic=2
+            )
+            consumer = BatchedConsumer(access, {topic: TopicRole.PODGROUPS}, apply, options)
+            run = asyncio.create_task(consumer.run())
+            try:
+                await until(lambda: _complete(applied, topic, 4), "every record to be applied")
+            finally:
+                await consumer.stop()
+                await run
+            assert not waited_in_vain  # the odd lane went on while the even one was held
+            # A batch holds the partitions of one lane only.
+            assert batches and all(len(partitions) == 1 for partitions in batches)
+            for partition in range(4):  # each partition's records in order, once
+                offsets = [o for t, p, o in applied if p == partition]
+                assert offsets == list(range(PER_PARTITION))
+            committed = await _committed(access, group)
+            assert all(committed[(topic, p)] == PER_PARTITION for p in range(4))
+
+    asyncio.run(scenario())
+
+
 def test_records_buffered_for_revoked_partitions_are_not_applied_after_the_rebalance(
     access: KafkaAccess, group: str
 ) -> None:

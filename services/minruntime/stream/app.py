@@ -138,6 +138,7 @@ def build_app(
             group_instance_id=settings.processor_group_instance_id,
             session_timeout_seconds=settings.processor_session_timeout_seconds,
             heartbeat_interval_seconds=settings.processor_heartbeat_interval_seconds,
+            lanes_per_topic=settings.processor_lanes_per_topic,
         ),
         on_assigned=on_assigned,
         prepare=prepare if settings.decode_ahead else None,

@@ -81,6 +81,9 @@ class ConsumerOptions:
     # Records a lane may hold before its partitions wait; 0: two batches (a full batch
     # ready while one is in flight, plus what one fetch adds).
     lane_records: int = 0
+    # Lanes per topic: a topic's partitions are dealt to this many lanes (partition modulo
+    # lanes), which apply their batches concurrently, each in order (see the module doc).
+    lanes_per_topic: int = 1
 
     @property
     def buffered_max(self) -> int:
@@ -89,11 +92,14 @@ class ConsumerOptions:
 
 
 class _Lane:
-    """One input topic: its buffered records, applied in order, one batch at a time."""
+    """Some partitions of one input topic (its ``shard``: the partitions whose number modulo
+    the lanes per topic is ``shard``): their buffered records, applied in order, one batch at
+    a time."""
 
-    def __init__(self, topic: str, role: TopicRole, buffered_max: int) -> None:
+    def __init__(self, topic: str, role: TopicRole, shard: int, buffered_max: int) -> None:
         self.topic = topic
         self.role = role
+        self.shard = shard
         self.buffer: list[InboundRecord] = []
         self.since = 0.0  # when the oldest buffered record arrived (monotonic)
         self.arrived = asyncio.Event()
@@ -154,8 +160,11 @@ class BatchedConsumer:
         self._prepare = prepare
         self._options = options
         self._on_assigned = on_assigned
+        self._shards = max(1, options.lanes_per_topic)
         self._lanes = {
-            topic: _Lane(topic, role, options.buffered_max) for topic, role in topics.items()
+            (topic, shard): _Lane(topic, role, shard, options.buffered_max)
+            for topic, role in topics.items()
+            for shard in range(self._shards)
         }
         self._client: Any = None  # the AIOKafkaConsumer, once started
         self._assigned: set[TopicPartition] = set()
@@ -178,7 +187,7 @@ class BatchedConsumer:
             if self._client is None:
                 return
             self._tasks = [
-                asyncio.create_task(self._apply_lane(lane), name=f"lane {lane.topic}")
+                asyncio.create_task(self._apply_lane(lane), name=f"lane {lane.topic}/{lane.shard}")
                 for lane in self._lanes.values()
             ]
             await self._fetch()
@@ -235,11 +244,18 @@ class BatchedConsumer:
 
     def owned(self) -> set[tuple[TopicRole, int]]:
         """(role, partition) of every input partition assigned to this process now."""
-        return {(self._lanes[tp.topic].role, tp.partition) for tp in self._assigned}
+        return {(self._lane(tp).role, tp.partition) for tp in self._assigned}
+
+    def _lane(self, tp: TopicPartition) -> _Lane:
+        """The lane that applies ``tp``'s records."""
+        return self._lanes[tp.topic, tp.partition % self._shards]
+
+    def _topic_lanes(self, topic: str) -> list[_Lane]:
+        return [self._lanes[topic, shard] for shard in range(self._shards)]
 
     def buffered(self, topic: str) -> int:
         """Records of ``topic`` fetched and not yet taken into a batch."""
-        return len(self._lanes[topic].buffer)
+        return sum(len(lane.buffer) for lane in self._topic_lanes(topic))
 
     def highwaters(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Partition -> the high watermark the fetcher last saw (only those it knows)."""
@@ -264,10 +280,10 @@ class BatchedConsumer:
         """
         wanted = set(partitions)
         buffered = dict.fromkeys(wanted, 0)
-        lane = self._lanes[topic]
-        for record in (*lane.ahead, *lane.buffer):
-            if record.partition in buffered:
-                buffered[record.partition] += 1
+        for lane in self._topic_lanes(topic):
+            for record in (*lane.ahead, *lane.buffer):
+                if record.partition in buffered:
+                    buffered[record.partition] += 1
         found: dict[int, int] = {}
         for partition in sorted(wanted):
             position, end = self._fetch_state(TopicPartition(topic, partition))
@@ -312,7 +328,9 @@ class BatchedConsumer:
                 # never applied, an open one is read once committed.
                 isolation_level="read_committed",
             )
-            client.subscribe(list(self._lanes), listener=_Rebalance(self))
+            client.subscribe(
+                list(dict.fromkeys(t for t, _ in self._lanes)), listener=_Rebalance(self)
+            )
             await start_client(client, self._access)
             return client
 
@@ -339,7 +357,7 @@ class BatchedConsumer:
         most, full_poll = self._options.batch_max_events, FULL_POLL_MS
         status, backoff, failing = waiting_status("Kafka (fetching)"), Backoff(), False
         while not self._stopping:
-            fetch_from = [tp for tp in self._assigned if not self._lanes[tp.topic].full]
+            fetch_from = [tp for tp in self._assigned if not self._lane(tp).full]
             if fetch_from or not self._assigned:
                 if self._paused:
                     client.resume(*(self._paused & self._assigned))
@@ -367,8 +385,9 @@ class BatchedConsumer:
             for tp, messages in fetched.items():
                 if tp not in self._assigned:
                     continue  # revoked while the fetch was answered: the next owner reads it
-                filled.add(self._lanes[tp.topic])
-                self._lanes[tp.topic].add(
+                lane = self._lane(tp)
+                filled.add(lane)
+                lane.add(
                     [
                         InboundRecord(
                             tp.topic,
@@ -405,7 +424,9 @@ class BatchedConsumer:
         order, and a prepared batch applies nothing until the one before it committed; one
         prepared but not applied (a stop, a crash) was never written, so it is read again.
         """
-        upcoming = asyncio.create_task(self._upcoming(lane), name=f"next batch {lane.topic}")
+        upcoming = asyncio.create_task(
+            self._upcoming(lane), name=f"next batch {lane.topic}/{lane.shard}"
+        )
         try:
             while True:
                 try:
@@ -462,7 +483,7 @@ class BatchedConsumer:
     def _owned(self, lane: _Lane, batch: list[InboundRecord]) -> list[InboundRecord]:
         """``batch`` without the records of partitions revoked since it was taken (the next
         owner reads them from the committed offset, as buffered records are dropped)."""
-        owned = {tp.partition for tp in self._assigned if tp.topic == lane.topic}
+        owned = {tp.partition for tp in self._assigned if self._lane(tp) is lane}
         if all(record.partition in owned for record in batch):
             return batch
         return [record for record in batch if record.partition in owned]
@@ -524,7 +545,7 @@ class BatchedConsumer:
         self._paused -= revoked  # a new assignment starts unpaused
         waits: list[Awaitable[bool]] = []
         for lane in self._lanes.values():
-            partitions = {tp.partition for tp in revoked if tp.topic == lane.topic}
+            partitions = {tp.partition for tp in revoked if self._lane(tp) is lane}
             if not partitions:
                 continue
             dropped = lane.drop(partitions)
@@ -547,7 +568,7 @@ class BatchedConsumer:
         # The offsets of what was applied on the revoked partitions reach Kafka before the
         # group re-joins (the next owner starts from them).
         await self._committed(
-            lane for lane in self._lanes.values() if any(tp.topic == lane.topic for tp in revoked)
+            lane for lane in self._lanes.values() if any(self._lane(tp) is lane for tp in revoked)
         )
         self._revoking = set()
 
