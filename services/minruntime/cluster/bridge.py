@@ -64,7 +64,9 @@ from minruntime.cluster.ledger import (
 )
 from minruntime.cluster.metrics import EvictionMetrics
 from minruntime.cluster.mirror import ClusterMirror, Emission
+from minruntime.cluster.partitioner import KeyPartitioner
 from minruntime.cluster.records import Record, to_json
+from minruntime.cluster.sending import send_records
 from minruntime.cluster.transient import transient
 from minruntime.collector import collector_paused
 from minruntime.events import encode_event
@@ -141,6 +143,7 @@ class Bridge:
         self.topics: Mapping[str, str] = {role.value: name for role, name in names.items()}
         self.ledger_topic = settings.kube_ledger_topic_resolved
         self.sent_total = 0
+        self.partitioner = KeyPartitioner()  # the producer's, and send_records'
         self.input_topic_ids: dict[str, str] = {}
         self._lease_outage = Outage(f"the lease {self.lease.name}", log)
 
@@ -320,8 +323,6 @@ class Bridge:
         the term ended first."""
         from aiokafka import AIOKafkaProducer
 
-        from minruntime.cluster.partitioner import KeyPartitioner
-
         async def started() -> AIOKafkaProducer:
             self._check(keeper)
             access = kafka_access(self.settings)
@@ -333,7 +334,7 @@ class Bridge:
                 linger_ms=5,
                 max_request_size=MAX_RECORD_BYTES + 64 * 1024,
                 max_batch_size=_BATCH_BYTES,
-                partitioner=KeyPartitioner(),
+                partitioner=self.partitioner,
             )
             try:
                 await ensure_topics(
@@ -403,11 +404,7 @@ class Bridge:
             self._check(keeper)
             await producer.begin_transaction()
             try:
-                futures = [
-                    await producer.send(topic, value, key=key, headers=headers)
-                    for topic, key, value, headers in records
-                ]
-                await asyncio.gather(*futures)
+                await send_records(producer, records, self.partitioner)
                 self._check(keeper)
                 await producer.commit_transaction()
             except BaseException:
