@@ -7,7 +7,8 @@ Lease) goes:
    fences the previous holder's producer (its open transaction is aborted, its later ones
    refused), so a replica that lost the Lease cannot land a late batch even if it tried.
 2. Read the ledger (``cluster.ledger``): what earlier terms sent, per object.
-3. List every watched kind in pages (priority classes first, pods last), folding each page
+3. List every watched kind in pages (priority classes first, pods last; nodes, PodGroups and
+   pods from the API server's watch cache, cut into pages as read), folding each page
    into a ClusterMirror that starts from the ledger, then send what differs: nothing for an
    unchanged cluster, one submission per new gang, a release for each pod that went away
    while no bridge watched.
