@@ -56,6 +56,7 @@ objects of other namespaces are listed and sent too (counted at the start).
     .venv/bin/python benchmarks/bench_bridge.py [--pods 1000 5000] [--churn-seconds 60]
         [--max-rate] [--skip-churn] [--skip-restart] [--keep] [--json FILE]
         [--bridge-src DIR] [--compare-src DIR] [--quick-setup] [--threads 24]
+        [--py-spy DIR] [--prioritise]
 
 Needs the local stack with the API server (``minruntime stack up --kube``).
 """
@@ -69,18 +70,20 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchkit import add_prioritise, prioritised
 from pipeline import INPUT_ROLES, ROOT, BenchPipeline, percentile
 from proc_cpu import process_cpu
 
@@ -685,10 +688,26 @@ class Run:
                 p for p in (services, os.environ.get("PYTHONPATH")) if p
             )
         self.bridge = self.offsets = self.sql = None
+        self.label = label
+        self.spies: list[subprocess.Popen[bytes]] = []
 
-    def spawn_bridge(self) -> Bridge:
+    def spawn_bridge(self, phase: str) -> Bridge:
         process = KubeProcess(self.pipeline, "bridge", self.kubeconfig, self.env)
-        return Bridge(process, {"active": "active", "watching": self.args.ready_pattern.lower()})
+        bridge = Bridge(process, {"active": "active", "watching": self.args.ready_pattern.lower()})
+        if self.args.py_spy:  # sampled from its spawn to its end (the kill, or the stop)
+            out = Path(self.args.py_spy) / f"bridge-{self.pods}-{self.label or 'run'}-{phase}.txt"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            self.spies.append(
+                subprocess.Popen(
+                    [
+                        *("py-spy", "record", "-p", str(bridge.pid), "-r", "50", "--idle"),
+                        *("--nonblocking", "--format", "raw", "-o", str(out)),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        return bridge
 
     def input_ends(self) -> dict[str, int]:
         assert self.offsets is not None
@@ -720,12 +739,16 @@ class Run:
         setup: dict[str, float] | None = None
         try:
             for label, source in self.variants():
+                priority = ExitStack()  # the variant's run and its database's backends
                 self.figures = {"cluster before": others}
                 if label:
                     print(f"  -- {label}: the bridge {bridge_version(source)}")
                 self.begin_variant(label, source)
                 try:
                     self.pipeline.create()
+                    priority.enter_context(
+                        prioritised(self.pipeline.database_url, self.args.prioritise)
+                    )
                     print(
                         f"  pipeline: {self.pipeline.database_url.split('?')[0].rsplit('/', 1)[-1]}"
                         f", topics *.{self.pipeline.suffix}, work dir {self.pipeline.workdir}"
@@ -743,6 +766,7 @@ class Run:
                         self.restart()
                 finally:
                     self.end_variant()
+                    priority.close()
                 results[label] = self.figures
         finally:
             self.cleanup()
@@ -773,7 +797,7 @@ class Run:
         gangs = len(self.cluster.gangs)
         processor = self.pipeline.process.pid if self.pipeline.process else None
         processor_cpu = cpu_or_nan(processor)
-        bridge = self.bridge = self.spawn_bridge()
+        bridge = self.bridge = self.spawn_bridge("cold")
         deadline = bridge.spawned + self.args.timeout
         samples: list[tuple[float, int]] = []
         last_sample = 0.0
@@ -984,7 +1008,7 @@ class Run:
         self.figures["bridge RSS MB before kill"] = self.bridge.rss_mb()
         self.figures["bridge peak RSS MB before kill"] = self.bridge.peak_rss_mb()
         self.bridge.process.kill()
-        bridge = self.bridge = self.spawn_bridge()
+        bridge = self.bridge = self.spawn_bridge("restart")
         watching, watching_cpu = bridge.wait_for("watching", self.args.timeout)
         last_change = self.settle(quiet=3.0, timeout=self.args.timeout)
         resent = self.offsets.records(records, self.offsets.partition_ends(INPUT_ROLES))
@@ -1029,6 +1053,9 @@ class Run:
         if self.bridge is not None:
             self.figures.setdefault("bridge peak RSS MB at the end", self.bridge.peak_rss_mb())
             self.bridge.process.stop()
+        for spy in self.spies:  # each exits with its bridge, writing its samples
+            with suppress(subprocess.TimeoutExpired):
+                spy.wait(timeout=30)
         for closer in (self.offsets, self.sql):
             if closer is not None:
                 with suppress(Exception):
@@ -1274,6 +1301,13 @@ def main(argv: list[str] | None = None) -> None:
         help="keep the last N's cluster objects, database and topics",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--py-spy",
+        metavar="DIR",
+        help="sample each bridge with py-spy (50 Hz, every thread) from its spawn to its end into"
+        " DIR/bridge-<N>-<before|after|run>-<cold|restart>.txt (raw; flame_svg.py draws them)",
+    )
+    add_prioritise(parser)
     args = parser.parse_args(argv)
     args.pods = sorted({max(GANG, n - n % GANG) for n in args.pods})
     kubeconfig = kubeconfig_path(args.kubeconfig)

@@ -23,6 +23,7 @@ from minruntime.cluster.api import (
 )
 from minruntime.cluster.mirror import Kind
 from minruntime.cluster.wire import decode_pod_list
+from minruntime.settings import Settings
 
 
 class Body:
@@ -121,3 +122,61 @@ def test_the_watcher_lists_in_pages_once_the_cache_listing_failed() -> None:
     assert [obj["metadata"]["name"] for obj in notes[-2].objects] == ["p-0", "p-1"]
     assert watcher.resource_version == "9"
     assert not watcher.from_cache
+
+
+def podgroup(index: int) -> dict[str, Any]:
+    """A PodGroup as the API server writes a custom resource: keys sorted, managedFields and
+    ownerReferences whose entries begin as an item does ({"apiVersion":...,"kind":...)."""
+    version = "scheduling.run.ai/v2alpha2"
+    return {
+        "apiVersion": version,
+        "kind": "PodGroup",
+        "metadata": {
+            "managedFields": [
+                {"apiVersion": version, "fieldsType": "FieldsV1", "manager": "a"},
+                {"apiVersion": version, "fieldsType": "FieldsV1", "manager": "b"},
+            ],
+            "name": f"pg-{index}",
+            "namespace": "ns",
+            "ownerReferences": [
+                {"apiVersion": version, "kind": "PodGroup", "name": "x", "uid": "o1"},
+                {"apiVersion": "v1", "kind": "Pod", "name": "y", "uid": "o2"},
+            ],
+            "uid": f"g-{index}",
+        },
+        "spec": {"minMember": 1, "queue": "q"},
+    }
+
+
+def node(index: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"n-{index}", "uid": f"n-{index}", "labels": {"a": "b"}},
+        "status": {"images": [{"names": ["a"], "sizeBytes": 1}, {"names": ["b"]}]},
+    }
+
+
+@pytest.mark.parametrize(("kind", "make"), [(Kind.POD_GROUP, podgroup), (Kind.NODE, node)])
+def test_podgroups_and_nodes_are_listed_from_the_cache_cut_between_their_items(
+    kind: Kind, make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bridge's own sources list PodGroups and nodes from the watch cache too, each body
+    cut only between items (never inside a managedFields or ownerReferences list)."""
+    monkeypatch.setattr(api, "CACHE_READ_BYTES", 700)  # a few items a block
+    items = ",".join(json.dumps(make(i), separators=(",", ":")) for i in range(300))
+    meta = '"metadata":{"resourceVersion":"5"}'
+    if kind == Kind.POD_GROUP:  # a custom resource's list: its keys sorted, items first
+        whole = f'{{"apiVersion":"v","items":[{items}],"kind":"L",{meta}}}'
+    else:  # a typed list: as Go writes it, its metadata first
+        whole = f'{{"kind":"L","apiVersion":"v1",{meta},"items":[{items}]}}'
+    [listed] = [s for s in api.sources(object(), Settings()) if s.kind == kind]
+    assert listed.from_cache
+    mine = Source(kind, lambda **_: Body(whole.encode(), 1 << 20), lambda obj: obj,
+                  from_cache=True, item_head=listed.item_head)  # fmt: skip
+    pages = list(cached_pages(mine))
+    assert [obj["metadata"]["name"] for page in pages for obj in page.objects] == [
+        make(i)["metadata"]["name"] for i in range(300)
+    ]
+    assert len(pages) > 20
+    assert pages[-1].last
+    assert pages[-1].resource_version == "5"
+    assert all(obj == make(i) for i, obj in enumerate(o for p in pages for o in p.objects))

@@ -6,6 +6,7 @@ same fields whatever the client version, and custom resources need no generated 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -109,8 +110,11 @@ class Source:
     call: Callable[..., Any]
     keep: Callable[[ApiObject], ApiObject] = dict
     decode: Callable[[bytes], Any] = json.loads
-    # Listed by the bridge from the API server's watch cache (``cached_pages``): pods.
+    # Listed by the bridge from the API server's watch cache (``cached_pages``): pods,
+    # nodes, PodGroups.
     from_cache: bool = False
+    # How each item of the cache's list begins (``cached_pages`` cuts the body before it).
+    item_head: bytes = b'{"metadata":{'
 
 
 def mirror_options(settings: Settings) -> MirrorOptions:
@@ -161,10 +165,23 @@ def sources(client: Any, settings: Settings) -> list[Source]:
             call,
             functools.partial(kept, kind, options=options),
             decode_pod_list if kind == Kind.POD else json.loads,
-            from_cache=kind == Kind.POD,
+            from_cache=kind in _FROM_CACHE,
+            item_head=_FROM_CACHE.get(kind, b""),
         )
         for kind, call in calls.items()
     ]
+
+
+# The kinds listed from the watch cache (the large ones), and how each item of their list
+# begins as the API server writes it: a built-in type's fields in Go's order (metadata first),
+# a custom resource's keys sorted (apiVersion, kind, metadata: the list's own version).
+_FROM_CACHE: Final[Mapping[Kind, bytes]] = {
+    Kind.NODE: b'{"metadata":{',
+    Kind.POD_GROUP: (
+        f'{{"apiVersion":"{KAI_GROUP}/{PODGROUP_VERSION}","kind":"PodGroup","metadata":{{'
+    ).encode(),
+    Kind.POD: b'{"metadata":{',
+}
 
 
 @dataclass(frozen=True)
@@ -236,10 +253,11 @@ def list_pages(source: Source, page_size: int) -> Iterator[Page]:
 CACHE_READ_BYTES: Final = 1 << 20
 CACHE_READ_AHEAD: Final = 8  # blocks read ahead of the decoding, at most
 _ITEMS: Final = b'"items":['
-# Between two items of a typed list (pods): Go writes an item's metadata first. Inside an
-# item the bytes can only be a nested object's (never a string's: its quotes are escaped),
-# and a block cut there is not JSON: refused, never misread.
-_BETWEEN: Final = b'},{"metadata":{'
+# Between two items: "}," and how an item begins (``Source.item_head``: a typed list's item
+# (pods, nodes) begins with its metadata, as Go writes it; a PodGroup with its apiVersion and
+# kind). Inside an item the bytes can only be a nested object's (never a string's: its quotes
+# are escaped), and a block cut there is not JSON: refused, never misread.
+_ITEM_SEPARATOR: Final = b"},"
 _HEAD_LIMIT: Final = 64 * 1024
 
 
@@ -258,40 +276,64 @@ def cached_pages(source: Source) -> Iterator[Page]:
     may lag etcd's by the cache's delay; the watch resumes from it, so what changed since is
     watched (as an informer does). A body that cannot be cut so raises CacheListingError.
     """
+    between = _ITEM_SEPARATOR + source.item_head
     response = source.call(resource_version="0", _preload_content=False)
     try:
         raise_for_status(response)
         buffer = b""
-        version: str | None = None
+        head: bytes | None = None  # the list's keys before its items
+        version = ""  # the list's resourceVersion, when its head has it (a typed list)
         # Read on a thread of its own, ahead of the decoding: the server writes while we decode.
         read = iter(functools.partial(response.read, CACHE_READ_BYTES), b"")
         for chunk in prefetched(read, CACHE_READ_AHEAD):
             buffer += chunk
-            if version is None:
+            if head is None:
                 at = buffer.find(_ITEMS)
                 if at < 0:
                     if len(buffer) > _HEAD_LIMIT:
                         raise CacheListingError(f"{source.kind}: no items in the cache's list")
                     continue
-                version = _list_version(source.kind, buffer[:at])
-                buffer = buffer[at + len(_ITEMS) :]
-            cut = buffer.rfind(_BETWEEN)
+                head, buffer = buffer[:at], buffer[at + len(_ITEMS) :]
+                with contextlib.suppress(CacheListingError):
+                    version = _list_version(source.kind, _closed(head))
+            cut = buffer.rfind(between)
             if cut >= 0:
                 block, buffer = buffer[: cut + 1], buffer[cut + 2 :]
                 yield Page(_block(source, block), version, False)
-        tail = buffer.rstrip()
-        if version is None or not tail.endswith(b"]}"):
+        if head is None:
             raise CacheListingError(f"{source.kind}: the cache's list ended early")
-        yield Page(_block(source, tail[:-2]) if tail[:-2] else (), version, True)
+        last, version = _list_end(source.kind, head, buffer.rstrip())
+        yield Page(_block(source, last) if last else (), version, True)
     finally:
         response.close()
         response.release_conn()
 
 
-def _list_version(kind: Kind, head: bytes) -> str:
-    """The list's resourceVersion, from its head (``{"kind":..,"metadata":{..},``)."""
+# After a custom resource list's items: its other keys, sorted (``kind``, ``metadata``).
+_AFTER_ITEMS: Final = b'],"kind":'
+
+
+def _list_end(kind: Kind, head: bytes, tail: bytes) -> tuple[bytes, str]:
+    """The last items of a cache's list and its resourceVersion: in its head for a typed
+    list (``{"kind":..,"metadata":{..},"items":[``, the tail ``]}``), in its tail for a custom
+    resource's (``{"apiVersion":..,"items":[``, the tail ``],"kind":..,"metadata":{..}}``)."""
+    if tail.endswith(b"]}"):
+        return tail[:-2], _list_version(kind, _closed(head))
+    at = tail.rfind(_AFTER_ITEMS)
+    if at < 0 or not tail.endswith(b"}"):
+        raise CacheListingError(f"{kind}: the cache's list ended early")
+    return tail[:at], _list_version(kind, b"{" + tail[at + 2 :])
+
+
+def _closed(head: bytes) -> bytes:
+    """A list's head (``{"kind":..,"metadata":{..},``) as a JSON object."""
+    return head.rstrip().removesuffix(b",") + b"}"
+
+
+def _list_version(kind: Kind, keys: bytes) -> str:
+    """The list's resourceVersion, from its keys other than the items (a JSON object)."""
     try:
-        meta = json.loads(head.rstrip().removesuffix(b",") + b"}").get("metadata") or {}
+        meta = json.loads(keys).get("metadata") or {}
     except (ValueError, AttributeError) as error:
         raise CacheListingError(f"{kind}: the cache's list has no readable head") from error
     version = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""

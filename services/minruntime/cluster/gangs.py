@@ -144,23 +144,23 @@ class Gangs(Shared):
         pods = ctx.objects[Kind.POD]
         first_uid = min(members, key=lambda member: members[member])
         first = pods[first_uid]
-        head = mapping.submission_data(podgroup, [first], priority, label)  # the pods aside
-        # Not the top owner: KAI sets it once, at creation, and a ledger written before the
-        # field must not resubmit every podgroup (the processor reads the annotation then).
-        shape = mapping.digest(
-            {k: v for k, v in head.items() if k not in ("annotations", "pods", "topOwner")}
-        )
         pod_memory = ctx.memory.pods
         remembered = self._submitted(uid)
         new_pod = any(
             not (pod_memory.get(candidate) or _NO_POD).get("submitted") for candidate in candidates
         )
-        if remembered is not None and remembered.get("shape") == shape and not new_pod:
-            return []
+        if remembered is not None and not new_pod:
+            # Sent before: the shape alone decides (the head, its first pod, says it all).
+            head = mapping.submission_data(podgroup, [first], priority, label)
+            if remembered.get("shape") == _shape(head):
+                return []
         # Each pod read (unpacked) once: the first again for nothing.
         gang = {member: first if member == first_uid else pods[member] for member in members}
         problems: list[str] = []
         data = mapping.submission_data(podgroup, list(gang.values()), priority, label, problems)
+        # The same shape as the head's: but for the pods (and the annotations and the top
+        # owner, left out), the data reads the PodGroup and its first pod by name only.
+        shape = _shape(data)
         for problem in problems:
             log.warning(
                 "PodGroup %s/%s: %s; ignored (its ownerReference is used)",
@@ -290,6 +290,15 @@ class Gangs(Shared):
 
 
 _NO_POD: Final[PodRecord] = {}
+
+
+def _shape(data: Mapping[str, object]) -> str:
+    """The digest of a submission's shape: its data but the pods and annotations. Not the top
+    owner: KAI sets it once, at creation, and a ledger written before the field must not
+    resubmit every podgroup (the processor reads the annotation then)."""
+    return mapping.digest(
+        {k: v for k, v in data.items() if k not in ("annotations", "pods", "topOwner")}
+    )
 
 
 def pod_record(podgroup_uid: str, pod: ApiObject) -> PodRecord:

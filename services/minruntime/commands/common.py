@@ -1,5 +1,9 @@
 """What the commands share: the invocation's settings, the --at option, the engine factory and
-the database errors a user can act on (the output is `commands.render`'s)."""
+the database errors a user can act on (the output is `commands.render`'s).
+
+The store's modules (SQLAlchemy, psycopg: 0.4 s of CPU) are imported where they are used,
+not here: the services that never read the database (`kube bridge`) start without them.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +12,20 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
-import sqlalchemy as sa
 import typer
 from pydantic import ValidationError
-from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
 
 from minruntime.commands import INVOCATION
 from minruntime.core import MinRuntimeError, parse_duration, parse_rfc3339
 from minruntime.errors import ConfigError, UserError
 from minruntime.settings import Settings
-from minruntime.store import engine_from
-from minruntime.store.failures import needs_the_primary, sqlstate
-from minruntime.store.unit import Units
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from minruntime.store.unit import Units
 
 
 def option(*names: str, **settings: Any) -> Any:
@@ -92,6 +96,8 @@ def parse_at(
 
 def engine() -> sa.Engine:
     """An engine for the operator commands: the owner role (they build shadow schemas)."""
+    from minruntime.store import engine_from
+
     return engine_from(current_settings().owner_url, pool_pre_ping=False)
 
 
@@ -100,6 +106,9 @@ def units(url: str | None = None, **options: Any) -> Iterator[Units]:
     """The units of work of one command (``store.unit``: ``read()``, ``write()``) on the
     owner role's engine (or ``url``'s, with engine ``options``), whose connections are closed
     after the block."""
+    from minruntime.store import engine_from
+    from minruntime.store.unit import Units
+
     options.setdefault("pool_pre_ping", False)
     made = Units(engine() if url is None else engine_from(url, **options))
     try:
@@ -110,11 +119,17 @@ def units(url: str | None = None, **options: Any) -> Iterator[Units]:
 
 def insufficient_privilege(error: BaseException) -> bool:
     """True when PostgreSQL refused the role a privilege (SQLSTATE 42501), wrapped or not."""
+    from minruntime.store.failures import sqlstate
+
     return sqlstate(error) == "42501"
 
 
 def database_error(error: BaseException) -> str | None:
     """One line for a database error a user can act on (None: not one of those)."""
+    from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
+
+    from minruntime.store.failures import needs_the_primary
+
     if isinstance(error, DataError) or type(error).__name__ == "DataError":
         # A value stored by an older version that this one cannot read back, e.g. a timestamp
         # in year 0 or 10000 once in UTC (docs/events.md "Bounds"): say which, in one line.
