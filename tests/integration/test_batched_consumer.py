@@ -178,7 +178,8 @@ def test_lanes_of_one_topic_apply_at_once_each_partition_in_order_once(
                 await run
             assert not waited_in_vain  # the odd lane went on while the even one was held
             # A batch holds the partitions of one lane only.
-            assert batches and all(len(partitions) == 1 for partitions in batches)
+            assert batches
+            assert all(len(partitions) == 1 for partitions in batches)
             for partition in range(4):  # each partition's records in order, once
                 offsets = [o for t, p, o in applied if p == partition]
                 assert offsets == list(range(PER_PARTITION))
