@@ -126,8 +126,9 @@ class Settings(BaseSettings):
     # Decode a topic's next full batch while the current one is written (docs/pipeline.md).
     decode_ahead: bool = True
     # Lanes per input topic: its partitions dealt to this many lanes that apply batches at
-    # once, each on its own connection (docs/pipeline.md, "Lanes"); 1: one batch at a time.
-    processor_lanes_per_topic: int = Field(default=2, ge=1, le=64)
+    # once, each on its own connection (docs/pipeline.md, "Lanes of one topic"); 1: one batch
+    # at a time (the default: a live stream's freshness; docs/benchmarks.md).
+    processor_lanes_per_topic: int = Field(default=1, ge=1, le=64)
     outbox_poll_seconds: float = 0.25
     # How often a topic refused for offsets of another life is re-checked (docs/pipeline.md).
     topic_recheck_seconds: float = Field(default=5.0, gt=0)
