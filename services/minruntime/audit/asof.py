@@ -7,12 +7,15 @@ so nothing is left behind and the live state is never written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
-from minruntime.audit.replay import read_log, replay
+from sqlalchemy import Connection
+
+from minruntime.audit.replay import PAGE_SIZE, read_first_page, read_log, replay
 from minruntime.store import event_log, snapshots
+from minruntime.store.event_log import LoggedRow
 from minruntime.store.schema import LIVE as LIVE_TABLES
 from minruntime.store.shadows import copy_live_state, create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
@@ -51,12 +54,16 @@ def state_at(
             return
         conn = live.connection
         unit = live.on(create_shadow(conn, temporary_name()))
-        start = start_from_snapshot(unit, at, podgroups) if from_snapshot else None
-        replay(
-            conn,
-            read_log(conn, until=at, after=start.log_seq if start else 0),
-            into=unit.state.tables,
-        )
+        start = newest_snapshot(conn, at) if from_snapshot else None
+        after = start.log_seq if start else 0
+        # The tail's first page, read once: when it is the whole tail (the usual case, the
+        # snapshots being closer than a page), its subjects are the podgroups to restore
+        # whole, and the replay does not read it again (each read of a tail scans the log
+        # from its start to the log's end, for the entries applied by ``at``).
+        first = read_first_page(conn, at, after)
+        if start is not None:
+            restore_snapshot(unit, start, at, podgroups, first)
+        replay(conn, read_log(conn, until=at, after=after, first=first), into=unit.state.tables)
         yield unit
 
 
@@ -68,15 +75,36 @@ def start_from_snapshot(
 
     ``podgroups`` (None: all) as for ``state_at``; the subjects of the tail are added to it.
     """
+    start = newest_snapshot(unit.connection, at)
+    if start is not None:
+        restore_snapshot(unit, start, at, podgroups)
+    return start
+
+
+def newest_snapshot(conn: Connection, at: datetime) -> Snapshot | None:
+    """The newest snapshot an answer at ``at`` may start from (None: none)."""
+    return snapshots.newest(conn, at) if snapshots.available(conn) else None
+
+
+def restore_snapshot(
+    unit: ReadUnit,
+    start: Snapshot,
+    at: datetime,
+    podgroups: Iterable[str] | None,
+    first: Sequence[LoggedRow] | None = None,
+) -> None:
+    """Restore ``start`` into the unit's (shadow) state for an answer at ``at``: ``podgroups``
+    (None: all) and the tail's subjects, read from ``first`` (the tail's first page) when it
+    is the whole tail."""
     conn = unit.connection
-    start = snapshots.newest(conn, at) if snapshots.available(conn) else None
-    if start is None:
-        return None
     wanted = None
     if podgroups is not None:
-        wanted = {*podgroups, *event_log.subjects(conn, LIVE_TABLES, start.log_seq, at)}
+        if first is not None and len(first) < PAGE_SIZE:
+            subjects = {str(row[5]) for row in first if row[5] is not None}
+        else:
+            subjects = event_log.subjects(conn, LIVE_TABLES, start.log_seq, at)
+        wanted = {*podgroups, *subjects}
     snapshots.restore(conn, start, unit.state.tables, wanted)
-    return start
 
 
 @contextmanager
