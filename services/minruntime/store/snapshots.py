@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
@@ -324,7 +324,7 @@ def restore(
     conn: Connection,
     snapshot: Snapshot,
     target: StateTables,
-    podgroups: Iterable[str] | None = None,
+    podgroups: Iterable[str] | Callable[[], Iterable[str]] | None = None,
     *,
     active: bool = True,
 ) -> dict[str, int]:
@@ -335,7 +335,9 @@ def restore(
     answers about running podgroups and the named ones, after a replay of the entries whose
     subjects were named too. Of the active ones that are not named, only the
     ``podgroup_state`` rows when the snapshot has the active block (one COPY); their whole
-    documents when it has none (a snapshot taken before the block).
+    documents when it has none (a snapshot taken before the block). ``podgroups`` may be a
+    function, called once the tables that need no names are restored (the caller learns the
+    names meanwhile).
     """
     if target.is_live:
         raise RuntimeError("a snapshot is restored into a shadow, never into the live state")
@@ -355,9 +357,12 @@ def restore(
                 LIVE.sql(_ALL_DOCUMENTS), {"seq": snapshot.log_seq}, binary=True
             ).fetchall()
         else:
-            named = sorted(set(podgroups))
-            if active and block is not None:
-                restored[ACTIVE_BLOCK] = _restore_block(cursor, target, block, named)
+            used = block if active else None
+            if used is not None:
+                _copy_in(cursor, target, ACTIVE_BLOCK, used[1], zlib.decompress(used[2]))
+            named = sorted(set(podgroups() if callable(podgroups) else podgroups))
+            if used is not None:
+                restored[ACTIVE_BLOCK] = used[0] - _drop_named(cursor, target, named)
                 wanted = named
             else:
                 wanted = sorted({*(active_list(conn, snapshot) if active else []), *named})
@@ -380,20 +385,13 @@ def restore(
     return restored
 
 
-def _restore_block(
-    cursor: psycopg.Cursor[Any],
-    target: StateTables,
-    block: tuple[int, list[str], bytes],
-    named: list[str],
-) -> int:
-    """Copy the active block into ``target``'s podgroup_state, less the ``named`` podgroups'
-    rows (restored whole from their documents after it); how many rows it left."""
-    rows, columns, data = block
-    _copy_in(cursor, target, ACTIVE_BLOCK, columns, zlib.decompress(data))
+def _drop_named(cursor: psycopg.Cursor[Any], target: StateTables, named: list[str]) -> int:
+    """Delete the ``named`` podgroups' rows the active block put in ``target``'s
+    podgroup_state (they are restored whole from their documents); how many."""
     if not named:
-        return rows
+        return 0
     cursor.execute(_DROP_NAMED.format(schema=target.schema), {"uids": named})
-    return rows - cursor.rowcount
+    return cursor.rowcount
 
 
 def active_block(conn: Connection, snapshot: Snapshot, target: StateTables) -> int | None:
@@ -405,7 +403,8 @@ def active_block(conn: Connection, snapshot: Snapshot, target: StateTables) -> i
         ).fetchone()
         if found is None:
             return None
-        return _restore_block(cursor, target, (int(found[0]), list(found[1]), found[2]), [])
+        _copy_in(cursor, target, ACTIVE_BLOCK, list(found[1]), zlib.decompress(found[2]))
+        return int(found[0])
 
 
 def refresh_statistics(conn: Connection, tables: StateTables) -> None:
