@@ -18,9 +18,10 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, Final
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import Connection
-from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from minruntime.core import NodePoolConfigs
 from minruntime.store.engine import driver_cursor
@@ -72,13 +73,18 @@ def protection_rows(
         else f"{read}.reclaim_protection(%(reclaimer)s, %(at)s)"
     )
     # Straight from the driver, in binary: a table at an instant has every running podgroup
-    # (tens of thousands of rows), and SQLAlchemy's rows cost three times the query.
-    with driver_cursor(conn, binary=True) as cursor:
-        rows = cursor.execute(
-            f"SELECT {_PROTECTION_COLUMNS} FROM {source} r JOIN {read}.podgroups p USING (uid)"
-            " WHERE CAST(%(uid)s AS text) IS NULL OR r.uid = %(uid)s ORDER BY r.uid",
-            {"at": at, "reclaimer": reclaimer_queue, "uid": uid},
-        ).fetchall()
+    # (tens of thousands of rows), and SQLAlchemy's rows cost three times the query. Its
+    # errors are raised as SQLAlchemy's, as every other read's (the commands' one line).
+    statement = (
+        f"SELECT {_PROTECTION_COLUMNS} FROM {source} r JOIN {read}.podgroups p USING (uid)"
+        " WHERE CAST(%(uid)s AS text) IS NULL OR r.uid = %(uid)s ORDER BY r.uid"
+    )
+    params = {"at": at, "reclaimer": reclaimer_queue, "uid": uid}
+    try:
+        with driver_cursor(conn, binary=True) as cursor:
+            rows = cursor.execute(statement, params).fetchall()
+    except psycopg.Error as error:
+        raise DBAPIError.instance(statement, params, error, psycopg.Error) from error
     return tuple(
         ProtectionRow(row_uid, queue, pool, start, minimum, source_, until, bool(on), int(pods))
         for row_uid, queue, pool, start, minimum, source_, until, on, pods in rows
