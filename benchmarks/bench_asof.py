@@ -45,7 +45,7 @@ from benchkit import (
     prioritised,
     timed,
 )
-from minruntime.audit.asof import start_from_snapshot, state_at
+from minruntime.audit.asof import shadow_from_snapshot, state_at
 from minruntime.audit.explain import Explainer
 from minruntime.audit.parallel import default_parts
 from minruntime.audit.protection import protection_table
@@ -56,11 +56,9 @@ from minruntime.ingest import InboundRecord, apply_batch
 from minruntime.ingest.memory import collected_rarely
 from minruntime.settings import Settings
 from minruntime.store import engine_from
-from minruntime.store.read_transactions import repeatable_read
-from minruntime.store.shadows import create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 from minruntime.store.tables import SNAPSHOT_TABLES
-from minruntime.store.unit import ReadUnit, Units
+from minruntime.store.unit import Units
 from replay_after import replay_verify
 
 TARGET_SECONDS = 1.0  # issue 30 part 4 (issue 10's was 2 s)
@@ -147,20 +145,18 @@ def running_uid(engine: sa.Engine, at: datetime) -> str:
 
 
 def phases(engine: sa.Engine, at: datetime, podgroups: tuple[str, ...] | None = ()) -> str:
-    """Where the time of one answer goes: shadow, snapshot restore, tail replay, query."""
-    with repeatable_read(engine) as conn:
+    """Where the time of one answer goes: shadow and snapshot restore (the tail's first page
+    read beside them, as ``state_at`` does), tail replay, query."""
+    units = Units(engine)
+    with units.read() as live:
+        conn = live.connection
         started = time.perf_counter()
-        shadow = create_shadow(conn, temporary_name())
-        made = time.perf_counter() - started
-        started = time.perf_counter()
-        unit = ReadUnit(conn, shadow)
-        start = start_from_snapshot(unit, at, podgroups)
+        unit, start, first = shadow_from_snapshot(units, live, at, podgroups)
         restored = time.perf_counter() - started
         started = time.perf_counter()
+        after = start.log_seq if start else 0
         report = replay(
-            conn,
-            read_log(conn, until=at, after=start.log_seq if start else 0),
-            into=shadow.tables,
+            conn, read_log(conn, until=at, after=after, first=first), into=unit.state.tables
         )
         replayed = time.perf_counter() - started
         started = time.perf_counter()
@@ -168,7 +164,7 @@ def phases(engine: sa.Engine, at: datetime, podgroups: tuple[str, ...] | None = 
         queried = time.perf_counter() - started
     base = f"snapshot at {start.events:,} events" if start else "no snapshot"
     return (
-        f"shadow {made:.2f} s; restore ({base}) {restored:.2f} s; tail replay "
+        f"shadow and restore ({base}) {restored:.2f} s; tail replay "
         f"{report.applied:,} events {replayed:.2f} s; protection query {queried:.2f} s "
         f"({rows:,} rows)"
     )

@@ -21,17 +21,25 @@ import pytest
 import sqlalchemy as sa
 
 from minruntime.audit import asof
+from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import state_at
 from minruntime.audit.explain import Explainer, UnknownPodGroupError
 from minruntime.audit.explain_model import describe
 from minruntime.audit.protection import describe_row, protection_table
 from minruntime.audit.replay import ReplayReport, replay
-from minruntime.audit.snapshots import ACTIVE_LIST, SnapshotPolicy, due, snapshots_in, take
+from minruntime.audit.snapshots import (
+    ACTIVE_BLOCK,
+    ACTIVE_LIST,
+    SnapshotPolicy,
+    due,
+    snapshots_in,
+    take,
+)
 from minruntime.cli import main
 from minruntime.ingest import apply_batch
 from minruntime.store import snapshots as stored_snapshots
 from minruntime.store.checksums import checksum
-from minruntime.store.shadows import SNAPSHOTTED
+from minruntime.store.shadows import SNAPSHOTTED, scratch_state
 from minruntime.store.snapshots import LogPosition, Snapshot
 from minruntime.store.unit import Units
 from tests.cloudevents import T0, allocated, queue, released, submitted
@@ -519,3 +527,101 @@ def test_a_taker_gives_up_rather_than_hold_the_writers_back(
     conn, _ = batch_in_flight
     conn.commit()  # the writer was never blocked: its commit goes through
     assert take(Units(runtime), ALWAYS).snapshot is not None
+
+
+# -- the active block (issue 30 part 4) ---------------------------------------------------------
+
+
+def _podgroup_rows(conn: sa.Connection, tables: Any, uids: list[str] | None = None) -> list[Any]:
+    """Every column of ``tables``' podgroup_state rows (of ``uids``), by uid."""
+    where = "" if uids is None else " WHERE uid = ANY(:uids)"
+    statement = f"SELECT * FROM {tables.schema}.podgroup_state{where} ORDER BY uid"
+    return list(conn.execute(sa.text(statement), {"uids": uids}))
+
+
+def test_the_active_block_holds_the_active_podgroups_rows_of_their_documents(
+    engine: sa.Engine, history: list[datetime]
+) -> None:
+    """Each snapshot's block is exactly the podgroup_state rows of the podgroups it lists,
+    as their documents restore them (every column, bookkeeping too)."""
+    with engine.connect() as conn, conn.begin():
+        stored = snapshots_in(conn)
+        seen = 0
+        for snapshot in stored:
+            listed = stored_snapshots.active_list(conn, snapshot)
+            with (
+                scratch_state(conn, SNAPSHOTTED) as documents,
+                scratch_state(conn, [stored_snapshots.ACTIVE_BLOCK]) as block,
+            ):
+                stored_snapshots.restore(conn, snapshot, documents, listed, active=False)
+                assert stored_snapshots.active_block(conn, snapshot, block) == len(listed)
+                from_documents = _podgroup_rows(conn, documents, listed)
+                assert _podgroup_rows(conn, block) == from_documents, snapshot
+                seen += len(from_documents)
+        assert seen > 0, "the snapshots list running podgroups"
+
+
+def test_answers_from_a_snapshot_without_a_block_are_the_same(
+    engine: sa.Engine, history: list[datetime]
+) -> None:
+    """A snapshot taken before blocks (none stored) restores the active podgroups from their
+    documents: the same answers as with the block and as a replay of the whole log."""
+    instants = history[-4:]
+    expected = {at: answers(engine, at, from_snapshot=False) for at in instants}
+    for at in instants:
+        assert answers(engine, at, from_snapshot=True) == expected[at], at
+    execute(
+        engine,
+        "DELETE FROM minruntime_state.projection_snapshot_tables WHERE table_name = :block",
+        block=stored_snapshots.ACTIVE_BLOCK,
+    )
+    for at in instants:
+        assert answers(engine, at, from_snapshot=True) == expected[at], at
+
+
+def test_a_tail_longer_than_a_page_restores_every_podgroup_it_names(
+    engine: sa.Engine, history: list[datetime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tail's subjects come from its first page when that is the whole tail; a longer
+    tail (pages of two entries here) is asked for its subjects, and the answers stay the
+    replay's."""
+    expected = {at: answers(engine, at, from_snapshot=False) for at in history}
+    monkeypatch.setattr(asof, "PAGE_SIZE", 2)
+    monkeypatch.setattr(replay_module, "PAGE_SIZE", 2)
+    for at in history:
+        assert answers(engine, at, from_snapshot=True) == expected[at], at
+
+
+@pytest.mark.usefixtures("cli")
+def test_verify_names_a_block_that_differs_from_the_replay(
+    engine: sa.Engine, history: list[datetime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with engine.connect() as conn:
+        last = snapshots_in(conn)[-1]
+    with engine.begin() as conn:
+        data = conn.execute(
+            sa.text(
+                "SELECT data FROM minruntime_state.projection_snapshot_tables"
+                " WHERE snapshot_id = :id AND table_name = :block"
+            ),
+            {"id": last.id, "block": stored_snapshots.ACTIVE_BLOCK},
+        ).scalar_one()
+        lines = zlib.decompress(data).splitlines(keepends=True)
+        assert lines, "the last snapshot has running podgroups"
+        fields = lines[0].split(b"\t")
+        fields[1] = b"renamed-by-hand"  # the podgroup's name (after its uid)
+        uid = fields[0].decode()
+        changed = zlib.compress(b"".join([b"\t".join(fields), *lines[1:]]))
+        conn.execute(
+            sa.text(
+                "UPDATE minruntime_state.projection_snapshot_tables SET data = :data"
+                " WHERE snapshot_id = :id AND table_name = :block"
+            ),
+            {"data": changed, "id": last.id, "block": stored_snapshots.ACTIVE_BLOCK},
+        )
+    code, report = replay_verify(capsys)
+    assert code == 1
+    assert [s["equal"] for s in report["snapshots"]] == [True, True, False]
+    differing = {t["table"]: t for t in report["snapshots"][2]["tables"] if not t["equal"]}
+    assert sorted(differing) == [ACTIVE_BLOCK]
+    assert [d["key"] for d in differing[ACTIVE_BLOCK]["differences"]] == [uid]

@@ -7,19 +7,24 @@ so nothing is left behind and the live state is never written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 
-from minruntime.audit.replay import read_log, replay
+from sqlalchemy import Connection
+
+from minruntime.audit.replay import PAGE_SIZE, read_first_page, read_log, replay
 from minruntime.store import event_log, snapshots
+from minruntime.store.event_log import LoggedRow
+from minruntime.store.read_transactions import export_snapshot, import_snapshot
 from minruntime.store.schema import LIVE as LIVE_TABLES
 from minruntime.store.shadows import copy_live_state, create_shadow, temporary_name
 from minruntime.store.snapshots import Snapshot
 from minruntime.store.unit import ReadUnit, Units
 
 # ReadUnit, Units: the types ``state_at`` yields and takes, for its callers.
-__all__ = ["ReadUnit", "Units", "live_copy", "start_from_snapshot", "state_at"]
+__all__ = ["ReadUnit", "Units", "live_copy", "shadow_from_snapshot", "state_at"]
 
 
 @contextmanager
@@ -49,34 +54,80 @@ def state_at(
         if at is None:
             yield live
             return
+        unit, start, first = shadow_from_snapshot(units, live, at, podgroups, from_snapshot)
         conn = live.connection
-        unit = live.on(create_shadow(conn, temporary_name()))
-        start = start_from_snapshot(unit, at, podgroups) if from_snapshot else None
-        replay(
-            conn,
-            read_log(conn, until=at, after=start.log_seq if start else 0),
-            into=unit.state.tables,
-        )
+        after = start.log_seq if start else 0
+        replay(conn, read_log(conn, until=at, after=after, first=first), into=unit.state.tables)
         yield unit
 
 
-def start_from_snapshot(
-    unit: ReadUnit, at: datetime, podgroups: Iterable[str] | None = None
-) -> Snapshot | None:
-    """Restore into the unit's (shadow) state the newest snapshot an answer at ``at`` may
-    start from.
+def shadow_from_snapshot(
+    units: Units,
+    live: ReadUnit,
+    at: datetime,
+    podgroups: Iterable[str] | None,
+    from_snapshot: bool = True,
+) -> tuple[ReadUnit, Snapshot | None, list[LoggedRow]]:
+    """A new shadow on ``live``'s transaction holding the newest snapshot for an answer at
+    ``at`` (``podgroups`` as for ``state_at``; none with ``from_snapshot`` false); that
+    snapshot, and the first page of the log's tail after it.
 
-    ``podgroups`` (None: all) as for ``state_at``; the subjects of the tail are added to it.
+    The tail's first page is read once, on a second connection that sees ``live``'s
+    database snapshot, while this one makes the shadow and restores: the read scans the log
+    from the snapshot's position to the log's end (the entries applied by ``at`` may be
+    anywhere after it). When that page is the whole tail (the usual case, the snapshots
+    being closer than a page) its subjects are the podgroups restored whole, and the
+    replay does not read it again.
     """
+    conn = live.connection
+    start = newest_snapshot(conn, at) if from_snapshot else None
+    after = start.log_seq if start else 0
+    exported = export_snapshot(conn)
+    with ThreadPoolExecutor(1, thread_name_prefix="minruntime-tail-reader") as reader:
+        page = reader.submit(_first_page, units, exported, at, after)
+        unit = live.on(create_shadow(conn, temporary_name()))
+        if start is not None:
+            restore_snapshot(unit, start, at, podgroups, page.result)
+        first = page.result()
+    return unit, start, first
+
+
+def _first_page(units: Units, exported: str, at: datetime, after: int) -> list[LoggedRow]:
+    with units.read() as beside:
+        import_snapshot(beside.connection, exported)
+        return read_first_page(beside.connection, at, after)
+
+
+def newest_snapshot(conn: Connection, at: datetime) -> Snapshot | None:
+    """The newest snapshot an answer at ``at`` may start from (None: none)."""
+    return snapshots.newest(conn, at) if snapshots.available(conn) else None
+
+
+def restore_snapshot(
+    unit: ReadUnit,
+    start: Snapshot,
+    at: datetime,
+    podgroups: Iterable[str] | None,
+    first: Callable[[], Sequence[LoggedRow]] | None = None,
+) -> None:
+    """Restore ``start`` into the unit's (shadow) state for an answer at ``at``: ``podgroups``
+    (None: all) and the tail's subjects, read from ``first()`` (the tail's first page,
+    asked for once the tables that need no names are restored) when it is the whole tail."""
     conn = unit.connection
-    start = snapshots.newest(conn, at) if snapshots.available(conn) else None
-    if start is None:
-        return None
-    wanted = None
-    if podgroups is not None:
-        wanted = {*podgroups, *event_log.subjects(conn, LIVE_TABLES, start.log_seq, at)}
+    if podgroups is None:
+        snapshots.restore(conn, start, unit.state.tables)
+        return
+    named = set(podgroups)
+
+    def wanted() -> set[str]:
+        page = first() if first is not None else None
+        if page is not None and len(page) < PAGE_SIZE:
+            subjects = {str(row[5]) for row in page if row[5] is not None}
+        else:
+            subjects = event_log.subjects(conn, LIVE_TABLES, start.log_seq, at)
+        return {*named, *subjects}
+
     snapshots.restore(conn, start, unit.state.tables, wanted)
-    return start
 
 
 @contextmanager

@@ -164,6 +164,7 @@ def read_log(
     full: bool = False,
     part: Part | None = None,
     positions: Collection[int] = (),
+    first: Sequence[event_log.LoggedRow] | None = None,
 ) -> Iterator[LogEntry]:
     """The live event log in order (pages by ``seq``, in the caller's transaction; each page
     read while the caller applies the one before).
@@ -173,7 +174,8 @@ def read_log(
     offset and times are None: what a replay of the log needs, read faster. ``part`` keeps
     the entries of that part of the state (``store.parts``), another part's committed
     requeues that promise capacity to its podgroups (marked ``borrowed``) and the entries at
-    ``positions`` (marked ``foreign`` when they are another part's).
+    ``positions`` (marked ``foreign`` when they are another part's). ``first``: the first
+    page, already read by the caller (``read_first_page``), not read again.
     """
     of_part = None
     foreign: Collection[int] = ()
@@ -203,7 +205,7 @@ def read_log(
     # both (psycopg serialises them; the page reads only the live log, which nothing in the
     # transaction writes); the reader is waited for before the generator ends, however.
     with ThreadPoolExecutor(1, thread_name_prefix="minruntime-log-reader") as reader:
-        rows = page(after)
+        rows = list(first) if first is not None else page(after)
         while True:
             ahead = reader.submit(page, rows[-1][0]) if len(rows) == PAGE_SIZE else None
             for seq, topic, partition, offset, type_, subject, event_time, applied_at, text in rows:
@@ -223,6 +225,14 @@ def read_log(
             if ahead is None:
                 return
             rows = ahead.result()
+
+
+def read_first_page(
+    conn: Connection, until: datetime | None, after: int
+) -> list[event_log.LoggedRow]:
+    """The first page ``read_log(conn, until, after=after)`` reads (for ``first``): fewer
+    than ``PAGE_SIZE`` entries are the whole of that log."""
+    return event_log.read_page(conn, LIVE, after=after, until=until, limit=PAGE_SIZE)
 
 
 def replay(

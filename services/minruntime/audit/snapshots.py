@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -133,6 +133,7 @@ def take(
 # The tables a snapshot holds whole (the rest are the podgroups', as documents).
 WHOLE_TABLES: Final = [table for table in SNAPSHOTTED if table not in stored.PODGROUP_TABLES]
 ACTIVE_LIST: Final = "podgroups pending or running (the snapshot's list)"
+ACTIVE_BLOCK: Final = "podgroup_state of the podgroups pending or running (the snapshot's block)"
 
 
 def check(
@@ -150,9 +151,9 @@ def check(
     changed since is compared: the whole tables, and of the podgroup tables the rows of the
     podgroups the log's entries in between name or that ``snapshot`` stores a document of;
     every other podgroup's rows equal both the previous snapshot's and the replay's there.
-    Without it, everything. Either way the list of pending and running podgroups too (what
-    answers that restore only those read). ``part``: only that part of the state (a parallel
-    replay's, ``store.parts``).
+    Without it, everything. Either way the list of pending and running podgroups too, and
+    their ``podgroup_state`` rows stored as one block (what answers that restore only those
+    read). ``part``: only that part of the state (a parallel replay's, ``store.parts``).
     """
     if previous is None:
         stored.restore(conn, snapshot, scratch)
@@ -164,7 +165,28 @@ def check(
         stored.restore(conn, snapshot, scratch, changed, active=False)
         checks = compare_schemas(conn, scratch, replay, WHOLE_TABLES, part=part)
         checks += compare_schemas(conn, scratch, replay, stored.PODGROUP_TABLES, changed, part=part)
-    return [*checks, _active_list(conn, snapshot, replay, part)]
+    return [
+        *checks,
+        _active_list(conn, snapshot, replay, part),
+        *_active_block(conn, snapshot, replay, scratch, part),
+    ]
+
+
+def _active_block(
+    conn: Connection,
+    snapshot: Snapshot,
+    replay: StateTables,
+    scratch: StateTables,
+    part: Part | None,
+) -> list[TableCheck]:
+    """The snapshot's block against the replay's rows of its pending and running podgroups
+    (none: a snapshot taken before blocks)."""
+    empty(conn, scratch, [stored.ACTIVE_BLOCK])
+    if stored.active_block(conn, snapshot, scratch) is None:
+        return []
+    uids = sorted({*stored.active_uids(conn, scratch), *stored.active_uids(conn, replay)})
+    checks = compare_schemas(conn, scratch, replay, [stored.ACTIVE_BLOCK], uids, part=part)
+    return [replace(found, table=ACTIVE_BLOCK) for found in checks]
 
 
 def _active_list(

@@ -54,7 +54,9 @@ def protection_table_command(
     if context.invoked_subcommand is not None:
         return
     instant = parse_at(at)
-    with units() as made, state_at(made, instant) as unit:
+    # At a past instant only the podgroups a protection table reads are restored: the ones
+    # pending or running at the snapshot and the ones the replayed tail names (``state_at``).
+    with units() as made, state_at(made, instant, podgroups=()) as unit:
         table = protection_table(unit, instant, reclaimer_queue)
     for note in table.notes:
         print(f"minruntime: note: {note}", file=sys.stderr)

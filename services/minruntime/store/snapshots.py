@@ -9,6 +9,13 @@ whose rows changed since its newest document. The state at a snapshot is its tab
 each podgroup, its newest document at or before the snapshot's ``seq``. Restoring is the
 reverse ``COPY ... FROM STDIN`` into a shadow's empty tables.
 
+Besides, a snapshot stores the ``podgroup_state`` rows of the podgroups pending or running
+then as one more ``projection_snapshot_tables`` row, named ``podgroup_state`` (the active
+block, ``ACTIVE_BLOCK``): the same rows as those podgroups' documents, in one block, so an
+answer that restores the active podgroups (``restore`` with ``podgroups``) copies one block
+instead of looking up a document per podgroup. Snapshots taken before it have none and
+restore as before.
+
 Which tables, and their keys, are the caller's (``minruntime.store.shadows.PROJECTIONS``).
 Consistency is the caller's too: ``write`` copies what ``conn``'s transaction sees; see
 ``SNAPSHOT_LOCK_KEY`` for how a taker makes that exactly the state up to one ``seq``.
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
@@ -57,6 +64,10 @@ _INSERT_TABLE: Final = (
 # long ago. A podgroup's rows in all four are stored as one document when they changed since
 # its newest one; each snapshot lists the podgroups that were pending or running.
 PODGROUP_TABLES: Final = ("podgroup_state", "subgroup_state", "pod_state", "nominations")
+# The podgroup table whose active podgroups' rows a snapshot also stores as one block.
+ACTIVE_BLOCK: Final = "podgroup_state"
+_ACTIVE: Final = "status IN ('pending', 'running')"
+_DROP_NAMED: Final = "DELETE FROM {schema}.podgroup_state WHERE uid = ANY(%(uids)s)"
 _ACTIVE_UIDS: Final = (
     "SELECT uid FROM minruntime_state.podgroup_state WHERE status IN ('pending', 'running')"
     " ORDER BY uid"
@@ -92,6 +103,10 @@ _SNAPSHOTS: Final = (
 _TABLES: Final = (
     "SELECT table_name, rows, columns, data FROM minruntime_state.projection_snapshot_tables"
     " WHERE snapshot_id = %s ORDER BY table_name"
+)
+_BLOCK: Final = (
+    "SELECT rows, columns, data FROM minruntime_state.projection_snapshot_tables"
+    " WHERE snapshot_id = %(snapshot)s AND table_name = %(table)s"
 )
 
 
@@ -191,18 +206,10 @@ def write(
         for table, keys in projections.items():
             if table in PODGROUP_TABLES:
                 continue
-            text = _copy_out(cursor, source, table, keys, "TRUE")
-            # COPY text escapes newlines inside values: one line per row.
-            cursor.execute(
-                LIVE.sql(_INSERT_TABLE),
-                (
-                    snapshot.id,
-                    table,
-                    text.count(b"\n"),
-                    _columns(source, table),
-                    zlib.compress(text, _LEVEL),
-                ),
-            )
+            _store_table(cursor, source, snapshot, table, _copy_out(cursor, source, table, keys))
+        keys = projections[ACTIVE_BLOCK]
+        block = _copy_out(cursor, source, ACTIVE_BLOCK, keys, _ACTIVE)
+        _store_table(cursor, source, snapshot, ACTIVE_BLOCK, block)
         after = previous.log_seq if previous is not None else 0
         candidates = source.sql(_CANDIDATES if previous else _EVERY_PODGROUP)
         documents = _documents(cursor, source, projections, candidates, {"after": after})
@@ -219,12 +226,29 @@ def write(
     return snapshot
 
 
+def _store_table(
+    cursor: psycopg.Cursor[Any], source: StateTables, snapshot: Snapshot, table: str, text: bytes
+) -> None:
+    """One ``projection_snapshot_tables`` row: ``text`` (COPY text of ``table``) compressed."""
+    # COPY text escapes newlines inside values: one line per row.
+    cursor.execute(
+        LIVE.sql(_INSERT_TABLE),
+        (
+            snapshot.id,
+            table,
+            text.count(b"\n"),
+            _columns(source, table),
+            zlib.compress(text, _LEVEL),
+        ),
+    )
+
+
 def _copy_out(
     cursor: psycopg.Cursor[Any],
     source: StateTables,
     table: str,
     keys: Sequence[str],
-    where: str,
+    where: str = "TRUE",
     params: Mapping[str, Any] | None = None,
 ) -> bytes:
     names = ", ".join(f'"{name}"' for name in _columns(source, table))
@@ -300,7 +324,7 @@ def restore(
     conn: Connection,
     snapshot: Snapshot,
     target: StateTables,
-    podgroups: Iterable[str] | None = None,
+    podgroups: Iterable[str] | Callable[[], Iterable[str]] | None = None,
     *,
     active: bool = True,
 ) -> dict[str, int]:
@@ -309,41 +333,78 @@ def restore(
     ``podgroups`` None: the whole state. Else the podgroups that were pending or running at
     the snapshot (unless ``active`` is false) and the ones named there, no other: enough for
     answers about running podgroups and the named ones, after a replay of the entries whose
-    subjects were named too.
+    subjects were named too. Of the active ones that are not named, only the
+    ``podgroup_state`` rows when the snapshot has the active block (one COPY); their whole
+    documents when it has none (a snapshot taken before the block). ``podgroups`` may be a
+    function, called once the tables that need no names are restored (the caller learns the
+    names meanwhile).
     """
     if target.is_live:
         raise RuntimeError("a snapshot is restored into a shadow, never into the live state")
     restored: dict[str, int] = {}
     with driver_cursor(conn) as cursor:
         stored = cursor.execute(LIVE.sql(_TABLES), (snapshot.id,)).fetchall()
+        block = None
         for table, rows, columns, data in stored:
+            if table == ACTIVE_BLOCK:
+                block = (int(rows), list(columns), data)
+                continue
             _copy_in(cursor, target, table, columns, zlib.decompress(data))
             restored[table] = int(rows)
         if podgroups is None:
             # Binary results: the documents as raw bytes, not hex text.
             documents = cursor.execute(
                 LIVE.sql(_ALL_DOCUMENTS), {"seq": snapshot.log_seq}, binary=True
-            )
+            ).fetchall()
         else:
-            listed = active_list(conn, snapshot) if active else []
-            wanted = sorted({*listed, *podgroups})
+            used = block if active else None
+            if used is not None:
+                _copy_in(cursor, target, ACTIVE_BLOCK, used[1], zlib.decompress(used[2]))
+            named = sorted(set(podgroups() if callable(podgroups) else podgroups))
+            if used is not None:
+                restored[ACTIVE_BLOCK] = used[0] - _drop_named(cursor, target, named)
+                wanted = named
+            else:
+                wanted = sorted({*(active_list(conn, snapshot) if active else []), *named})
             documents = cursor.execute(
                 LIVE.sql(_NEWEST_DOCUMENTS), {"uids": wanted, "seq": snapshot.log_seq}, binary=True
-            )
+            ).fetchall()
         lines: dict[bytes, list[bytes]] = {}
-        for _, document in documents.fetchall():
+        for _, document in documents:
             for line in bytes(document).splitlines(keepends=True):
                 table_name, row = line.split(b"\t", 1)
                 lines.setdefault(table_name, []).append(row)
         for table_name, rows_of in lines.items():
             table = table_name.decode()
             _copy_in(cursor, target, table, _columns(target, table), b"".join(rows_of))
-            restored[table] = len(rows_of)
+            restored[table] = restored.get(table, 0) + len(rows_of)
     for table in restored:
         continue_numbering(conn, target, table)
     # Or the replay after a restore would not look its podgroups up by uid through the keys.
     refresh_statistics(conn, target)
     return restored
+
+
+def _drop_named(cursor: psycopg.Cursor[Any], target: StateTables, named: list[str]) -> int:
+    """Delete the ``named`` podgroups' rows the active block put in ``target``'s
+    podgroup_state (they are restored whole from their documents); how many."""
+    if not named:
+        return 0
+    cursor.execute(_DROP_NAMED.format(schema=target.schema), {"uids": named})
+    return cursor.rowcount
+
+
+def active_block(conn: Connection, snapshot: Snapshot, target: StateTables) -> int | None:
+    """Copy ``snapshot``'s active block into ``target``'s (empty) podgroup_state; its rows
+    (None: the snapshot has no block)."""
+    with driver_cursor(conn) as cursor:
+        found = cursor.execute(
+            LIVE.sql(_BLOCK), {"snapshot": snapshot.id, "table": ACTIVE_BLOCK}
+        ).fetchone()
+        if found is None:
+            return None
+        _copy_in(cursor, target, ACTIVE_BLOCK, list(found[1]), zlib.decompress(found[2]))
+        return int(found[0])
 
 
 def refresh_statistics(conn: Connection, tables: StateTables) -> None:

@@ -441,7 +441,8 @@ projection_snapshots = sa.Table(
 )
 
 # One projection table of one snapshot (not the podgroup tables): its rows as zlib-compressed
-# COPY text, in key order.
+# COPY text, in key order. The row named podgroup_state is the active block: that table's rows
+# of the podgroups pending or running only (store.snapshots.ACTIVE_BLOCK).
 projection_snapshot_tables = sa.Table(
     "projection_snapshot_tables",
     metadata,
