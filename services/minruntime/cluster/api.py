@@ -24,7 +24,7 @@ from minruntime.cluster.evictions import EVICT_EVENT_SELECTOR
 from minruntime.cluster.mirror import Kind, MirrorOptions, kept
 from minruntime.cluster.objects import ApiObject
 from minruntime.cluster.transient import transient
-from minruntime.cluster.wire import decode_pod_list
+from minruntime.cluster.wire import decode_node_list, decode_pod_list, decode_podgroup_list
 from minruntime.errors import UserError
 from minruntime.retry import Outage, retry
 from minruntime.settings import Settings
@@ -187,12 +187,20 @@ def sources(client: Any, settings: Settings) -> list[Source]:
             kind,
             call,
             functools.partial(kept, kind, options=options),
-            decode_pod_list if kind == Kind.POD else json.loads,
+            _DECODERS.get(kind, json.loads),
             from_cache=kind in _FROM_CACHE,
             item_head=_FROM_CACHE.get(kind, b""),
         )
         for kind, call in calls.items()
     ]
+
+
+# How a list page of a kind is decoded: to the fields the bridge keeps (``cluster.wire``).
+_DECODERS: Final[Mapping[Kind, Callable[[bytes], Any]]] = {
+    Kind.POD: decode_pod_list,
+    Kind.POD_GROUP: decode_podgroup_list,
+    Kind.NODE: decode_node_list,
+}
 
 
 # The kinds listed from the watch cache (the large ones), and how each item of their list
