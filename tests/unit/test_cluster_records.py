@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from minruntime.cluster.cache import (
     POD_INDEXES,
     PODGROUP_INDEXES,
@@ -115,3 +118,40 @@ def test_the_cache_finds_pods_by_group_and_podgroups_by_name_and_class() -> None
     assert not groups.by_index(PODGROUPS_BY_CLASS, "high")
     groups.delete("pg-2")
     assert groups.one(PODGROUPS_BY_NAME, ("team-a", "train")) is None
+
+
+def _read_as_json_loads(value: bytes) -> object:
+    """``from_json`` as it read with json.loads alone."""
+    try:
+        read = json.loads(value)
+    except ValueError:
+        return None
+    version = read.pop("version", 1) if isinstance(read, dict) else None
+    return read if version in (1, 2) else None
+
+
+_VALUES = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+        st.text(max_size=6), st.sampled_from([1, 2, 3, "2", 1.0, 2**70]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["version", "digest", "name", "shape", "x"]), inner,
+                        max_size=4),
+    ),
+    max_leaves=10,
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=_VALUES,
+    raw=st.sampled_from(
+        [None, b"1e400", b'{"name":"\\ud800","version":2}', b'{"a":1,"a":2}', b"{", b"NaN",
+         b'{"digest":Infinity}', b"  {}  ", "{\"name\":\"caf\u00e9\"}".encode()]
+    ),
+)  # fmt: skip
+def test_a_record_reads_as_json_loads_reads_it(value: object, raw: bytes | None) -> None:
+    encoded = json.dumps(value).encode() if raw is None else raw
+    assert from_json(encoded) == _read_as_json_loads(encoded)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minruntime.cluster import mapping
-from minruntime.cluster.wire import decode_pod_list
+from minruntime.cluster.wire import decode_node_list, decode_pod_list, decode_podgroup_list
 
 
 def full_pod(index: int = 0) -> dict[str, Any]:
@@ -168,3 +168,128 @@ def test_any_item_is_kept_the_same_or_refused_the_same(
 def test_a_page_that_is_not_json_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="not JSON"):
         decode_pod_list(b'{"items": [')
+
+
+def full_podgroup(index: int = 0) -> dict[str, Any]:
+    """A PodGroup as KAI writes it, every field set (status and field sets too)."""
+    return {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": f"pg-{index}",
+            "namespace": "team-a",
+            "uid": f"pg-uid-{index}",
+            "resourceVersion": str(200 + index),
+            "generation": 3,
+            "creationTimestamp": "2026-11-29T10:00:00Z",
+            "labels": {"kai.scheduler/queue": "research", "kai.scheduler/node-pool": "pool-a"},
+            "annotations": {
+                "kai.scheduler/last-start-timestamp": "2026-11-29T10:00:05Z",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                "k" * 400: "over the key bound",
+            },
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-1",
+                 "controller": True, "blockOwnerDeletion": True}
+            ],
+            "managedFields": [
+                {"manager": "kai", "operation": "Update", "time": "2026-11-29T10:00:03Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:queue": {}}}},
+            ],
+        },
+        "spec": {
+            "queue": "research", "minMember": 4, "priorityClassName": "train",
+            "subGroups": [{"name": "workers", "minMember": 4}], "preemptionDelay": "5m",
+        },
+        "status": {"phase": "Running", "running": 4, "conditions": [{"type": "Scheduled"}]},
+    }  # fmt: skip
+
+
+def full_node(index: int = 0) -> dict[str, Any]:
+    """A Node with what a real one carries (images, addresses, conditions)."""
+    return {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": f"node-{index}",
+            "uid": f"node-uid-{index}",
+            "resourceVersion": str(300 + index),
+            "creationTimestamp": "2026-11-29T09:00:00Z",
+            "labels": {"kai.scheduler/node-pool": "pool-a", "kubernetes.io/hostname": "n"},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            "managedFields": [
+                {"manager": "kubelet", "operation": "Update", "time": "2026-11-29T09:00:07Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:capacity": {}}}},
+            ],
+        },
+        "spec": {"podCIDR": "10.1.0.0/24", "taints": [{"key": "gpu", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"},
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "95"},
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "images": [{"names": ["trainer:1"], "sizeBytes": 10**9}],
+        },
+    }  # fmt: skip
+
+
+def list_body(items: list[Any]) -> bytes:
+    return json.dumps(
+        {"metadata": {"resourceVersion": "9", "continue": "c"}, "items": items}
+    ).encode()
+
+
+def _kept_podgroup(item: Any) -> Any:
+    return (mapping.kept_podgroup(item), mapping.dropped_annotations(item))
+
+
+@pytest.mark.parametrize(
+    ("decode", "keep", "full"),
+    [
+        (decode_podgroup_list, _kept_podgroup, full_podgroup),
+        (decode_node_list, mapping.kept_node, full_node),
+    ],
+)
+def test_a_podgroup_or_node_with_every_field_is_kept_the_same_narrowly(
+    decode: Any, keep: Any, full: Any
+) -> None:
+    body = list_body([full(0), full(1)])
+    decoded = decode(body)
+    assert decoded["metadata"] == json.loads(body)["metadata"]
+    assert [keep(item) for item in decoded["items"]] == [
+        keep(item) for item in json.loads(body)["items"]
+    ]
+    assert "status" not in decoded["items"][0] or set(decoded["items"][0]["status"]) == {
+        "capacity"
+    }  # a PodGroup's status, a Node's images and conditions: never decoded
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    metadata=_field(["uid", "name", "namespace", "labels", "annotations", "managedFields",
+                     "creationTimestamp", "resourceVersion", "ownerReferences", "generation"]),
+    spec=_JSON,
+    status=_field(["capacity", "phase", "images"]),
+    drop=st.sets(st.sampled_from(["metadata", "spec", "status"])),
+    node=st.booleans(),
+)  # fmt: skip
+def test_any_podgroup_or_node_is_kept_the_same_or_refused_the_same(
+    metadata: dict[str, Any], spec: Any, status: dict[str, Any], drop: set[str], node: bool
+) -> None:
+    decode: Any
+    keep: Any
+    full: Any
+    decode, keep, full = (
+        (decode_node_list, mapping.kept_node, full_node)
+        if node
+        else (decode_podgroup_list, _kept_podgroup, full_podgroup)
+    )
+    item = {"metadata": metadata, "spec": spec, "status": status}
+    body = list_body([{key: value for key, value in item.items() if key not in drop}, full()])
+    try:
+        whole = [keep(one) for one in json.loads(body)["items"]]
+    except Exception as error:  # the mapping refuses the whole item: so it must here too
+        with pytest.raises(type(error)):
+            [keep(one) for one in decode(body)["items"]]
+        return
+    assert [keep(one) for one in decode(body)["items"]] == whole

@@ -51,6 +51,7 @@ from minruntime.cluster.api import (
     Watcher,
     api_client,
     mirror_options,
+    preload_sources,
     sources,
 )
 from minruntime.cluster.drift_metrics import DriftGauges
@@ -529,6 +530,7 @@ def run_bridge(settings: Settings, read_service: ServiceReader | None = None) ->
     """`minruntime kube bridge`: run one replica until SIGINT/SIGTERM (with ``read_service``,
     checking drift while active)."""
     bridge = Bridge(settings, api_client(settings), registry=REGISTRY, read_service=read_service)
+    preload_sources()  # while the Lease and the ledger are waited for
     health.serve_metrics(
         settings.metrics_host,
         settings.kube_bridge_metrics_port,

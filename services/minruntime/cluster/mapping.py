@@ -223,6 +223,47 @@ def changed_at(obj: ApiObject) -> datetime | None:
     return max(known) if known else created_at(obj)
 
 
+def changed_text(obj: ApiObject) -> str | None:
+    """``changed_at`` as RFC3339 text (``format_rfc3339``), as the bridge keeps it.
+
+    The API server writes every managedFields time as ``YYYY-MM-DDTHH:MM:SSZ``: for such
+    texts the newest is the greatest string, and a valid one formats as itself, so only that
+    one is parsed (to check it), not every entry parsed and the newest formatted again. Any
+    other form takes ``changed_at``'s way (a property test holds them equal).
+    """
+    texts: list[str] = []
+    for entry in metadata(obj).get("managedFields") or ():
+        if not isinstance(entry, Mapping):
+            continue
+        text = entry.get("time")
+        if text is None or text == "":
+            continue  # read as no time either way
+        if not (type(text) is str and _CANONICAL_TIME(text)):
+            changed = changed_at(obj)
+            return None if changed is None else format_rfc3339(changed)
+        texts.append(text)
+    for text in sorted(texts, reverse=True):
+        if parse_time(text) is not None:
+            return text
+    created = created_at(obj)
+    return None if created is None else format_rfc3339(created)
+
+
+def _is_canonical_time(text: str) -> bool:
+    # Digits where the pattern has digits are checked by parsing (ASCII ones: re.ASCII).
+    return (
+        len(text) == 20
+        and text.isascii()
+        and text[19] == "Z"
+        and text[10] == "T"
+        and text[4] == text[7] == "-"
+        and text[13] == text[16] == ":"
+    )
+
+
+_CANONICAL_TIME: Final = _is_canonical_time
+
+
 def created_at(obj: ApiObject) -> datetime | None:
     return parse_time(metadata(obj).get("creationTimestamp"))
 
@@ -572,9 +613,9 @@ def _kept_metadata(
         )
         if meta.get(key) is not None
     }
-    changed = changed_at(obj)
+    changed = changed_text(obj)
     if changed is not None:
-        kept["managedFields"] = [{"time": format_rfc3339(changed)}]
+        kept["managedFields"] = [{"time": changed}]
     raw_labels = labels_of(obj)
     kept["labels"] = (
         dict(raw_labels)

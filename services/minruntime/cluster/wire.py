@@ -1,4 +1,5 @@
-"""A list page of pods decoded to the fields the bridge keeps, and no others.
+"""A list page of pods, PodGroups or Nodes decoded to the fields the bridge keeps, and no
+others.
 
 A pod as the API server lists it is 2-3 KB of JSON: its containers' images, commands and env,
 volumes, managedFields' field sets, container statuses. ``mapping.kept_pod`` keeps a few
@@ -20,9 +21,11 @@ mapping then treats it as it always did.
 from __future__ import annotations
 
 import json
-from typing import TypedDict
+from typing import TypedDict, TypeVar
 
 import msgspec
+
+_T = TypeVar("_T")
 
 
 class _Time(TypedDict, total=False):
@@ -84,11 +87,62 @@ class _PodList(TypedDict, total=False):
 _POD_LIST: msgspec.json.Decoder[_PodList] = msgspec.json.Decoder(_PodList)
 
 
-def decode_pod_list(body: bytes) -> object:
-    """A list page of pods (``{"metadata", "items"}``) with each pod's kept fields only."""
+# PodGroups (``mapping.kept_podgroup``): their metadata as a pod's and their owners, the whole
+# spec; not their status nor managedFields' field sets. Nodes (``mapping.kept_node``): their
+# metadata and capacity; not their images, addresses, conditions or daemon endpoints.
+
+
+class _PodGroupMetadata(_Metadata, total=False):
+    ownerReferences: object
+
+
+class _PodGroup(TypedDict, total=False):
+    metadata: _PodGroupMetadata | None
+    spec: object
+
+
+class _PodGroupList(TypedDict, total=False):
+    metadata: object
+    items: list[_PodGroup | None] | None
+
+
+class _NodeStatus(TypedDict, total=False):
+    capacity: object
+
+
+class _Node(TypedDict, total=False):
+    metadata: _Metadata | None
+    status: _NodeStatus | None
+
+
+class _NodeList(TypedDict, total=False):
+    metadata: object
+    items: list[_Node | None] | None
+
+
+_PODGROUP_LIST: msgspec.json.Decoder[_PodGroupList] = msgspec.json.Decoder(_PodGroupList)
+_NODE_LIST: msgspec.json.Decoder[_NodeList] = msgspec.json.Decoder(_NodeList)
+
+
+def _narrow(decoder: msgspec.json.Decoder[_T], body: bytes) -> object:
     try:
-        return _POD_LIST.decode(body)
-    except msgspec.ValidationError:  # not a pod list's types: the whole page, as before
+        return decoder.decode(body)
+    except msgspec.ValidationError:  # not the kind's types: the whole page, as before
         return json.loads(body)
     except msgspec.DecodeError as error:  # not JSON: as json.loads says it
         raise ValueError(f"not JSON: {error}") from error
+
+
+def decode_pod_list(body: bytes) -> object:
+    """A list page of pods (``{"metadata", "items"}``) with each pod's kept fields only."""
+    return _narrow(_POD_LIST, body)
+
+
+def decode_podgroup_list(body: bytes) -> object:
+    """A list page of PodGroups with each PodGroup's kept fields only."""
+    return _narrow(_PODGROUP_LIST, body)
+
+
+def decode_node_list(body: bytes) -> object:
+    """A list page of Nodes with each Node's kept fields only."""
+    return _narrow(_NODE_LIST, body)

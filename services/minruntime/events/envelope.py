@@ -8,7 +8,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
 from minruntime.events import inputs, outputs
@@ -70,8 +70,14 @@ class RawCloudEvent(CloudEventAttributes):
 class CloudEvent(CloudEventAttributes, Generic[DataT]):
     """A CloudEvents 1.0 event in structured JSON mode whose ``data`` is typed by its type."""
 
-    data: DataT
-    """The event's payload; its shape depends on the type."""
+    # Its subclasses are made at run time (``CloudEvent[data]``, ``create_model``): they have
+    # no source, so pydantic's search for their fields' docstrings would walk every frame of
+    # the import and look each one's module up in ``sys.modules`` (a third of a second of
+    # each start) to find none. Their fields' descriptions are inherited, and ``data``'s is
+    # given here: the JSON Schemas are the same (``tests/unit/test_events_schemas.py``).
+    model_config = ConfigDict(frozen=True, extra="ignore", use_attribute_docstrings=False)
+
+    data: DataT = Field(description="The event's payload; its shape depends on the type.")
 
     @model_validator(mode="after")
     def _subject_is_the_identity(self) -> CloudEvent[DataT]:
