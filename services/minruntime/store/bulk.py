@@ -29,7 +29,7 @@ def rows_insert(
     rows: Sequence[Mapping[str, Any]],
     *,
     conflict: str = "",
-) -> tuple[str, dict[str, str]]:
+) -> tuple[str, dict[str, Any]]:
     """``INSERT INTO table (...) SELECT ... FROM ROWS FROM (...)`` (psycopg placeholders) and
     its parameters: one JSON array per column.
 
@@ -59,10 +59,11 @@ def update_statement(
     keys: Sequence[str],
     columns: Mapping[str, str],
     rows: Sequence[Mapping[str, Any]],
-) -> tuple[str, dict[str, str]]:
+) -> tuple[str, dict[str, Any]]:
     """``UPDATE table SET c = u.c, ... FROM ROWS FROM (...) AS u(...) WHERE table.k = u.k`` (and
-    the first key's probe), the rows sent as ``rows_insert`` sends them, and its parameters."""
-    source, _, params = _unpacked(columns, rows)
+    the first key's probe), the rows sent as ``rows_insert`` sends them, and their number
+    (``_unpacked(counted=True)``), and its parameters."""
+    source, _, params = _unpacked(columns, rows, counted=True)
     assignments = ", ".join(
         f'"{name}" = {_cast(name, kind)}' for name, kind in columns.items() if name not in keys
     )
@@ -86,10 +87,10 @@ def delete_many(
 
 def delete_statement(
     table: sa.Table, columns: Mapping[str, str], rows: Sequence[Mapping[str, Any]]
-) -> tuple[str, dict[str, str]]:
+) -> tuple[str, dict[str, Any]]:
     """``DELETE FROM table USING ROWS FROM (...) AS u(...) WHERE table.c = u.c ...`` (and the
     first column's probe), and its parameters."""
-    source, _, params = _unpacked(columns, rows)
+    source, _, params = _unpacked(columns, rows, counted=True)
     matches = " AND ".join(f't."{name}" = {_cast(name, kind)}' for name, kind in columns.items())
     probe = _probe(*next(iter(columns.items())))
     return f"DELETE FROM {table.fullname} AS t USING {source} WHERE {probe} AND {matches}", params
@@ -115,9 +116,13 @@ _TO_TEXT: Final[dict[str, Callable[[Any], Any]]] = {
 }
 
 
+# The unpacked rows' number, as a row source beside them (``_unpacked(counted=True)``).
+_COUNT_COLUMN: Final = "rows_unpacked"
+
+
 def _unpacked(
-    columns: Mapping[str, str], rows: Sequence[Mapping[str, Any]]
-) -> tuple[str, str, dict[str, str]]:
+    columns: Mapping[str, str], rows: Sequence[Mapping[str, Any]], *, counted: bool = False
+) -> tuple[str, str, dict[str, Any]]:
     """The row source ``ROWS FROM (...) AS u(...)``, the quoted column names and its
     parameters: one JSON array per column.
 
@@ -126,10 +131,24 @@ def _unpacked(
     JSON null as NULL, a jsonb value as its JSON text, a str as itself), which ``_cast`` turns
     into the column's type. A value JSON cannot hold (an unpaired surrogate) raises
     ValueError, as psycopg's encoder does.
+
+    ``counted``: the source also holds ``generate_series(1, <the number of rows>)``, whose
+    estimate the planner takes for the source's (a function's rows are otherwise estimated
+    at 100; planned unprepared it is the number itself, prepared 1,000). An update or a delete
+    joins the unpacked rows to the rows its probe finds, and with 100 for 2,500 the planner
+    could choose a nested loop that re-reads every probed row for each unpacked row: at
+    241,501 events the processor's pod updates took 0.8 s a batch instead of 20 ms
+    (docs/benchmarks.md, "A plan that flipped"). The series has as many rows as the arrays,
+    so it adds no row.
     """
     names = ", ".join(f'"{name}"' for name in columns)
     functions = ", ".join(f"json_array_elements_text(%({name})s::json)" for name in columns)
-    params = {}
+    params: dict[str, Any] = {}
+    aliases = names
+    if counted:
+        functions += f", generate_series(1, %({_COUNT_COLUMN})s::integer)"
+        aliases += f', "{_COUNT_COLUMN}"'
+        params[_COUNT_COLUMN] = len(rows)
     for name, kind in columns.items():
         values = [row[name] for row in rows]
         convert = _TO_TEXT.get(kind)
@@ -139,7 +158,7 @@ def _unpacked(
                 for value in values
             ]
         params[name] = json_list(values)
-    return f"ROWS FROM ({functions}) AS u({names})", names, params
+    return f"ROWS FROM ({functions}) AS u({aliases})", names, params
 
 
 def _probe(name: str, kind: str) -> str:
