@@ -34,43 +34,9 @@ def _plan(engine: sa.Engine, statement: str, params: dict[str, str]) -> str:
     return plan
 
 
-def test_pod_update_and_delete_probe_the_primary_key(engine: sa.Engine, feed: Feed) -> None:
-    uids = [f"probe-{i:04d}" for i in range(PODGROUPS)]
-    feed.send(*(submitted(uid, "q", pods=PODS) for uid in uids))
-    with engine.connect() as conn:
-        stored = conn.execute(sa.text("SELECT count(*) FROM minruntime_state.pod_state")).scalar()
-    assert stored == PODGROUPS * PODS
-    # The pods of 15 podgroups, as a batch that allocates them writes them.
-    rows = [
-        {
-            "uid": uid,
-            "name": f"{uid}-{n}",
-            "subgroup": None,
-            "gpu": 1,
-            "node": "n1",
-            "allocated": True,
-        }
-        for uid in uids[::200]
-        for n in range(PODS)
-    ]
-    key = {column: POD_COLUMNS[column] for column in POD_KEY}
-    for statement, params in (
-        update_statement(LIVE.pod_state, POD_KEY, POD_COLUMNS, rows),
-        delete_statement(LIVE.pod_state, key, [{k: row[k] for k in key} for row in rows]),
-    ):
-        plan = _plan(engine, statement, params)
-        assert "Seq Scan on pod_state" not in plan, plan
-        assert "pk_pod_state" in plan, plan
-
-
-def test_pod_update_and_delete_plan_with_the_number_of_rows_they_write(
-    engine: sa.Engine, feed: Feed
-) -> None:
-    """The planner is told how many rows a batch writes (a function's rows are estimated at
-    100): with 100 for 2,500, the update's join to the probed pods could be planned as a nested
-    loop re-reading every probed pod for each written one (0.8 s a batch at 240,000 pods)."""
-    uids = [f"counted-{i:04d}" for i in range(1250)]
-    feed.send(*(submitted(uid, "q", pods=PODS) for uid in uids))
+def _plans(engine: sa.Engine, uids: list[str]) -> list[str]:
+    """The plans of the pod update and delete a batch that allocates the pods of ``uids``
+    writes."""
     rows = [
         {
             "uid": uid,
@@ -84,12 +50,37 @@ def test_pod_update_and_delete_plan_with_the_number_of_rows_they_write(
         for n in range(PODS)
     ]
     key = {column: POD_COLUMNS[column] for column in POD_KEY}
-    for statement, params in (
-        update_statement(LIVE.pod_state, POD_KEY, POD_COLUMNS, rows),
-        delete_statement(LIVE.pod_state, key, [{k: row[k] for k in key} for row in rows]),
-    ):
-        plan = _plan(engine, statement, params)
+    return [
+        _plan(engine, statement, params)
+        for statement, params in (
+            update_statement(LIVE.pod_state, POD_KEY, POD_COLUMNS, rows),
+            delete_statement(LIVE.pod_state, key, [{k: row[k] for k in key} for row in rows]),
+        )
+    ]
+
+
+def test_pod_update_and_delete_probe_the_primary_key(engine: sa.Engine, feed: Feed) -> None:
+    uids = [f"probe-{i:04d}" for i in range(PODGROUPS)]
+    feed.send(*(submitted(uid, "q", pods=PODS) for uid in uids))
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT count(*) FROM minruntime_state.pod_state")).scalar()
+    assert stored == PODGROUPS * PODS
+    # The pods of 15 podgroups, as a batch that allocates them writes them.
+    for plan in _plans(engine, uids[::200]):
+        assert "Seq Scan on pod_state" not in plan, plan
+        assert "pk_pod_state" in plan, plan
+
+
+def test_pod_update_and_delete_plan_with_the_number_of_rows_they_write(
+    engine: sa.Engine, feed: Feed
+) -> None:
+    """The planner is told how many rows a batch writes (a function's rows are estimated at
+    100): with 100 for 2,500, the update's join to the probed pods could be planned as a nested
+    loop re-reading every probed pod for each written one (0.8 s a batch at 240,000 pods)."""
+    uids = [f"counted-{i:04d}" for i in range(1250)]
+    feed.send(*(submitted(uid, "q", pods=PODS) for uid in uids))
+    for plan in _plans(engine, uids):
         estimated = re.search(r"Function Scan on u .*?rows=(\d+)", plan)
         assert estimated is not None, plan
-        assert int(estimated.group(1)) == len(rows), plan
+        assert int(estimated.group(1)) == len(uids) * PODS, plan
         assert "Join Filter" not in plan, plan
