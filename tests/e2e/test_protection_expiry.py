@@ -260,7 +260,20 @@ def test_ends_missed_while_no_replica_was_active_are_announced_once_on_takeover(
     assert leader_locks(pipeline) == 0
     first = start_active_worker(pipeline, "w2")
     send(pipeline, run_in(TEAM, "pe-c", datetime.now(UTC)))
-    wait_arrivals(listener, "pe-c", 1)  # the replica announces: it is up
+    wait_arrivals(listener, "pe-c", 3)  # the replica announces: it is up
+    # The relay publishes at least once: a kill between a row's send and its mark would have
+    # the processor's relay send it again (same id) while nobody is active. Kill it only when
+    # every row it wrote is marked published, so the gap below is the emitter's alone.
+    wait_for(
+        lambda: (
+            pipeline.scalar(
+                "SELECT count(*) FROM minruntime_state.outbox WHERE published_at IS NULL"
+            )
+            == 0
+        ),
+        30,
+        "the outbox to be published",
+    )
     before = len(listener.arrivals)
     first.kill()  # SIGKILL: no replica is active until the next one starts
     wait_for(lambda: leader_locks(pipeline) == 0, 30, "the lock to be released")
