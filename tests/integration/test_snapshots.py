@@ -678,13 +678,14 @@ def late_writer(engine: sa.Engine, runtime: sa.Engine, feed: Feed) -> dict[str, 
 
 
 def test_an_entry_applied_earlier_at_a_later_seq_is_read_by_every_answer(
-    engine: sa.Engine, late_writer: dict[str, Any]
+    engine: sa.Engine, late_writer: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``applied_at`` is a writer's transaction start: the late batch's entries come after the
     early batch's and the snapshot S2 but were applied before them. An answer at an instant
     between the two starts from S1, skips what the snapshots recorded as applied later (the
     early batch, the rest) and still reads the late batch; every read equals a scan of the
-    whole log, and every answer a replay of the whole log."""
+    whole log (in pages of two entries too, which cross the skipped spans), and every answer
+    a replay of the whole log."""
     s1, s2, s3, s4 = late_writer["snapshots"]
     started: datetime = late_writer["started"]
     with engine.connect() as conn:
@@ -726,6 +727,9 @@ def test_an_entry_applied_earlier_at_a_later_seq_is_read_by_every_answer(
         assert answers(engine, at, from_snapshot=True) == answers(
             engine, at, from_snapshot=False
         ), at
+    monkeypatch.setattr(replay_module, "PAGE_SIZE", 2)
+    for at in instants:
+        assert _read_seqs(engine, at, s1.log_seq) == _applied_by(engine, at, s1.log_seq), at
     with engine.connect() as conn:
         assert asof.newest_snapshot(conn, between) == s1
         assert event_log.count(conn, LIVE, after=0, until=between) == len(
