@@ -10,6 +10,7 @@ the one a hand changed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import zlib
@@ -37,8 +38,11 @@ from minruntime.audit.snapshots import (
 )
 from minruntime.cli import main
 from minruntime.ingest import apply_batch
+from minruntime.store import event_log
 from minruntime.store import snapshots as stored_snapshots
 from minruntime.store.checksums import checksum
+from minruntime.store.migrate import MIGRATIONS_DIR
+from minruntime.store.schema import LIVE
 from minruntime.store.shadows import SNAPSHOTTED, scratch_state
 from minruntime.store.snapshots import LogPosition, Snapshot
 from minruntime.store.unit import Units
@@ -625,3 +629,142 @@ def test_verify_names_a_block_that_differs_from_the_replay(
     differing = {t["table"]: t for t in report["snapshots"][2]["tables"] if not t["equal"]}
     assert sorted(differing) == [ACTIVE_BLOCK]
     assert [d["key"] for d in differing[ACTIVE_BLOCK]["differences"]] == [uid]
+
+
+def _read_seqs(engine: sa.Engine, at: datetime, after: int = 0) -> list[int]:
+    with engine.connect() as conn:
+        return [entry.seq for entry in replay_module.read_log(conn, until=at, after=after)]
+
+
+def _applied_by(engine: sa.Engine, at: datetime, after: int = 0) -> list[int]:
+    """The truth, by a scan of the whole log: the entries after ``after`` applied by ``at``."""
+    return [
+        int(seq)
+        for (seq,) in rows(
+            engine,
+            "SELECT seq FROM minruntime_state.event_log WHERE seq > :after AND applied_at <= :at"
+            " ORDER BY seq",
+            after=after,
+            at=at,
+        )
+    ]
+
+
+@pytest.fixture
+def late_writer(engine: sa.Engine, runtime: sa.Engine, feed: Feed) -> dict[str, Any]:
+    """A batch whose transaction started before another's and was logged after it, at later
+    seqs with an earlier ``applied_at``, between snapshots: S1 | early batch | S2 | late
+    batch | S3 | the rest | S4."""
+    now = db_now(engine)
+    first, second, third, fourth = steps(now)
+    feed.send(*first)
+    s1 = take(Units(runtime), ALWAYS).snapshot
+    with engine.connect() as late:
+        late.begin()
+        started: datetime = late.execute(sa.text("SELECT now()")).scalar_one()
+        threading.Event().wait(0.01)
+        feed.send(*second)
+        s2 = take(Units(runtime), ALWAYS).snapshot
+        apply_batch(late, feed.records(*third), consumer_group=feed.group)
+        late.commit()
+    s3 = take(Units(runtime), ALWAYS).snapshot
+    feed.send(*fourth, *afterwards(now))
+    s4 = take(Units(runtime), ALWAYS).snapshot
+    assert s1 is not None
+    assert s2 is not None
+    assert s3 is not None
+    assert s4 is not None
+    return {"started": started, "snapshots": [s1, s2, s3, s4]}
+
+
+def test_an_entry_applied_earlier_at_a_later_seq_is_read_by_every_answer(
+    engine: sa.Engine, late_writer: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``applied_at`` is a writer's transaction start: the late batch's entries come after the
+    early batch's and the snapshot S2 but were applied before them. An answer at an instant
+    between the two starts from S1, skips what the snapshots recorded as applied later (the
+    early batch, the rest) and still reads the late batch; every read equals a scan of the
+    whole log (in pages of two entries too, which cross the skipped spans), and every answer
+    a replay of the whole log."""
+    s1, s2, s3, s4 = late_writer["snapshots"]
+    started: datetime = late_writer["started"]
+    with engine.connect() as conn:
+        early = list(
+            conn.execute(
+                sa.text(
+                    "SELECT seq FROM minruntime_state.event_log WHERE seq > :after AND seq <= :upto"
+                ),
+                {"after": s1.log_seq, "upto": s2.log_seq},
+            ).scalars()
+        )
+        late_at = conn.execute(
+            sa.text("SELECT min(applied_at) FROM minruntime_state.event_log WHERE seq > :after"),
+            {"after": s2.log_seq},
+        ).scalar_one()
+        recorded = conn.execute(
+            sa.text(
+                "SELECT since_seq, applied_from FROM minruntime_state.projection_snapshots"
+                " ORDER BY log_seq"
+            )
+        ).all()
+    assert late_at == started < s2.applied_until
+    assert [since for since, _ in recorded] == [0, s1.log_seq, s2.log_seq, s3.log_seq]
+    assert recorded[2].applied_from == started
+    between = started + (s2.applied_until - started) / 2
+    instants = [started - MICROSECOND, started, between, s2.applied_until - MICROSECOND]
+    instants += [s2.applied_until, s3.applied_until, s4.applied_until, db_now(engine)]
+    with engine.connect() as conn:
+        spans = stored_snapshots.quiet_spans(conn, s1.log_seq, between)
+        ranges = event_log.ranges(conn, LIVE, s1.log_seq, between)
+    # The early batch and the rest are skipped; the late batch and the log's end are read.
+    assert spans == [(s1.log_seq, s2.log_seq), (s3.log_seq, s4.log_seq)]
+    assert ranges == [(s2.log_seq, s3.log_seq), (s4.log_seq, None)]
+    assert early
+    assert not set(early) & set(_applied_by(engine, between))
+    for at in instants:
+        for after in (0, s1.log_seq, s2.log_seq):
+            assert _read_seqs(engine, at, after) == _applied_by(engine, at, after), (at, after)
+        assert answers(engine, at, from_snapshot=True) == answers(
+            engine, at, from_snapshot=False
+        ), at
+    monkeypatch.setattr(replay_module, "PAGE_SIZE", 2)
+    for at in instants:
+        assert _read_seqs(engine, at, s1.log_seq) == _applied_by(engine, at, s1.log_seq), at
+    with engine.connect() as conn:
+        assert asof.newest_snapshot(conn, between) == s1
+        assert event_log.count(conn, LIVE, after=0, until=between) == len(
+            _applied_by(engine, between)
+        )
+        assert event_log.subjects(conn, LIVE, s1.log_seq, between) == {
+            str(subject)
+            for (subject,) in rows(
+                engine,
+                "SELECT subject FROM minruntime_state.event_log WHERE seq > :after"
+                " AND applied_at <= :at AND subject IS NOT NULL",
+                after=s1.log_seq,
+                at=between,
+            )
+        }
+
+
+def test_the_migration_records_what_a_taker_records(
+    engine: sa.Engine, late_writer: dict[str, Any]
+) -> None:
+    """Migration 0026 fills in the snapshots taken before it as a taker does."""
+    path = MIGRATIONS_DIR / "versions" / "0026_snapshot_applied_from.py"
+    spec = importlib.util.spec_from_file_location("migration_0026", path)
+    assert spec is not None
+    assert spec.loader is not None
+    migration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migration)
+    recorded = (
+        "SELECT since_seq, applied_from FROM minruntime_state.projection_snapshots ORDER BY log_seq"
+    )
+    taken = rows(engine, recorded)
+    execute(
+        engine,
+        "UPDATE minruntime_state.projection_snapshots SET since_seq = NULL, applied_from = NULL",
+    )
+    with engine.begin() as conn:
+        conn.exec_driver_sql(migration.BACKFILL)
+    assert rows(engine, recorded) == taken

@@ -20,7 +20,7 @@ from minruntime.store.bulk import insert_many, json_list
 from minruntime.store.engine import driver_cursor
 from minruntime.store.parts import Part
 from minruntime.store.schema import StateTables
-from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY
+from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY, quiet_spans
 
 # Column -> PostgreSQL type of an appended row; ``payload`` is the event's JSON text.
 LOG_COLUMNS: Final = {
@@ -101,22 +101,50 @@ def conflicting(
     return {row.i: f"{row.topic}/{row.partition}@{row.offset}" for row in rows}
 
 
+# A range of the log ends at seq ``upto`` (``_UPTO``) or goes on to the log's end ("").
+_UPTO: Final = "AND seq <= %(upto)s"
+# (after, upto]: the seqs of one range (upto None: to the log's end).
+Range = tuple[int, int | None]
+
+
+def ranges(
+    conn: Connection, tables: StateTables, after: int, until: datetime | None
+) -> list[Range]:
+    """The ranges of seq after ``after`` that can hold entries applied by ``until``, in order:
+    the live log but the spans the snapshots recorded as applied later
+    (``store.snapshots.quiet_spans``); one range to the end without ``until``."""
+    if until is None or not tables.is_live:
+        return [(after, None)]
+    found: list[Range] = []
+    for span in quiet_spans(conn, after, until):
+        if span.start > after:
+            found.append((after, span.start))
+        after = max(after, span.end)
+    return [*found, (after, None)]
+
+
 _SUBJECTS: Final = (
-    "SELECT DISTINCT subject FROM minruntime_state.event_log WHERE seq > :after"
-    " AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until) AND subject IS NOT NULL"
+    "SELECT DISTINCT subject FROM minruntime_state.event_log WHERE seq > %(after)s {upto}"
+    " AND (CAST(%(until)s AS timestamptz) IS NULL OR applied_at <= %(until)s)"
+    " AND subject IS NOT NULL"
 )
 
 
 def subjects(conn: Connection, tables: StateTables, after: int, until: datetime | None) -> set[str]:
     """The subjects of the entries after seq ``after`` applied by ``until`` (None: all)."""
-    rows = conn.execute(tables.text(_SUBJECTS), {"after": after, "until": until})
-    return {str(subject) for subject in rows.scalars()}
+    found: set[str] = set()
+    for start, upto in ranges(conn, tables, after, until):
+        statement = tables.sql(_SUBJECTS.format(upto=_UPTO if upto is not None else ""))
+        params = {"after": start, "upto": upto, "until": until}
+        found.update(str(subject) for subject in conn.exec_driver_sql(statement, params).scalars())
+    return found
 
 
 _READ: Final = (
     "SELECT seq, topic, partition, {offset} type, {rest} payload::text"
     " FROM minruntime_state.event_log"
-    " WHERE seq > %(after)s AND (CAST(%(until)s AS timestamptz) IS NULL OR applied_at <= %(until)s)"
+    " WHERE seq > %(after)s {upto}"
+    " AND (CAST(%(until)s AS timestamptz) IS NULL OR applied_at <= %(until)s)"
     " {only} ORDER BY seq LIMIT %(limit)s"
 )
 # The columns a replay of the log does not read come back as NULLs (a third of the cost of a
@@ -125,13 +153,16 @@ _FULL: Final = {"offset": '"offset",', "rest": "subject, event_time, applied_at,
 _LEAN: Final = {"offset": "NULL::bigint,", "rest": "subject, NULL::timestamptz, NULL::timestamptz,"}
 _ABOUT: Final = "AND ((subject = %(subject)s AND type <> ALL(%(other)s)) OR type = ANY(%(shared)s))"
 _READS: Final = {
-    (full, about): _READ.format(only=_ABOUT if about else "", **(_FULL if full else _LEAN))
+    (full, about, bounded): _READ.format(
+        only=_ABOUT if about else "", upto=_UPTO if bounded else "", **(_FULL if full else _LEAN)
+    )
     for full in (False, True)
     for about in (False, True)
+    for bounded in (False, True)
 }
 _COUNT: Final = (
-    "SELECT count(*) FROM minruntime_state.event_log WHERE seq > :after"
-    " AND (CAST(:until AS timestamptz) IS NULL OR applied_at <= :until)"
+    "SELECT count(*) FROM minruntime_state.event_log WHERE seq > %(after)s {upto}"
+    " AND (CAST(%(until)s AS timestamptz) IS NULL OR applied_at <= %(until)s)"
 )
 
 # (seq, topic, partition, offset, type, subject, event_time, applied_at, payload text)
@@ -235,28 +266,43 @@ def read_page(
 
     Straight from the driver, in binary (a replay reads the whole log: SQLAlchemy's rows and
     text conversions cost more than the query); its errors are raised as SQLAlchemy's, as
-    every other read's.
+    every other read's. With ``until`` only the ``ranges`` that can hold such entries are
+    read (not the log to its end).
     """
     params: dict[str, Any] = {"after": after, "until": until, "limit": limit}
     if about is not None:
         params.update(subject=about.subject, other=list(about.other), shared=list(about.shared))
-    if of_part is None:
-        statement = tables.sql(_READS[full, about is not None])
-    elif about is not None:
+    if of_part is not None and about is not None:
         raise ValueError("a read is about one subject or of one part, not both")
-    else:
-        only = f"AND ({of_part.condition} OR {of_part.borrowing} OR seq = ANY(%(positions)s))"
-        statement = tables.sql(_READ.format(only=only, **(_FULL if full else _LEAN)))
+    if of_part is not None:
         params.update(of_part.params)
-    try:
-        with driver_cursor(conn, binary=True) as cursor:
-            cursor.execute(statement, params)
-            rows: list[LoggedRow] = cursor.fetchall()
-    except psycopg.Error as error:
-        raise DBAPIError.instance(statement, params, error, psycopg.Error) from error
+    rows: list[LoggedRow] = []
+    for start, upto in ranges(conn, tables, after, until):
+        if of_part is None:
+            statement = tables.sql(_READS[full, about is not None, upto is not None])
+        else:
+            only = f"AND ({of_part.condition} OR {of_part.borrowing} OR seq = ANY(%(positions)s))"
+            shape = _FULL if full else _LEAN
+            statement = tables.sql(
+                _READ.format(only=only, upto=_UPTO if upto is not None else "", **shape)
+            )
+        params.update(after=start, upto=upto, limit=limit - len(rows))
+        try:
+            with driver_cursor(conn, binary=True) as cursor:
+                cursor.execute(statement, params)
+                rows += cursor.fetchall()
+        except psycopg.Error as error:
+            raise DBAPIError.instance(statement, params, error, psycopg.Error) from error
+        if len(rows) == limit:
+            break
     return rows
 
 
 def count(conn: Connection, tables: StateTables, *, after: int, until: datetime | None) -> int:
     """How many entries after seq ``after`` were applied by ``until`` (None: all)."""
-    return int(conn.execute(tables.text(_COUNT), {"after": after, "until": until}).scalar_one())
+    total = 0
+    for start, upto in ranges(conn, tables, after, until):
+        statement = tables.sql(_COUNT.format(upto=_UPTO if upto is not None else ""))
+        params = {"after": start, "upto": upto, "until": until}
+        total += int(conn.exec_driver_sql(statement, params).scalar_one())
+    return total

@@ -48,13 +48,15 @@ _LEVEL: Final = 1
 
 _POSITION: Final = (
     "SELECT max(seq) AS seq, count(*) AS events, max(applied_at) AS applied_until,"
-    " COALESCE(sum(pg_column_size(payload)), 0) AS bytes"
+    " COALESCE(sum(pg_column_size(payload)), 0) AS bytes, min(applied_at) AS applied_from"
     " FROM minruntime_state.event_log WHERE seq > :after"
 )
 _INSERT_SNAPSHOT: Final = (
     "INSERT INTO minruntime_state.projection_snapshots"
-    " (log_seq, applied_until, events, podgroups)"
-    " VALUES (%(log_seq)s, %(applied_until)s, %(events)s, %(podgroups)s) RETURNING id, taken_at"
+    " (log_seq, applied_until, since_seq, applied_from, events, podgroups)"
+    " VALUES (%(log_seq)s, %(applied_until)s, %(since_seq)s, %(applied_from)s, %(events)s,"
+    " %(podgroups)s)"
+    " RETURNING id, taken_at"
 )
 _INSERT_TABLE: Final = (
     "INSERT INTO minruntime_state.projection_snapshot_tables"
@@ -121,6 +123,13 @@ class Snapshot(NamedTuple):
     taken_at: datetime
 
 
+class QuietSpan(NamedTuple):
+    """Event-log positions (``start``, ``end``]: no entry there was applied by an instant."""
+
+    start: int
+    end: int
+
+
 class LogPosition(NamedTuple):
     """How far the event log a transaction sees goes (``seq`` 0: empty)."""
 
@@ -131,6 +140,9 @@ class LogPosition(NamedTuple):
     # without one): what a replay of those entries costs, as decoding and applying them grows
     # with their size (a gang of 2,000 pods is one entry and the work of hundreds).
     bytes: int = 0
+    # The earliest applied_at of those same entries, the ones after seq ``since`` (None: none).
+    applied_from: datetime | None = None
+    since: int = 0
 
 
 # How long a taker waits for the lock: the writers that come after it wait behind it, so a
@@ -161,15 +173,21 @@ def position(conn: Connection, after: Snapshot | None = None) -> LogPosition:
     )
     if after is None:
         return LogPosition(
-            int(row["seq"] or 0), int(row["events"]), row["applied_until"], int(row["bytes"])
+            int(row["seq"] or 0),
+            int(row["events"]),
+            row["applied_until"],
+            int(row["bytes"]),
+            row["applied_from"],
         )
     if row["seq"] is None:
-        return LogPosition(after.log_seq, after.events, after.applied_until)
+        return LogPosition(after.log_seq, after.events, after.applied_until, since=after.log_seq)
     return LogPosition(
         int(row["seq"]),
         after.events + int(row["events"]),
         max(after.applied_until, row["applied_until"]),
         int(row["bytes"]),
+        row["applied_from"],
+        after.log_seq,
     )
 
 
@@ -197,6 +215,8 @@ def write(
             {
                 "log_seq": at.seq,
                 "applied_until": at.applied_until,
+                "since_seq": at.since,
+                "applied_from": at.applied_from,
                 "events": at.events,
                 "podgroups": zlib.compress(json.dumps(active).encode(), _LEVEL),
             },
@@ -318,6 +338,36 @@ def newest(conn: Connection, at: datetime | None = None) -> Snapshot | None:
         .first()
     )
     return None if row is None else Snapshot(**row)
+
+
+# The snapshots whose entries were all applied after an instant: each saw every entry up to
+# its log_seq, and no later entry takes a seq at or below it, so none of (since_seq, log_seq]
+# was applied before its applied_from, ever (whatever a later seq carries).
+_QUIET: Final = (
+    "SELECT since_seq, log_seq FROM minruntime_state.projection_snapshots"
+    " WHERE log_seq > %(after)s AND since_seq IS NOT NULL AND applied_from > %(until)s"
+    " ORDER BY since_seq, log_seq"
+)
+
+
+def quiet_spans(conn: Connection, after: int, until: datetime) -> list[QuietSpan]:
+    """The spans of the event log after seq ``after`` that hold no entry applied by ``until``,
+    as the snapshots recorded them (``applied_from``), merged, in order.
+
+    ``applied_at`` is the writer's transaction start: a later ``seq`` may carry an earlier
+    time, so a read of the entries applied by ``until`` cannot stop at a ``seq`` it finds;
+    it can skip these spans, and only these. Snapshots taken before migration 0026 recorded
+    nothing and are read as before.
+    """
+    spans: list[QuietSpan] = []
+    with driver_cursor(conn) as cursor:
+        for since, end in cursor.execute(LIVE.sql(_QUIET), {"after": after, "until": until}):
+            start = max(int(since), after)
+            if spans and start <= spans[-1].end:
+                spans[-1] = QuietSpan(spans[-1].start, max(spans[-1].end, int(end)))
+            else:
+                spans.append(QuietSpan(start, int(end)))
+    return spans
 
 
 def restore(

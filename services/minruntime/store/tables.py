@@ -432,6 +432,12 @@ projection_snapshots = sa.Table(
     sa.Column("log_seq", sa.BigInteger, nullable=False),
     # The latest applied_at among those entries: an answer at T >= this may start here.
     sa.Column("applied_until", sa.DateTime(timezone=True)),
+    # The earliest applied_at of the entries with a seq in (since_seq, log_seq] (since_seq:
+    # the taker's previous snapshot's log_seq, 0 without one; migration 0026, NULL: not
+    # known). None of them was applied before it: an answer at an earlier instant skips them
+    # (store.snapshots.quiet_spans).
+    sa.Column("since_seq", sa.BigInteger),
+    sa.Column("applied_from", sa.DateTime(timezone=True)),
     # How many event-log entries it reflects.
     sa.Column("events", sa.BigInteger, nullable=False),
     sa.Column("taken_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
