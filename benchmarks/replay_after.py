@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from minruntime.audit.parallel import ReplayInParts, replay_part
 from minruntime.audit.replay import LogEntry, read_log, replay
 from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
-from minruntime.audit.verify import compare
+from minruntime.audit.verify import checksums_beside, compare
 from minruntime.store import engine_from
 from minruntime.store.parts import Part
 from minruntime.store.read_transactions import repeatable_read
@@ -71,16 +71,19 @@ def replay_verify(owner_url: str, parts: int = 1) -> Verified:
                 checking += time.perf_counter() - started
 
             started = time.perf_counter()
-            report = replay(
-                conn,
-                read_log(conn),
-                into=shadow.tables,
-                boundary=checker.wants,
-                after_boundary=check,
-            )
-            replayed = time.perf_counter() - started
-            started = time.perf_counter()
-            checks = compare(conn, shadow)
+            # As ``snapshots.replay_checked``: the live checksums computed beside the replay.
+            with checksums_beside(conn) as live_checksums:
+                report = replay(
+                    conn,
+                    read_log(conn),
+                    into=shadow.tables,
+                    boundary=checker.wants,
+                    after_boundary=check,
+                    new_shadow=True,
+                )
+                replayed = time.perf_counter() - started
+                started = time.perf_counter()
+                checks = compare(conn, shadow, live_checksums=live_checksums())
             results = checker.finish()
             verified = time.perf_counter() - started
     finally:
