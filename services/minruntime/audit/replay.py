@@ -85,8 +85,9 @@ _ROLE_OF_TYPE: Final = {
 # Rows per read of the event log; log entries applied in memory between two loads of the
 # podgroups they name.
 PAGE_SIZE: Final = 5_000
-# Podgroups a run of log entries holds in memory before it is written (~1-2 KB each): each is
-# loaded and written once per run, so the longer the run the fewer loads and writes.
+# Podgroups a run of log entries holds in memory before it is written (~3.7 KB each with their
+# run rows, measured on the benchmark trace: docs/audit.md): each is loaded and written once
+# per run, so the longer the run the fewer loads and writes.
 RUN_PODGROUPS: Final = 100_000
 # Kafka records per ``apply_batch`` call (a rebuild from Kafka): ten times the processor's.
 BATCH_SIZE: Final = 20_000
