@@ -293,16 +293,20 @@ def replay_checked(
     part: Part | None = None,
     progress: Progress | None = None,
     input_topics: Mapping[str, str] | None = None,
+    live_beside: bool = True,
 ) -> CheckedReplay:
     """Replay ``entries`` into ``shadow`` (just made: empty), checking each of ``snapshots``
     when the replay reaches its position; with ``verify``, compare the end with the live
-    state (whose checksums are computed beside the replay: ``verify.checksums_beside``).
-    ``part``: of that part of the state only (a parallel replay's, ``store.parts``)."""
+    state (with ``live_beside``, its checksums computed while the log is folded:
+    ``verify.checksums_beside``; else after it). ``part``: of that part of the state only (a
+    parallel replay's, ``store.parts``)."""
     checker = SnapshotChecker(conn, shadow.tables, snapshots, part)
     with ExitStack() as beside:
         # The live side's checksums are computed while the log is folded (the shadow was
         # just made: its first run of entries looks no podgroup up).
-        live_checksums = beside.enter_context(checksums_beside(conn, part)) if verify else None
+        live_checksums = (
+            beside.enter_context(checksums_beside(conn, part)) if verify and live_beside else None
+        )
         report = replay(
             conn,
             entries,
@@ -314,8 +318,13 @@ def replay_checked(
             new_shadow=True,
         )
         checks = (
-            compare(conn, shadow, part=part, live_checksums=live_checksums())
-            if live_checksums is not None
+            compare(
+                conn,
+                shadow,
+                part=part,
+                live_checksums=None if live_checksums is None else live_checksums(),
+            )
+            if verify
             else []
         )
     return CheckedReplay(report, checks, checker.finish())
