@@ -509,6 +509,27 @@ def test_sides_are_equal_or_not_by_one_set_operation(engine: sa.Engine) -> None:
         ]
 
 
+def test_rows_equal_as_values_have_one_checksum(engine: sa.Engine) -> None:
+    """The checksum hashes each row's values (``hash_record_extended``), not its text: a
+    numeric ``1.0`` and ``1`` (one value, as the set operation says) give one checksum; a
+    different value another."""
+    with (
+        engine.begin() as conn,
+        scratch_state(conn, ["node_state"]) as left,
+        scratch_state(conn, ["node_state"]) as right,
+    ):
+        for side, gpu in ((left, "1"), (right, "1.0")):
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {side.schema}.node_state (name, node_pool, gpu)"
+                    f" VALUES ('n1', 'default', 8), ('n2', 'a100', {gpu})"
+                )
+            )
+        assert checksum(conn, left, "node_state") == checksum(conn, right, "node_state")
+        conn.execute(sa.text(f"UPDATE {right.schema}.node_state SET gpu = 2 WHERE name = 'n2'"))
+        assert checksum(conn, left, "node_state") != checksum(conn, right, "node_state")
+
+
 def test_the_next_page_of_the_log_is_read_while_this_one_is_applied(
     lived: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
