@@ -9,12 +9,13 @@ every projection table compared with the live one; rolled back at the end.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 
-from minruntime.audit.parallel import ReplayInParts, replay_part
+from minruntime.audit.parallel import ReplayInParts, replay_part, spare_core
 from minruntime.audit.replay import LogEntry, read_log, replay
 from minruntime.audit.snapshots import SnapshotChecker, snapshots_in
-from minruntime.audit.verify import compare
+from minruntime.audit.verify import checksums_beside, compare
 from minruntime.store import engine_from
 from minruntime.store.parts import Part
 from minruntime.store.read_transactions import repeatable_read
@@ -71,16 +72,27 @@ def replay_verify(owner_url: str, parts: int = 1) -> Verified:
                 checking += time.perf_counter() - started
 
             started = time.perf_counter()
-            report = replay(
-                conn,
-                read_log(conn),
-                into=shadow.tables,
-                boundary=checker.wants,
-                after_boundary=check,
-            )
-            replayed = time.perf_counter() - started
-            started = time.perf_counter()
-            checks = compare(conn, shadow)
+            # As ``snapshots.replay_checked`` in one process: the live checksums computed
+            # beside the replay when a core is spare (``parallel.spare_core``).
+            with ExitStack() as stack:
+                live_checksums = (
+                    stack.enter_context(checksums_beside(conn)) if spare_core(1) else None
+                )
+                report = replay(
+                    conn,
+                    read_log(conn),
+                    into=shadow.tables,
+                    boundary=checker.wants,
+                    after_boundary=check,
+                    new_shadow=True,
+                )
+                replayed = time.perf_counter() - started
+                started = time.perf_counter()
+                checks = compare(
+                    conn,
+                    shadow,
+                    live_checksums=None if live_checksums is None else live_checksums(),
+                )
             results = checker.finish()
             verified = time.perf_counter() - started
     finally:

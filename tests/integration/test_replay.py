@@ -22,10 +22,11 @@ from minruntime.audit import replay as replay_module
 from minruntime.audit.asof import state_at
 from minruntime.audit.parallel import PartFailedError, ReplayInParts
 from minruntime.audit.replay import read_log, replay
-from minruntime.audit.verify import compare, compare_schemas
+from minruntime.audit.verify import checksums_beside, compare, compare_schemas
 from minruntime.errors import SchemaNameError
 from minruntime.store import event_log
 from minruntime.store.checksums import checksum, unmatched
+from minruntime.store.parts import Part
 from minruntime.store.read_transactions import repeatable_read
 from minruntime.store.schema import LIVE
 from minruntime.store.shadows import (
@@ -334,6 +335,50 @@ def test_replay_is_deterministic_whatever_the_page_and_run_sizes(
     assert sums[0] == sums[1] == sums[2] == sums[3]
 
 
+@pytest.mark.parametrize(("page", "run", "every"), [(1, 1, None), (3, 2, None), (2, 10**9, 3)])
+def test_a_new_shadow_is_replayed_right_across_written_runs(
+    lived: sa.Engine, monkeypatch: pytest.MonkeyPatch, page: int, run: int, every: int | None
+) -> None:
+    """``new_shadow``: the first run looks no podgroup up (the shadow is empty); once a run is
+    written and ended (it holds ``RUN_PODGROUPS``, or a decision comes) the next ones look them
+    up again, and a run written and continued at a boundary keeps what it wrote: the live
+    state either way."""
+    monkeypatch.setattr(replay_module, "PAGE_SIZE", page)
+    monkeypatch.setattr(replay_module, "RUN_PODGROUPS", run)
+    with repeatable_read(lived) as conn:
+        shadow = create_shadow(conn, f"new_{page}_{min(run, 99)}_{every or 0}")
+        report = replay(
+            conn,
+            read_log(conn),
+            into=shadow.tables,
+            new_shadow=True,
+            boundary=None if every is None else (lambda entry: entry.seq % every == 0),
+        )
+        assert report.rejected == []
+        assert [check.table for check in compare(conn, shadow) if not check.equal] == []
+
+
+def test_the_live_checksums_beside_a_replay_are_those_of_its_snapshot(
+    engine: sa.Engine, lived: sa.Engine
+) -> None:
+    """``checksums_beside``: computed on a second connection, in the caller's database
+    snapshot (not in the live state as it is by then), and only of a part's tables."""
+    with repeatable_read(lived) as conn:
+        before = {table: checksum(conn, LIVE, table)[1] for table in PROJECTIONS}
+        execute(engine, "DELETE FROM minruntime_state.node_state WHERE name = 'node-2'")
+        with checksums_beside(conn) as computed:
+            assert computed() == before
+        second = Part(1, 2)
+        with checksums_beside(conn, second) as computed:
+            assert computed() == {
+                table: checksum(conn, LIVE, table, part=second)[1]
+                for table in PROJECTIONS
+                if second.rows_of(table) is not None
+            }
+        checks = compare(conn, create_shadow(conn, "beside"), live_checksums=before)
+    assert {check.table: check.live_checksum for check in checks} == before
+
+
 @pytest.mark.parametrize("every", [1, 2, 5])
 def test_a_replay_that_stops_to_look_gives_the_same_state(lived: sa.Engine, every: int) -> None:
     # At a boundary the run is written and goes on from what it wrote (its podgroups are not
@@ -462,6 +507,27 @@ def test_sides_are_equal_or_not_by_one_set_operation(engine: sa.Engine) -> None:
             ("n1", True),
             ("n2", False),
         ]
+
+
+def test_rows_equal_as_values_have_one_checksum(engine: sa.Engine) -> None:
+    """The checksum hashes each row's values (``hash_record_extended``), not its text: a
+    numeric ``1.0`` and ``1`` (one value, as the set operation says) give one checksum; a
+    different value another."""
+    with (
+        engine.begin() as conn,
+        scratch_state(conn, ["node_state"]) as left,
+        scratch_state(conn, ["node_state"]) as right,
+    ):
+        for side, gpu in ((left, "1"), (right, "1.0")):
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {side.schema}.node_state (name, node_pool, gpu)"
+                    f" VALUES ('n1', 'default', 8), ('n2', 'a100', {gpu})"
+                )
+            )
+        assert checksum(conn, left, "node_state") == checksum(conn, right, "node_state")
+        conn.execute(sa.text(f"UPDATE {right.schema}.node_state SET gpu = 2 WHERE name = 'n2'"))
+        assert checksum(conn, left, "node_state") != checksum(conn, right, "node_state")
 
 
 def test_the_next_page_of_the_log_is_read_while_this_one_is_applied(

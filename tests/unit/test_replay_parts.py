@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from minruntime.audit import parallel
-from minruntime.audit.parallel import default_parts
+from minruntime.audit.parallel import default_parts, spare_core
 from minruntime.audit.replay import SHOWN_REJECTIONS, ReplayReport
 from minruntime.audit.verify import SHOWN_ROWS, RowDifference, TableCheck, merge_parts
 
@@ -21,6 +21,16 @@ def test_a_long_log_is_split_by_the_cores_at_most_eight(
 ) -> None:
     monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda _: set(range(cores)))
     assert default_parts(entries) == parts
+
+
+@pytest.mark.parametrize(
+    ("processes", "cores", "spare"), [(1, 1, False), (1, 2, True), (2, 2, False), (3, 8, True)]
+)
+def test_the_live_checksums_are_computed_beside_only_on_a_spare_core(
+    monkeypatch: pytest.MonkeyPatch, processes: int, cores: int, spare: bool
+) -> None:
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda _: set(range(cores)))
+    assert spare_core(processes) is spare
 
 
 def check(

@@ -54,6 +54,14 @@ class PartFailedError(RuntimeError):
     """A part of a parallel replay failed or stopped; the message says which and why."""
 
 
+def spare_core(processes: int) -> bool:
+    """Whether this machine has a core beyond ``processes`` replaying ones: then each computes
+    the live side's checksums beside its fold (``verify.checksums_beside``), on that core.
+    Without one it would only compete with the folds (measured: no gain with 2 parts on 2
+    cores, docs/benchmarks.md)."""
+    return processes < len(os.sched_getaffinity(0))
+
+
 def default_parts(entries: int) -> int:
     """How many parts to replay a log of ``entries`` in: this machine's cores (at most
     ``MOST_PARTS``), one for a log under ``SPLIT_FROM_ENTRIES``."""
@@ -236,6 +244,7 @@ def replay_part(
         verify=verify,
         part=part,
         progress=progress,
+        live_beside=spare_core(part.of),
     )
 
 

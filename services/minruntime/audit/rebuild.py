@@ -18,7 +18,7 @@ from typing import Final
 from sqlalchemy import Engine
 
 from minruntime.audit.kafka_log import read_kafka
-from minruntime.audit.parallel import PartFailedError, ReplayInParts, default_parts
+from minruntime.audit.parallel import PartFailedError, ReplayInParts, default_parts, spare_core
 from minruntime.audit.replay import LogEntry, Progress, read_log
 from minruntime.audit.snapshots import CheckedReplay, replay_checked, snapshots_in
 from minruntime.errors import UserError
@@ -106,6 +106,7 @@ def rebuild(
                 verify=request.verify,
                 progress=progress,
                 input_topics=request.input_topics if request.from_kafka else None,
+                live_beside=spare_core(1),
             )
         if request.into is not None:
             conn.commit()

@@ -85,8 +85,9 @@ _ROLE_OF_TYPE: Final = {
 # Rows per read of the event log; log entries applied in memory between two loads of the
 # podgroups they name.
 PAGE_SIZE: Final = 5_000
-# Podgroups a run of log entries holds in memory before it is written (~1-2 KB each): each is
-# loaded and written once per run, so the longer the run the fewer loads and writes.
+# Podgroups a run of log entries holds in memory before it is written (~3.7 KB each with their
+# run rows, measured on the benchmark trace: docs/audit.md): each is loaded and written once
+# per run, so the longer the run the fewer loads and writes.
 RUN_PODGROUPS: Final = 100_000
 # Kafka records per ``apply_batch`` call (a rebuild from Kafka): ten times the processor's.
 BATCH_SIZE: Final = 20_000
@@ -244,6 +245,7 @@ def replay(
     boundary: Callable[[LogEntry], bool] | None = None,
     after_boundary: Callable[[LogEntry], None] | None = None,
     input_topics: Mapping[str, str] | None = None,
+    new_shadow: bool = False,
 ) -> ReplayReport:
     """Apply ``entries`` in order to the state tables ``into`` (a shadow's), on ``conn``.
 
@@ -252,7 +254,9 @@ def replay(
     state right after chosen events (``minruntime audit`` does, for one podgroup).
     ``input_topics`` (topic -> role) routes records of those topics to the processor's
     code whatever they contain (a Kafka replay: invalid records are dead-lettered); without
-    it an entry's role follows from its (valid, logged) type.
+    it an entry's role follows from its (valid, logged) type. ``new_shadow``: ``into`` was
+    just made and holds no podgroup, so the first run of log entries looks none up (the runs
+    after a write do: the shadow has rows then).
     """
     roles = dict(input_topics or {})
     if into.is_live:
@@ -260,7 +264,9 @@ def replay(
     report = ReplayReport()
     started = time.perf_counter()
     inputs: _LoggedEvents | _KafkaRecords = (
-        _KafkaRecords(conn, into, report, roles) if roles else _LoggedEvents(conn, into, report)
+        _KafkaRecords(conn, into, report, roles)
+        if roles
+        else _LoggedEvents(conn, into, report, unstored=new_shadow)
     )
     pending: list[LogEntry] = []
     seen = 0
@@ -308,18 +314,29 @@ class _LoggedEvents:
 
     page = PAGE_SIZE
 
-    def __init__(self, conn: Connection, tables: StateTables, report: ReplayReport) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        tables: StateTables,
+        report: ReplayReport,
+        *,
+        unstored: bool = False,
+    ) -> None:
         self._conn = conn
         self._tables = tables
         self._report = report
         # What borrowed entries would count (nothing reads it).
         self._uncounted = ReplayReport()
         self._run: Projections | None = None
+        # The shadow holds no podgroup yet: the first run looks none up. Only until a run is
+        # written and ended (or a decision is applied to the stored rows): a run written and
+        # continued (a boundary) holds everything it wrote.
+        self._unstored = unstored
 
     def add(self, entries: Sequence[LogEntry]) -> None:
         run = self._run
         if run is None:
-            run = self._run = Projections(self._conn, self._tables)
+            run = self._run = Projections(self._conn, self._tables, unstored=self._unstored)
         # The page's podgroups are loaded by the subjects the log names (an event's subject is
         # its podgroup's uid), so each entry is decoded just before it is applied and dropped
         # after: a page of decoded events kept alive made decoding half as fast again.
@@ -365,6 +382,8 @@ class _LoggedEvents:
             self._run.flush(keep=keep)
             if not keep:
                 self._run = None
+        if not keep:
+            self._unstored = False
 
 
 @dataclass

@@ -31,6 +31,7 @@ from minruntime.audit.verify import (
     SHOWN_ROWS,
     RowDifference,
     TableCheck,
+    checksums_beside,
     compare,
     compare_schemas,
     md5_of,
@@ -292,21 +293,40 @@ def replay_checked(
     part: Part | None = None,
     progress: Progress | None = None,
     input_topics: Mapping[str, str] | None = None,
+    live_beside: bool = True,
 ) -> CheckedReplay:
-    """Replay ``entries`` into ``shadow``, checking each of ``snapshots`` when the replay
-    reaches its position; with ``verify``, compare the end with the live state. ``part``: of
-    that part of the state only (a parallel replay's, ``store.parts``)."""
+    """Replay ``entries`` into ``shadow`` (just made: empty), checking each of ``snapshots``
+    when the replay reaches its position; with ``verify``, compare the end with the live
+    state (with ``live_beside``, its checksums computed while the log is folded:
+    ``verify.checksums_beside``; else after it). ``part``: of that part of the state only (a
+    parallel replay's, ``store.parts``)."""
     checker = SnapshotChecker(conn, shadow.tables, snapshots, part)
-    report = replay(
-        conn,
-        entries,
-        into=shadow.tables,
-        progress=progress,
-        input_topics=input_topics,
-        boundary=checker.wants,
-        after_boundary=checker.after,
-    )
-    checks = compare(conn, shadow, part=part) if verify else []
+    with ExitStack() as beside:
+        # The live side's checksums are computed while the log is folded (the shadow was
+        # just made: its first run of entries looks no podgroup up).
+        live_checksums = (
+            beside.enter_context(checksums_beside(conn, part)) if verify and live_beside else None
+        )
+        report = replay(
+            conn,
+            entries,
+            into=shadow.tables,
+            progress=progress,
+            input_topics=input_topics,
+            boundary=checker.wants,
+            after_boundary=checker.after,
+            new_shadow=True,
+        )
+        checks = (
+            compare(
+                conn,
+                shadow,
+                part=part,
+                live_checksums=None if live_checksums is None else live_checksums(),
+            )
+            if verify
+            else []
+        )
     return CheckedReplay(report, checks, checker.finish())
 
 

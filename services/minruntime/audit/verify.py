@@ -8,7 +8,9 @@ What a projection's content is, and the checksums: ``minruntime.store.checksums`
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -16,6 +18,11 @@ from sqlalchemy import Connection
 
 from minruntime.store.checksums import checksum, differences, unmatched
 from minruntime.store.parts import Part
+from minruntime.store.read_transactions import (
+    begin_repeatable_read,
+    export_snapshot,
+    import_snapshot,
+)
 from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import PROJECTIONS, Shadow
 
@@ -54,10 +61,49 @@ class TableCheck:
 
 
 def compare(
-    conn: Connection, shadow: Shadow, tables: list[str] | None = None, part: Part | None = None
+    conn: Connection,
+    shadow: Shadow,
+    tables: list[str] | None = None,
+    part: Part | None = None,
+    live_checksums: Mapping[str, str] | None = None,
 ) -> list[TableCheck]:
-    """Compare every projection table of ``shadow`` with the live one."""
-    return compare_schemas(conn, LIVE, shadow.tables, tables, part=part)
+    """Compare every projection table of ``shadow`` with the live one (``live_checksums``:
+    the live side's, already computed in the same database snapshot: ``checksums_beside``)."""
+    return compare_schemas(conn, LIVE, shadow.tables, tables, part=part, known=live_checksums)
+
+
+@contextmanager
+def checksums_beside(
+    conn: Connection, part: Part | None = None
+) -> Iterator[Callable[[], dict[str, str]]]:
+    """The live side's checksum of every projection table (of ``part``'s rows), computed on a
+    second connection in ``conn``'s database snapshot while the caller goes on: ``with``
+    gives a function that waits for them.
+
+    They depend on the live state alone, so ``replay --verify`` has PostgreSQL compute them
+    while it folds the log (the other core's work, off the command's critical path), and
+    the comparison at the end only does the set operations. ``conn``'s transaction must stay
+    open until the function has returned (the second connection imports its snapshot).
+    """
+    exported = export_snapshot(conn)
+    engine = conn.engine
+
+    def compute() -> dict[str, str]:
+        with engine.connect() as other:
+            begin_repeatable_read(other)
+            import_snapshot(other, exported)
+            try:
+                return {
+                    table: checksum(other, LIVE, table, part=part)[1]
+                    for table in PROJECTIONS
+                    if part is None or part.rows_of(table) is not None
+                }
+            finally:
+                other.rollback()
+
+    with ThreadPoolExecutor(1, thread_name_prefix="minruntime-live-checksums") as beside:
+        computed = beside.submit(compute)
+        yield computed.result
 
 
 def compare_schemas(
@@ -67,13 +113,15 @@ def compare_schemas(
     tables: Iterable[str] | None = None,
     uids: Sequence[str] | None = None,
     part: Part | None = None,
+    known: Mapping[str, str] | None = None,
 ) -> list[TableCheck]:
     """Compare the projection tables of two state schemas (the first on the "live" side):
     equal or not by one set operation per table in PostgreSQL (``checksums.unmatched``).
 
     ``uids``: only those podgroups' rows of the podgroup tables (``tables`` must be those).
     ``part``: only the rows of that part of the state (``store.parts``); the tables of the
-    whole cluster are compared by the first part alone.
+    whole cluster are compared by the first part alone. ``known``: the first side's
+    checksums of these rows, by table, computed already (not computed again).
     """
     checks = []
     for table in tables or list(PROJECTIONS):
@@ -82,7 +130,7 @@ def compare_schemas(
         # Equal or not: one set operation over both sides (exact). Equal sides have one
         # checksum, computed once; different ones each their own, and the differing rows.
         live_rows, replay_rows, unmatched_rows = unmatched(conn, live, replay, table, uids, part)
-        live_sum = checksum(conn, live, table, uids, part)[1]
+        live_sum = (known or {}).get(table) or checksum(conn, live, table, uids, part)[1]
         replay_sum = live_sum
         found: list[RowDifference] = []
         total = 0

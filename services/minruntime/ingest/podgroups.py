@@ -113,9 +113,19 @@ CHANGES: Final[Mapping[type[EventData], Callable[[Any, datetime], PodGroupChange
 class PodGroupProjection:
     """The podgroups a run of events touches: loaded as asked for, folded, written by flush."""
 
-    def __init__(self, conn: Connection, tables: StateTables, uids: Iterable[str]) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        tables: StateTables,
+        uids: Iterable[str],
+        *,
+        unstored: bool = False,
+    ) -> None:
         self._conn = conn
         self._tables = tables
+        # The tables hold no podgroup this projection did not write itself (a replay's first
+        # run into a new shadow): nothing to load, every uid asked for starts unknown.
+        self._unstored = unstored
         # The stored state of every uid asked for so far (unknown uids are absent).
         self._stored: dict[str, PodGroupState] = {}
         self._pending: set[str] = set()
@@ -139,6 +149,8 @@ class PodGroupProjection:
             return
         self._asked |= wanted
         self._touched_unasked -= len(wanted & self._states.keys())
+        if self._unstored:
+            return
         stored = load_podgroups(self._conn, self._tables, wanted)
         self._stored.update(stored.states)
         self._pending |= stored.pending

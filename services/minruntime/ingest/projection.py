@@ -61,11 +61,15 @@ _RUN_RULES: Final = "minruntime.run_rules"
 class Projections:
     """Every projection a run of input events touches: loaded as needed, written by flush."""
 
-    def __init__(self, conn: Connection, tables: StateTables) -> None:
+    def __init__(self, conn: Connection, tables: StateTables, *, unstored: bool = False) -> None:
+        """``unstored``: ``tables`` hold no podgroup yet (a replay's first run into a new
+        shadow; never the live state): the podgroups are not looked for, only folded."""
+        if unstored and tables.is_live:
+            raise RuntimeError("the live state is never assumed empty")
         self._conn = conn
         self._tables = tables
         self._queues: QueueProjection | None = None
-        self.podgroups = PodGroupProjection(conn, tables, ())
+        self.podgroups = PodGroupProjection(conn, tables, (), unstored=unstored)
         self._configs: dict[str, dict[str, Any]] = {}
         self._nodes: dict[str, dict[str, Any] | None] = {}
         self.runs = RunLog(conn, tables)
