@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -41,6 +41,18 @@ def driver_cursor(conn: sa.Connection, *, binary: bool = False) -> Iterator[psyc
     assert driver is not None
     with driver.cursor(binary=binary) as cursor:
         yield cursor
+
+
+def driver_rows(
+    conn: sa.Connection, statement: str, params: Mapping[str, Any], *, binary: bool = False
+) -> list[Any]:
+    """``statement``'s rows straight from the driver (no SQLAlchemy rows); its errors raised
+    as SQLAlchemy's, as every other statement's (the commands' one-line errors read them)."""
+    try:
+        with driver_cursor(conn, binary=binary) as cursor:
+            return cursor.execute(statement, params).fetchall()
+    except psycopg.Error as error:
+        raise sa.exc.DBAPIError.instance(statement, params, error, psycopg.Error) from error
 
 
 class Replication(NamedTuple):

@@ -12,12 +12,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-import psycopg
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
 
 from minruntime.store.bulk import insert_many, json_list
-from minruntime.store.engine import driver_cursor
+from minruntime.store.engine import driver_rows
 from minruntime.store.parts import Part
 from minruntime.store.schema import StateTables
 from minruntime.store.snapshots import SNAPSHOT_LOCK_KEY, quiet_spans
@@ -287,12 +285,7 @@ def read_page(
                 _READ.format(only=only, upto=_UPTO if upto is not None else "", **shape)
             )
         params.update(after=start, upto=upto, limit=limit - len(rows))
-        try:
-            with driver_cursor(conn, binary=True) as cursor:
-                cursor.execute(statement, params)
-                rows += cursor.fetchall()
-        except psycopg.Error as error:
-            raise DBAPIError.instance(statement, params, error, psycopg.Error) from error
+        rows += driver_rows(conn, statement, params, binary=True)
         if len(rows) == limit:
             break
     return rows

@@ -18,13 +18,12 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, Final
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError, ProgrammingError
+from sqlalchemy.exc import ProgrammingError
 
 from minruntime.core import NodePoolConfigs
-from minruntime.store.engine import driver_cursor
+from minruntime.store.engine import driver_rows
 from minruntime.store.failures import sqlstate
 from minruntime.store.node_pools import read_node_pool_configs
 from minruntime.store.queues import StoredTree, stored_tree
@@ -80,11 +79,7 @@ def protection_rows(
         " WHERE CAST(%(uid)s AS text) IS NULL OR r.uid = %(uid)s ORDER BY r.uid"
     )
     params = {"at": at, "reclaimer": reclaimer_queue, "uid": uid}
-    try:
-        with driver_cursor(conn, binary=True) as cursor:
-            rows = cursor.execute(statement, params).fetchall()
-    except psycopg.Error as error:
-        raise DBAPIError.instance(statement, params, error, psycopg.Error) from error
+    rows = driver_rows(conn, statement, params, binary=True)
     return tuple(
         ProtectionRow(row_uid, queue, pool, start, minimum, source_, until, bool(on), int(pods))
         for row_uid, queue, pool, start, minimum, source_, until, on, pods in rows

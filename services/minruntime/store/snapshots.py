@@ -35,7 +35,7 @@ from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
 
 from minruntime.errors import SnapshotError
-from minruntime.store.engine import driver_cursor
+from minruntime.store.engine import driver_cursor, driver_rows
 from minruntime.store.schema import LIVE, StateTables
 
 # Every writer of the live event log holds this advisory lock shared from its append to its
@@ -360,13 +360,12 @@ def quiet_spans(conn: Connection, after: int, until: datetime) -> list[QuietSpan
     nothing and are read as before.
     """
     spans: list[QuietSpan] = []
-    with driver_cursor(conn) as cursor:
-        for since, end in cursor.execute(LIVE.sql(_QUIET), {"after": after, "until": until}):
-            start = max(int(since), after)
-            if spans and start <= spans[-1].end:
-                spans[-1] = QuietSpan(spans[-1].start, max(spans[-1].end, int(end)))
-            else:
-                spans.append(QuietSpan(start, int(end)))
+    for since, end in driver_rows(conn, LIVE.sql(_QUIET), {"after": after, "until": until}):
+        start = max(int(since), after)
+        if spans and start <= spans[-1].end:
+            spans[-1] = QuietSpan(spans[-1].start, max(spans[-1].end, int(end)))
+        else:
+            spans.append(QuietSpan(start, int(end)))
     return spans
 
 
