@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
+from operator import itemgetter
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -150,7 +151,8 @@ def _unpacked(
         aliases += f', "{_COUNT_COLUMN}"'
         params[_COUNT_COLUMN] = len(rows)
     for name, kind in columns.items():
-        values = [row[name] for row in rows]
+        # map over itemgetter: the rows' values of one column without a Python frame per row.
+        values = list(map(itemgetter(name), rows))
         convert = _TO_TEXT.get(kind)
         if convert is not None:
             values = [
@@ -211,18 +213,30 @@ def insert_many(
         names = ", ".join(f'"{name}"' for name in columns)
         kinds = list(columns.items())
         as_text = [(i, kind) for i, (_, kind) in enumerate(kinds) if _wire_type(kind) != kind]
+        # A row's values in the columns' order, taken in C (a one-column getter gives the
+        # value, not a tuple of it).
+        getter = itemgetter(*columns) if len(columns) > 1 else _one_value(*columns)
         with (
             driver_cursor(conn) as cursor,
             cursor.copy(f"COPY {name} ({names}) FROM STDIN") as copy,
         ):
+            write = copy.write_row
+            if not as_text:
+                for row in rows:
+                    write(getter(row))
+                return
             for row in rows:
-                values = [row[name] for name in columns]
+                values = list(getter(row))
                 for i, kind in as_text:
                     values[i] = _wire_value(values[i], kind, True)
-                copy.write_row(values)
+                write(values)
         return
     statement, params = rows_insert(name, columns, rows, conflict=conflict)
     _execute(conn, statement, params)
+
+
+def _one_value(column: str) -> Callable[[Mapping[str, Any]], tuple[Any]]:
+    return lambda row: (row[column],)
 
 
 def _wire_type(kind: str) -> str:
