@@ -244,9 +244,9 @@ def tune_gc() -> None:
 # default is 5 ms). The processor's batch thread waits for PostgreSQL some twenty times a
 # batch; while it waits, the thread decoding the next batch takes the lock, and each time the
 # batch thread's answer came it waited up to the whole interval to get it back: at 241,501
-# events the two round trips that open a batch (the pool's ping, the transaction's bounds) took
-# 27 ms a batch with 5 ms, 10 ms with 0.5 ms (py-spy; docs/benchmarks.md, "Python per event
-# and the interpreter lock").
+# events the three round trips that open a batch (the pool's ping, BEGIN, the transaction's
+# bounds) took 27 ms a batch with 5 ms, 10 ms with 0.5 ms (py-spy; docs/benchmarks.md, "Python
+# per event and the interpreter lock").
 SWITCH_INTERVAL_SECONDS = 0.0005
 
 
