@@ -191,6 +191,21 @@ def test_the_windows_are_the_ones_in_force_at_the_end_not_todays(
     assert [w["min_runtime"] for w in seen["asof"].windows] == [600, 600, 3600, 3600, 120]
 
 
+def test_later_batches_on_one_connection_store_the_windows_in_force_at_each_end(
+    feed: Feed, engine: sa.Engine
+) -> None:
+    # The windows' JSON is kept on the connection from batch to batch (issue 30): a run of
+    # the same queue ending after a configuration change still stores the new windows.
+    run_once(feed, "first", "leaf3", 50, "evicted")
+    run_once(feed, "again", "leaf3", 50, "evicted")
+    feed.send(config(defaultReclaimMinRuntime="300s"))
+    run_once(feed, "then", "leaf3", 50, "evicted")
+    seen = runs(engine)
+    windows = {uid: [w["min_runtime"] for w in seen[uid].windows] for uid in seen}
+    assert windows["first"] == windows["again"] == [600, 600, 60, 60, 120]
+    assert windows["then"] == [600, 600, 60, 60, 300]
+
+
 def test_a_replay_rebuilds_the_runs_equal_in_one_process_and_in_parts(
     feed: Feed, engine: sa.Engine, owner_database_url: str
 ) -> None:

@@ -22,10 +22,11 @@ Rules (SEMANTICS.md §5 and §6, docs/storage.md):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
@@ -71,6 +72,8 @@ class MemberPod(NamedTuple):
 
 
 _NO_PODS: Final[Mapping[str, MemberPod]] = MappingProxyType({})
+# A MemberPod's subgroup (its first field).
+_SUBGROUP_OF: Final[Callable[[MemberPod], str]] = itemgetter(0)
 _NO_NODES: Final[Mapping[str, str | None]] = MappingProxyType({})
 _NO_ANNOTATIONS: Final[Mapping[str, str]] = MappingProxyType({})
 
@@ -218,11 +221,13 @@ class PodGroupState(NamedTuple):
             return False, 0
         # The fold keeps every pod in a declared subgroup (the fallback is one once a
         # submission declared any), so the one-pass count applies.
+        # The subgroups taken in C (map, itemgetter): no generator frame per pod; every
+        # podgroup written pays it (issue 30).
         pods = self.pods
         return protected_elasticity(
             self.spec.subgroups,
-            (pod.subgroup for pod in pods.values()),
-            (pods[name].subgroup for name in self.allocated),
+            map(_SUBGROUP_OF, pods.values()),
+            map(_SUBGROUP_OF, map(pods.__getitem__, self.allocated)),
         )
 
 

@@ -135,7 +135,9 @@ class Projections:
         self._podgroup(data.uid)
         change = podgroup_change(data, event.time)
         before = self.podgroups.apply(data.uid, change)
-        self.ignored.update(ignored_values(before, change))
+        ignored = ignored_values(before, change)
+        if ignored:  # most events (every allocation and release) ignore nothing
+            self.ignored.update(ignored)
         ended = ended_run(before, self.podgroups.state(data.uid), change, event.time)
         if ended is not None:
             self.runs.record(ended, event.source, event.id, self._run_rules())

@@ -35,6 +35,8 @@ from minruntime.core import (
 from minruntime.store.runs import append_runs
 from minruntime.store.schema import StateTables
 
+_RUN_WINDOWS: Final = "minruntime.run_windows"
+
 
 class LostRun(NamedTuple):
     """A run an eviction ended: what the processor's metrics count."""
@@ -78,17 +80,30 @@ class RunLog:
         self._conn = conn
         self._tables = tables
         self._rows: list[dict[str, Any]] = []
-        # Each rule set's windows as stored (JSON text): made once, not once per run.
-        self._stored: dict[RuleSet, str] = {}
         self.lost: list[LostRun] = []
+
+    def _stored_windows(self, rules: RunRules) -> dict[RuleSet, str]:
+        """Each rule set of ``rules`` -> its windows as stored (JSON text), made once per rule
+        set, not once per run: kept on the connection beside ``rules``, which the projections
+        keep there while the tree and the configurations stay the same, so a batch reuses what
+        the batches before it made (one JSON text per queue, where each batch made its own:
+        issue 30). Rule sets are compared by identity; a new ``rules`` starts afresh, so what
+        is kept is bounded by the rule sets ``rules`` itself keeps."""
+        key = (_RUN_WINDOWS, self._tables.schema)
+        kept = self._conn.info.get(key)
+        if kept is None or kept[0] is not rules:
+            kept = self._conn.info[key] = (rules, {})
+        stored: dict[RuleSet, str] = kept[1]
+        return stored
 
     def record(self, run: EndedRun, source: str, event_id: str, rules: RunRules) -> None:
         """Judge ``run`` (ended by the event ``(source, event_id)``) under ``rules``."""
         rule_set = rules.rules(run.queue, run.node_pool)
         verdict, cut_short = run_verdict(rule_set, run)
-        stored = self._stored.get(rule_set)
+        windows = self._stored_windows(rules)
+        stored = windows.get(rule_set)
         if stored is None:
-            stored = self._stored[rule_set] = json.dumps(
+            stored = windows[rule_set] = json.dumps(
                 [window_json(window) for window in rule_set.windows], separators=(",", ":")
             )
         gpu_seconds = run.gpu_seconds

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
+from operator import itemgetter
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -141,6 +142,20 @@ def _unpacked(
     (docs/benchmarks.md, "A plan that flipped"). The series has as many rows as the arrays,
     so it adds no row.
     """
+    # map over itemgetter: the rows' values of one column without a Python frame per row.
+    values = [list(map(itemgetter(name), rows)) for name in columns]
+    return _unpacked_columns(columns, values, len(rows), counted=counted)
+
+
+def _unpacked_columns(
+    columns: Mapping[str, str],
+    column_values: Iterable[Sequence[Any]],
+    count: int,
+    *,
+    counted: bool = False,
+) -> tuple[str, str, dict[str, Any]]:
+    """``_unpacked`` of ``count`` rows given column by column (``column_values``: each
+    column's values in ``columns``' order)."""
     names = ", ".join(f'"{name}"' for name in columns)
     functions = ", ".join(f"json_array_elements_text(%({name})s::json)" for name in columns)
     params: dict[str, Any] = {}
@@ -148,9 +163,8 @@ def _unpacked(
     if counted:
         functions += f", generate_series(1, %({_COUNT_COLUMN})s::integer)"
         aliases += f', "{_COUNT_COLUMN}"'
-        params[_COUNT_COLUMN] = len(rows)
-    for name, kind in columns.items():
-        values = [row[name] for row in rows]
+        params[_COUNT_COLUMN] = count
+    for (name, kind), values in zip(columns.items(), column_values, strict=True):
         convert = _TO_TEXT.get(kind)
         if convert is not None:
             values = [
@@ -211,17 +225,49 @@ def insert_many(
         names = ", ".join(f'"{name}"' for name in columns)
         kinds = list(columns.items())
         as_text = [(i, kind) for i, (_, kind) in enumerate(kinds) if _wire_type(kind) != kind]
+        # A row's values in the columns' order, taken in C (a one-column getter gives the
+        # value, not a tuple of it).
+        getter = itemgetter(*columns) if len(columns) > 1 else _one_value(*columns)
         with (
             driver_cursor(conn) as cursor,
             cursor.copy(f"COPY {name} ({names}) FROM STDIN") as copy,
         ):
+            write = copy.write_row
+            if not as_text:
+                for row in rows:
+                    write(getter(row))
+                return
             for row in rows:
-                values = [row[name] for name in columns]
+                values = list(getter(row))
                 for i, kind in as_text:
                     values[i] = _wire_value(values[i], kind, True)
-                copy.write_row(values)
+                write(values)
         return
     statement, params = rows_insert(name, columns, rows, conflict=conflict)
+    _execute(conn, statement, params)
+
+
+def _one_value(column: str) -> Callable[[Mapping[str, Any]], tuple[Any]]:
+    return lambda row: (row[column],)
+
+
+def insert_tuples(
+    conn: Connection,
+    table: sa.Table,
+    columns: Mapping[str, str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    conflict: str,
+) -> None:
+    """``insert_many`` with a ``conflict`` clause, of rows given as their values in
+    ``columns``' order (tuples: no mapping built per row, and the columns taken apart in C by
+    ``zip``; the projection writes a podgroup's 29 columns for every podgroup a batch
+    changes). Nothing when empty."""
+    if not rows:
+        return
+    source, names, params = _unpacked_columns(columns, zip(*rows, strict=True), len(rows))
+    selected = ", ".join(_cast(name, kind) for name, kind in columns.items())
+    statement = f"INSERT INTO {table.fullname} ({names}) SELECT {selected} FROM {source} {conflict}"
     _execute(conn, statement, params)
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from sqlalchemy import Connection
 
@@ -30,7 +30,7 @@ from minruntime.core import (
     SubGroup,
 )
 from minruntime.core.disruption import TopOwner
-from minruntime.store.bulk import delete_many, insert_many, json_list, update_many
+from minruntime.store.bulk import delete_many, insert_many, insert_tuples, json_list, update_many
 from minruntime.store.engine import driver_cursor
 from minruntime.store.schema import StateTables
 
@@ -45,34 +45,6 @@ _UIDS: Final = "ANY(ARRAY(SELECT json_array_elements_text(%(uids)s::json)))"
 # psycopg placeholders: these run on the driver's cursor (plain tuples: a batch's pods number
 # in the hundreds of thousands per minute, and SQLAlchemy's Row objects cost more than the
 # queries).
-class _StateRow(NamedTuple):
-    """A row of ``_LOAD_STATES``, its columns by name."""
-
-    uid: str
-    status: str
-    submitted: bool
-    start_time: datetime | None
-    last_start_time: datetime | None
-    ended_at: datetime | None
-    annotations: dict[str, str] | None
-    submitted_at: datetime | None
-    awaiting_release: bool
-    # PodGroupSpec's fields, in its order (its subgroups aside): set once submitted.
-    name: str
-    namespace: str
-    queue: str
-    node_pool: str
-    priority: int
-    preemptibility: str
-    submitted_preemption_delay: timedelta | None
-    submitted_preemption_delay_pod: str | None
-    evicted_at: datetime | None
-    eviction_annotated_at: datetime | None
-    owner_kind: str | None
-    owner_name: str | None
-    owner_uid: str | None
-
-
 _LOAD_STATES: Final = (
     # No annotations (most podgroups) come back as NULL: no JSON to parse.
     "SELECT uid, status, submitted, start_time, last_start_time, ended_at,"
@@ -89,6 +61,7 @@ _LOAD_STATES: Final = (
 # requeue (cooldown, awaiting_release), another topic's batch (a nomination) — waits for this
 # batch or is waited for, so a batch never writes back a row older than what was committed.
 _LOCKING: Final = " ORDER BY uid FOR UPDATE"
+_PREEMPTIBILITY: Final[Mapping[str, Preemptibility]] = {kind.value: kind for kind in Preemptibility}
 _LOAD_PODS: Final = (
     "SELECT uid, name, subgroup, gpu, node, allocated FROM minruntime_state.pod_state"
     " WHERE uid = " + _UIDS + " ORDER BY uid, name"
@@ -197,8 +170,14 @@ def load_podgroups(
         # A pod's node is kept while it holds resources (the fold clears it on release).
         allocated: dict[str, dict[str, str | None]] = {}
         cursor.execute(tables.sql(_LOAD_PODS), {"uids": found})
+        # In uid order: each podgroup's pods are consecutive.
+        members: dict[str, MemberPod] = {}
+        last = None
         for uid, name, subgroup, gpu, node, is_allocated in cursor.fetchall():
-            pods.setdefault(uid, {})[name] = MemberPod(subgroup, gpu)
+            if uid != last:
+                members = pods[uid] = {}
+                last = uid
+            members[name] = MemberPod(subgroup, gpu)
             if is_allocated:
                 allocated.setdefault(uid, {})[name] = node
         subgroups: dict[str, list[SubGroup]] = {}
@@ -207,39 +186,61 @@ def load_podgroups(
             subgroups.setdefault(uid, []).append(SubGroup(name, min_available))
     states: dict[str, PodGroupState] = {}
     pending = []
-    for row in map(_StateRow._make, rows):
-        uid = row.uid
+    # The columns of ``_LOAD_STATES`` unpacked in its order (no named tuple made per row).
+    for (
+        uid,
+        status,
+        submitted,
+        start_time,
+        last_start_time,
+        ended_at,
+        stored_annotations,
+        submitted_at,
+        awaiting_release,
+        name,
+        namespace,
+        queue,
+        node_pool,
+        priority,
+        preemptibility,
+        submitted_preemption_delay,
+        submitted_preemption_delay_pod,
+        evicted_at,
+        eviction_annotated_at,
+        owner_kind,
+        owner_name,
+        owner_uid,
+    ) in rows:
         spec = None
-        if row.submitted:
+        if submitted:
             spec = PodGroupSpec(
-                row.name,
-                row.namespace,
-                row.queue,
-                row.node_pool,
-                row.priority,
-                Preemptibility(row.preemptibility),
+                name,
+                namespace,
+                queue,
+                node_pool,
+                priority,
+                # A dict's lookup, not the enum's call (an unknown value still raises there).
+                _PREEMPTIBILITY.get(preemptibility) or Preemptibility(preemptibility),
                 tuple(subgroups.get(uid, ())),
-                _submitted_delay(
-                    row.submitted_preemption_delay, row.submitted_preemption_delay_pod
-                ),
-                _stored_owner(row.owner_kind, row.owner_name, row.owner_uid),
+                _submitted_delay(submitted_preemption_delay, submitted_preemption_delay_pod),
+                _stored_owner(owner_kind, owner_name, owner_uid),
             )
         states[uid] = PodGroupState(
             uid,
             spec,
             allocated.get(uid, {}),
-            row.start_time,
-            row.last_start_time,
-            row.ended_at,
+            start_time,
+            last_start_time,
+            ended_at,
             pods.get(uid, {}),
-            row.annotations or {},
-            row.submitted_at,
-            row.status == "deleted",
-            row.awaiting_release,
-            row.evicted_at,
-            row.eviction_annotated_at,
+            stored_annotations or {},
+            submitted_at,
+            status == "deleted",
+            awaiting_release,
+            evicted_at,
+            eviction_annotated_at,
         )
-        if row.status == "pending":
+        if status == "pending":
             pending.append(uid)
     return StoredPodGroups(states, frozenset(pending))
 
@@ -265,11 +266,11 @@ def write_podgroups(
     submitted the podgroup, and its row is kept.
     """
     for states, conflict in ((changed, _STATE_CONFLICT), (placeholders, _PLACEHOLDER_CONFLICT)):
-        insert_many(
+        insert_tuples(
             conn,
             tables.podgroup_state,
             _STATE_COLUMNS,
-            [_state_row(state) for state in states],
+            [_state_values(state) for state in states],
             conflict=conflict,
         )
     if pods_changed:
@@ -376,44 +377,50 @@ def _stored_owner(kind: str | None, name: str | None, uid: str | None) -> TopOwn
     return TopOwner(kind, name, uid) if kind and name and uid else None
 
 
-def _state_row(state: PodGroupState) -> dict[str, Any]:
+def _state_values(state: PodGroupState) -> tuple[Any, ...]:
+    """The ``podgroup_state`` row of ``state``: its values in ``_STATE_COLUMNS``' order (a
+    tuple, not a mapping: one is made for every podgroup a batch changes)."""
     elastic, protected_evictable = state.elasticity()
     spec = state.spec
-    submitted_delay = None if spec is None else spec.submitted_delay
-    # The submission's topOwner only: what a replay of the log folds again.
-    owner = None if spec is None else spec.owner
     window = state.delay_window()
-    return {
-        "uid": state.uid,
-        "name": None if spec is None else spec.name,
-        "namespace": None if spec is None else spec.namespace,
-        "queue": None if spec is None else spec.queue,
-        "node_pool": state.node_pool,
-        "priority": None if spec is None else spec.priority,
-        "preemptible": state.preemptible,
-        "status": state.status,
-        "start_time": state.start_time,
-        "last_start_time": state.last_start_time,
-        "ended_at": state.ended_at,
-        "running_pods": state.running_pods,
-        "is_elastic": elastic,
-        "protected_evictable_pods": protected_evictable,
+    annotations = state.annotations
+    if spec is None:
+        name = namespace = queue = priority = None
+        submitted_delay = owner = None
+    else:
+        name, namespace, queue, priority = spec.name, spec.namespace, spec.queue, spec.priority
+        submitted_delay = spec.submitted_delay
+        # The submission's topOwner only: what a replay of the log folds again.
+        owner = spec.owner
+    return (
+        state.uid,
+        name,
+        namespace,
+        queue,
+        state.node_pool,
+        priority,
+        state.preemptible,
+        state.status,
+        state.start_time,
+        state.last_start_time,
+        state.ended_at,
+        state.running_pods,
+        elastic,
+        protected_evictable,
         # The JSON serialiser takes no mapping proxy (a placeholder's empty default is one).
-        "annotations": state.annotations
-        if type(state.annotations) is dict
-        else dict(state.annotations),
-        "expected_runtime": state.expected_runtime,
-        "requeue_not_before": state.requeue_not_before,
-        "submitted": state.submitted,
-        "submitted_at": state.submitted_at,
-        "awaiting_release": state.stored_awaiting_release,
-        "submitted_preemption_delay": None if submitted_delay is None else submitted_delay.delay,
-        "submitted_preemption_delay_pod": None if submitted_delay is None else submitted_delay.pod,
-        "evicted_at": state.evicted_at,
-        "eviction_annotated_at": state.eviction_annotated_at,
-        "preemption_delay_ends_at": None if window is None else window.ends_at,
-        "preemptibility": state.preemptibility.value,
-        "owner_kind": None if owner is None else owner.kind,
-        "owner_name": None if owner is None else owner.name,
-        "owner_uid": None if owner is None else owner.uid,
-    }
+        annotations if type(annotations) is dict else dict(annotations),
+        state.expected_runtime,
+        state.requeue_not_before,
+        state.submitted,
+        state.submitted_at,
+        state.stored_awaiting_release,
+        state.preemptibility.value,
+        None if submitted_delay is None else submitted_delay.delay,
+        None if submitted_delay is None else submitted_delay.pod,
+        state.evicted_at,
+        state.eviction_annotated_at,
+        None if window is None else window.ends_at,  # preemption_delay_ends_at
+        None if owner is None else owner.kind,
+        None if owner is None else owner.name,
+        None if owner is None else owner.uid,
+    )
