@@ -38,7 +38,7 @@ from minruntime.audit.snapshots import (
 )
 from minruntime.cli import main
 from minruntime.ingest import apply_batch
-from minruntime.store import event_log
+from minruntime.store import event_log, shadows
 from minruntime.store import snapshots as stored_snapshots
 from minruntime.store.checksums import checksum
 from minruntime.store.migrate import MIGRATIONS_DIR
@@ -594,6 +594,46 @@ def test_a_tail_longer_than_a_page_restores_every_podgroup_it_names(
     monkeypatch.setattr(replay_module, "PAGE_SIZE", 2)
     for at in history:
         assert answers(engine, at, from_snapshot=True) == expected[at], at
+
+
+def test_the_snapshot_is_read_beside_in_the_answers_database_snapshot(
+    engine: sa.Engine, history: list[datetime]
+) -> None:
+    """The snapshot's stored tables are read on a second connection while the shadow is
+    made: in the answer's database snapshot, so tables deleted and committed once the answer
+    chose its snapshot (a prune, here while each shadow is made; put back after) are still
+    restored, and the answers are the replay's, whole and as the commands restore."""
+    instants = history[-3:]
+    expected = {
+        (at, whole): answers(engine, at, from_snapshot=False, whole=whole)
+        for at in instants
+        for whole in (False, True)
+    }
+    table = sa.table(
+        "projection_snapshot_tables",
+        *(sa.column(name) for name in ("snapshot_id", "table_name", "rows", "columns", "data")),
+        schema="minruntime_state",
+    )
+    with engine.connect() as conn:
+        saved = [row._asdict() for row in conn.execute(sa.select(table))]
+    made = shadows.create_shadow
+    deleted: list[int] = []
+
+    def pruned_meanwhile(conn: sa.Connection, name: str) -> Any:
+        with engine.begin() as other:
+            deleted.append(other.execute(sa.delete(table)).rowcount)
+        made_shadow = made(conn, name)
+        with engine.begin() as other:
+            other.execute(sa.insert(table), saved)
+        return made_shadow
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(asof, "create_shadow", pruned_meanwhile)
+        for at, whole in expected:
+            found = answers(engine, at, from_snapshot=True, whole=whole)
+            assert found == expected[(at, whole)], (at, whole)
+    assert deleted
+    assert all(count == len(saved) > 0 for count in deleted)
 
 
 @pytest.mark.usefixtures("cli")

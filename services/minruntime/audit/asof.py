@@ -8,7 +8,7 @@ so nothing is left behind and the live state is never written.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -20,7 +20,7 @@ from minruntime.store.event_log import LoggedRow
 from minruntime.store.read_transactions import export_snapshot, import_snapshot
 from minruntime.store.schema import LIVE as LIVE_TABLES
 from minruntime.store.shadows import copy_live_state, create_shadow, temporary_name
-from minruntime.store.snapshots import Snapshot
+from minruntime.store.snapshots import Snapshot, StoredTable
 from minruntime.store.unit import ReadUnit, Units
 
 # ReadUnit, Units: the types ``state_at`` yields and takes, for its callers.
@@ -72,30 +72,33 @@ def shadow_from_snapshot(
     ``at`` (``podgroups`` as for ``state_at``; none with ``from_snapshot`` false); that
     snapshot, and the first page of the log's tail after it.
 
-    The tail's first page is read once, on a second connection that sees ``live``'s
-    database snapshot, while this one makes the shadow and restores: the read scans the log
-    from the snapshot's position to the log's end (the entries applied by ``at`` may be
-    anywhere after it). When that page is the whole tail (the usual case, the snapshots
-    being closer than a page) its subjects are the podgroups restored whole, and the
-    replay does not read it again.
+    The snapshot's stored tables (fetched and unpacked) and then the tail's first page are
+    read once, on a second connection that sees ``live``'s database snapshot, while this one
+    makes the shadow and restores. When that page is the whole tail (the usual case, the
+    snapshots being closer than a page) its subjects are the podgroups restored whole, and
+    the replay does not read it again.
     """
     conn = live.connection
     start = newest_snapshot(conn, at) if from_snapshot else None
     after = start.log_seq if start else 0
     exported = export_snapshot(conn)
     with ThreadPoolExecutor(1, thread_name_prefix="minruntime-tail-reader") as reader:
-        page = reader.submit(_first_page, units, exported, at, after)
-        unit = live.on(create_shadow(conn, temporary_name()))
-        if start is not None:
-            restore_snapshot(unit, start, at, podgroups, page.result)
-        first = page.result()
+        tables: Future[list[StoredTable]] | None = None
+        page: Future[list[LoggedRow]]
+        with units.read() as beside:
+            import_snapshot(beside.connection, exported)
+            if start is not None:
+                tables = reader.submit(snapshots.stored_tables, beside.connection, start)
+            page = reader.submit(read_first_page, beside.connection, at, after)
+            try:
+                unit = live.on(create_shadow(conn, temporary_name()))
+                if start is not None and tables is not None:
+                    restore_snapshot(unit, start, at, podgroups, page.result, tables.result)
+            finally:
+                # The beside connection is not left while its reads run (nor after an error).
+                wait([*(() if tables is None else (tables,)), page])
+            first = page.result()
     return unit, start, first
-
-
-def _first_page(units: Units, exported: str, at: datetime, after: int) -> list[LoggedRow]:
-    with units.read() as beside:
-        import_snapshot(beside.connection, exported)
-        return read_first_page(beside.connection, at, after)
 
 
 def newest_snapshot(conn: Connection, at: datetime) -> Snapshot | None:
@@ -109,13 +112,15 @@ def restore_snapshot(
     at: datetime,
     podgroups: Iterable[str] | None,
     first: Callable[[], Sequence[LoggedRow]] | None = None,
+    tables: Callable[[], Sequence[StoredTable]] | None = None,
 ) -> None:
     """Restore ``start`` into the unit's (shadow) state for an answer at ``at``: ``podgroups``
     (None: all) and the tail's subjects, read from ``first()`` (the tail's first page,
-    asked for once the tables that need no names are restored) when it is the whole tail."""
+    asked for once the tables that need no names are restored) when it is the whole tail;
+    ``tables()``: the snapshot's stored tables, read by the caller (None: read here)."""
     conn = unit.connection
     if podgroups is None:
-        snapshots.restore(conn, start, unit.state.tables)
+        snapshots.restore(conn, start, unit.state.tables, tables=tables)
         return
     named = set(podgroups)
 
@@ -127,7 +132,7 @@ def restore_snapshot(
             subjects = event_log.subjects(conn, LIVE_TABLES, start.log_seq, at)
         return {*named, *subjects}
 
-    snapshots.restore(conn, start, unit.state.tables, wanted)
+    snapshots.restore(conn, start, unit.state.tables, wanted, tables=tables)
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from minruntime.core import format_duration, format_rfc3339
+from minruntime.ingest.memory import collected_rarely
 from minruntime.store.unit import ProtectionRow as ProtectionRow  # for the commands
 from minruntime.store.unit import ReadUnit, StateReader
 
@@ -41,7 +42,10 @@ def protection_table(
 ) -> ProtectionTable:
     """The protection table at ``at`` (None: the database's now) in the unit's state."""
     moment = instant(unit, at)
-    rows = unit.protection_rows(moment, reclaimer_queue)
+    # Tens of thousands of rows, several objects each: without this the collector re-scans
+    # the young ones every few hundred rows (minruntime.ingest.memory).
+    with collected_rarely():
+        rows = unit.protection_rows(moment, reclaimer_queue)
     notes: list[str] = []
     if reclaimer_queue is not None:
         if not unit.queue_exists(reclaimer_queue):

@@ -369,6 +369,27 @@ def quiet_spans(conn: Connection, after: int, until: datetime) -> list[QuietSpan
     return spans
 
 
+class StoredTable(NamedTuple):
+    """One table of a snapshot as ``restore`` copies it in: its rows' COPY text, unpacked."""
+
+    table: str
+    rows: int
+    columns: list[str]
+    text: bytes
+
+
+def stored_tables(conn: Connection, snapshot: Snapshot) -> list[StoredTable]:
+    """``snapshot``'s stored tables (the active block among them), unpacked: what ``restore``
+    reads first, for a caller to read beforehand on another connection that sees the same
+    database snapshot (``read_transactions.import_snapshot``)."""
+    with driver_cursor(conn) as cursor:
+        stored = cursor.execute(LIVE.sql(_TABLES), (snapshot.id,)).fetchall()
+    return [
+        StoredTable(str(table), int(rows), list(columns), zlib.decompress(data))
+        for table, rows, columns, data in stored
+    ]
+
+
 def restore(
     conn: Connection,
     snapshot: Snapshot,
@@ -376,6 +397,7 @@ def restore(
     podgroups: Iterable[str] | Callable[[], Iterable[str]] | None = None,
     *,
     active: bool = True,
+    tables: Callable[[], Sequence[StoredTable]] | None = None,
 ) -> dict[str, int]:
     """Fill ``target``'s (empty) tables with ``snapshot``; table -> rows restored.
 
@@ -386,20 +408,21 @@ def restore(
     ``podgroup_state`` rows when the snapshot has the active block (one COPY); their whole
     documents when it has none (a snapshot taken before the block). ``podgroups`` may be a
     function, called once the tables that need no names are restored (the caller learns the
-    names meanwhile).
+    names meanwhile). ``tables``: ``stored_tables(conn, snapshot)``, read by the caller (a
+    function, called when they are needed); None: read here.
     """
     if target.is_live:
         raise RuntimeError("a snapshot is restored into a shadow, never into the live state")
     restored: dict[str, int] = {}
+    stored = tables() if tables is not None else stored_tables(conn, snapshot)
     with driver_cursor(conn) as cursor:
-        stored = cursor.execute(LIVE.sql(_TABLES), (snapshot.id,)).fetchall()
         block = None
-        for table, rows, columns, data in stored:
-            if table == ACTIVE_BLOCK:
-                block = (int(rows), list(columns), data)
+        for stored_table in stored:
+            if stored_table.table == ACTIVE_BLOCK:
+                block = stored_table
                 continue
-            _copy_in(cursor, target, table, columns, zlib.decompress(data))
-            restored[table] = int(rows)
+            _copy_in(cursor, target, stored_table.table, stored_table.columns, stored_table.text)
+            restored[stored_table.table] = stored_table.rows
         if podgroups is None:
             # Binary results: the documents as raw bytes, not hex text.
             documents = cursor.execute(
@@ -408,10 +431,10 @@ def restore(
         else:
             used = block if active else None
             if used is not None:
-                _copy_in(cursor, target, ACTIVE_BLOCK, used[1], zlib.decompress(used[2]))
+                _copy_in(cursor, target, ACTIVE_BLOCK, used.columns, used.text)
             named = sorted(set(podgroups() if callable(podgroups) else podgroups))
             if used is not None:
-                restored[ACTIVE_BLOCK] = used[0] - _drop_named(cursor, target, named)
+                restored[ACTIVE_BLOCK] = used.rows - _drop_named(cursor, target, named)
                 wanted = named
             else:
                 wanted = sorted({*(active_list(conn, snapshot) if active else []), *named})
