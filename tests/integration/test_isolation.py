@@ -17,7 +17,7 @@ import sqlalchemy as sa
 import minruntime.ingest.isolation as isolation
 from minruntime.ingest import BatchOutcome, InboundRecord, apply_batch
 from minruntime.ingest.isolation import apply_isolated
-from tests.cloudevents import event, node, wire
+from tests.cloudevents import allocated, event, node, submitted, wire
 from tests.integration.helpers import (
     DROP_HUGE_INDEX,
     GROUP,
@@ -49,6 +49,26 @@ def huge_index(engine: sa.Engine) -> Iterator[None]:
     execute(engine, *HUGE_INDEX)
     yield
     execute(engine, *DROP_HUGE_INDEX)
+
+
+@pytest.fixture
+def poison_podgroup(engine: sa.Engine) -> Iterator[None]:
+    """CHECK constraints that refuse the podgroup named "poison" and a pod on node "poison"
+    (SQLSTATE 23514): the podgroup writes run in pipeline mode, where a statement's error
+    surfaces only when the pipeline is synced."""
+    execute(
+        engine,
+        "ALTER TABLE minruntime_state.podgroup_state"
+        " ADD CONSTRAINT test_poison_podgroup CHECK (name <> 'poison')",
+        "ALTER TABLE minruntime_state.pod_state"
+        " ADD CONSTRAINT test_poison_pod CHECK (node IS DISTINCT FROM 'poison')",
+    )
+    yield
+    execute(
+        engine,
+        "ALTER TABLE minruntime_state.podgroup_state DROP CONSTRAINT test_poison_podgroup",
+        "ALTER TABLE minruntime_state.pod_state DROP CONSTRAINT test_poison_pod",
+    )
 
 
 def nodes_batch(feed: Feed, names: list[str]) -> list[InboundRecord]:
@@ -103,6 +123,46 @@ def test_a_constraint_violation_dead_letters_that_record_and_applies_the_rest(
     assert (again.applied, again.dead_lettered, again.skipped_offsets) == (0, 0, 13)
     assert len(dead_letters(engine)) == 1
     assert scalar(engine, "SELECT count(*) FROM minruntime.event_log") == 12
+
+
+@pytest.mark.usefixtures("poison_podgroup")
+def test_a_podgroup_write_refused_inside_the_pipeline_dead_letters_that_record(
+    engine: sa.Engine, feed: Feed
+) -> None:
+    # The state upsert (the pipeline's first statement) refuses the podgroup named "poison".
+    records = feed.records(
+        submitted("a", "q", pods=2),
+        submitted("p", "q", pods=2, name="poison"),
+        submitted("b", "q", pods=2),
+    )
+    outcome = sink(engine)(records)
+    assert (outcome.applied, outcome.dead_lettered) == (2, 1)
+    ((topic, offset, kind, message),) = dead_letters(engine)
+    assert (topic, offset, kind) == ("kai.podgroups", 1, "unstorable")
+    assert "SQLSTATE 23514" in message
+    assert "test_poison_podgroup" in message
+    assert rows(engine, "SELECT uid FROM minruntime_state.podgroup_state ORDER BY uid") == [
+        ("a",),
+        ("b",),
+    ]
+    assert scalar(engine, "SELECT count(*) FROM minruntime_state.pod_state") == 4
+    # The pods' update, after the state upsert that succeeded in the same pipeline, refuses
+    # the allocation to node "poison": the whole batch's transaction is rolled back (b's
+    # state stays pending), then the record alone is dead-lettered and a's applied.
+    records = feed.records(allocated("a", 2, node="n1"), allocated("b", 2, node="poison"))
+    outcome = sink(engine)(records)
+    assert (outcome.applied, outcome.dead_lettered) == (1, 1)
+    letter = dead_letters(engine)[-1]
+    assert (letter.offset, letter.kind) == (4, "unstorable")
+    assert "test_poison_pod" in letter.message
+    assert rows(engine, "SELECT uid, status FROM minruntime_state.podgroup_state ORDER BY uid") == [
+        ("a", "running"),
+        ("b", "pending"),
+    ]
+    assert rows(
+        engine, "SELECT uid, count(node) FROM minruntime_state.pod_state GROUP BY uid ORDER BY uid"
+    ) == [("a", 2), ("b", 0)]
+    assert scalar(engine, "SELECT count(*) FROM minruntime.event_log") == 3
 
 
 @pytest.mark.usefixtures("huge_index")

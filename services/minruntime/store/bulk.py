@@ -52,7 +52,7 @@ def update_many(
     """Update rows in place, each matched by its ``keys`` (some of ``columns``): one statement
     (``update_statement``). Nothing when empty."""
     if rows:
-        _execute(conn, *update_statement(table, keys, columns, rows))
+        execute_statement(conn, *update_statement(table, keys, columns, rows))
 
 
 def update_statement(
@@ -83,7 +83,7 @@ def delete_many(
     """Delete the rows whose ``columns`` (a key) equal those of one of ``rows``: one statement
     (``delete_statement``). Nothing when empty."""
     if rows:
-        _execute(conn, *delete_statement(table, columns, rows))
+        execute_statement(conn, *delete_statement(table, columns, rows))
 
 
 def delete_statement(
@@ -195,7 +195,9 @@ def _cast(name: str, kind: str) -> str:
     return f'u."{name}"' if kind == "text" else f'u."{name}"::{kind}'
 
 
-def _execute(conn: Connection, statement: str, params: Mapping[str, Any]) -> None:
+def execute_statement(conn: Connection, statement: str, params: Mapping[str, Any]) -> None:
+    """``statement`` (psycopg placeholders) on the driver's cursor, its rows not read (inside
+    ``engine.pipelined``: sent, its answer awaited with the block's)."""
     with driver_cursor(conn) as cursor:
         cursor.execute(statement, params)
 
@@ -244,7 +246,7 @@ def insert_many(
                 write(values)
         return
     statement, params = rows_insert(name, columns, rows, conflict=conflict)
-    _execute(conn, statement, params)
+    execute_statement(conn, statement, params)
 
 
 def _one_value(column: str) -> Callable[[Mapping[str, Any]], tuple[Any]]:
@@ -268,7 +270,7 @@ def insert_tuples(
     source, names, params = _unpacked_columns(columns, zip(*rows, strict=True), len(rows))
     selected = ", ".join(_cast(name, kind) for name, kind in columns.items())
     statement = f"INSERT INTO {table.fullname} ({names}) SELECT {selected} FROM {source} {conflict}"
-    _execute(conn, statement, params)
+    execute_statement(conn, statement, params)
 
 
 def _wire_type(kind: str) -> str:

@@ -43,6 +43,27 @@ def driver_cursor(conn: sa.Connection, *, binary: bool = False) -> Iterator[psyc
         yield cursor
 
 
+@contextmanager
+def pipelined(conn: sa.Connection) -> Iterator[None]:
+    """Statements run on ``conn``'s driver cursors inside are sent without waiting for each
+    answer (psycopg's pipeline mode): PostgreSQL runs one while Python builds the next, and a
+    fetch or the block's end waits for all of them (one round trip, not one each).
+
+    A statement that fails raises at that point, not where it was run: its psycopg error (as
+    any driver cursor's), the later statements of the block not run, the transaction failed
+    (rolled back by the caller's ``begin``). ``COPY`` cannot run inside (psycopg refuses it).
+    Nested blocks are one pipeline (the inner one's end waits).
+
+    Only driver cursors inside: a statement run through SQLAlchemy's ``execute`` is sent too,
+    but SQLAlchemy reads its result before the answer came (no columns yet), so a query
+    would give no rows.
+    """
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.pipeline():
+        yield
+
+
 def driver_rows(
     conn: sa.Connection, statement: str, params: Mapping[str, Any], *, binary: bool = False
 ) -> list[Any]:
@@ -98,13 +119,20 @@ def bounded_idle_transactions(
     """
     bounded = engine.execution_options()
     milliseconds = max(1, round(seconds * 1000))
-    setting = (
-        f"SET LOCAL idle_in_transaction_session_timeout = {milliseconds};"
-        f" SET LOCAL lock_timeout = {milliseconds}"
+    settings = (
+        f"SET LOCAL idle_in_transaction_session_timeout = {milliseconds}",
+        f"SET LOCAL lock_timeout = {milliseconds}",
     )
 
     @sa.event.listens_for(bounded, "begin")
     def _bound(conn: sa.Connection) -> None:
-        conn.exec_driver_sql(setting)
+        # psycopg's BEGIN and both settings in one round trip (pipeline mode: a statement
+        # each, as the extended protocol wants), not two.
+        try:
+            with pipelined(conn), driver_cursor(conn) as cursor:
+                for setting in settings:
+                    cursor.execute(setting)
+        except psycopg.Error as error:  # as SQLAlchemy's, as the statement it was before
+            raise sa.exc.DBAPIError.instance(settings[0], None, error, psycopg.Error) from error
 
     return bounded

@@ -30,8 +30,15 @@ from minruntime.core import (
     SubGroup,
 )
 from minruntime.core.disruption import TopOwner
-from minruntime.store.bulk import delete_many, insert_many, insert_tuples, json_list, update_many
-from minruntime.store.engine import driver_cursor
+from minruntime.store.bulk import (
+    delete_many,
+    execute_statement,
+    insert_many,
+    insert_tuples,
+    json_list,
+    update_many,
+)
+from minruntime.store.engine import driver_cursor, pipelined
 from minruntime.store.schema import StateTables
 
 # The rows of a batch's uids, one JSON array (``store.bulk.json_list``): ``= ANY`` of the array
@@ -130,11 +137,11 @@ _NOMINATION_CONFLICT: Final = (
 )
 _DELETE_SUBGROUPS: Final = (
     "DELETE FROM minruntime_state.subgroup_state"
-    " WHERE uid = ANY(ARRAY(SELECT json_array_elements_text(CAST(:uids AS json))))"
+    " WHERE uid = ANY(ARRAY(SELECT json_array_elements_text(%(uids)s::json)))"
 )
 # A beneficiary that was allocated, finished or deleted no longer needs its promise.
 _DELETE_PROMISES: Final = (
-    "DELETE FROM minruntime_state.requeue_promises WHERE beneficiary = ANY(:uids)"
+    "DELETE FROM minruntime_state.requeue_promises WHERE beneficiary = ANY(%(uids)s)"
 )
 
 
@@ -158,32 +165,43 @@ def load_podgroups(
     wanted = sorted(set(uids))
     if not wanted:
         return StoredPodGroups({}, frozenset())
-    with driver_cursor(conn) as cursor:
+    uids_json = json_list(wanted)
+    # The three queries in one round trip (pipeline mode, in this order: the pods are read
+    # after the states are locked), the pods and subgroups of every uid asked for.
+    with (
+        pipelined(conn),
+        driver_cursor(conn) as state_cursor,
+        driver_cursor(conn) as pod_cursor,
+        driver_cursor(conn) as subgroup_cursor,
+    ):
         # A shadow is one transaction's own: nothing to wait for there.
         load = _LOAD_STATES + _LOCKING if lock and tables.is_live else _LOAD_STATES
-        cursor.execute(tables.sql(load), {"uids": json_list(wanted)})
-        rows = cursor.fetchall()
-        if not rows:
-            return StoredPodGroups({}, frozenset())
-        found = json_list(row[0] for row in rows)
-        pods: dict[str, dict[str, MemberPod]] = {}
-        # A pod's node is kept while it holds resources (the fold clears it on release).
-        allocated: dict[str, dict[str, str | None]] = {}
-        cursor.execute(tables.sql(_LOAD_PODS), {"uids": found})
-        # In uid order: each podgroup's pods are consecutive.
-        members: dict[str, MemberPod] = {}
-        last = None
-        for uid, name, subgroup, gpu, node, is_allocated in cursor.fetchall():
-            if uid != last:
-                members = pods[uid] = {}
-                last = uid
-            members[name] = MemberPod(subgroup, gpu)
-            if is_allocated:
-                allocated.setdefault(uid, {})[name] = node
-        subgroups: dict[str, list[SubGroup]] = {}
-        cursor.execute(tables.sql(_LOAD_SUBGROUPS), {"uids": found})
-        for uid, name, min_available in cursor.fetchall():
-            subgroups.setdefault(uid, []).append(SubGroup(name, min_available))
+        state_cursor.execute(tables.sql(load), {"uids": uids_json})
+        pod_cursor.execute(tables.sql(_LOAD_PODS), {"uids": uids_json})
+        subgroup_cursor.execute(tables.sql(_LOAD_SUBGROUPS), {"uids": uids_json})
+        rows = state_cursor.fetchall()
+        pod_rows = pod_cursor.fetchall()
+        subgroup_rows = subgroup_cursor.fetchall()
+    if not rows:
+        return StoredPodGroups({}, frozenset())
+    # The pods and subgroups of a uid not stored are read (none are written for one) but
+    # never looked up: only the stored states below are.
+    pods: dict[str, dict[str, MemberPod]] = {}
+    # A pod's node is kept while it holds resources (the fold clears it on release).
+    allocated: dict[str, dict[str, str | None]] = {}
+    # In uid order: each podgroup's pods are consecutive.
+    members: dict[str, MemberPod] = {}
+    last = None
+    for uid, name, subgroup, gpu, node, is_allocated in pod_rows:
+        if uid != last:
+            members = pods[uid] = {}
+            last = uid
+        members[name] = MemberPod(subgroup, gpu)
+        if is_allocated:
+            allocated.setdefault(uid, {})[name] = node
+    subgroups: dict[str, list[SubGroup]] = {}
+    for uid, name, min_available in subgroup_rows:
+        subgroups.setdefault(uid, []).append(SubGroup(name, min_available))
     states: dict[str, PodGroupState] = {}
     pending = []
     # The columns of ``_LOAD_STATES`` unpacked in its order (no named tuple made per row).
@@ -265,33 +283,47 @@ def write_podgroups(
     nomination): inserted unless a row appeared meanwhile — another topic's batch may have
     submitted the podgroup, and its row is kept.
     """
-    for states, conflict in ((changed, _STATE_CONFLICT), (placeholders, _PLACEHOLDER_CONFLICT)):
-        insert_tuples(
-            conn,
-            tables.podgroup_state,
-            _STATE_COLUMNS,
-            [_state_values(state) for state in states],
-            conflict=conflict,
-        )
-    if pods_changed:
-        inserted, updated, deleted = _pod_changes(pods_changed, stored)
-        key = {column: _POD_COLUMNS[column] for column in _POD_KEY}
-        delete_many(conn, tables.pod_state, key, deleted)
-        update_many(conn, tables.pod_state, _POD_KEY, _POD_COLUMNS, updated)
-        insert_many(conn, tables.pod_state, _POD_COLUMNS, inserted)
-    if subgroups_changed:
-        # Only a stored spec has subgroup rows (a new podgroup or a placeholder has none).
-        replaced = [state.uid for state in subgroups_changed if _has_spec(stored.get(state.uid))]
-        if replaced:
-            conn.execute(tables.text(_DELETE_SUBGROUPS), {"uids": json_list(replaced)})
-        groups = [
-            {"uid": state.uid, "name": subgroup.name, "min_available": subgroup.min_available}
-            for state in subgroups_changed
-            for subgroup in state.subgroups
-        ]
-        insert_many(conn, tables.subgroup_state, _SUBGROUP_COLUMNS, groups)
-    if left_pending:
-        conn.execute(tables.text(_DELETE_PROMISES), {"uids": list(left_pending)})
+    inserted: list[_PodRow] = []
+    groups: list[dict[str, Any]] = []
+    # The statements COPY does not run are sent in one pipeline, each as soon as it is built:
+    # PostgreSQL runs the state upsert while Python sorts out the pods' changes, and so on.
+    # Their order is as before; the COPYs follow once all of them ran (the pods' inserts
+    # share no key with their deletes; the subgroups' inserts follow their deletes).
+    with pipelined(conn):
+        for states, conflict in (
+            (changed, _STATE_CONFLICT),
+            (placeholders, _PLACEHOLDER_CONFLICT),
+        ):
+            insert_tuples(
+                conn,
+                tables.podgroup_state,
+                _STATE_COLUMNS,
+                [_state_values(state) for state in states],
+                conflict=conflict,
+            )
+        if pods_changed:
+            inserted, updated, deleted = _pod_changes(pods_changed, stored)
+            key = {column: _POD_COLUMNS[column] for column in _POD_KEY}
+            delete_many(conn, tables.pod_state, key, deleted)
+            update_many(conn, tables.pod_state, _POD_KEY, _POD_COLUMNS, updated)
+        if subgroups_changed:
+            # Only a stored spec has subgroup rows (a new podgroup or a placeholder has none).
+            replaced = [
+                state.uid for state in subgroups_changed if _has_spec(stored.get(state.uid))
+            ]
+            if replaced:
+                execute_statement(
+                    conn, tables.sql(_DELETE_SUBGROUPS), {"uids": json_list(replaced)}
+                )
+            groups = [
+                {"uid": state.uid, "name": subgroup.name, "min_available": subgroup.min_available}
+                for state in subgroups_changed
+                for subgroup in state.subgroups
+            ]
+        if left_pending:
+            execute_statement(conn, tables.sql(_DELETE_PROMISES), {"uids": list(left_pending)})
+    insert_many(conn, tables.pod_state, _POD_COLUMNS, inserted)
+    insert_many(conn, tables.subgroup_state, _SUBGROUP_COLUMNS, groups)
 
 
 _PodRow = dict[str, Any]
