@@ -165,15 +165,7 @@ class _Batch:
 
     def write_logs(self) -> None:
         """Insert the event log and the dead letters (table and outbox)."""
-        self.append_log()
-        self.write_dead_letters()
-
-    def append_log(self) -> None:
-        """Insert the event log."""
         event_log.append(self.conn, self.tables, self.logged)
-
-    def write_dead_letters(self) -> None:
-        """Insert the dead letters (table and outbox)."""
         if not self.dead:
             return
         now = datetime.now(UTC)
@@ -323,11 +315,10 @@ def apply_batch(
         seen.add(key)
         applied_here[key] = item
         batch.log(item)
-    # The event log first, in the pipeline of the podgroups' and runs' writes.
-    projections.flush(first=batch.append_log)
+    projections.flush()
     batch.outcome.lost_runs = projections.runs.lost
     batch.outcome.ignored_values.update(projections.ignored)
-    batch.write_dead_letters()
+    batch.write_logs()
     if batch.outcome.applied_types[str(EventType.REQUEUE_NOMINATED)] and tables.is_live:
         # Delivered at commit: a requeue worker waiting on this channel runs a cycle now.
         notify_nominated(conn)

@@ -39,7 +39,6 @@ from minruntime.ingest.queues import QueueProjection
 from minruntime.ingest.runs import RunLog
 from minruntime.store import decisions as stored_decisions
 from minruntime.store.decisions import insert_handshakes
-from minruntime.store.engine import pipelined
 from minruntime.store.node_pools import read_node_pool_configs, upsert_configs, write_nodes
 from minruntime.store.queues import load_tree, lock_tree
 from minruntime.store.schema import StateTables
@@ -235,32 +234,22 @@ class Projections:
                 self._conn.info[key] = (tree, configs, self._rules)
         return self._rules
 
-    def flush(self, *, keep: bool = False, first: Callable[[], None] | None = None) -> None:
+    def flush(self, *, keep: bool = False) -> None:
         """Write everything the run changed (the queue tree, podgroups, configs, nodes).
 
         ``keep``: the run goes on after it from what it wrote, without loading its podgroups
         again (a replay at a boundary its caller looks at); only while nothing else writes
-        their rows. The queue tree is loaded again if a later event needs it. ``first``: writes
-        of the caller's (driver statements only) sent first, then the podgroups' and runs' writes,
-        in one pipeline (their rows inserted from JSON arrays, not COPYed); None: no pipeline.
+        their rows. The queue tree is loaded again if a later event needs it.
         """
         if self._queues is not None:
             self._queues.flush()
+        self.podgroups.flush(keep=keep)
         upsert_configs(self._conn, self._tables, list(self._configs.values()))
         write_nodes(self._conn, self._tables, self._nodes)
+        self.runs.flush()
         self._log_abandoned()
         insert_handshakes(self._conn, self._tables, list(self._handshakes.values()))
         self._handshakes = {}
-        if first is None:  # a replay: its rows COPYed
-            self.podgroups.flush(keep=keep)
-            self.runs.flush()
-        else:
-            # The podgroups' and the runs' rows (and ``first``'s) in one pipeline: PostgreSQL
-            # runs each statement while Python builds the next, answered together at the end.
-            with pipelined(self._conn):
-                first()
-                self.podgroups.flush(keep=keep)
-                self.runs.flush()
         if keep:
             self._queues = None
             self._configs = {}

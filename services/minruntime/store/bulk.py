@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from pydantic_core import to_json
 from sqlalchemy import Connection
 
-from minruntime.store.engine import driver_cursor, in_pipeline
+from minruntime.store.engine import driver_cursor
 
 
 def rows_insert(
@@ -223,8 +223,7 @@ def insert_many(
     if not rows:
         return
     name = table.fullname
-    # Inside a pipeline (``engine.pipelined``) COPY cannot run: the rows go as JSON arrays.
-    if not conflict and not in_pipeline(conn):
+    if not conflict:
         names = ", ".join(f'"{name}"' for name in columns)
         kinds = list(columns.items())
         as_text = [(i, kind) for i, (_, kind) in enumerate(kinds) if _wire_type(kind) != kind]

@@ -52,7 +52,7 @@ def pipelined(conn: sa.Connection) -> Iterator[None]:
     A statement that fails raises at that point, not where it was run: its psycopg error (as
     any driver cursor's), the later statements of the block not run, the transaction failed
     (rolled back by the caller's ``begin``). ``COPY`` cannot run inside (psycopg refuses it).
-    A block inside another is part of it: its end waits for nothing, the outer one's does.
+    Nested blocks are one pipeline (the inner one's end waits).
 
     Only driver cursors inside: a statement run through SQLAlchemy's ``execute`` is sent too,
     but SQLAlchemy reads its result before the answer came (no columns yet), so a query
@@ -60,17 +60,8 @@ def pipelined(conn: sa.Connection) -> Iterator[None]:
     """
     driver = conn.connection.driver_connection
     assert driver is not None
-    if driver.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
-        yield  # inside another block: its end waits
-        return
     with driver.pipeline():
         yield
-
-
-def in_pipeline(conn: sa.Connection) -> bool:
-    """Whether ``conn`` is inside a ``pipelined`` block (where COPY cannot run)."""
-    driver = conn.connection.driver_connection
-    return driver is not None and driver.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
 
 
 def driver_rows(

@@ -14,7 +14,7 @@ from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Connection
 
-from minruntime.store.bulk import execute_statement, insert_many, json_list
+from minruntime.store.bulk import insert_many, json_list
 from minruntime.store.engine import driver_rows
 from minruntime.store.parts import Part
 from minruntime.store.schema import StateTables
@@ -60,7 +60,7 @@ def append(conn: Connection, tables: StateTables, rows: Sequence[Mapping[str, An
     if not rows:
         return
     if tables.is_live:
-        execute_statement(conn, _SHARE_SNAPSHOT_LOCK, {})
+        conn.exec_driver_sql(_SHARE_SNAPSHOT_LOCK)
     insert_many(conn, tables.event_log, LOG_COLUMNS, rows)
 
 
