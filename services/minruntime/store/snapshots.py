@@ -104,7 +104,7 @@ _SNAPSHOTS: Final = (
 )
 _TABLES: Final = (
     "SELECT table_name, rows, columns, data FROM minruntime_state.projection_snapshot_tables"
-    " WHERE snapshot_id = %s ORDER BY table_name"
+    " WHERE snapshot_id = %(snapshot)s ORDER BY table_name"
 )
 _BLOCK: Final = (
     "SELECT rows, columns, data FROM minruntime_state.projection_snapshot_tables"
@@ -382,8 +382,7 @@ def stored_tables(conn: Connection, snapshot: Snapshot) -> list[StoredTable]:
     """``snapshot``'s stored tables (the active block among them), unpacked: what ``restore``
     reads first, for a caller to read beforehand on another connection that sees the same
     database snapshot (``read_transactions.import_snapshot``)."""
-    with driver_cursor(conn) as cursor:
-        stored = cursor.execute(LIVE.sql(_TABLES), (snapshot.id,)).fetchall()
+    stored = driver_rows(conn, LIVE.sql(_TABLES), {"snapshot": snapshot.id})
     return [
         StoredTable(str(table), int(rows), list(columns), zlib.decompress(data))
         for table, rows, columns, data in stored
