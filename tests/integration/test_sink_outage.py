@@ -110,3 +110,55 @@ def test_a_driver_level_error_mid_batch_is_waited_out_too(engine: sa.Engine, fee
         ({"team": "a"},)
     ]
     assert sink.storing() is None
+
+
+def test_a_lock_timeout_at_the_podgroup_writes_pipeline_end_is_waited_out_too(
+    engine: sa.Engine, feed: Feed
+) -> None:
+    """The podgroup writes run in psycopg's pipeline mode (``store.engine.pipelined``): a
+    statement's error is raised where the pipeline is synced, at the block's end. A pod update
+    that waits too long for a row another transaction holds is a LockNotAvailable there, as
+    it was before: transient, retried (never dead-lettered), applied once the row is free."""
+    settings = Settings()
+    feed.send(submitted("x", "q", pods=1))
+    impatient = engine.execution_options()
+
+    @sa.event.listens_for(impatient, "begin")
+    def _short_lock_waits(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("SET LOCAL lock_timeout = '100ms'")
+
+    sleeps: list[float] = []
+    reasons: list[str | None] = []
+    released = threading.Event()
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        reasons.append(sink.storing())
+        if len(sleeps) == 3:
+            released.set()
+        time.sleep(0.05)
+
+    sink = BatchSink(
+        impatient,
+        consumer_group=GROUP,
+        topic_roles=input_topic_roles(settings),
+        dead_letter_topic=settings.topic_dead_letter,
+        sleep=sleep,
+    )
+    records = feed.records(allocated("x", 1, node="n1"))
+    with engine.connect() as other, other.begin():
+        # The podgroup's row is free (the batch locks it when it loads it); its pod's is not.
+        other.execute(
+            sa.text("SELECT 1 FROM minruntime_state.pod_state WHERE uid = 'x' FOR UPDATE")
+        )
+        outcome: list[BatchOutcome] = []
+        applying = threading.Thread(target=lambda: outcome.append(sink(records)))
+        applying.start()
+        assert released.wait(30), "the batch never retried"
+    applying.join(30)
+    assert [(o.applied, o.dead_lettered) for o in outcome] == [(1, 0)]
+    assert len(sleeps) >= 3
+    assert all(reason is not None and "lock timeout" in reason for reason in reasons)
+    assert rows(engine, "SELECT node FROM minruntime_state.pod_state") == [("n1",)]
+    assert rows(engine, "SELECT count(*) FROM minruntime.dead_letters") == [(0,)]
+    assert sink.storing() is None

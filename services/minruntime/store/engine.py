@@ -47,21 +47,46 @@ def driver_cursor(conn: sa.Connection, *, binary: bool = False) -> Iterator[psyc
 def pipelined(conn: sa.Connection) -> Iterator[None]:
     """Statements run on ``conn``'s driver cursors inside are sent without waiting for each
     answer (psycopg's pipeline mode): PostgreSQL runs one while Python builds the next, and a
-    fetch or the block's end waits for all of them (one round trip, not one each).
+    fetch or the block's end waits for all of them (one round trip, not one each). A query's
+    rows are read with its cursor's ``fetch*``, inside the block or after it.
 
-    A statement that fails raises at that point, not where it was run: its psycopg error (as
-    any driver cursor's), the later statements of the block not run, the transaction failed
+    A statement that fails raises where its answer is read (the next statement run, a fetch
+    or the block's end), not where it was run: its psycopg error (as any driver cursor's, so
+    ``store.failures`` classifies it as before: a lock timeout stays transient, a refused
+    value permanent), the later statements of the block not run, the transaction failed
     (rolled back by the caller's ``begin``). ``COPY`` cannot run inside (psycopg refuses it).
-    Nested blocks are one pipeline (the inner one's end waits).
 
-    Only driver cursors inside: a statement run through SQLAlchemy's ``execute`` is sent too,
-    but SQLAlchemy reads its result before the answer came (no columns yet), so a query
-    would give no rows.
+    Nested blocks are one pipeline: entering the inner one and leaving it each wait for the
+    answers of what was sent before (psycopg syncs there); the pipeline ends with the outer.
+
+    Only driver cursors inside. SQLAlchemy would send its statement too, but read its result
+    before the answer came (no columns yet), so a query would give no rows, silently: every
+    engine ``engine_from`` makes refuses a SQLAlchemy statement (``execute``,
+    ``exec_driver_sql``) on a connection in pipeline mode with a RuntimeError naming it, before
+    anything is sent (``_refuse_inside_a_pipeline``: one look at the driver's pipeline status
+    per SQLAlchemy statement, none per driver cursor's).
     """
     driver = conn.connection.driver_connection
     assert driver is not None
     with driver.pipeline():
         yield
+
+
+def _refuse_inside_a_pipeline(
+    conn: sa.Connection,
+    cursor: psycopg.Cursor[Any],
+    statement: str,
+    parameters: object,
+    context: object,
+    executemany: bool,
+) -> None:
+    """SQLAlchemy's ``before_cursor_execute``: a programming error inside ``pipelined``."""
+    if cursor.connection.pgconn.pipeline_status:
+        raise RuntimeError(
+            "a SQLAlchemy statement inside store.engine.pipelined would return no rows;"
+            f" run it on a driver cursor (store.engine.driver_cursor) or outside the block:"
+            f" {' '.join(statement.split())[:200]!r}"
+        )
 
 
 def driver_rows(
@@ -96,9 +121,14 @@ def replication_of(conn: sa.Connection) -> Replication:
 
 
 def engine_from(settings_or_url: Settings | str, **options: object) -> sa.Engine:
-    """Create an engine for the service's database; connects lazily, on first use."""
+    """Create an engine for the service's database; connects lazily, on first use.
+
+    Its SQLAlchemy statements are refused inside ``pipelined`` (they would return no rows).
+    """
     options.setdefault("pool_pre_ping", True)
-    return sa.create_engine(sqlalchemy_url(settings_or_url), **options)
+    engine = sa.create_engine(sqlalchemy_url(settings_or_url), **options)
+    sa.event.listen(engine, "before_cursor_execute", _refuse_inside_a_pipeline)
+    return engine
 
 
 def bounded_idle_transactions(
