@@ -13,7 +13,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from minruntime.health.outage import storage_transient
 from minruntime.store.engine import bounded_idle_transactions, driver_cursor, pipelined
+from minruntime.store.failures import is_permanent
 
 
 def in_a_pipeline(engine: sa.Engine, run: Callable[[sa.Connection], object]) -> None:
@@ -31,6 +33,9 @@ def test_a_sqlalchemy_statement_inside_a_pipeline_is_refused_naming_it(engine: s
             in_a_pipeline(engine, run)
         assert "inside store.engine.pipelined would return no rows" in str(refused.value)
         assert "AS refused" in str(refused.value)
+        # A bug: the processor neither dead-letters the record nor waits; it stops loudly.
+        assert not is_permanent(refused.value)
+        assert not storage_transient(refused.value)
     # The engines made from it too (the processor's, whose transactions are bounded); and the
     # connection is fine afterwards: out of the block, SQLAlchemy's statements run as ever.
     bounded = bounded_idle_transactions(engine, 5.0)
