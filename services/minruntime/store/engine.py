@@ -163,6 +163,7 @@ def bounded_idle_transactions(
                 for setting in settings:
                     cursor.execute(setting)
         except psycopg.Error as error:  # as SQLAlchemy's, as the statement it was before
-            raise sa.exc.DBAPIError.instance(settings[0], None, error, psycopg.Error) from error
+            statement = "; ".join(settings)
+            raise sa.exc.DBAPIError.instance(statement, None, error, psycopg.Error) from error
 
     return bounded
