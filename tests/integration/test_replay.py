@@ -509,6 +509,33 @@ def test_sides_are_equal_or_not_by_one_set_operation(engine: sa.Engine) -> None:
         ]
 
 
+def test_rows_are_matched_on_the_whole_key_and_nulls_are_equal(engine: sa.Engine) -> None:
+    """``unmatched`` joins the sides on the projection's key (two columns for pods): a pod
+    with the same uid but another name is on one side only; NULL columns on both sides are
+    equal, a NULL against a value is not."""
+    pods = "('u1', 'p1', 'g', NULL, NULL, FALSE), ('u1', 'p2', 'g', 1, 'n1', TRUE)"
+    with (
+        engine.begin() as conn,
+        scratch_state(conn, ["pod_state"]) as left,
+        scratch_state(conn, ["pod_state"]) as right,
+    ):
+        for side in (left, right):
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {side.schema}.pod_state"
+                    f" (uid, name, subgroup, gpu, node, allocated) VALUES {pods}"
+                )
+            )
+        assert unmatched(conn, left, right, "pod_state") == (2, 2, 0)
+        conn.execute(sa.text(f"UPDATE {right.schema}.pod_state SET node = 'n2' WHERE name = 'p1'"))
+        assert unmatched(conn, left, right, "pod_state") == (2, 2, 2)
+        conn.execute(sa.text(f"UPDATE {right.schema}.pod_state SET node = NULL WHERE name = 'p1'"))
+        conn.execute(sa.text(f"UPDATE {right.schema}.pod_state SET name = 'p3' WHERE name = 'p2'"))
+        # p2 only on the left, p3 only on the right; p1 equal again.
+        assert unmatched(conn, left, right, "pod_state") == (2, 2, 2)
+        assert unmatched(conn, left, right, "pod_state", uids=["u2"]) == (0, 0, 0)
+
+
 def test_rows_equal_as_values_have_one_checksum(engine: sa.Engine) -> None:
     """The checksum hashes each row's values (``hash_record_extended``), not its text: a
     numeric ``1.0`` and ``1`` (one value, as the set operation says) give one checksum; a
