@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -28,7 +29,7 @@ from minruntime.store import event_log
 from minruntime.store.checksums import checksum, unmatched
 from minruntime.store.parts import Part
 from minruntime.store.read_transactions import repeatable_read
-from minruntime.store.schema import LIVE
+from minruntime.store.schema import LIVE, StateTables
 from minruntime.store.shadows import (
     PROJECTIONS,
     Shadow,
@@ -471,21 +472,33 @@ def test_replay_refuses_the_live_schema(engine: sa.Engine) -> None:
         replay(conn, read_log(conn), into=LIVE)
 
 
+@contextmanager
+def two_sides(
+    engine: sa.Engine, table: str, columns: str, values: tuple[str, str]
+) -> Iterator[tuple[sa.Connection, StateTables, StateTables]]:
+    """Two scratch state schemas in one transaction, ``table`` holding ``values`` (SQL row
+    lists, the first side's and the second's) in ``columns``: (connection, first, second)."""
+    with (
+        engine.begin() as conn,
+        scratch_state(conn, [table]) as left,
+        scratch_state(conn, [table]) as right,
+    ):
+        for side, rows_sql in zip((left, right), values, strict=True):
+            conn.execute(
+                sa.text(f"INSERT INTO {side.schema}.{table} ({columns}) VALUES {rows_sql}")
+            )
+        yield conn, left, right
+
+
 def test_sides_are_equal_or_not_by_one_set_operation(engine: sa.Engine) -> None:
     """``unmatched``: rows each side lacks, counted by PostgreSQL (no digest to collide);
     equal sides share one checksum, computed once; unequal ones list their rows."""
-    nodes = ("('n1', 'default', 8), ('n2', 'default', 4), ('n3', 'a100', 1)",)
-    with (
-        engine.begin() as conn,
-        scratch_state(conn, ["node_state"]) as left,
-        scratch_state(conn, ["node_state"]) as right,
+    nodes = "('n1', 'default', 8), ('n2', 'default', 4), ('n3', 'a100', 1)"
+    with two_sides(engine, "node_state", "name, node_pool, gpu", (nodes, nodes)) as (
+        conn,
+        left,
+        right,
     ):
-        for side in (left, right):
-            conn.execute(
-                sa.text(
-                    f"INSERT INTO {side.schema}.node_state (name, node_pool, gpu) VALUES {nodes[0]}"
-                )
-            )
         assert unmatched(conn, left, right, "node_state") == (3, 3, 0)
         [check] = compare_schemas(conn, left, right, ["node_state"])
         assert check.equal
@@ -509,22 +522,33 @@ def test_sides_are_equal_or_not_by_one_set_operation(engine: sa.Engine) -> None:
         ]
 
 
+def test_rows_are_matched_on_the_whole_key_and_nulls_are_equal(engine: sa.Engine) -> None:
+    """``unmatched`` joins the sides on the projection's key (two columns for pods): a pod
+    with the same uid but another name is on one side only; NULL columns on both sides are
+    equal, a NULL against a value is not."""
+    pods = "('u1', 'p1', 'g', NULL, NULL, FALSE), ('u1', 'p2', 'g', 1, 'n1', TRUE)"
+    columns = "uid, name, subgroup, gpu, node, allocated"
+    with two_sides(engine, "pod_state", columns, (pods, pods)) as (conn, left, right):
+        assert unmatched(conn, left, right, "pod_state") == (2, 2, 0)
+        conn.execute(sa.text(f"UPDATE {right.schema}.pod_state SET node = 'n2' WHERE name = 'p1'"))
+        assert unmatched(conn, left, right, "pod_state") == (2, 2, 2)
+        conn.execute(sa.text(f"UPDATE {right.schema}.pod_state SET node = NULL WHERE name = 'p1'"))
+        conn.execute(sa.text(f"UPDATE {right.schema}.pod_state SET name = 'p3' WHERE name = 'p2'"))
+        # p2 only on the left, p3 only on the right; p1 equal again.
+        assert unmatched(conn, left, right, "pod_state") == (2, 2, 2)
+        assert unmatched(conn, left, right, "pod_state", uids=["u2"]) == (0, 0, 0)
+
+
 def test_rows_equal_as_values_have_one_checksum(engine: sa.Engine) -> None:
     """The checksum hashes each row's values (``hash_record_extended``), not its text: a
     numeric ``1.0`` and ``1`` (one value, as the set operation says) give one checksum; a
     different value another."""
-    with (
-        engine.begin() as conn,
-        scratch_state(conn, ["node_state"]) as left,
-        scratch_state(conn, ["node_state"]) as right,
+    sides = tuple(f"('n1', 'default', 8), ('n2', 'a100', {gpu})" for gpu in ("1", "1.0"))
+    with two_sides(engine, "node_state", "name, node_pool, gpu", (sides[0], sides[1])) as (
+        conn,
+        left,
+        right,
     ):
-        for side, gpu in ((left, "1"), (right, "1.0")):
-            conn.execute(
-                sa.text(
-                    f"INSERT INTO {side.schema}.node_state (name, node_pool, gpu)"
-                    f" VALUES ('n1', 'default', 8), ('n2', 'a100', {gpu})"
-                )
-            )
         assert checksum(conn, left, "node_state") == checksum(conn, right, "node_state")
         conn.execute(sa.text(f"UPDATE {right.schema}.node_state SET gpu = 2 WHERE name = 'n2'"))
         assert checksum(conn, left, "node_state") != checksum(conn, right, "node_state")
