@@ -7,6 +7,8 @@ SQLAlchemy statement while its connection is in pipeline mode, naming it, before
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -14,7 +16,12 @@ import pytest
 import sqlalchemy as sa
 
 from minruntime.health.outage import storage_transient
-from minruntime.store.engine import bounded_idle_transactions, driver_cursor, pipelined
+from minruntime.store.engine import (
+    bounded_idle_transactions,
+    driver_cursor,
+    driver_rows,
+    pipelined,
+)
 from minruntime.store.failures import is_permanent
 
 
@@ -108,3 +115,28 @@ def test_a_failed_statement_inside_raises_its_own_psycopg_error(engine: sa.Engin
 
     with pytest.raises(psycopg.errors.DivisionByZero):
         in_a_pipeline(engine, fails_second)
+
+
+def test_another_threads_read_on_the_connection_waits_for_the_blocks_end(
+    engine: sa.Engine,
+) -> None:
+    # A replay reads the log's next page on a second thread, on the connection whose writes
+    # run in pipelined blocks (audit.replay.read_log). Its statement joined the block's
+    # pipeline, and its fetch raced the block's end (AttributeError inside psycopg, seen in
+    # test_replay.py).
+    read: list[tuple[str, list[object]]] = []
+    with engine.begin() as conn, driver_cursor(conn) as cursor:
+
+        def beside() -> None:
+            rows = driver_rows(conn, "SELECT %(n)s::integer", {"n": 7})
+            read.append((threading.current_thread().name, rows))
+
+        reader = threading.Thread(target=beside, name="reader")
+        with pipelined(conn):
+            cursor.execute("SELECT 'in the block'")
+            reader.start()
+            time.sleep(0.3)  # time enough for the reader's statement, were it not held
+            read.append(("block ends", []))
+        reader.join(30)
+        assert cursor.fetchall() == [("in the block",)]
+    assert read == [("block ends", []), ("reader", [(7,)])]

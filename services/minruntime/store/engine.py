@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 import psycopg
 import sqlalchemy as sa
@@ -59,6 +60,11 @@ def pipelined(conn: sa.Connection) -> Iterator[None]:
     Nested blocks are one pipeline: entering the inner one and leaving it each wait for the
     answers of what was sent before (psycopg syncs there); the pipeline ends with the outer.
 
+    Pipeline mode is the connection's, not the thread's: another thread's ``driver_rows`` on
+    the same connection (a replay reads the log's next page beside its writes:
+    ``audit.replay.read_log``) waits for the block's end (``_one_thread_at_a_time``), or its
+    statement would join this pipeline and its fetch race the block's end.
+
     Only driver cursors inside. SQLAlchemy would send its statement too, but read its result
     before the answer came (no columns yet), so a query would give no rows, silently: every
     engine ``engine_from`` makes refuses a SQLAlchemy statement (``execute``,
@@ -68,8 +74,21 @@ def pipelined(conn: sa.Connection) -> Iterator[None]:
     """
     driver = conn.connection.driver_connection
     assert driver is not None
-    with driver.pipeline():
+    with _one_thread_at_a_time(conn), driver.pipeline():
         yield
+
+
+_PIPELINE_LOCK: Final = "minruntime.pipeline_lock"
+
+
+def _one_thread_at_a_time(conn: sa.Connection) -> threading.RLock:
+    """The lock ``pipelined`` holds on ``conn``'s connection (while it lives in the pool), and
+    ``driver_rows`` takes: reentrant, so either may run inside a block of the same thread."""
+    info = conn.info
+    lock = info.get(_PIPELINE_LOCK)
+    if lock is None:
+        lock = info.setdefault(_PIPELINE_LOCK, threading.RLock())
+    return cast(threading.RLock, lock)
 
 
 def _refuse_inside_a_pipeline(
@@ -93,9 +112,10 @@ def driver_rows(
     conn: sa.Connection, statement: str, params: Mapping[str, Any], *, binary: bool = False
 ) -> list[Any]:
     """``statement``'s rows straight from the driver (no SQLAlchemy rows); its errors raised
-    as SQLAlchemy's, as every other statement's (the commands' one-line errors read them)."""
+    as SQLAlchemy's, as every other statement's (the commands' one-line errors read them).
+    From another thread than a ``pipelined`` block's on the connection: after that block."""
     try:
-        with driver_cursor(conn, binary=binary) as cursor:
+        with _one_thread_at_a_time(conn), driver_cursor(conn, binary=binary) as cursor:
             return cursor.execute(statement, params).fetchall()
     except psycopg.Error as error:
         raise sa.exc.DBAPIError.instance(statement, params, error, psycopg.Error) from error
