@@ -10,6 +10,7 @@ the one a hand changed.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import threading
@@ -38,6 +39,7 @@ from minruntime.audit.snapshots import (
 )
 from minruntime.cli import main
 from minruntime.ingest import apply_batch
+from minruntime.ingest.memory import GC_THRESHOLDS
 from minruntime.store import event_log, shadows
 from minruntime.store import snapshots as stored_snapshots
 from minruntime.store.checksums import checksum
@@ -892,3 +894,16 @@ def test_the_documents_of_the_tails_podgroups_are_read_beside(
     # One read per answer, each by the reader beside (protection, and explain per uid).
     assert threads
     assert all(name.startswith("minruntime-tail-reader") for name in threads), threads
+
+
+def test_an_answer_is_made_and_read_with_the_collector_at_the_replays_thresholds(
+    engine: sa.Engine, history: list[datetime]
+) -> None:
+    """Inside ``state_at`` (the shadow made, the tail replayed, the caller's reads) the
+    garbage collector runs at ``GC_THRESHOLDS``; as before once the answer is done."""
+    before = gc.get_threshold()
+    with state_at(Units(engine), history[-2], podgroups=()) as unit:
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert protection_table(unit, history[-2]).rows is not None
+        assert gc.get_threshold() == GC_THRESHOLDS
+    assert gc.get_threshold() == before
