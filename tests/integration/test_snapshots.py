@@ -10,6 +10,7 @@ the one a hand changed.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import threading
@@ -38,6 +39,7 @@ from minruntime.audit.snapshots import (
 )
 from minruntime.cli import main
 from minruntime.ingest import apply_batch
+from minruntime.ingest.memory import GC_THRESHOLDS
 from minruntime.store import event_log, shadows
 from minruntime.store import snapshots as stored_snapshots
 from minruntime.store.checksums import checksum
@@ -808,3 +810,100 @@ def test_the_migration_records_what_a_taker_records(
     with engine.begin() as conn:
         conn.exec_driver_sql(migration.BACKFILL)
     assert rows(engine, recorded) == taken
+
+
+def test_a_shadow_for_an_answer_goes_without_only_the_indexes_no_answer_uses(
+    engine: sa.Engine,
+) -> None:
+    """The shadow an as-of answer is made in has every table, key, unique constraint, view
+    and function of a shadow, and every index but ``UNUSED_BY_ANSWERS``."""
+
+    def catalog(conn: sa.Connection, shadow: shadows.Shadow) -> dict[str, set[tuple[str, ...]]]:
+        state, read = shadow.state_schema, shadow.read_schema
+        found = {
+            "relations": "SELECT c.relname, c.relkind::text FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname IN (:state, :read)"
+            " AND c.relkind <> 'i'",
+            "indexes": "SELECT c.relname, replace(pg_get_indexdef(c.oid), :state, 'S')"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = :state AND c.relkind = 'i'",
+            "constraints": "SELECT r.conname, replace(pg_get_constraintdef(r.oid), :state, 'S')"
+            " FROM pg_constraint r JOIN pg_namespace n ON n.oid = r.connamespace"
+            " WHERE n.nspname = :state",
+            "functions": "SELECT p.proname, pg_get_function_identity_arguments(p.oid)"
+            " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname IN (:state, :read)",
+        }
+        return {
+            kind: {
+                tuple(str(value) for value in row)
+                for row in conn.execute(sa.text(query), {"state": state, "read": read})
+            }
+            for kind, query in found.items()
+        }
+
+    with engine.connect() as conn:
+        full = catalog(conn, shadows.create_shadow(conn, "minruntime_asof_full"))
+        answer = catalog(conn, asof.create_shadow(conn, "minruntime_asof_answer"))
+        conn.rollback()
+    assert {name for name, _ in full["indexes"] - answer["indexes"]} == (shadows.UNUSED_BY_ANSWERS)
+    assert answer["indexes"] <= full["indexes"]
+    for kind in ("relations", "constraints", "functions"):
+        assert answer[kind], kind
+        assert answer[kind] == full[kind], kind
+
+
+def test_the_documents_of_the_tails_podgroups_are_read_beside(
+    engine: sa.Engine, history: list[datetime]
+) -> None:
+    """When the snapshot has the active block and the tail is one page, the documents of the
+    podgroups restored whole (the named ones and the tail's) are read on the second
+    connection while the shadow is made, in the answer's database snapshot (documents deleted
+    and committed meanwhile are still restored); the answers are the whole replay's."""
+    instants = history[-3:]
+    expected = {at: answers(engine, at, from_snapshot=False) for at in instants}
+    documents = sa.table(
+        "projection_snapshot_podgroups",
+        *(sa.column(name) for name in ("uid", "snapshot_id", "log_seq", "document")),
+        schema="minruntime_state",
+    )
+    with engine.connect() as conn:
+        saved = [row._asdict() for row in conn.execute(sa.select(documents))]
+    made = asof.create_shadow
+    read = stored_snapshots.newest_documents
+    threads: list[str] = []
+
+    def pruned_meanwhile(conn: sa.Connection, name: str) -> Any:
+        with engine.begin() as other:
+            other.execute(sa.delete(documents))
+        made_shadow = made(conn, name)
+        with engine.begin() as other:
+            other.execute(sa.insert(documents), saved)
+        return made_shadow
+
+    def recorded(conn: sa.Connection, snapshot: Snapshot, uids: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return read(conn, snapshot, uids)
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(asof, "create_shadow", pruned_meanwhile)
+        patched.setattr(stored_snapshots, "newest_documents", recorded)
+        for at in instants:
+            assert answers(engine, at, from_snapshot=True) == expected[at], at
+    assert saved
+    # One read per answer, each by the reader beside (protection, and explain per uid).
+    assert threads
+    assert all(name.startswith("minruntime-tail-reader") for name in threads), threads
+
+
+def test_an_answer_is_made_and_read_with_the_collector_at_the_replays_thresholds(
+    engine: sa.Engine, history: list[datetime]
+) -> None:
+    """Inside ``state_at`` (the shadow made, the tail replayed, the caller's reads) the
+    garbage collector runs at ``GC_THRESHOLDS``; as before once the answer is done."""
+    before = gc.get_threshold()
+    with state_at(Units(engine), history[-2], podgroups=()) as unit:
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert protection_table(unit, history[-2]).rows is not None
+        assert gc.get_threshold() == GC_THRESHOLDS
+    assert gc.get_threshold() == before

@@ -23,6 +23,7 @@ from typing import Final
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from minruntime.errors import SchemaNameError
 from minruntime.store.schema import StateTables, state_tables
@@ -65,6 +66,22 @@ BOOKKEEPING_COLUMNS: Final = frozenset({"updated_at", "seq"})
 SHADOW_TABLES: Final = [
     table for table in metadata.sorted_tables if table.name not in SNAPSHOT_TABLES
 ]
+# The indexes a shadow made for one answer (``create_shadow(..., answer=True)``) goes without:
+# the live service's lookups that no answer makes in a shadow. The running podgroups by queue
+# (the protection functions read every running podgroup; its upkeep was a third of copying
+# the snapshot's active block in), and the reads of the log, the dead letters, the outbox and
+# the violations (an answer reads the live ones). The keys and unique constraints stay (the
+# replay's upserts and lookups), and so do the decisions' lookups by podgroup (explain).
+UNUSED_BY_ANSWERS: Final = frozenset(
+    {
+        "ix_podgroup_state_running_queue",
+        "ix_event_log_subject",
+        "ix_dead_letter_log_kind",
+        "ix_outbox_unpublished",
+        "ix_outbox_pending",
+        "ix_run_log_violations",
+    }
+)
 
 _VIEWS = sa.text(
     "SELECT c.relname, pg_get_viewdef(c.oid) FROM pg_class c"
@@ -124,9 +141,11 @@ def temporary_name(prefix: str = "minruntime_asof") -> str:
     return f"{prefix}_{secrets.token_hex(4)}"
 
 
-def create_shadow(conn: Connection, name: str) -> Shadow:
+def create_shadow(conn: Connection, name: str, *, answer: bool = False) -> Shadow:
     """Create shadow ``name`` (empty state tables + read surface) in ``conn``'s transaction.
 
+    ``answer``: a shadow filled and read for one answer and rolled back, without the indexes
+    no answer uses (``UNUSED_BY_ANSWERS``): the same rows and answers, less to build and keep.
     SchemaNameError (one line) when the name is not allowed or already exists.
     """
     shadow = Shadow(check_schema_name(name))
@@ -140,11 +159,15 @@ def create_shadow(conn: Connection, name: str) -> Shadow:
     conn.execute(sa.text(f"CREATE SCHEMA {shadow.state_schema}"))
     conn.execute(sa.text(f"CREATE SCHEMA {shadow.read_schema}"))
     bound = shadow.tables.metadata.tables
-    shadow.tables.metadata.create_all(
-        conn,
-        tables=[bound[f"{shadow.state_schema}.{table.name}"] for table in SHADOW_TABLES],
-        checkfirst=False,
-    )
+    tables = [bound[f"{shadow.state_schema}.{table.name}"] for table in SHADOW_TABLES]
+    if answer:
+        for table in tables:
+            conn.execute(CreateTable(table))
+            for index in sorted(table.indexes, key=lambda index: str(index.name)):
+                if index.name not in UNUSED_BY_ANSWERS:
+                    conn.execute(CreateIndex(index))
+    else:
+        shadow.tables.metadata.create_all(conn, tables=tables, checkfirst=False)
     _copy_read_surface(conn, shadow)
     return shadow
 

@@ -304,10 +304,7 @@ def _newest_documents(
     cursor: psycopg.Cursor[Any], uids: list[str], log_seq: int
 ) -> dict[str, bytes]:
     """uid -> its newest stored document at or before ``log_seq`` (COPY-escaped uids)."""
-    if not uids:
-        return {}
-    rows = cursor.execute(LIVE.sql(_NEWEST_DOCUMENTS), {"uids": uids, "seq": log_seq}, binary=True)
-    return {uid: bytes(document) for uid, document in rows}
+    return dict(_document_rows(cursor, uids, log_seq)) if uids else {}
 
 
 def available(conn: Connection) -> bool:
@@ -369,6 +366,25 @@ def quiet_spans(conn: Connection, after: int, until: datetime) -> list[QuietSpan
     return spans
 
 
+Document = tuple[str, bytes]
+"""A podgroup's uid and its stored document (its rows in every podgroup table)."""
+
+
+def newest_documents(conn: Connection, snapshot: Snapshot, uids: Iterable[str]) -> list[Document]:
+    """The newest document at or before ``snapshot`` of each of ``uids`` that has one: what
+    ``restore`` reads for the podgroups it restores whole, for a caller to read beforehand
+    (on another connection that sees the same database snapshot)."""
+    with driver_cursor(conn) as cursor:
+        return _document_rows(cursor, sorted(set(uids)), snapshot.log_seq)
+
+
+def _document_rows(cursor: psycopg.Cursor[Any], uids: list[str], log_seq: int) -> list[Document]:
+    """Each of ``uids``' newest document at or before ``log_seq``, one index probe each (in
+    binary: the documents as raw bytes, not hex text)."""
+    rows = cursor.execute(LIVE.sql(_NEWEST_DOCUMENTS), {"uids": uids, "seq": log_seq}, binary=True)
+    return [(str(uid), bytes(document)) for uid, document in rows]
+
+
 class StoredTable(NamedTuple):
     """One table of a snapshot as ``restore`` copies it in: its rows' COPY text, unpacked."""
 
@@ -397,6 +413,7 @@ def restore(
     *,
     active: bool = True,
     tables: Callable[[], Sequence[StoredTable]] | None = None,
+    documents: Callable[[list[str]], Sequence[Document]] | None = None,
 ) -> dict[str, int]:
     """Fill ``target``'s (empty) tables with ``snapshot``; table -> rows restored.
 
@@ -408,7 +425,9 @@ def restore(
     documents when it has none (a snapshot taken before the block). ``podgroups`` may be a
     function, called once the tables that need no names are restored (the caller learns the
     names meanwhile). ``tables``: ``stored_tables(conn, snapshot)``, read by the caller (a
-    function, called when they are needed); None: read here.
+    function, called when they are needed); None: read here. ``documents(uids)``:
+    ``newest_documents(conn, snapshot, uids)``, which the caller may have read beforehand for
+    the names it expected (None: read here).
     """
     if target.is_live:
         raise RuntimeError("a snapshot is restored into a shadow, never into the live state")
@@ -422,9 +441,10 @@ def restore(
                 continue
             _copy_in(cursor, target, stored_table.table, stored_table.columns, stored_table.text)
             restored[stored_table.table] = stored_table.rows
+        found: Sequence[Document]
         if podgroups is None:
             # Binary results: the documents as raw bytes, not hex text.
-            documents = cursor.execute(
+            found = cursor.execute(
                 LIVE.sql(_ALL_DOCUMENTS), {"seq": snapshot.log_seq}, binary=True
             ).fetchall()
         else:
@@ -437,11 +457,13 @@ def restore(
                 wanted = named
             else:
                 wanted = sorted({*(active_list(conn, snapshot) if active else []), *named})
-            documents = cursor.execute(
-                LIVE.sql(_NEWEST_DOCUMENTS), {"uids": wanted, "seq": snapshot.log_seq}, binary=True
-            ).fetchall()
+            found = (
+                documents(wanted)
+                if documents is not None
+                else _document_rows(cursor, wanted, snapshot.log_seq)
+            )
         lines: dict[bytes, list[bytes]] = {}
-        for _, document in documents:
+        for _, document in found:
             for line in bytes(document).splitlines(keepends=True):
                 table_name, row = line.split(b"\t", 1)
                 lines.setdefault(table_name, []).append(row)
