@@ -84,6 +84,25 @@ def test_a_write_refused_by_a_standby_says_the_command_needs_the_primary() -> No
         assert "\n" not in message
 
 
+def test_a_connection_lost_under_a_driver_cursor_is_one_line() -> None:
+    """The bulk writes and the podgroups' loads and pipelined writes run on the driver's
+    cursor: its OperationalError (a subclass here, as psycopg raises) is one line too, as
+    SQLAlchemy's is."""
+    import psycopg
+    from sqlalchemy.exc import OperationalError
+
+    from minruntime.commands.common import database_error
+
+    raw = psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+    wrapped = OperationalError("SELECT 1", {}, psycopg.OperationalError("server closed"))
+    assert database_error(raw) == (
+        "cannot read the database: terminating connection due to administrator command"
+    )
+    assert database_error(wrapped) == "cannot read the database: server closed"
+    assert database_error(psycopg.errors.UniqueViolation("duplicate key")) is None
+    assert database_error(ValueError("OperationalError")) is None
+
+
 @pytest.mark.parametrize("command", ["bridge", "evictor", "diff"])
 def test_an_unusable_kubeconfig_is_one_line(command: str, tmp_path: Path) -> None:
     broken = tmp_path / "kubeconfig"

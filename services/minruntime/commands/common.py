@@ -140,7 +140,9 @@ def database_error(error: BaseException) -> str | None:
     read_only = needs_the_primary(error)
     if read_only is not None:
         return read_only
-    if isinstance(error, OperationalError):
+    if isinstance(error, OperationalError) or _raised_by_the_driver(error, "OperationalError"):
+        # SQLAlchemy's, or the driver's own from a driver cursor (bulk writes, the podgroups'
+        # loads and pipelined writes: store.engine.driver_cursor), e.g. a connection lost.
         return f"cannot read the database: {first_line(error)}"
     if isinstance(error, ProgrammingError) and getattr(error.orig, "sqlstate", None) in (
         "42883",  # undefined function
@@ -149,6 +151,14 @@ def database_error(error: BaseException) -> str | None:
     ):
         return "the database has no minruntime read surface: run `minruntime migrate`"
     return None
+
+
+def _raised_by_the_driver(error: BaseException, name: str) -> bool:
+    """Whether ``error`` is the driver's (psycopg's) exception ``name`` or one of its
+    subclasses, told by class, as commands import no driver."""
+    return any(
+        cls.__name__ == name and cls.__module__.startswith("psycopg") for cls in type(error).__mro__
+    )
 
 
 def first_line(error: BaseException) -> str:
