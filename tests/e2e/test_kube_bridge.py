@@ -113,6 +113,21 @@ spec: {{resources: {resources}}}
         "the bridge to report the podgroup running",
     )
     assert row[1] == start  # KAI's last-start-timestamp, not the kubelet's startTime
+    # The queues and the podgroup reach the service on two topics, applied independently:
+    # the podgroup may be running before its queues are in the tree (no window resolved yet).
+    wait_for(
+        lambda: (
+            {root, team}
+            <= {
+                name
+                for (name,) in loop.pipeline.query(
+                    "SELECT name FROM minruntime.queues WHERE name = ANY(%s)", ([root, team],)
+                )
+            }
+        ),
+        60,
+        "the bridge's queues in the service's tree",
+    )
     [protection] = loop.pipeline.query(
         "SELECT min_runtime, resolved_from, is_protected, start_time"
         " FROM minruntime.preempt_protection WHERE uid = %s",
