@@ -15,7 +15,7 @@ import importlib.util
 import json
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -585,6 +585,27 @@ def test_answers_from_a_snapshot_without_a_block_are_the_same(
         assert answers(engine, at, from_snapshot=True) == expected[at], at
 
 
+def pruned_while_made(
+    engine: sa.Engine, table: sa.TableClause, made: Callable[[sa.Connection, str], Any]
+) -> tuple[list[dict[str, Any]], list[int], Callable[[sa.Connection, str], Any]]:
+    """(the rows of ``table`` now, the rows deleted at each call, a ``create_shadow`` in their
+    place): each call deletes every row of ``table`` and commits, makes the shadow with
+    ``made``, then puts the rows back and commits: a prune while an answer is made."""
+    with engine.connect() as conn:
+        saved = [row._asdict() for row in conn.execute(sa.select(table))]
+    deleted: list[int] = []
+
+    def pruned_meanwhile(conn: sa.Connection, name: str) -> Any:
+        with engine.begin() as other:
+            deleted.append(other.execute(sa.delete(table)).rowcount)
+        made_shadow = made(conn, name)
+        with engine.begin() as other:
+            other.execute(sa.insert(table), saved)
+        return made_shadow
+
+    return saved, deleted, pruned_meanwhile
+
+
 def test_a_tail_longer_than_a_page_restores_every_podgroup_it_names(
     engine: sa.Engine, history: list[datetime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -616,18 +637,7 @@ def test_the_snapshot_is_read_beside_in_the_answers_database_snapshot(
         *(sa.column(name) for name in ("snapshot_id", "table_name", "rows", "columns", "data")),
         schema="minruntime_state",
     )
-    with engine.connect() as conn:
-        saved = [row._asdict() for row in conn.execute(sa.select(table))]
-    made = shadows.create_shadow
-    deleted: list[int] = []
-
-    def pruned_meanwhile(conn: sa.Connection, name: str) -> Any:
-        with engine.begin() as other:
-            deleted.append(other.execute(sa.delete(table)).rowcount)
-        made_shadow = made(conn, name)
-        with engine.begin() as other:
-            other.execute(sa.insert(table), saved)
-        return made_shadow
+    saved, deleted, pruned_meanwhile = pruned_while_made(engine, table, shadows.create_shadow)
 
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(asof, "create_shadow", pruned_meanwhile)
@@ -867,19 +877,9 @@ def test_the_documents_of_the_tails_podgroups_are_read_beside(
         *(sa.column(name) for name in ("uid", "snapshot_id", "log_seq", "document")),
         schema="minruntime_state",
     )
-    with engine.connect() as conn:
-        saved = [row._asdict() for row in conn.execute(sa.select(documents))]
-    made = asof.create_shadow
+    saved, _, pruned_meanwhile = pruned_while_made(engine, documents, asof.create_shadow)
     read = stored_snapshots.newest_documents
     threads: list[str] = []
-
-    def pruned_meanwhile(conn: sa.Connection, name: str) -> Any:
-        with engine.begin() as other:
-            other.execute(sa.delete(documents))
-        made_shadow = made(conn, name)
-        with engine.begin() as other:
-            other.execute(sa.insert(documents), saved)
-        return made_shadow
 
     def recorded(conn: sa.Connection, snapshot: Snapshot, uids: Any) -> Any:
         threads.append(threading.current_thread().name)
