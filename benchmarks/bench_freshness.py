@@ -268,6 +268,11 @@ def main() -> None:
         default=0,
         help="run this many busy loops beside the measurement (issue 30: one core's worth)",
     )
+    parser.add_argument(
+        "--latencies",
+        metavar="FILE",
+        help="write each podgroup's produce time (s from the first) and latency (ms), CSV",
+    )
     add_prioritise(parser)
     args = parser.parse_args()
 
@@ -338,6 +343,15 @@ def measure(pipe: BenchPipeline, args: argparse.Namespace) -> None:
             for uid, at in watcher.produced.items()
             if uid in watcher.visible
         )
+        if args.latencies:
+            first = min(watcher.produced.values())
+            with open(args.latencies, "w", encoding="utf-8") as out:
+                started = datetime.now(UTC).timestamp() - (time.monotonic() - first)
+                out.write(f"# the first produced at {datetime.fromtimestamp(started, UTC)}\n")
+                out.write("produced_s,latency_ms\n")
+                for uid, at in sorted(watcher.produced.items(), key=lambda item: item[1]):
+                    if uid in watcher.visible:
+                        out.write(f"{at - first:.4f},{(watcher.visible[uid] - at) * 1000:.2f}\n")
         with pipe.connect() as conn:
             batches, mean_size = conn.execute(
                 "SELECT count(*), avg(n) FROM (SELECT count(*) n FROM minruntime_state.event_log"

@@ -129,6 +129,9 @@ class Settings(BaseSettings):
     # once, each on its own connection (docs/pipeline.md, "Lanes of one topic"); 1: one batch
     # at a time (the default: a live stream's freshness; docs/benchmarks.md).
     processor_lanes_per_topic: int = Field(default=1, ge=1, le=64)
+    # While records flow, each fetch of the processor waits up to this long at the broker for
+    # more (stream/fetch_pace.py; docs/pipeline.md); 0: answered as soon as one record is there.
+    processor_fetch_linger_ms: int = Field(default=5, ge=0, le=500)
     outbox_poll_seconds: float = 0.25
     # How often a topic refused for offsets of another life is re-checked (docs/pipeline.md).
     topic_recheck_seconds: float = Field(default=5.0, gt=0)

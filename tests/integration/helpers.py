@@ -186,6 +186,23 @@ async def kafka_admin(access: KafkaAccess) -> AsyncIterator[AIOKafkaAdminClient]
         await admin.close()
 
 
+@asynccontextmanager
+async def consuming(
+    access: KafkaAccess, consumer: Any, producer: AIOKafkaProducer, topic: str
+) -> AsyncIterator[None]:
+    """``consumer`` (a BatchedConsumer) running for the block; then ``producer`` and the
+    consumer stopped and ``topic`` deleted."""
+    run = asyncio.create_task(consumer.run())
+    try:
+        yield
+    finally:
+        await producer.stop()
+        await consumer.stop()
+        await run
+        async with kafka_admin(access) as admin:
+            await admin.delete_topics([topic])
+
+
 async def new_topic(access: KafkaAccess, role: TopicRole, prefix: str) -> str:
     """A fresh one-partition topic ``test.<prefix>.<8 hex digits>`` of ``role``, kept forever
     (delete it with ``kafka_admin``)."""

@@ -19,7 +19,7 @@ from minruntime.settings import Settings
 from minruntime.stream.consumer import BatchedConsumer, ConsumerOptions
 from minruntime.topic_admin import TopicRole
 from minruntime_dev.stack import StackStatus
-from tests.integration.helpers import idempotent_producer, kafka_admin, new_topic, until
+from tests.integration.helpers import consuming, idempotent_producer, new_topic, until
 
 pytestmark = pytest.mark.stack
 
@@ -49,20 +49,13 @@ def test_an_idle_consumer_applies_a_small_batch_without_waiting_for_the_window(
                 batch_within_seconds=AN_HOUR,
             ),
         )
-        run = asyncio.create_task(consumer.run())
-        try:
+        async with consuming(access, consumer, producer, topic):
             for i in range(3):
                 await producer.send_and_wait(topic, b"{}", key=f"k{i}".encode(), partition=0)
             # Well within the hour-long window: nothing else was coming.
             await until(lambda: sum(map(len, batches)) == 3, "the three records applied")
             await producer.send_and_wait(topic, b"{}", key=b"k3", partition=0)
             await until(lambda: sum(map(len, batches)) == 4, "the fourth record applied")
-        finally:
-            await producer.stop()
-            await consumer.stop()
-            await run
-            async with kafka_admin(access) as admin:
-                await admin.delete_topics([topic])
         assert [offset for batch in batches for offset in batch] == [0, 1, 2, 3]
 
     asyncio.run(scenario())

@@ -139,6 +139,7 @@ def build_app(
             session_timeout_seconds=settings.processor_session_timeout_seconds,
             heartbeat_interval_seconds=settings.processor_heartbeat_interval_seconds,
             lanes_per_topic=settings.processor_lanes_per_topic,
+            fetch_linger_ms=settings.processor_fetch_linger_ms,
         ),
         on_assigned=on_assigned,
         prepare=prepare if settings.decode_ahead else None,

@@ -45,6 +45,7 @@ from minruntime.ingest import InboundRecord
 from minruntime.kafka_access import KafkaAccess, KafkaUnreachableError, start_client
 from minruntime.retry import Backoff, retry_async
 from minruntime.stream.backlog import behind_after
+from minruntime.stream.fetch_pace import FetchPace
 from minruntime.stream.sink import stop_loudly
 from minruntime.topic_admin import TopicRole
 
@@ -84,6 +85,9 @@ class ConsumerOptions:
     # Lanes per topic: a topic's partitions are dealt to this many lanes (partition modulo
     # lanes), which apply their batches concurrently, each in order (see the module doc).
     lanes_per_topic: int = 1
+    # While records flow, each fetch waits up to this long at the broker for more (0: Kafka
+    # answers as soon as one record is there): stream/fetch_pace.py.
+    fetch_linger_ms: int = 0
 
     @property
     def buffered_max(self) -> int:
@@ -174,6 +178,8 @@ class BatchedConsumer:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._done = asyncio.Event()
+        # How the running client's fetches are paced (set once it fetches).
+        self.fetch_pace: FetchPace | None = None
 
     @property
     def stopping(self) -> bool:
@@ -355,6 +361,7 @@ class BatchedConsumer:
         """
         client = self._client
         most, full_poll = self._options.batch_max_events, FULL_POLL_MS
+        pace = self.fetch_pace = FetchPace(client, self._options.fetch_linger_ms)
         status, backoff, failing = waiting_status("Kafka (fetching)"), Backoff(), False
         while not self._stopping:
             fetch_from = [tp for tp in self._assigned if not self._lane(tp).full]
@@ -381,6 +388,7 @@ class BatchedConsumer:
                 status.back()
                 backoff.reset()
                 failing = False
+            pace.follow(bool(fetched))
             filled: set[_Lane] = set()
             for tp, messages in fetched.items():
                 if tp not in self._assigned:
