@@ -4,9 +4,8 @@ Kafka answers a fetch once it holds ``fetch.min.bytes`` for it, else after
 ``fetch.max.wait.ms``. With the client's defaults (1 byte, 500 ms) a live stream is fetched
 once per batch a producer sent: at 1,000 events/s from a producer that sends each event
 alone, about 475 fetch answers a second, each decoded in Python on the processor's event loop
-(taking the interpreter lock from the batch thread) and each served by the broker. Beside one
-busy core that is what set freshness's tail (docs/benchmarks.md, "Freshness: the fetch
-paced").
+(taking the interpreter lock from the batch thread) and each served by the broker: a quarter
+of the processor's samples at that rate (docs/benchmarks.md, "Freshness: the fetch paced").
 
 While records flow (the last fetch brought some), the consumer asks instead for
 ``LIVE_MIN_BYTES`` within ``linger_ms``: at most one answer every ``linger_ms`` carrying what
